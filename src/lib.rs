@@ -1,0 +1,11 @@
+//! llmload: load-test LLM serving endpoints from KDL benchmark plans.
+//!
+//! The crate is a one-way pipeline, one module per stage:
+//! [`plan`] (KDL → typed plan) → [`planner`] (plan → schedule) → [`executor`] (schedule →
+//! per-request records) → [`metrics`] (records → aggregates) → [`verdict`] (aggregates +
+//! assertions → pass/fail) → [`report`] (templates). [`tokens`] builds prompts and counts
+//! tokens for the stages that need it; [`sim`] is the embedded OpenAI-compatible simulator.
+//! See docs/ARCHITECTURE.md for the codemap.
+
+pub mod plan;
+pub mod tokens;

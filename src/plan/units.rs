@@ -1,0 +1,97 @@
+//! Units in plan values: durations ("250ms", "30s", "2m", "1h") and percentages ("1%").
+
+use std::time::Duration;
+
+/// Parses a duration string such as `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` or `"500us"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("\"{text}\" has no unit"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("\"{text}\" does not start with a number"))?;
+    seconds_in_unit(unit.trim())
+        .map(|scale| Duration::from_secs_f64(value * scale))
+        .ok_or_else(|| format!("\"{unit}\" is not a duration unit"))
+}
+
+/// Seconds in one `unit`, for durations and type-annotated numbers such as `(ms)500`.
+pub fn seconds_in_unit(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    })
+}
+
+/// Parses `"1%"` or `"0.5%"` into a fraction (0.01, 0.005).
+pub fn parse_percent(text: &str) -> Result<f64, String> {
+    let number = text
+        .trim()
+        .strip_suffix('%')
+        .ok_or_else(|| format!("\"{text}\" is not a percentage"))?;
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a percentage"))?;
+    if !(0.0..=100.0).contains(&value) {
+        return Err(format!("\"{text}\" is outside 0% to 100%"));
+    }
+    Ok(value / 100.0)
+}
+
+/// Formats a duration the way plans write them.
+pub fn format_duration(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs >= 3600.0 && secs % 3600.0 == 0.0 {
+        format!("{}h", secs / 3600.0)
+    } else if secs >= 60.0 && secs % 60.0 == 0.0 {
+        format!("{}m", secs / 60.0)
+    } else if secs >= 1.0 {
+        format!("{}s", round3(secs))
+    } else {
+        format!("{}ms", round3(secs * 1000.0))
+    }
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_every_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("500us"), Ok(Duration::from_micros(500)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("ms").is_err());
+        assert!(parse_duration("3 parsecs").is_err());
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("1%"), Ok(0.01));
+        assert_eq!(parse_percent("0.5%"), Ok(0.005));
+        assert!(parse_percent("1").is_err());
+        assert!(parse_percent("120%").is_err());
+    }
+
+    #[test]
+    fn formatting_round_trips() {
+        for text in ["250ms", "30s", "2m", "1h", "1.5s"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Tokenizers and synthetic prompts.
+//!
+//! Counts tokens the way the plan's tokenizer does (a built-in tiktoken encoding, or a Hugging
+//! Face `tokenizer.json` on disk) and builds prompts of an exact token length from a seed, with no
+//! network. It is a support module: the executor uses it to build prompts and the recorder to
+//! count tokens where a server sends no usage; it knows nothing of plans or schedules.
+
+use std::path::Path;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A tokenizer that counts tokens and knows which words are exactly one token.
+pub struct Tokenizer {
+    name: String,
+    backend: Backend,
+    /// Words (with a leading space) that are one token each under this tokenizer; prompts and the
+    /// simulator's output are built from them so that lengths come out exact.
+    single_token_words: Vec<String>,
+}
+
+enum Backend {
+    Tiktoken(&'static tiktoken_rs::CoreBPE),
+    HuggingFace(Box<tokenizers::Tokenizer>),
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer({})", self.name)
+    }
+}
+
+/// Common English words; the ones that are a single token under the chosen tokenizer are kept.
+const WORDS: &str = "the of and to in is was for that with as on by at from his her an are be this which \
+or had it not but were have their one all they has been would new more other first its after when who \
+two also into time only some than these can may most over made such years many under about there out then \
+would them between state world city during while later where people both called area since year through being \
+back known same each just well used including life however both three part because war first high during \
+group name work school end following around early found long last second against before what government \
+music against small team history house local water light river river family play year great left game \
+side line place four even north south east west old big good set number book power story field open road \
+began public march june july april march body point country half night order three hand five days week \
+best free form head hold human land love mind move music office paper party plan press price real room \
+round rule sea shot sound space star stone street system table term test town tree true turn voice wall \
+way white wind window word young green blue red black gold silver train ship plane car horse bird fish \
+dog cat king queen army force sun moon rain snow fire earth air food bread milk tea wine glass door floor \
+garden field farm market bank church club court camp post fort port bay lake hill mountain valley island";
+
+impl Tokenizer {
+    /// A built-in encoding (`cl100k_base`, `o200k_base`).
+    pub fn builtin(name: &str) -> Result<Tokenizer, String> {
+        let bpe = match name {
+            "cl100k_base" => tiktoken_rs::cl100k_base_singleton(),
+            "o200k_base" => tiktoken_rs::o200k_base_singleton(),
+            other => {
+                return Err(format!(
+                    "unknown built-in tokenizer \"{other}\" (built in: cl100k_base, o200k_base)"
+                ))
+            }
+        };
+        Ok(Tokenizer::with_backend(name.to_string(), Backend::Tiktoken(bpe)))
+    }
+
+    /// A Hugging Face `tokenizer.json`.
+    pub fn from_file(path: &Path) -> Result<Tokenizer, String> {
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|err| format!("cannot load tokenizer {}: {err}", path.display()))?;
+        Ok(Tokenizer::with_backend(
+            path.display().to_string(),
+            Backend::HuggingFace(Box::new(inner)),
+        ))
+    }
+
+    /// Loads what a plan names.
+    pub fn load(spec: &crate::plan::TokenizerSpec) -> Result<Tokenizer, String> {
+        match spec {
+            crate::plan::TokenizerSpec::Builtin(name) => Tokenizer::builtin(name),
+            crate::plan::TokenizerSpec::File(path) => Tokenizer::from_file(path),
+        }
+    }
+
+    fn with_backend(name: String, backend: Backend) -> Tokenizer {
+        let mut tokenizer = Tokenizer {
+            name,
+            backend,
+            single_token_words: Vec::new(),
+        };
+        let mut words: Vec<String> = Vec::new();
+        for word in WORDS.split_whitespace() {
+            let spaced = format!(" {word}");
+            if !words.contains(&spaced) && tokenizer.count(&spaced) == 1 {
+                words.push(spaced);
+            }
+        }
+        if words.is_empty() {
+            // A tokenizer with no single-token English words (unlikely): fall back to letters,
+            // and let the length correction in `prompt` do the rest.
+            words = ('a'..='z').map(|c| format!(" {c}")).collect();
+        }
+        tokenizer.single_token_words = words;
+        tokenizer
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Tokens in `text`, without special tokens (no BOS), as a server counts generated text.
+    pub fn count(&self, text: &str) -> usize {
+        if text.is_empty() {
+            return 0;
+        }
+        match &self.backend {
+            Backend::Tiktoken(bpe) => bpe.encode_ordinary(text).len(),
+            Backend::HuggingFace(inner) => inner
+                .encode(text, false)
+                .map(|encoding| encoding.len())
+                .unwrap_or(0),
+        }
+    }
+
+    /// Words that are one token each (with a leading space).
+    pub fn single_token_words(&self) -> &[String] {
+        &self.single_token_words
+    }
+
+    /// A prompt of exactly `tokens` tokens (where the tokenizer allows), different for every seed
+    /// from its first word on, so that no prefix cache is hit by accident.
+    pub fn prompt(&self, tokens: u32, seed: u64) -> String {
+        let target = tokens as usize;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let words = &self.single_token_words;
+        let mut picked: Vec<usize> = (0..target).map(|_| rng.random_range(0..words.len())).collect();
+        let mut best: Option<(usize, String)> = None;
+        // Words are one token alone and almost always one token in a sequence; the loop corrects
+        // the rare merges and split first words of some tokenizers.
+        for _ in 0..32 {
+            let text: String = picked.iter().map(|&i| words[i].as_str()).collect();
+            let count = self.count(&text);
+            if count == target {
+                return text;
+            }
+            let distance = count.abs_diff(target);
+            if best.as_ref().is_none_or(|(d, _)| distance < *d) {
+                best = Some((distance, text));
+            }
+            if count > target {
+                let remove = (count - target).min(picked.len());
+                picked.truncate(picked.len() - remove.max(1).min(picked.len()));
+            } else {
+                for _ in 0..(target - count) {
+                    picked.push(rng.random_range(0..words.len()));
+                }
+            }
+        }
+        best.map(|(_, text)| text).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_have_exact_lengths_under_both_builtins() {
+        for name in ["cl100k_base", "o200k_base"] {
+            let tokenizer = Tokenizer::builtin(name).unwrap();
+            assert!(tokenizer.single_token_words().len() > 100, "{name}");
+            for (tokens, seed) in [(1, 1), (7, 2), (128, 3), (512, 4), (2048, 5)] {
+                let prompt = tokenizer.prompt(tokens, seed);
+                assert_eq!(tokenizer.count(&prompt), tokens as usize, "{name} {tokens}");
+            }
+        }
+    }
+
+    #[test]
+    fn prompts_differ_from_the_first_words_and_repeat_per_seed() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let a = tokenizer.prompt(64, 1);
+        let b = tokenizer.prompt(64, 2);
+        assert_eq!(a, tokenizer.prompt(64, 1));
+        let prefix = |s: &str| s.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+        assert_ne!(prefix(&a), prefix(&b));
+    }
+
+    #[test]
+    fn unknown_builtin_is_an_error() {
+        assert!(Tokenizer::builtin("gpt2-ish").is_err());
+    }
+}
