@@ -9,3 +9,5 @@
 
 pub mod plan;
 pub mod tokens;
+pub mod planner;
+pub mod sim;

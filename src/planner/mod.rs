@@ -1,0 +1,272 @@
+//! The planner: compiles a [`Plan`] into a deterministic [`Schedule`].
+//!
+//! For every request the schedule fixes its phase, its intended send offset (open-loop and burst
+//! phases), its input and output lengths and its prompt seed. The same plan and seed always give
+//! the same schedule, byte for byte. The planner does not send anything and does not build
+//! prompt text (the executor does, from the prompt seed).
+//!
+//! A closed-loop phase that ends by duration alone cannot know how many requests it will send;
+//! its requests are drawn on demand from the same deterministic function ([`Schedule::request`]).
+
+mod arrivals;
+
+use std::time::Duration;
+
+use rand::distr::weighted::WeightedIndex;
+use rand::distr::Distribution;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::plan::{Load, Plan};
+
+pub use arrivals::arrival_offsets;
+
+/// Materializing more requests than this is refused: the plan is almost surely a typo.
+pub const MAX_SCHEDULED_REQUESTS: usize = 20_000_000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    pub plan: String,
+    pub seed: u64,
+    pub phases: Vec<PhaseSchedule>,
+    #[serde(skip)]
+    mix: RequestMix,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseSchedule {
+    pub index: usize,
+    pub name: String,
+    pub record: bool,
+    /// A human description of the load model, e.g. `rate 1→16/s poisson`.
+    pub load: String,
+    #[serde(skip)]
+    pub load_model: Load,
+    #[serde(serialize_with = "serialize_secs")]
+    pub duration: Option<Duration>,
+    pub max_requests: Option<u64>,
+    /// The mean request rate the plan asks for (open loop only).
+    pub planned_rate: Option<f64>,
+    /// True when the number of requests is decided at run time (a closed loop ended by duration).
+    pub open_ended: bool,
+    pub requests: Vec<ScheduledRequest>,
+}
+
+/// One request as planned.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ScheduledRequest {
+    /// Position within the phase, from 0.
+    pub seq: u64,
+    /// When to send it, from the start of its phase, in microseconds (open loop and bursts).
+    pub intended_offset_us: Option<u64>,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub prompt_seed: u64,
+}
+
+#[derive(Debug, Clone)]
+struct RequestMix {
+    seed: u64,
+    inputs: Vec<u32>,
+    outputs: Vec<u32>,
+    weights: Vec<f64>,
+}
+
+/// SplitMix64's finalizer: spreads nearby seeds far apart, so phase and request seeds are
+/// independent of each other.
+pub(crate) fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl RequestMix {
+    fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
+        let request_seed = mix64(mix64(self.seed ^ mix64(phase_index as u64 + 1)) ^ seq);
+        let bucket = if self.inputs.len() == 1 {
+            0
+        } else {
+            let mut rng = ChaCha8Rng::seed_from_u64(request_seed);
+            // The weights were validated positive by the plan stage.
+            WeightedIndex::new(&self.weights)
+                .map(|dist| dist.sample(&mut rng))
+                .unwrap_or(0)
+        };
+        ScheduledRequest {
+            seq,
+            intended_offset_us: None,
+            input_tokens: self.inputs[bucket],
+            output_tokens: self.outputs[bucket],
+            prompt_seed: mix64(request_seed ^ 0x5EED),
+        }
+    }
+}
+
+impl Schedule {
+    /// The request at `seq` of phase `phase_index`, materialized or not.
+    pub fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
+        match self.phases.get(phase_index).and_then(|p| p.requests.get(seq as usize)) {
+            Some(request) => *request,
+            None => self.mix.request(phase_index, seq),
+        }
+    }
+}
+
+/// Compiles `plan` with `seed` (the plan's own unless overridden).
+pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
+    let mix = RequestMix {
+        seed,
+        inputs: plan.workload.buckets.iter().map(|b| b.input_tokens).collect(),
+        outputs: plan
+            .workload
+            .buckets
+            .iter()
+            .map(|b| b.output_tokens.unwrap_or(plan.workload.output_tokens))
+            .collect(),
+        weights: plan.workload.buckets.iter().map(|b| b.weight).collect(),
+    };
+    let mut phases = Vec::new();
+    let mut total = 0usize;
+    for (index, phase) in plan.phases.iter().enumerate() {
+        let offsets: Option<Vec<u64>> = match &phase.load {
+            Load::Rate { rate, arrivals } => {
+                let phase_seed = mix64(seed ^ mix64(0xA771_0000 + index as u64));
+                Some(arrival_offsets(
+                    *rate,
+                    *arrivals,
+                    phase.duration,
+                    phase.max_requests,
+                    phase_seed,
+                    MAX_SCHEDULED_REQUESTS - total,
+                )?)
+            }
+            Load::AtOnce(n) => Some(vec![0; *n as usize]),
+            Load::Concurrency(_) => None,
+        };
+        let (requests, open_ended) = match offsets {
+            Some(offsets) => (
+                offsets
+                    .iter()
+                    .enumerate()
+                    .map(|(seq, offset)| ScheduledRequest {
+                        intended_offset_us: Some(*offset),
+                        ..mix.request(index, seq as u64)
+                    })
+                    .collect::<Vec<_>>(),
+                false,
+            ),
+            None => match phase.max_requests {
+                Some(n) if (n as usize) <= MAX_SCHEDULED_REQUESTS - total => (
+                    (0..n).map(|seq| mix.request(index, seq)).collect(),
+                    false,
+                ),
+                Some(_) => return Err(too_many(&phase.name)),
+                None => (Vec::new(), true),
+            },
+        };
+        total += requests.len();
+        phases.push(PhaseSchedule {
+            index,
+            name: phase.name.clone(),
+            record: phase.record,
+            load: describe_load(&phase.load),
+            load_model: phase.load.clone(),
+            duration: phase.duration,
+            max_requests: phase.max_requests,
+            planned_rate: match &phase.load {
+                Load::Rate { rate, .. } => Some(rate.mean()),
+                _ => None,
+            },
+            open_ended,
+            requests,
+        });
+    }
+    Ok(Schedule {
+        plan: plan.name.clone(),
+        seed,
+        phases,
+        mix,
+    })
+}
+
+fn too_many(phase: &str) -> String {
+    format!(
+        "phase \"{phase}\" would schedule more than {MAX_SCHEDULED_REQUESTS} requests in all; \
+         lower its rate, duration or requests"
+    )
+}
+
+pub fn describe_load(load: &Load) -> String {
+    use crate::plan::RateShape;
+    match load {
+        Load::Concurrency(n) => format!("concurrency {n}"),
+        Load::AtOnce(n) => format!("at-once {n}"),
+        Load::Rate { rate: RateShape::Constant(r), arrivals } => format!("rate {r}/s {arrivals}"),
+        Load::Rate { rate: RateShape::Ramp { from, to }, arrivals } => {
+            format!("rate {from}→{to}/s {arrivals}")
+        }
+    }
+}
+
+fn serialize_secs<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::parse_plan;
+
+    fn plan(body: &str) -> Plan {
+        let text = format!("target \"sim\"\nworkload {{ input {{ bucket 128 weight=5; bucket 512 weight=3; bucket 2048 weight=2 }}; output 64 }}\n{body}");
+        parse_plan("test.kdl", text).unwrap()
+    }
+
+    #[test]
+    fn same_plan_and_seed_give_identical_schedules() {
+        let p = plan("phase \"a\" { rate 20; duration \"30s\" }\nphase \"b\" { concurrency 3; requests 50 }");
+        let a = serde_json::to_string(&compile(&p, 7).unwrap()).unwrap();
+        let b = serde_json::to_string(&compile(&p, 7).unwrap()).unwrap();
+        let c = serde_json::to_string(&compile(&p, 8).unwrap()).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn bucket_mix_follows_weights() {
+        let p = plan("phase \"a\" { concurrency 1; requests 10000 }");
+        let s = compile(&p, 1).unwrap();
+        let count = |n: u32| s.phases[0].requests.iter().filter(|r| r.input_tokens == n).count() as f64;
+        assert!((count(128) / 10000.0 - 0.5).abs() < 0.02);
+        assert!((count(512) / 10000.0 - 0.3).abs() < 0.02);
+        assert!((count(2048) / 10000.0 - 0.2).abs() < 0.02);
+    }
+
+    #[test]
+    fn open_ended_requests_come_from_the_same_function() {
+        let p = plan("phase \"a\" { concurrency 2; duration \"5s\" }");
+        let s = compile(&p, 3).unwrap();
+        assert!(s.phases[0].open_ended);
+        assert_eq!(s.request(0, 17), s.request(0, 17));
+        assert_ne!(s.request(0, 17).prompt_seed, s.request(0, 18).prompt_seed);
+    }
+
+    #[test]
+    fn bursts_release_everything_at_zero() {
+        let p = plan("phase \"b\" { at-once 64 }");
+        let s = compile(&p, 3).unwrap();
+        assert_eq!(s.phases[0].requests.len(), 64);
+        assert!(s.phases[0].requests.iter().all(|r| r.intended_offset_us == Some(0)));
+    }
+
+    #[test]
+    fn absurd_schedules_are_refused() {
+        let p = plan("phase \"a\" { rate 1000000; duration \"10h\" }");
+        assert!(compile(&p, 1).is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! What the simulator generates for one request: token text, timings and the JSON of each chunk.
+
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+
+use crate::plan::SimSettings;
+use crate::tokens::Tokenizer;
+
+/// A parsed request, with only what the simulator needs.
+#[derive(Debug)]
+pub struct SimRequest {
+    pub chat: bool,
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub continuous_usage: bool,
+    pub prompt_tokens: usize,
+    pub max_tokens: usize,
+}
+
+impl SimRequest {
+    /// Reads an OpenAI request body; the error is the message for a 400 response.
+    pub fn parse(body: &[u8], chat: bool, tokenizer: &Tokenizer) -> Result<SimRequest, String> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
+        let prompt_tokens = if chat {
+            let messages = value
+                .get("messages")
+                .and_then(Value::as_array)
+                .ok_or("`messages` is required and must be an array")?;
+            messages
+                .iter()
+                .map(|m| match m.get("content") {
+                    Some(Value::String(s)) => tokenizer.count(s),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .map(|t| tokenizer.count(t))
+                        .sum(),
+                    _ => 0,
+                })
+                .sum()
+        } else {
+            match value.get("prompt") {
+                Some(Value::String(s)) => tokenizer.count(s),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|t| tokenizer.count(t))
+                    .sum(),
+                _ => return Err("`prompt` is required and must be a string".into()),
+            }
+        };
+        let max_tokens = value
+            .get("max_completion_tokens")
+            .or_else(|| value.get("max_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(16) as usize;
+        let options = value.get("stream_options");
+        let flag = |name: &str| {
+            options
+                .and_then(|o| o.get(name))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        Ok(SimRequest {
+            chat,
+            model: value
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("llmload-sim")
+                .to_string(),
+            stream: value.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            include_usage: flag("include_usage"),
+            continuous_usage: flag("continuous_usage_stats"),
+            prompt_tokens,
+            max_tokens: max_tokens.max(1),
+        })
+    }
+}
+
+/// The planned output of one request: its chunks' text and when each is due.
+pub struct Generation {
+    /// (due after the request arrived, text of the chunk, tokens in it)
+    pub chunks: Vec<(Duration, String, usize)>,
+    pub completion_tokens: usize,
+}
+
+pub fn generate(settings: &SimSettings, tokenizer: &Tokenizer, request: &SimRequest, request_seed: u64) -> Generation {
+    let mut rng = ChaCha8Rng::seed_from_u64(request_seed);
+    let words = tokenizer.single_token_words();
+    let per_chunk = settings.tokens_per_chunk.max(1) as usize;
+    let jitter = |rng: &mut ChaCha8Rng| {
+        if settings.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            settings.jitter.mul_f64(rng.random::<f64>())
+        }
+    };
+    let mut chunks = Vec::new();
+    let mut produced = 0;
+    while produced < request.max_tokens {
+        let n = per_chunk.min(request.max_tokens - produced);
+        let text: String = (0..n).map(|_| words[rng.random_range(0..words.len())].as_str()).collect();
+        // Deadlines are absolute from the request's arrival, so jitter never accumulates.
+        let last_token = produced + n - 1;
+        let due = settings.ttft + settings.itl * last_token as u32 + jitter(&mut rng);
+        chunks.push((due, text, n));
+        produced += n;
+    }
+    // Jitter must not reorder chunks.
+    for i in 1..chunks.len() {
+        if chunks[i].0 < chunks[i - 1].0 {
+            chunks[i].0 = chunks[i - 1].0;
+        }
+    }
+    Generation {
+        chunks,
+        completion_tokens: produced,
+    }
+}
+
+pub fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+/// A streamed chunk carrying `text` (or only the role, or only a finish_reason).
+pub fn chunk(request: &SimRequest, id: &str, text: Option<&str>, role: bool, finish: Option<&str>) -> Value {
+    let object = if request.chat { "chat.completion.chunk" } else { "text_completion" };
+    let choice = if request.chat {
+        let mut delta = serde_json::Map::new();
+        if role {
+            delta.insert("role".into(), json!("assistant"));
+            delta.insert("content".into(), json!(""));
+        }
+        if let Some(text) = text {
+            delta.insert("content".into(), json!(text));
+        }
+        json!({"index": 0, "delta": delta, "finish_reason": finish})
+    } else {
+        json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish})
+    };
+    json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice]})
+}
+
+/// A whole non-streamed response.
+pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usize) -> Value {
+    let choice = if request.chat {
+        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+    } else {
+        json!({"index": 0, "text": text, "finish_reason": "length"})
+    };
+    let object = if request.chat { "chat.completion" } else { "text_completion" };
+    json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice],
+           "usage": usage(request.prompt_tokens, completion)})
+}
+
+pub fn error_body(message: &str, kind: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "code": null}})
+}
