@@ -11,3 +11,4 @@ pub mod plan;
 pub mod tokens;
 pub mod planner;
 pub mod sim;
+pub mod executor;

@@ -1,0 +1,423 @@
+//! The executor: runs a [`Schedule`] against an OpenAI-compatible endpoint and records every
+//! request.
+//!
+//! Open-loop phases (a `rate`) send each request at its intended time whatever the server does,
+//! so a slow server never slows the offered load (no coordinated omission); closed-loop phases
+//! (`concurrency N`) keep exactly N requests in flight; a burst (`at-once N`) releases N requests
+//! together and waits for them. Prompt bodies are built ahead of time on a blocking thread so the
+//! pacer only sleeps and sends. Records go to the [`recorder`] thread, which appends them to
+//! `records.jsonl` as requests finish.
+//!
+//! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`].
+
+mod progress;
+pub mod record;
+mod recorder;
+pub mod request;
+pub mod sse;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+use crate::plan::Load;
+use crate::planner::{PhaseSchedule, Schedule, ScheduledRequest};
+use crate::tokens::Tokenizer;
+use progress::Progress;
+use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLog};
+use recorder::{Finished, Message, Recorder};
+pub use request::RequestTemplate;
+use request::Exchange;
+
+/// How many prompt bodies are built ahead of the pacer.
+const BODIES_AHEAD: usize = 512;
+
+pub struct RunConfig {
+    pub template: RequestTemplate,
+    pub tokenizer: Arc<Tokenizer>,
+    pub header: RunHeader,
+    pub records_path: PathBuf,
+    /// How long in-flight requests may finish after Ctrl-C before they are cancelled.
+    pub grace: Duration,
+    pub show_progress: bool,
+}
+
+/// Requests in flight, and a way to wait until there are none.
+#[derive(Default)]
+struct InFlight {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.drained.notify_waiters();
+        }
+    }
+    async fn wait_empty(&self) {
+        loop {
+            let notified = self.drained.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Context {
+    client: reqwest::Client,
+    template: RequestTemplate,
+    tokenizer: Arc<Tokenizer>,
+    run_start: Instant,
+    records: std::sync::mpsc::Sender<Message>,
+    progress: Arc<Progress>,
+    abort: watch::Receiver<bool>,
+    in_flight: InFlight,
+}
+
+impl Context {
+    fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.run_start).as_micros() as u64
+    }
+
+    fn log(&self, line: LogLine) {
+        let _ = self.records.send(Message::Line(line));
+    }
+}
+
+async fn cancelled(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|v| *v).await.is_err() {
+        // The sender is gone: nothing can cancel any more.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs every phase of `schedule` in order; returns the run's log (also written to disk).
+pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, String> {
+    let pool = pool_size(schedule, config.template.timeout);
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(pool)
+        .connect_timeout(config.template.timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let progress = Arc::new(Progress::new(
+        &schedule
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.duration))
+            .collect::<Vec<_>>(),
+    ));
+    let recorder = Recorder::start(&config.records_path, config.tokenizer.clone(), progress.clone())?;
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let (abort_tx, abort_rx) = watch::channel(false);
+    let context = Arc::new(Context {
+        client,
+        template: config.template.clone(),
+        tokenizer: config.tokenizer.clone(),
+        run_start: Instant::now(),
+        records: recorder.sender(),
+        progress: progress.clone(),
+        abort: abort_rx,
+        in_flight: InFlight::default(),
+    });
+    context.log(LogLine::Run(config.header.clone()));
+
+    // First Ctrl-C: stop sending and let in-flight requests finish (within the grace period).
+    // Second Ctrl-C: cancel them now.
+    let signals = {
+        let cancel_tx = cancel_tx.clone();
+        let abort_tx = abort_tx.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to stop now)");
+                let _ = cancel_tx.send(true);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    let _ = abort_tx.send(true);
+                }
+            }
+        })
+    };
+    let ticker = config.show_progress.then(|| {
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            let tty = std::io::stderr().is_terminal();
+            let every = if tty { Duration::from_secs(1) } else { Duration::from_secs(10) };
+            let mut interval = tokio::time::interval_at(Instant::now() + every, every);
+            loop {
+                interval.tick().await;
+                if tty {
+                    eprint!("\r\x1b[K{}", progress.line());
+                } else {
+                    eprintln!("{}", progress.line());
+                }
+            }
+        })
+    });
+
+    for phase in &schedule.phases {
+        if *cancel_rx.borrow() {
+            break;
+        }
+        run_phase(&context, schedule, phase, cancel_rx.clone()).await;
+    }
+
+    // Let in-flight requests finish; after an interrupt, only for the grace period.
+    let mut cancel_wait = cancel_rx.clone();
+    tokio::select! {
+        _ = context.in_flight.wait_empty() => {}
+        _ = cancelled(&mut cancel_wait) => {
+            tokio::select! {
+                _ = context.in_flight.wait_empty() => {}
+                _ = tokio::time::sleep(config.grace) => {}
+                _ = async { let mut a = context.abort.clone(); cancelled(&mut a).await } => {}
+            }
+            let _ = abort_tx.send(true);
+            context.in_flight.wait_empty().await;
+        }
+    }
+    if let Some(ticker) = ticker {
+        ticker.abort();
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[K");
+        }
+    }
+    signals.abort();
+    let interrupted = *cancel_rx.borrow();
+    context.log(LogLine::RunEnd(RunEnd {
+        at_us: context.micros(Instant::now()),
+        interrupted,
+    }));
+    drop(context);
+    recorder.finish()?;
+    RunLog::read(&config.records_path)
+}
+
+/// Idle connections to keep per host: the most requests the plan may have in flight, bounded.
+fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
+    let most = schedule
+        .phases
+        .iter()
+        .map(|p| match &p.load_model {
+            Load::Concurrency(n) | Load::AtOnce(n) => *n as f64,
+            Load::Rate { rate, .. } => {
+                let peak = match rate {
+                    crate::plan::RateShape::Constant(r) => *r,
+                    crate::plan::RateShape::Ramp { from, to } => from.max(*to),
+                };
+                peak * timeout.as_secs_f64().min(60.0)
+            }
+        })
+        .fold(1.0, f64::max);
+    (most.ceil() as usize).clamp(1, 4096)
+}
+
+/// Builds request bodies on a blocking thread, ahead of the sender. Sends `primed` once the first
+/// batch is ready, so that the phase clock starts with bodies in hand.
+fn spawn_body_builder(
+    context: &Arc<Context>,
+    schedule: &Schedule,
+    phase: &PhaseSchedule,
+) -> (mpsc::Receiver<(ScheduledRequest, Bytes)>, tokio::sync::oneshot::Receiver<()>) {
+    let (tx, rx) = mpsc::channel(BODIES_AHEAD);
+    let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
+    let tokenizer = context.tokenizer.clone();
+    let template = context.template.clone();
+    let index = phase.index;
+    let materialized = (!phase.open_ended).then(|| phase.requests.clone());
+    let schedule = schedule.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut primed = Some(primed_tx);
+        let prime_after = materialized.as_ref().map_or(64, |r| r.len().min(64));
+        let mut built = 0usize;
+        let mut seq = 0u64;
+        loop {
+            let request = match &materialized {
+                Some(requests) => match requests.get(seq as usize) {
+                    Some(r) => *r,
+                    None => break,
+                },
+                None => schedule.request(index, seq),
+            };
+            seq += 1;
+            let prompt = tokenizer.prompt(request.input_tokens, request.prompt_seed);
+            let body = template.body(&prompt, request.output_tokens);
+            if tx.blocking_send((request, body)).is_err() {
+                break;
+            }
+            built += 1;
+            if built >= prime_after {
+                if let Some(p) = primed.take() {
+                    let _ = p.send(());
+                }
+            }
+        }
+        if let Some(p) = primed.take() {
+            let _ = p.send(());
+        }
+    });
+    (rx, primed_rx)
+}
+
+async fn run_phase(context: &Arc<Context>, schedule: &Schedule, phase: &PhaseSchedule, mut cancel: watch::Receiver<bool>) {
+    let (mut bodies, primed) = spawn_body_builder(context, schedule, phase);
+    let _ = primed.await;
+    let phase_start = Instant::now();
+    context.progress.start_phase(phase.index);
+    let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
+    context.log(LogLine::PhaseStart(PhaseStart {
+        index: phase.index,
+        name: phase.name.clone(),
+        record: phase.record,
+        load: phase.load.clone(),
+        open_loop,
+        planned_rate: phase.planned_rate,
+        planned_requests: (!phase.open_ended).then_some(phase.requests.len() as u64),
+        planned_duration_s: phase.duration.map(|d| d.as_secs_f64()),
+        at_us: context.micros(phase_start),
+    }));
+    let deadline = phase.duration.map(|d| phase_start + d);
+
+    match phase.load_model {
+        Load::Rate { .. } | Load::AtOnce(_) => {
+            let burst = Arc::new(InFlight::default());
+            let index = phase.index;
+            while let Some((request, body)) = bodies.recv().await {
+                let intended = phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
+                tokio::select! {
+                    _ = tokio::time::sleep_until(intended) => {}
+                    _ = cancelled(&mut cancel) => break,
+                }
+                let context = context.clone();
+                let burst = burst.clone();
+                context.in_flight.enter();
+                burst.enter();
+                tokio::spawn(async move {
+                    execute(&context, index, request, body, Some(intended)).await;
+                    burst.leave();
+                });
+            }
+            if matches!(phase.load_model, Load::AtOnce(_)) {
+                // A burst ends when it has drained, so its latency is its own.
+                tokio::select! {
+                    _ = burst.wait_empty() => {}
+                    _ = cancelled(&mut cancel) => {}
+                }
+            } else if let Some(deadline) = deadline {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = cancelled(&mut cancel) => {}
+                }
+            }
+        }
+        Load::Concurrency(workers) => {
+            let queue = Arc::new(tokio::sync::Mutex::new(bodies));
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..workers {
+                let queue = queue.clone();
+                let context = context.clone();
+                let mut cancel = cancel.clone();
+                let index = phase.index;
+                tasks.spawn(async move {
+                    loop {
+                        if *cancel.borrow() || deadline.is_some_and(|d| Instant::now() >= d) {
+                            break;
+                        }
+                        let next = tokio::select! {
+                            next = async { queue.lock().await.recv().await } => next,
+                            _ = cancelled(&mut cancel) => None,
+                        };
+                        let Some((request, body)) = next else { break };
+                        context.in_flight.enter();
+                        execute(&context, index, request, body, None).await;
+                    }
+                });
+            }
+            let all_done = async { while tasks.join_next().await.is_some() {} };
+            match deadline {
+                Some(deadline) => tokio::select! {
+                    _ = all_done => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = cancelled(&mut cancel) => {}
+                },
+                None => tokio::select! {
+                    _ = all_done => {}
+                    _ = cancelled(&mut cancel) => {}
+                },
+            }
+            // Workers still holding a request finish it in the background and then stop.
+            tasks.detach_all();
+        }
+    }
+    context.log(LogLine::PhaseEnd(PhaseEnd {
+        index: phase.index,
+        at_us: context.micros(Instant::now()),
+        sent: context.progress.sent(phase.index),
+    }));
+}
+
+/// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
+/// result to the recorder. The caller has already counted it in `in_flight`.
+async fn execute(
+    context: &Arc<Context>,
+    phase: usize,
+    request: ScheduledRequest,
+    body: Bytes,
+    intended: Option<Instant>,
+) {
+    let sent_at = Instant::now();
+    context.progress.on_sent(phase);
+    let mut exchange = Exchange::default();
+    let timeout = context.template.timeout;
+    enum End {
+        Complete,
+        TimedOut,
+        Aborted,
+    }
+    let mut abort = context.abort.clone();
+    let end = {
+        let work = tokio::time::timeout(
+            timeout,
+            request::exchange(&context.client, &context.template, body, sent_at, &mut exchange),
+        );
+        tokio::select! {
+            result = work => if result.is_ok() { End::Complete } else { End::TimedOut },
+            _ = cancelled(&mut abort) => End::Aborted,
+        }
+    };
+    match end {
+        End::Complete => {}
+        End::TimedOut => {
+            exchange.end_us = sent_at.elapsed().as_micros() as u64;
+            exchange.fail(
+                ErrorClass::Timeout,
+                format!("no complete response within the {}s timeout", timeout.as_secs_f64()),
+            );
+        }
+        End::Aborted => {
+            exchange.end_us = sent_at.elapsed().as_micros() as u64;
+            exchange.fail(ErrorClass::Cancelled, "still in flight when the run was interrupted");
+        }
+    }
+    let actual_send_us = context.micros(sent_at);
+    let finished = Finished {
+        phase,
+        request,
+        intended_send_us: intended.map(|i| context.micros(i)).unwrap_or(actual_send_us),
+        actual_send_us,
+        exchange,
+    };
+    let _ = context.records.send(Message::Finished(Box::new(finished)));
+    context.in_flight.leave();
+}

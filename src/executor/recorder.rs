@@ -1,0 +1,244 @@
+//! The recorder: a thread of its own that turns finished exchanges into records, counts tokens
+//! where the server did not, and appends every record to `records.jsonl` as it arrives.
+//!
+//! Running on its own thread keeps tokenizing, JSON encoding and file writes off the I/O tasks.
+//! The file is flushed whenever the queue runs dry, so a run that is killed loses at most the
+//! records still in the queue.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use super::progress::Progress;
+use super::record::{ErrorClass, LogLine, RequestRecord, TokenSource};
+use super::request::Exchange;
+use crate::planner::ScheduledRequest;
+use crate::tokens::Tokenizer;
+
+pub struct Finished {
+    pub phase: usize,
+    pub request: ScheduledRequest,
+    pub intended_send_us: u64,
+    pub actual_send_us: u64,
+    pub exchange: Exchange,
+}
+
+pub enum Message {
+    Line(LogLine),
+    Finished(Box<Finished>),
+}
+
+pub struct Recorder {
+    sender: mpsc::Sender<Message>,
+    thread: std::thread::JoinHandle<Result<Vec<RequestRecord>, String>>,
+}
+
+impl Recorder {
+    pub fn start(path: &Path, tokenizer: Arc<Tokenizer>, progress: Arc<Progress>) -> Result<Recorder, String> {
+        let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let (sender, receiver) = mpsc::channel::<Message>();
+        let display = path.display().to_string();
+        let thread = std::thread::Builder::new()
+            .name("llmload-recorder".into())
+            .spawn(move || {
+                let mut out = BufWriter::new(file);
+                let mut records = Vec::new();
+                let write_error = |e: std::io::Error| format!("cannot write {display}: {e}");
+                while let Ok(first) = receiver.recv() {
+                    let mut next = Some(first);
+                    while let Some(message) = next {
+                        let line = match message {
+                            Message::Line(line) => line,
+                            Message::Finished(finished) => {
+                                let record = finalize(*finished, &tokenizer);
+                                progress.on_record(&record);
+                                records.push(record.clone());
+                                LogLine::Request(record)
+                            }
+                        };
+                        serde_json::to_writer(&mut out, &line).map_err(|e| format!("cannot encode a record: {e}"))?;
+                        out.write_all(b"\n").map_err(write_error)?;
+                        next = receiver.try_recv().ok();
+                    }
+                    out.flush().map_err(write_error)?;
+                }
+                out.flush().map_err(write_error)?;
+                Ok(records)
+            })
+            .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
+        Ok(Recorder { sender, thread })
+    }
+
+    pub fn sender(&self) -> mpsc::Sender<Message> {
+        self.sender.clone()
+    }
+
+    /// Waits for every queued record to be written; returns all request records.
+    pub fn finish(self) -> Result<Vec<RequestRecord>, String> {
+        drop(self.sender);
+        self.thread
+            .join()
+            .map_err(|_| "the recorder thread panicked".to_string())?
+    }
+}
+
+/// Counts tokens and builds the record of one finished request.
+pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
+    let Finished {
+        phase,
+        request,
+        intended_send_us,
+        actual_send_us,
+        exchange,
+    } = finished;
+    let chunk_count = exchange.chunk_times.len();
+    let usage_completion = exchange.usage.and_then(|u| u.completion);
+    let tokenizer_completion = (!exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
+
+    // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
+    // usage total equals the number of chunks (each chunk holds at least one token, so they must
+    // hold exactly one); else by tokenizing each chunk's text.
+    let (chunk_tokens, chunk_source): (Vec<u32>, Option<TokenSource>) = if chunk_count == 0 {
+        (Vec::new(), None)
+    } else if exchange.chunk_usage_tokens.iter().all(|&t| t > 0) {
+        (exchange.chunk_usage_tokens.clone(), Some(TokenSource::Usage))
+    } else if usage_completion == Some(chunk_count as u64) {
+        (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
+    } else {
+        let mut start = 0usize;
+        let counts = exchange
+            .chunk_ends
+            .iter()
+            .map(|&end| {
+                let end = end as usize;
+                let text = exchange.text.get(start..end).unwrap_or("");
+                start = end;
+                tokenizer.count(text).max(1) as u32
+            })
+            .collect();
+        (counts, Some(TokenSource::Tokenizer))
+    };
+
+    let (completion_tokens, token_source) = match usage_completion {
+        Some(n) => (Some(n), Some(TokenSource::Usage)),
+        None if exchange.error.is_none() => (
+            Some(tokenizer_completion.unwrap_or(0)),
+            Some(TokenSource::Tokenizer),
+        ),
+        None => (tokenizer_completion, tokenizer_completion.map(|_| TokenSource::Tokenizer)),
+    };
+    let prompt_tokens = exchange
+        .usage
+        .and_then(|u| u.prompt)
+        .or((exchange.error.is_none()).then_some(request.input_tokens as u64));
+
+    let (error, error_detail) = match exchange.error {
+        Some((class, detail)) => (Some(class), Some(detail)),
+        None => (None, None),
+    };
+    let ttft_us = exchange.chunk_times.first().copied();
+    RequestRecord {
+        phase,
+        seq: request.seq,
+        intended_send_us,
+        actual_send_us,
+        input_tokens_planned: request.input_tokens,
+        output_tokens_planned: request.output_tokens,
+        prompt_seed: request.prompt_seed,
+        e2e_us: (error != Some(ErrorClass::Connect)).then_some(exchange.end_us),
+        error,
+        error_detail,
+        http_status: exchange.http_status,
+        ttft_us,
+        chunks: exchange.chunk_times.iter().copied().zip(chunk_tokens).collect(),
+        chunk_tokens: chunk_source,
+        prompt_tokens,
+        completion_tokens,
+        token_source,
+        completion_tokens_tokenizer: tokenizer_completion,
+        cached_tokens: exchange.usage.and_then(|u| u.cached),
+        finish_reason: exchange.finish_reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::request::Usage;
+    use super::*;
+
+    fn finished(exchange: Exchange) -> Finished {
+        Finished {
+            phase: 0,
+            request: ScheduledRequest {
+                seq: 0,
+                intended_offset_us: None,
+                input_tokens: 10,
+                output_tokens: 4,
+                prompt_seed: 1,
+            },
+            intended_send_us: 0,
+            actual_send_us: 0,
+            exchange,
+        }
+    }
+
+    #[test]
+    fn tokens_per_chunk_by_tokenizer_when_usage_disagrees_with_chunk_count() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let exchange = Exchange {
+            chunk_times: vec![100, 200],
+            chunk_usage_tokens: vec![0, 0],
+            text: " the cat sat".into(),
+            chunk_ends: vec![8, 12],
+            usage: Some(Usage { prompt: Some(10), completion: Some(3), cached: None }),
+            finish_reason: Some("length".into()),
+            end_us: 250,
+            done: true,
+            ..Exchange::default()
+        };
+        let record = finalize(finished(exchange), &tokenizer);
+        assert_eq!(record.chunks, vec![(100, 2), (200, 1)]);
+        assert_eq!(record.chunk_tokens, Some(TokenSource::Tokenizer));
+        assert_eq!(record.completion_tokens, Some(3));
+        assert_eq!(record.token_source, Some(TokenSource::Usage));
+        assert_eq!(record.ttft_us, Some(100));
+    }
+
+    #[test]
+    fn usage_equal_to_chunk_count_means_one_token_each() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let exchange = Exchange {
+            chunk_times: vec![1, 2, 3],
+            chunk_usage_tokens: vec![0, 0, 0],
+            text: "abc".into(),
+            chunk_ends: vec![1, 2, 3],
+            usage: Some(Usage { prompt: Some(10), completion: Some(3), cached: None }),
+            end_us: 4,
+            done: true,
+            ..Exchange::default()
+        };
+        let record = finalize(finished(exchange), &tokenizer);
+        assert_eq!(record.chunk_tokens, Some(TokenSource::OnePerChunk));
+        assert!(record.chunks.iter().all(|c| c.1 == 1));
+    }
+
+    #[test]
+    fn without_usage_the_tokenizer_counts() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let exchange = Exchange {
+            chunk_times: vec![1, 2],
+            chunk_usage_tokens: vec![0, 0],
+            text: " the cat".into(),
+            chunk_ends: vec![4, 8],
+            end_us: 3,
+            done: true,
+            ..Exchange::default()
+        };
+        let record = finalize(finished(exchange), &tokenizer);
+        assert_eq!(record.completion_tokens, Some(2));
+        assert_eq!(record.token_source, Some(TokenSource::Tokenizer));
+        assert_eq!(record.prompt_tokens, Some(10));
+    }
+}

@@ -1,0 +1,188 @@
+//! A Server-Sent Events parser for streamed completions.
+//!
+//! Written by hand rather than taken from a crate because it sits on the hot path and must hand
+//! back, for every event, the arrival time of the read that completed it: the caller timestamps
+//! each read before parsing, and events split across reads or packed several to a read are
+//! handled here. It follows the SSE spec's line rules: `\n`, `\r\n` or `\r` line ends, `data:`
+//! lines joined by `\n`, comment lines (`: ping`) ignored, a blank line dispatching the event.
+
+/// An event's data and its `event:` name, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub name: Option<String>,
+    pub data: String,
+}
+
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes of an unfinished line.
+    pending: Vec<u8>,
+    data: String,
+    has_data: bool,
+    name: Option<String>,
+    /// The previous read ended in `\r`, so a `\n` at the start of the next is the same line end.
+    skip_lf: bool,
+}
+
+impl SseParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one read's bytes; calls `on_event` for every event completed by them.
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEvent)) {
+        if self.skip_lf {
+            if bytes.first() == Some(&b'\n') {
+                bytes = &bytes[1..];
+            }
+            self.skip_lf = false;
+        }
+        while let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let line_end_is_cr = bytes[end] == b'\r';
+            let mut rest = &bytes[end + 1..];
+            if line_end_is_cr {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    None => self.skip_lf = true,
+                    _ => {}
+                }
+            }
+            if self.pending.is_empty() {
+                self.line(&bytes[..end], &mut on_event);
+            } else {
+                self.pending.extend_from_slice(&bytes[..end]);
+                let line = std::mem::take(&mut self.pending);
+                self.line(&line, &mut on_event);
+            }
+            bytes = rest;
+        }
+        self.pending.extend_from_slice(bytes);
+    }
+
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent)) {
+        if line.is_empty() {
+            if self.has_data {
+                on_event(SseEvent {
+                    name: self.name.take(),
+                    data: std::mem::take(&mut self.data),
+                });
+            }
+            self.has_data = false;
+            self.name = None;
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(&String::from_utf8_lossy(value));
+                self.has_data = true;
+            }
+            b"event" => self.name = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => {}
+        }
+    }
+
+    /// Data of an event the stream ended without a blank line after (some servers do this).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            let mut last = None;
+            self.line(&line, &mut |e| last = Some(e));
+            if last.is_some() {
+                return last;
+            }
+        }
+        if self.has_data {
+            self.has_data = false;
+            return Some(SseEvent {
+                name: self.name.take(),
+                data: std::mem::take(&mut self.data),
+            });
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_reads(reads: &[&[u8]]) -> Vec<(usize, String)> {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        for (i, read) in reads.iter().enumerate() {
+            parser.feed(read, |e| out.push((i, e.data)));
+        }
+        out
+    }
+
+    #[test]
+    fn several_events_in_one_read() {
+        let events = parse_reads(&[b"data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: [DONE]\n\n"]);
+        let data: Vec<_> = events.iter().map(|e| e.1.as_str()).collect();
+        assert_eq!(data, ["{\"a\":1}", "{\"a\":2}", "[DONE]"]);
+    }
+
+    #[test]
+    fn an_event_split_across_reads_is_timed_by_the_read_that_completes_it() {
+        let events = parse_reads(&[b"da", b"ta: {\"a\"", b":1}\n", b"\ndata: x\n\n"]);
+        assert_eq!(events, vec![(3, "{\"a\":1}".to_string()), (3, "x".to_string())]);
+    }
+
+    #[test]
+    fn crlf_and_cr_line_ends() {
+        assert_eq!(parse_reads(&[b"data: a\r\n\r\ndata: b\r\r"]).len(), 2);
+        // A CRLF split between two reads is one line end, not two.
+        let events = parse_reads(&[b"data: a\r", b"\n\r\n"]);
+        assert_eq!(events, vec![(1, "a".to_string())]);
+    }
+
+    #[test]
+    fn comments_and_keepalives_are_skipped() {
+        let events = parse_reads(&[b": ping\n\n:keep-alive\n\ndata: a\n\n"]);
+        assert_eq!(events, vec![(0, "a".to_string())]);
+    }
+
+    #[test]
+    fn multi_line_data_and_event_names() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        parser.feed(b"event: error\ndata: one\ndata:two\n\n", |e| out.push(e));
+        assert_eq!(
+            out,
+            vec![SseEvent {
+                name: Some("error".into()),
+                data: "one\ntwo".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_stream_ending_without_a_blank_line() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        parser.feed(b"data: [DONE]", |e| out.push(e));
+        assert!(out.is_empty());
+        assert_eq!(parser.finish().map(|e| e.data), Some("[DONE]".to_string()));
+    }
+
+    #[test]
+    fn byte_by_byte_gives_the_same_events() {
+        let text = b"data: {\"x\":\"\xc3\xa9\"}\r\n\r\n: c\n\ndata: [DONE]\n\n";
+        let reads: Vec<&[u8]> = text.chunks(1).collect();
+        let data: Vec<_> = parse_reads(&reads).into_iter().map(|e| e.1).collect();
+        assert_eq!(data, ["{\"x\":\"é\"}", "[DONE]"]);
+    }
+}
