@@ -12,3 +12,5 @@ pub mod tokens;
 pub mod planner;
 pub mod sim;
 pub mod executor;
+pub mod metrics;
+pub mod verdict;

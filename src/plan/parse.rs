@@ -388,11 +388,12 @@ impl Cx {
                 _ => None,
             })
             .collect();
+        let unrecorded: Vec<String> = phases.iter().filter(|(p, _)| !p.record).map(|(p, _)| p.name.clone()).collect();
         let mut sla = Vec::new();
         for node in sla_nodes {
             self.no_args(node, "sla { ttft p99 < \"500ms\" }");
             for child in children(node) {
-                if let Some(assertion) = self.assertion(child, &phase_names) {
+                if let Some(assertion) = self.assertion(child, &phase_names, &unrecorded) {
                     sla.push(assertion);
                 }
             }
@@ -977,7 +978,7 @@ impl Cx {
         })
     }
 
-    fn assertion(&mut self, node: &KdlNode, phases: &[String]) -> Option<Assertion> {
+    fn assertion(&mut self, node: &KdlNode, phases: &[String], unrecorded: &[String]) -> Option<Assertion> {
         let metric_name = node.name().value();
         let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
         let Some(metric) = Metric::from_name(metric_name) else {
@@ -1137,6 +1138,15 @@ impl Cx {
                         format!("no phase is named \"{name}\""),
                         "unknown phase",
                         format!("phases in this plan: {known}"),
+                    );
+                    return None;
+                }
+                if unrecorded.contains(&name) {
+                    self.error(
+                        entry.span(),
+                        format!("phase \"{name}\" is not recorded (record #false)"),
+                        "unrecorded phase",
+                        "an unrecorded phase (a warmup) has no metrics to judge; name a recorded phase or remove record #false",
                     );
                     return None;
                 }

@@ -1,0 +1,405 @@
+//! Metrics: per-request records in, per-phase and overall aggregates out.
+//!
+//! Every definition here is documented in docs/metrics.md; in short: latencies come only from
+//! successful requests (failures are counted in the error rates, never folded into latency or
+//! throughput), ITL pools every gap of every request (a chunk of k tokens gives k samples of
+//! gap/k), and throughput divides by the phase's wall time. This module also decides when a
+//! result is not trustworthy (see [`warnings`]). It knows nothing of SLAs: that is
+//! [`crate::verdict`].
+
+mod distribution;
+pub mod warnings;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use distribution::{Distribution, Summary};
+pub use warnings::{Severity, Warning};
+
+use crate::executor::record::{ErrorClass, RequestRecord, RunLog, TokenSource};
+use crate::plan::Metric;
+
+/// Everything computed from one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Aggregates {
+    pub phases: Vec<PhaseMetrics>,
+    /// All recorded phases together.
+    pub overall: PhaseMetrics,
+    pub warnings: Vec<Warning>,
+    pub interrupted: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RequestCounts {
+    /// Requests sent (cancelled ones included).
+    pub sent: u64,
+    pub ok: u64,
+    /// Failed requests, cancelled ones excluded.
+    pub failed: u64,
+    /// In flight when an interrupted run gave up on them; in no rate.
+    pub cancelled: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Throughput {
+    pub requests_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Rates {
+    /// The mean request rate the plan asked for (open loop only).
+    pub planned_per_s: Option<f64>,
+    /// Requests actually sent per second over the phase's sending window.
+    pub sent_per_s: f64,
+    pub success_rate: f64,
+    pub error_rate: f64,
+    pub timeout_rate: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MetricSummaries {
+    pub ttft_ms: Summary,
+    pub itl_ms: Summary,
+    pub tpot_ms: Summary,
+    pub e2e_ms: Summary,
+    pub prefill_tps: Summary,
+    pub decode_tps: Summary,
+    /// Actual − intended send time, open-loop phases only.
+    pub schedule_lag_ms: Summary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TokenStats {
+    pub input_planned_mean: Option<f64>,
+    pub input_observed_mean: Option<f64>,
+    /// The constant the server adds to every prompt (a chat template), estimated as the smallest
+    /// observed − planned difference.
+    pub input_overhead: Option<f64>,
+    /// Median of |observed − planned − overhead| / planned: how far the server's tokenizer
+    /// disagrees with the plan's, once the constant overhead is taken out.
+    pub input_mismatch: Option<f64>,
+    pub output_planned_mean: Option<f64>,
+    pub output_observed_mean: Option<f64>,
+    /// Successful requests whose output length differs from the planned one.
+    pub output_off_plan: u64,
+    /// Successful requests whose completion tokens came from the server's usage / the tokenizer.
+    pub counted_by_usage: u64,
+    pub counted_by_tokenizer: u64,
+    /// Median of |usage − tokenizer| / usage over requests that have both.
+    pub usage_vs_tokenizer: Option<f64>,
+    pub cached_prompt_tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Distributions {
+    pub ttft: Distribution,
+    pub itl: Distribution,
+    pub tpot: Distribution,
+    pub e2e: Distribution,
+    pub prefill: Distribution,
+    pub decode: Distribution,
+    pub lag: Distribution,
+}
+
+impl Default for Distributions {
+    fn default() -> Self {
+        Distributions {
+            ttft: Distribution::milliseconds(),
+            itl: Distribution::milliseconds(),
+            tpot: Distribution::milliseconds(),
+            e2e: Distribution::milliseconds(),
+            prefill: Distribution::per_second(),
+            decode: Distribution::per_second(),
+            lag: Distribution::milliseconds(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PhaseMetrics {
+    pub name: String,
+    pub recorded: bool,
+    pub load: String,
+    pub requests: RequestCounts,
+    pub throughput: Throughput,
+    pub rates: Rates,
+    pub metrics: MetricSummaries,
+    pub errors: BTreeMap<String, u64>,
+    pub finish_reasons: BTreeMap<String, u64>,
+    pub tokens: TokenStats,
+    /// From the phase's start to its last response, in seconds.
+    pub wall_s: f64,
+    #[serde(skip)]
+    pub distributions: Distributions,
+}
+
+impl PhaseMetrics {
+    pub fn distribution(&self, metric: Metric) -> Option<&Distribution> {
+        let d = &self.distributions;
+        match metric {
+            Metric::Ttft => Some(&d.ttft),
+            Metric::Itl => Some(&d.itl),
+            Metric::Tpot => Some(&d.tpot),
+            Metric::E2e => Some(&d.e2e),
+            Metric::PrefillTps => Some(&d.prefill),
+            Metric::DecodeTps => Some(&d.decode),
+            _ => None,
+        }
+    }
+
+    /// Rates and throughputs; `None` for distributions, or when no request completed.
+    pub fn scalar(&self, metric: Metric) -> Option<f64> {
+        let attempted = self.requests.ok + self.requests.failed;
+        match metric {
+            Metric::ErrorRate => (attempted > 0).then_some(self.rates.error_rate),
+            Metric::TimeoutRate => (attempted > 0).then_some(self.rates.timeout_rate),
+            Metric::RequestThroughput => Some(self.throughput.requests_per_s),
+            Metric::OutputThroughput => Some(self.throughput.output_tokens_per_s),
+            Metric::TotalThroughput => Some(self.throughput.total_tokens_per_s),
+            _ => None,
+        }
+    }
+}
+
+/// A phase's time window in µs from the start of the run.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: u64,
+    sending_end: u64,
+    end: u64,
+}
+
+/// Computes every aggregate of a run.
+pub fn compute(log: &RunLog) -> Aggregates {
+    let run_end = log.end.as_ref().map(|e| e.at_us);
+    let mut phases = Vec::new();
+    let mut windows = Vec::new();
+    for start in &log.phases {
+        let records: Vec<&RequestRecord> = log.records.iter().filter(|r| r.phase == start.index).collect();
+        let sending_end = log
+            .phase_ends
+            .iter()
+            .find(|e| e.index == start.index)
+            .map(|e| e.at_us)
+            .or_else(|| records.iter().map(|r| r.actual_send_us).max())
+            .or(run_end)
+            .unwrap_or(start.at_us);
+        let last_response = records.iter().filter_map(|r| r.end_us()).max().unwrap_or(sending_end);
+        let window = Window {
+            start: start.at_us,
+            sending_end,
+            end: last_response.max(sending_end),
+        };
+        let mut metrics = accumulate(&records, &[window], start.open_loop);
+        metrics.name = start.name.clone();
+        metrics.recorded = start.record;
+        metrics.load = start.load.clone();
+        metrics.rates.planned_per_s = start.planned_rate;
+        phases.push(metrics);
+        windows.push((start.record, start.open_loop, window));
+    }
+    let recorded: Vec<usize> = log.phases.iter().filter(|p| p.record).map(|p| p.index).collect();
+    let overall_records: Vec<&RequestRecord> =
+        log.records.iter().filter(|r| recorded.contains(&r.phase)).collect();
+    let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
+    let any_open_loop = windows.iter().any(|w| w.0 && w.1);
+    let mut overall = accumulate(&overall_records, &overall_windows, any_open_loop);
+    overall.name = "all recorded phases".into();
+    overall.recorded = true;
+    overall.load = "-".into();
+    // Lag is meaningful only for open-loop phases' records.
+    overall.distributions.lag = Distribution::milliseconds();
+    for (phase, window) in phases.iter().zip(&windows) {
+        if window.0 && window.1 {
+            overall.distributions.lag.merge(&phase.distributions.lag);
+        }
+    }
+    overall.metrics.schedule_lag_ms = overall.distributions.lag.summary();
+
+    let interrupted = log.interrupted();
+    let mut aggregates = Aggregates {
+        phases,
+        overall,
+        warnings: Vec::new(),
+        interrupted,
+    };
+    aggregates.warnings = warnings::assess(log, &aggregates);
+    aggregates
+}
+
+/// Total length of the union of windows (they may overlap where in-flight requests of one phase
+/// finish during the next).
+fn union_seconds(windows: &[Window], end: impl Fn(&Window) -> u64) -> f64 {
+    let mut spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.start, end(w).max(w.start))).collect();
+    spans.sort();
+    let mut total = 0u64;
+    let mut current: Option<(u64, u64)> = None;
+    for (start, stop) in spans {
+        current = match current {
+            Some((a, b)) if start <= b => Some((a, b.max(stop))),
+            Some((a, b)) => {
+                total += b - a;
+                Some((start, stop))
+            }
+            None => Some((start, stop)),
+        };
+    }
+    if let Some((a, b)) = current {
+        total += b - a;
+    }
+    total as f64 / 1e6
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}
+
+fn mean(sum: f64, count: u64) -> Option<f64> {
+    (count > 0).then(|| sum / count as f64)
+}
+
+fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -> PhaseMetrics {
+    let mut m = PhaseMetrics::default();
+    let d = &mut m.distributions;
+    let mut output_tokens = 0u64;
+    let mut total_tokens = 0u64;
+    let mut timeouts = 0u64;
+    let (mut planned_in, mut observed_in, mut observed_in_n) = (0f64, 0f64, 0u64);
+    let (mut planned_out, mut observed_out) = (0f64, 0f64);
+    let mut input_pairs: Vec<(f64, f64)> = Vec::new();
+    let mut usage_vs_tokenizer: Vec<f64> = Vec::new();
+    for record in records {
+        m.requests.sent += 1;
+        if open_loop {
+            d.lag.record(record.actual_send_us.saturating_sub(record.intended_send_us) as f64 / 1000.0);
+        }
+        match record.error {
+            Some(ErrorClass::Cancelled) => {
+                m.requests.cancelled += 1;
+                continue;
+            }
+            Some(class) => {
+                m.requests.failed += 1;
+                *m.errors.entry(class.as_str().to_string()).or_default() += 1;
+                if class == ErrorClass::Timeout {
+                    timeouts += 1;
+                }
+                continue;
+            }
+            None => m.requests.ok += 1,
+        }
+        if let Some(reason) = &record.finish_reason {
+            *m.finish_reasons.entry(reason.clone()).or_default() += 1;
+        }
+        let completion = record.completion_tokens.unwrap_or(0);
+        let prompt = record.prompt_tokens.unwrap_or(record.input_tokens_planned as u64);
+        output_tokens += completion;
+        total_tokens += completion + prompt;
+        planned_in += record.input_tokens_planned as f64;
+        planned_out += record.output_tokens_planned as f64;
+        observed_out += completion as f64;
+        if completion != record.output_tokens_planned as u64 {
+            m.tokens.output_off_plan += 1;
+        }
+        match record.token_source {
+            Some(TokenSource::Usage) => m.tokens.counted_by_usage += 1,
+            Some(_) => m.tokens.counted_by_tokenizer += 1,
+            None => {}
+        }
+        m.tokens.cached_prompt_tokens += record.cached_tokens.unwrap_or(0);
+        if record.token_source == Some(TokenSource::Usage) {
+            if let Some(observed) = record.prompt_tokens {
+                observed_in += observed as f64;
+                observed_in_n += 1;
+                input_pairs.push((record.input_tokens_planned as f64, observed as f64));
+            }
+            if let (Some(usage), Some(counted)) = (record.completion_tokens, record.completion_tokens_tokenizer) {
+                if usage > 0 {
+                    usage_vs_tokenizer.push((usage as f64 - counted as f64).abs() / usage as f64);
+                }
+            }
+        }
+
+        let Some(e2e_us) = record.e2e_us else { continue };
+        let e2e_ms = e2e_us as f64 / 1000.0;
+        d.e2e.record(e2e_ms);
+        let Some(ttft_us) = record.ttft_us else { continue };
+        let ttft_ms = ttft_us as f64 / 1000.0;
+        d.ttft.record(ttft_ms);
+        if ttft_us > 0 {
+            d.prefill.record(prompt as f64 / (ttft_us as f64 / 1e6));
+        }
+        if completion > 1 {
+            d.tpot.record((e2e_ms - ttft_ms).max(0.0) / (completion - 1) as f64);
+        }
+        // Every gap between consecutive token-bearing chunks, spread over the chunk's tokens.
+        for pair in record.chunks.windows(2) {
+            let (previous, (at, tokens)) = (pair[0].0, pair[1]);
+            let tokens = tokens.max(1) as u64;
+            let gap_ms = at.saturating_sub(previous) as f64 / 1000.0;
+            d.itl.record_n(gap_ms / tokens as f64, tokens);
+        }
+        if let (Some(first), Some(last)) = (record.chunks.first(), record.chunks.last()) {
+            let span_s = last.0.saturating_sub(first.0) as f64 / 1e6;
+            let decoded = completion.saturating_sub(first.1 as u64);
+            if span_s > 0.0 && decoded > 0 {
+                d.decode.record(decoded as f64 / span_s);
+            }
+        }
+    }
+
+    let wall = union_seconds(windows, |w| w.end);
+    let sending = union_seconds(windows, |w| w.sending_end);
+    m.wall_s = wall;
+    if wall > 0.0 {
+        m.throughput = Throughput {
+            requests_per_s: m.requests.ok as f64 / wall,
+            output_tokens_per_s: output_tokens as f64 / wall,
+            total_tokens_per_s: total_tokens as f64 / wall,
+        };
+    }
+    let attempted = m.requests.ok + m.requests.failed;
+    m.rates = Rates {
+        planned_per_s: None,
+        sent_per_s: if sending > 0.0 { m.requests.sent as f64 / sending } else { 0.0 },
+        success_rate: if attempted > 0 { m.requests.ok as f64 / attempted as f64 } else { 0.0 },
+        error_rate: if attempted > 0 { m.requests.failed as f64 / attempted as f64 } else { 0.0 },
+        timeout_rate: if attempted > 0 { timeouts as f64 / attempted as f64 } else { 0.0 },
+    };
+    let ok = m.requests.ok;
+    m.tokens.input_planned_mean = mean(planned_in, ok);
+    m.tokens.input_observed_mean = mean(observed_in, observed_in_n);
+    m.tokens.output_planned_mean = mean(planned_out, ok);
+    m.tokens.output_observed_mean = mean(observed_out, ok);
+    if !input_pairs.is_empty() {
+        let overhead = input_pairs.iter().map(|(p, o)| o - p).fold(f64::INFINITY, f64::min);
+        let mut off: Vec<f64> = input_pairs
+            .iter()
+            .filter(|(p, _)| *p > 0.0)
+            .map(|(p, o)| (o - p - overhead).abs() / p)
+            .collect();
+        m.tokens.input_overhead = Some(overhead);
+        m.tokens.input_mismatch = median(&mut off);
+    }
+    m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
+    m.metrics = MetricSummaries {
+        ttft_ms: d.ttft.summary(),
+        itl_ms: d.itl.summary(),
+        tpot_ms: d.tpot.summary(),
+        e2e_ms: d.e2e.summary(),
+        prefill_tps: d.prefill.summary(),
+        decode_tps: d.decode.summary(),
+        schedule_lag_ms: d.lag.summary(),
+    };
+    m
+}
+
+#[cfg(test)]
+mod tests;

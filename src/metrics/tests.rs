@@ -1,0 +1,191 @@
+//! Metric math on hand-made records.
+
+use super::*;
+use crate::executor::record::{PhaseEnd, PhaseStart, RunEnd, RunHeader};
+
+fn header(exact: bool) -> RunHeader {
+    RunHeader {
+        tool_version: "test".into(),
+        plan: "p".into(),
+        plan_file: "p.kdl".into(),
+        plan_sha256: "0".into(),
+        seed: 1,
+        target: "http://127.0.0.1:1".into(),
+        model: "m".into(),
+        api: "chat".into(),
+        stream: true,
+        exact_output: exact,
+        tokenizer: "cl100k_base".into(),
+        started_at: "2026-01-01T00:00:00Z".into(),
+        client_host: "h".into(),
+    }
+}
+
+fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
+    PhaseStart {
+        index,
+        name: name.into(),
+        record,
+        load: "rate 1/s poisson".into(),
+        open_loop: true,
+        planned_rate: Some(1.0),
+        planned_requests: None,
+        planned_duration_s: None,
+        at_us,
+    }
+}
+
+/// A successful request sent at `send_us` whose chunks arrive at the given µs after send.
+fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> RequestRecord {
+    let completion: u64 = chunks.iter().map(|c| c.1 as u64).sum();
+    RequestRecord {
+        phase,
+        seq: 0,
+        intended_send_us: send_us,
+        actual_send_us: send_us,
+        input_tokens_planned: 100,
+        output_tokens_planned: completion as u32,
+        prompt_seed: 0,
+        error: None,
+        error_detail: None,
+        http_status: Some(200),
+        ttft_us: chunks.first().map(|c| c.0),
+        e2e_us: Some(e2e_us),
+        chunks: chunks.to_vec(),
+        chunk_tokens: Some(TokenSource::Usage),
+        prompt_tokens: Some(100),
+        completion_tokens: Some(completion),
+        token_source: Some(TokenSource::Usage),
+        completion_tokens_tokenizer: Some(completion),
+        cached_tokens: None,
+        finish_reason: Some("length".into()),
+    }
+}
+
+fn failed(phase: usize, class: ErrorClass) -> RequestRecord {
+    RequestRecord {
+        error: Some(class),
+        ttft_us: Some(1),
+        e2e_us: Some(1_000_000_000),
+        chunks: vec![(1, 1), (1_000_000_000, 1)],
+        ..ok(phase, 0, &[], 0)
+    }
+}
+
+fn log(records: Vec<RequestRecord>) -> RunLog {
+    RunLog {
+        header: Some(header(true)),
+        phases: vec![phase(0, "warmup", false, 0), phase(1, "steady", true, 1_000_000)],
+        phase_ends: vec![
+            PhaseEnd { index: 0, at_us: 1_000_000, sent: 1 },
+            PhaseEnd { index: 1, at_us: 3_000_000, sent: 3 },
+        ],
+        records,
+        end: Some(RunEnd { at_us: 5_000_000, interrupted: false }),
+    }
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() <= b.abs() * 0.002 + 1e-6)
+}
+
+#[test]
+fn ttft_tpot_e2e_and_pooled_itl() {
+    // Request A: chunks at 100, 110, 130 ms (1 token each), ends at 140 ms.
+    // Request B: chunks at 200, 260 ms, the second carrying 3 tokens; ends at 270 ms.
+    let a = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1), (130_000, 1)], 140_000);
+    let b = ok(1, 1_500_000, &[(200_000, 1), (260_000, 3)], 270_000);
+    let agg = compute(&log(vec![a, b]));
+    let steady = &agg.phases[1];
+    assert_eq!(steady.requests.ok, 2);
+    // TTFT: 100 and 200 ms.
+    assert!(close(steady.metrics.ttft_ms.mean, 150.0));
+    assert!(close(steady.metrics.ttft_ms.max, 200.0));
+    // ITL pools every gap: A gives 10 and 20; B gives 3 samples of 60/3 = 20.
+    assert_eq!(steady.metrics.itl_ms.count, 5);
+    assert!(close(steady.metrics.itl_ms.min, 10.0));
+    assert!(close(steady.metrics.itl_ms.mean, (10.0 + 20.0 + 60.0) / 5.0));
+    // TPOT: A (140-100)/2 = 20; B (270-200)/3 = 23.33.
+    assert!(close(steady.metrics.tpot_ms.min, 20.0));
+    assert!(close(steady.metrics.tpot_ms.max, 70.0 / 3.0));
+    // Prefill: 100 tokens / 0.1 s = 1000 tok/s for A, 500 for B.
+    assert!(close(steady.metrics.prefill_tps.max, 1000.0));
+    // Decode: A 2 tokens over 30 ms; B 3 tokens over 60 ms.
+    assert!(close(steady.metrics.decode_tps.max, 2.0 / 0.030));
+    assert!(close(steady.metrics.decode_tps.min, 3.0 / 0.060));
+    // E2E.
+    assert!(close(steady.metrics.e2e_ms.min, 140.0));
+}
+
+#[test]
+fn failures_count_in_rates_but_never_in_latency_or_throughput() {
+    let a = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
+    let agg = compute(&log(vec![
+        a,
+        failed(1, ErrorClass::Http5xx),
+        failed(1, ErrorClass::Timeout),
+        failed(1, ErrorClass::Cancelled),
+    ]));
+    let steady = &agg.phases[1];
+    assert_eq!(steady.requests.sent, 4);
+    assert_eq!(steady.requests.ok, 1);
+    assert_eq!(steady.requests.failed, 2);
+    assert_eq!(steady.requests.cancelled, 1);
+    assert!(close(Some(steady.rates.error_rate), 2.0 / 3.0));
+    assert!(close(Some(steady.rates.timeout_rate), 1.0 / 3.0));
+    assert!(close(steady.metrics.ttft_ms.max, 100.0));
+    assert!(close(steady.metrics.e2e_ms.max, 120.0));
+    assert_eq!(steady.errors.get("http_5xx"), Some(&1));
+}
+
+#[test]
+fn throughput_over_the_phase_wall_time_and_unrecorded_phases_left_out() {
+    // Steady starts at 1 s; sending ends at 3 s; its last response ends at 3.5 s: wall 2.5 s.
+    let a = ok(1, 1_000_000, &[(100_000, 10)], 200_000);
+    let b = ok(1, 2_900_000, &[(100_000, 10)], 600_000);
+    let warm = ok(0, 0, &[(100_000, 10)], 200_000);
+    let agg = compute(&log(vec![warm, a, b]));
+    let steady = &agg.phases[1];
+    assert!(close(Some(steady.wall_s), 2.5));
+    assert!(close(Some(steady.throughput.requests_per_s), 2.0 / 2.5));
+    assert!(close(Some(steady.throughput.output_tokens_per_s), 20.0 / 2.5));
+    assert!(close(Some(steady.throughput.total_tokens_per_s), 220.0 / 2.5));
+    assert_eq!(agg.overall.requests.sent, 2, "the warmup is not recorded");
+    assert!(close(Some(agg.overall.wall_s), 2.5));
+}
+
+#[test]
+fn schedule_lag_and_its_warning() {
+    let mut late = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
+    late.actual_send_us = late.intended_send_us + 25_000;
+    let agg = compute(&log(vec![late]));
+    assert!(close(agg.phases[1].metrics.schedule_lag_ms.max, 25.0));
+    assert!(agg.warnings.iter().any(|w| w.code == "schedule-lag"));
+}
+
+#[test]
+fn finish_stop_under_exact_lengths_warns_and_overhead_is_a_note() {
+    let mut a = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
+    a.finish_reason = Some("stop".into());
+    a.output_tokens_planned = 16;
+    a.prompt_tokens = Some(125);
+    let agg = compute(&log(vec![a]));
+    let codes: Vec<_> = agg.warnings.iter().map(|w| (w.code, w.severity)).collect();
+    assert!(codes.contains(&("finish-stop", Severity::Warning)));
+    assert!(codes.contains(&("output-tokens", Severity::Warning)));
+    assert!(codes.contains(&("prompt-overhead", Severity::Note)));
+    assert!(!codes.iter().any(|c| c.0 == "input-tokens"), "a constant overhead is not a mismatch");
+}
+
+#[test]
+fn proportional_prompt_mismatch_warns() {
+    let mut records = Vec::new();
+    for (i, planned) in [100u32, 200, 400, 800].into_iter().enumerate() {
+        let mut r = ok(1, 1_000_000 + i as u64, &[(100_000, 1), (110_000, 1)], 120_000);
+        r.input_tokens_planned = planned;
+        r.prompt_tokens = Some((planned as f64 * 1.15) as u64);
+        records.push(r);
+    }
+    let agg = compute(&log(records));
+    assert!(agg.warnings.iter().any(|w| w.code == "input-tokens"));
+}

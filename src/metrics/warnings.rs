@@ -1,0 +1,151 @@
+//! When a result is not trustworthy, say so.
+//!
+//! A warning means a number in the report may not mean what it seems (the client lagged, the
+//! server ignored the asked lengths, token counts are off); a note is context a reader should
+//! have (the prompt gained a chat template, counts came from the tokenizer). `--fail-on-warning`
+//! style gates act on warnings only.
+
+use serde::Serialize;
+
+use super::Aggregates;
+use crate::executor::record::RunLog;
+
+/// Schedule lag p99 above this means the client, not the server, limited the run.
+pub const LAG_P99_LIMIT_MS: f64 = 10.0;
+/// Token counts further off the plan than this are not trusted.
+pub const TOKEN_MISMATCH_LIMIT: f64 = 0.02;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warning,
+    Note,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Warning {
+    pub severity: Severity,
+    /// A stable identifier, e.g. `schedule-lag`.
+    pub code: &'static str,
+    pub message: String,
+}
+
+fn warning(code: &'static str, message: String) -> Warning {
+    Warning {
+        severity: Severity::Warning,
+        code,
+        message,
+    }
+}
+
+fn note(code: &'static str, message: String) -> Warning {
+    Warning {
+        severity: Severity::Note,
+        code,
+        message,
+    }
+}
+
+pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
+    let mut out = Vec::new();
+    let overall = &aggregates.overall;
+    let header = log.header.as_ref();
+    let exact = header.is_some_and(|h| h.exact_output);
+    let stream = header.is_none_or(|h| h.stream);
+
+    if aggregates.interrupted {
+        out.push(warning(
+            "interrupted",
+            "the run was interrupted before its plan finished: phases that did not run, or ran short, are missing"
+                .into(),
+        ));
+    }
+    for phase in aggregates.phases.iter().filter(|p| p.recorded) {
+        if let Some(p99) = phase.metrics.schedule_lag_ms.p99 {
+            if p99 > LAG_P99_LIMIT_MS {
+                out.push(warning(
+                    "schedule-lag",
+                    format!(
+                        "phase \"{}\": schedule lag p99 is {p99:.1} ms (above {LAG_P99_LIMIT_MS} ms): the client, \
+                         not the server, limited the run; requests went out later than planned",
+                        phase.name
+                    ),
+                ));
+            }
+        }
+    }
+    if exact {
+        if let Some(stops) = overall.finish_reasons.get("stop").filter(|&&n| n > 0) {
+            out.push(warning(
+                "finish-stop",
+                format!(
+                    "{stops} request(s) ended with finish_reason \"stop\" although the plan asked for exact output \
+                     lengths: the server does not honour ignore_eos/min_tokens, so output lengths, TPOT and \
+                     throughput are not those of the plan"
+                ),
+            ));
+        }
+        if overall.tokens.output_off_plan > 0 {
+            out.push(warning(
+                "output-tokens",
+                format!(
+                    "{} of {} successful request(s) returned a different number of tokens than asked (mean {:.1} \
+                     observed vs {:.1} planned)",
+                    overall.tokens.output_off_plan,
+                    overall.requests.ok,
+                    overall.tokens.output_observed_mean.unwrap_or(0.0),
+                    overall.tokens.output_planned_mean.unwrap_or(0.0)
+                ),
+            ));
+        }
+    }
+    if let Some(mismatch) = overall.tokens.input_mismatch {
+        if mismatch > TOKEN_MISMATCH_LIMIT {
+            out.push(warning(
+                "input-tokens",
+                format!(
+                    "the server counts prompts {:.1}% off the plan (median, after a constant overhead of {:.0} \
+                     tokens): its tokenizer differs from the plan's `tokenizer`, so input lengths are not those \
+                     planned; point `tokenizer` at the model's tokenizer.json",
+                    mismatch * 100.0,
+                    overall.tokens.input_overhead.unwrap_or(0.0)
+                ),
+            ));
+        }
+    }
+    if let Some(overhead) = overall.tokens.input_overhead.filter(|o| o.abs() >= 1.0) {
+        out.push(note(
+            "prompt-overhead",
+            format!(
+                "the server adds {overhead:.0} token(s) to every prompt (a chat template or BOS token); \
+                 prefill figures use the server's count"
+            ),
+        ));
+    }
+    if overall.tokens.counted_by_tokenizer > 0 {
+        out.push(note(
+            "tokenizer-counts",
+            format!(
+                "{} request(s) had no usage from the server: their token counts come from the plan's tokenizer",
+                overall.tokens.counted_by_tokenizer
+            ),
+        ));
+    }
+    if let Some(diff) = overall.tokens.usage_vs_tokenizer.filter(|d| *d > TOKEN_MISMATCH_LIMIT) {
+        out.push(note(
+            "usage-vs-tokenizer",
+            format!(
+                "the server's usage and the plan's tokenizer disagree on output lengths by {:.1}% (median); \
+                 counts use the server's usage",
+                diff * 100.0
+            ),
+        ));
+    }
+    if !stream {
+        out.push(note(
+            "not-streaming",
+            "the target is not streamed: TTFT, ITL, TPOT and decode rates cannot be measured, only E2E".into(),
+        ));
+    }
+    out
+}

@@ -1,0 +1,165 @@
+//! Verdicts: the plan's SLA assertions judged against a run's aggregates.
+//!
+//! An assertion with no data to judge (no successful request in its scope) fails: an SLA that
+//! cannot be shown to hold does not pass. This module only judges; exit codes are the CLI's.
+
+use serde::Serialize;
+
+use crate::metrics::{Aggregates, PhaseMetrics};
+use crate::plan::{Assertion, MetricKind};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerdictResult {
+    /// The assertion as written, e.g. `ttft p99 < 500ms`.
+    pub assertion: String,
+    /// The phase it was judged on, or `all` for all recorded phases.
+    pub phase: String,
+    pub threshold: f64,
+    pub observed: Option<f64>,
+    /// The unit of threshold and observed: `ms`, `fraction`, `per_s`, `tokens_per_s`.
+    pub unit: &'static str,
+    pub threshold_display: String,
+    pub observed_display: String,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdicts {
+    pub passed: bool,
+    pub results: Vec<VerdictResult>,
+}
+
+fn scope<'a>(aggregates: &'a Aggregates, phase: Option<&str>) -> Option<&'a PhaseMetrics> {
+    match phase {
+        None => Some(&aggregates.overall),
+        Some(name) => aggregates.phases.iter().find(|p| p.name == name),
+    }
+}
+
+/// Formats a value in an assertion's unit.
+pub fn display(kind: MetricKind, value: f64) -> String {
+    match kind {
+        MetricKind::Latency => {
+            if value >= 1000.0 {
+                format!("{:.3}s", value / 1000.0)
+            } else {
+                format!("{value:.2}ms")
+            }
+        }
+        MetricKind::Fraction => format!("{:.2}%", value * 100.0),
+        MetricKind::Throughput | MetricKind::TokenRate => format!("{value:.2}/s"),
+    }
+}
+
+pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
+    let results: Vec<VerdictResult> = assertions
+        .iter()
+        .map(|assertion| {
+            let kind = assertion.metric.kind();
+            let metrics = scope(aggregates, assertion.phase.as_deref());
+            let observed = metrics.and_then(|m| match assertion.stat {
+                Some(stat) => m.distribution(assertion.metric).and_then(|d| d.stat(stat)),
+                None => m.scalar(assertion.metric),
+            });
+            let passed = observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
+            VerdictResult {
+                assertion: assertion.text.clone(),
+                phase: assertion.phase.clone().unwrap_or_else(|| "all".into()),
+                threshold: assertion.threshold,
+                observed,
+                unit: match kind {
+                    MetricKind::Latency => "ms",
+                    MetricKind::Fraction => "fraction",
+                    MetricKind::Throughput => "per_s",
+                    MetricKind::TokenRate => "tokens_per_s",
+                },
+                threshold_display: format!("{} {}", assertion.op.symbol(), display(kind, assertion.threshold)),
+                observed_display: observed.map(|v| display(kind, v)).unwrap_or_else(|| "no data".into()),
+                passed,
+            }
+        })
+        .collect();
+    Verdicts {
+        passed: results.iter().all(|r| r.passed),
+        results,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Distribution, PhaseMetrics};
+    use crate::plan::{Metric, Op, Stat};
+
+    fn aggregates() -> Aggregates {
+        let mut steady = PhaseMetrics {
+            name: "steady".into(),
+            recorded: true,
+            ..PhaseMetrics::default()
+        };
+        steady.distributions.ttft = Distribution::milliseconds();
+        for v in 1..=100 {
+            steady.distributions.ttft.record(v as f64 * 10.0);
+        }
+        steady.requests.ok = 99;
+        steady.requests.failed = 1;
+        steady.rates.error_rate = 0.01;
+        steady.throughput.requests_per_s = 12.5;
+        Aggregates {
+            overall: steady.clone(),
+            phases: vec![steady],
+            warnings: vec![],
+            interrupted: false,
+        }
+    }
+
+    fn assertion(metric: Metric, stat: Option<Stat>, op: Op, threshold: f64, phase: Option<&str>) -> Assertion {
+        Assertion {
+            metric,
+            stat,
+            op,
+            threshold,
+            phase: phase.map(str::to_string),
+            text: "t".into(),
+        }
+    }
+
+    #[test]
+    fn each_comparison() {
+        let agg = aggregates();
+        let p99 = Some(Stat::Percentile(99.0));
+        let check = |op, threshold| evaluate(&[assertion(Metric::Ttft, p99, op, threshold, None)], &agg).passed;
+        // p99 is 990 ms.
+        assert!(check(Op::Lt, 1000.0));
+        assert!(!check(Op::Lt, 990.0));
+        assert!(check(Op::Le, 990.5));
+        assert!(!check(Op::Le, 980.0));
+        assert!(check(Op::Gt, 900.0));
+        assert!(!check(Op::Gt, 995.0));
+        assert!(check(Op::Ge, 989.0));
+        assert!(!check(Op::Ge, 1000.0));
+    }
+
+    #[test]
+    fn rates_throughputs_and_phase_scope() {
+        let agg = aggregates();
+        let v = evaluate(
+            &[
+                assertion(Metric::ErrorRate, None, Op::Lt, 0.02, Some("steady")),
+                assertion(Metric::RequestThroughput, None, Op::Gt, 10.0, None),
+            ],
+            &agg,
+        );
+        assert!(v.passed, "{v:?}");
+        assert_eq!(v.results[0].phase, "steady");
+        assert_eq!(v.results[0].observed_display, "1.00%");
+    }
+
+    #[test]
+    fn no_data_fails() {
+        let agg = aggregates();
+        let v = evaluate(&[assertion(Metric::Itl, Some(Stat::Max), Op::Lt, 1e9, None)], &agg);
+        assert!(!v.passed);
+        assert_eq!(v.results[0].observed_display, "no data");
+    }
+}
