@@ -14,3 +14,5 @@ pub mod sim;
 pub mod executor;
 pub mod metrics;
 pub mod verdict;
+pub mod report;
+pub mod cli;

@@ -1,7 +1,3 @@
-fn main() {
-    let plan = llmload::plan::load(std::path::Path::new(&std::env::args().nth(1).unwrap_or_default()));
-    match plan {
-        Ok(p) => println!("{p:#?}"),
-        Err(e) => eprintln!("{}", e.render()),
-    }
+fn main() -> std::process::ExitCode {
+    llmload::cli::main()
 }

@@ -609,7 +609,28 @@ impl Cx {
                                 tokenizer = TokenizerSpec::Builtin(name)
                             }
                             Some(name) if name.ends_with(".json") || name.contains('/') => {
-                                tokenizer = TokenizerSpec::File(name.into())
+                                // A relative path is relative to the plan file, so a plan and
+                                // its tokenizer can live together in a repository.
+                                let path = std::path::Path::new(&name);
+                                let resolved = if path.is_relative() {
+                                    std::path::Path::new(&self.file_name)
+                                        .parent()
+                                        .map(|dir| dir.join(path))
+                                        .unwrap_or_else(|| path.to_path_buf())
+                                } else {
+                                    path.to_path_buf()
+                                };
+                                if resolved.is_file() {
+                                    tokenizer = TokenizerSpec::File(resolved);
+                                } else {
+                                    ok = false;
+                                    self.error(
+                                        entry.span(),
+                                        format!("no tokenizer file at {}", resolved.display()),
+                                        "file not found",
+                                        "give the path of a Hugging Face tokenizer.json, relative to this plan file, or use \"cl100k_base\" / \"o200k_base\"",
+                                    );
+                                }
                             }
                             Some(name) => {
                                 ok = false;
@@ -1155,7 +1176,7 @@ impl Cx {
             None => None,
         };
         let threshold_text = match metric.kind() {
-            MetricKind::Latency => format!("{}ms", trim_float(threshold)),
+            MetricKind::Latency => super::units::format_duration(Duration::from_secs_f64(threshold / 1000.0)),
             MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
             _ => trim_float(threshold),
         };

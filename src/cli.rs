@@ -1,0 +1,552 @@
+//! The command line: `run`, `check`, `plan`, `report` and `sim`, and the exit codes CI gates on.
+//!
+//! This module wires the pipeline stages together and talks to the user; it holds no metric or
+//! scheduling logic of its own.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sha2::Digest;
+
+use crate::executor::record::{ErrorClass, RunHeader, RunLog};
+use crate::executor::{self, RequestTemplate, RunConfig};
+use crate::plan::{self, Endpoint, Plan, SimSettings};
+use crate::tokens::Tokenizer;
+use crate::{metrics, planner, report, sim, verdict};
+
+/// Every assertion passed.
+pub const EXIT_PASS: u8 = 0;
+/// An assertion failed.
+pub const EXIT_FAIL: u8 = 1;
+/// The plan or the command line is wrong.
+pub const EXIT_USAGE: u8 = 2;
+/// The run could not be carried out: target unreachable, every request failed, or interrupted.
+pub const EXIT_RUN: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(name = "llmload", version, about = "Load-test LLM serving endpoints from KDL benchmark plans")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a plan against its target and write a report with verdicts.
+    Run {
+        /// The plan file (KDL).
+        plan: PathBuf,
+        /// Send to this base URL instead of the plan's target (with or without /v1).
+        #[arg(long)]
+        target: Option<String>,
+        /// Report directory [default: reports/<plan>-<UTC timestamp>/].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Use this seed instead of the plan's.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Also render this minijinja template into the report directory (repeatable).
+        #[arg(long = "template")]
+        templates: Vec<PathBuf>,
+        /// After Ctrl-C, how long in-flight requests may finish before they are cancelled.
+        #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
+        grace: Duration,
+        /// No live progress line.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Check a plan and print every mistake in it.
+    Check {
+        plan: PathBuf,
+    },
+    /// Print the schedule a plan compiles to.
+    Plan {
+        plan: PathBuf,
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: PlanFormat,
+    },
+    /// Re-render a report directory's reports from its records.jsonl, without running anything.
+    Report {
+        dir: PathBuf,
+        #[arg(long = "template")]
+        templates: Vec<PathBuf>,
+    },
+    /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
+    Sim {
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Time to first token.
+        #[arg(long, default_value = "50ms", value_parser = parse_duration_arg)]
+        ttft: Duration,
+        /// Time between tokens.
+        #[arg(long, default_value = "10ms", value_parser = parse_duration_arg)]
+        itl: Duration,
+        /// Each delay is stretched by a uniform random amount up to this.
+        #[arg(long, default_value = "0ms", value_parser = parse_duration_arg)]
+        jitter: Duration,
+        #[arg(long, default_value_t = 1)]
+        tokens_per_chunk: u32,
+        #[arg(long, default_value = "cl100k_base")]
+        tokenizer: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PlanFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    plan::units::parse_duration(text)
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Check { plan } => check(&plan),
+        Command::Plan { plan, seed, format } => show_plan(&plan, seed, format),
+        Command::Run {
+            plan,
+            target,
+            out,
+            seed,
+            templates,
+            grace,
+            quiet,
+        } => run(RunArgs {
+            plan,
+            target,
+            out,
+            seed,
+            templates,
+            grace,
+            quiet,
+        }),
+        Command::Report { dir, templates } => rerender(&dir, &templates),
+        Command::Sim {
+            port,
+            host,
+            ttft,
+            itl,
+            jitter,
+            tokens_per_chunk,
+            tokenizer,
+            seed,
+        } => serve_sim(
+            &host,
+            port,
+            SimSettings {
+                ttft,
+                itl,
+                jitter,
+                tokens_per_chunk: tokens_per_chunk.max(1),
+                seed,
+            },
+            &tokenizer,
+        ),
+    };
+    ExitCode::from(code)
+}
+
+fn error(message: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {message}");
+    EXIT_USAGE
+}
+
+fn load_plan(path: &Path) -> Result<Plan, u8> {
+    plan::load(path).map_err(|errors| {
+        eprint!("{}", errors.render());
+        EXIT_USAGE
+    })
+}
+
+fn check(path: &Path) -> u8 {
+    match load_plan(path) {
+        Ok(plan) => {
+            println!(
+                "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
+                path.display(),
+                plan.name,
+                plan.phases.len(),
+                plan.sla.len()
+            );
+            EXIT_PASS
+        }
+        Err(code) => code,
+    }
+}
+
+fn show_plan(path: &Path, seed: Option<u64>, format: PlanFormat) -> u8 {
+    let plan = match load_plan(path) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    let schedule = match planner::compile(&plan, seed.unwrap_or(plan.seed)) {
+        Ok(schedule) => schedule,
+        Err(message) => return error(message),
+    };
+    let output = match format {
+        PlanFormat::Json => match serde_json::to_string_pretty(&schedule) {
+            Ok(json) => json + "\n",
+            Err(e) => return error(e),
+        },
+        PlanFormat::Csv => schedule_csv(&schedule),
+        PlanFormat::Table => schedule_table(&plan, &schedule),
+    };
+    print!("{output}");
+    EXIT_PASS
+}
+
+fn schedule_csv(schedule: &planner::Schedule) -> String {
+    let mut out = String::from("phase,seq,intended_offset_ms,input_tokens,output_tokens,prompt_seed\n");
+    for phase in &schedule.phases {
+        for r in &phase.requests {
+            let offset = r.intended_offset_us.map(|us| format!("{:.3}", us as f64 / 1000.0)).unwrap_or_default();
+            let name = if phase.name.contains([',', '"']) {
+                format!("\"{}\"", phase.name.replace('"', "\"\""))
+            } else {
+                phase.name.clone()
+            };
+            out.push_str(&format!("{name},{},{offset},{},{},{}\n", r.seq, r.input_tokens, r.output_tokens, r.prompt_seed));
+        }
+    }
+    out
+}
+
+fn schedule_table(plan: &Plan, schedule: &planner::Schedule) -> String {
+    let mut out = format!("plan \"{}\" (seed {})\n\n", plan.name, schedule.seed);
+    out.push_str(&format!(
+        "{:<16} {:<28} {:>10} {:>10} {:>12}  {}\n",
+        "phase", "load", "requests", "rate/s", "duration", "input mix (tokens: share)"
+    ));
+    for phase in &schedule.phases {
+        let requests = if phase.open_ended {
+            "open-ended".to_string()
+        } else {
+            phase.requests.len().to_string()
+        };
+        let rate = phase.planned_rate.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
+        let duration = phase.duration.map(plan::units::format_duration).unwrap_or_else(|| "-".into());
+        let mut mix: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
+        for r in &phase.requests {
+            *mix.entry((r.input_tokens, r.output_tokens)).or_default() += 1;
+        }
+        let mix_text = if phase.requests.is_empty() {
+            plan.workload
+                .buckets
+                .iter()
+                .map(|b| format!("{}→{}: weight {}", b.input_tokens, b.output_tokens.unwrap_or(plan.workload.output_tokens), b.weight))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            mix.iter()
+                .map(|((i, o), n)| format!("{i}→{o}: {:.0}%", *n as f64 * 100.0 / phase.requests.len() as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!(
+            "{:<16} {:<28} {:>10} {:>10} {:>12}  {}{}\n",
+            phase.name,
+            phase.load,
+            requests,
+            rate,
+            duration,
+            mix_text,
+            if phase.record { "" } else { "  (not recorded)" }
+        ));
+    }
+    out
+}
+
+/// `http://host:8000` or `http://host:8000/v1/` → `http://host:8000/v1`.
+pub fn api_root(url: &str) -> String {
+    let trimmed = url.trim_end_matches('/');
+    if trimmed.ends_with("/v1") {
+        trimmed.to_string()
+    } else {
+        format!("{trimmed}/v1")
+    }
+}
+
+/// The URL without `user:password@`, for reports and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}{}", &url[..scheme_end + 3], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+struct RunArgs {
+    plan: PathBuf,
+    target: Option<String>,
+    out: Option<PathBuf>,
+    seed: Option<u64>,
+    templates: Vec<PathBuf>,
+    grace: Duration,
+    quiet: bool,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| error(format!("cannot start the async runtime: {e}")))
+}
+
+fn run(args: RunArgs) -> u8 {
+    let plan = match load_plan(&args.plan) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    if let Some(target) = &args.target {
+        if !(target.starts_with("http://") || target.starts_with("https://")) {
+            return error(format!("--target {target} is not an http:// or https:// URL"));
+        }
+    }
+    for template in &args.templates {
+        if !template.is_file() {
+            return error(format!("--template {}: no such file", template.display()));
+        }
+    }
+    let seed = args.seed.unwrap_or(plan.seed);
+    let schedule = match planner::compile(&plan, seed) {
+        Ok(schedule) => schedule,
+        Err(message) => return error(message),
+    };
+    let tokenizer = match Tokenizer::load(&plan.workload.tokenizer) {
+        Ok(tokenizer) => Arc::new(tokenizer),
+        Err(message) => return error(message),
+    };
+    let api_key = match &plan.target.api_key_env {
+        Some(var) => match std::env::var(var) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => {
+                eprintln!("note: ${var} is not set; requests go without an API key");
+                None
+            }
+        },
+        None => None,
+    };
+    let auth = match api_key {
+        Some(key) => match reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")) {
+            Ok(mut value) => {
+                value.set_sensitive(true);
+                Some(value)
+            }
+            Err(_) => return error("the API key holds characters that cannot go in an HTTP header"),
+        },
+        None => None,
+    };
+    let started = chrono::Utc::now();
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("reports").join(format!("{}-{}", plan.name, started.format("%Y%m%dT%H%M%SZ")))
+    });
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        return error(format!("cannot create {}: {e}", out.display()));
+    }
+    if let Err(e) = std::fs::write(out.join("plan.kdl"), plan.source.text.as_bytes()) {
+        return error(format!("cannot write {}: {e}", out.join("plan.kdl").display()));
+    }
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+
+    let result = runtime.block_on(async {
+        // A "sim" target starts the simulator in-process, on a loopback port of its own.
+        let (base, _sim) = match (&args.target, &plan.target.endpoint) {
+            (Some(target), _) => (api_root(target), None),
+            (None, Endpoint::Url(url)) => (api_root(url), None),
+            (None, Endpoint::Simulator) => {
+                let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
+                match sim::serve(addr, plan.sim.clone(), tokenizer.clone()).await {
+                    Ok(server) => (server.base_url(), Some(server)),
+                    Err(e) => return Err(format!("cannot start the simulator: {e}")),
+                }
+            }
+        };
+        let target_display = match plan.target.endpoint {
+            Endpoint::Simulator if args.target.is_none() => format!("sim (embedded, {})", base),
+            _ => redact_url(&base),
+        };
+        let header = RunHeader {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            plan: plan.name.clone(),
+            plan_file: args.plan.display().to_string(),
+            plan_sha256: format!("{:x}", sha2::Sha256::digest(plan.source.text.as_bytes())),
+            seed,
+            target: target_display.clone(),
+            model: plan.target.model.clone(),
+            api: plan.target.api.as_str().to_string(),
+            stream: plan.target.stream,
+            exact_output: plan.workload.ignore_eos,
+            tokenizer: tokenizer.name().to_string(),
+            started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            client_host: host_name(),
+        };
+        let template = RequestTemplate {
+            url: format!("{base}{}", plan.target.api.path()),
+            api: plan.target.api,
+            model: plan.target.model.clone(),
+            stream: plan.target.stream,
+            continuous_usage: plan.target.continuous_usage,
+            ignore_eos: plan.workload.ignore_eos,
+            auth,
+            timeout: plan.target.timeout,
+        };
+        if !args.quiet {
+            eprintln!("llmload: running plan \"{}\" against {target_display}", plan.name);
+        }
+        executor::run(
+            &schedule,
+            RunConfig {
+                template,
+                tokenizer: tokenizer.clone(),
+                header,
+                records_path: out.join("records.jsonl"),
+                grace: args.grace,
+                show_progress: !args.quiet,
+            },
+        )
+        .await
+    });
+    let log = match result {
+        Ok(log) => log,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return EXIT_RUN;
+        }
+    };
+    finish(&log, &plan, &out, &args.templates)
+}
+
+/// Metrics, verdicts, report files and the terminal summary; returns the exit code.
+fn finish(log: &RunLog, plan: &Plan, out: &Path, templates: &[PathBuf]) -> u8 {
+    let aggregates = metrics::compute(log);
+    let verdicts = verdict::evaluate(&plan.sla, &aggregates);
+    let context = report::ReportContext::new(log, aggregates, verdicts);
+    if let Err(message) = report::write_all(out, &context, templates) {
+        eprintln!("error: {message}");
+        return EXIT_RUN;
+    }
+    let summary = &context.summary;
+    println!("{}", report::terminal_summary(summary));
+    println!("report: {}", out.join("report.md").display());
+
+    let recorded: Vec<_> = log
+        .records
+        .iter()
+        .filter(|r| log.phases.iter().any(|p| p.index == r.phase && p.record))
+        .collect();
+    if summary.interrupted {
+        return EXIT_RUN;
+    }
+    if !recorded.is_empty() && recorded.iter().all(|r| !r.ok()) {
+        let all_connect = recorded.iter().all(|r| r.error == Some(ErrorClass::Connect));
+        if all_connect {
+            eprintln!("error: the target is unreachable: no connection could be made (is the server running? check the URL or --target)");
+        } else {
+            let detail = recorded
+                .iter()
+                .find_map(|r| r.error_detail.clone())
+                .unwrap_or_default();
+            eprintln!("error: every request failed; the first said: {detail}");
+        }
+        return EXIT_RUN;
+    }
+    if recorded.is_empty() {
+        eprintln!("error: no recorded request was sent");
+        return EXIT_RUN;
+    }
+    if summary.passed {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    }
+}
+
+fn rerender(dir: &Path, templates: &[PathBuf]) -> u8 {
+    let log = match RunLog::read(&dir.join("records.jsonl")) {
+        Ok(log) => log,
+        Err(message) => return error(message),
+    };
+    let plan_path = dir.join("plan.kdl");
+    let plan = match load_plan(&plan_path) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    finish(&log, &plan, dir, templates)
+}
+
+fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u8 {
+    let addr: SocketAddr = match format!("{host}:{port}").parse() {
+        Ok(addr) => addr,
+        Err(_) => return error(format!("{host}:{port} is not an address to listen on (write an IP, e.g. 127.0.0.1)")),
+    };
+    let spec = if tokenizer.ends_with(".json") {
+        plan::TokenizerSpec::File(tokenizer.into())
+    } else {
+        plan::TokenizerSpec::Builtin(tokenizer.into())
+    };
+    let tokenizer = match Tokenizer::load(&spec) {
+        Ok(t) => Arc::new(t),
+        Err(message) => return error(message),
+    };
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        let server = match sim::serve(addr, settings, tokenizer).await {
+            Ok(server) => server,
+            Err(e) => return error(format!("cannot listen on {addr}: {e}")),
+        };
+        println!("llmload sim: serving {} (Ctrl-C to stop)", server.base_url());
+        let _ = tokio::signal::ctrl_c().await;
+        server.shutdown();
+        EXIT_PASS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_root_with_or_without_v1() {
+        assert_eq!(api_root("http://h:8000"), "http://h:8000/v1");
+        assert_eq!(api_root("http://h:8000/"), "http://h:8000/v1");
+        assert_eq!(api_root("http://h:8000/v1/"), "http://h:8000/v1");
+        assert_eq!(api_root("https://api.example.com/openai/v1"), "https://api.example.com/openai/v1");
+    }
+
+    #[test]
+    fn credentials_never_reach_a_report() {
+        assert_eq!(redact_url("http://user:secret@h:1/v1"), "http://h:1/v1");
+        assert_eq!(redact_url("http://h:1/v1"), "http://h:1/v1");
+    }
+}

@@ -1,0 +1,91 @@
+//! `summary.csv` (from a template: one row per phase, metric and statistic) and `requests.csv`
+//! (one row per request, written with the csv crate).
+
+use serde::Serialize;
+
+use super::{template, Exporter, ReportContext};
+
+const SUMMARY_TEMPLATE: &str = include_str!("templates/summary.csv.j2");
+
+pub struct SummaryCsv;
+
+impl Exporter for SummaryCsv {
+    fn file_name(&self) -> String {
+        "summary.csv".into()
+    }
+
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+        template::render("summary.csv.j2", SUMMARY_TEMPLATE, context)
+    }
+}
+
+pub struct RequestsCsv;
+
+#[derive(Serialize)]
+struct Row<'a> {
+    phase: &'a str,
+    seq: u64,
+    intended_send_ms: f64,
+    actual_send_ms: f64,
+    schedule_lag_ms: f64,
+    input_tokens_planned: u32,
+    prompt_tokens: Option<u64>,
+    output_tokens_planned: u32,
+    completion_tokens: Option<u64>,
+    token_source: Option<&'static str>,
+    ttft_ms: Option<f64>,
+    e2e_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    chunks: usize,
+    finish_reason: Option<&'a str>,
+    http_status: Option<u16>,
+    error: Option<&'static str>,
+    error_detail: Option<&'a str>,
+}
+
+impl Exporter for RequestsCsv {
+    fn file_name(&self) -> String {
+        "requests.csv".into()
+    }
+
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+        use crate::executor::record::TokenSource;
+        let mut writer = ::csv::Writer::from_writer(Vec::new());
+        let ms = |us: u64| us as f64 / 1000.0;
+        for record in context.records {
+            let ttft_ms = record.ttft_us.map(ms);
+            let e2e_ms = record.e2e_us.map(ms);
+            let tpot_ms = match (ttft_ms, e2e_ms, record.completion_tokens) {
+                (Some(t), Some(e), Some(n)) if n > 1 && record.ok() => Some((e - t) / (n - 1) as f64),
+                _ => None,
+            };
+            writer
+                .serialize(Row {
+                    phase: context.phase_names.get(record.phase).map(String::as_str).unwrap_or(""),
+                    seq: record.seq,
+                    intended_send_ms: ms(record.intended_send_us),
+                    actual_send_ms: ms(record.actual_send_us),
+                    schedule_lag_ms: ms(record.actual_send_us.saturating_sub(record.intended_send_us)),
+                    input_tokens_planned: record.input_tokens_planned,
+                    prompt_tokens: record.prompt_tokens,
+                    output_tokens_planned: record.output_tokens_planned,
+                    completion_tokens: record.completion_tokens,
+                    token_source: record.token_source.map(|s| match s {
+                        TokenSource::Usage => "usage",
+                        TokenSource::Tokenizer => "tokenizer",
+                        TokenSource::OnePerChunk => "one_per_chunk",
+                    }),
+                    ttft_ms,
+                    e2e_ms,
+                    tpot_ms,
+                    chunks: record.chunks.len(),
+                    finish_reason: record.finish_reason.as_deref(),
+                    http_status: record.http_status,
+                    error: record.error.map(|e| e.as_str()),
+                    error_detail: record.error_detail.as_deref(),
+                })
+                .map_err(|e| format!("cannot write requests.csv: {e}"))?;
+        }
+        writer.into_inner().map_err(|e| format!("cannot write requests.csv: {e}"))
+    }
+}

@@ -1,0 +1,165 @@
+//! Reports: a run's aggregates and verdicts rendered to files, one format per exporter.
+//!
+//! Like hyperfine's `export/`, each output format is one small file behind the [`Exporter`]
+//! trait: Markdown and the summary CSV come from minijinja templates built into the binary,
+//! `summary.json` from serde, `requests.csv` from the csv crate, and a user's own template
+//! (`--template FILE`) renders with the same context as the built-in ones. This module only
+//! presents: it computes no metric and judges no assertion.
+
+mod csv;
+mod json;
+mod markdown;
+mod template;
+mod terminal;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::executor::record::{RequestRecord, RunLog};
+use crate::metrics::{Aggregates, PhaseMetrics, Warning};
+use crate::verdict::{VerdictResult, Verdicts};
+
+pub use terminal::terminal_summary;
+
+/// The document behind every report; `summary.json` is exactly this (see
+/// schemas/summary.schema.json), and templates see it as their context.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub passed: bool,
+    pub interrupted: bool,
+    pub verdicts: Vec<VerdictResult>,
+    pub phases: Vec<PhaseMetrics>,
+    pub overall: PhaseMetrics,
+    pub warnings: Vec<Warning>,
+    pub context: RunContext,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunContext {
+    pub tool_version: String,
+    pub plan: String,
+    pub plan_file: String,
+    pub plan_sha256: String,
+    pub seed: u64,
+    /// The target's URL, never with credentials.
+    pub target: String,
+    pub model: String,
+    pub api: String,
+    pub stream: bool,
+    pub exact_output: bool,
+    pub tokenizer: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub client_host: String,
+}
+
+/// What exporters render from.
+pub struct ReportContext<'a> {
+    pub summary: Summary,
+    pub records: &'a [RequestRecord],
+    /// Phase names by index, for per-request files.
+    pub phase_names: Vec<String>,
+}
+
+impl<'a> ReportContext<'a> {
+    pub fn new(log: &'a RunLog, aggregates: Aggregates, verdicts: Verdicts) -> ReportContext<'a> {
+        let header = log.header.clone();
+        let duration_s = log
+            .end
+            .as_ref()
+            .map(|e| e.at_us)
+            .or_else(|| log.records.iter().filter_map(|r| r.end_us()).max())
+            .unwrap_or(0) as f64
+            / 1e6;
+        let context = match header {
+            Some(h) => RunContext {
+                tool_version: h.tool_version,
+                plan: h.plan,
+                plan_file: h.plan_file,
+                plan_sha256: h.plan_sha256,
+                seed: h.seed,
+                target: h.target,
+                model: h.model,
+                api: h.api,
+                stream: h.stream,
+                exact_output: h.exact_output,
+                tokenizer: h.tokenizer,
+                started_at: h.started_at,
+                duration_s,
+                client_host: h.client_host,
+            },
+            None => RunContext {
+                tool_version: String::new(),
+                plan: String::new(),
+                plan_file: String::new(),
+                plan_sha256: String::new(),
+                seed: 0,
+                target: String::new(),
+                model: String::new(),
+                api: String::new(),
+                stream: true,
+                exact_output: false,
+                tokenizer: String::new(),
+                started_at: String::new(),
+                duration_s,
+                client_host: String::new(),
+            },
+        };
+        let mut phase_names = Vec::new();
+        for phase in &log.phases {
+            if phase_names.len() <= phase.index {
+                phase_names.resize(phase.index + 1, String::new());
+            }
+            phase_names[phase.index] = phase.name.clone();
+        }
+        ReportContext {
+            summary: Summary {
+                schema_version: 1,
+                passed: verdicts.passed && !aggregates.interrupted,
+                interrupted: aggregates.interrupted,
+                verdicts: verdicts.results,
+                phases: aggregates.phases,
+                overall: aggregates.overall,
+                warnings: aggregates.warnings,
+                context,
+            },
+            records: &log.records,
+            phase_names,
+        }
+    }
+}
+
+/// One output format.
+pub trait Exporter {
+    /// The file it writes in the report directory.
+    fn file_name(&self) -> String;
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String>;
+}
+
+/// The built-in exporters, plus one per user template.
+pub fn exporters(user_templates: &[PathBuf]) -> Result<Vec<Box<dyn Exporter>>, String> {
+    let mut all: Vec<Box<dyn Exporter>> = vec![
+        Box::new(markdown::Markdown),
+        Box::new(csv::SummaryCsv),
+        Box::new(csv::RequestsCsv),
+        Box::new(json::Json),
+    ];
+    for path in user_templates {
+        all.push(Box::new(template::UserTemplate::load(path)?));
+    }
+    Ok(all)
+}
+
+/// Renders every exporter into `dir`; returns the files written.
+pub fn write_all(dir: &Path, context: &ReportContext, user_templates: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut written = Vec::new();
+    for exporter in exporters(user_templates)? {
+        let bytes = exporter.render(context)?;
+        let path = dir.join(exporter.file_name());
+        std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,105 @@
+//! The minijinja environment shared by the built-in templates and users' own.
+
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, Value};
+
+use super::{Exporter, ReportContext};
+
+/// Formats a number with `digits` decimals, or `-` for none.
+fn num(value: Value, digits: Option<usize>) -> String {
+    if value.is_none() || value.is_undefined() {
+        return "-".into();
+    }
+    match f64::try_from(value.clone()) {
+        Ok(v) => format!("{v:.*}", digits.unwrap_or(2)),
+        Err(_) => value.to_string(),
+    }
+}
+
+/// A fraction as a percentage.
+fn pct(value: Value) -> String {
+    match f64::try_from(value) {
+        Ok(v) => format!("{:.2}%", v * 100.0),
+        Err(_) => "-".into(),
+    }
+}
+
+/// A CSV field, quoted when it must be.
+fn csv_field(value: Value) -> String {
+    let text = if value.is_none() || value.is_undefined() {
+        String::new()
+    } else {
+        value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string())
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
+/// A Markdown table cell: pipes escaped, lines joined.
+fn cell(value: Value) -> String {
+    let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+pub fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_filter("num", num);
+    env.add_filter("pct", pct);
+    env.add_filter("csv", csv_field);
+    env.add_filter("cell", cell);
+    env
+}
+
+/// Renders `source` (named `name` in errors) with the report's context.
+pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u8>, String> {
+    let mut env = environment();
+    env.add_template(name, source)
+        .map_err(|e| format!("template {name}: {e}"))?;
+    let template = env.get_template(name).map_err(|e| format!("template {name}: {e}"))?;
+    template
+        .render(Value::from_serialize(&context.summary))
+        .map(String::into_bytes)
+        .map_err(|e| format!("template {name}: {e}"))
+}
+
+/// A user's template given with `--template FILE`; writes FILE's name without `.j2`/`.jinja`.
+pub struct UserTemplate {
+    path: PathBuf,
+    source: String,
+}
+
+impl UserTemplate {
+    pub fn load(path: &Path) -> Result<UserTemplate, String> {
+        let source = std::fs::read_to_string(path).map_err(|e| format!("cannot read template {}: {e}", path.display()))?;
+        Ok(UserTemplate {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+impl Exporter for UserTemplate {
+    fn file_name(&self) -> String {
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "custom".into());
+        for suffix in [".j2", ".jinja", ".jinja2"] {
+            if let Some(stem) = name.strip_suffix(suffix) {
+                return stem.to_string();
+            }
+        }
+        format!("{name}.out")
+    }
+
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+        render(&self.path.display().to_string(), &self.source, context)
+    }
+}

@@ -1,0 +1,73 @@
+//! What the terminal shows at the end of a run: the verdict table, the key numbers and warnings.
+
+use super::Summary;
+use crate::metrics::Severity;
+
+pub fn terminal_summary(summary: &Summary) -> String {
+    let mut out = String::new();
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    out.push_str(&format!(
+        "{:<24} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
+        "phase", "ok", "failed", "TTFT p50", "TTFT p99", "ITL p99", "E2E p99", "req/s"
+    ));
+    let scopes = summary
+        .phases
+        .iter()
+        .filter(|p| p.recorded)
+        .chain(std::iter::once(&summary.overall));
+    for scope in scopes {
+        out.push_str(&format!(
+            "{:<24} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9.2}\n",
+            truncate(&scope.name, 24),
+            scope.requests.ok,
+            scope.requests.failed,
+            ms(scope.metrics.ttft_ms.p50),
+            ms(scope.metrics.ttft_ms.p99),
+            ms(scope.metrics.itl_ms.p99),
+            ms(scope.metrics.e2e_ms.p99),
+            scope.throughput.requests_per_s
+        ));
+    }
+    out.push_str("(latencies in ms)\n\n");
+    if !summary.verdicts.is_empty() {
+        let width = summary.verdicts.iter().map(|v| v.assertion.len()).max().unwrap_or(9).max(9);
+        out.push_str(&format!("{:<width$}  {:<10}  {:>14}  {:>14}  result\n", "assertion", "phase", "threshold", "observed"));
+        for v in &summary.verdicts {
+            out.push_str(&format!(
+                "{:<width$}  {:<10}  {:>14}  {:>14}  {}\n",
+                v.assertion,
+                truncate(&v.phase, 10),
+                v.threshold_display,
+                v.observed_display,
+                if v.passed { "PASS" } else { "FAIL" }
+            ));
+        }
+        out.push('\n');
+    }
+    for w in &summary.warnings {
+        let label = match w.severity {
+            Severity::Warning => "warning",
+            Severity::Note => "note",
+        };
+        out.push_str(&format!("{label}: {}\n", w.message));
+    }
+    let failed = summary.verdicts.iter().filter(|v| !v.passed).count();
+    let verdict = if summary.interrupted {
+        "INTERRUPTED: no verdict on a partial run".to_string()
+    } else if summary.passed {
+        format!("PASS: {} of {} assertions held", summary.verdicts.len(), summary.verdicts.len())
+    } else {
+        format!("FAIL: {failed} of {} assertions failed", summary.verdicts.len())
+    };
+    out.push_str(&format!("\n{verdict}\n"));
+    out
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(width - 1).collect();
+        format!("{cut}…")
+    }
+}
