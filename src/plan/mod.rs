@@ -375,3 +375,130 @@ pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
     })?;
     parse_plan(&file_name, text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "target \"sim\"\nworkload { input 64; output 8 }\nphase \"steady\" { rate 2; duration \"10s\" }\nphase \"warm\" { concurrency 1; requests 2; record #false }\n";
+
+    fn parse(extra: &str) -> Result<Plan, PlanErrors> {
+        parse_plan("t.kdl", format!("{BASE}{extra}"))
+    }
+
+    fn messages(extra: &str) -> Vec<String> {
+        parse(extra).unwrap_err().diagnostics.iter().map(|d| d.message.clone()).collect()
+    }
+
+    #[test]
+    fn the_shipped_chat_sla_plan_is_accepted() {
+        let text = include_str!("../../plans/chat-sla.kdl");
+        let plan = parse_plan("chat-sla.kdl", text.to_string()).unwrap();
+        assert_eq!(plan.phases.len(), 4);
+        assert_eq!(plan.sla.len(), 4);
+        assert_eq!(plan.seed, 42);
+        assert_eq!(plan.workload.buckets.len(), 3);
+        assert!(plan.workload.ignore_eos);
+        assert_eq!(plan.phases[1].load, Load::Rate { rate: RateShape::Ramp { from: 1.0, to: 16.0 }, arrivals: Arrivals::Poisson });
+        assert_eq!(plan.phases[3].load, Load::AtOnce(64));
+        assert!(!plan.phases[0].record);
+        assert_eq!(plan.sla[0].phase.as_deref(), Some("steady"));
+        assert_eq!(plan.sla[0].threshold, 500.0);
+        assert_eq!(plan.sla[3].threshold, 0.01);
+    }
+
+    #[test]
+    fn all_four_comparisons_including_the_property_spellings() {
+        for (text, op) in [
+            ("ttft p99 < \"500ms\"", Op::Lt),
+            ("ttft p99 <= \"500ms\"", Op::Le),
+            ("ttft p99 <=\"500ms\"", Op::Le),
+            ("ttft p99 > \"500ms\"", Op::Gt),
+            ("ttft p99 >= \"500ms\"", Op::Ge),
+            ("ttft p99 \"<=\" \"500ms\"", Op::Le),
+        ] {
+            let plan = parse(&format!("sla {{ {text} }}")).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(plan.sla[0].op, op, "{text}");
+            assert_eq!(plan.sla[0].threshold, 500.0, "{text}");
+        }
+    }
+
+    #[test]
+    fn statistics_and_scalar_metrics() {
+        let plan = parse("sla { itl p99.9 < \"80ms\"; tpot mean < \"40ms\"; e2e max < \"2m\"; ttft p999 < \"1s\"; request-throughput > 1.5; output-throughput >= 100; error-rate < \"0.5%\"; timeout-rate <= \"0%\" }").unwrap();
+        assert_eq!(plan.sla[0].stat, Some(Stat::Percentile(99.9)));
+        assert_eq!(plan.sla[1].stat, Some(Stat::Mean));
+        assert_eq!(plan.sla[2].threshold, 120_000.0);
+        assert_eq!(plan.sla[3].stat, Some(Stat::Percentile(99.9)));
+        assert_eq!(plan.sla[4].threshold, 1.5);
+        assert_eq!(plan.sla[6].threshold, 0.005);
+        assert_eq!(plan.sla[0].text, "itl p99.9 < 80ms");
+    }
+
+    #[test]
+    fn assertion_mistakes() {
+        assert_eq!(messages("sla { ttft q99 < \"1s\" }"), ["unknown statistic"]);
+        assert_eq!(messages("sla { latency p99 < \"1s\" }"), ["unknown metric `latency`"]);
+        assert_eq!(messages("sla { ttft p99 < \"1s\" phase=\"nope\" }"), ["no phase is named \"nope\""]);
+        assert_eq!(messages("sla { ttft p99 < \"1s\" phase=\"warm\" }"), ["phase \"warm\" is not recorded (record #false)"]);
+        assert_eq!(messages("sla { ttft p99 < 500 }"), ["a bare number has no unit"]);
+        assert_eq!(messages("sla { error-rate < 0.01 }"), ["expected a percentage string, found a number"]);
+        assert_eq!(messages("sla { ttft p99 \"500ms\" }"), ["`ttft` needs a comparison and a threshold"]);
+    }
+
+    #[test]
+    fn every_mistake_is_reported_not_only_the_first() {
+        let errors = parse_plan(
+            "t.kdl",
+            "target \"sim\" { frob 1 }\nworkload { input 0; output 8 }\nphase \"a\" { rate -1; duration \"1s\" }\nphase \"b\" { rate 1; concurrency 2; duration \"1s\" }\nphase \"c\" { duration \"1s\" }\n".into(),
+        )
+        .unwrap_err();
+        let text: Vec<_> = errors.diagnostics.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(text.len(), 5, "{text:?}");
+        assert!(text.contains(&"unknown node `frob` in `target`"));
+        assert!(text.contains(&"0 is out of range: it must be at least 1"));
+        assert!(text.contains(&"-1 is out of range: it must be greater than zero"));
+        assert!(text.contains(&"phase \"b\" has more than one load model"));
+        assert!(text.contains(&"phase \"c\" has no load model"));
+        assert!(errors.diagnostics.iter().all(|d| d.help.is_some()));
+    }
+
+    #[test]
+    fn phase_rules() {
+        assert_eq!(messages("phase \"r\" { rate from=1 to=5 ; requests 10 }"), ["a ramp needs a `duration` to ramp over"]);
+        assert_eq!(messages("phase \"n\" { rate 1 }"), ["phase \"n\" never ends"]);
+        assert_eq!(messages("phase \"b\" { at-once 4; duration \"1s\" }"), ["an at-once phase has no duration or request limit"]);
+        assert_eq!(messages("phase \"g\" { rate 1; arrivals \"gamma\"; duration \"1s\" }"), ["gamma arrivals need cv="]);
+        assert_eq!(messages("phase \"g\" { concurrency 1; arrivals \"poisson\"; duration \"1s\" }"), ["`arrivals` applies only to open-loop phases"]);
+        assert_eq!(messages("phase \"steady\" { rate 1; duration \"1s\" }"), ["phase \"steady\" is defined twice"]);
+        assert_eq!(messages("phase \"x\" { rate 0; duration \"1s\" }"), ["0 is out of range: it must be greater than zero"]);
+        let plan = parse("phase \"g\" { rate 3; arrivals \"gamma\" cv=2.5; duration \"1s\" }").unwrap();
+        assert_eq!(plan.phases[2].load, Load::Rate { rate: RateShape::Constant(3.0), arrivals: Arrivals::Gamma { cv: 2.5 } });
+    }
+
+    #[test]
+    fn target_and_workload_rules() {
+        let bad = |text: &str| {
+            parse_plan("t.kdl", text.to_string()).unwrap_err().diagnostics.iter().map(|d| d.message.clone()).collect::<Vec<_>>()
+        };
+        let phases = "phase \"a\" { rate 1; duration \"1s\" }";
+        assert_eq!(
+            bad(&format!("target \"http://h:1\" {{ api-key \"sk-123\" ; model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}")),
+            ["an API key is never written in a plan"]
+        );
+        assert_eq!(bad(&format!("target \"http://h:1\"\nworkload {{ input 1; output 1 }}\n{phases}")), ["the target has no `model`"]);
+        assert_eq!(bad(&format!("target \"ftp://h\" {{ model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}")), ["\"ftp://h\" is not an http:// or https:// URL"]);
+        assert_eq!(bad(&format!("target \"sim\" {{ stream \"yes\" }}\nworkload {{ input 1; output 1 }}\n{phases}")), ["expected #true or #false, found a string"]);
+        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ input 1 }}\n{phases}")), ["the workload has no `output`"]);
+        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ tokenizer \"gpt9\"; input 1; output 1 }}\n{phases}")), ["unknown tokenizer \"gpt9\""]);
+        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ input 1; output 1 weight=2 }}\n{phases}")), ["unknown property `weight` on `output`"]);
+        assert_eq!(bad("workload { input 1; output 1 }"), ["the plan has no `target`", "the plan has no `phase`"]);
+    }
+
+    #[test]
+    fn kdl_syntax_errors_are_diagnostics_too() {
+        let errors = parse_plan("t.kdl", "target \"sim\" {\n timeout 60s\n}\n".into()).unwrap_err();
+        assert!(!errors.diagnostics.is_empty());
+        assert!(errors.render().contains("t.kdl"));
+    }
+}
