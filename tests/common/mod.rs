@@ -1,0 +1,92 @@
+//! Helpers for the integration tests: they drive the real `llmload` binary, over loopback HTTP,
+//! against the embedded simulator or a hand-written raw TCP server.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn llmload() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_llmload"))
+}
+
+pub struct Run {
+    pub dir: tempfile::TempDir,
+    pub output: Output,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+    pub fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+    pub fn summary(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.out().join("summary.json")).expect("summary.json");
+        serde_json::from_str(&text).expect("summary.json is JSON")
+    }
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        read_records(&self.out())
+    }
+}
+
+pub fn read_records(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("records.jsonl"))
+        .expect("records.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|v| v["event"] == "request")
+        .collect()
+}
+
+pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("plan.kdl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Writes `plan` in a fresh directory and runs `llmload run` on it with `args`.
+pub fn run_plan(plan: &str, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(dir.path(), plan);
+    let out = dir.path().join("out");
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .args(args)
+        .output()
+        .unwrap();
+    Run { dir, output }
+}
+
+/// A plan against the embedded simulator.
+pub fn sim_plan(sim: &str, workload: &str, phases: &str, sla: &str) -> String {
+    format!(
+        "plan \"t\" {{ seed 3 }}\ntarget \"sim\" {{ timeout \"10s\" }}\nsim {{ {sim} }}\nworkload {{ {workload} }}\n{phases}\nsla {{ {sla} }}\n"
+    )
+}
+
+pub fn stat(summary: &serde_json::Value, scope: &str, metric: &str, stat: &str) -> f64 {
+    let node = if scope == "overall" {
+        &summary["overall"]
+    } else {
+        summary["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == scope)
+            .unwrap_or_else(|| panic!("no phase {scope}"))
+    };
+    node["metrics"][metric][stat]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{scope}.{metric}.{stat} missing in {node}"))
+}

@@ -1,0 +1,319 @@
+//! Whole runs of the real binary against the embedded simulator over loopback HTTP.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+/// TTFT and ITL come back within 2 ms of the simulator's known delays.
+#[test]
+fn ttft_and_itl_are_recovered_within_2ms() {
+    let run = run_plan(
+        &sim_plan(
+            "ttft \"60ms\"; itl \"8ms\"",
+            "input 64; output 24 ignore-eos=#true",
+            "phase \"c\" { concurrency 2; requests 12 }",
+            "ttft p50 < \"62ms\"",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let s = run.summary();
+    for stat_name in ["p50", "mean"] {
+        let ttft = stat(&s, "c", "ttft_ms", stat_name);
+        assert!((60.0..=62.0).contains(&ttft), "ttft {stat_name} {ttft}");
+        let itl = stat(&s, "c", "itl_ms", stat_name);
+        assert!((itl - 8.0).abs() <= 2.0, "itl {stat_name} {itl}");
+    }
+    // 12 requests × 23 gaps of one token each.
+    assert_eq!(s["overall"]["metrics"]["itl_ms"]["count"], 12 * 23);
+    let tpot = stat(&s, "c", "tpot_ms", "mean");
+    assert!((tpot - 8.0).abs() <= 2.0, "tpot {tpot}");
+    assert_eq!(s["overall"]["requests"]["ok"], 12);
+    assert_eq!(s["overall"]["finish_reasons"]["length"], 12);
+}
+
+/// A chunk carrying k tokens gives k ITL samples of gap/k, whether k comes from per-chunk usage
+/// or from the tokenizer.
+#[test]
+fn multi_token_chunks_spread_their_gap() {
+    for continuous in ["#true", "#false"] {
+        let plan = sim_plan(
+            "ttft \"20ms\"; itl \"5ms\"; tokens-per-chunk 4",
+            "input 32; output 20",
+            "phase \"c\" { concurrency 2; requests 6 }",
+            "itl p50 < \"1s\"",
+        )
+        .replace("timeout \"10s\"", &format!("timeout \"10s\"; continuous-usage {continuous}"));
+        let run = run_plan(&plan, &[]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let s = run.summary();
+        // Five chunks of 4 tokens: 4 gaps × 4 tokens = 16 samples per request.
+        assert_eq!(s["overall"]["metrics"]["itl_ms"]["count"], 6 * 16, "continuous {continuous}");
+        let itl = stat(&s, "overall", "itl_ms", "p50");
+        assert!((itl - 5.0).abs() <= 1.0, "itl p50 {itl}");
+        let records = run.records();
+        let source = &records[0]["chunk_tokens"];
+        let expected = if continuous == "#true" { "usage" } else { "tokenizer" };
+        assert_eq!(source, expected);
+        assert!(records.iter().all(|r| r["chunks"].as_array().unwrap().iter().all(|c| c[1] == 4)));
+    }
+}
+
+#[test]
+fn exit_code_1_when_an_assertion_fails() {
+    let run = run_plan(
+        &sim_plan("ttft \"20ms\"; itl \"2ms\"", "input 16; output 4", "phase \"c\" { concurrency 1; requests 3 }", "ttft p99 < \"1ms\"\nerror-rate < \"1%\""),
+        &[],
+    );
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let s = run.summary();
+    assert_eq!(s["passed"], false);
+    assert_eq!(s["verdicts"][0]["passed"], false);
+    assert_eq!(s["verdicts"][1]["passed"], true);
+    assert!(run.stdout().contains("FAIL: 1 of 2 assertions failed"));
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.starts_with("# llmload: t\n\n**Verdict: FAIL**"), "{report}");
+}
+
+#[test]
+fn exit_code_3_when_the_target_is_unreachable() {
+    // Port 1 on loopback: nothing listens there, the connection is refused at once.
+    let run = run_plan(
+        &sim_plan("", "input 16; output 4", "phase \"c\" { concurrency 1; requests 2 }", "error-rate < \"1%\""),
+        &["--target", "http://127.0.0.1:1"],
+    );
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(run.stderr().contains("unreachable"), "{}", run.stderr());
+    let records = run.records();
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r["error"] == "connect"));
+    assert!(run.out().join("report.md").exists());
+}
+
+#[test]
+fn exit_code_2_for_a_bad_plan() {
+    let run = run_plan("target \"sim\"\n", &[]);
+    assert_eq!(run.code(), 2);
+    assert!(run.stderr().contains("the plan has no `workload`"));
+}
+
+/// Closed loop keeps exactly N in flight; a burst goes out together; open loop follows its clock.
+#[test]
+fn each_load_model_has_its_shape() {
+    let run = run_plan(
+        &sim_plan(
+            "ttft \"30ms\"; itl \"3ms\"",
+            "input 16; output 10",
+            "phase \"closed\" { concurrency 3; requests 15 }\nphase \"burst\" { at-once 12 }\nphase \"open\" { rate 40; arrivals \"constant\"; duration \"500ms\" }",
+            "error-rate < \"1%\"",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let records = run.records();
+    let phase = |i: u64| records.iter().filter(move |r| r["phase"] == i).collect::<Vec<&Value>>();
+    let span = |r: &Value| {
+        let start = r["actual_send_us"].as_u64().unwrap();
+        (start, start + r["e2e_us"].as_u64().unwrap())
+    };
+    // Closed loop: never more than 3 in flight, and 3 at the midpoint of every request.
+    let closed: Vec<(u64, u64)> = phase(0).iter().map(|r| span(r)).collect();
+    assert_eq!(closed.len(), 15);
+    for &(start, _) in &closed {
+        let at = start + 1;
+        let in_flight = closed.iter().filter(|(s, e)| *s <= at && at < *e).count();
+        assert!(in_flight <= 3, "{in_flight} in flight");
+    }
+    let mid = closed[4].0 + 15_000;
+    assert_eq!(closed.iter().filter(|(s, e)| *s <= mid && mid < *e).count(), 3);
+    // Burst: all 12 released within a few milliseconds of each other.
+    let burst: Vec<u64> = phase(1).iter().map(|r| span(r).0).collect();
+    assert_eq!(burst.len(), 12);
+    assert!(burst.iter().max().unwrap() - burst.iter().min().unwrap() < 20_000);
+    // Open loop, constant 40/s for 0.5 s: 20 requests, 25 ms apart, each sent on time.
+    let open = phase(2);
+    assert_eq!(open.len(), 20);
+    let mut intended: Vec<u64> = open.iter().map(|r| r["intended_send_us"].as_u64().unwrap()).collect();
+    intended.sort();
+    assert!(intended.windows(2).all(|w| (w[1] - w[0]).abs_diff(25_000) <= 1));
+    for r in &open {
+        let lag = r["actual_send_us"].as_u64().unwrap() - r["intended_send_us"].as_u64().unwrap();
+        assert!(lag < 10_000, "lag {lag} µs");
+    }
+}
+
+#[test]
+fn the_api_key_reaches_no_output() {
+    let secret = "sk-llmload-test-7f3a9c1e5b2d";
+    let plan = sim_plan("ttft \"5ms\"; itl \"1ms\"", "input 16; output 4", "phase \"c\" { concurrency 1; requests 3 }", "e2e p99 < \"1ms\"")
+        .replace("timeout \"10s\"", "timeout \"10s\"; api-key env=\"LLMLOAD_TEST_KEY\"");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .env("LLMLOAD_TEST_KEY", secret)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(secret));
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(secret));
+    let files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(files.len() >= 6);
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{} holds the key", file.display());
+    }
+}
+
+#[test]
+fn report_rerenders_the_same_summary_from_records() {
+    let run = run_plan(
+        &sim_plan("ttft \"10ms\"; itl \"2ms\"", "input 16; output 6", "phase \"c\" { concurrency 2; requests 8 }", "ttft p99 < \"1s\""),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let before = std::fs::read(run.out().join("summary.json")).unwrap();
+    let md_before = std::fs::read(run.out().join("report.md")).unwrap();
+    std::fs::remove_file(run.out().join("summary.json")).unwrap();
+    let template = run.dir.path().join("pr-comment.md.j2");
+    std::fs::write(&template, "{{ context.plan }}: {{ 'PASS' if passed else 'FAIL' }} ttft p50 {{ overall.metrics.ttft_ms.p50|num(1) }}ms\n").unwrap();
+    let output = llmload().arg("report").arg(run.out()).arg("--template").arg(&template).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(run.out().join("summary.json")).unwrap(), before);
+    assert_eq!(std::fs::read(run.out().join("report.md")).unwrap(), md_before);
+    let custom = std::fs::read_to_string(run.out().join("pr-comment.md")).unwrap();
+    assert!(custom.starts_with("t: PASS ttft p50 1"), "{custom}");
+}
+
+#[test]
+fn non_streaming_and_completions() {
+    let plan = sim_plan("ttft \"10ms\"; itl \"1ms\"", "input 16; output 8", "phase \"c\" { concurrency 2; requests 4 }", "e2e p99 < \"5s\"")
+        .replace("timeout \"10s\"", "timeout \"10s\"; stream #false; api \"completions\"");
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let s = run.summary();
+    assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 0);
+    assert_eq!(s["overall"]["metrics"]["e2e_ms"]["count"], 4);
+    assert!(stat(&s, "overall", "e2e_ms", "min") >= 17.0);
+    assert!(s["warnings"].as_array().unwrap().iter().any(|w| w["code"] == "not-streaming"));
+    assert_eq!(run.records()[0]["completion_tokens"], 8);
+}
+
+/// Ctrl-C stops sending, lets in-flight requests finish, and still writes a report.
+#[test]
+fn ctrl_c_leaves_a_report_marked_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(
+        dir.path(),
+        &sim_plan("ttft \"20ms\"; itl \"5ms\"", "input 16; output 10", "phase \"long\" { rate 20; duration \"60s\" }", "error-rate < \"1%\""),
+    );
+    let out = dir.path().join("out");
+    let child = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let started = std::time::Instant::now();
+    let output = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], true);
+    assert_eq!(summary["passed"], false);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("INTERRUPTED"));
+    let records = read_records(&out);
+    assert!(records.len() >= 10, "{} records", records.len());
+    // In-flight requests were given their grace period: they finished, none was cancelled.
+    assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
+}
+
+/// summary.json follows schemas/summary.schema.json.
+#[test]
+fn summary_json_follows_its_schema() {
+    let run = run_plan(
+        &sim_plan("ttft \"5ms\"; itl \"1ms\"", "input 16; output 4", "phase \"w\" { concurrency 1; requests 2; record #false }\nphase \"c\" { rate 50; duration \"200ms\" }", "ttft p99 < \"1s\"\nerror-rate < \"1%\" phase=\"c\""),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string("schemas/summary.schema.json").unwrap()).unwrap();
+    let mut errors = Vec::new();
+    validate(&schema, &schema, &run.summary(), "$", &mut errors);
+    assert!(errors.is_empty(), "{errors:#?}");
+    // The validator itself catches a missing key and a wrong type.
+    let mut broken = run.summary();
+    broken.as_object_mut().unwrap().remove("verdicts");
+    broken["passed"] = Value::from("yes");
+    let mut errors = Vec::new();
+    validate(&schema, &schema, &broken, "$", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+/// The subset of JSON Schema the summary schema uses: type, required, properties, items, enum,
+/// const and local $ref.
+fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+    if let Some(reference) = schema["$ref"].as_str() {
+        let name = reference.trim_start_matches("#/$defs/");
+        return validate(root, &root["$defs"][name], value, at, errors);
+    }
+    if let Some(types) = schema.get("type") {
+        let allowed: Vec<&str> = match types {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let actual = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        let ok = allowed.contains(&actual) || (actual == "integer" && allowed.contains(&"number"));
+        if !ok {
+            errors.push(format!("{at}: {actual} is not {allowed:?}"));
+            return;
+        }
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            errors.push(format!("{at}: {value} not in enum"));
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        if constant != value {
+            errors.push(format!("{at}: {value} is not {constant}"));
+        }
+    }
+    for key in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        if value.get(key).is_none() {
+            errors.push(format!("{at}: missing {key}"));
+        }
+    }
+    if let Some(properties) = schema["properties"].as_object() {
+        for (key, sub) in properties {
+            if let Some(v) = value.get(key) {
+                validate(root, sub, v, &format!("{at}.{key}"), errors);
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in array.iter().enumerate() {
+            validate(root, items, v, &format!("{at}[{i}]"), errors);
+        }
+    }
+}
