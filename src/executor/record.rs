@@ -78,8 +78,11 @@ pub enum ErrorClass {
     Connect,
     /// The per-request timeout ran out.
     Timeout,
+    #[serde(rename = "http_4xx")]
     Http4xx,
+    #[serde(rename = "http_429")]
     Http429,
+    #[serde(rename = "http_5xx")]
     Http5xx,
     /// The connection or stream ended before the response was complete.
     StreamBroken,
@@ -211,5 +214,18 @@ impl RunLog {
 
     pub fn interrupted(&self) -> bool {
         self.end.as_ref().is_none_or(|e| e.interrupted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_classes_have_their_documented_names() {
+        use ErrorClass::*;
+        for class in [Connect, Timeout, Http4xx, Http429, Http5xx, StreamBroken, StreamError, Malformed, Cancelled] {
+            assert_eq!(serde_json::to_value(class).unwrap(), class.as_str());
+        }
     }
 }

@@ -1,0 +1,169 @@
+//! Streaming edge cases and error classes over a real socket: a hand-written HTTP server on
+//! loopback writes exactly the bytes a scenario calls for (split events, CRLF, comments, a
+//! usage-only chunk, broken streams), and the real binary is run against it.
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread::sleep;
+use std::time::Duration;
+
+/// Reads one HTTP request (headers and a Content-Length body).
+fn read_request(stream: &mut TcpStream) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buffer.len() >= end + 4 + length {
+                return;
+            }
+        }
+    }
+}
+
+/// Serves `scenarios` in order, one connection each, on a loopback port.
+fn serve(scenarios: Vec<fn(&mut TcpStream)>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for scenario in scenarios {
+            let Ok((mut stream, _)) = listener.accept() else { return };
+            // Each connection on its own thread, so a stalling scenario holds up no other.
+            std::thread::spawn(move || {
+                stream.set_nodelay(true).unwrap();
+                read_request(&mut stream);
+                scenario(&mut stream);
+                let _ = stream.flush();
+            });
+        }
+    });
+    port
+}
+
+fn send(stream: &mut TcpStream, bytes: &str) {
+    let _ = stream.write_all(bytes.as_bytes());
+    let _ = stream.flush();
+}
+
+/// A whole non-streamed response with this status line and body.
+fn respond(stream: &mut TcpStream, status: &str, body: &str) {
+    send(
+        stream,
+        &format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+    );
+}
+
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+
+fn plan(requests: u32, timeout: &str) -> String {
+    format!(
+        "plan \"wire\" {{ seed 1 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"{timeout}\" }}\nworkload {{ input 8; output 3 }}\nphase \"p\" {{ concurrency 1; requests {requests} }}\nsla {{ error-rate < \"100%\" }}\n"
+    )
+}
+
+#[test]
+fn split_events_crlf_comments_multi_token_chunks_and_usage_only_chunk() {
+    let port = serve(vec![|s| {
+        send(s, SSE_HEAD);
+        // A role-only first chunk (llama.cpp sends content null) and a keep-alive comment.
+        send(s, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":null}}]}\r\n\r\n: ping\r\n\r\n");
+        sleep(Duration::from_millis(40));
+        send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" the\"}}]}\r\n\r\n");
+        sleep(Duration::from_millis(20));
+        // One event split across two reads; it counts when its second half arrives.
+        send(s, "data: {\"choices\":[{\"delta\":{\"con");
+        sleep(Duration::from_millis(20));
+        send(s, "tent\":\" cat sat\"}}]}\r\n\r\n");
+        sleep(Duration::from_millis(10));
+        // Several events in one read: finish, usage-only (empty choices), [DONE].
+        send(
+            s,
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
+        );
+    }]);
+    let run = run_plan(&plan(1, "5s"), &["--target", &format!("http://127.0.0.1:{port}")]);
+    let records = run.records();
+    assert_eq!(records.len(), 1, "{}", run.stderr());
+    let r = &records[0];
+    assert!(r["error"].is_null(), "{r}");
+    let ttft = r["ttft_us"].as_u64().unwrap();
+    assert!((40_000..60_000).contains(&ttft), "ttft {ttft} µs: the role-only chunk must not count");
+    let chunks = r["chunks"].as_array().unwrap();
+    assert_eq!(chunks.len(), 2);
+    let second = chunks[1][0].as_u64().unwrap();
+    assert!(second - ttft >= 38_000, "the split event is timed by its completing read: {}", second - ttft);
+    // " cat sat" is two tokens: usage says 3 in all, the tokenizer attributes them per chunk.
+    assert_eq!(chunks[0][1], 1);
+    assert_eq!(chunks[1][1], 2);
+    assert_eq!(r["chunk_tokens"], "tokenizer");
+    assert_eq!(r["completion_tokens"], 3);
+    assert_eq!(r["prompt_tokens"], 9);
+    assert_eq!(r["token_source"], "usage");
+    assert_eq!(r["finish_reason"], "length");
+    let s = run.summary();
+    assert_eq!(s["overall"]["metrics"]["itl_ms"]["count"], 2, "a 2-token chunk gives 2 ITL samples");
+}
+
+#[test]
+fn every_failure_is_classified_and_recorded() {
+    let scenarios: Vec<fn(&mut TcpStream)> = vec![
+        |s| respond(s, "429 Too Many Requests", "{\"error\":{\"message\":\"slow down\",\"type\":\"x\"}}"),
+        |s| respond(s, "400 Bad Request", "{\"error\":{\"message\":\"exceed_context_size_error\",\"code\":400}}"),
+        |s| respond(s, "503 Service Unavailable", "busy"),
+        |s| {
+            send(s, SSE_HEAD);
+            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n");
+            // The connection drops mid-stream: no finish_reason, no [DONE].
+        },
+        |s| {
+            send(s, SSE_HEAD);
+            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {not json\n\n");
+        },
+        |s| {
+            send(s, SSE_HEAD);
+            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {\"error\":{\"message\":\"engine died\"}}\n\n");
+        },
+        |s| {
+            send(s, SSE_HEAD);
+            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n");
+            sleep(Duration::from_millis(900));
+        },
+        |s| {
+            send(s, SSE_HEAD);
+            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a b c\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n");
+        },
+    ];
+    let port = serve(scenarios);
+    let run = run_plan(&plan(8, "400ms"), &["--target", &format!("http://127.0.0.1:{port}/v1")]);
+    let mut records = run.records();
+    assert_eq!(run.code(), 0, "{}\n{records:#?}", run.stderr());
+    records.sort_by_key(|r| r["seq"].as_u64());
+    let classes: Vec<&str> = records.iter().map(|r| r["error"].as_str().unwrap_or("ok")).collect();
+    assert_eq!(
+        classes,
+        ["http_429", "http_4xx", "http_5xx", "stream_broken", "malformed", "stream_error", "timeout", "ok"]
+    );
+    assert_eq!(records[0]["http_status"], 429);
+    assert!(records[0]["error_detail"].as_str().unwrap().contains("slow down"));
+    assert!(records[1]["error_detail"].as_str().unwrap().contains("exceed_context_size_error"));
+    let s = run.summary();
+    assert_eq!(s["overall"]["requests"]["failed"], 7);
+    assert_eq!(s["overall"]["requests"]["ok"], 1);
+    assert!((s["overall"]["rates"]["error_rate"].as_f64().unwrap() - 7.0 / 8.0).abs() < 1e-9);
+    assert!((s["overall"]["rates"]["timeout_rate"].as_f64().unwrap() - 1.0 / 8.0).abs() < 1e-9);
+    // Failed requests never enter latency: only the one good request has a TTFT.
+    assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 1);
+}
