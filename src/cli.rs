@@ -28,7 +28,11 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_RUN: u8 = 3;
 
 #[derive(Parser, Debug)]
-#[command(name = "llmload", version, about = "Load-test LLM serving endpoints from KDL benchmark plans")]
+#[command(
+    name = "llmload",
+    version,
+    about = "Load-test LLM serving endpoints from KDL benchmark plans"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,9 +64,7 @@ enum Command {
         quiet: bool,
     },
     /// Check a plan and print every mistake in it.
-    Check {
-        plan: PathBuf,
-    },
+    Check { plan: PathBuf },
     /// Print the schedule a plan compiles to.
     Plan {
         plan: PathBuf,
@@ -210,16 +212,23 @@ fn show_plan(path: &Path, seed: Option<u64>, format: PlanFormat) -> u8 {
 }
 
 fn schedule_csv(schedule: &planner::Schedule) -> String {
-    let mut out = String::from("phase,seq,intended_offset_ms,input_tokens,output_tokens,prompt_seed\n");
+    let mut out =
+        String::from("phase,seq,intended_offset_ms,input_tokens,output_tokens,prompt_seed\n");
     for phase in &schedule.phases {
         for r in &phase.requests {
-            let offset = r.intended_offset_us.map(|us| format!("{:.3}", us as f64 / 1000.0)).unwrap_or_default();
+            let offset = r
+                .intended_offset_us
+                .map(|us| format!("{:.3}", us as f64 / 1000.0))
+                .unwrap_or_default();
             let name = if phase.name.contains([',', '"']) {
                 format!("\"{}\"", phase.name.replace('"', "\"\""))
             } else {
                 phase.name.clone()
             };
-            out.push_str(&format!("{name},{},{offset},{},{},{}\n", r.seq, r.input_tokens, r.output_tokens, r.prompt_seed));
+            out.push_str(&format!(
+                "{name},{},{offset},{},{},{}\n",
+                r.seq, r.input_tokens, r.output_tokens, r.prompt_seed
+            ));
         }
     }
     out
@@ -237,8 +246,14 @@ fn schedule_table(plan: &Plan, schedule: &planner::Schedule) -> String {
         } else {
             phase.requests.len().to_string()
         };
-        let rate = phase.planned_rate.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
-        let duration = phase.duration.map(plan::units::format_duration).unwrap_or_else(|| "-".into());
+        let rate = phase
+            .planned_rate
+            .map(|r| format!("{r:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let duration = phase
+            .duration
+            .map(plan::units::format_duration)
+            .unwrap_or_else(|| "-".into());
         let mut mix: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
         for r in &phase.requests {
             *mix.entry((r.input_tokens, r.output_tokens)).or_default() += 1;
@@ -247,12 +262,24 @@ fn schedule_table(plan: &Plan, schedule: &planner::Schedule) -> String {
             plan.workload
                 .buckets
                 .iter()
-                .map(|b| format!("{}→{}: weight {}", b.input_tokens, b.output_tokens.unwrap_or(plan.workload.output_tokens), b.weight))
+                .map(|b| {
+                    format!(
+                        "{}→{}: weight {}",
+                        b.input_tokens,
+                        b.output_tokens.unwrap_or(plan.workload.output_tokens),
+                        b.weight
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         } else {
             mix.iter()
-                .map(|((i, o), n)| format!("{i}→{o}: {:.0}%", *n as f64 * 100.0 / phase.requests.len() as f64))
+                .map(|((i, o), n)| {
+                    format!(
+                        "{i}→{o}: {:.0}%",
+                        *n as f64 * 100.0 / phase.requests.len() as f64
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -282,7 +309,9 @@ pub fn api_root(url: &str) -> String {
 
 /// The URL without `user:password@`, for reports and logs.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
     let rest = &url[scheme_end + 3..];
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
@@ -324,7 +353,9 @@ fn run(args: RunArgs) -> u8 {
     };
     if let Some(target) = &args.target {
         if !(target.starts_with("http://") || target.starts_with("https://")) {
-            return error(format!("--target {target} is not an http:// or https:// URL"));
+            return error(format!(
+                "--target {target} is not an http:// or https:// URL"
+            ));
         }
     }
     for template in &args.templates {
@@ -357,19 +388,28 @@ fn run(args: RunArgs) -> u8 {
                 value.set_sensitive(true);
                 Some(value)
             }
-            Err(_) => return error("the API key holds characters that cannot go in an HTTP header"),
+            Err(_) => {
+                return error("the API key holds characters that cannot go in an HTTP header")
+            }
         },
         None => None,
     };
     let started = chrono::Utc::now();
     let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("reports").join(format!("{}-{}", plan.name, started.format("%Y%m%dT%H%M%SZ")))
+        PathBuf::from("reports").join(format!(
+            "{}-{}",
+            plan.name,
+            started.format("%Y%m%dT%H%M%SZ")
+        ))
     });
     if let Err(e) = std::fs::create_dir_all(&out) {
         return error(format!("cannot create {}: {e}", out.display()));
     }
     if let Err(e) = std::fs::write(out.join("plan.kdl"), plan.source.text.as_bytes()) {
-        return error(format!("cannot write {}: {e}", out.join("plan.kdl").display()));
+        return error(format!(
+            "cannot write {}: {e}",
+            out.join("plan.kdl").display()
+        ));
     }
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -419,7 +459,10 @@ fn run(args: RunArgs) -> u8 {
             timeout: plan.target.timeout,
         };
         if !args.quiet {
-            eprintln!("llmload: running plan \"{}\" against {target_display}", plan.name);
+            eprintln!(
+                "llmload: running plan \"{}\" against {target_display}",
+                plan.name
+            );
         }
         executor::run(
             &schedule,
@@ -466,7 +509,9 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, templates: &[PathBuf]) -> u8 {
         return EXIT_RUN;
     }
     if !recorded.is_empty() && recorded.iter().all(|r| !r.ok()) {
-        let all_connect = recorded.iter().all(|r| r.error == Some(ErrorClass::Connect));
+        let all_connect = recorded
+            .iter()
+            .all(|r| r.error == Some(ErrorClass::Connect));
         if all_connect {
             eprintln!("error: the target is unreachable: no connection could be made (is the server running? check the URL or --target)");
         } else {
@@ -505,7 +550,11 @@ fn rerender(dir: &Path, templates: &[PathBuf]) -> u8 {
 fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u8 {
     let addr: SocketAddr = match format!("{host}:{port}").parse() {
         Ok(addr) => addr,
-        Err(_) => return error(format!("{host}:{port} is not an address to listen on (write an IP, e.g. 127.0.0.1)")),
+        Err(_) => {
+            return error(format!(
+                "{host}:{port} is not an address to listen on (write an IP, e.g. 127.0.0.1)"
+            ))
+        }
     };
     let spec = if tokenizer.ends_with(".json") {
         plan::TokenizerSpec::File(tokenizer.into())
@@ -525,7 +574,10 @@ fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u
             Ok(server) => server,
             Err(e) => return error(format!("cannot listen on {addr}: {e}")),
         };
-        println!("llmload sim: serving {} (Ctrl-C to stop)", server.base_url());
+        println!(
+            "llmload sim: serving {} (Ctrl-C to stop)",
+            server.base_url()
+        );
         let _ = tokio::signal::ctrl_c().await;
         server.shutdown();
         EXIT_PASS
@@ -541,7 +593,10 @@ mod tests {
         assert_eq!(api_root("http://h:8000"), "http://h:8000/v1");
         assert_eq!(api_root("http://h:8000/"), "http://h:8000/v1");
         assert_eq!(api_root("http://h:8000/v1/"), "http://h:8000/v1");
-        assert_eq!(api_root("https://api.example.com/openai/v1"), "https://api.example.com/openai/v1");
+        assert_eq!(
+            api_root("https://api.example.com/openai/v1"),
+            "https://api.example.com/openai/v1"
+        );
     }
 
     #[test]

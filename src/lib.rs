@@ -7,12 +7,12 @@
 //! tokens for the stages that need it; [`sim`] is the embedded OpenAI-compatible simulator.
 //! See docs/ARCHITECTURE.md for the codemap.
 
-pub mod plan;
-pub mod tokens;
-pub mod planner;
-pub mod sim;
+pub mod cli;
 pub mod executor;
 pub mod metrics;
-pub mod verdict;
+pub mod plan;
+pub mod planner;
 pub mod report;
-pub mod cli;
+pub mod sim;
+pub mod tokens;
+pub mod verdict;

@@ -6,7 +6,12 @@ use common::*;
 fn check(text: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = write_plan(dir.path(), text);
-    let out = llmload().arg("check").arg(&path).env("NO_COLOR", "1").output().unwrap();
+    let out = llmload()
+        .arg("check")
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -18,9 +23,18 @@ const GOOD: &str = "target \"sim\"\nworkload { input 64; output 8 }\nphase \"ste
 
 #[test]
 fn shipped_plans_are_valid() {
-    for plan in ["plans/chat-sla.kdl", "plans/quickstart.kdl", "plans/mixed-input.kdl"] {
+    for plan in [
+        "plans/chat-sla.kdl",
+        "plans/quickstart.kdl",
+        "plans/mixed-input.kdl",
+    ] {
         let out = llmload().arg("check").arg(plan).output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{plan}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{plan}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -29,26 +43,100 @@ fn shipped_plans_are_valid() {
 fn each_plan_error_has_its_diagnostic() {
     let cases: &[(&str, &str, &str, &str)] = &[
         // (extra plan text, message, location, help fragment)
-        ("frob 1\n", "unknown node `frob` at the top level", "plan.kdl:4:1", "allowed here: plan, target"),
-        ("phase \"p\" { rate 2; duration \"1s\"; colour \"red\" }\n", "unknown node `colour` in `phase`", "plan.kdl:4:36", "concurrency, rate, at-once"),
-        ("phase \"p\" { rate 2 speed=3; duration \"1s\" }\n", "unknown property `speed` on `rate`", "plan.kdl:4:20", "from, to"),
-        ("phase \"p\" { concurrency \"four\"; duration \"1s\" }\n", "expected a whole number, found a string", "plan.kdl:4:25", "concurrency 8"),
-        ("phase \"p\" { requests; rate 1 }\n", "`requests` needs a value", "plan.kdl:4:13", "requests 500"),
-        ("phase \"p\" { rate 0; duration \"1s\" }\n", "0 is out of range: it must be greater than zero", "plan.kdl:4:18", "rate 16"),
-        ("phase \"p\" { rate -4; duration \"1s\" }\n", "-4 is out of range: it must be greater than zero", "plan.kdl:4:18", "rate 16"),
-        ("phase \"p\" { rate 1; concurrency 2; duration \"1s\" }\n", "phase \"p\" has more than one load model", "plan.kdl:4:21", "exactly one load model"),
-        ("phase \"p\" { duration \"1s\" }\n", "phase \"p\" has no load model", "plan.kdl:4:1", "exactly one load model"),
-        ("sla { latency p99 < \"1s\" }\n", "unknown metric `latency`", "plan.kdl:4:7", "metrics: ttft, itl"),
-        ("sla { ttft p42x < \"1s\" }\n", "unknown statistic", "plan.kdl:4:12", "p99.9"),
-        ("sla { ttft p99 < \"1s\" phase=\"stedy\" }\n", "no phase is named \"stedy\"", "plan.kdl:4:23", "phases in this plan: \"steady\""),
-        ("phase \"p\" { rate 1; duration 30 }\n", "a bare number has no unit", "plan.kdl:4:30", "\"30s\""),
+        (
+            "frob 1\n",
+            "unknown node `frob` at the top level",
+            "plan.kdl:4:1",
+            "allowed here: plan, target",
+        ),
+        (
+            "phase \"p\" { rate 2; duration \"1s\"; colour \"red\" }\n",
+            "unknown node `colour` in `phase`",
+            "plan.kdl:4:36",
+            "concurrency, rate, at-once",
+        ),
+        (
+            "phase \"p\" { rate 2 speed=3; duration \"1s\" }\n",
+            "unknown property `speed` on `rate`",
+            "plan.kdl:4:20",
+            "from, to",
+        ),
+        (
+            "phase \"p\" { concurrency \"four\"; duration \"1s\" }\n",
+            "expected a whole number, found a string",
+            "plan.kdl:4:25",
+            "concurrency 8",
+        ),
+        (
+            "phase \"p\" { requests; rate 1 }\n",
+            "`requests` needs a value",
+            "plan.kdl:4:13",
+            "requests 500",
+        ),
+        (
+            "phase \"p\" { rate 0; duration \"1s\" }\n",
+            "0 is out of range: it must be greater than zero",
+            "plan.kdl:4:18",
+            "rate 16",
+        ),
+        (
+            "phase \"p\" { rate -4; duration \"1s\" }\n",
+            "-4 is out of range: it must be greater than zero",
+            "plan.kdl:4:18",
+            "rate 16",
+        ),
+        (
+            "phase \"p\" { rate 1; concurrency 2; duration \"1s\" }\n",
+            "phase \"p\" has more than one load model",
+            "plan.kdl:4:21",
+            "exactly one load model",
+        ),
+        (
+            "phase \"p\" { duration \"1s\" }\n",
+            "phase \"p\" has no load model",
+            "plan.kdl:4:1",
+            "exactly one load model",
+        ),
+        (
+            "sla { latency p99 < \"1s\" }\n",
+            "unknown metric `latency`",
+            "plan.kdl:4:7",
+            "metrics: ttft, itl",
+        ),
+        (
+            "sla { ttft p42x < \"1s\" }\n",
+            "unknown statistic",
+            "plan.kdl:4:12",
+            "p99.9",
+        ),
+        (
+            "sla { ttft p99 < \"1s\" phase=\"stedy\" }\n",
+            "no phase is named \"stedy\"",
+            "plan.kdl:4:23",
+            "phases in this plan: \"steady\"",
+        ),
+        (
+            "phase \"p\" { rate 1; duration 30 }\n",
+            "a bare number has no unit",
+            "plan.kdl:4:30",
+            "\"30s\"",
+        ),
     ];
     for (extra, message, location, help) in cases {
         let (code, _, stderr) = check(&format!("{GOOD}{extra}"));
         assert_eq!(code, 2, "{extra}");
-        assert!(stderr.contains(message), "{extra}: no `{message}` in\n{stderr}");
-        assert!(stderr.contains(location), "{extra}: no `{location}` in\n{stderr}");
-        assert!(stderr.contains(help), "{extra}: no help `{help}` in\n{stderr}");
+        assert!(
+            stderr.contains(message),
+            "{extra}: no `{message}` in\n{stderr}"
+        );
+        assert!(
+            stderr.contains(location),
+            "{extra}: no `{location}` in\n{stderr}"
+        );
+        assert!(
+            stderr.contains(help),
+            "{extra}: no help `{help}` in\n{stderr}"
+        );
         assert!(stderr.contains("help:"), "{extra}");
     }
 }
@@ -74,7 +162,10 @@ fn a_valid_plan_checks_clean() {
 
 #[test]
 fn missing_file_and_bad_usage_exit_2() {
-    let out = llmload().args(["check", "/nonexistent/plan.kdl"]).output().unwrap();
+    let out = llmload()
+        .args(["check", "/nonexistent/plan.kdl"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = llmload().args(["run"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -83,7 +174,17 @@ fn missing_file_and_bad_usage_exit_2() {
 #[test]
 fn schedules_are_byte_identical_for_a_plan_and_seed() {
     let dump = |seed: &str, format: &str| {
-        let out = llmload().args(["plan", "plans/chat-sla.kdl", "--seed", seed, "--format", format]).output().unwrap();
+        let out = llmload()
+            .args([
+                "plan",
+                "plans/chat-sla.kdl",
+                "--seed",
+                seed,
+                "--format",
+                format,
+            ])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0));
         out.stdout
     };
@@ -91,10 +192,17 @@ fn schedules_are_byte_identical_for_a_plan_and_seed() {
     assert_eq!(dump("42", "csv"), dump("42", "csv"));
     assert_ne!(dump("42", "csv"), dump("43", "csv"));
     let table = String::from_utf8(
-        llmload().args(["plan", "plans/chat-sla.kdl"]).output().unwrap().stdout,
+        llmload()
+            .args(["plan", "plans/chat-sla.kdl"])
+            .output()
+            .unwrap()
+            .stdout,
     )
     .unwrap();
-    assert!(table.contains("steady") && table.contains("open-ended") && table.contains("16.00"), "{table}");
+    assert!(
+        table.contains("steady") && table.contains("open-ended") && table.contains("16.00"),
+        "{table}"
+    );
 }
 
 /// Poisson arrivals through the CLI: the mean rate and exponential inter-arrival times.
@@ -105,9 +213,18 @@ fn poisson_schedule_has_the_rate_and_exponential_gaps() {
         dir.path(),
         "plan \"p\" { seed 9 }\ntarget \"sim\"\nworkload { input 8; output 4 }\nphase \"s\" { rate 40; duration \"200s\" }\n",
     );
-    let out = llmload().arg("plan").arg(&path).args(["--format", "csv"]).output().unwrap();
+    let out = llmload()
+        .arg("plan")
+        .arg(&path)
+        .args(["--format", "csv"])
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    let times: Vec<f64> = text.lines().skip(1).map(|l| l.split(',').nth(2).unwrap().parse::<f64>().unwrap() / 1000.0).collect();
+    let times: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(2).unwrap().parse::<f64>().unwrap() / 1000.0)
+        .collect();
     let rate = times.len() as f64 / 200.0;
     assert!((rate - 40.0).abs() < 1.5, "rate {rate}");
     let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
@@ -116,6 +233,9 @@ fn poisson_schedule_has_the_rate_and_exponential_gaps() {
     assert!((sd / mean - 1.0).abs() < 0.05, "cv {}", sd / mean);
     for k in [0.5, 1.0, 2.0, 3.0] {
         let share = gaps.iter().filter(|&&g| g > k * mean).count() as f64 / gaps.len() as f64;
-        assert!((share - (-k as f64).exp()).abs() < 0.015, "P(gap > {k} mean) = {share}");
+        assert!(
+            (share - (-k).exp()).abs() < 0.015,
+            "P(gap > {k} mean) = {share}"
+        );
     }
 }

@@ -43,26 +43,44 @@ fn multi_token_chunks_spread_their_gap() {
             "phase \"c\" { concurrency 2; requests 6 }",
             "itl p50 < \"1s\"",
         )
-        .replace("timeout \"10s\"", &format!("timeout \"10s\"; continuous-usage {continuous}"));
+        .replace(
+            "timeout \"10s\"",
+            &format!("timeout \"10s\"; continuous-usage {continuous}"),
+        );
         let run = run_plan(&plan, &[]);
         assert_eq!(run.code(), 0, "{}", run.stderr());
         let s = run.summary();
         // Five chunks of 4 tokens: 4 gaps × 4 tokens = 16 samples per request.
-        assert_eq!(s["overall"]["metrics"]["itl_ms"]["count"], 6 * 16, "continuous {continuous}");
+        assert_eq!(
+            s["overall"]["metrics"]["itl_ms"]["count"],
+            6 * 16,
+            "continuous {continuous}"
+        );
         let itl = stat(&s, "overall", "itl_ms", "p50");
         assert!((itl - 5.0).abs() <= 1.0, "itl p50 {itl}");
         let records = run.records();
         let source = &records[0]["chunk_tokens"];
-        let expected = if continuous == "#true" { "usage" } else { "tokenizer" };
+        let expected = if continuous == "#true" {
+            "usage"
+        } else {
+            "tokenizer"
+        };
         assert_eq!(source, expected);
-        assert!(records.iter().all(|r| r["chunks"].as_array().unwrap().iter().all(|c| c[1] == 4)));
+        assert!(records
+            .iter()
+            .all(|r| r["chunks"].as_array().unwrap().iter().all(|c| c[1] == 4)));
     }
 }
 
 #[test]
 fn exit_code_1_when_an_assertion_fails() {
     let run = run_plan(
-        &sim_plan("ttft \"20ms\"; itl \"2ms\"", "input 16; output 4", "phase \"c\" { concurrency 1; requests 3 }", "ttft p99 < \"1ms\"\nerror-rate < \"1%\""),
+        &sim_plan(
+            "ttft \"20ms\"; itl \"2ms\"",
+            "input 16; output 4",
+            "phase \"c\" { concurrency 1; requests 3 }",
+            "ttft p99 < \"1ms\"\nerror-rate < \"1%\"",
+        ),
         &[],
     );
     assert_eq!(run.code(), 1, "{}", run.stderr());
@@ -72,14 +90,22 @@ fn exit_code_1_when_an_assertion_fails() {
     assert_eq!(s["verdicts"][1]["passed"], true);
     assert!(run.stdout().contains("FAIL: 1 of 2 assertions failed"));
     let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
-    assert!(report.starts_with("# llmload: t\n\n**Verdict: FAIL**"), "{report}");
+    assert!(
+        report.starts_with("# llmload: t\n\n**Verdict: FAIL**"),
+        "{report}"
+    );
 }
 
 #[test]
 fn exit_code_3_when_the_target_is_unreachable() {
     // Port 1 on loopback: nothing listens there, the connection is refused at once.
     let run = run_plan(
-        &sim_plan("", "input 16; output 4", "phase \"c\" { concurrency 1; requests 2 }", "error-rate < \"1%\""),
+        &sim_plan(
+            "",
+            "input 16; output 4",
+            "phase \"c\" { concurrency 1; requests 2 }",
+            "error-rate < \"1%\"",
+        ),
         &["--target", "http://127.0.0.1:1"],
     );
     assert_eq!(run.code(), 3, "{}", run.stderr());
@@ -111,7 +137,12 @@ fn each_load_model_has_its_shape() {
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let records = run.records();
-    let phase = |i: u64| records.iter().filter(move |r| r["phase"] == i).collect::<Vec<&Value>>();
+    let phase = |i: u64| {
+        records
+            .iter()
+            .filter(move |r| r["phase"] == i)
+            .collect::<Vec<&Value>>()
+    };
     let span = |r: &Value| {
         let start = r["actual_send_us"].as_u64().unwrap();
         (start, start + r["e2e_us"].as_u64().unwrap())
@@ -125,7 +156,10 @@ fn each_load_model_has_its_shape() {
         assert!(in_flight <= 3, "{in_flight} in flight");
     }
     let mid = closed[4].0 + 15_000;
-    assert_eq!(closed.iter().filter(|(s, e)| *s <= mid && mid < *e).count(), 3);
+    assert_eq!(
+        closed.iter().filter(|(s, e)| *s <= mid && mid < *e).count(),
+        3
+    );
     // Burst: all 12 released within a few milliseconds of each other.
     let burst: Vec<u64> = phase(1).iter().map(|r| span(r).0).collect();
     assert_eq!(burst.len(), 12);
@@ -133,9 +167,14 @@ fn each_load_model_has_its_shape() {
     // Open loop, constant 40/s for 0.5 s: 20 requests, 25 ms apart, each sent on time.
     let open = phase(2);
     assert_eq!(open.len(), 20);
-    let mut intended: Vec<u64> = open.iter().map(|r| r["intended_send_us"].as_u64().unwrap()).collect();
+    let mut intended: Vec<u64> = open
+        .iter()
+        .map(|r| r["intended_send_us"].as_u64().unwrap())
+        .collect();
     intended.sort();
-    assert!(intended.windows(2).all(|w| (w[1] - w[0]).abs_diff(25_000) <= 1));
+    assert!(intended
+        .windows(2)
+        .all(|w| (w[1] - w[0]).abs_diff(25_000) <= 1));
     for r in &open {
         let lag = r["actual_send_us"].as_u64().unwrap() - r["intended_send_us"].as_u64().unwrap();
         assert!(lag < 10_000, "lag {lag} µs");
@@ -145,8 +184,16 @@ fn each_load_model_has_its_shape() {
 #[test]
 fn the_api_key_reaches_no_output() {
     let secret = "sk-llmload-test-7f3a9c1e5b2d";
-    let plan = sim_plan("ttft \"5ms\"; itl \"1ms\"", "input 16; output 4", "phase \"c\" { concurrency 1; requests 3 }", "e2e p99 < \"1ms\"")
-        .replace("timeout \"10s\"", "timeout \"10s\"; api-key env=\"LLMLOAD_TEST_KEY\"");
+    let plan = sim_plan(
+        "ttft \"5ms\"; itl \"1ms\"",
+        "input 16; output 4",
+        "phase \"c\" { concurrency 1; requests 3 }",
+        "e2e p99 < \"1ms\"",
+    )
+    .replace(
+        "timeout \"10s\"",
+        "timeout \"10s\"; api-key env=\"LLMLOAD_TEST_KEY\"",
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = write_plan(dir.path(), &plan);
     let out = dir.path().join("out");
@@ -161,18 +208,30 @@ fn the_api_key_reaches_no_output() {
     assert_eq!(output.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&output.stdout).contains(secret));
     assert!(!String::from_utf8_lossy(&output.stderr).contains(secret));
-    let files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert!(files.len() >= 6);
     for file in files {
         let bytes = std::fs::read(&file).unwrap();
-        assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{} holds the key", file.display());
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(secret),
+            "{} holds the key",
+            file.display()
+        );
     }
 }
 
 #[test]
 fn report_rerenders_the_same_summary_from_records() {
     let run = run_plan(
-        &sim_plan("ttft \"10ms\"; itl \"2ms\"", "input 16; output 6", "phase \"c\" { concurrency 2; requests 8 }", "ttft p99 < \"1s\""),
+        &sim_plan(
+            "ttft \"10ms\"; itl \"2ms\"",
+            "input 16; output 6",
+            "phase \"c\" { concurrency 2; requests 8 }",
+            "ttft p99 < \"1s\"",
+        ),
         &[],
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -181,25 +240,54 @@ fn report_rerenders_the_same_summary_from_records() {
     std::fs::remove_file(run.out().join("summary.json")).unwrap();
     let template = run.dir.path().join("pr-comment.md.j2");
     std::fs::write(&template, "{{ context.plan }}: {{ 'PASS' if passed else 'FAIL' }} ttft p50 {{ overall.metrics.ttft_ms.p50|num(1) }}ms\n").unwrap();
-    let output = llmload().arg("report").arg(run.out()).arg("--template").arg(&template).output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
-    assert_eq!(std::fs::read(run.out().join("summary.json")).unwrap(), before);
-    assert_eq!(std::fs::read(run.out().join("report.md")).unwrap(), md_before);
+    let output = llmload()
+        .arg("report")
+        .arg(run.out())
+        .arg("--template")
+        .arg(&template)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read(run.out().join("summary.json")).unwrap(),
+        before
+    );
+    assert_eq!(
+        std::fs::read(run.out().join("report.md")).unwrap(),
+        md_before
+    );
     let custom = std::fs::read_to_string(run.out().join("pr-comment.md")).unwrap();
     assert!(custom.starts_with("t: PASS ttft p50 1"), "{custom}");
 }
 
 #[test]
 fn non_streaming_and_completions() {
-    let plan = sim_plan("ttft \"10ms\"; itl \"1ms\"", "input 16; output 8", "phase \"c\" { concurrency 2; requests 4 }", "e2e p99 < \"5s\"")
-        .replace("timeout \"10s\"", "timeout \"10s\"; stream #false; api \"completions\"");
+    let plan = sim_plan(
+        "ttft \"10ms\"; itl \"1ms\"",
+        "input 16; output 8",
+        "phase \"c\" { concurrency 2; requests 4 }",
+        "e2e p99 < \"5s\"",
+    )
+    .replace(
+        "timeout \"10s\"",
+        "timeout \"10s\"; stream #false; api \"completions\"",
+    );
     let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let s = run.summary();
     assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 0);
     assert_eq!(s["overall"]["metrics"]["e2e_ms"]["count"], 4);
     assert!(stat(&s, "overall", "e2e_ms", "min") >= 17.0);
-    assert!(s["warnings"].as_array().unwrap().iter().any(|w| w["code"] == "not-streaming"));
+    assert!(s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "not-streaming"));
     assert_eq!(run.records()[0]["completion_tokens"], 8);
 }
 
@@ -209,7 +297,12 @@ fn ctrl_c_leaves_a_report_marked_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_plan(
         dir.path(),
-        &sim_plan("ttft \"20ms\"; itl \"5ms\"", "input 16; output 10", "phase \"long\" { rate 20; duration \"60s\" }", "error-rate < \"1%\""),
+        &sim_plan(
+            "ttft \"20ms\"; itl \"5ms\"",
+            "input 16; output 10",
+            "phase \"long\" { rate 20; duration \"60s\" }",
+            "error-rate < \"1%\"",
+        ),
     );
     let out = dir.path().join("out");
     let child = llmload()
@@ -223,13 +316,22 @@ fn ctrl_c_leaves_a_report_marked_interrupted() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let started = std::time::Instant::now();
     let output = child.wait_with_output().unwrap();
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
-    assert_eq!(output.status.code(), Some(3), "{}", String::from_utf8_lossy(&output.stderr));
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["interrupted"], true);
     assert_eq!(summary["passed"], false);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -248,7 +350,9 @@ fn summary_json_follows_its_schema() {
         &[],
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string("schemas/summary.schema.json").unwrap()).unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string("schemas/summary.schema.json").unwrap())
+            .unwrap();
     let mut errors = Vec::new();
     validate(&schema, &schema, &run.summary(), "$", &mut errors);
     assert!(errors.is_empty(), "{errors:#?}");
@@ -299,7 +403,12 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
             errors.push(format!("{at}: {value} is not {constant}"));
         }
     }
-    for key in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for key in schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
         if value.get(key).is_none() {
             errors.push(format!("{at}: missing {key}"));
         }

@@ -40,7 +40,9 @@ fn serve(scenarios: Vec<fn(&mut TcpStream)>) -> u16 {
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for scenario in scenarios {
-            let Ok((mut stream, _)) = listener.accept() else { return };
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
             // Each connection on its own thread, so a stalling scenario holds up no other.
             std::thread::spawn(move || {
                 stream.set_nodelay(true).unwrap();
@@ -66,7 +68,8 @@ fn respond(stream: &mut TcpStream, status: &str, body: &str) {
     );
 }
 
-const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+const SSE_HEAD: &str =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 
 fn plan(requests: u32, timeout: &str) -> String {
     format!(
@@ -81,7 +84,10 @@ fn split_events_crlf_comments_multi_token_chunks_and_usage_only_chunk() {
         // A role-only first chunk (llama.cpp sends content null) and a keep-alive comment.
         send(s, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":null}}]}\r\n\r\n: ping\r\n\r\n");
         sleep(Duration::from_millis(40));
-        send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" the\"}}]}\r\n\r\n");
+        send(
+            s,
+            "data: {\"choices\":[{\"delta\":{\"content\":\" the\"}}]}\r\n\r\n",
+        );
         sleep(Duration::from_millis(20));
         // One event split across two reads; it counts when its second half arrives.
         send(s, "data: {\"choices\":[{\"delta\":{\"con");
@@ -94,17 +100,27 @@ fn split_events_crlf_comments_multi_token_chunks_and_usage_only_chunk() {
             "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
         );
     }]);
-    let run = run_plan(&plan(1, "5s"), &["--target", &format!("http://127.0.0.1:{port}")]);
+    let run = run_plan(
+        &plan(1, "5s"),
+        &["--target", &format!("http://127.0.0.1:{port}")],
+    );
     let records = run.records();
     assert_eq!(records.len(), 1, "{}", run.stderr());
     let r = &records[0];
     assert!(r["error"].is_null(), "{r}");
     let ttft = r["ttft_us"].as_u64().unwrap();
-    assert!((40_000..60_000).contains(&ttft), "ttft {ttft} µs: the role-only chunk must not count");
+    assert!(
+        (40_000..60_000).contains(&ttft),
+        "ttft {ttft} µs: the role-only chunk must not count"
+    );
     let chunks = r["chunks"].as_array().unwrap();
     assert_eq!(chunks.len(), 2);
     let second = chunks[1][0].as_u64().unwrap();
-    assert!(second - ttft >= 38_000, "the split event is timed by its completing read: {}", second - ttft);
+    assert!(
+        second - ttft >= 38_000,
+        "the split event is timed by its completing read: {}",
+        second - ttft
+    );
     // " cat sat" is two tokens: usage says 3 in all, the tokenizer attributes them per chunk.
     assert_eq!(chunks[0][1], 1);
     assert_eq!(chunks[1][1], 2);
@@ -114,23 +130,44 @@ fn split_events_crlf_comments_multi_token_chunks_and_usage_only_chunk() {
     assert_eq!(r["token_source"], "usage");
     assert_eq!(r["finish_reason"], "length");
     let s = run.summary();
-    assert_eq!(s["overall"]["metrics"]["itl_ms"]["count"], 2, "a 2-token chunk gives 2 ITL samples");
+    assert_eq!(
+        s["overall"]["metrics"]["itl_ms"]["count"], 2,
+        "a 2-token chunk gives 2 ITL samples"
+    );
 }
 
 #[test]
 fn every_failure_is_classified_and_recorded() {
     let scenarios: Vec<fn(&mut TcpStream)> = vec![
-        |s| respond(s, "429 Too Many Requests", "{\"error\":{\"message\":\"slow down\",\"type\":\"x\"}}"),
-        |s| respond(s, "400 Bad Request", "{\"error\":{\"message\":\"exceed_context_size_error\",\"code\":400}}"),
+        |s| {
+            respond(
+                s,
+                "429 Too Many Requests",
+                "{\"error\":{\"message\":\"slow down\",\"type\":\"x\"}}",
+            )
+        },
+        |s| {
+            respond(
+                s,
+                "400 Bad Request",
+                "{\"error\":{\"message\":\"exceed_context_size_error\",\"code\":400}}",
+            )
+        },
         |s| respond(s, "503 Service Unavailable", "busy"),
         |s| {
             send(s, SSE_HEAD);
-            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n");
+            send(
+                s,
+                "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n",
+            );
             // The connection drops mid-stream: no finish_reason, no [DONE].
         },
         |s| {
             send(s, SSE_HEAD);
-            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {not json\n\n");
+            send(
+                s,
+                "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {not json\n\n",
+            );
         },
         |s| {
             send(s, SSE_HEAD);
@@ -138,7 +175,10 @@ fn every_failure_is_classified_and_recorded() {
         },
         |s| {
             send(s, SSE_HEAD);
-            send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n");
+            send(
+                s,
+                "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n",
+            );
             sleep(Duration::from_millis(900));
         },
         |s| {
@@ -147,18 +187,39 @@ fn every_failure_is_classified_and_recorded() {
         },
     ];
     let port = serve(scenarios);
-    let run = run_plan(&plan(8, "400ms"), &["--target", &format!("http://127.0.0.1:{port}/v1")]);
+    let run = run_plan(
+        &plan(8, "400ms"),
+        &["--target", &format!("http://127.0.0.1:{port}/v1")],
+    );
     let mut records = run.records();
     assert_eq!(run.code(), 0, "{}\n{records:#?}", run.stderr());
     records.sort_by_key(|r| r["seq"].as_u64());
-    let classes: Vec<&str> = records.iter().map(|r| r["error"].as_str().unwrap_or("ok")).collect();
+    let classes: Vec<&str> = records
+        .iter()
+        .map(|r| r["error"].as_str().unwrap_or("ok"))
+        .collect();
     assert_eq!(
         classes,
-        ["http_429", "http_4xx", "http_5xx", "stream_broken", "malformed", "stream_error", "timeout", "ok"]
+        [
+            "http_429",
+            "http_4xx",
+            "http_5xx",
+            "stream_broken",
+            "malformed",
+            "stream_error",
+            "timeout",
+            "ok"
+        ]
     );
     assert_eq!(records[0]["http_status"], 429);
-    assert!(records[0]["error_detail"].as_str().unwrap().contains("slow down"));
-    assert!(records[1]["error_detail"].as_str().unwrap().contains("exceed_context_size_error"));
+    assert!(records[0]["error_detail"]
+        .as_str()
+        .unwrap()
+        .contains("slow down"));
+    assert!(records[1]["error_detail"]
+        .as_str()
+        .unwrap()
+        .contains("exceed_context_size_error"));
     let s = run.summary();
     assert_eq!(s["overall"]["requests"]["failed"], 7);
     assert_eq!(s["overall"]["requests"]["ok"], 1);

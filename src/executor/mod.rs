@@ -32,8 +32,8 @@ use crate::tokens::Tokenizer;
 use progress::Progress;
 use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLog};
 use recorder::{Finished, Message, Recorder};
-pub use request::RequestTemplate;
 use request::Exchange;
+pub use request::RequestTemplate;
 
 /// How many prompt bodies are built ahead of the pacer.
 const BODIES_AHEAD: usize = 512;
@@ -92,7 +92,7 @@ impl Context {
     }
 
     fn log(&self, line: LogLine) {
-        let _ = self.records.send(Message::Line(line));
+        let _ = self.records.send(Message::Line(Box::new(line)));
     }
 }
 
@@ -119,7 +119,11 @@ pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, Strin
             .map(|p| (p.name.clone(), p.duration))
             .collect::<Vec<_>>(),
     ));
-    let recorder = Recorder::start(&config.records_path, config.tokenizer.clone(), progress.clone())?;
+    let recorder = Recorder::start(
+        &config.records_path,
+        config.tokenizer.clone(),
+        progress.clone(),
+    )?;
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let context = Arc::new(Context {
@@ -153,7 +157,11 @@ pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, Strin
         let progress = progress.clone();
         tokio::spawn(async move {
             let tty = std::io::stderr().is_terminal();
-            let every = if tty { Duration::from_secs(1) } else { Duration::from_secs(10) };
+            let every = if tty {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(10)
+            };
             let mut interval = tokio::time::interval_at(Instant::now() + every, every);
             loop {
                 interval.tick().await;
@@ -229,7 +237,10 @@ fn spawn_body_builder(
     context: &Arc<Context>,
     schedule: &Schedule,
     phase: &PhaseSchedule,
-) -> (mpsc::Receiver<(ScheduledRequest, Bytes)>, tokio::sync::oneshot::Receiver<()>) {
+) -> (
+    mpsc::Receiver<(ScheduledRequest, Bytes)>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
     let (tx, rx) = mpsc::channel(BODIES_AHEAD);
     let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
     let tokenizer = context.tokenizer.clone();
@@ -270,7 +281,12 @@ fn spawn_body_builder(
     (rx, primed_rx)
 }
 
-async fn run_phase(context: &Arc<Context>, schedule: &Schedule, phase: &PhaseSchedule, mut cancel: watch::Receiver<bool>) {
+async fn run_phase(
+    context: &Arc<Context>,
+    schedule: &Schedule,
+    phase: &PhaseSchedule,
+    mut cancel: watch::Receiver<bool>,
+) {
     let (mut bodies, primed) = spawn_body_builder(context, schedule, phase);
     let _ = primed.await;
     let phase_start = Instant::now();
@@ -294,7 +310,8 @@ async fn run_phase(context: &Arc<Context>, schedule: &Schedule, phase: &PhaseSch
             let burst = Arc::new(InFlight::default());
             let index = phase.index;
             while let Some((request, body)) = bodies.recv().await {
-                let intended = phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
+                let intended =
+                    phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
                 tokio::select! {
                     _ = tokio::time::sleep_until(intended) => {}
                     _ = cancelled(&mut cancel) => break,
@@ -389,7 +406,13 @@ async fn execute(
     let end = {
         let work = tokio::time::timeout(
             timeout,
-            request::exchange(&context.client, &context.template, body, sent_at, &mut exchange),
+            request::exchange(
+                &context.client,
+                &context.template,
+                body,
+                sent_at,
+                &mut exchange,
+            ),
         );
         tokio::select! {
             result = work => if result.is_ok() { End::Complete } else { End::TimedOut },
@@ -402,19 +425,27 @@ async fn execute(
             exchange.end_us = sent_at.elapsed().as_micros() as u64;
             exchange.fail(
                 ErrorClass::Timeout,
-                format!("no complete response within the {}s timeout", timeout.as_secs_f64()),
+                format!(
+                    "no complete response within the {}s timeout",
+                    timeout.as_secs_f64()
+                ),
             );
         }
         End::Aborted => {
             exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            exchange.fail(ErrorClass::Cancelled, "still in flight when the run was interrupted");
+            exchange.fail(
+                ErrorClass::Cancelled,
+                "still in flight when the run was interrupted",
+            );
         }
     }
     let actual_send_us = context.micros(sent_at);
     let finished = Finished {
         phase,
         request,
-        intended_send_us: intended.map(|i| context.micros(i)).unwrap_or(actual_send_us),
+        intended_send_us: intended
+            .map(|i| context.micros(i))
+            .unwrap_or(actual_send_us),
         actual_send_us,
         exchange,
     };

@@ -64,11 +64,16 @@ impl Progress {
     }
 
     pub fn sent(&self, index: usize) -> u64 {
-        self.phases.get(index).map(|p| p.sent.load(Ordering::Relaxed)).unwrap_or(0)
+        self.phases
+            .get(index)
+            .map(|p| p.sent.load(Ordering::Relaxed))
+            .unwrap_or(0)
     }
 
     pub fn on_record(&self, record: &RequestRecord) {
-        let Some(phase) = self.phases.get(record.phase) else { return };
+        let Some(phase) = self.phases.get(record.phase) else {
+            return;
+        };
         phase.done.fetch_add(1, Ordering::Relaxed);
         if !record.ok() {
             phase.errors.fetch_add(1, Ordering::Relaxed);
@@ -86,7 +91,9 @@ impl Progress {
     /// One line describing the current phase.
     pub fn line(&self) -> String {
         let index = self.current.load(Ordering::Relaxed);
-        let Some(phase) = self.phases.get(index) else { return String::new() };
+        let Some(phase) = self.phases.get(index) else {
+            return String::new();
+        };
         let elapsed = phase
             .started
             .lock()
@@ -95,21 +102,37 @@ impl Progress {
             .map(|s| s.elapsed())
             .unwrap_or_default();
         let clock = match phase.planned {
-            Some(planned) => format!("{:.0}s/{:.0}s", elapsed.as_secs_f64(), planned.as_secs_f64()),
+            Some(planned) => format!(
+                "{:.0}s/{:.0}s",
+                elapsed.as_secs_f64(),
+                planned.as_secs_f64()
+            ),
             None => format!("{:.0}s", elapsed.as_secs_f64()),
         };
         let ttft = phase
             .ttft_us
             .lock()
             .ok()
-            .and_then(|h| h.as_ref().filter(|h| !h.is_empty()).map(|h| h.value_at_quantile(0.5)))
+            .and_then(|h| {
+                h.as_ref()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| h.value_at_quantile(0.5))
+            })
             .map(|us| format!("{:.0}ms", us as f64 / 1000.0))
             .unwrap_or_else(|| "-".into());
-        let total_tokens: u64 = self.phases.iter().map(|p| p.output_tokens.load(Ordering::Relaxed)).sum();
+        let total_tokens: u64 = self
+            .phases
+            .iter()
+            .map(|p| p.output_tokens.load(Ordering::Relaxed))
+            .sum();
         let rate = match self.last.lock() {
             Ok(mut last) => {
                 let seconds = last.1.elapsed().as_secs_f64();
-                let rate = if seconds > 0.0 { (total_tokens - last.0.min(total_tokens)) as f64 / seconds } else { 0.0 };
+                let rate = if seconds > 0.0 {
+                    (total_tokens - last.0.min(total_tokens)) as f64 / seconds
+                } else {
+                    0.0
+                };
                 *last = (total_tokens, Instant::now());
                 rate
             }

@@ -187,7 +187,8 @@ impl RunLog {
     /// Reads `records.jsonl`. A torn last line (the process was killed mid-write) is skipped;
     /// any other bad line is an error naming its line number.
     pub fn read(path: &Path) -> Result<RunLog, String> {
-        let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let file = std::fs::File::open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let mut log = RunLog::default();
         let lines: Vec<String> = std::io::BufReader::new(file)
             .lines()
@@ -207,7 +208,10 @@ impl RunLog {
             }
         }
         if log.header.is_none() {
-            return Err(format!("{} has no run header: is it an llmload records file?", path.display()));
+            return Err(format!(
+                "{} has no run header: is it an llmload records file?",
+                path.display()
+            ));
         }
         Ok(log)
     }
@@ -224,7 +228,17 @@ mod tests {
     #[test]
     fn error_classes_have_their_documented_names() {
         use ErrorClass::*;
-        for class in [Connect, Timeout, Http4xx, Http429, Http5xx, StreamBroken, StreamError, Malformed, Cancelled] {
+        for class in [
+            Connect,
+            Timeout,
+            Http4xx,
+            Http429,
+            Http5xx,
+            StreamBroken,
+            StreamError,
+            Malformed,
+            Cancelled,
+        ] {
             assert_eq!(serde_json::to_value(class).unwrap(), class.as_str());
         }
     }

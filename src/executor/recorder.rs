@@ -26,7 +26,7 @@ pub struct Finished {
 }
 
 pub enum Message {
-    Line(LogLine),
+    Line(Box<LogLine>),
     Finished(Box<Finished>),
 }
 
@@ -36,8 +36,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn start(path: &Path, tokenizer: Arc<Tokenizer>, progress: Arc<Progress>) -> Result<Recorder, String> {
-        let file = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    pub fn start(
+        path: &Path,
+        tokenizer: Arc<Tokenizer>,
+        progress: Arc<Progress>,
+    ) -> Result<Recorder, String> {
+        let file =
+            File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         let (sender, receiver) = mpsc::channel::<Message>();
         let display = path.display().to_string();
         let thread = std::thread::Builder::new()
@@ -50,7 +55,7 @@ impl Recorder {
                     let mut next = Some(first);
                     while let Some(message) = next {
                         let line = match message {
-                            Message::Line(line) => line,
+                            Message::Line(line) => *line,
                             Message::Finished(finished) => {
                                 let record = finalize(*finished, &tokenizer);
                                 progress.on_record(&record);
@@ -58,7 +63,8 @@ impl Recorder {
                                 LogLine::Request(record)
                             }
                         };
-                        serde_json::to_writer(&mut out, &line).map_err(|e| format!("cannot encode a record: {e}"))?;
+                        serde_json::to_writer(&mut out, &line)
+                            .map_err(|e| format!("cannot encode a record: {e}"))?;
                         out.write_all(b"\n").map_err(write_error)?;
                         next = receiver.try_recv().ok();
                     }
@@ -95,7 +101,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     } = finished;
     let chunk_count = exchange.chunk_times.len();
     let usage_completion = exchange.usage.and_then(|u| u.completion);
-    let tokenizer_completion = (!exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
+    let tokenizer_completion =
+        (!exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
 
     // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
     // usage total equals the number of chunks (each chunk holds at least one token, so they must
@@ -103,7 +110,10 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let (chunk_tokens, chunk_source): (Vec<u32>, Option<TokenSource>) = if chunk_count == 0 {
         (Vec::new(), None)
     } else if exchange.chunk_usage_tokens.iter().all(|&t| t > 0) {
-        (exchange.chunk_usage_tokens.clone(), Some(TokenSource::Usage))
+        (
+            exchange.chunk_usage_tokens.clone(),
+            Some(TokenSource::Usage),
+        )
     } else if usage_completion == Some(chunk_count as u64) {
         (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
     } else {
@@ -127,7 +137,10 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
             Some(tokenizer_completion.unwrap_or(0)),
             Some(TokenSource::Tokenizer),
         ),
-        None => (tokenizer_completion, tokenizer_completion.map(|_| TokenSource::Tokenizer)),
+        None => (
+            tokenizer_completion,
+            tokenizer_completion.map(|_| TokenSource::Tokenizer),
+        ),
     };
     let prompt_tokens = exchange
         .usage
@@ -152,7 +165,12 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         error_detail,
         http_status: exchange.http_status,
         ttft_us,
-        chunks: exchange.chunk_times.iter().copied().zip(chunk_tokens).collect(),
+        chunks: exchange
+            .chunk_times
+            .iter()
+            .copied()
+            .zip(chunk_tokens)
+            .collect(),
         chunk_tokens: chunk_source,
         prompt_tokens,
         completion_tokens,
@@ -192,7 +210,11 @@ mod tests {
             chunk_usage_tokens: vec![0, 0],
             text: " the cat sat".into(),
             chunk_ends: vec![8, 12],
-            usage: Some(Usage { prompt: Some(10), completion: Some(3), cached: None }),
+            usage: Some(Usage {
+                prompt: Some(10),
+                completion: Some(3),
+                cached: None,
+            }),
             finish_reason: Some("length".into()),
             end_us: 250,
             done: true,
@@ -214,7 +236,11 @@ mod tests {
             chunk_usage_tokens: vec![0, 0, 0],
             text: "abc".into(),
             chunk_ends: vec![1, 2, 3],
-            usage: Some(Usage { prompt: Some(10), completion: Some(3), cached: None }),
+            usage: Some(Usage {
+                prompt: Some(10),
+                completion: Some(3),
+                cached: None,
+            }),
             end_us: 4,
             done: true,
             ..Exchange::default()

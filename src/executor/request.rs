@@ -161,7 +161,10 @@ impl WireChoice<'_> {
     /// Generated text of the choice: content, reasoning content (reasoning models) or text.
     fn generated(&self, out: &mut String) {
         for part in [&self.delta, &self.message].into_iter().flatten() {
-            for piece in [&part.reasoning_content, &part.reasoning, &part.content].into_iter().flatten() {
+            for piece in [&part.reasoning_content, &part.reasoning, &part.content]
+                .into_iter()
+                .flatten()
+            {
                 out.push_str(piece);
             }
         }
@@ -181,7 +184,11 @@ fn error_message(body: &[u8]) -> String {
     let message = parsed
         .as_ref()
         .and_then(|v| v.get("error"))
-        .and_then(|e| e.get("message").and_then(|m| m.as_str()).or_else(|| e.as_str()))
+        .and_then(|e| {
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .or_else(|| e.as_str())
+        })
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     shorten(&message)
@@ -205,7 +212,13 @@ impl Exchange {
     }
 
     /// Handles one streamed event that arrived `at_us` after the send.
-    fn on_event(&mut self, data: &str, name: Option<&str>, at_us: u64, last_usage_completion: &mut u64) {
+    fn on_event(
+        &mut self,
+        data: &str,
+        name: Option<&str>,
+        at_us: u64,
+        last_usage_completion: &mut u64,
+    ) {
         if data == "[DONE]" {
             self.done = true;
             return;
@@ -213,7 +226,10 @@ impl Exchange {
         let chunk: WireChunk = match serde_json::from_str(data) {
             Ok(chunk) => chunk,
             Err(err) => {
-                self.fail(ErrorClass::Malformed, format!("a streamed chunk is not valid JSON: {err}"));
+                self.fail(
+                    ErrorClass::Malformed,
+                    format!("a streamed chunk is not valid JSON: {err}"),
+                );
                 return;
             }
         };
@@ -223,11 +239,17 @@ impl Exchange {
                 .and_then(|m| m.as_str())
                 .map(str::to_string)
                 .unwrap_or_else(|| error.to_string());
-            self.fail(ErrorClass::StreamError, format!("the server sent an error mid-stream: {}", shorten(&message)));
+            self.fail(
+                ErrorClass::StreamError,
+                format!("the server sent an error mid-stream: {}", shorten(&message)),
+            );
             return;
         }
         if name == Some("error") {
-            self.fail(ErrorClass::StreamError, format!("the server sent an error event: {}", shorten(data)));
+            self.fail(
+                ErrorClass::StreamError,
+                format!("the server sent an error event: {}", shorten(data)),
+            );
             return;
         }
         let before = self.text.len();
@@ -240,7 +262,9 @@ impl Exchange {
         let usage = chunk.usage.map(Usage::from);
         if self.text.len() > before {
             let tokens = match usage.and_then(|u| u.completion) {
-                Some(total) if total > *last_usage_completion => (total - *last_usage_completion) as u32,
+                Some(total) if total > *last_usage_completion => {
+                    (total - *last_usage_completion) as u32
+                }
                 _ => 0,
             };
             self.chunk_times.push(at_us);
@@ -278,13 +302,19 @@ pub async fn exchange(
         Err(err) => {
             exchange.end_us = micros_since(sent_at, Instant::now());
             if err.is_connect() {
-                exchange.fail(ErrorClass::Connect, format!("cannot connect to the target: {}", root_cause(&err)));
+                exchange.fail(
+                    ErrorClass::Connect,
+                    format!("cannot connect to the target: {}", root_cause(&err)),
+                );
             } else if err.is_timeout() {
                 exchange.fail(ErrorClass::Timeout, "the request timed out");
             } else {
                 exchange.fail(
                     ErrorClass::StreamBroken,
-                    format!("the connection failed before a response: {}", root_cause(&err)),
+                    format!(
+                        "the connection failed before a response: {}",
+                        root_cause(&err)
+                    ),
                 );
             }
             return;
@@ -300,7 +330,10 @@ pub async fn exchange(
             400..=499 => ErrorClass::Http4xx,
             _ => ErrorClass::Http5xx,
         };
-        exchange.fail(class, format!("HTTP {}: {}", status.as_u16(), error_message(&body)));
+        exchange.fail(
+            class,
+            format!("HTTP {}: {}", status.as_u16(), error_message(&body)),
+        );
         return;
     }
     if !template.stream {
@@ -311,7 +344,10 @@ pub async fn exchange(
                 let mut ignored = 0;
                 let text = String::from_utf8_lossy(&body);
                 exchange.on_event(&text, None, exchange.end_us, &mut ignored);
-                if exchange.error.is_none() && exchange.finish_reason.is_none() && exchange.text.is_empty() {
+                if exchange.error.is_none()
+                    && exchange.finish_reason.is_none()
+                    && exchange.text.is_empty()
+                {
                     exchange.fail(ErrorClass::Malformed, "the response has no choices");
                 }
                 // A non-streamed response has no first-token time: drop the one chunk's timing.
@@ -322,7 +358,10 @@ pub async fn exchange(
             }
             Err(err) => {
                 exchange.end_us = micros_since(sent_at, Instant::now());
-                exchange.fail(ErrorClass::StreamBroken, format!("the response body broke off: {}", root_cause(&err)));
+                exchange.fail(
+                    ErrorClass::StreamBroken,
+                    format!("the response body broke off: {}", root_cause(&err)),
+                );
             }
         }
         return;
@@ -347,14 +386,22 @@ pub async fn exchange(
             }
             Err(err) => {
                 exchange.end_us = at_us;
-                exchange.fail(ErrorClass::StreamBroken, format!("the stream broke off: {}", root_cause(&err)));
+                exchange.fail(
+                    ErrorClass::StreamBroken,
+                    format!("the stream broke off: {}", root_cause(&err)),
+                );
                 return;
             }
         }
     }
     let end = micros_since(sent_at, Instant::now());
     if let Some(event) = parser.finish() {
-        exchange.on_event(&event.data, event.name.as_deref(), end, &mut last_usage_completion);
+        exchange.on_event(
+            &event.data,
+            event.name.as_deref(),
+            end,
+            &mut last_usage_completion,
+        );
     }
     exchange.end_us = end;
     if exchange.error.is_none() && !exchange.done && exchange.finish_reason.is_none() {
@@ -410,10 +457,25 @@ mod tests {
     fn role_only_and_empty_chunks_carry_no_token() {
         let mut ex = Exchange::default();
         let mut last = 0;
-        ex.on_event(r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#, None, 5, &mut last);
-        ex.on_event(r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#, None, 6, &mut last);
+        ex.on_event(
+            r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
+            None,
+            5,
+            &mut last,
+        );
+        ex.on_event(
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            None,
+            6,
+            &mut last,
+        );
         assert!(ex.chunk_times.is_empty());
-        ex.on_event(r#"{"choices":[{"delta":{"content":" hi"}}]}"#, None, 9, &mut last);
+        ex.on_event(
+            r#"{"choices":[{"delta":{"content":" hi"}}]}"#,
+            None,
+            9,
+            &mut last,
+        );
         assert_eq!(ex.chunk_times, vec![9]);
     }
 
@@ -421,8 +483,18 @@ mod tests {
     fn reasoning_content_counts_as_generated() {
         let mut ex = Exchange::default();
         let mut last = 0;
-        ex.on_event(r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#, None, 3, &mut last);
-        ex.on_event(r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#, None, 4, &mut last);
+        ex.on_event(
+            r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
+            None,
+            3,
+            &mut last,
+        );
+        ex.on_event(
+            r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#,
+            None,
+            4,
+            &mut last,
+        );
         assert_eq!(ex.chunk_times, vec![3, 4]);
         assert_eq!(ex.text, "thinkmore");
     }
@@ -433,12 +505,24 @@ mod tests {
         let mut last = 0;
         ex.on_event(r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#, None, 1, &mut last);
         ex.on_event(r#"{"choices":[{"delta":{"content":"c"}}],"usage":{"prompt_tokens":5,"completion_tokens":4}}"#, None, 2, &mut last);
-        ex.on_event(r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#, None, 3, &mut last);
+        ex.on_event(
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+            None,
+            3,
+            &mut last,
+        );
         ex.on_event(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#, None, 4, &mut last);
         ex.on_event("[DONE]", None, 5, &mut last);
         assert_eq!(ex.chunk_usage_tokens, vec![3, 1]);
         assert_eq!(ex.finish_reason.as_deref(), Some("length"));
-        assert_eq!(ex.usage, Some(Usage { prompt: Some(5), completion: Some(4), cached: Some(2) }));
+        assert_eq!(
+            ex.usage,
+            Some(Usage {
+                prompt: Some(5),
+                completion: Some(4),
+                cached: Some(2)
+            })
+        );
         assert!(ex.done);
     }
 
@@ -447,7 +531,10 @@ mod tests {
         let mut ex = Exchange::default();
         let mut last = 0;
         ex.on_event(r#"{"error":{"message":"overloaded"}}"#, None, 1, &mut last);
-        assert_eq!(ex.error.as_ref().map(|e| e.0), Some(ErrorClass::StreamError));
+        assert_eq!(
+            ex.error.as_ref().map(|e| e.0),
+            Some(ErrorClass::StreamError)
+        );
         let mut ex = Exchange::default();
         ex.on_event("{not json", None, 1, &mut last);
         assert_eq!(ex.error.as_ref().map(|e| e.0), Some(ErrorClass::Malformed));

@@ -138,7 +138,10 @@ mod tests {
     #[test]
     fn an_event_split_across_reads_is_timed_by_the_read_that_completes_it() {
         let events = parse_reads(&[b"da", b"ta: {\"a\"", b":1}\n", b"\ndata: x\n\n"]);
-        assert_eq!(events, vec![(3, "{\"a\":1}".to_string()), (3, "x".to_string())]);
+        assert_eq!(
+            events,
+            vec![(3, "{\"a\":1}".to_string()), (3, "x".to_string())]
+        );
     }
 
     #[test]

@@ -147,7 +147,8 @@ mod tests {
         for i in 1..=1000 {
             d.record(i as f64);
         }
-        let close = |got: Option<f64>, want: f64| (got.unwrap() - want).abs() <= want * 0.001 + 1e-9;
+        let close =
+            |got: Option<f64>, want: f64| (got.unwrap() - want).abs() <= want * 0.001 + 1e-9;
         assert!(close(d.stat(Stat::Percentile(50.0)), 500.0));
         assert!(close(d.stat(Stat::Percentile(99.0)), 990.0));
         assert!(close(d.stat(Stat::Percentile(99.9)), 999.0));

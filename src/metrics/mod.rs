@@ -178,7 +178,11 @@ pub fn compute(log: &RunLog) -> Aggregates {
     let mut phases = Vec::new();
     let mut windows = Vec::new();
     for start in &log.phases {
-        let records: Vec<&RequestRecord> = log.records.iter().filter(|r| r.phase == start.index).collect();
+        let records: Vec<&RequestRecord> = log
+            .records
+            .iter()
+            .filter(|r| r.phase == start.index)
+            .collect();
         let sending_end = log
             .phase_ends
             .iter()
@@ -187,7 +191,11 @@ pub fn compute(log: &RunLog) -> Aggregates {
             .or_else(|| records.iter().map(|r| r.actual_send_us).max())
             .or(run_end)
             .unwrap_or(start.at_us);
-        let last_response = records.iter().filter_map(|r| r.end_us()).max().unwrap_or(sending_end);
+        let last_response = records
+            .iter()
+            .filter_map(|r| r.end_us())
+            .max()
+            .unwrap_or(sending_end);
         let window = Window {
             start: start.at_us,
             sending_end,
@@ -201,9 +209,17 @@ pub fn compute(log: &RunLog) -> Aggregates {
         phases.push(metrics);
         windows.push((start.record, start.open_loop, window));
     }
-    let recorded: Vec<usize> = log.phases.iter().filter(|p| p.record).map(|p| p.index).collect();
-    let overall_records: Vec<&RequestRecord> =
-        log.records.iter().filter(|r| recorded.contains(&r.phase)).collect();
+    let recorded: Vec<usize> = log
+        .phases
+        .iter()
+        .filter(|p| p.record)
+        .map(|p| p.index)
+        .collect();
+    let overall_records: Vec<&RequestRecord> = log
+        .records
+        .iter()
+        .filter(|r| recorded.contains(&r.phase))
+        .collect();
     let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
     let any_open_loop = windows.iter().any(|w| w.0 && w.1);
     let mut overall = accumulate(&overall_records, &overall_windows, any_open_loop);
@@ -233,7 +249,10 @@ pub fn compute(log: &RunLog) -> Aggregates {
 /// Total length of the union of windows (they may overlap where in-flight requests of one phase
 /// finish during the next).
 fn union_seconds(windows: &[Window], end: impl Fn(&Window) -> u64) -> f64 {
-    let mut spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.start, end(w).max(w.start))).collect();
+    let mut spans: Vec<(u64, u64)> = windows
+        .iter()
+        .map(|w| (w.start, end(w).max(w.start)))
+        .collect();
     spans.sort();
     let mut total = 0u64;
     let mut current: Option<(u64, u64)> = None;
@@ -278,7 +297,12 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
     for record in records {
         m.requests.sent += 1;
         if open_loop {
-            d.lag.record(record.actual_send_us.saturating_sub(record.intended_send_us) as f64 / 1000.0);
+            d.lag.record(
+                record
+                    .actual_send_us
+                    .saturating_sub(record.intended_send_us) as f64
+                    / 1000.0,
+            );
         }
         match record.error {
             Some(ErrorClass::Cancelled) => {
@@ -299,7 +323,9 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
             *m.finish_reasons.entry(reason.clone()).or_default() += 1;
         }
         let completion = record.completion_tokens.unwrap_or(0);
-        let prompt = record.prompt_tokens.unwrap_or(record.input_tokens_planned as u64);
+        let prompt = record
+            .prompt_tokens
+            .unwrap_or(record.input_tokens_planned as u64);
         output_tokens += completion;
         total_tokens += completion + prompt;
         planned_in += record.input_tokens_planned as f64;
@@ -320,24 +346,31 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
                 observed_in_n += 1;
                 input_pairs.push((record.input_tokens_planned as f64, observed as f64));
             }
-            if let (Some(usage), Some(counted)) = (record.completion_tokens, record.completion_tokens_tokenizer) {
+            if let (Some(usage), Some(counted)) =
+                (record.completion_tokens, record.completion_tokens_tokenizer)
+            {
                 if usage > 0 {
                     usage_vs_tokenizer.push((usage as f64 - counted as f64).abs() / usage as f64);
                 }
             }
         }
 
-        let Some(e2e_us) = record.e2e_us else { continue };
+        let Some(e2e_us) = record.e2e_us else {
+            continue;
+        };
         let e2e_ms = e2e_us as f64 / 1000.0;
         d.e2e.record(e2e_ms);
-        let Some(ttft_us) = record.ttft_us else { continue };
+        let Some(ttft_us) = record.ttft_us else {
+            continue;
+        };
         let ttft_ms = ttft_us as f64 / 1000.0;
         d.ttft.record(ttft_ms);
         if ttft_us > 0 {
             d.prefill.record(prompt as f64 / (ttft_us as f64 / 1e6));
         }
         if completion > 1 {
-            d.tpot.record((e2e_ms - ttft_ms).max(0.0) / (completion - 1) as f64);
+            d.tpot
+                .record((e2e_ms - ttft_ms).max(0.0) / (completion - 1) as f64);
         }
         // Every gap between consecutive token-bearing chunks, spread over the chunk's tokens.
         for pair in record.chunks.windows(2) {
@@ -368,10 +401,26 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
     let attempted = m.requests.ok + m.requests.failed;
     m.rates = Rates {
         planned_per_s: None,
-        sent_per_s: if sending > 0.0 { m.requests.sent as f64 / sending } else { 0.0 },
-        success_rate: if attempted > 0 { m.requests.ok as f64 / attempted as f64 } else { 0.0 },
-        error_rate: if attempted > 0 { m.requests.failed as f64 / attempted as f64 } else { 0.0 },
-        timeout_rate: if attempted > 0 { timeouts as f64 / attempted as f64 } else { 0.0 },
+        sent_per_s: if sending > 0.0 {
+            m.requests.sent as f64 / sending
+        } else {
+            0.0
+        },
+        success_rate: if attempted > 0 {
+            m.requests.ok as f64 / attempted as f64
+        } else {
+            0.0
+        },
+        error_rate: if attempted > 0 {
+            m.requests.failed as f64 / attempted as f64
+        } else {
+            0.0
+        },
+        timeout_rate: if attempted > 0 {
+            timeouts as f64 / attempted as f64
+        } else {
+            0.0
+        },
     };
     let ok = m.requests.ok;
     m.tokens.input_planned_mean = mean(planned_in, ok);
@@ -379,7 +428,10 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
     m.tokens.output_planned_mean = mean(planned_out, ok);
     m.tokens.output_observed_mean = mean(observed_out, ok);
     if !input_pairs.is_empty() {
-        let overhead = input_pairs.iter().map(|(p, o)| o - p).fold(f64::INFINITY, f64::min);
+        let overhead = input_pairs
+            .iter()
+            .map(|(p, o)| o - p)
+            .fold(f64::INFINITY, f64::min);
         let mut off: Vec<f64> = input_pairs
             .iter()
             .filter(|(p, _)| *p > 0.0)

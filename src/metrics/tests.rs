@@ -75,13 +75,27 @@ fn failed(phase: usize, class: ErrorClass) -> RequestRecord {
 fn log(records: Vec<RequestRecord>) -> RunLog {
     RunLog {
         header: Some(header(true)),
-        phases: vec![phase(0, "warmup", false, 0), phase(1, "steady", true, 1_000_000)],
+        phases: vec![
+            phase(0, "warmup", false, 0),
+            phase(1, "steady", true, 1_000_000),
+        ],
         phase_ends: vec![
-            PhaseEnd { index: 0, at_us: 1_000_000, sent: 1 },
-            PhaseEnd { index: 1, at_us: 3_000_000, sent: 3 },
+            PhaseEnd {
+                index: 0,
+                at_us: 1_000_000,
+                sent: 1,
+            },
+            PhaseEnd {
+                index: 1,
+                at_us: 3_000_000,
+                sent: 3,
+            },
         ],
         records,
-        end: Some(RunEnd { at_us: 5_000_000, interrupted: false }),
+        end: Some(RunEnd {
+            at_us: 5_000_000,
+            interrupted: false,
+        }),
     }
 }
 
@@ -93,7 +107,12 @@ fn close(a: Option<f64>, b: f64) -> bool {
 fn ttft_tpot_e2e_and_pooled_itl() {
     // Request A: chunks at 100, 110, 130 ms (1 token each), ends at 140 ms.
     // Request B: chunks at 200, 260 ms, the second carrying 3 tokens; ends at 270 ms.
-    let a = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1), (130_000, 1)], 140_000);
+    let a = ok(
+        1,
+        1_000_000,
+        &[(100_000, 1), (110_000, 1), (130_000, 1)],
+        140_000,
+    );
     let b = ok(1, 1_500_000, &[(200_000, 1), (260_000, 3)], 270_000);
     let agg = compute(&log(vec![a, b]));
     let steady = &agg.phases[1];
@@ -104,7 +123,10 @@ fn ttft_tpot_e2e_and_pooled_itl() {
     // ITL pools every gap: A gives 10 and 20; B gives 3 samples of 60/3 = 20.
     assert_eq!(steady.metrics.itl_ms.count, 5);
     assert!(close(steady.metrics.itl_ms.min, 10.0));
-    assert!(close(steady.metrics.itl_ms.mean, (10.0 + 20.0 + 60.0) / 5.0));
+    assert!(close(
+        steady.metrics.itl_ms.mean,
+        (10.0 + 20.0 + 60.0) / 5.0
+    ));
     // TPOT: A (140-100)/2 = 20; B (270-200)/3 = 23.33.
     assert!(close(steady.metrics.tpot_ms.min, 20.0));
     assert!(close(steady.metrics.tpot_ms.max, 70.0 / 3.0));
@@ -148,8 +170,14 @@ fn throughput_over_the_phase_wall_time_and_unrecorded_phases_left_out() {
     let steady = &agg.phases[1];
     assert!(close(Some(steady.wall_s), 2.5));
     assert!(close(Some(steady.throughput.requests_per_s), 2.0 / 2.5));
-    assert!(close(Some(steady.throughput.output_tokens_per_s), 20.0 / 2.5));
-    assert!(close(Some(steady.throughput.total_tokens_per_s), 220.0 / 2.5));
+    assert!(close(
+        Some(steady.throughput.output_tokens_per_s),
+        20.0 / 2.5
+    ));
+    assert!(close(
+        Some(steady.throughput.total_tokens_per_s),
+        220.0 / 2.5
+    ));
     assert_eq!(agg.overall.requests.sent, 2, "the warmup is not recorded");
     assert!(close(Some(agg.overall.wall_s), 2.5));
 }
@@ -174,14 +202,22 @@ fn finish_stop_under_exact_lengths_warns_and_overhead_is_a_note() {
     assert!(codes.contains(&("finish-stop", Severity::Warning)));
     assert!(codes.contains(&("output-tokens", Severity::Warning)));
     assert!(codes.contains(&("prompt-overhead", Severity::Note)));
-    assert!(!codes.iter().any(|c| c.0 == "input-tokens"), "a constant overhead is not a mismatch");
+    assert!(
+        !codes.iter().any(|c| c.0 == "input-tokens"),
+        "a constant overhead is not a mismatch"
+    );
 }
 
 #[test]
 fn proportional_prompt_mismatch_warns() {
     let mut records = Vec::new();
     for (i, planned) in [100u32, 200, 400, 800].into_iter().enumerate() {
-        let mut r = ok(1, 1_000_000 + i as u64, &[(100_000, 1), (110_000, 1)], 120_000);
+        let mut r = ok(
+            1,
+            1_000_000 + i as u64,
+            &[(100_000, 1), (110_000, 1)],
+            120_000,
+        );
         r.input_tokens_planned = planned;
         r.prompt_tokens = Some((planned as f64 * 1.15) as u64);
         records.push(r);

@@ -131,7 +131,11 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
-    if let Some(diff) = overall.tokens.usage_vs_tokenizer.filter(|d| *d > TOKEN_MISMATCH_LIMIT) {
+    if let Some(diff) = overall
+        .tokens
+        .usage_vs_tokenizer
+        .filter(|d| *d > TOKEN_MISMATCH_LIMIT)
+    {
         out.push(note(
             "usage-vs-tokenizer",
             format!(

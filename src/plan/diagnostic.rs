@@ -43,7 +43,10 @@ impl PlanErrors {
             out.push('\n');
         }
         for diagnostic in &self.diagnostics {
-            out.push_str(&format!("{:?}\n", miette::Report::new(diagnostic.clone_for_report())));
+            out.push_str(&format!(
+                "{:?}\n",
+                miette::Report::new(diagnostic.clone_for_report())
+            ));
         }
         if !self.diagnostics.is_empty() {
             let count = self.diagnostics.len();
@@ -60,7 +63,10 @@ impl PlanDiagnostic {
     fn clone_for_report(&self) -> PlanDiagnostic {
         PlanDiagnostic {
             message: self.message.clone(),
-            source_code: NamedSource::new(self.source_code.name(), self.source_code.inner().clone()),
+            source_code: NamedSource::new(
+                self.source_code.name(),
+                self.source_code.inner().clone(),
+            ),
             span: self.span,
             label: self.label.clone(),
             help: self.help.clone(),

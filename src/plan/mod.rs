@@ -167,7 +167,9 @@ pub enum Arrivals {
     Constant,
     /// Gamma-distributed inter-arrival times with this coefficient of variation (1 = Poisson,
     /// above 1 burstier, below 1 smoother).
-    Gamma { cv: f64 },
+    Gamma {
+        cv: f64,
+    },
 }
 
 impl std::fmt::Display for Arrivals {
@@ -294,13 +296,14 @@ impl Stat {
             _ => {
                 let digits = text.strip_prefix('p')?;
                 // `p999` is the common spelling of p99.9; `p9999` of p99.99.
-                let value: f64 = if !digits.contains('.') && digits.len() > 2 && digits.starts_with("99")
-                {
-                    format!("{}.{}", &digits[..2], &digits[2..]).parse().ok()?
-                } else {
-                    digits.parse().ok()?
-                };
-                (value > 0.0 && value <= 100.0 && value.is_finite()).then_some(Stat::Percentile(value))
+                let value: f64 =
+                    if !digits.contains('.') && digits.len() > 2 && digits.starts_with("99") {
+                        format!("{}.{}", &digits[..2], &digits[2..]).parse().ok()?
+                    } else {
+                        digits.parse().ok()?
+                    };
+                (value > 0.0 && value <= 100.0 && value.is_finite())
+                    .then_some(Stat::Percentile(value))
             }
         }
     }
@@ -370,9 +373,8 @@ impl Default for SimSettings {
 /// Reads and validates a plan file. On failure, returns every diagnostic found.
 pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
     let file_name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        PlanErrors::io(format!("cannot read plan file {file_name}: {err}"))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| PlanErrors::io(format!("cannot read plan file {file_name}: {err}")))?;
     parse_plan(&file_name, text)
 }
 
@@ -387,7 +389,12 @@ mod tests {
     }
 
     fn messages(extra: &str) -> Vec<String> {
-        parse(extra).unwrap_err().diagnostics.iter().map(|d| d.message.clone()).collect()
+        parse(extra)
+            .unwrap_err()
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect()
     }
 
     #[test]
@@ -399,7 +406,16 @@ mod tests {
         assert_eq!(plan.seed, 42);
         assert_eq!(plan.workload.buckets.len(), 3);
         assert!(plan.workload.ignore_eos);
-        assert_eq!(plan.phases[1].load, Load::Rate { rate: RateShape::Ramp { from: 1.0, to: 16.0 }, arrivals: Arrivals::Poisson });
+        assert_eq!(
+            plan.phases[1].load,
+            Load::Rate {
+                rate: RateShape::Ramp {
+                    from: 1.0,
+                    to: 16.0
+                },
+                arrivals: Arrivals::Poisson
+            }
+        );
         assert_eq!(plan.phases[3].load, Load::AtOnce(64));
         assert!(!plan.phases[0].record);
         assert_eq!(plan.sla[0].phase.as_deref(), Some("steady"));
@@ -417,7 +433,8 @@ mod tests {
             ("ttft p99 >= \"500ms\"", Op::Ge),
             ("ttft p99 \"<=\" \"500ms\"", Op::Le),
         ] {
-            let plan = parse(&format!("sla {{ {text} }}")).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let plan =
+                parse(&format!("sla {{ {text} }}")).unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(plan.sla[0].op, op, "{text}");
             assert_eq!(plan.sla[0].threshold, 500.0, "{text}");
         }
@@ -438,12 +455,30 @@ mod tests {
     #[test]
     fn assertion_mistakes() {
         assert_eq!(messages("sla { ttft q99 < \"1s\" }"), ["unknown statistic"]);
-        assert_eq!(messages("sla { latency p99 < \"1s\" }"), ["unknown metric `latency`"]);
-        assert_eq!(messages("sla { ttft p99 < \"1s\" phase=\"nope\" }"), ["no phase is named \"nope\""]);
-        assert_eq!(messages("sla { ttft p99 < \"1s\" phase=\"warm\" }"), ["phase \"warm\" is not recorded (record #false)"]);
-        assert_eq!(messages("sla { ttft p99 < 500 }"), ["a bare number has no unit"]);
-        assert_eq!(messages("sla { error-rate < 0.01 }"), ["expected a percentage string, found a number"]);
-        assert_eq!(messages("sla { ttft p99 \"500ms\" }"), ["`ttft` needs a comparison and a threshold"]);
+        assert_eq!(
+            messages("sla { latency p99 < \"1s\" }"),
+            ["unknown metric `latency`"]
+        );
+        assert_eq!(
+            messages("sla { ttft p99 < \"1s\" phase=\"nope\" }"),
+            ["no phase is named \"nope\""]
+        );
+        assert_eq!(
+            messages("sla { ttft p99 < \"1s\" phase=\"warm\" }"),
+            ["phase \"warm\" is not recorded (record #false)"]
+        );
+        assert_eq!(
+            messages("sla { ttft p99 < 500 }"),
+            ["a bare number has no unit"]
+        );
+        assert_eq!(
+            messages("sla { error-rate < 0.01 }"),
+            ["expected a percentage string, found a number"]
+        );
+        assert_eq!(
+            messages("sla { ttft p99 \"500ms\" }"),
+            ["`ttft` needs a comparison and a threshold"]
+        );
     }
 
     #[test]
@@ -453,7 +488,11 @@ mod tests {
             "target \"sim\" { frob 1 }\nworkload { input 0; output 8 }\nphase \"a\" { rate -1; duration \"1s\" }\nphase \"b\" { rate 1; concurrency 2; duration \"1s\" }\nphase \"c\" { duration \"1s\" }\n".into(),
         )
         .unwrap_err();
-        let text: Vec<_> = errors.diagnostics.iter().map(|d| d.message.as_str()).collect();
+        let text: Vec<_> = errors
+            .diagnostics
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect();
         assert_eq!(text.len(), 5, "{text:?}");
         assert!(text.contains(&"unknown node `frob` in `target`"));
         assert!(text.contains(&"0 is out of range: it must be at least 1"));
@@ -465,34 +504,98 @@ mod tests {
 
     #[test]
     fn phase_rules() {
-        assert_eq!(messages("phase \"r\" { rate from=1 to=5 ; requests 10 }"), ["a ramp needs a `duration` to ramp over"]);
-        assert_eq!(messages("phase \"n\" { rate 1 }"), ["phase \"n\" never ends"]);
-        assert_eq!(messages("phase \"b\" { at-once 4; duration \"1s\" }"), ["an at-once phase has no duration or request limit"]);
-        assert_eq!(messages("phase \"g\" { rate 1; arrivals \"gamma\"; duration \"1s\" }"), ["gamma arrivals need cv="]);
-        assert_eq!(messages("phase \"g\" { concurrency 1; arrivals \"poisson\"; duration \"1s\" }"), ["`arrivals` applies only to open-loop phases"]);
-        assert_eq!(messages("phase \"steady\" { rate 1; duration \"1s\" }"), ["phase \"steady\" is defined twice"]);
-        assert_eq!(messages("phase \"x\" { rate 0; duration \"1s\" }"), ["0 is out of range: it must be greater than zero"]);
-        let plan = parse("phase \"g\" { rate 3; arrivals \"gamma\" cv=2.5; duration \"1s\" }").unwrap();
-        assert_eq!(plan.phases[2].load, Load::Rate { rate: RateShape::Constant(3.0), arrivals: Arrivals::Gamma { cv: 2.5 } });
+        assert_eq!(
+            messages("phase \"r\" { rate from=1 to=5 ; requests 10 }"),
+            ["a ramp needs a `duration` to ramp over"]
+        );
+        assert_eq!(
+            messages("phase \"n\" { rate 1 }"),
+            ["phase \"n\" never ends"]
+        );
+        assert_eq!(
+            messages("phase \"b\" { at-once 4; duration \"1s\" }"),
+            ["an at-once phase has no duration or request limit"]
+        );
+        assert_eq!(
+            messages("phase \"g\" { rate 1; arrivals \"gamma\"; duration \"1s\" }"),
+            ["gamma arrivals need cv="]
+        );
+        assert_eq!(
+            messages("phase \"g\" { concurrency 1; arrivals \"poisson\"; duration \"1s\" }"),
+            ["`arrivals` applies only to open-loop phases"]
+        );
+        assert_eq!(
+            messages("phase \"steady\" { rate 1; duration \"1s\" }"),
+            ["phase \"steady\" is defined twice"]
+        );
+        assert_eq!(
+            messages("phase \"x\" { rate 0; duration \"1s\" }"),
+            ["0 is out of range: it must be greater than zero"]
+        );
+        let plan =
+            parse("phase \"g\" { rate 3; arrivals \"gamma\" cv=2.5; duration \"1s\" }").unwrap();
+        assert_eq!(
+            plan.phases[2].load,
+            Load::Rate {
+                rate: RateShape::Constant(3.0),
+                arrivals: Arrivals::Gamma { cv: 2.5 }
+            }
+        );
     }
 
     #[test]
     fn target_and_workload_rules() {
         let bad = |text: &str| {
-            parse_plan("t.kdl", text.to_string()).unwrap_err().diagnostics.iter().map(|d| d.message.clone()).collect::<Vec<_>>()
+            parse_plan("t.kdl", text.to_string())
+                .unwrap_err()
+                .diagnostics
+                .iter()
+                .map(|d| d.message.clone())
+                .collect::<Vec<_>>()
         };
         let phases = "phase \"a\" { rate 1; duration \"1s\" }";
         assert_eq!(
             bad(&format!("target \"http://h:1\" {{ api-key \"sk-123\" ; model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}")),
             ["an API key is never written in a plan"]
         );
-        assert_eq!(bad(&format!("target \"http://h:1\"\nworkload {{ input 1; output 1 }}\n{phases}")), ["the target has no `model`"]);
-        assert_eq!(bad(&format!("target \"ftp://h\" {{ model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}")), ["\"ftp://h\" is not an http:// or https:// URL"]);
-        assert_eq!(bad(&format!("target \"sim\" {{ stream \"yes\" }}\nworkload {{ input 1; output 1 }}\n{phases}")), ["expected #true or #false, found a string"]);
-        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ input 1 }}\n{phases}")), ["the workload has no `output`"]);
-        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ tokenizer \"gpt9\"; input 1; output 1 }}\n{phases}")), ["unknown tokenizer \"gpt9\""]);
-        assert_eq!(bad(&format!("target \"sim\"\nworkload {{ input 1; output 1 weight=2 }}\n{phases}")), ["unknown property `weight` on `output`"]);
-        assert_eq!(bad("workload { input 1; output 1 }"), ["the plan has no `target`", "the plan has no `phase`"]);
+        assert_eq!(
+            bad(&format!(
+                "target \"http://h:1\"\nworkload {{ input 1; output 1 }}\n{phases}"
+            )),
+            ["the target has no `model`"]
+        );
+        assert_eq!(
+            bad(&format!(
+                "target \"ftp://h\" {{ model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}"
+            )),
+            ["\"ftp://h\" is not an http:// or https:// URL"]
+        );
+        assert_eq!(
+            bad(&format!(
+                "target \"sim\" {{ stream \"yes\" }}\nworkload {{ input 1; output 1 }}\n{phases}"
+            )),
+            ["expected #true or #false, found a string"]
+        );
+        assert_eq!(
+            bad(&format!("target \"sim\"\nworkload {{ input 1 }}\n{phases}")),
+            ["the workload has no `output`"]
+        );
+        assert_eq!(
+            bad(&format!(
+                "target \"sim\"\nworkload {{ tokenizer \"gpt9\"; input 1; output 1 }}\n{phases}"
+            )),
+            ["unknown tokenizer \"gpt9\""]
+        );
+        assert_eq!(
+            bad(&format!(
+                "target \"sim\"\nworkload {{ input 1; output 1 weight=2 }}\n{phases}"
+            )),
+            ["unknown property `weight` on `output`"]
+        );
+        assert_eq!(
+            bad("workload { input 1; output 1 }"),
+            ["the plan has no `target`", "the plan has no `phase`"]
+        );
     }
 
     #[test]

@@ -252,7 +252,11 @@ impl Cx {
         };
         let ok = value.is_finite() && if positive { value > 0.0 } else { value >= 0.0 };
         if !ok {
-            let bound = if positive { "greater than zero" } else { "zero or more" };
+            let bound = if positive {
+                "greater than zero"
+            } else {
+                "zero or more"
+            };
             self.error(
                 entry.span(),
                 format!("{value} is out of range: it must be {bound}"),
@@ -293,7 +297,12 @@ impl Cx {
         match parsed {
             Ok(d) if d > Duration::ZERO => Some(d),
             Ok(_) => {
-                self.error(entry.span(), "a duration must be longer than zero", "zero", help);
+                self.error(
+                    entry.span(),
+                    "a duration must be longer than zero",
+                    "zero",
+                    help,
+                );
                 None
             }
             Err(message) => {
@@ -333,7 +342,10 @@ impl Cx {
                 "phase" => {
                     if let Some(phase) = self.phase(node) {
                         if phases.iter().any(|(p, _)| p.name == phase.name) {
-                            let span = positional(node).next().map(|e| e.span()).unwrap_or(node.span());
+                            let span = positional(node)
+                                .next()
+                                .map(|e| e.span())
+                                .unwrap_or(node.span());
                             self.error(
                                 span,
                                 format!("phase \"{}\" is defined twice", phase.name),
@@ -388,7 +400,11 @@ impl Cx {
                 _ => None,
             })
             .collect();
-        let unrecorded: Vec<String> = phases.iter().filter(|(p, _)| !p.record).map(|(p, _)| p.name.clone()).collect();
+        let unrecorded: Vec<String> = phases
+            .iter()
+            .filter(|(p, _)| !p.record)
+            .map(|(p, _)| p.name.clone())
+            .collect();
         let mut sla = Vec::new();
         for node in sla_nodes {
             self.no_args(node, "sla { ttft p99 < \"500ms\" }");
@@ -442,7 +458,9 @@ impl Cx {
                     let usage = "description \"what this plan measures\"";
                     self.check_entries(child, 1, &[], usage);
                     self.no_children(child);
-                    description = self.required_arg(child, usage).and_then(|e| self.string(e, usage));
+                    description = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.string(e, usage));
                 }
                 "seed" => {
                     let usage = "seed 42";
@@ -450,7 +468,9 @@ impl Cx {
                     self.no_children(child);
                     if let Some(entry) = self.required_arg(child, usage) {
                         match entry.value() {
-                            KdlValue::Integer(n) if *n >= 0 && *n <= u64::MAX as i128 => seed = *n as u64,
+                            KdlValue::Integer(n) if *n >= 0 && *n <= u64::MAX as i128 => {
+                                seed = *n as u64
+                            }
                             _ => self.error(
                                 entry.span(),
                                 "a seed is a whole number from 0 to 2^64-1",
@@ -514,7 +534,9 @@ impl Cx {
                 "model" => {
                     let usage = "model \"meta-llama/Llama-3.1-8B-Instruct\"";
                     self.check_entries(child, 1, &[], usage);
-                    model = self.required_arg(child, usage).and_then(|e| self.string(e, usage));
+                    model = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.string(e, usage));
                 }
                 "api-key" => {
                     let usage = "api-key env=\"OPENAI_API_KEY\"";
@@ -541,21 +563,30 @@ impl Cx {
                 "stream" => {
                     let usage = "stream #true";
                     self.check_entries(child, 1, &[], usage);
-                    if let Some(b) = self.required_arg(child, usage).and_then(|e| self.boolean(e, usage)) {
+                    if let Some(b) = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.boolean(e, usage))
+                    {
                         stream = b;
                     }
                 }
                 "timeout" => {
                     let usage = "timeout \"60s\"";
                     self.check_entries(child, 1, &[], usage);
-                    if let Some(d) = self.required_arg(child, usage).and_then(|e| self.duration(e, usage)) {
+                    if let Some(d) = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.duration(e, usage))
+                    {
                         timeout = d;
                     }
                 }
                 "continuous-usage" => {
                     let usage = "continuous-usage #true";
                     self.check_entries(child, 1, &[], usage);
-                    if let Some(b) = self.required_arg(child, usage).and_then(|e| self.boolean(e, usage)) {
+                    if let Some(b) = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.boolean(e, usage))
+                    {
                         continuous_usage = b;
                     }
                 }
@@ -733,7 +764,9 @@ impl Cx {
                     self.no_children(child);
                     let usage = "bucket 512 weight=3 output=128";
                     self.check_entries(child, 1, &["weight", "output"], usage);
-                    let tokens = self.required_arg(child, usage).and_then(|e| self.integer(e, 1, usage));
+                    let tokens = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.integer(e, 1, usage));
                     let weight = match property(child, "weight") {
                         Some(entry) => self.number(entry, true, usage),
                         None => Some(1.0),
@@ -759,7 +792,9 @@ impl Cx {
     fn phase(&mut self, node: &KdlNode) -> Option<Phase> {
         let usage = "phase \"steady\" { rate 16; duration \"3m\" }";
         self.check_entries(node, 1, &[], usage);
-        let name = self.required_arg(node, usage).and_then(|e| self.string(e, usage));
+        let name = self
+            .required_arg(node, usage)
+            .and_then(|e| self.string(e, usage));
         let mut loads: Vec<(Load, &KdlNode)> = Vec::new();
         let mut arrivals: Option<(Arrivals, &KdlNode)> = None;
         let mut duration = None;
@@ -772,7 +807,10 @@ impl Cx {
                 "concurrency" => {
                     let usage = "concurrency 8";
                     self.check_entries(child, 1, &[], usage);
-                    match self.required_arg(child, usage).and_then(|e| self.integer(e, 1, usage)) {
+                    match self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.integer(e, 1, usage))
+                    {
                         Some(n) => loads.push((Load::Concurrency(n as u32), child)),
                         None => ok = false,
                     }
@@ -780,7 +818,10 @@ impl Cx {
                 "at-once" => {
                     let usage = "at-once 64";
                     self.check_entries(child, 1, &[], usage);
-                    match self.required_arg(child, usage).and_then(|e| self.integer(e, 1, usage)) {
+                    match self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.integer(e, 1, usage))
+                    {
                         Some(n) => loads.push((Load::AtOnce(n as u32), child)),
                         None => ok = false,
                     }
@@ -848,9 +889,9 @@ impl Cx {
                     let parsed = match (kind_text.as_deref(), cv) {
                         (Some("poisson"), None) => Some(Arrivals::Poisson),
                         (Some("constant"), None) => Some(Arrivals::Constant),
-                        (Some("gamma"), Some(cv)) => {
-                            self.number(cv, true, usage).map(|cv| Arrivals::Gamma { cv })
-                        }
+                        (Some("gamma"), Some(cv)) => self
+                            .number(cv, true, usage)
+                            .map(|cv| Arrivals::Gamma { cv }),
                         (Some("gamma"), None) => {
                             self.error(
                                 child.name().span(),
@@ -890,19 +931,26 @@ impl Cx {
                 "duration" => {
                     let usage = "duration \"60s\"";
                     self.check_entries(child, 1, &[], usage);
-                    duration = self.required_arg(child, usage).and_then(|e| self.duration(e, usage));
+                    duration = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.duration(e, usage));
                     ok &= duration.is_some();
                 }
                 "requests" => {
                     let usage = "requests 500";
                     self.check_entries(child, 1, &[], usage);
-                    max_requests = self.required_arg(child, usage).and_then(|e| self.integer(e, 1, usage));
+                    max_requests = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.integer(e, 1, usage));
                     ok &= max_requests.is_some();
                 }
                 "record" => {
                     let usage = "record #false";
                     self.check_entries(child, 1, &[], usage);
-                    match self.required_arg(child, usage).and_then(|e| self.boolean(e, usage)) {
+                    match self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.boolean(e, usage))
+                    {
                         Some(b) => record = b,
                         None => ok = false,
                     }
@@ -970,7 +1018,10 @@ impl Cx {
                     ok = false;
                 }
             }
-            Load::Rate { rate: RateShape::Ramp { .. }, .. } if duration.is_none() && ok => {
+            Load::Rate {
+                rate: RateShape::Ramp { .. },
+                ..
+            } if duration.is_none() && ok => {
                 self.error(
                     load_node.name().span(),
                     "a ramp needs a `duration` to ramp over",
@@ -999,7 +1050,12 @@ impl Cx {
         })
     }
 
-    fn assertion(&mut self, node: &KdlNode, phases: &[String], unrecorded: &[String]) -> Option<Assertion> {
+    fn assertion(
+        &mut self,
+        node: &KdlNode,
+        phases: &[String],
+        unrecorded: &[String],
+    ) -> Option<Assertion> {
         let metric_name = node.name().value();
         let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
         let Some(metric) = Metric::from_name(metric_name) else {
@@ -1108,12 +1164,19 @@ impl Cx {
             }
         };
         let threshold = match metric.kind() {
-            MetricKind::Latency => self.duration(value_entry, &usage).map(|d| d.as_secs_f64() * 1000.0),
+            MetricKind::Latency => self
+                .duration(value_entry, &usage)
+                .map(|d| d.as_secs_f64() * 1000.0),
             MetricKind::Fraction => match value_entry.value() {
                 KdlValue::String(s) => match parse_percent(s) {
                     Ok(v) => Some(v),
                     Err(message) => {
-                        self.error(value_entry.span(), message, "not a percentage", format!("write it as: {usage}"));
+                        self.error(
+                            value_entry.span(),
+                            message,
+                            "not a percentage",
+                            format!("write it as: {usage}"),
+                        );
                         None
                     }
                 },
@@ -1127,7 +1190,9 @@ impl Cx {
                     None
                 }
             },
-            MetricKind::Throughput | MetricKind::TokenRate => self.number(value_entry, false, &usage),
+            MetricKind::Throughput | MetricKind::TokenRate => {
+                self.number(value_entry, false, &usage)
+            }
         }?;
         let allowed: Vec<&str> = node
             .entries()
@@ -1136,7 +1201,9 @@ impl Cx {
             .filter(|n| !matches!(*n, "phase" | "<" | ">"))
             .collect();
         if let Some(unknown) = allowed.first() {
-            let entry = property(node, unknown).map(|e| e.span()).unwrap_or(node.span());
+            let entry = property(node, unknown)
+                .map(|e| e.span())
+                .unwrap_or(node.span());
             self.error(
                 entry,
                 format!("unknown property `{unknown}` on an assertion"),
@@ -1152,7 +1219,11 @@ impl Cx {
                     let known = if phases.is_empty() {
                         "none".to_string()
                     } else {
-                        phases.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
+                        phases
+                            .iter()
+                            .map(|p| format!("\"{p}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     };
                     self.error(
                         entry.span(),
@@ -1176,7 +1247,9 @@ impl Cx {
             None => None,
         };
         let threshold_text = match metric.kind() {
-            MetricKind::Latency => super::units::format_duration(Duration::from_secs_f64(threshold / 1000.0)),
+            MetricKind::Latency => {
+                super::units::format_duration(Duration::from_secs_f64(threshold / 1000.0))
+            }
             MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
             _ => trim_float(threshold),
         };
@@ -1224,7 +1297,10 @@ impl Cx {
                 "tokens-per-chunk" => {
                     let usage = "tokens-per-chunk 1";
                     self.check_entries(child, 1, &[], usage);
-                    if let Some(n) = self.required_arg(child, usage).and_then(|e| self.integer(e, 1, usage)) {
+                    if let Some(n) = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.integer(e, 1, usage))
+                    {
                         sim.tokens_per_chunk = n as u32;
                     }
                 }

@@ -28,7 +28,10 @@ pub fn arrival_offsets(
     let gamma = match arrivals {
         Arrivals::Gamma { cv } => {
             let shape = 1.0 / (cv * cv);
-            Some(Gamma::new(shape, 1.0 / shape).map_err(|e| format!("invalid gamma arrivals: {e}"))?)
+            Some(
+                Gamma::new(shape, 1.0 / shape)
+                    .map_err(|e| format!("invalid gamma arrivals: {e}"))?,
+            )
         }
         _ => None,
     };
@@ -132,17 +135,29 @@ mod tests {
         // Exponential: P(gap > mean) = e^-1.
         let mean = g.iter().sum::<f64>() / g.len() as f64;
         let above = g.iter().filter(|&&x| x > mean).count() as f64 / g.len() as f64;
-        assert!((above - (-1.0f64).exp()).abs() < 0.01, "P(gap>mean) {above}");
+        assert!(
+            (above - (-1.0f64).exp()).abs() < 0.01,
+            "P(gap>mean) {above}"
+        );
         // And P(gap > 2·mean) = e^-2.
         let above2 = g.iter().filter(|&&x| x > 2.0 * mean).count() as f64 / g.len() as f64;
-        assert!((above2 - (-2.0f64).exp()).abs() < 0.01, "P(gap>2mean) {above2}");
+        assert!(
+            (above2 - (-2.0f64).exp()).abs() < 0.01,
+            "P(gap>2mean) {above2}"
+        );
     }
 
     #[test]
     fn constant_arrivals_are_evenly_spaced() {
-        let offsets =
-            arrival_offsets(RateShape::Constant(10.0), Arrivals::Constant, Some(Duration::from_secs(2)), None, 1, usize::MAX)
-                .unwrap();
+        let offsets = arrival_offsets(
+            RateShape::Constant(10.0),
+            Arrivals::Constant,
+            Some(Duration::from_secs(2)),
+            None,
+            1,
+            usize::MAX,
+        )
+        .unwrap();
         assert_eq!(offsets.len(), 20);
         assert_eq!(offsets[0], 0);
         assert!(offsets.windows(2).all(|w| w[1] - w[0] == 100_000));
@@ -167,7 +182,10 @@ mod tests {
     #[test]
     fn a_ramp_rises_linearly() {
         let offsets = arrival_offsets(
-            RateShape::Ramp { from: 1.0, to: 41.0 },
+            RateShape::Ramp {
+                from: 1.0,
+                to: 41.0,
+            },
             Arrivals::Poisson,
             Some(Duration::from_secs(200)),
             None,
@@ -177,21 +195,34 @@ mod tests {
         .unwrap();
         let t = secs(&offsets);
         // Expected count: mean rate 21/s over 200 s.
-        assert!((t.len() as f64 - 4200.0).abs() < 4.0 * 4200f64.sqrt(), "{}", t.len());
+        assert!(
+            (t.len() as f64 - 4200.0).abs() < 4.0 * 4200f64.sqrt(),
+            "{}",
+            t.len()
+        );
         // Count in each fifth of the phase follows the integral of the ramp.
         for fifth in 0..5 {
             let (a, b) = (fifth as f64 * 40.0, (fifth + 1) as f64 * 40.0);
             let expected = (1.0 * (b - a)) + 40.0 / 400.0 * (b * b - a * a);
             let got = t.iter().filter(|&&x| x >= a && x < b).count() as f64;
-            assert!((got - expected).abs() < 4.0 * expected.sqrt(), "fifth {fifth}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 4.0 * expected.sqrt(),
+                "fifth {fifth}: {got} vs {expected}"
+            );
         }
     }
 
     #[test]
     fn request_limit_ends_a_phase_first() {
-        let offsets =
-            arrival_offsets(RateShape::Constant(10.0), Arrivals::Poisson, Some(Duration::from_secs(100)), Some(7), 1, usize::MAX)
-                .unwrap();
+        let offsets = arrival_offsets(
+            RateShape::Constant(10.0),
+            Arrivals::Poisson,
+            Some(Duration::from_secs(100)),
+            Some(7),
+            1,
+            usize::MAX,
+        )
+        .unwrap();
         assert_eq!(offsets.len(), 7);
     }
 }

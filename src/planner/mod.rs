@@ -107,7 +107,11 @@ impl RequestMix {
 impl Schedule {
     /// The request at `seq` of phase `phase_index`, materialized or not.
     pub fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
-        match self.phases.get(phase_index).and_then(|p| p.requests.get(seq as usize)) {
+        match self
+            .phases
+            .get(phase_index)
+            .and_then(|p| p.requests.get(seq as usize))
+        {
             Some(request) => *request,
             None => self.mix.request(phase_index, seq),
         }
@@ -118,7 +122,12 @@ impl Schedule {
 pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
     let mix = RequestMix {
         seed,
-        inputs: plan.workload.buckets.iter().map(|b| b.input_tokens).collect(),
+        inputs: plan
+            .workload
+            .buckets
+            .iter()
+            .map(|b| b.input_tokens)
+            .collect(),
         outputs: plan
             .workload
             .buckets
@@ -158,10 +167,9 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
                 false,
             ),
             None => match phase.max_requests {
-                Some(n) if (n as usize) <= MAX_SCHEDULED_REQUESTS - total => (
-                    (0..n).map(|seq| mix.request(index, seq)).collect(),
-                    false,
-                ),
+                Some(n) if (n as usize) <= MAX_SCHEDULED_REQUESTS - total => {
+                    ((0..n).map(|seq| mix.request(index, seq)).collect(), false)
+                }
                 Some(_) => return Err(too_many(&phase.name)),
                 None => (Vec::new(), true),
             },
@@ -203,8 +211,14 @@ pub fn describe_load(load: &Load) -> String {
     match load {
         Load::Concurrency(n) => format!("concurrency {n}"),
         Load::AtOnce(n) => format!("at-once {n}"),
-        Load::Rate { rate: RateShape::Constant(r), arrivals } => format!("rate {r}/s {arrivals}"),
-        Load::Rate { rate: RateShape::Ramp { from, to }, arrivals } => {
+        Load::Rate {
+            rate: RateShape::Constant(r),
+            arrivals,
+        } => format!("rate {r}/s {arrivals}"),
+        Load::Rate {
+            rate: RateShape::Ramp { from, to },
+            arrivals,
+        } => {
             format!("rate {from}→{to}/s {arrivals}")
         }
     }
@@ -229,7 +243,9 @@ mod tests {
 
     #[test]
     fn same_plan_and_seed_give_identical_schedules() {
-        let p = plan("phase \"a\" { rate 20; duration \"30s\" }\nphase \"b\" { concurrency 3; requests 50 }");
+        let p = plan(
+            "phase \"a\" { rate 20; duration \"30s\" }\nphase \"b\" { concurrency 3; requests 50 }",
+        );
         let a = serde_json::to_string(&compile(&p, 7).unwrap()).unwrap();
         let b = serde_json::to_string(&compile(&p, 7).unwrap()).unwrap();
         let c = serde_json::to_string(&compile(&p, 8).unwrap()).unwrap();
@@ -241,7 +257,13 @@ mod tests {
     fn bucket_mix_follows_weights() {
         let p = plan("phase \"a\" { concurrency 1; requests 10000 }");
         let s = compile(&p, 1).unwrap();
-        let count = |n: u32| s.phases[0].requests.iter().filter(|r| r.input_tokens == n).count() as f64;
+        let count = |n: u32| {
+            s.phases[0]
+                .requests
+                .iter()
+                .filter(|r| r.input_tokens == n)
+                .count() as f64
+        };
         assert!((count(128) / 10000.0 - 0.5).abs() < 0.02);
         assert!((count(512) / 10000.0 - 0.3).abs() < 0.02);
         assert!((count(2048) / 10000.0 - 0.2).abs() < 0.02);
@@ -261,7 +283,10 @@ mod tests {
         let p = plan("phase \"b\" { at-once 64 }");
         let s = compile(&p, 3).unwrap();
         assert_eq!(s.phases[0].requests.len(), 64);
-        assert!(s.phases[0].requests.iter().all(|r| r.intended_offset_us == Some(0)));
+        assert!(s.phases[0]
+            .requests
+            .iter()
+            .all(|r| r.intended_offset_us == Some(0)));
     }
 
     #[test]

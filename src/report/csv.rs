@@ -56,16 +56,24 @@ impl Exporter for RequestsCsv {
             let ttft_ms = record.ttft_us.map(ms);
             let e2e_ms = record.e2e_us.map(ms);
             let tpot_ms = match (ttft_ms, e2e_ms, record.completion_tokens) {
-                (Some(t), Some(e), Some(n)) if n > 1 && record.ok() => Some((e - t) / (n - 1) as f64),
+                (Some(t), Some(e), Some(n)) if n > 1 && record.ok() => {
+                    Some((e - t) / (n - 1) as f64)
+                }
                 _ => None,
             };
             writer
                 .serialize(Row {
-                    phase: context.phase_names.get(record.phase).map(String::as_str).unwrap_or(""),
+                    phase: context
+                        .phase_names
+                        .get(record.phase)
+                        .map(String::as_str)
+                        .unwrap_or(""),
                     seq: record.seq,
                     intended_send_ms: ms(record.intended_send_us),
                     actual_send_ms: ms(record.actual_send_us),
-                    schedule_lag_ms: ms(record.actual_send_us.saturating_sub(record.intended_send_us)),
+                    schedule_lag_ms: ms(record
+                        .actual_send_us
+                        .saturating_sub(record.intended_send_us)),
                     input_tokens_planned: record.input_tokens_planned,
                     prompt_tokens: record.prompt_tokens,
                     output_tokens_planned: record.output_tokens_planned,
@@ -86,6 +94,8 @@ impl Exporter for RequestsCsv {
                 })
                 .map_err(|e| format!("cannot write requests.csv: {e}"))?;
         }
-        writer.into_inner().map_err(|e| format!("cannot write requests.csv: {e}"))
+        writer
+            .into_inner()
+            .map_err(|e| format!("cannot write requests.csv: {e}"))
     }
 }

@@ -10,7 +10,8 @@ impl Exporter for Json {
     }
 
     fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
-        let mut bytes = serde_json::to_vec_pretty(&context.summary).map_err(|e| format!("cannot encode summary.json: {e}"))?;
+        let mut bytes = serde_json::to_vec_pretty(&context.summary)
+            .map_err(|e| format!("cannot encode summary.json: {e}"))?;
         bytes.push(b'\n');
         Ok(bytes)
     }

@@ -153,12 +153,17 @@ pub fn exporters(user_templates: &[PathBuf]) -> Result<Vec<Box<dyn Exporter>>, S
 }
 
 /// Renders every exporter into `dir`; returns the files written.
-pub fn write_all(dir: &Path, context: &ReportContext, user_templates: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub fn write_all(
+    dir: &Path,
+    context: &ReportContext,
+    user_templates: &[PathBuf],
+) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for exporter in exporters(user_templates)? {
         let bytes = exporter.render(context)?;
         let path = dir.join(exporter.file_name());
-        std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
     Ok(written)

@@ -30,7 +30,10 @@ fn csv_field(value: Value) -> String {
     let text = if value.is_none() || value.is_undefined() {
         String::new()
     } else {
-        value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string())
+        value
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| value.to_string())
     };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
@@ -41,7 +44,10 @@ fn csv_field(value: Value) -> String {
 
 /// A Markdown table cell: pipes escaped, lines joined.
 fn cell(value: Value) -> String {
-    let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+    let text = value
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string());
     text.replace('|', "\\|").replace('\n', " ")
 }
 
@@ -61,7 +67,9 @@ pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u
     let mut env = environment();
     env.add_template(name, source)
         .map_err(|e| format!("template {name}: {e}"))?;
-    let template = env.get_template(name).map_err(|e| format!("template {name}: {e}"))?;
+    let template = env
+        .get_template(name)
+        .map_err(|e| format!("template {name}: {e}"))?;
     template
         .render(Value::from_serialize(&context.summary))
         .map(String::into_bytes)
@@ -76,7 +84,8 @@ pub struct UserTemplate {
 
 impl UserTemplate {
     pub fn load(path: &Path) -> Result<UserTemplate, String> {
-        let source = std::fs::read_to_string(path).map_err(|e| format!("cannot read template {}: {e}", path.display()))?;
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read template {}: {e}", path.display()))?;
         Ok(UserTemplate {
             path: path.to_path_buf(),
             source,

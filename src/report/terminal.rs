@@ -30,8 +30,17 @@ pub fn terminal_summary(summary: &Summary) -> String {
     }
     out.push_str("(latencies in ms)\n\n");
     if !summary.verdicts.is_empty() {
-        let width = summary.verdicts.iter().map(|v| v.assertion.len()).max().unwrap_or(9).max(9);
-        out.push_str(&format!("{:<width$}  {:<10}  {:>14}  {:>14}  result\n", "assertion", "phase", "threshold", "observed"));
+        let width = summary
+            .verdicts
+            .iter()
+            .map(|v| v.assertion.len())
+            .max()
+            .unwrap_or(9)
+            .max(9);
+        out.push_str(&format!(
+            "{:<width$}  {:<10}  {:>14}  {:>14}  result\n",
+            "assertion", "phase", "threshold", "observed"
+        ));
         for v in &summary.verdicts {
             out.push_str(&format!(
                 "{:<width$}  {:<10}  {:>14}  {:>14}  {}\n",
@@ -55,9 +64,16 @@ pub fn terminal_summary(summary: &Summary) -> String {
     let verdict = if summary.interrupted {
         "INTERRUPTED: no verdict on a partial run".to_string()
     } else if summary.passed {
-        format!("PASS: {} of {} assertions held", summary.verdicts.len(), summary.verdicts.len())
+        format!(
+            "PASS: {} of {} assertions held",
+            summary.verdicts.len(),
+            summary.verdicts.len()
+        )
     } else {
-        format!("FAIL: {failed} of {} assertions failed", summary.verdicts.len())
+        format!(
+            "FAIL: {failed} of {} assertions failed",
+            summary.verdicts.len()
+        )
     };
     out.push_str(&format!("\n{verdict}\n"));
     out

@@ -50,7 +50,11 @@ impl Drop for SimServer {
 }
 
 /// Binds `addr` (use port 0 for any free port) and serves until shut down.
-pub async fn serve(addr: SocketAddr, settings: SimSettings, tokenizer: Arc<Tokenizer>) -> std::io::Result<SimServer> {
+pub async fn serve(
+    addr: SocketAddr,
+    settings: SimSettings,
+    tokenizer: Arc<Tokenizer>,
+) -> std::io::Result<SimServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
@@ -83,9 +87,10 @@ pub async fn serve(addr: SocketAddr, settings: SimSettings, tokenizer: Arc<Token
 fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -101,21 +106,39 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 serde_json::json!({"object": "list", "data": [{"id": "llmload-sim", "object": "model"}]}),
             ))
         }
-        (&Method::GET, "/health") => return Ok(json_response(StatusCode::OK, serde_json::json!({"status": "ok"}))),
+        (&Method::GET, "/health") => {
+            return Ok(json_response(
+                StatusCode::OK,
+                serde_json::json!({"status": "ok"}),
+            ))
+        }
         _ => {
             return Ok(json_response(
                 StatusCode::NOT_FOUND,
-                error_body(&format!("no route for {} {path}", req.method()), "not_found_error"),
+                error_body(
+                    &format!("no route for {} {path}", req.method()),
+                    "not_found_error",
+                ),
             ))
         }
     };
     let body = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body("unreadable body", "invalid_request_error"))),
+        Err(_) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                error_body("unreadable body", "invalid_request_error"),
+            ))
+        }
     };
     let request = match SimRequest::parse(&body, chat, &shared.tokenizer) {
         Ok(request) => request,
-        Err(message) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body(&message, "invalid_request_error"))),
+        Err(message) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(&message, "invalid_request_error"),
+            ))
+        }
     };
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("sim-{number}");
@@ -138,7 +161,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let send = |value: serde_json::Value| Bytes::from(format!("data: {value}\n\n"));
-        if request.chat && tx.send(send(chunk(&request, &id, None, true, None))).await.is_err() {
+        if request.chat
+            && tx
+                .send(send(chunk(&request, &id, None, true, None)))
+                .await
+                .is_err()
+        {
             return;
         }
         // Real servers send keep-alive comments; a client must skip them.
@@ -170,11 +198,19 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     });
     let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|bytes| (Ok::<_, Infallible>(Frame::data(bytes)), rx))
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, Infallible>(Frame::data(bytes)), rx))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let headers = response.headers_mut();
-    headers.insert("content-type", hyper::header::HeaderValue::from_static("text/event-stream"));
-    headers.insert("cache-control", hyper::header::HeaderValue::from_static("no-cache"));
+    headers.insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        "cache-control",
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
     Ok(response)
 }

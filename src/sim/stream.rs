@@ -73,7 +73,10 @@ impl SimRequest {
                 .and_then(Value::as_str)
                 .unwrap_or("llmload-sim")
                 .to_string(),
-            stream: value.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            stream: value
+                .get("stream")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             prompt_tokens,
@@ -89,7 +92,12 @@ pub struct Generation {
     pub completion_tokens: usize,
 }
 
-pub fn generate(settings: &SimSettings, tokenizer: &Tokenizer, request: &SimRequest, request_seed: u64) -> Generation {
+pub fn generate(
+    settings: &SimSettings,
+    tokenizer: &Tokenizer,
+    request: &SimRequest,
+    request_seed: u64,
+) -> Generation {
     let mut rng = ChaCha8Rng::seed_from_u64(request_seed);
     let words = tokenizer.single_token_words();
     let per_chunk = settings.tokens_per_chunk.max(1) as usize;
@@ -104,7 +112,9 @@ pub fn generate(settings: &SimSettings, tokenizer: &Tokenizer, request: &SimRequ
     let mut produced = 0;
     while produced < request.max_tokens {
         let n = per_chunk.min(request.max_tokens - produced);
-        let text: String = (0..n).map(|_| words[rng.random_range(0..words.len())].as_str()).collect();
+        let text: String = (0..n)
+            .map(|_| words[rng.random_range(0..words.len())].as_str())
+            .collect();
         // Deadlines are absolute from the request's arrival, so jitter never accumulates.
         let last_token = produced + n - 1;
         let due = settings.ttft + settings.itl * last_token as u32 + jitter(&mut rng);
@@ -128,8 +138,18 @@ pub fn usage(prompt: usize, completion: usize) -> Value {
 }
 
 /// A streamed chunk carrying `text` (or only the role, or only a finish_reason).
-pub fn chunk(request: &SimRequest, id: &str, text: Option<&str>, role: bool, finish: Option<&str>) -> Value {
-    let object = if request.chat { "chat.completion.chunk" } else { "text_completion" };
+pub fn chunk(
+    request: &SimRequest,
+    id: &str,
+    text: Option<&str>,
+    role: bool,
+    finish: Option<&str>,
+) -> Value {
+    let object = if request.chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
     let choice = if request.chat {
         let mut delta = serde_json::Map::new();
         if role {
@@ -153,7 +173,11 @@ pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usi
     } else {
         json!({"index": 0, "text": text, "finish_reason": "length"})
     };
-    let object = if request.chat { "chat.completion" } else { "text_completion" };
+    let object = if request.chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    };
     json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice],
            "usage": usage(request.prompt_tokens, completion)})
 }

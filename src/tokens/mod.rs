@@ -58,7 +58,10 @@ impl Tokenizer {
                 ))
             }
         };
-        Ok(Tokenizer::with_backend(name.to_string(), Backend::Tiktoken(bpe)))
+        Ok(Tokenizer::with_backend(
+            name.to_string(),
+            Backend::Tiktoken(bpe),
+        ))
     }
 
     /// A Hugging Face `tokenizer.json`.
@@ -130,7 +133,9 @@ impl Tokenizer {
         let target = tokens as usize;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let words = &self.single_token_words;
-        let mut picked: Vec<usize> = (0..target).map(|_| rng.random_range(0..words.len())).collect();
+        let mut picked: Vec<usize> = (0..target)
+            .map(|_| rng.random_range(0..words.len()))
+            .collect();
         let mut best: Option<(usize, String)> = None;
         // Words are one token alone and almost always one token in a sequence; the loop corrects
         // the rare merges and split first words of some tokenizers.

@@ -61,7 +61,8 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
                 Some(stat) => m.distribution(assertion.metric).and_then(|d| d.stat(stat)),
                 None => m.scalar(assertion.metric),
             });
-            let passed = observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
+            let passed =
+                observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
             VerdictResult {
                 assertion: assertion.text.clone(),
                 phase: assertion.phase.clone().unwrap_or_else(|| "all".into()),
@@ -73,8 +74,14 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
                     MetricKind::Throughput => "per_s",
                     MetricKind::TokenRate => "tokens_per_s",
                 },
-                threshold_display: format!("{} {}", assertion.op.symbol(), display(kind, assertion.threshold)),
-                observed_display: observed.map(|v| display(kind, v)).unwrap_or_else(|| "no data".into()),
+                threshold_display: format!(
+                    "{} {}",
+                    assertion.op.symbol(),
+                    display(kind, assertion.threshold)
+                ),
+                observed_display: observed
+                    .map(|v| display(kind, v))
+                    .unwrap_or_else(|| "no data".into()),
                 passed,
             }
         })
@@ -113,7 +120,13 @@ mod tests {
         }
     }
 
-    fn assertion(metric: Metric, stat: Option<Stat>, op: Op, threshold: f64, phase: Option<&str>) -> Assertion {
+    fn assertion(
+        metric: Metric,
+        stat: Option<Stat>,
+        op: Op,
+        threshold: f64,
+        phase: Option<&str>,
+    ) -> Assertion {
         Assertion {
             metric,
             stat,
@@ -128,7 +141,9 @@ mod tests {
     fn each_comparison() {
         let agg = aggregates();
         let p99 = Some(Stat::Percentile(99.0));
-        let check = |op, threshold| evaluate(&[assertion(Metric::Ttft, p99, op, threshold, None)], &agg).passed;
+        let check = |op, threshold| {
+            evaluate(&[assertion(Metric::Ttft, p99, op, threshold, None)], &agg).passed
+        };
         // p99 is 990 ms.
         assert!(check(Op::Lt, 1000.0));
         assert!(!check(Op::Lt, 990.0));
@@ -158,7 +173,10 @@ mod tests {
     #[test]
     fn no_data_fails() {
         let agg = aggregates();
-        let v = evaluate(&[assertion(Metric::Itl, Some(Stat::Max), Op::Lt, 1e9, None)], &agg);
+        let v = evaluate(
+            &[assertion(Metric::Itl, Some(Stat::Max), Op::Lt, 1e9, None)],
+            &agg,
+        );
         assert!(!v.passed);
         assert_eq!(v.results[0].observed_display, "no data");
     }
