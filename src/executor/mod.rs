@@ -209,6 +209,7 @@ pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, Strin
     }));
     drop(context);
     recorder.finish()?;
+    // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
     RunLog::read(&config.records_path)
 }
 

@@ -32,7 +32,7 @@ pub enum Message {
 
 pub struct Recorder {
     sender: mpsc::Sender<Message>,
-    thread: std::thread::JoinHandle<Result<Vec<RequestRecord>, String>>,
+    thread: std::thread::JoinHandle<Result<(), String>>,
 }
 
 impl Recorder {
@@ -49,7 +49,6 @@ impl Recorder {
             .name("llmload-recorder".into())
             .spawn(move || {
                 let mut out = BufWriter::new(file);
-                let mut records = Vec::new();
                 let write_error = |e: std::io::Error| format!("cannot write {display}: {e}");
                 while let Ok(first) = receiver.recv() {
                     let mut next = Some(first);
@@ -59,7 +58,6 @@ impl Recorder {
                             Message::Finished(finished) => {
                                 let record = finalize(*finished, &tokenizer);
                                 progress.on_record(&record);
-                                records.push(record.clone());
                                 LogLine::Request(record)
                             }
                         };
@@ -70,8 +68,7 @@ impl Recorder {
                     }
                     out.flush().map_err(write_error)?;
                 }
-                out.flush().map_err(write_error)?;
-                Ok(records)
+                out.flush().map_err(write_error)
             })
             .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
         Ok(Recorder { sender, thread })
@@ -81,8 +78,8 @@ impl Recorder {
         self.sender.clone()
     }
 
-    /// Waits for every queued record to be written; returns all request records.
-    pub fn finish(self) -> Result<Vec<RequestRecord>, String> {
+    /// Waits for every queued record to be written.
+    pub fn finish(self) -> Result<(), String> {
         drop(self.sender);
         self.thread
             .join()
