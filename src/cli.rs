@@ -41,28 +41,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a plan against its target and write a report with verdicts.
-    Run {
-        /// The plan file (KDL).
-        plan: PathBuf,
-        /// Send to this base URL instead of the plan's target (with or without /v1).
-        #[arg(long)]
-        target: Option<String>,
-        /// Report directory [default: reports/<plan>-<UTC timestamp>/].
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Use this seed instead of the plan's.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Also render this minijinja template into the report directory (repeatable).
-        #[arg(long = "template")]
-        templates: Vec<PathBuf>,
-        /// After Ctrl-C, how long in-flight requests may finish before they are cancelled.
-        #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
-        grace: Duration,
-        /// No live progress line.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Run(RunArgs),
     /// Check a plan and print every mistake in it.
     Check { plan: PathBuf },
     /// Print the schedule a plan compiles to.
@@ -119,23 +98,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Check { plan } => check(&plan),
         Command::Plan { plan, seed, format } => show_plan(&plan, seed, format),
-        Command::Run {
-            plan,
-            target,
-            out,
-            seed,
-            templates,
-            grace,
-            quiet,
-        } => run(RunArgs {
-            plan,
-            target,
-            out,
-            seed,
-            templates,
-            grace,
-            quiet,
-        }),
+        Command::Run(args) => run(args),
         Command::Report { dir, templates } => rerender(&dir, &templates),
         Command::Sim {
             port,
@@ -329,13 +292,27 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+#[derive(clap::Args, Debug)]
 struct RunArgs {
+    /// The plan file (KDL).
     plan: PathBuf,
+    /// Send to this base URL instead of the plan's target (with or without /v1).
+    #[arg(long)]
     target: Option<String>,
+    /// Report directory [default: reports/<plan>-<UTC timestamp>/].
+    #[arg(long)]
     out: Option<PathBuf>,
+    /// Use this seed instead of the plan's.
+    #[arg(long)]
     seed: Option<u64>,
+    /// Also render this minijinja template into the report directory (repeatable).
+    #[arg(long = "template")]
     templates: Vec<PathBuf>,
+    /// After Ctrl-C, how long in-flight requests may finish before they are cancelled.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
     grace: Duration,
+    /// No live progress line.
+    #[arg(long, short)]
     quiet: bool,
 }
 
@@ -540,9 +517,21 @@ fn rerender(dir: &Path, templates: &[PathBuf]) -> u8 {
         Err(message) => return error(message),
     };
     let plan_path = dir.join("plan.kdl");
-    let plan = match load_plan(&plan_path) {
+    let text = match std::fs::read_to_string(&plan_path) {
+        Ok(text) => text,
+        Err(e) => {
+            return error(format!(
+                "cannot read {}: {e} (llmload report needs the plan.kdl a run leaves)",
+                plan_path.display()
+            ))
+        }
+    };
+    let plan = match plan::parse_archived_plan(&plan_path.display().to_string(), text) {
         Ok(plan) => plan,
-        Err(code) => return code,
+        Err(errors) => {
+            eprint!("{}", errors.render());
+            return EXIT_USAGE;
+        }
     };
     finish(&log, &plan, dir, templates)
 }

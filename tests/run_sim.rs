@@ -426,3 +426,56 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
         }
     }
 }
+
+/// A Hugging Face tokenizer.json next to the plan: prompts have exact lengths under it.
+#[test]
+fn a_tokenizer_json_beside_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        "tests/fixtures/word-level-tokenizer.json",
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
+    let plan = sim_plan(
+        "ttft \"5ms\"; itl \"1ms\"",
+        "tokenizer \"tokenizer.json\"; input 40; output 5",
+        "phase \"c\" { concurrency 1; requests 3 }",
+        "error-rate < \"1%\"",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let records = read_records(&out);
+    assert!(records
+        .iter()
+        .all(|r| r["prompt_tokens"] == 40 && r["completion_tokens"] == 5));
+    // The report directory re-renders without the tokenizer beside it.
+    let output = llmload().arg("report").arg(&out).output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A missing file is a plan error pointing at the path.
+    let bad = write_plan(
+        dir.path(),
+        &plan.replace("\"tokenizer.json\"", "\"missing/tokenizer.json\""),
+    );
+    let output = llmload().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no tokenizer file at"));
+}

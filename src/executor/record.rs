@@ -23,7 +23,7 @@ pub enum LogLine {
 }
 
 /// The run's context. Holds no secret: the target URL is stored without credentials.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunHeader {
     pub tool_version: String,
     pub plan: String,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::{PlanDiagnostic, PlanErrors};
-pub use parse::parse_plan;
+pub use parse::{parse_archived_plan, parse_plan};
 
 /// A whole benchmark plan, validated.
 #[derive(Debug, Clone)]

@@ -15,13 +15,25 @@ use super::*;
 const TOP_LEVEL: &str = "plan, target, workload, phase, sla, sim";
 const BUILTIN_TOKENIZERS: [&str; 2] = ["cl100k_base", "o200k_base"];
 
-/// Parses and validates plan text. `file_name` is what diagnostics show.
+/// Parses and validates plan text. `file_name` is what diagnostics show, and what relative
+/// paths in the plan are relative to.
 pub fn parse_plan(file_name: &str, text: String) -> Result<Plan, PlanErrors> {
+    parse_with(file_name, text, true)
+}
+
+/// Parses a plan kept in a report directory, to judge its records again: files it names (a
+/// tokenizer) are not needed for that, so they are not looked for.
+pub fn parse_archived_plan(file_name: &str, text: String) -> Result<Plan, PlanErrors> {
+    parse_with(file_name, text, false)
+}
+
+fn parse_with(file_name: &str, text: String, check_files: bool) -> Result<Plan, PlanErrors> {
     let text = Arc::new(text);
     let mut cx = Cx {
         file_name: file_name.to_string(),
         text: text.clone(),
         diagnostics: Vec::new(),
+        check_files,
     };
     let document = match KdlDocument::parse_v2(&text) {
         Ok(document) => document,
@@ -57,6 +69,7 @@ struct Cx {
     file_name: String,
     text: Arc<String>,
     diagnostics: Vec<PlanDiagnostic>,
+    check_files: bool,
 }
 
 fn positional(node: &KdlNode) -> impl Iterator<Item = &KdlEntry> {
@@ -651,7 +664,7 @@ impl Cx {
                                 } else {
                                     path.to_path_buf()
                                 };
-                                if resolved.is_file() {
+                                if resolved.is_file() || !self.check_files {
                                     tokenizer = TokenizerSpec::File(resolved);
                                 } else {
                                     ok = false;

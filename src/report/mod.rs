@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::executor::record::{RequestRecord, RunLog};
+use crate::executor::record::{RequestRecord, RunHeader, RunLog};
 use crate::metrics::{Aggregates, PhaseMetrics, Warning};
 use crate::verdict::{VerdictResult, Verdicts};
 
@@ -36,23 +36,13 @@ pub struct Summary {
     pub context: RunContext,
 }
 
+/// The run's header (tool version, plan, seed, target without credentials, model...) and its
+/// duration.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunContext {
-    pub tool_version: String,
-    pub plan: String,
-    pub plan_file: String,
-    pub plan_sha256: String,
-    pub seed: u64,
-    /// The target's URL, never with credentials.
-    pub target: String,
-    pub model: String,
-    pub api: String,
-    pub stream: bool,
-    pub exact_output: bool,
-    pub tokenizer: String,
-    pub started_at: String,
+    #[serde(flatten)]
+    pub header: RunHeader,
     pub duration_s: f64,
-    pub client_host: String,
 }
 
 /// What exporters render from.
@@ -73,39 +63,9 @@ impl<'a> ReportContext<'a> {
             .or_else(|| log.records.iter().filter_map(|r| r.end_us()).max())
             .unwrap_or(0) as f64
             / 1e6;
-        let context = match header {
-            Some(h) => RunContext {
-                tool_version: h.tool_version,
-                plan: h.plan,
-                plan_file: h.plan_file,
-                plan_sha256: h.plan_sha256,
-                seed: h.seed,
-                target: h.target,
-                model: h.model,
-                api: h.api,
-                stream: h.stream,
-                exact_output: h.exact_output,
-                tokenizer: h.tokenizer,
-                started_at: h.started_at,
-                duration_s,
-                client_host: h.client_host,
-            },
-            None => RunContext {
-                tool_version: String::new(),
-                plan: String::new(),
-                plan_file: String::new(),
-                plan_sha256: String::new(),
-                seed: 0,
-                target: String::new(),
-                model: String::new(),
-                api: String::new(),
-                stream: true,
-                exact_output: false,
-                tokenizer: String::new(),
-                started_at: String::new(),
-                duration_s,
-                client_host: String::new(),
-            },
+        let context = RunContext {
+            header: header.unwrap_or_default(),
+            duration_s,
         };
         let mut phase_names = Vec::new();
         for phase in &log.phases {

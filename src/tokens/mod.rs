@@ -193,3 +193,25 @@ mod tests {
         assert!(Tokenizer::builtin("gpt2-ish").is_err());
     }
 }
+
+#[cfg(test)]
+mod hugging_face_tests {
+    use super::*;
+
+    /// A word-level tokenizer.json (tests/fixtures): one token per word.
+    #[test]
+    fn a_local_tokenizer_json_builds_exact_prompts() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json");
+        let tokenizer = Tokenizer::from_file(&path).unwrap();
+        assert_eq!(tokenizer.count(" the cat of"), 3);
+        assert!(tokenizer.single_token_words().len() > 40);
+        for tokens in [1, 10, 300] {
+            assert_eq!(
+                tokenizer.count(&tokenizer.prompt(tokens, 9)),
+                tokens as usize
+            );
+        }
+        assert!(Tokenizer::from_file(Path::new("/nonexistent/tokenizer.json")).is_err());
+    }
+}
