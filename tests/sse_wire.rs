@@ -228,3 +228,52 @@ fn every_failure_is_classified_and_recorded() {
     // Failed requests never enter latency: only the one good request has a TTFT.
     assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 1);
 }
+
+/// A server that keeps connections alive, but drops the second request it reads without
+/// answering, as llama.cpp's server does when a request lands on a short-lived thread.
+#[test]
+fn a_keep_alive_connection_closed_before_answering_is_retried_once_and_counted() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let served = served.clone();
+            std::thread::spawn(move || loop {
+                read_request(&mut stream);
+                if served.fetch_add(1, Ordering::SeqCst) == 1 {
+                    return; // drop the connection with the request unanswered
+                }
+                let body = "data: {\"choices\":[{\"delta\":{\"content\":\" a b c\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\r\n", body.len());
+                if stream.write_all(head.as_bytes()).is_err()
+                    || stream.write_all(body.as_bytes()).is_err()
+                {
+                    return;
+                }
+            });
+        }
+    });
+    let run = run_plan(
+        &plan(3, "5s"),
+        &["--target", &format!("http://127.0.0.1:{port}")],
+    );
+    let records = run.records();
+    assert_eq!(run.code(), 0, "{}\n{records:#?}", run.stderr());
+    assert!(records.iter().all(|r| r["error"].is_null()));
+    let retries: u64 = records
+        .iter()
+        .map(|r| r["connection_retries"].as_u64().unwrap())
+        .sum();
+    assert_eq!(retries, 1);
+    let s = run.summary();
+    assert_eq!(s["overall"]["requests"]["connection_retries"], 1);
+    assert!(s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "connection-retries"));
+}

@@ -394,7 +394,7 @@ async fn execute(
     body: Bytes,
     intended: Option<Instant>,
 ) {
-    let sent_at = Instant::now();
+    let mut sent_at = Instant::now();
     context.progress.on_sent(phase);
     let mut exchange = Exchange::default();
     let timeout = context.template.timeout;
@@ -411,7 +411,7 @@ async fn execute(
                 &context.client,
                 &context.template,
                 body,
-                sent_at,
+                &mut sent_at,
                 &mut exchange,
             ),
         );

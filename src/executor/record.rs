@@ -150,6 +150,10 @@ pub struct RequestRecord {
     pub completion_tokens_tokenizer: Option<u64>,
     pub cached_tokens: Option<u64>,
     pub finish_reason: Option<String>,
+    /// Times the request was re-sent because the server closed a pooled keep-alive connection
+    /// before answering; its send time is the last re-send's.
+    #[serde(default)]
+    pub connection_retries: u32,
 }
 
 impl RequestRecord {

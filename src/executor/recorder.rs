@@ -175,6 +175,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         completion_tokens_tokenizer: tokenizer_completion,
         cached_tokens: exchange.usage.and_then(|u| u.cached),
         finish_reason: exchange.finish_reason,
+        connection_retries: exchange.connection_retries,
     }
 }
 

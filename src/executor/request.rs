@@ -101,6 +101,8 @@ pub struct Exchange {
     /// µs after the send when the response ended (success or failure).
     pub end_us: u64,
     pub done: bool,
+    /// Re-sends after the server closed a pooled connection before answering.
+    pub connection_retries: u32,
 }
 
 #[derive(Deserialize)]
@@ -287,39 +289,54 @@ pub async fn exchange(
     client: &reqwest::Client,
     template: &RequestTemplate,
     body: Bytes,
-    sent_at: Instant,
+    sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) {
-    let mut request = client
-        .post(&template.url)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body);
-    if let Some(auth) = &template.auth {
-        request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
-    }
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(err) => {
-            exchange.end_us = micros_since(sent_at, Instant::now());
-            if err.is_connect() {
-                exchange.fail(
-                    ErrorClass::Connect,
-                    format!("cannot connect to the target: {}", root_cause(&err)),
-                );
-            } else if err.is_timeout() {
-                exchange.fail(ErrorClass::Timeout, "the request timed out");
-            } else {
-                exchange.fail(
-                    ErrorClass::StreamBroken,
-                    format!(
-                        "the connection failed before a response: {}",
-                        root_cause(&err)
-                    ),
-                );
+    let response = loop {
+        let mut request = client
+            .post(&template.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        if let Some(auth) = &template.auth {
+            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
+        }
+        match request.send().await {
+            Ok(response) => break response,
+            // A server may close a keep-alive connection it advertised as open (llama.cpp's
+            // server does when a request lands on one of its short-lived threads). The request
+            // then dies on the pooled connection before any byte of a response: a transport
+            // race, not a server failure. Send it once more, on another connection, and count
+            // it; the send time becomes the re-send's, so the lost time shows as schedule lag.
+            Err(err)
+                if exchange.connection_retries < MAX_CONNECTION_RETRIES
+                    && closed_before_response(&err) =>
+            {
+                exchange.connection_retries += 1;
+                *sent_at = Instant::now();
             }
-            return;
+            Err(err) => {
+                exchange.end_us = micros_since(*sent_at, Instant::now());
+                if err.is_connect() {
+                    exchange.fail(
+                        ErrorClass::Connect,
+                        format!("cannot connect to the target: {}", root_cause(&err)),
+                    );
+                } else if err.is_timeout() {
+                    exchange.fail(ErrorClass::Timeout, "the request timed out");
+                } else {
+                    exchange.fail(
+                        ErrorClass::StreamBroken,
+                        format!(
+                            "the connection failed before a response: {}",
+                            root_cause(&err)
+                        ),
+                    );
+                }
+                return;
+            }
         }
     };
+    let sent_at = *sent_at;
     let status = response.status();
     exchange.http_status = Some(status.as_u16());
     if !status.is_success() {
@@ -410,6 +427,21 @@ pub async fn exchange(
             "the stream ended without a finish_reason or [DONE]",
         );
     }
+}
+
+/// How many times a request is re-sent after a pooled connection was found closed.
+const MAX_CONNECTION_RETRIES: u32 = 1;
+
+/// The server closed the connection before sending any of the response.
+fn closed_before_response(err: &reqwest::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(hyper_error) = e.downcast_ref::<hyper::Error>() {
+            return hyper_error.is_incomplete_message();
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// The innermost error's text: reqwest's outer message repeats the URL, which says nothing new.

@@ -39,6 +39,8 @@ pub struct RequestCounts {
     pub failed: u64,
     /// In flight when an interrupted run gave up on them; in no rate.
     pub cancelled: u64,
+    /// Re-sends after the server closed a pooled keep-alive connection before answering.
+    pub connection_retries: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -296,6 +298,7 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
     let mut usage_vs_tokenizer: Vec<f64> = Vec::new();
     for record in records {
         m.requests.sent += 1;
+        m.requests.connection_retries += record.connection_retries as u64;
         if open_loop {
             d.lag.record(
                 record

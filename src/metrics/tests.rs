@@ -59,6 +59,7 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
         completion_tokens_tokenizer: Some(completion),
         cached_tokens: None,
         finish_reason: Some("length".into()),
+        connection_retries: 0,
     }
 }
 

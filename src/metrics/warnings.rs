@@ -145,6 +145,16 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
+    if overall.requests.connection_retries > 0 {
+        out.push(note(
+            "connection-retries",
+            format!(
+                "{} request(s) were sent again on a fresh connection: the server closed a keep-alive connection \
+                 it had left open before answering on it; their send time is the re-send's",
+                overall.requests.connection_retries
+            ),
+        ));
+    }
     if !stream {
         out.push(note(
             "not-streaming",
