@@ -16,7 +16,7 @@ use crate::executor::record::{ErrorClass, RunHeader, RunLog};
 use crate::executor::{self, RequestTemplate, RunConfig};
 use crate::plan::{self, Endpoint, Plan, SimSettings};
 use crate::tokens::Tokenizer;
-use crate::{metrics, planner, report, sim, verdict};
+use crate::{compare, metrics, planner, report, sim, verdict};
 
 /// Every assertion passed.
 pub const EXIT_PASS: u8 = 0;
@@ -55,8 +55,23 @@ enum Command {
     /// Re-render a report directory's reports from its records.jsonl, without running anything.
     Report {
         dir: PathBuf,
-        #[arg(long = "template")]
-        templates: Vec<PathBuf>,
+        #[command(flatten)]
+        gate: GateArgs,
+    },
+    /// Compare two report directories: a Markdown table fit for a pull request; exit 1 on a
+    /// regression beyond the run-to-run noise.
+    Compare {
+        baseline: PathBuf,
+        current: PathBuf,
+        /// Compare runs of different plans, seeds or models anyway.
+        #[arg(long)]
+        force: bool,
+        /// Also write the Markdown table to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Write a JUnit XML file with one test case per compared metric.
+        #[arg(long)]
+        junit: Option<PathBuf>,
     },
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
     Sim {
@@ -99,7 +114,14 @@ pub fn main() -> ExitCode {
         Command::Check { plan } => check(&plan),
         Command::Plan { plan, seed, format } => show_plan(&plan, seed, format),
         Command::Run(args) => run(args),
-        Command::Report { dir, templates } => rerender(&dir, &templates),
+        Command::Report { dir, gate } => rerender(&dir, &gate),
+        Command::Compare {
+            baseline,
+            current,
+            force,
+            out,
+            junit,
+        } => compare_dirs(&baseline, &current, force, out.as_deref(), junit.as_deref()),
         Command::Sim {
             port,
             host,
@@ -305,9 +327,8 @@ struct RunArgs {
     /// Use this seed instead of the plan's.
     #[arg(long)]
     seed: Option<u64>,
-    /// Also render this minijinja template into the report directory (repeatable).
-    #[arg(long = "template")]
-    templates: Vec<PathBuf>,
+    #[command(flatten)]
+    gate: GateArgs,
     /// After Ctrl-C, how long in-flight requests may finish before they are cancelled.
     #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
     grace: Duration,
@@ -335,7 +356,7 @@ fn run(args: RunArgs) -> u8 {
             ));
         }
     }
-    for template in &args.templates {
+    for template in &args.gate.templates {
         if !template.is_file() {
             return error(format!("--template {}: no such file", template.display()));
         }
@@ -461,19 +482,133 @@ fn run(args: RunArgs) -> u8 {
             return EXIT_RUN;
         }
     };
-    finish(&log, &plan, &out, &args.templates)
+    finish(&log, &plan, &out, &args.gate)
 }
 
-/// Metrics, verdicts, report files and the terminal summary; returns the exit code.
-fn finish(log: &RunLog, plan: &Plan, out: &Path, templates: &[PathBuf]) -> u8 {
-    let aggregates = metrics::compute(log);
+/// What decides the exit code besides the SLA, and where else results go.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct GateArgs {
+    /// Also render this minijinja template into the report directory (repeatable).
+    #[arg(long = "template")]
+    templates: Vec<PathBuf>,
+    /// Compare with this earlier run's report directory; a regression fails the gate.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Write a JUnit XML file: one test case per assertion (and per compared metric).
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Fail the gate (exit 1) when the run is not trustworthy: schedule lag, finish_reason
+    /// "stop" under exact lengths, token counts off the plan.
+    #[arg(long)]
+    fail_on_warning: bool,
+}
+
+/// Loads a report directory's records and the plan kept with them.
+fn load_report_dir(dir: &Path) -> Result<(RunLog, Plan), u8> {
+    let log = RunLog::read(&dir.join("records.jsonl")).map_err(error)?;
+    let plan_path = dir.join("plan.kdl");
+    let text = std::fs::read_to_string(&plan_path).map_err(|e| {
+        error(format!(
+            "cannot read {}: {e} (a report directory holds the plan.kdl its run left)",
+            plan_path.display()
+        ))
+    })?;
+    let plan =
+        plan::parse_archived_plan(&plan_path.display().to_string(), text).map_err(|errors| {
+            eprint!("{}", errors.render());
+            EXIT_USAGE
+        })?;
+    Ok((log, plan))
+}
+
+/// Compares `current` with the run in `baseline_dir`, under the current plan's tolerances.
+fn compare_runs(
+    baseline_dir: &Path,
+    current: &RunLog,
+    plan: &Plan,
+    force: bool,
+) -> Result<compare::Comparison, u8> {
+    let (baseline, _) = load_report_dir(baseline_dir)?;
+    let notes = compare::comparable(
+        &baseline.header.clone().unwrap_or_default(),
+        &current.header.clone().unwrap_or_default(),
+        force,
+    )
+    .map_err(error)?;
+    let tolerances = if plan.regression.is_empty() {
+        compare::default_tolerances()
+    } else {
+        plan.regression.clone()
+    };
+    Ok(compare::compare(
+        &baseline,
+        current,
+        &tolerances,
+        plan.slo.as_ref(),
+        notes,
+        plan.seed,
+    ))
+}
+
+/// Appends to GitHub Actions' job summary when running there.
+fn append_step_summary(text: &str) {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("warning: cannot append to $GITHUB_STEP_SUMMARY: {e}");
+    }
+}
+
+/// Metrics, verdicts, comparison, report files and the terminal summary; returns the exit code.
+fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
+    let aggregates = metrics::compute(log, plan.slo.as_ref());
     let verdicts = verdict::evaluate(&plan.sla, &aggregates);
     let context = report::ReportContext::new(log, aggregates, verdicts);
-    if let Err(message) = report::write_all(out, &context, templates) {
+    if let Err(message) = report::write_all(out, &context, &gate.templates) {
         eprintln!("error: {message}");
         return EXIT_RUN;
     }
     let summary = &context.summary;
+    let comparison = match &gate.baseline {
+        Some(dir) => match compare_runs(dir, log, plan, false) {
+            Ok(comparison) => Some(comparison),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    if let Some(comparison) = &comparison {
+        let written = report::comparison_markdown(comparison).and_then(|markdown| {
+            let json = serde_json::to_string_pretty(comparison).map_err(|e| e.to_string())?;
+            std::fs::write(out.join("comparison.md"), &markdown)
+                .and_then(|_| std::fs::write(out.join("comparison.json"), json + "\n"))
+                .map_err(|e| format!("cannot write the comparison: {e}"))?;
+            Ok(markdown)
+        });
+        match written {
+            Ok(markdown) => println!("{markdown}"),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return EXIT_RUN;
+            }
+        }
+    }
+    if let Some(path) = &gate.junit {
+        let xml = report::junit::render(summary, comparison.as_ref(), gate.fail_on_warning);
+        if let Err(e) = std::fs::write(path, xml) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return EXIT_RUN;
+        }
+    }
+    match report::step_summary(summary, comparison.as_ref()) {
+        Ok(text) => append_step_summary(&text),
+        Err(message) => eprintln!("warning: {message}"),
+    }
     println!("{}", report::terminal_summary(summary));
     println!("report: {}", out.join("report.md").display());
 
@@ -504,36 +639,74 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, templates: &[PathBuf]) -> u8 {
         eprintln!("error: no recorded request was sent");
         return EXIT_RUN;
     }
-    if summary.passed {
-        EXIT_PASS
-    } else {
-        EXIT_FAIL
+    let mut code = if summary.passed { EXIT_PASS } else { EXIT_FAIL };
+    if comparison.as_ref().is_some_and(|c| c.regressed) {
+        println!("FAIL: a regression against the baseline");
+        code = EXIT_FAIL;
+    }
+    if gate.fail_on_warning
+        && summary
+            .warnings
+            .iter()
+            .any(|w| w.severity == metrics::Severity::Warning)
+    {
+        println!(
+            "FAIL: the run is not trustworthy (see the warnings) and --fail-on-warning is set"
+        );
+        code = EXIT_FAIL;
+    }
+    code
+}
+
+fn rerender(dir: &Path, gate: &GateArgs) -> u8 {
+    match load_report_dir(dir) {
+        Ok((log, plan)) => finish(&log, &plan, dir, gate),
+        Err(code) => code,
     }
 }
 
-fn rerender(dir: &Path, templates: &[PathBuf]) -> u8 {
-    let log = match RunLog::read(&dir.join("records.jsonl")) {
-        Ok(log) => log,
+fn compare_dirs(
+    baseline: &Path,
+    current: &Path,
+    force: bool,
+    out: Option<&Path>,
+    junit: Option<&Path>,
+) -> u8 {
+    let (log, plan) = match load_report_dir(current) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let comparison = match compare_runs(baseline, &log, &plan, force) {
+        Ok(comparison) => comparison,
+        Err(code) => return code,
+    };
+    let markdown = match report::comparison_markdown(&comparison) {
+        Ok(markdown) => markdown,
         Err(message) => return error(message),
     };
-    let plan_path = dir.join("plan.kdl");
-    let text = match std::fs::read_to_string(&plan_path) {
-        Ok(text) => text,
-        Err(e) => {
-            return error(format!(
-                "cannot read {}: {e} (llmload report needs the plan.kdl a run leaves)",
-                plan_path.display()
-            ))
+    print!("{markdown}");
+    if let Some(path) = out {
+        if let Err(e) = std::fs::write(path, &markdown) {
+            return error(format!("cannot write {}: {e}", path.display()));
         }
-    };
-    let plan = match plan::parse_archived_plan(&plan_path.display().to_string(), text) {
-        Ok(plan) => plan,
-        Err(errors) => {
-            eprint!("{}", errors.render());
-            return EXIT_USAGE;
+    }
+    if let Some(path) = junit {
+        let aggregates = metrics::compute(&log, plan.slo.as_ref());
+        let verdicts = verdict::evaluate(&[], &aggregates);
+        let context = report::ReportContext::new(&log, aggregates, verdicts);
+        if let Err(e) = std::fs::write(
+            path,
+            report::junit::render(&context.summary, Some(&comparison), false),
+        ) {
+            return error(format!("cannot write {}: {e}", path.display()));
         }
-    };
-    finish(&log, &plan, dir, templates)
+    }
+    append_step_summary(&markdown);
+    if comparison.regressed {
+        EXIT_FAIL
+    } else {
+        EXIT_PASS
+    }
 }
 
 fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u8 {

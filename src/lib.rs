@@ -8,6 +8,7 @@
 //! See docs/ARCHITECTURE.md for the codemap.
 
 pub mod cli;
+pub mod compare;
 pub mod executor;
 pub mod metrics;
 pub mod plan;

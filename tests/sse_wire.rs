@@ -277,3 +277,25 @@ fn a_keep_alive_connection_closed_before_answering_is_retried_once_and_counted()
         .iter()
         .any(|w| w["code"] == "connection-retries"));
 }
+
+/// A server that ignores ignore_eos (as hosted APIs do): it stops early with finish_reason
+/// "stop". The run passes its SLA, but is not trustworthy: `--fail-on-warning` fails the gate.
+#[test]
+fn fail_on_warning_turns_an_untrustworthy_pass_into_a_failure() {
+    let stop_early: fn(&mut TcpStream) = |s| {
+        send(s, SSE_HEAD);
+        send(s, "data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n");
+    };
+    let exact = plan(2, "5s").replace("output 3", "output 3 ignore-eos=#true");
+    for (flag, expected) in [(None, 0), (Some("--fail-on-warning"), 1)] {
+        let port = serve(vec![stop_early, stop_early]);
+        let target = format!("http://127.0.0.1:{port}");
+        let mut args = vec!["--target", target.as_str()];
+        args.extend(flag);
+        let run = run_plan(&exact, &args);
+        assert_eq!(run.code(), expected, "{flag:?}: {}{}", run.stdout(), run.stderr());
+        assert!(run.stdout().contains("finish_reason \"stop\""), "{}", run.stdout());
+        let codes: Vec<String> = run.summary()["warnings"].as_array().unwrap().iter().map(|w| w["code"].as_str().unwrap().to_string()).collect();
+        assert!(codes.contains(&"finish-stop".to_string()) && codes.contains(&"output-tokens".to_string()), "{codes:?}");
+    }
+}

@@ -18,7 +18,7 @@ pub use distribution::{Distribution, Summary};
 pub use warnings::{Severity, Warning};
 
 use crate::executor::record::{ErrorClass, RequestRecord, RunLog, TokenSource};
-use crate::plan::Metric;
+use crate::plan::{Metric, Slo};
 
 /// Everything computed from one run.
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +95,16 @@ pub struct TokenStats {
     pub cached_prompt_tokens: u64,
 }
 
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Goodput {
+    /// Successful requests that met every objective.
+    pub good: u64,
+    /// Good requests per second of wall time.
+    pub requests_per_s: f64,
+    /// Good requests / completed (ok + failed) requests.
+    pub ratio: f64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Distributions {
     pub ttft: Distribution,
@@ -132,6 +142,8 @@ pub struct PhaseMetrics {
     pub errors: BTreeMap<String, u64>,
     pub finish_reasons: BTreeMap<String, u64>,
     pub tokens: TokenStats,
+    /// Requests meeting every objective of the plan's `slo`; absent without one.
+    pub goodput: Option<Goodput>,
     /// From the phase's start to its last response, in seconds.
     pub wall_s: f64,
     #[serde(skip)]
@@ -161,8 +173,82 @@ impl PhaseMetrics {
             Metric::RequestThroughput => Some(self.throughput.requests_per_s),
             Metric::OutputThroughput => Some(self.throughput.output_tokens_per_s),
             Metric::TotalThroughput => Some(self.throughput.total_tokens_per_s),
+            Metric::Goodput => self.goodput.as_ref().map(|g| g.requests_per_s),
+            Metric::GoodputRatio => self
+                .goodput
+                .as_ref()
+                .filter(|_| attempted > 0)
+                .map(|g| g.ratio),
             _ => None,
         }
+    }
+}
+
+/// The per-request values of one successful request, as every aggregate defines them (see
+/// docs/metrics.md). Shared with [`crate::compare`], which resamples them.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestValues<'a> {
+    pub e2e_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub prefill_tps: Option<f64>,
+    pub decode_tps: Option<f64>,
+    chunks: &'a [(u64, u32)],
+}
+
+impl<'a> RequestValues<'a> {
+    pub fn of(record: &'a RequestRecord) -> RequestValues<'a> {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let completion = record.completion_tokens.unwrap_or(0);
+        let prompt = record
+            .prompt_tokens
+            .unwrap_or(record.input_tokens_planned as u64);
+        let e2e_ms = record.e2e_us.map(ms);
+        // Time to first token exists only for streamed responses.
+        let ttft_ms = record.ttft_us.filter(|_| record.e2e_us.is_some()).map(ms);
+        let tpot_ms = match (e2e_ms, ttft_ms) {
+            (Some(e2e), Some(ttft)) if completion > 1 => {
+                Some((e2e - ttft).max(0.0) / (completion - 1) as f64)
+            }
+            _ => None,
+        };
+        let prefill_tps = record
+            .ttft_us
+            .filter(|&t| t > 0 && ttft_ms.is_some())
+            .map(|t| prompt as f64 / (t as f64 / 1e6));
+        let decode_tps = match (record.chunks.first(), record.chunks.last()) {
+            (Some(first), Some(last)) if ttft_ms.is_some() => {
+                let span_s = last.0.saturating_sub(first.0) as f64 / 1e6;
+                let decoded = completion.saturating_sub(first.1 as u64);
+                (span_s > 0.0 && decoded > 0).then(|| decoded as f64 / span_s)
+            }
+            _ => None,
+        };
+        RequestValues {
+            e2e_ms,
+            ttft_ms,
+            tpot_ms,
+            prefill_tps,
+            decode_tps,
+            chunks: if ttft_ms.is_some() {
+                &record.chunks
+            } else {
+                &[]
+            },
+        }
+    }
+
+    /// Every gap between consecutive token-bearing chunks, spread over the later chunk's tokens:
+    /// (gap / k in ms, k).
+    pub fn itl_gaps(&self) -> impl Iterator<Item = (f64, u32)> + 'a {
+        self.chunks.windows(2).map(|pair| {
+            let (previous, (at, tokens)) = (pair[0].0, pair[1]);
+            let tokens = tokens.max(1);
+            (
+                at.saturating_sub(previous) as f64 / 1000.0 / tokens as f64,
+                tokens,
+            )
+        })
     }
 }
 
@@ -174,8 +260,27 @@ struct Window {
     end: u64,
 }
 
-/// Computes every aggregate of a run.
-pub fn compute(log: &RunLog) -> Aggregates {
+/// Whether a successful request met every objective (`None`: no objective applies).
+pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
+    let within = |limit: Option<std::time::Duration>, value_ms: Option<f64>| match limit {
+        None => true,
+        Some(limit) => value_ms.is_some_and(|v| v <= limit.as_secs_f64() * 1000.0),
+    };
+    let ms = |us: u64| us as f64 / 1000.0;
+    let tpot = match (record.ttft_us, record.e2e_us, record.completion_tokens) {
+        (Some(t), Some(e), Some(n)) if n > 1 => Some(ms(e.saturating_sub(t)) / (n - 1) as f64),
+        // One output token has no time per output token: nothing to miss.
+        (Some(_), Some(_), Some(_)) => Some(0.0),
+        _ => None,
+    };
+    record.ok()
+        && within(slo.ttft, record.ttft_us.map(ms))
+        && within(slo.tpot, tpot)
+        && within(slo.e2e, record.e2e_us.map(ms))
+}
+
+/// Computes every aggregate of a run; `slo` (the plan's) defines goodput.
+pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
     let run_end = log.end.as_ref().map(|e| e.at_us);
     let mut phases = Vec::new();
     let mut windows = Vec::new();
@@ -203,7 +308,7 @@ pub fn compute(log: &RunLog) -> Aggregates {
             sending_end,
             end: last_response.max(sending_end),
         };
-        let mut metrics = accumulate(&records, &[window], start.open_loop);
+        let mut metrics = accumulate(&records, &[window], start.open_loop, slo);
         metrics.name = start.name.clone();
         metrics.recorded = start.record;
         metrics.load = start.load.clone();
@@ -224,7 +329,7 @@ pub fn compute(log: &RunLog) -> Aggregates {
         .collect();
     let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
     let any_open_loop = windows.iter().any(|w| w.0 && w.1);
-    let mut overall = accumulate(&overall_records, &overall_windows, any_open_loop);
+    let mut overall = accumulate(&overall_records, &overall_windows, any_open_loop, slo);
     overall.name = "all recorded phases".into();
     overall.recorded = true;
     overall.load = "-".into();
@@ -286,7 +391,12 @@ fn mean(sum: f64, count: u64) -> Option<f64> {
     (count > 0).then(|| sum / count as f64)
 }
 
-fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -> PhaseMetrics {
+fn accumulate(
+    records: &[&RequestRecord],
+    windows: &[Window],
+    open_loop: bool,
+    slo: Option<&Slo>,
+) -> PhaseMetrics {
     let mut m = PhaseMetrics::default();
     let d = &mut m.distributions;
     let mut output_tokens = 0u64;
@@ -358,36 +468,19 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
             }
         }
 
-        let Some(e2e_us) = record.e2e_us else {
-            continue;
-        };
-        let e2e_ms = e2e_us as f64 / 1000.0;
-        d.e2e.record(e2e_ms);
-        let Some(ttft_us) = record.ttft_us else {
-            continue;
-        };
-        let ttft_ms = ttft_us as f64 / 1000.0;
-        d.ttft.record(ttft_ms);
-        if ttft_us > 0 {
-            d.prefill.record(prompt as f64 / (ttft_us as f64 / 1e6));
-        }
-        if completion > 1 {
-            d.tpot
-                .record((e2e_ms - ttft_ms).max(0.0) / (completion - 1) as f64);
-        }
-        // Every gap between consecutive token-bearing chunks, spread over the chunk's tokens.
-        for pair in record.chunks.windows(2) {
-            let (previous, (at, tokens)) = (pair[0].0, pair[1]);
-            let tokens = tokens.max(1) as u64;
-            let gap_ms = at.saturating_sub(previous) as f64 / 1000.0;
-            d.itl.record_n(gap_ms / tokens as f64, tokens);
-        }
-        if let (Some(first), Some(last)) = (record.chunks.first(), record.chunks.last()) {
-            let span_s = last.0.saturating_sub(first.0) as f64 / 1e6;
-            let decoded = completion.saturating_sub(first.1 as u64);
-            if span_s > 0.0 && decoded > 0 {
-                d.decode.record(decoded as f64 / span_s);
+        let values = RequestValues::of(record);
+        let record_some = |dist: &mut Distribution, value: Option<f64>| {
+            if let Some(value) = value {
+                dist.record(value);
             }
+        };
+        record_some(&mut d.e2e, values.e2e_ms);
+        record_some(&mut d.ttft, values.ttft_ms);
+        record_some(&mut d.prefill, values.prefill_tps);
+        record_some(&mut d.tpot, values.tpot_ms);
+        record_some(&mut d.decode, values.decode_tps);
+        for (gap_ms, tokens) in values.itl_gaps() {
+            d.itl.record_n(gap_ms, tokens as u64);
         }
     }
 
@@ -425,6 +518,18 @@ fn accumulate(records: &[&RequestRecord], windows: &[Window], open_loop: bool) -
             0.0
         },
     };
+    if let Some(slo) = slo {
+        let good = records.iter().filter(|r| meets(slo, r)).count() as u64;
+        m.goodput = Some(Goodput {
+            good,
+            requests_per_s: if wall > 0.0 { good as f64 / wall } else { 0.0 },
+            ratio: if attempted > 0 {
+                good as f64 / attempted as f64
+            } else {
+                0.0
+            },
+        });
+    }
     let ok = m.requests.ok;
     m.tokens.input_planned_mean = mean(planned_in, ok);
     m.tokens.input_observed_mean = mean(observed_in, observed_in_n);

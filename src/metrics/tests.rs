@@ -115,7 +115,7 @@ fn ttft_tpot_e2e_and_pooled_itl() {
         140_000,
     );
     let b = ok(1, 1_500_000, &[(200_000, 1), (260_000, 3)], 270_000);
-    let agg = compute(&log(vec![a, b]));
+    let agg = compute_plain(&log(vec![a, b]));
     let steady = &agg.phases[1];
     assert_eq!(steady.requests.ok, 2);
     // TTFT: 100 and 200 ms.
@@ -143,7 +143,7 @@ fn ttft_tpot_e2e_and_pooled_itl() {
 #[test]
 fn failures_count_in_rates_but_never_in_latency_or_throughput() {
     let a = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
-    let agg = compute(&log(vec![
+    let agg = compute_plain(&log(vec![
         a,
         failed(1, ErrorClass::Http5xx),
         failed(1, ErrorClass::Timeout),
@@ -167,7 +167,7 @@ fn throughput_over_the_phase_wall_time_and_unrecorded_phases_left_out() {
     let a = ok(1, 1_000_000, &[(100_000, 10)], 200_000);
     let b = ok(1, 2_900_000, &[(100_000, 10)], 600_000);
     let warm = ok(0, 0, &[(100_000, 10)], 200_000);
-    let agg = compute(&log(vec![warm, a, b]));
+    let agg = compute_plain(&log(vec![warm, a, b]));
     let steady = &agg.phases[1];
     assert!(close(Some(steady.wall_s), 2.5));
     assert!(close(Some(steady.throughput.requests_per_s), 2.0 / 2.5));
@@ -187,7 +187,7 @@ fn throughput_over_the_phase_wall_time_and_unrecorded_phases_left_out() {
 fn schedule_lag_and_its_warning() {
     let mut late = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
     late.actual_send_us = late.intended_send_us + 25_000;
-    let agg = compute(&log(vec![late]));
+    let agg = compute_plain(&log(vec![late]));
     assert!(close(agg.phases[1].metrics.schedule_lag_ms.max, 25.0));
     assert!(agg.warnings.iter().any(|w| w.code == "schedule-lag"));
 }
@@ -198,7 +198,7 @@ fn finish_stop_under_exact_lengths_warns_and_overhead_is_a_note() {
     a.finish_reason = Some("stop".into());
     a.output_tokens_planned = 16;
     a.prompt_tokens = Some(125);
-    let agg = compute(&log(vec![a]));
+    let agg = compute_plain(&log(vec![a]));
     let codes: Vec<_> = agg.warnings.iter().map(|w| (w.code, w.severity)).collect();
     assert!(codes.contains(&("finish-stop", Severity::Warning)));
     assert!(codes.contains(&("output-tokens", Severity::Warning)));
@@ -223,6 +223,45 @@ fn proportional_prompt_mismatch_warns() {
         r.prompt_tokens = Some((planned as f64 * 1.15) as u64);
         records.push(r);
     }
-    let agg = compute(&log(records));
+    let agg = compute_plain(&log(records));
     assert!(agg.warnings.iter().any(|w| w.code == "input-tokens"));
+}
+
+fn compute_plain(log: &RunLog) -> Aggregates {
+    compute(log, None)
+}
+
+#[test]
+fn goodput_counts_requests_meeting_every_objective() {
+    use std::time::Duration;
+    // A: ttft 100 ms, tpot (140-100)/2 = 20 ms, e2e 140 ms: good.
+    let a = ok(
+        1,
+        1_000_000,
+        &[(100_000, 1), (110_000, 1), (130_000, 1)],
+        140_000,
+    );
+    // B: ttft 400 ms: misses the TTFT objective.
+    let b = ok(1, 1_200_000, &[(400_000, 1), (410_000, 1)], 420_000);
+    // C: tpot (1000-100)/1 = 900 ms: misses TPOT.
+    let c = ok(1, 1_400_000, &[(100_000, 1), (1_000_000, 1)], 1_000_000);
+    let slo = Slo {
+        ttft: Some(Duration::from_millis(300)),
+        tpot: Some(Duration::from_millis(50)),
+        e2e: Some(Duration::from_secs(10)),
+    };
+    let mut refused = failed(1, ErrorClass::Http5xx);
+    refused.actual_send_us = 1_500_000;
+    refused.e2e_us = Some(10_000);
+    let agg = compute(&log(vec![a, b, c, refused]), Some(&slo));
+    let g = agg.phases[1].goodput.as_ref().unwrap();
+    assert_eq!(g.good, 1);
+    assert!(
+        (g.ratio - 0.25).abs() < 1e-12,
+        "failed requests count as not good"
+    );
+    // Wall: 1 s (phase start) to 3 s (sending end; responses end by 2.4 s).
+    assert!(close(Some(g.requests_per_s), 1.0 / 2.0));
+    assert_eq!(agg.phases[1].scalar(Metric::GoodputRatio), Some(0.25));
+    assert!(compute_plain(&log(vec![])).overall.goodput.is_none());
 }

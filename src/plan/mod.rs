@@ -28,6 +28,10 @@ pub struct Plan {
     pub workload: Workload,
     pub phases: Vec<Phase>,
     pub sla: Vec<Assertion>,
+    /// Per-request objectives that define goodput.
+    pub slo: Option<Slo>,
+    /// Tolerances for comparing a run with a baseline (`llmload compare`, `run --baseline`).
+    pub regression: Vec<Tolerance>,
     /// Settings of the embedded simulator, used when the target is `"sim"`.
     pub sim: SimSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.
@@ -211,10 +215,14 @@ pub enum Metric {
     RequestThroughput,
     OutputThroughput,
     TotalThroughput,
+    /// Requests per second meeting every per-request objective of the plan's `slo`.
+    Goodput,
+    /// The fraction of completed requests meeting every objective of the plan's `slo`.
+    GoodputRatio,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 11] = [
+    pub const ALL: [Metric; 13] = [
         Metric::Ttft,
         Metric::Itl,
         Metric::Tpot,
@@ -226,6 +234,8 @@ impl Metric {
         Metric::RequestThroughput,
         Metric::OutputThroughput,
         Metric::TotalThroughput,
+        Metric::Goodput,
+        Metric::GoodputRatio,
     ];
 
     pub fn name(self) -> &'static str {
@@ -241,6 +251,8 @@ impl Metric {
             Metric::RequestThroughput => "request-throughput",
             Metric::OutputThroughput => "output-throughput",
             Metric::TotalThroughput => "total-throughput",
+            Metric::Goodput => "goodput",
+            Metric::GoodputRatio => "goodput-ratio",
         }
     }
 
@@ -257,10 +269,11 @@ impl Metric {
         match self {
             Metric::Ttft | Metric::Itl | Metric::Tpot | Metric::E2e => MetricKind::Latency,
             Metric::PrefillTps | Metric::DecodeTps => MetricKind::TokenRate,
-            Metric::ErrorRate | Metric::TimeoutRate => MetricKind::Fraction,
-            Metric::RequestThroughput | Metric::OutputThroughput | Metric::TotalThroughput => {
-                MetricKind::Throughput
-            }
+            Metric::ErrorRate | Metric::TimeoutRate | Metric::GoodputRatio => MetricKind::Fraction,
+            Metric::RequestThroughput
+            | Metric::OutputThroughput
+            | Metric::TotalThroughput
+            | Metric::Goodput => MetricKind::Throughput,
         }
     }
 }
@@ -347,6 +360,36 @@ impl Op {
     }
 }
 
+/// Per-request objectives (as DistServe and vLLM define goodput): a request is good when it
+/// succeeded and met every objective given.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Slo {
+    pub ttft: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub e2e: Option<Duration>,
+}
+
+/// How much worse than the baseline a metric may get, e.g. `ttft p99 "+10%"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tolerance {
+    pub metric: Metric,
+    pub stat: Option<Stat>,
+    /// The allowed worsening: a fraction of the baseline (0.10 for 10%), or for rates
+    /// (error-rate, timeout-rate, goodput-ratio) an absolute difference in the rate.
+    pub allowed: f64,
+    pub phase: Option<String>,
+    /// As written, e.g. `ttft p99 +10%`.
+    pub text: String,
+}
+
+impl Metric {
+    /// Whether a higher value is better (throughputs, token rates, goodput).
+    pub fn higher_is_better(self) -> bool {
+        matches!(self.kind(), MetricKind::Throughput | MetricKind::TokenRate)
+            || self == Metric::GoodputRatio
+    }
+}
+
 /// Timing model of the embedded simulator (target `"sim"`, or `llmload sim`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimSettings {
@@ -355,6 +398,7 @@ pub struct SimSettings {
     /// Each delay is stretched by a uniform random amount in [0, jitter].
     pub jitter: Duration,
     pub tokens_per_chunk: u32,
+    /// Seeds jitter and generated text; the plan's seed unless the `sim` block sets one.
     pub seed: u64,
 }
 

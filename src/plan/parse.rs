@@ -12,7 +12,7 @@ use miette::{NamedSource, SourceSpan};
 use super::units::{parse_duration, parse_percent, seconds_in_unit};
 use super::*;
 
-const TOP_LEVEL: &str = "plan, target, workload, phase, sla, sim";
+const TOP_LEVEL: &str = "plan, target, workload, phase, sla, slo, regression, sim";
 const BUILTIN_TOKENIZERS: [&str; 2] = ["cl100k_base", "o200k_base"];
 
 /// Parses and validates plan text. `file_name` is what diagnostics show, and what relative
@@ -331,12 +331,18 @@ impl Cx {
         let mut workload: Option<Workload> = None;
         let mut phases: Vec<(Phase, SourceSpan)> = Vec::new();
         let mut sla_nodes: Vec<&KdlNode> = Vec::new();
-        let mut sim: Option<SimSettings> = None;
+        let mut sim: Option<(SimSettings, bool)> = None;
+        let mut slo: Option<Slo> = None;
+        let mut regression_nodes: Vec<&KdlNode> = Vec::new();
+        let has_slo = document.nodes().iter().any(|n| n.name().value() == "slo");
         let mut seen: Vec<(&str, SourceSpan)> = Vec::new();
 
         for node in document.nodes() {
             let name = node.name().value();
-            if matches!(name, "plan" | "target" | "workload" | "sim") {
+            if matches!(
+                name,
+                "plan" | "target" | "workload" | "sim" | "slo" | "regression"
+            ) {
                 if let Some((_, _first)) = seen.iter().find(|(n, _)| *n == name) {
                     self.error(
                         node.name().span(),
@@ -371,6 +377,8 @@ impl Cx {
                     }
                 }
                 "sla" => sla_nodes.push(node),
+                "slo" => slo = self.slo(node),
+                "regression" => regression_nodes.push(node),
                 "sim" => sim = self.sim(node),
                 _ => self.unknown_node(node, "at the top level", TOP_LEVEL),
             }
@@ -422,8 +430,17 @@ impl Cx {
         for node in sla_nodes {
             self.no_args(node, "sla { ttft p99 < \"500ms\" }");
             for child in children(node) {
-                if let Some(assertion) = self.assertion(child, &phase_names, &unrecorded) {
+                if let Some(assertion) = self.assertion(child, &phase_names, &unrecorded, has_slo) {
                     sla.push(assertion);
+                }
+            }
+        }
+        let mut regression = Vec::new();
+        for node in regression_nodes {
+            self.no_args(node, "regression { ttft p99 \"+10%\" }");
+            for child in children(node) {
+                if let Some(tolerance) = self.tolerance(child, &phase_names, &unrecorded, has_slo) {
+                    regression.push(tolerance);
                 }
             }
         }
@@ -435,8 +452,17 @@ impl Cx {
                 .unwrap_or_else(|| "plan".into());
             (stem, None, 0)
         });
-        let mut sim = sim.unwrap_or_default();
-        sim.seed = seed;
+        let sim = match sim {
+            Some((sim, true)) => sim,
+            Some((mut sim, false)) => {
+                sim.seed = seed;
+                sim
+            }
+            None => SimSettings {
+                seed,
+                ..SimSettings::default()
+            },
+        };
         Some(Plan {
             name,
             description,
@@ -445,6 +471,8 @@ impl Cx {
             workload: workload?,
             phases: phases.into_iter().map(|(p, _)| p).collect(),
             sla,
+            slo,
+            regression,
             sim,
             source: PlanSource {
                 file_name: file_name.to_string(),
@@ -1063,12 +1091,8 @@ impl Cx {
         })
     }
 
-    fn assertion(
-        &mut self,
-        node: &KdlNode,
-        phases: &[String],
-        unrecorded: &[String],
-    ) -> Option<Assertion> {
+    /// The metric a line of `sla` or `regression` names.
+    fn metric(&mut self, node: &KdlNode, has_slo: bool) -> Option<Metric> {
         let metric_name = node.name().value();
         let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
         let Some(metric) = Metric::from_name(metric_name) else {
@@ -1080,6 +1104,220 @@ impl Cx {
             );
             return None;
         };
+        if matches!(metric, Metric::Goodput | Metric::GoodputRatio) && !has_slo {
+            self.error(
+                node.name().span(),
+                format!("`{metric_name}` needs per-request objectives"),
+                "no slo",
+                "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
+            );
+            return None;
+        }
+        Some(metric)
+    }
+
+    /// The statistic of a distribution metric, at the first positional argument.
+    fn statistic(&mut self, node: &KdlNode, usage: &str) -> Option<Stat> {
+        match positional(node).next() {
+            Some(entry) => {
+                let parsed = match entry.value() {
+                    KdlValue::String(s) => Stat::parse(s),
+                    _ => None,
+                };
+                if parsed.is_none() {
+                    self.error(
+                        entry.span(),
+                        "unknown statistic",
+                        "unknown statistic",
+                        "statistics: mean, min, max, median, or a percentile such as p50, p90, p99, p99.9",
+                    );
+                }
+                parsed
+            }
+            None => {
+                self.error(
+                    node.name().span(),
+                    format!("`{}` needs a statistic", node.name().value()),
+                    "statistic missing",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `phase="name"`: a recorded phase of the plan. `Err` when it names none.
+    fn phase_ref(
+        &mut self,
+        node: &KdlNode,
+        phases: &[String],
+        unrecorded: &[String],
+        usage: &str,
+    ) -> Result<Option<String>, ()> {
+        let Some(entry) = property(node, "phase") else {
+            return Ok(None);
+        };
+        let name = self.string(entry, usage).ok_or(())?;
+        if !phases.contains(&name) {
+            let known = if phases.is_empty() {
+                "none".to_string()
+            } else {
+                phases
+                    .iter()
+                    .map(|p| format!("\"{p}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            self.error(
+                entry.span(),
+                format!("no phase is named \"{name}\""),
+                "unknown phase",
+                format!("phases in this plan: {known}"),
+            );
+            return Err(());
+        }
+        if unrecorded.contains(&name) {
+            self.error(
+                entry.span(),
+                format!("phase \"{name}\" is not recorded (record #false)"),
+                "unrecorded phase",
+                "an unrecorded phase (a warmup) has no metrics to judge; name a recorded phase or remove record #false",
+            );
+            return Err(());
+        }
+        Ok(Some(name))
+    }
+
+    fn slo(&mut self, node: &KdlNode) -> Option<Slo> {
+        let usage = "slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"";
+        self.check_entries(node, 0, &["ttft", "tpot", "e2e"], usage);
+        self.no_children(node);
+        let mut slo = Slo::default();
+        let mut ok = true;
+        for (key, slot) in [
+            ("ttft", &mut slo.ttft),
+            ("tpot", &mut slo.tpot),
+            ("e2e", &mut slo.e2e),
+        ] {
+            if let Some(entry) = property(node, key) {
+                *slot = self.duration(entry, usage);
+                ok &= slot.is_some();
+            }
+        }
+        if ok && slo == Slo::default() {
+            self.error(
+                node.name().span(),
+                "`slo` sets no objective",
+                "empty slo",
+                format!("write it as: {usage}"),
+            );
+            return None;
+        }
+        ok.then_some(slo)
+    }
+
+    fn tolerance(
+        &mut self,
+        node: &KdlNode,
+        phases: &[String],
+        unrecorded: &[String],
+        has_slo: bool,
+    ) -> Option<Tolerance> {
+        let metric = self.metric(node, has_slo)?;
+        self.no_children(node);
+        let name = metric.name();
+        let sign = if metric.higher_is_better() { '-' } else { '+' };
+        let usage = if metric.is_distribution() {
+            format!("{name} p99 \"{sign}10%\"")
+        } else {
+            format!("{name} \"{sign}5%\"")
+        };
+        let stat = if metric.is_distribution() {
+            Some(self.statistic(node, &usage)?)
+        } else {
+            None
+        };
+        let value_index = usize::from(stat.is_some());
+        self.check_entries(node, value_index + 1, &["phase"], &usage);
+        let Some(entry) = positional(node).nth(value_index) else {
+            self.error(
+                node.name().span(),
+                format!("`{name}` needs a tolerance"),
+                "tolerance missing",
+                format!("write it as: {usage}"),
+            );
+            return None;
+        };
+        let text = self.string(entry, &usage)?;
+        let (explicit, number) = match text.chars().next() {
+            Some(c @ ('+' | '-')) => (Some(c), &text[1..]),
+            _ => (None, text.as_str()),
+        };
+        // A latency may rise by more than 100%; nothing can fall by more than 100%.
+        let ceiling = if metric.higher_is_better() || metric.kind() == MetricKind::Fraction {
+            100.0
+        } else {
+            f64::INFINITY
+        };
+        let parsed = number
+            .trim()
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("\"{text}\" is not a percentage"))
+            .and_then(|v| {
+                if v <= ceiling {
+                    Ok(v / 100.0)
+                } else {
+                    Err(format!("\"{text}\" is more than `{name}` can fall"))
+                }
+            });
+        let allowed = match parsed {
+            Ok(v) => v,
+            Err(message) => {
+                self.error(
+                    entry.span(),
+                    message,
+                    "not a tolerance",
+                    format!("a tolerance is a percentage of the baseline: {usage}"),
+                );
+                return None;
+            }
+        };
+        if explicit.is_some_and(|c| c != sign) {
+            let direction = if metric.higher_is_better() {
+                "falls"
+            } else {
+                "rises"
+            };
+            self.error(
+                entry.span(),
+                format!("`{name}` regresses when it {direction}, so its tolerance is {sign}N%"),
+                "wrong direction",
+                format!("write it as: {usage}"),
+            );
+            return None;
+        }
+        let phase = self.phase_ref(node, phases, unrecorded, &usage).ok()?;
+        let stat_text = stat.map(|s| format!(" {s}")).unwrap_or_default();
+        Some(Tolerance {
+            metric,
+            stat,
+            allowed,
+            phase,
+            text: format!("{name}{stat_text} {sign}{}%", trim_float(allowed * 100.0)),
+        })
+    }
+
+    fn assertion(
+        &mut self,
+        node: &KdlNode,
+        phases: &[String],
+        unrecorded: &[String],
+        has_slo: bool,
+    ) -> Option<Assertion> {
+        let metric_name = node.name().value();
+        let metric = self.metric(node, has_slo)?;
         self.no_children(node);
         let usage = if metric.is_distribution() {
             format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
@@ -1092,36 +1330,8 @@ impl Cx {
         let mut rest = &args[..];
         let mut stat = None;
         if metric.is_distribution() {
-            match rest.first() {
-                Some(entry) => {
-                    let text = match entry.value() {
-                        KdlValue::String(s) => Some(s.as_str()),
-                        _ => None,
-                    };
-                    match text.and_then(Stat::parse) {
-                        Some(s) => stat = Some(s),
-                        None => {
-                            self.error(
-                                entry.span(),
-                                "unknown statistic",
-                                "unknown statistic",
-                                "statistics: mean, min, max, median, or a percentile such as p50, p90, p99, p99.9",
-                            );
-                            return None;
-                        }
-                    }
-                    rest = &rest[1..];
-                }
-                None => {
-                    self.error(
-                        node.name().span(),
-                        format!("`{metric_name}` needs a statistic"),
-                        "statistic missing",
-                        format!("write it as: {usage}"),
-                    );
-                    return None;
-                }
-            }
+            stat = Some(self.statistic(node, &usage)?);
+            rest = &rest[1..];
         }
         // `<` and `>` are bare identifiers in KDL 2.0, but `<=` and `>=` followed by a value read
         // as a property named `<` or `>`; both spellings are accepted here on purpose.
@@ -1225,40 +1435,7 @@ impl Cx {
             );
             return None;
         }
-        let phase = match property(node, "phase") {
-            Some(entry) => {
-                let name = self.string(entry, &usage)?;
-                if !phases.contains(&name) {
-                    let known = if phases.is_empty() {
-                        "none".to_string()
-                    } else {
-                        phases
-                            .iter()
-                            .map(|p| format!("\"{p}\""))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    self.error(
-                        entry.span(),
-                        format!("no phase is named \"{name}\""),
-                        "unknown phase",
-                        format!("phases in this plan: {known}"),
-                    );
-                    return None;
-                }
-                if unrecorded.contains(&name) {
-                    self.error(
-                        entry.span(),
-                        format!("phase \"{name}\" is not recorded (record #false)"),
-                        "unrecorded phase",
-                        "an unrecorded phase (a warmup) has no metrics to judge; name a recorded phase or remove record #false",
-                    );
-                    return None;
-                }
-                Some(name)
-            }
-            None => None,
-        };
+        let phase = self.phase_ref(node, phases, unrecorded, &usage).ok()?;
         let threshold_text = match metric.kind() {
             MetricKind::Latency => {
                 super::units::format_duration(Duration::from_secs_f64(threshold / 1000.0))
@@ -1280,9 +1457,10 @@ impl Cx {
         })
     }
 
-    fn sim(&mut self, node: &KdlNode) -> Option<SimSettings> {
+    fn sim(&mut self, node: &KdlNode) -> Option<(SimSettings, bool)> {
         self.no_args(node, "sim { ttft \"50ms\"; itl \"10ms\" }");
         let mut sim = SimSettings::default();
+        let mut seeded = false;
         for child in children(node) {
             self.no_children(child);
             let key = child.name().value();
@@ -1307,6 +1485,24 @@ impl Cx {
                         }
                     }
                 }
+                "seed" => {
+                    let usage = "seed 7";
+                    self.check_entries(child, 1, &[], usage);
+                    if let Some(entry) = self.required_arg(child, usage) {
+                        match entry.value() {
+                            KdlValue::Integer(n) if *n >= 0 && *n <= u64::MAX as i128 => {
+                                sim.seed = *n as u64;
+                                seeded = true;
+                            }
+                            _ => self.error(
+                                entry.span(),
+                                "a seed is a whole number from 0 to 2^64-1",
+                                "not a seed",
+                                format!("write it as: {usage}"),
+                            ),
+                        }
+                    }
+                }
                 "tokens-per-chunk" => {
                     let usage = "tokens-per-chunk 1";
                     self.check_entries(child, 1, &[], usage);
@@ -1317,10 +1513,14 @@ impl Cx {
                         sim.tokens_per_chunk = n as u32;
                     }
                 }
-                _ => self.unknown_node(child, "in `sim`", "ttft, itl, jitter, tokens-per-chunk"),
+                _ => self.unknown_node(
+                    child,
+                    "in `sim`",
+                    "ttft, itl, jitter, tokens-per-chunk, seed",
+                ),
             }
         }
-        Some(sim)
+        Some((sim, seeded))
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod csv;
 mod json;
+pub mod junit;
 mod markdown;
 mod template;
 mod terminal;
@@ -127,4 +128,33 @@ pub fn write_all(
         written.push(path);
     }
     Ok(written)
+}
+
+const COMPARISON_TEMPLATE: &str = include_str!("templates/comparison.md.j2");
+const STEP_SUMMARY_TEMPLATE: &str = include_str!("templates/step-summary.md.j2");
+
+/// The Markdown table of a baseline comparison, fit to paste into a pull request.
+pub fn comparison_markdown(comparison: &crate::compare::Comparison) -> Result<String, String> {
+    template::render_value(
+        "comparison.md.j2",
+        COMPARISON_TEMPLATE,
+        minijinja::Value::from_serialize(comparison),
+    )
+}
+
+/// The Markdown appended to GitHub Actions' job summary (`$GITHUB_STEP_SUMMARY`).
+pub fn step_summary(
+    summary: &Summary,
+    comparison: Option<&crate::compare::Comparison>,
+) -> Result<String, String> {
+    let mut text = template::render_value(
+        "step-summary.md.j2",
+        STEP_SUMMARY_TEMPLATE,
+        minijinja::Value::from_serialize(summary),
+    )?;
+    if let Some(comparison) = comparison {
+        text.push_str(&comparison_markdown(comparison)?);
+        text.push('\n');
+    }
+    Ok(text)
 }

@@ -64,6 +64,11 @@ pub fn environment() -> Environment<'static> {
 
 /// Renders `source` (named `name` in errors) with the report's context.
 pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u8>, String> {
+    render_value(name, source, Value::from_serialize(&context.summary)).map(String::into_bytes)
+}
+
+/// Renders `source` with any serialized context.
+pub fn render_value(name: &str, source: &str, context: Value) -> Result<String, String> {
     let mut env = environment();
     env.add_template(name, source)
         .map_err(|e| format!("template {name}: {e}"))?;
@@ -71,8 +76,7 @@ pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u
         .get_template(name)
         .map_err(|e| format!("template {name}: {e}"))?;
     template
-        .render(Value::from_serialize(&context.summary))
-        .map(String::into_bytes)
+        .render(context)
         .map_err(|e| format!("template {name}: {e}"))
 }
 

@@ -1,0 +1,401 @@
+//! Comparing a run with a baseline: is the current run slower beyond the run-to-run noise?
+//!
+//! Each compared metric gets the baseline and current values, the change (relative for
+//! latencies, token rates and throughputs; in rate points for error, timeout and goodput rates),
+//! and a 95% confidence interval for that change from a seeded bootstrap over the per-request
+//! records of both runs. A regression is declared only when the whole interval lies beyond the
+//! plan's tolerance, so a gate neither flakes on noise nor lets a clear slowdown through; a
+//! change beyond the tolerance whose interval still reaches inside it is reported as
+//! "inconclusive" and does not fail the gate.
+//!
+//! This stage reads two runs' records and the current plan's tolerances; it renders nothing
+//! (that is [`crate::report`]).
+
+mod bootstrap;
+
+use serde::Serialize;
+
+use crate::executor::record::{ErrorClass, RunHeader, RunLog};
+use crate::metrics::{self, RequestValues};
+use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
+use bootstrap::{percentile, Resampler};
+
+/// Bootstrap resamples for per-request metrics, and for ITL (whose gaps are resampled by
+/// request, which costs as many gaps as a run has).
+const RESAMPLES: usize = 1000;
+const ITL_RESAMPLES: usize = 200;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Worse than the tolerance allows, beyond the noise: fails the gate.
+    Regression,
+    /// Worse than the tolerance on the point estimate, but within the noise.
+    Inconclusive,
+    /// Better, beyond the noise.
+    Improvement,
+    /// Within the tolerance.
+    Unchanged,
+    /// One of the runs has no data for it.
+    NoData,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The tolerance as written, e.g. `ttft p99 +10%`.
+    pub metric: String,
+    pub phase: String,
+    pub unit: &'static str,
+    pub baseline: Option<f64>,
+    pub current: Option<f64>,
+    /// current − baseline, relative to the baseline (0.12 = +12%), or in rate points for rates.
+    pub change: Option<f64>,
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+    /// Whether `change` is relative (true) or in rate points (false).
+    pub relative: bool,
+    /// The allowed worsening, in the same terms as `change` (signed: + for latencies).
+    pub allowed: f64,
+    pub verdict: Change,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub baseline: RunHeader,
+    pub current: RunHeader,
+    pub rows: Vec<Row>,
+    pub regressed: bool,
+    pub notes: Vec<String>,
+}
+
+/// The tolerances used when a plan has no `regression` block.
+pub fn default_tolerances() -> Vec<Tolerance> {
+    let t = |metric: Metric, stat: Option<Stat>, allowed: f64| {
+        let sign = if metric.higher_is_better() { '-' } else { '+' };
+        let stat_text = stat.map(|s| format!(" {s}")).unwrap_or_default();
+        Tolerance {
+            metric,
+            stat,
+            allowed,
+            phase: None,
+            text: format!("{}{stat_text} {sign}{}%", metric.name(), allowed * 100.0),
+        }
+    };
+    let p = |q: f64| Some(Stat::Percentile(q));
+    vec![
+        t(Metric::Ttft, p(50.0), 0.10),
+        t(Metric::Ttft, p(99.0), 0.10),
+        t(Metric::Itl, p(50.0), 0.10),
+        t(Metric::Itl, p(99.0), 0.10),
+        t(Metric::Tpot, p(50.0), 0.10),
+        t(Metric::E2e, p(99.0), 0.10),
+        t(Metric::OutputThroughput, None, 0.05),
+        t(Metric::ErrorRate, None, 0.01),
+    ]
+}
+
+/// Refuses runs that do not measure the same thing, unless `force`; returns notes otherwise.
+pub fn comparable(
+    baseline: &RunHeader,
+    current: &RunHeader,
+    force: bool,
+) -> Result<Vec<String>, String> {
+    let mut differences = Vec::new();
+    let mut check = |what: &str, a: &str, b: &str| {
+        if a != b {
+            differences.push(format!("{what}: baseline {a}, current {b}"));
+        }
+    };
+    check("plan", &baseline.plan, &current.plan);
+    check(
+        "seed",
+        &baseline.seed.to_string(),
+        &current.seed.to_string(),
+    );
+    check("model", &baseline.model, &current.model);
+    check("api", &baseline.api, &current.api);
+    check(
+        "streaming",
+        &baseline.stream.to_string(),
+        &current.stream.to_string(),
+    );
+    let mut notes = Vec::new();
+    if !differences.is_empty() {
+        if !force {
+            return Err(format!(
+                "these runs do not measure the same thing ({}); compare runs of one plan, seed and model, \
+                 or pass --force to compare anyway",
+                differences.join("; ")
+            ));
+        }
+        notes.push(format!(
+            "compared with --force although {}",
+            differences.join("; ")
+        ));
+    }
+    if baseline.plan_sha256 != current.plan_sha256 {
+        notes.push("the plan file changed between the runs (its SHA-256 differs)".into());
+    }
+    Ok(notes)
+}
+
+/// What one request contributes to every compared metric.
+struct Sample {
+    /// Completed (ok or failed, not cancelled).
+    completed: bool,
+    ok: bool,
+    timed_out: bool,
+    good: bool,
+    output_tokens: f64,
+    values: [Option<f64>; 5],
+    itl: Vec<(f64, u32)>,
+}
+
+const TTFT: usize = 0;
+const TPOT: usize = 1;
+const E2E: usize = 2;
+const PREFILL: usize = 3;
+const DECODE: usize = 4;
+
+struct Side {
+    samples: Vec<Sample>,
+    wall_s: f64,
+}
+
+fn side(log: &RunLog, phase: Option<&str>, slo: Option<&Slo>) -> Side {
+    let aggregates = metrics::compute(log, slo);
+    let (indices, wall_s): (Vec<usize>, f64) = match phase {
+        Some(name) => (
+            log.phases
+                .iter()
+                .filter(|p| p.name == name)
+                .map(|p| p.index)
+                .collect(),
+            aggregates
+                .phases
+                .iter()
+                .find(|p| p.name == name)
+                .map_or(0.0, |p| p.wall_s),
+        ),
+        None => (
+            log.phases
+                .iter()
+                .filter(|p| p.record)
+                .map(|p| p.index)
+                .collect(),
+            aggregates.overall.wall_s,
+        ),
+    };
+    let samples = log
+        .records
+        .iter()
+        .filter(|r| indices.contains(&r.phase) && r.error != Some(ErrorClass::Cancelled))
+        .map(|r| {
+            let v = RequestValues::of(r);
+            let ok = r.ok();
+            Sample {
+                completed: true,
+                ok,
+                timed_out: r.error == Some(ErrorClass::Timeout),
+                good: slo.is_some_and(|slo| metrics::meets(slo, r)),
+                output_tokens: if ok {
+                    r.completion_tokens.unwrap_or(0) as f64
+                } else {
+                    0.0
+                },
+                values: if ok {
+                    [v.ttft_ms, v.tpot_ms, v.e2e_ms, v.prefill_tps, v.decode_tps]
+                } else {
+                    [None; 5]
+                },
+                itl: if ok {
+                    v.itl_gaps().collect()
+                } else {
+                    Vec::new()
+                },
+            }
+        })
+        .collect();
+    Side { samples, wall_s }
+}
+
+/// The metric's value over the samples chosen by `pick` (indices into `side.samples`).
+fn value(
+    tolerance: &Tolerance,
+    side: &Side,
+    pick: &[usize],
+    scratch: &mut Vec<f64>,
+) -> Option<f64> {
+    let chosen = pick.iter().map(|&i| &side.samples[i]);
+    let per_request = |index: usize, scratch: &mut Vec<f64>| {
+        scratch.clear();
+        scratch.extend(chosen.clone().filter_map(|s| s.values[index]));
+    };
+    let completed = chosen.clone().filter(|s| s.completed).count() as f64;
+    let fraction = |count: usize| (completed > 0.0).then(|| count as f64 / completed);
+    match tolerance.metric {
+        Metric::Ttft | Metric::Tpot | Metric::E2e | Metric::PrefillTps | Metric::DecodeTps => {
+            let index = match tolerance.metric {
+                Metric::Ttft => TTFT,
+                Metric::Tpot => TPOT,
+                Metric::E2e => E2E,
+                Metric::PrefillTps => PREFILL,
+                _ => DECODE,
+            };
+            per_request(index, scratch);
+            statistic(tolerance.stat?, scratch)
+        }
+        Metric::Itl => {
+            // A chunk of k tokens is k samples of gap/k, as in the report.
+            scratch.clear();
+            for sample in chosen {
+                for &(gap, k) in &sample.itl {
+                    scratch.extend(std::iter::repeat_n(gap, k as usize));
+                }
+            }
+            statistic(tolerance.stat?, scratch)
+        }
+        Metric::ErrorRate => fraction(chosen.clone().filter(|s| !s.ok).count()),
+        Metric::TimeoutRate => fraction(chosen.clone().filter(|s| s.timed_out).count()),
+        Metric::GoodputRatio => fraction(chosen.clone().filter(|s| s.good).count()),
+        Metric::RequestThroughput
+        | Metric::OutputThroughput
+        | Metric::TotalThroughput
+        | Metric::Goodput => {
+            if side.wall_s <= 0.0 {
+                return None;
+            }
+            let total: f64 = match tolerance.metric {
+                Metric::RequestThroughput => chosen.clone().filter(|s| s.ok).count() as f64,
+                Metric::Goodput => chosen.clone().filter(|s| s.good).count() as f64,
+                _ => chosen.clone().map(|s| s.output_tokens).sum(),
+            };
+            Some(total / side.wall_s)
+        }
+    }
+}
+
+/// A statistic of raw values (reordered in place).
+fn statistic(stat: Stat, values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    Some(match stat {
+        Stat::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
+        Stat::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        Stat::Mean => values.iter().sum::<f64>() / values.len() as f64,
+        Stat::Percentile(p) => percentile(values, p),
+    })
+}
+
+/// Compares `current` with `baseline` under `tolerances`; `seed` makes the bootstrap repeatable.
+pub fn compare(
+    baseline: &RunLog,
+    current: &RunLog,
+    tolerances: &[Tolerance],
+    slo: Option<&Slo>,
+    notes: Vec<String>,
+    seed: u64,
+) -> Comparison {
+    let mut rows = Vec::new();
+    for (index, tolerance) in tolerances.iter().enumerate() {
+        let base = side(baseline, tolerance.phase.as_deref(), slo);
+        let cur = side(current, tolerance.phase.as_deref(), slo);
+        let relative = tolerance.metric.kind() != MetricKind::Fraction;
+        let sign = if tolerance.metric.higher_is_better() {
+            -1.0
+        } else {
+            1.0
+        };
+        let mut scratch = Vec::new();
+        let all_base: Vec<usize> = (0..base.samples.len()).collect();
+        let all_cur: Vec<usize> = (0..cur.samples.len()).collect();
+        let b = value(tolerance, &base, &all_base, &mut scratch);
+        let c = value(tolerance, &cur, &all_cur, &mut scratch);
+        let change_of = |b: f64, c: f64| -> Option<f64> {
+            if relative {
+                (b.abs() > 0.0).then(|| (c - b) / b)
+            } else {
+                Some(c - b)
+            }
+        };
+        let change = b.zip(c).and_then(|(b, c)| change_of(b, c));
+        let resamples = if tolerance.metric == Metric::Itl {
+            ITL_RESAMPLES
+        } else {
+            RESAMPLES
+        };
+        let mut resampler = Resampler::new(seed ^ crate::planner::mix64(index as u64 + 1));
+        let mut changes = Vec::with_capacity(resamples);
+        if change.is_some() {
+            let mut pick_base = Vec::new();
+            let mut pick_cur = Vec::new();
+            for _ in 0..resamples {
+                resampler.resample(base.samples.len(), &mut pick_base);
+                resampler.resample(cur.samples.len(), &mut pick_cur);
+                let vb = value(tolerance, &base, &pick_base, &mut scratch);
+                let vc = value(tolerance, &cur, &pick_cur, &mut scratch);
+                if let Some(d) = vb.zip(vc).and_then(|(vb, vc)| change_of(vb, vc)) {
+                    changes.push(d);
+                }
+            }
+        }
+        let (ci_low, ci_high) = if changes.len() >= resamples / 2 {
+            (
+                Some(percentile(&mut changes.clone(), 2.5)),
+                Some(percentile(&mut changes, 97.5)),
+            )
+        } else {
+            (None, None)
+        };
+        let allowed = tolerance.allowed;
+        // "Worsening": the change in the direction that is bad for this metric.
+        let verdict = match (change, ci_low, ci_high) {
+            (Some(change), Some(low), Some(high)) => {
+                let (worse_point, worse_low, worse_high) = if sign > 0.0 {
+                    (change, low, high)
+                } else {
+                    (-change, -high, -low)
+                };
+                if worse_low > allowed {
+                    Change::Regression
+                } else if worse_point > allowed {
+                    Change::Inconclusive
+                } else if worse_high < 0.0 {
+                    Change::Improvement
+                } else {
+                    Change::Unchanged
+                }
+            }
+            _ => Change::NoData,
+        };
+        rows.push(Row {
+            metric: tolerance.text.clone(),
+            phase: tolerance.phase.clone().unwrap_or_else(|| "all".into()),
+            unit: match tolerance.metric.kind() {
+                MetricKind::Latency => "ms",
+                MetricKind::Fraction => "fraction",
+                MetricKind::Throughput => "per_s",
+                MetricKind::TokenRate => "tokens_per_s",
+            },
+            baseline: b,
+            current: c,
+            change,
+            ci_low,
+            ci_high,
+            relative,
+            allowed: sign * allowed,
+            verdict,
+        });
+    }
+    Comparison {
+        baseline: baseline.header.clone().unwrap_or_default(),
+        current: current.header.clone().unwrap_or_default(),
+        regressed: rows.iter().any(|r| r.verdict == Change::Regression),
+        rows,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests;

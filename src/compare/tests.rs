@@ -1,0 +1,147 @@
+//! Comparison math on hand-made runs.
+
+use super::*;
+use crate::executor::record::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
+
+fn header(seed: u64, plan: &str) -> RunHeader {
+    RunHeader {
+        plan: plan.into(),
+        seed,
+        model: "m".into(),
+        api: "chat".into(),
+        stream: true,
+        plan_sha256: "x".into(),
+        ..RunHeader::default()
+    }
+}
+
+/// A run of `n` requests whose TTFT is drawn around `ttft_ms` (a fixed spread, seeded).
+fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let records = (0..n)
+        .map(|i| {
+            let ttft = ((ttft_ms + rng.random_range(-0.3..0.3) * ttft_ms) * 1000.0) as u64;
+            let gap = 10_000 + rng.random_range(0..2_000);
+            RequestRecord {
+                phase: 0,
+                seq: i as u64,
+                intended_send_us: i as u64 * 10_000,
+                actual_send_us: i as u64 * 10_000,
+                input_tokens_planned: 10,
+                output_tokens_planned: 4,
+                prompt_seed: 0,
+                error: (i < failures).then_some(ErrorClass::Http5xx),
+                error_detail: None,
+                http_status: Some(200),
+                ttft_us: Some(ttft),
+                e2e_us: Some(ttft + 3 * gap),
+                chunks: (0..4).map(|k| (ttft + k * gap, 1)).collect(),
+                chunk_tokens: Some(TokenSource::Usage),
+                prompt_tokens: Some(10),
+                completion_tokens: Some(4),
+                token_source: Some(TokenSource::Usage),
+                completion_tokens_tokenizer: Some(4),
+                cached_tokens: None,
+                finish_reason: Some("length".into()),
+                connection_retries: 0,
+            }
+        })
+        .collect();
+    RunLog {
+        header: Some(header(1, "p")),
+        phases: vec![PhaseStart {
+            index: 0,
+            name: "s".into(),
+            record: true,
+            load: "x".into(),
+            open_loop: false,
+            planned_rate: None,
+            planned_requests: None,
+            planned_duration_s: None,
+            at_us: 0,
+        }],
+        phase_ends: vec![PhaseEnd {
+            index: 0,
+            at_us: n as u64 * 10_000,
+            sent: n as u64,
+        }],
+        records,
+        end: Some(RunEnd {
+            at_us: n as u64 * 10_000 + 1_000_000,
+            interrupted: false,
+        }),
+    }
+}
+
+fn verdict(comparison: &Comparison, metric: &str) -> Change {
+    comparison
+        .rows
+        .iter()
+        .find(|r| r.metric == metric)
+        .unwrap()
+        .verdict
+}
+
+#[test]
+fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
+    let tolerances = default_tolerances();
+    let base = run(300, 100.0, 1, 0);
+    let slow = run(300, 140.0, 2, 0);
+    let same = run(300, 100.0, 3, 0);
+    let c = compare(&base, &slow, &tolerances, None, vec![], 7);
+    assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
+    assert!(c.regressed);
+    let row = c.rows.iter().find(|r| r.metric == "ttft p50 +10%").unwrap();
+    assert!(row.ci_low.unwrap() > 0.1 && row.ci_low.unwrap() < row.change.unwrap());
+    let c = compare(&base, &same, &tolerances, None, vec![], 7);
+    assert!(!c.regressed, "{:#?}", c.rows);
+    // The other way round the slowdown is an improvement.
+    let c = compare(&slow, &base, &tolerances, None, vec![], 7);
+    assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Improvement);
+}
+
+#[test]
+fn rates_compare_in_points_and_throughput_regresses_downward() {
+    let base = run(200, 100.0, 1, 0);
+    let failing = run(200, 100.0, 1, 40);
+    let c = compare(&base, &failing, &default_tolerances(), None, vec![], 7);
+    let row = c
+        .rows
+        .iter()
+        .find(|r| r.metric == "error-rate +1%")
+        .unwrap();
+    assert!(!row.relative);
+    assert!((row.change.unwrap() - 0.2).abs() < 1e-9);
+    assert_eq!(row.verdict, Change::Regression);
+    // 40 fewer successful requests over the same wall time: output throughput fell 20%.
+    assert_eq!(verdict(&c, "output-throughput -5%"), Change::Regression);
+}
+
+#[test]
+fn bootstrap_is_repeatable() {
+    let base = run(100, 100.0, 1, 0);
+    let cur = run(100, 105.0, 2, 0);
+    let a = compare(&base, &cur, &default_tolerances(), None, vec![], 9);
+    let b = compare(&base, &cur, &default_tolerances(), None, vec![], 9);
+    assert_eq!(
+        serde_json::to_string(&a.rows).unwrap(),
+        serde_json::to_string(&b.rows).unwrap()
+    );
+}
+
+#[test]
+fn different_plans_seeds_or_models_are_refused_unless_forced() {
+    assert!(comparable(&header(1, "p"), &header(1, "p"), false)
+        .unwrap()
+        .is_empty());
+    let err = comparable(&header(1, "p"), &header(2, "q"), false).unwrap_err();
+    assert!(
+        err.contains("plan: baseline p, current q")
+            && err.contains("seed")
+            && err.contains("--force"),
+        "{err}"
+    );
+    let notes = comparable(&header(1, "p"), &header(2, "p"), true).unwrap();
+    assert!(notes[0].contains("--force"));
+}

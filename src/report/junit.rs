@@ -1,0 +1,199 @@
+//! JUnit XML (Ant's format, which Jenkins, GitLab and GitHub test reporters read): every SLA
+//! assertion is a test case; so is every compared metric of a baseline comparison, and, with
+//! `--fail-on-warning`, every warning. An interrupted run is an error case.
+
+use std::fmt::Write;
+
+use super::Summary;
+use crate::compare::{Change, Comparison};
+use crate::metrics::Severity;
+
+/// Escapes text for XML attributes and content.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 does not allow at all.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+struct Case {
+    name: String,
+    class: &'static str,
+    /// (failure or error, message, body)
+    outcome: Option<(&'static str, String, String)>,
+}
+
+pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warning: bool) -> String {
+    let plan = &summary.context.header.plan;
+    let mut cases: Vec<Case> = Vec::new();
+    if summary.interrupted {
+        cases.push(Case {
+            name: "run completed".into(),
+            class: "run",
+            outcome: Some((
+                "error",
+                "the run was interrupted before its plan finished".into(),
+                "No verdict is given on a partial run.".into(),
+            )),
+        });
+    }
+    for v in &summary.verdicts {
+        let message = format!(
+            "observed {}, threshold {}, phase {}",
+            v.observed_display, v.threshold_display, v.phase
+        );
+        cases.push(Case {
+            name: format!("{} [{}]", v.assertion, v.phase),
+            class: "sla",
+            outcome: (!v.passed).then(|| {
+                (
+                    "failure",
+                    message.clone(),
+                    format!("{}: {message}", v.assertion),
+                )
+            }),
+        });
+    }
+    if let Some(comparison) = comparison {
+        for row in &comparison.rows {
+            let pct = |v: Option<f64>| match v {
+                Some(v) if row.relative => format!("{:+.1}%", v * 100.0),
+                Some(v) => format!("{:+.2} pts", v * 100.0),
+                None => "-".into(),
+            };
+            let message = format!(
+                "change {} (95% CI {} to {}) against an allowed {}",
+                pct(row.change),
+                pct(row.ci_low),
+                pct(row.ci_high),
+                pct(Some(row.allowed))
+            );
+            cases.push(Case {
+                name: format!("{} [{}]", row.metric, row.phase),
+                class: "regression",
+                outcome: (row.verdict == Change::Regression)
+                    .then(|| ("failure", message.clone(), message.clone())),
+            });
+        }
+    }
+    if fail_on_warning {
+        for w in summary
+            .warnings
+            .iter()
+            .filter(|w| w.severity == Severity::Warning)
+        {
+            cases.push(Case {
+                name: format!("trustworthy: {}", w.code),
+                class: "warnings",
+                outcome: Some(("failure", w.message.clone(), w.message.clone())),
+            });
+        }
+    }
+    let failures = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Some(("failure", _, _))))
+        .count();
+    let errors = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Some(("error", _, _))))
+        .count();
+    let time = format!("{:.3}", summary.context.duration_s);
+    // Ant's schema wants a timestamp without a zone; the run's start is UTC.
+    let timestamp = summary
+        .context
+        .header
+        .started_at
+        .trim_end_matches('Z')
+        .to_string();
+    let mut system_out = String::new();
+    for w in &summary.warnings {
+        let _ = writeln!(
+            system_out,
+            "{}: {}",
+            if w.severity == Severity::Warning {
+                "warning"
+            } else {
+                "note"
+            },
+            w.message
+        );
+    }
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"llmload\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{time}\">",
+        cases.len()
+    );
+    let _ = writeln!(
+        out,
+        "  <testsuite name=\"llmload.{}\" package=\"llmload\" id=\"0\" hostname=\"{}\" timestamp=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\" time=\"{time}\">",
+        xml(plan),
+        xml(&summary.context.header.client_host),
+        xml(&timestamp),
+        cases.len()
+    );
+    out.push_str("    <properties>\n");
+    let header = &summary.context.header;
+    for (name, value) in [
+        ("plan_file", header.plan_file.clone()),
+        ("plan_sha256", header.plan_sha256.clone()),
+        ("seed", header.seed.to_string()),
+        ("target", header.target.clone()),
+        ("model", header.model.clone()),
+        ("tool_version", header.tool_version.clone()),
+    ] {
+        let _ = writeln!(
+            out,
+            "      <property name=\"{name}\" value=\"{}\"/>",
+            xml(&value)
+        );
+    }
+    out.push_str("    </properties>\n");
+    for case in &cases {
+        let _ = write!(
+            out,
+            "    <testcase name=\"{}\" classname=\"llmload.{}.{}\" time=\"0\"",
+            xml(&case.name),
+            xml(plan),
+            case.class
+        );
+        match &case.outcome {
+            None => out.push_str("/>\n"),
+            Some((kind, message, body)) => {
+                let _ = writeln!(
+                    out,
+                    ">\n      <{kind} message=\"{}\" type=\"{}\">{}</{kind}>\n    </testcase>",
+                    xml(message),
+                    case.class,
+                    xml(body)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "    <system-out>{}</system-out>", xml(&system_out));
+    out.push_str("    <system-err></system-err>\n  </testsuite>\n</testsuites>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xml;
+
+    #[test]
+    fn escapes_markup_and_control_characters() {
+        assert_eq!(
+            xml("p99 < 5 & \"x\" > 'y'\u{1}"),
+            "p99 &lt; 5 &amp; &quot;x&quot; &gt; &apos;y&apos;?"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! CI gates through the real binary: JUnit, the GitHub step summary, goodput, baselines and
+//! regressions.
+
+mod common;
+use common::*;
+
+fn gate_plan(sim: &str, extra: &str) -> String {
+    sim_plan(
+        sim,
+        "input 32; output 8",
+        "phase \"warm\" { concurrency 2; requests 4; record #false }\nphase \"s\" { concurrency 4; requests 48 }",
+        "ttft p99 < \"1ms\"\nerror-rate < \"1%\"",
+    ) + extra
+}
+
+/// Validates `xml` against tests/fixtures/junit.xsd with xmllint. `.ci/run` installs xmllint and
+/// sets LLMLOAD_REQUIRE_XMLLINT, so CI never skips this; elsewhere, without xmllint, it says so.
+fn validate_junit(xml: &std::path::Path) {
+    let output = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", "tests/fixtures/junit.xsd"])
+        .arg(xml)
+        .output();
+    match output {
+        Ok(output) => assert!(
+            output.status.success(),
+            "JUnit XML is not valid:\n{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(xml).unwrap()
+        ),
+        Err(_) if std::env::var_os("LLMLOAD_REQUIRE_XMLLINT").is_none() => {
+            eprintln!("xmllint not found: JUnit schema validation skipped (apt-get install libxml2-utils)")
+        }
+        Err(e) => panic!("xmllint is required here: {e}"),
+    }
+}
+
+#[test]
+fn junit_has_a_test_case_per_assertion_and_follows_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("sla.xml");
+    let run = run_plan(
+        &gate_plan("ttft \"5ms\"; itl \"1ms\"", ""),
+        &["--junit", junit.to_str().unwrap()],
+    );
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    validate_junit(&junit);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("tests=\"2\" failures=\"1\" errors=\"0\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<testcase name=\"ttft p99 &lt; 1ms [all]\" classname=\"llmload.t.sla\""),
+        "{xml}"
+    );
+    assert!(xml.contains("<failure message=\"observed "), "{xml}");
+    assert!(xml.contains("threshold &lt; 1.00ms, phase all"), "{xml}");
+    assert!(
+        xml.contains(
+            "<testcase name=\"error-rate &lt; 1% [all]\" classname=\"llmload.t.sla\" time=\"0\"/>"
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn the_github_step_summary_gets_the_verdict_and_key_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary_file = dir.path().join("step-summary.md");
+    std::fs::write(&summary_file, "earlier content\n").unwrap();
+    let plan_path = write_plan(dir.path(), &gate_plan("ttft \"5ms\"; itl \"1ms\"", ""));
+    let output = llmload()
+        .arg("run")
+        .arg(&plan_path)
+        .args(["--quiet", "--out"])
+        .arg(dir.path().join("out"))
+        .env("GITHUB_STEP_SUMMARY", &summary_file)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let text = std::fs::read_to_string(&summary_file).unwrap();
+    assert!(
+        text.starts_with("earlier content\n## llmload `t`: ❌ FAIL"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| `ttft p99 < 1ms` | all | < 1.00ms |"),
+        "{text}"
+    );
+    assert!(text.contains("| s | 48 | 0 |"), "{text}");
+}
+
+#[test]
+fn goodput_in_assertions() {
+    let slo = "\nslo ttft=\"200ms\" e2e=\"2s\"\n";
+    let plan = sim_plan(
+        "ttft \"10ms\"; itl \"1ms\"",
+        "input 16; output 4",
+        "phase \"s\" { concurrency 2; requests 10 }",
+        "goodput-ratio >= \"100%\"\ngoodput > 1",
+    ) + slo;
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let s = run.summary();
+    assert_eq!(s["overall"]["goodput"]["good"], 10);
+    // A TTFT objective no request can meet: goodput is zero and the gate fails.
+    let run = run_plan(&plan.replace("ttft=\"200ms\"", "ttft=\"1ms\""), &[]);
+    assert_eq!(run.code(), 1);
+    assert_eq!(run.summary()["overall"]["goodput"]["good"], 0);
+    // Goodput without objectives is a plan error.
+    let run = run_plan(&plan.replace(slo, ""), &[]);
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr()
+            .contains("`goodput-ratio` needs per-request objectives"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// Runs `plan` into `dir/name`, returning the report directory.
+fn run_into(dir: &std::path::Path, name: &str, plan: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.kdl"));
+    std::fs::write(&path, plan).unwrap();
+    let out = dir.join(name);
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--quiet")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+fn compare(
+    base: &std::path::Path,
+    current: &std::path::Path,
+    extra: &[&str],
+) -> (i32, String, String) {
+    let output = llmload()
+        .arg("compare")
+        .arg(base)
+        .arg(current)
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A known slowdown is detected; runs that differ only by noise (other simulator seeds) are never
+/// declared a regression, over every pair of five runs.
+#[test]
+fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let noisy = |seed: u32, ttft: u32| {
+        gate_plan(
+            &format!("ttft \"{ttft}ms\"; itl \"2ms\"; jitter \"8ms\"; seed {seed}"),
+            "",
+        )
+    };
+    let runs: Vec<_> = (1..=5)
+        .map(|seed| run_into(dir.path(), &format!("same{seed}"), &noisy(seed, 20)))
+        .collect();
+    for (i, base) in runs.iter().enumerate() {
+        for current in &runs[i + 1..] {
+            let (code, table, stderr) = compare(base, current, &[]);
+            assert_eq!(code, 0, "noise declared a regression:\n{table}{stderr}");
+            assert!(table.contains("**No regression**"), "{table}");
+        }
+    }
+    let slow = run_into(dir.path(), "slow", &noisy(9, 35));
+    let (code, table, _) = compare(&runs[0], &slow, &[]);
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("**Regression**"), "{table}");
+    assert!(table.contains("| `ttft p50 +10%` | all |"), "{table}");
+    assert!(table.contains("❌ regression"), "{table}");
+    // The same through `run --baseline`, with the comparison in the report directory.
+    let path = dir.path().join("again.kdl");
+    std::fs::write(&path, noisy(10, 35)).unwrap();
+    let out = dir.path().join("again");
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--quiet")
+        .arg("--out")
+        .arg(&out)
+        .arg("--baseline")
+        .arg(&runs[0])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(std::fs::read_to_string(out.join("comparison.md"))
+        .unwrap()
+        .contains("❌ regression"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["regressed"], true);
+}
+
+#[test]
+fn the_plan_regression_block_sets_tolerances() {
+    let dir = tempfile::tempdir().unwrap();
+    let tolerant = "\nregression {\n    ttft p50 \"+200%\"\n    output-throughput \"-90%\"\n}\n";
+    let base = run_into(
+        dir.path(),
+        "base",
+        &gate_plan(
+            "ttft \"20ms\"; itl \"2ms\"; jitter \"4ms\"; seed 1",
+            tolerant,
+        ),
+    );
+    let slow = run_into(
+        dir.path(),
+        "slow",
+        &gate_plan(
+            "ttft \"35ms\"; itl \"2ms\"; jitter \"4ms\"; seed 2",
+            tolerant,
+        ),
+    );
+    let junit = dir.path().join("cmp.xml");
+    let (code, table, stderr) = compare(&base, &slow, &["--junit", junit.to_str().unwrap()]);
+    assert_eq!(code, 0, "{table}{stderr}");
+    assert!(
+        table.contains("`ttft p50 +200%`") && table.contains("`output-throughput -90%`"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("itl p99"),
+        "only the plan's tolerances: {table}"
+    );
+    assert!(
+        table.contains("the plan file changed between the runs"),
+        "{table}"
+    );
+    validate_junit(&junit);
+    // A tolerance in the wrong direction is a plan error.
+    let run = run_plan(
+        &gate_plan("", "\nregression { output-throughput \"+5%\" }\n"),
+        &[],
+    );
+    assert_eq!(run.code(), 2);
+    assert!(
+        run.stderr()
+            .contains("`output-throughput` regresses when it falls"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn runs_of_different_plans_are_not_compared_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = run_into(dir.path(), "a", &gate_plan("ttft \"5ms\"; itl \"1ms\"", ""));
+    let b = run_into(
+        dir.path(),
+        "b",
+        &gate_plan("ttft \"5ms\"; itl \"1ms\"", "")
+            .replace("plan \"t\" { seed 3 }", "plan \"other\" { seed 4 }"),
+    );
+    let (code, _, stderr) = compare(&a, &b, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("plan: baseline t, current other")
+            && stderr.contains("seed: baseline 3, current 4"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"));
+    let (code, table, _) = compare(&a, &b, &["--force"]);
+    assert_eq!(code, 0, "{table}");
+    assert!(table.contains("compared with --force"));
+}
