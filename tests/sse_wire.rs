@@ -293,9 +293,28 @@ fn fail_on_warning_turns_an_untrustworthy_pass_into_a_failure() {
         let mut args = vec!["--target", target.as_str()];
         args.extend(flag);
         let run = run_plan(&exact, &args);
-        assert_eq!(run.code(), expected, "{flag:?}: {}{}", run.stdout(), run.stderr());
-        assert!(run.stdout().contains("finish_reason \"stop\""), "{}", run.stdout());
-        let codes: Vec<String> = run.summary()["warnings"].as_array().unwrap().iter().map(|w| w["code"].as_str().unwrap().to_string()).collect();
-        assert!(codes.contains(&"finish-stop".to_string()) && codes.contains(&"output-tokens".to_string()), "{codes:?}");
+        assert_eq!(
+            run.code(),
+            expected,
+            "{flag:?}: {}{}",
+            run.stdout(),
+            run.stderr()
+        );
+        assert!(
+            run.stdout().contains("finish_reason \"stop\""),
+            "{}",
+            run.stdout()
+        );
+        let codes: Vec<String> = run.summary()["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["code"].as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            codes.contains(&"finish-stop".to_string())
+                && codes.contains(&"output-tokens".to_string()),
+            "{codes:?}"
+        );
     }
 }
