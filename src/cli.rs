@@ -18,6 +18,23 @@ use crate::plan::{self, Endpoint, Plan, SimSettings};
 use crate::tokens::Tokenizer;
 use crate::{compare, metrics, planner, report, sim, verdict};
 
+/// Prints a line to stdout. A closed pipe (`llmload plan ... | head`) is not an error worth a
+/// panic: the output is simply not wanted any more.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Like `say!`, without the newline.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Every assertion passed.
 pub const EXIT_PASS: u8 = 0;
 /// An assertion failed.
@@ -162,7 +179,7 @@ fn load_plan(path: &Path) -> Result<Plan, u8> {
 fn check(path: &Path) -> u8 {
     match load_plan(path) {
         Ok(plan) => {
-            println!(
+            say!(
                 "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
                 path.display(),
                 plan.name,
@@ -192,7 +209,7 @@ fn show_plan(path: &Path, seed: Option<u64>, format: PlanFormat) -> u8 {
         PlanFormat::Csv => schedule_csv(&schedule),
         PlanFormat::Table => schedule_table(&plan, &schedule),
     };
-    print!("{output}");
+    say_raw!("{output}");
     EXIT_PASS
 }
 
@@ -591,7 +608,7 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
             Ok(markdown)
         });
         match written {
-            Ok(markdown) => println!("{markdown}"),
+            Ok(markdown) => say!("{markdown}"),
             Err(message) => {
                 eprintln!("error: {message}");
                 return EXIT_RUN;
@@ -609,8 +626,8 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
         Ok(text) => append_step_summary(&text),
         Err(message) => eprintln!("warning: {message}"),
     }
-    println!("{}", report::terminal_summary(summary));
-    println!("report: {}", out.join("report.md").display());
+    say!("{}", report::terminal_summary(summary));
+    say!("report: {}", out.join("report.md").display());
 
     let recorded: Vec<_> = log
         .records
@@ -641,7 +658,7 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
     }
     let mut code = if summary.passed { EXIT_PASS } else { EXIT_FAIL };
     if comparison.as_ref().is_some_and(|c| c.regressed) {
-        println!("FAIL: a regression against the baseline");
+        say!("FAIL: a regression against the baseline");
         code = EXIT_FAIL;
     }
     if gate.fail_on_warning
@@ -650,9 +667,7 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
             .iter()
             .any(|w| w.severity == metrics::Severity::Warning)
     {
-        println!(
-            "FAIL: the run is not trustworthy (see the warnings) and --fail-on-warning is set"
-        );
+        say!("FAIL: the run is not trustworthy (see the warnings) and --fail-on-warning is set");
         code = EXIT_FAIL;
     }
     code
@@ -684,7 +699,7 @@ fn compare_dirs(
         Ok(markdown) => markdown,
         Err(message) => return error(message),
     };
-    print!("{markdown}");
+    say_raw!("{markdown}");
     if let Some(path) = out {
         if let Err(e) = std::fs::write(path, &markdown) {
             return error(format!("cannot write {}: {e}", path.display()));
@@ -736,7 +751,7 @@ fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u
             Ok(server) => server,
             Err(e) => return error(format!("cannot listen on {addr}: {e}")),
         };
-        println!(
+        say!(
             "llmload sim: serving {} (Ctrl-C to stop)",
             server.base_url()
         );

@@ -15,5 +15,6 @@ pub mod plan;
 pub mod planner;
 pub mod report;
 pub mod sim;
+pub mod timer;
 pub mod tokens;
 pub mod verdict;

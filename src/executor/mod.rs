@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::plan::Load;
 use crate::planner::{PhaseSchedule, Schedule, ScheduledRequest};
+use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 use progress::Progress;
 use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLog};
@@ -84,6 +85,8 @@ struct Context {
     progress: Arc<Progress>,
     abort: watch::Receiver<bool>,
     in_flight: InFlight,
+    /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
+    timer: PreciseTimer,
 }
 
 impl Context {
@@ -135,6 +138,7 @@ pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, Strin
         progress: progress.clone(),
         abort: abort_rx,
         in_flight: InFlight::default(),
+        timer: PreciseTimer::start().map_err(|e| format!("cannot start the pacing timer: {e}"))?,
     });
     context.log(LogLine::Run(config.header.clone()));
 
@@ -314,7 +318,7 @@ async fn run_phase(
                 let intended =
                     phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
                 tokio::select! {
-                    _ = tokio::time::sleep_until(intended) => {}
+                    _ = context.timer.sleep_until(intended) => {}
                     _ = cancelled(&mut cancel) => break,
                 }
                 let context = context.clone();

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::stream::{chunk, error_body, full_response, generate, usage, SimRequest};
 use crate::plan::SimSettings;
+use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -24,6 +25,8 @@ struct Shared {
     settings: SimSettings,
     tokenizer: Arc<Tokenizer>,
     requests: AtomicU64,
+    /// Delays are the truth tests check the client against: they must land on time.
+    timer: PreciseTimer,
 }
 
 /// A running simulator; dropping it (or calling [`SimServer::shutdown`]) stops accepting.
@@ -62,6 +65,7 @@ pub async fn serve(
         settings,
         tokenizer,
         requests: AtomicU64::new(0),
+        timer: PreciseTimer::start()?,
     });
     tokio::spawn(async move {
         loop {
@@ -150,7 +154,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     );
     if !request.stream {
         let due = generation.chunks.last().map(|c| c.0).unwrap_or_default();
-        tokio::time::sleep_until(arrived + due).await;
+        shared.timer.sleep_until(arrived + due).await;
         let text: String = generation.chunks.iter().map(|c| c.1.as_str()).collect();
         return Ok(json_response(
             StatusCode::OK,
@@ -159,6 +163,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     }
 
     let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let timer = shared.timer.clone();
     tokio::spawn(async move {
         let send = |value: serde_json::Value| Bytes::from(format!("data: {value}\n\n"));
         if request.chat
@@ -175,7 +180,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let mut completion = 0;
         for (due, text, tokens) in &generation.chunks {
-            tokio::time::sleep_until(arrived + *due).await;
+            timer.sleep_until(arrived + *due).await;
             completion += tokens;
             let mut value = chunk(&request, &id, Some(text), false, None);
             if request.continuous_usage {
