@@ -92,8 +92,14 @@ enum Command {
     },
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
     Sim {
+        /// The port to listen on; 0 picks a free one (the first line printed says which).
         #[arg(long, default_value_t = 8000)]
         port: u16,
+        /// An engine model: a built-in profile name (llama-3.1-8b-h100, llama-3.1-70b-4xh100,
+        /// qwen2.5-7b-l4, tiny) or a KDL file holding a `sim { ... }` block. Without it, every
+        /// request is served alone with the fixed delays below.
+        #[arg(long)]
+        profile: Option<String>,
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
         /// Time to first token.
@@ -141,6 +147,7 @@ pub fn main() -> ExitCode {
         } => compare_dirs(&baseline, &current, force, out.as_deref(), junit.as_deref()),
         Command::Sim {
             port,
+            profile,
             host,
             ttft,
             itl,
@@ -157,7 +164,9 @@ pub fn main() -> ExitCode {
                 jitter,
                 tokens_per_chunk: tokens_per_chunk.max(1),
                 seed,
+                ..SimSettings::default()
             },
+            profile.as_deref(),
             &tokenizer,
         ),
     };
@@ -724,7 +733,36 @@ fn compare_dirs(
     }
 }
 
-fn serve_sim(host: &str, port: u16, settings: SimSettings, tokenizer: &str) -> u8 {
+/// Settings from `--profile`: a built-in engine, or a profile file.
+fn sim_profile(profile: &str, flags: SimSettings) -> Result<SimSettings, u8> {
+    if let Some(engine) = plan::profiles::builtin(profile) {
+        return Ok(SimSettings {
+            engine: Some(engine),
+            ..flags
+        });
+    }
+    let path = Path::new(profile);
+    if !path.is_file() {
+        return Err(error(format!(
+            "--profile {profile}: no such file, and no built-in profile of that name (built in: {})",
+            plan::profiles::NAMES.join(", ")
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read {profile}: {e}")))?;
+    plan::parse_sim_profile(profile, text).map_err(|errors| {
+        eprint!("{}", errors.render());
+        EXIT_USAGE
+    })
+}
+
+fn serve_sim(host: &str, port: u16, settings: SimSettings, profile: Option<&str>, tokenizer: &str) -> u8 {
+    let settings = match profile {
+        Some(profile) => match sim_profile(profile, settings) {
+            Ok(settings) => settings,
+            Err(code) => return code,
+        },
+        None => settings,
+    };
     let addr: SocketAddr = match format!("{host}:{port}").parse() {
         Ok(addr) => addr,
         Err(_) => {

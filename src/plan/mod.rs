@@ -9,6 +9,7 @@
 
 mod diagnostic;
 mod parse;
+pub mod profiles;
 pub mod units;
 
 use std::path::Path;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::{PlanDiagnostic, PlanErrors};
-pub use parse::{parse_archived_plan, parse_plan};
+pub use parse::{parse_archived_plan, parse_plan, parse_sim_profile};
 
 /// A whole benchmark plan, validated.
 #[derive(Debug, Clone)]
@@ -390,16 +391,22 @@ impl Metric {
     }
 }
 
-/// Timing model of the embedded simulator (target `"sim"`, or `llmload sim`).
+/// The embedded simulator (target `"sim"`, or `llmload sim`): fixed delays, or a model of a
+/// continuous-batching engine when `engine` is set; faults either way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimSettings {
+    /// Fixed-delay mode: time to first token.
     pub ttft: Duration,
+    /// Fixed-delay mode: time between tokens.
     pub itl: Duration,
     /// Each delay is stretched by a uniform random amount in [0, jitter].
     pub jitter: Duration,
     pub tokens_per_chunk: u32,
-    /// Seeds jitter and generated text; the plan's seed unless the `sim` block sets one.
+    /// Seeds jitter, faults and generated text; the plan's seed unless the `sim` block sets one.
     pub seed: u64,
+    /// The engine model; `None` serves every request alone with fixed delays.
+    pub engine: Option<EngineSettings>,
+    pub faults: Faults,
 }
 
 impl Default for SimSettings {
@@ -410,8 +417,62 @@ impl Default for SimSettings {
             jitter: Duration::ZERO,
             tokens_per_chunk: 1,
             seed: 0,
+            engine: None,
+            faults: Faults::default(),
         }
     }
+}
+
+/// A continuous-batching engine, after vLLM's scheduler (see docs/simulator.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// Most sequences running at once (vLLM's max_num_seqs).
+    pub max_seqs: u32,
+    /// Tokens one engine step may process (vLLM's max_num_batched_tokens): decodes first, then
+    /// chunks of prefill.
+    pub max_batched_tokens: u32,
+    /// KV cache capacity in tokens, allocated in blocks of `block_size`.
+    pub kv_cache_tokens: u64,
+    pub block_size: u32,
+    /// prompt + max_tokens above this gets HTTP 400.
+    pub max_model_len: u32,
+    /// Requests waiting beyond this get `queue_full_status`.
+    pub max_waiting: u32,
+    pub queue_full_status: u16,
+    /// Step time = step_base + prefill tokens × prefill_per_token + decoding sequences ×
+    /// decode_per_seq + context tokens × attention_per_token.
+    pub step_base: Duration,
+    pub prefill_per_token: Duration,
+    pub decode_per_seq: Duration,
+    pub attention_per_token: Duration,
+}
+
+/// Faults the simulator injects, each at a rate (a fraction of requests).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Faults {
+    pub http_5xx: f64,
+    pub http_429: f64,
+    /// The connection is cut after a random token.
+    pub drop_mid_stream: f64,
+    /// One chunk of the stream is not valid JSON.
+    pub malformed_chunk: f64,
+    /// The stream stalls this long before the given token.
+    pub stall: Option<Stall>,
+    /// Response headers come this late.
+    pub slow_headers: Option<SlowHeaders>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stall {
+    pub duration: Duration,
+    pub at_token: u32,
+    pub rate: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlowHeaders {
+    pub delay: Duration,
+    pub rate: f64,
 }
 
 /// Reads and validates a plan file. On failure, returns every diagnostic found.

@@ -1457,26 +1457,83 @@ impl Cx {
         })
     }
 
+    /// A duration that may be zero (simulator costs).
+    fn duration_or_zero(&mut self, entry: &KdlEntry, usage: &str) -> Option<Duration> {
+        if let KdlValue::String(s) = entry.value() {
+            if parse_duration(s) == Ok(Duration::ZERO) {
+                return Some(Duration::ZERO);
+            }
+        }
+        self.duration(entry, usage)
+    }
+
+    /// A rate such as "1%" (a fraction of requests).
+    fn rate(&mut self, entry: &KdlEntry, usage: &str) -> Option<f64> {
+        match entry.value() {
+            KdlValue::String(s) => match parse_percent(s) {
+                Ok(v) => Some(v),
+                Err(message) => {
+                    self.error(entry.span(), message, "not a rate", format!("write it as: {usage}"));
+                    None
+                }
+            },
+            other => {
+                self.error(
+                    entry.span(),
+                    format!("expected a percentage string, found {}", type_name(other)),
+                    "not a rate",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+
     fn sim(&mut self, node: &KdlNode) -> Option<(SimSettings, bool)> {
         self.no_args(node, "sim { ttft \"50ms\"; itl \"10ms\" }");
         let mut sim = SimSettings::default();
         let mut seeded = false;
-        for child in children(node) {
+        // A profile is the base the other knobs adjust, wherever it is written.
+        if let Some(child) = children(node).iter().find(|c| c.name().value() == "profile") {
+            let usage = "profile \"llama-3.1-8b-h100\"";
+            self.check_entries(child, 1, &[], usage);
             self.no_children(child);
+            if let Some(entry) = self.required_arg(child, usage) {
+                if let Some(name) = self.string(entry, usage) {
+                    match super::profiles::builtin(&name) {
+                        Some(engine) => sim.engine = Some(engine),
+                        None => self.error(
+                            entry.span(),
+                            format!("no built-in profile is named \"{name}\""),
+                            "unknown profile",
+                            format!("built-in profiles: {}", super::profiles::NAMES.join(", ")),
+                        ),
+                    }
+                }
+            }
+        }
+        for child in children(node) {
             let key = child.name().value();
             match key {
+                "profile" => {}
+                "engine" => {
+                    self.no_args(child, "engine { max-seqs 64 }");
+                    let engine = sim.engine.get_or_insert_with(super::profiles::default_engine);
+                    let mut engine = engine.clone();
+                    self.engine(child, &mut engine);
+                    sim.engine = Some(engine);
+                }
+                "faults" => {
+                    self.no_args(child, "faults { http-5xx \"1%\" }");
+                    self.faults(child, &mut sim.faults);
+                }
                 "ttft" | "itl" | "jitter" => {
+                    self.no_children(child);
                     let usage = format!("{key} \"10ms\"");
                     self.check_entries(child, 1, &[], &usage);
-                    let value = self.required_arg(child, &usage).and_then(|e| {
-                        // A zero delay is a valid simulator setting.
-                        if let KdlValue::String(s) = e.value() {
-                            if parse_duration(s) == Ok(Duration::ZERO) {
-                                return Some(Duration::ZERO);
-                            }
-                        }
-                        self.duration(e, &usage)
-                    });
+                    let value = self
+                        .required_arg(child, &usage)
+                        .and_then(|e| self.duration_or_zero(e, &usage));
                     if let Some(value) = value {
                         match key {
                             "ttft" => sim.ttft = value,
@@ -1486,6 +1543,7 @@ impl Cx {
                     }
                 }
                 "seed" => {
+                    self.no_children(child);
                     let usage = "seed 7";
                     self.check_entries(child, 1, &[], usage);
                     if let Some(entry) = self.required_arg(child, usage) {
@@ -1504,6 +1562,7 @@ impl Cx {
                     }
                 }
                 "tokens-per-chunk" => {
+                    self.no_children(child);
                     let usage = "tokens-per-chunk 1";
                     self.check_entries(child, 1, &[], usage);
                     if let Some(n) = self
@@ -1516,11 +1575,168 @@ impl Cx {
                 _ => self.unknown_node(
                     child,
                     "in `sim`",
-                    "ttft, itl, jitter, tokens-per-chunk, seed",
+                    "profile, engine, faults, ttft, itl, jitter, tokens-per-chunk, seed",
                 ),
             }
         }
         Some((sim, seeded))
+    }
+
+    fn engine(&mut self, node: &KdlNode, engine: &mut EngineSettings) {
+        const KNOBS: &str = "max-seqs, max-batched-tokens, kv-cache-tokens, block-size, max-model-len, \
+                             max-waiting, queue-full-status, step-base, prefill-per-token, decode-per-seq, \
+                             attention-per-token";
+        for child in children(node) {
+            self.no_children(child);
+            let key = child.name().value();
+            let usage = format!("{key} VALUE (see docs/simulator.md)");
+            self.check_entries(child, 1, &[], &usage);
+            let Some(entry) = self.required_arg(child, &usage) else { continue };
+            match key {
+                "max-seqs" | "max-batched-tokens" | "kv-cache-tokens" | "block-size" | "max-model-len"
+                | "max-waiting" => {
+                    let min = if key == "max-waiting" { 0 } else { 1 };
+                    if let Some(n) = self.integer(entry, min, &format!("{key} 64")) {
+                        match key {
+                            "max-seqs" => engine.max_seqs = n as u32,
+                            "max-batched-tokens" => engine.max_batched_tokens = n as u32,
+                            "kv-cache-tokens" => engine.kv_cache_tokens = n,
+                            "block-size" => engine.block_size = n as u32,
+                            "max-model-len" => engine.max_model_len = n as u32,
+                            _ => engine.max_waiting = n as u32,
+                        }
+                    }
+                }
+                "queue-full-status" => match entry.value() {
+                    KdlValue::Integer(429) => engine.queue_full_status = 429,
+                    KdlValue::Integer(503) => engine.queue_full_status = 503,
+                    _ => self.error(
+                        entry.span(),
+                        "a full queue answers 429 or 503",
+                        "not 429 or 503",
+                        "write it as: queue-full-status 503",
+                    ),
+                },
+                "step-base" | "prefill-per-token" | "decode-per-seq" | "attention-per-token" => {
+                    if let Some(d) = self.duration_or_zero(entry, &format!("{key} \"50us\"")) {
+                        match key {
+                            "step-base" => engine.step_base = d,
+                            "prefill-per-token" => engine.prefill_per_token = d,
+                            "decode-per-seq" => engine.decode_per_seq = d,
+                            _ => engine.attention_per_token = d,
+                        }
+                    }
+                }
+                _ => self.unknown_node(child, "in `engine`", KNOBS),
+            }
+        }
+        if engine.max_batched_tokens < engine.max_seqs {
+            self.error(
+                node.name().span(),
+                "max-batched-tokens is below max-seqs: running sequences could not all decode in one step",
+                "budget too small",
+                "raise max-batched-tokens to at least max-seqs",
+            );
+        }
+    }
+
+    fn faults(&mut self, node: &KdlNode, faults: &mut Faults) {
+        for child in children(node) {
+            self.no_children(child);
+            let key = child.name().value();
+            match key {
+                "http-5xx" | "http-429" | "drop-mid-stream" | "malformed-chunk" => {
+                    let usage = format!("{key} \"1%\"");
+                    self.check_entries(child, 1, &[], &usage);
+                    if let Some(rate) = self.required_arg(child, &usage).and_then(|e| self.rate(e, &usage)) {
+                        match key {
+                            "http-5xx" => faults.http_5xx = rate,
+                            "http-429" => faults.http_429 = rate,
+                            "drop-mid-stream" => faults.drop_mid_stream = rate,
+                            _ => faults.malformed_chunk = rate,
+                        }
+                    }
+                }
+                "stall" => {
+                    let usage = "stall \"2s\" at-token=10 rate=\"5%\"";
+                    self.check_entries(child, 1, &["at-token", "rate"], usage);
+                    let duration = self.required_arg(child, usage).and_then(|e| self.duration(e, usage));
+                    let at_token = match property(child, "at-token") {
+                        Some(e) => self.integer(e, 1, usage).map(|n| n as u32),
+                        None => Some(1),
+                    };
+                    let rate = match property(child, "rate") {
+                        Some(e) => self.rate(e, usage),
+                        None => Some(1.0),
+                    };
+                    if let (Some(duration), Some(at_token), Some(rate)) = (duration, at_token, rate) {
+                        faults.stall = Some(Stall { duration, at_token, rate });
+                    }
+                }
+                "slow-headers" => {
+                    let usage = "slow-headers \"500ms\" rate=\"10%\"";
+                    self.check_entries(child, 1, &["rate"], usage);
+                    let delay = self.required_arg(child, usage).and_then(|e| self.duration(e, usage));
+                    let rate = match property(child, "rate") {
+                        Some(e) => self.rate(e, usage),
+                        None => Some(1.0),
+                    };
+                    if let (Some(delay), Some(rate)) = (delay, rate) {
+                        faults.slow_headers = Some(SlowHeaders { delay, rate });
+                    }
+                }
+                _ => self.unknown_node(
+                    child,
+                    "in `faults`",
+                    "http-5xx, http-429, drop-mid-stream, malformed-chunk, stall, slow-headers",
+                ),
+            }
+        }
+    }
+}
+
+/// Parses a simulator profile file: a `sim { ... }` block, as in a plan.
+pub fn parse_sim_profile(file_name: &str, text: String) -> Result<SimSettings, PlanErrors> {
+    let text = Arc::new(text);
+    let mut cx = Cx {
+        file_name: file_name.to_string(),
+        text: text.clone(),
+        diagnostics: Vec::new(),
+        check_files: true,
+    };
+    let document = match KdlDocument::parse_v2(&text) {
+        Ok(document) => document,
+        Err(err) => {
+            for diagnostic in err.diagnostics {
+                cx.error(
+                    diagnostic.span,
+                    diagnostic.message.unwrap_or_else(|| "this is not valid KDL".to_string()),
+                    diagnostic.label.unwrap_or_else(|| "here".into()),
+                    diagnostic.help.unwrap_or_else(|| "a profile file holds one sim { ... } block".into()),
+                );
+            }
+            return Err(cx.finish());
+        }
+    };
+    let mut settings = None;
+    for node in document.nodes() {
+        if node.name().value() == "sim" && settings.is_none() {
+            settings = cx.sim(node).map(|(s, _)| s);
+        } else {
+            cx.unknown_node(node, "in a simulator profile", "one sim { ... } block");
+        }
+    }
+    if settings.is_none() && cx.diagnostics.is_empty() {
+        cx.error(
+            SourceSpan::from((0, 0)),
+            "the profile has no `sim` block",
+            "sim missing",
+            "write sim { profile \"tiny\"; engine { max-seqs 32 } }",
+        );
+    }
+    match settings {
+        Some(settings) if cx.diagnostics.is_empty() => Ok(settings),
+        _ => Err(cx.finish()),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Parses a duration string such as `"250ms"`, `"1.5s"`, `"2m"`, `"1h"` or `"500us"`.
+/// Parses a duration string such as `"250ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"500us"` or `"40ns"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -20,6 +20,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Seconds in one `unit`, for durations and type-annotated numbers such as `(ms)500`.
 pub fn seconds_in_unit(unit: &str) -> Option<f64> {
     Some(match unit {
+        "ns" => 1e-9,
         "us" | "µs" => 1e-6,
         "ms" => 1e-3,
         "s" => 1.0,

@@ -4,6 +4,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -11,15 +12,20 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
+use super::engine::{Engine, EngineEvent};
+use super::metrics::SimMetrics;
 use super::stream::{chunk, error_body, full_response, generate, usage, SimRequest};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 
-type Body = BoxBody<Bytes, Infallible>;
+type Body = BoxBody<Bytes, std::io::Error>;
 
 struct Shared {
     settings: SimSettings,
@@ -27,12 +33,15 @@ struct Shared {
     requests: AtomicU64,
     /// Delays are the truth tests check the client against: they must land on time.
     timer: PreciseTimer,
+    engine: Option<Engine>,
+    metrics: Arc<SimMetrics>,
 }
 
 /// A running simulator; dropping it (or calling [`SimServer::shutdown`]) stops accepting.
 pub struct SimServer {
     pub addr: SocketAddr,
     stop: watch::Sender<bool>,
+    metrics: Arc<SimMetrics>,
 }
 
 impl SimServer {
@@ -44,6 +53,11 @@ impl SimServer {
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
     }
+
+    /// Preemptions so far (engine mode).
+    pub fn preemptions(&self) -> u64 {
+        self.metrics.preemptions()
+    }
 }
 
 impl Drop for SimServer {
@@ -53,19 +67,23 @@ impl Drop for SimServer {
 }
 
 /// Binds `addr` (use port 0 for any free port) and serves until shut down.
-pub async fn serve(
-    addr: SocketAddr,
-    settings: SimSettings,
-    tokenizer: Arc<Tokenizer>,
-) -> std::io::Result<SimServer> {
+pub async fn serve(addr: SocketAddr, settings: SimSettings, tokenizer: Arc<Tokenizer>) -> std::io::Result<SimServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
+    let timer = PreciseTimer::start()?;
+    let metrics = Arc::new(SimMetrics::new("llmload-sim"));
+    let engine = settings
+        .engine
+        .clone()
+        .map(|engine| Engine::start(engine, timer.clone(), metrics.clone()));
     let shared = Arc::new(Shared {
         settings,
         tokenizer,
         requests: AtomicU64::new(0),
-        timer: PreciseTimer::start()?,
+        timer,
+        engine,
+        metrics: metrics.clone(),
     });
     tokio::spawn(async move {
         loop {
@@ -85,21 +103,96 @@ pub async fn serve(
             }
         }
     });
-    Ok(SimServer { addr, stop })
+    Ok(SimServer { addr, stop, metrics })
 }
 
-fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
+fn full(status: StatusCode, content_type: &'static str, text: String) -> Response<Body> {
+    let body = Full::new(Bytes::from(text)).map_err(|never: Infallible| match never {}).boxed();
+    let mut response = Response::new(body);
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        "content-type",
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
+    response
+        .headers_mut()
+        .insert("content-type", hyper::header::HeaderValue::from_static(content_type));
     response
 }
 
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    full(status, "application/json", value.to_string())
+}
+
+/// The faults one request gets, drawn from the simulator's seed and the request's number.
+struct FaultPlan {
+    status: Option<StatusCode>,
+    header_delay: Option<Duration>,
+    /// Cut the connection before this token (1-based).
+    drop_at: Option<usize>,
+    /// Send a malformed chunk in place of this token.
+    malformed_at: Option<usize>,
+    /// Stall this long before this token.
+    stall: Option<(usize, Duration)>,
+}
+
+fn plan_faults(settings: &SimSettings, number: u64, max_tokens: usize) -> FaultPlan {
+    let faults = &settings.faults;
+    let mut rng = ChaCha8Rng::seed_from_u64(crate::planner::mix64(settings.seed ^ 0xFA17 ^ number.rotate_left(17)));
+    let mut hit = |rate: f64| rate > 0.0 && rng.random::<f64>() < rate;
+    let status = if hit(faults.http_5xx) {
+        Some(StatusCode::INTERNAL_SERVER_ERROR)
+    } else if hit(faults.http_429) {
+        Some(StatusCode::TOO_MANY_REQUESTS)
+    } else {
+        None
+    };
+    let header_delay = faults.slow_headers.filter(|s| hit(s.rate)).map(|s| s.delay);
+    let drop = hit(faults.drop_mid_stream);
+    let malformed = hit(faults.malformed_chunk);
+    let stall = faults
+        .stall
+        .filter(|s| hit(s.rate))
+        .map(|s| ((s.at_token as usize).min(max_tokens), s.duration));
+    let mut pick = |hit: bool| hit.then(|| rng.random_range(1..=max_tokens.max(1)));
+    FaultPlan {
+        status,
+        header_delay,
+        drop_at: pick(drop),
+        malformed_at: pick(malformed),
+        stall,
+    }
+}
+
+/// Where a stream's tokens come from: a fixed schedule, or the engine.
+enum Tokens {
+    Fixed {
+        arrived: Instant,
+        chunks: std::vec::IntoIter<(Duration, String, usize)>,
+        timer: PreciseTimer,
+    },
+    Engine {
+        events: mpsc::UnboundedReceiver<EngineEvent>,
+        words: Vec<String>,
+        rng: ChaCha8Rng,
+    },
+}
+
+impl Tokens {
+    /// The next chunk's text and token count; `None` at the end.
+    async fn next(&mut self) -> Option<(String, usize)> {
+        match self {
+            Tokens::Fixed { arrived, chunks, timer } => {
+                let (due, text, tokens) = chunks.next()?;
+                timer.sleep_until(*arrived + due).await;
+                Some((text, tokens))
+            }
+            Tokens::Engine { events, words, rng } => match events.recv().await? {
+                EngineEvent::Token => Some((words[rng.random_range(0..words.len())].clone(), 1)),
+                EngineEvent::Finished => None,
+            },
+        }
+    }
+}
+
 async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
-    let arrived = tokio::time::Instant::now();
+    let arrived = Instant::now();
     let path = req.uri().path().to_string();
     let chat = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/chat/completions") => true,
@@ -110,85 +203,122 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 serde_json::json!({"object": "list", "data": [{"id": "llmload-sim", "object": "model"}]}),
             ))
         }
-        (&Method::GET, "/health") => {
-            return Ok(json_response(
-                StatusCode::OK,
-                serde_json::json!({"status": "ok"}),
-            ))
+        (&Method::GET, "/health") => return Ok(json_response(StatusCode::OK, serde_json::json!({"status": "ok"}))),
+        (&Method::GET, "/metrics") => {
+            return Ok(full(StatusCode::OK, "text/plain; version=0.0.4", shared.metrics.render()))
         }
         _ => {
             return Ok(json_response(
                 StatusCode::NOT_FOUND,
-                error_body(
-                    &format!("no route for {} {path}", req.method()),
-                    "not_found_error",
-                ),
+                error_body(&format!("no route for {} {path}", req.method()), "not_found_error"),
             ))
         }
     };
     let body = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => {
-            return Ok(json_response(
-                StatusCode::BAD_REQUEST,
-                error_body("unreadable body", "invalid_request_error"),
-            ))
-        }
+        Err(_) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body("unreadable body", "invalid_request_error"))),
     };
     let request = match SimRequest::parse(&body, chat, &shared.tokenizer) {
         Ok(request) => request,
-        Err(message) => {
-            return Ok(json_response(
-                StatusCode::BAD_REQUEST,
-                error_body(&message, "invalid_request_error"),
-            ))
-        }
+        Err(message) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body(&message, "invalid_request_error"))),
     };
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("sim-{number}");
-    let generation = generate(
-        &shared.settings,
-        &shared.tokenizer,
-        &request,
-        crate::planner::mix64(shared.settings.seed ^ number),
-    );
+    let faults = plan_faults(&shared.settings, number, request.max_tokens);
+    if let Some(delay) = faults.header_delay {
+        shared.timer.sleep_until(arrived + delay).await;
+    }
+    if let Some(status) = faults.status {
+        let kind = if status == StatusCode::TOO_MANY_REQUESTS { "RateLimitError" } else { "InternalServerError" };
+        return Ok(json_response(status, error_body("injected fault", kind)));
+    }
+    let request_seed = crate::planner::mix64(shared.settings.seed ^ number);
+    let mut tokens = match &shared.engine {
+        Some(engine) => match engine.submit(request.prompt_tokens as u32, request.max_tokens as u32) {
+            Ok(events) => Tokens::Engine {
+                events,
+                words: shared.tokenizer.single_token_words().to_vec(),
+                rng: ChaCha8Rng::seed_from_u64(request_seed),
+            },
+            Err(rejection) => {
+                let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                return Ok(json_response(status, error_body(&rejection.message, rejection.kind)));
+            }
+        },
+        None => {
+            let generation = generate(&shared.settings, &shared.tokenizer, &request, request_seed);
+            Tokens::Fixed {
+                arrived,
+                chunks: generation.chunks.into_iter(),
+                timer: shared.timer.clone(),
+            }
+        }
+    };
     if !request.stream {
-        let due = generation.chunks.last().map(|c| c.0).unwrap_or_default();
-        shared.timer.sleep_until(arrived + due).await;
-        let text: String = generation.chunks.iter().map(|c| c.1.as_str()).collect();
-        return Ok(json_response(
-            StatusCode::OK,
-            full_response(&request, &id, &text, generation.completion_tokens),
-        ));
+        let mut text = String::new();
+        let mut completion = 0;
+        while let Some((piece, n)) = tokens.next().await {
+            text.push_str(&piece);
+            completion += n;
+        }
+        if shared.engine.is_none() {
+            shared.metrics.on_finished(arrived.elapsed());
+        }
+        return Ok(json_response(StatusCode::OK, full_response(&request, &id, &text, completion)));
     }
 
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let metrics = shared.metrics.clone();
+    let fixed = shared.engine.is_none();
     let timer = shared.timer.clone();
     tokio::spawn(async move {
-        let send = |value: serde_json::Value| Bytes::from(format!("data: {value}\n\n"));
-        if request.chat
-            && tx
-                .send(send(chunk(&request, &id, None, true, None)))
-                .await
-                .is_err()
-        {
+        let send = |value: serde_json::Value| Ok(Bytes::from(format!("data: {value}\n\n")));
+        if request.chat && tx.send(send(chunk(&request, &id, None, true, None))).await.is_err() {
             return;
         }
         // Real servers send keep-alive comments; a client must skip them.
-        if tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
+        if tx.send(Ok(Bytes::from_static(b": ping\n\n"))).await.is_err() {
             return;
         }
         let mut completion = 0;
-        for (due, text, tokens) in &generation.chunks {
-            timer.sleep_until(arrived + *due).await;
-            completion += tokens;
-            let mut value = chunk(&request, &id, Some(text), false, None);
+        let mut last = None;
+        while let Some((text, n)) = tokens.next().await {
+            let token_number = completion + 1;
+            if let Some((at, stall)) = faults.stall {
+                if (token_number..token_number + n).contains(&at) {
+                    timer.sleep_until(Instant::now() + stall).await;
+                }
+            }
+            if faults.drop_at.is_some_and(|at| (token_number..token_number + n).contains(&at)) {
+                // An error frame makes hyper abort the connection mid-body.
+                let _ = tx.send(Err(std::io::Error::other("injected connection drop"))).await;
+                return;
+            }
+            completion += n;
+            if fixed {
+                let now = Instant::now();
+                match last {
+                    None => metrics.on_first_token(now.saturating_duration_since(arrived)),
+                    Some(previous) => metrics.on_token(now.saturating_duration_since(previous)),
+                }
+                last = Some(now);
+            }
+            if faults.malformed_at.is_some_and(|at| (token_number..token_number + n).contains(&at)) {
+                if tx.send(Ok(Bytes::from_static(b"data: {\"choices\": [{\"delta\": \n\n"))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let mut value = chunk(&request, &id, Some(&text), false, None);
             if request.continuous_usage {
                 value["usage"] = usage(request.prompt_tokens, completion);
             }
             if tx.send(send(value)).await.is_err() {
                 return;
             }
+        }
+        if fixed {
+            metrics.on_finished(arrived.elapsed());
         }
         let mut finish = chunk(&request, &id, None, false, Some("length"));
         if request.continuous_usage {
@@ -200,22 +330,14 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 "model": request.model, "choices": [], "usage": usage(request.prompt_tokens, completion)});
             let _ = tx.send(send(value)).await;
         }
-        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
     });
     let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, Infallible>(Frame::data(bytes)), rx))
+        rx.recv().await.map(|item| (item.map(Frame::data), rx))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let headers = response.headers_mut();
-    headers.insert(
-        "content-type",
-        hyper::header::HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(
-        "cache-control",
-        hyper::header::HeaderValue::from_static("no-cache"),
-    );
+    headers.insert("content-type", hyper::header::HeaderValue::from_static("text/event-stream"));
+    headers.insert("cache-control", hyper::header::HeaderValue::from_static("no-cache"));
     Ok(response)
 }

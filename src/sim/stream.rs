@@ -89,7 +89,6 @@ impl SimRequest {
 pub struct Generation {
     /// (due after the request arrived, text of the chunk, tokens in it)
     pub chunks: Vec<(Duration, String, usize)>,
-    pub completion_tokens: usize,
 }
 
 pub fn generate(
@@ -127,10 +126,7 @@ pub fn generate(
             chunks[i].0 = chunks[i - 1].0;
         }
     }
-    Generation {
-        chunks,
-        completion_tokens: produced,
-    }
+    Generation { chunks }
 }
 
 pub fn usage(prompt: usize, completion: usize) -> Value {

@@ -1,0 +1,311 @@
+//! A model of a continuous-batching serving engine, after vLLM's scheduler, running in real time.
+//!
+//! One task runs engine steps back to back. Each step: running sequences past prefill get one
+//! token each (decodes first, as vLLM V1 schedules them); sequences in prefill get chunks of the
+//! per-step token budget (`max_batched_tokens`); waiting requests are admitted first-come
+//! first-served while fewer than `max_seqs` run and the KV cache has blocks for their prompt. A
+//! decode that needs a new KV block when none is free preempts the most recently admitted
+//! sequence: its blocks are freed and it returns to the head of the queue, to be recomputed
+//! (prompt and generated tokens prefilled again) — the ITL spikes real servers show near their KV
+//! limit. The step lasts
+//! `step_base + prefill tokens × prefill_per_token + decodes × decode_per_seq + context tokens ×
+//! attention_per_token`, and tokens are released at its end, so ITL rises with batch size and
+//! TTFT with queueing.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::metrics::SimMetrics;
+use crate::plan::EngineSettings;
+use crate::timer::PreciseTimer;
+
+/// What a request's stream receives from the engine.
+#[derive(Debug, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// One generated token.
+    Token,
+    Finished,
+}
+
+/// Why the engine refused a request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub status: u16,
+    pub message: String,
+    pub kind: &'static str,
+}
+
+struct Submission {
+    prompt: u32,
+    max_tokens: u32,
+    arrived: Instant,
+    events: mpsc::UnboundedSender<EngineEvent>,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    settings: EngineSettings,
+    submissions: mpsc::UnboundedSender<Submission>,
+    waiting: Arc<AtomicUsize>,
+}
+
+struct Sequence {
+    prompt: u32,
+    max_tokens: u32,
+    generated: u32,
+    /// Tokens whose KV is computed.
+    computed: u32,
+    /// Tokens still to prefill (prompt, plus generated ones after a preemption).
+    prefill_remaining: u32,
+    blocks: u64,
+    admitted_order: u64,
+    arrived: Instant,
+    first_admitted: Option<Instant>,
+    last_token: Option<Instant>,
+    events: mpsc::UnboundedSender<EngineEvent>,
+}
+
+impl Engine {
+    pub fn start(settings: EngineSettings, timer: PreciseTimer, metrics: Arc<SimMetrics>) -> Engine {
+        let (submissions, inbox) = mpsc::unbounded_channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let engine = Engine {
+            settings: settings.clone(),
+            submissions,
+            waiting: waiting.clone(),
+        };
+        tokio::spawn(run(settings, inbox, timer, metrics, waiting));
+        engine
+    }
+
+    /// Queues a request, or refuses it as a real server would (too long, queue full).
+    pub fn submit(&self, prompt: u32, max_tokens: u32) -> Result<mpsc::UnboundedReceiver<EngineEvent>, Rejection> {
+        let total = prompt as u64 + max_tokens as u64;
+        if total > self.settings.max_model_len as u64 {
+            return Err(Rejection {
+                status: 400,
+                message: format!(
+                    "This model's maximum context length is {} tokens. However, you requested {total} tokens \
+                     ({prompt} in the messages, {max_tokens} in the completion).",
+                    self.settings.max_model_len
+                ),
+                kind: "BadRequestError",
+            });
+        }
+        if self.waiting.load(Ordering::SeqCst) >= self.settings.max_waiting as usize {
+            return Err(Rejection {
+                status: self.settings.queue_full_status,
+                message: "the server's request queue is full; try again later".into(),
+                kind: if self.settings.queue_full_status == 429 { "RateLimitError" } else { "ServiceUnavailableError" },
+            });
+        }
+        let (events, receiver) = mpsc::unbounded_channel();
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let submitted = self.submissions.send(Submission {
+            prompt,
+            max_tokens: max_tokens.max(1),
+            arrived: Instant::now(),
+            events,
+        });
+        if submitted.is_err() {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Rejection {
+                status: 503,
+                message: "the engine has stopped".into(),
+                kind: "ServiceUnavailableError",
+            });
+        }
+        Ok(receiver)
+    }
+}
+
+fn blocks_for(tokens: u64, block_size: u32) -> u64 {
+    tokens.div_ceil(block_size as u64)
+}
+
+async fn run(
+    settings: EngineSettings,
+    mut inbox: mpsc::UnboundedReceiver<Submission>,
+    timer: PreciseTimer,
+    metrics: Arc<SimMetrics>,
+    waiting_count: Arc<AtomicUsize>,
+) {
+    let total_blocks = (settings.kv_cache_tokens / settings.block_size as u64).max(1);
+    let mut free_blocks = total_blocks;
+    let mut waiting: VecDeque<Sequence> = VecDeque::new();
+    let mut running: Vec<Sequence> = Vec::new();
+    let mut admissions = 0u64;
+    let new_sequence = |s: Submission| Sequence {
+        prompt: s.prompt,
+        max_tokens: s.max_tokens,
+        generated: 0,
+        computed: 0,
+        prefill_remaining: s.prompt.max(1),
+        blocks: 0,
+        admitted_order: 0,
+        arrived: s.arrived,
+        first_admitted: None,
+        last_token: None,
+        events: s.events,
+    };
+    loop {
+        if running.is_empty() && waiting.is_empty() {
+            match inbox.recv().await {
+                Some(submission) => waiting.push_back(new_sequence(submission)),
+                None => return,
+            }
+        }
+        while let Ok(submission) = inbox.try_recv() {
+            waiting.push_back(new_sequence(submission));
+        }
+        // Streams whose client went away free their slot and blocks.
+        running.retain(|seq| {
+            let gone = seq.events.is_closed();
+            if gone {
+                free_blocks += seq.blocks;
+            }
+            !gone
+        });
+        waiting.retain(|seq| !seq.events.is_closed());
+
+        let step_start = Instant::now();
+        let mut budget = settings.max_batched_tokens as u64;
+        let mut prefill_tokens = 0u64;
+        let mut decodes = 0u64;
+        let mut preemptions = 0u64;
+        // Which running sequences sample a token at the end of this step.
+        let mut sampled: Vec<bool> = vec![false; running.len()];
+
+        // Decodes first: each needs one token of budget and room for one more KV entry.
+        let mut index = 0;
+        while index < running.len() {
+            if running[index].prefill_remaining > 0 {
+                index += 1;
+                continue;
+            }
+            let needed = blocks_for(running[index].computed as u64 + 1, settings.block_size);
+            let mut preempted_self = false;
+            while running[index].blocks < needed && free_blocks == 0 {
+                // Preempt the most recently admitted sequence (possibly this one).
+                let victim = (0..running.len())
+                    .max_by_key(|&i| running[i].admitted_order)
+                    .unwrap_or(index);
+                let mut seq = running.remove(victim);
+                sampled.remove(victim);
+                free_blocks += seq.blocks;
+                seq.blocks = 0;
+                seq.computed = 0;
+                seq.prefill_remaining = seq.prompt + seq.generated;
+                waiting.push_front(seq);
+                preemptions += 1;
+                if victim == index {
+                    preempted_self = true;
+                    break;
+                }
+                if victim < index {
+                    index -= 1;
+                }
+            }
+            if preempted_self {
+                continue;
+            }
+            let seq = &mut running[index];
+            if seq.blocks < needed {
+                free_blocks -= 1;
+                seq.blocks += 1;
+            }
+            seq.computed += 1;
+            budget = budget.saturating_sub(1);
+            decodes += 1;
+            sampled[index] = true;
+            index += 1;
+        }
+        // Ongoing prefills get chunks of what is left.
+        for (i, seq) in running.iter_mut().enumerate() {
+            if seq.prefill_remaining == 0 || budget == 0 {
+                continue;
+            }
+            let chunk = (seq.prefill_remaining as u64).min(budget) as u32;
+            seq.prefill_remaining -= chunk;
+            seq.computed += chunk;
+            budget -= chunk as u64;
+            prefill_tokens += chunk as u64;
+            if seq.prefill_remaining == 0 {
+                sampled[i] = true;
+            }
+        }
+        // Admit waiting requests, first come first served, while there is a slot and KV room.
+        while running.len() < settings.max_seqs as usize {
+            let Some(front) = waiting.front() else { break };
+            let needed = blocks_for((front.prompt + front.generated) as u64, settings.block_size);
+            if needed > free_blocks {
+                break;
+            }
+            let Some(mut seq) = waiting.pop_front() else { break };
+            free_blocks -= needed;
+            seq.blocks = needed;
+            admissions += 1;
+            seq.admitted_order = admissions;
+            if seq.first_admitted.is_none() {
+                seq.first_admitted = Some(step_start);
+                waiting_count.fetch_sub(1, Ordering::SeqCst);
+                metrics.on_admitted(step_start.saturating_duration_since(seq.arrived), seq.prompt);
+            }
+            let chunk = (seq.prefill_remaining as u64).min(budget) as u32;
+            seq.prefill_remaining -= chunk;
+            seq.computed += chunk;
+            budget -= chunk as u64;
+            prefill_tokens += chunk as u64;
+            sampled.push(seq.prefill_remaining == 0);
+            running.push(seq);
+        }
+        let context: u64 = running.iter().map(|s| s.computed as u64).sum();
+        let step = settings.step_base
+            + settings.prefill_per_token * prefill_tokens as u32
+            + settings.decode_per_seq * decodes as u32
+            + Duration::from_nanos((settings.attention_per_token.as_nanos() as u64).saturating_mul(context));
+        metrics.on_step(
+            running.len(),
+            waiting.len(),
+            (total_blocks - free_blocks) as f64 / total_blocks as f64,
+            preemptions,
+        );
+        timer.sleep_until(step_start + step).await;
+
+        // The step is over: release its tokens.
+        let now = Instant::now();
+        let mut finished = Vec::new();
+        for (i, seq) in running.iter_mut().enumerate() {
+            if !sampled[i] {
+                continue;
+            }
+            seq.generated += 1;
+            match seq.last_token {
+                None => metrics.on_first_token(now.saturating_duration_since(seq.arrived)),
+                Some(previous) => metrics.on_token(now.saturating_duration_since(previous)),
+            }
+            seq.last_token = Some(now);
+            let _ = seq.events.send(EngineEvent::Token);
+            if seq.generated >= seq.max_tokens {
+                finished.push(i);
+            }
+        }
+        for i in finished.into_iter().rev() {
+            let seq = running.remove(i);
+            free_blocks += seq.blocks;
+            metrics.on_finished(now.saturating_duration_since(seq.arrived));
+            let _ = seq.events.send(EngineEvent::Finished);
+        }
+        metrics.on_step(
+            running.len(),
+            waiting.len(),
+            (total_blocks - free_blocks) as f64 / total_blocks as f64,
+            0,
+        );
+    }
+}

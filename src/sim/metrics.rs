@@ -1,0 +1,172 @@
+//! The simulator's `/metrics`: Prometheus text with vLLM's metric names and meanings.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Bucket bounds (seconds), as vLLM uses for its latency histograms.
+const TTFT_BUCKETS: [f64; 16] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
+const ITL_BUCKETS: [f64; 15] = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5];
+const REQUEST_BUCKETS: [f64; 14] = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0];
+
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+struct State {
+    running: usize,
+    waiting: usize,
+    kv_usage: f64,
+    preemptions: u64,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    ttft: Histogram,
+    itl: Histogram,
+    queue: Histogram,
+    e2e: Histogram,
+}
+
+pub struct SimMetrics {
+    model: String,
+    state: Mutex<State>,
+}
+
+impl SimMetrics {
+    pub fn new(model: &str) -> SimMetrics {
+        SimMetrics {
+            model: model.to_string(),
+            state: Mutex::new(State {
+                running: 0,
+                waiting: 0,
+                kv_usage: 0.0,
+                preemptions: 0,
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                ttft: Histogram::new(&TTFT_BUCKETS),
+                itl: Histogram::new(&ITL_BUCKETS),
+                queue: Histogram::new(&REQUEST_BUCKETS),
+                e2e: Histogram::new(&REQUEST_BUCKETS),
+            }),
+        }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut State)) {
+        if let Ok(mut state) = self.state.lock() {
+            f(&mut state);
+        }
+    }
+
+    pub fn on_step(&self, running: usize, waiting: usize, kv_usage: f64, preemptions: u64) {
+        self.with(|s| {
+            s.running = running;
+            s.waiting = waiting;
+            s.kv_usage = kv_usage;
+            s.preemptions += preemptions;
+        });
+    }
+
+    pub fn on_admitted(&self, queued: Duration, prompt_tokens: u32) {
+        self.with(|s| {
+            s.queue.observe(queued);
+            s.prompt_tokens += prompt_tokens as u64;
+        });
+    }
+
+    pub fn on_first_token(&self, ttft: Duration) {
+        self.with(|s| {
+            s.ttft.observe(ttft);
+            s.generation_tokens += 1;
+        });
+    }
+
+    pub fn on_token(&self, gap: Duration) {
+        self.with(|s| {
+            s.itl.observe(gap);
+            s.generation_tokens += 1;
+        });
+    }
+
+    pub fn on_finished(&self, e2e: Duration) {
+        self.with(|s| s.e2e.observe(e2e));
+    }
+
+    pub fn preemptions(&self) -> u64 {
+        self.state.lock().map(|s| s.preemptions).unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let Ok(s) = self.state.lock() else { return String::new() };
+        let labels = format!("model_name=\"{}\"", self.model.replace('"', "'"));
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}");
+        };
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", s.running.to_string());
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", s.waiting.to_string());
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", s.kv_usage.to_string());
+        gauge("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", "counter", s.preemptions.to_string());
+        gauge("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", s.prompt_tokens.to_string());
+        gauge("vllm:generation_tokens_total", "Number of generation tokens processed.", "counter", s.generation_tokens.to_string());
+        s.ttft.write(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &labels);
+        s.itl.write(&mut out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &labels);
+        s.queue.write(&mut out, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", &labels);
+        s.e2e.write(&mut out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", &labels);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_vllm_names_and_cumulative_buckets() {
+        let m = SimMetrics::new("m");
+        m.on_step(3, 2, 0.5, 1);
+        m.on_first_token(Duration::from_millis(30));
+        m.on_token(Duration::from_millis(12));
+        let text = m.render();
+        assert!(text.contains("vllm:num_requests_running{model_name=\"m\"} 3"));
+        assert!(text.contains("vllm:num_preemptions_total{model_name=\"m\"} 1"));
+        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.02\"} 0"));
+        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.04\"} 1"));
+        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 1"));
+        assert!(text.contains("vllm:generation_tokens_total{model_name=\"m\"} 2"));
+    }
+}
