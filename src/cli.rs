@@ -748,14 +748,21 @@ fn sim_profile(profile: &str, flags: SimSettings) -> Result<SimSettings, u8> {
             plan::profiles::NAMES.join(", ")
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read {profile}: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| error(format!("cannot read {profile}: {e}")))?;
     plan::parse_sim_profile(profile, text).map_err(|errors| {
         eprint!("{}", errors.render());
         EXIT_USAGE
     })
 }
 
-fn serve_sim(host: &str, port: u16, settings: SimSettings, profile: Option<&str>, tokenizer: &str) -> u8 {
+fn serve_sim(
+    host: &str,
+    port: u16,
+    settings: SimSettings,
+    profile: Option<&str>,
+    tokenizer: &str,
+) -> u8 {
     let settings = match profile {
         Some(profile) => match sim_profile(profile, settings) {
             Ok(settings) => settings,

@@ -704,6 +704,51 @@ mod tests {
     }
 
     #[test]
+    fn simulator_profiles_engines_and_faults() {
+        let plan = parse("sim { profile \"tiny\"; engine { max-seqs 8; step-base \"2ms\" }; faults { http-5xx \"2%\"; stall \"1s\" at-token=4 rate=\"10%\" } }").unwrap();
+        let engine = plan.sim.engine.unwrap();
+        assert_eq!(engine.max_seqs, 8);
+        assert_eq!(engine.step_base, Duration::from_millis(2));
+        assert_eq!(
+            engine.kv_cache_tokens,
+            profiles::builtin("tiny").unwrap().kv_cache_tokens
+        );
+        assert_eq!(plan.sim.faults.http_5xx, 0.02);
+        assert_eq!(
+            plan.sim.faults.stall,
+            Some(Stall {
+                duration: Duration::from_secs(1),
+                at_token: 4,
+                rate: 0.1
+            })
+        );
+        assert_eq!(
+            messages("sim { profile \"h200-magic\" }"),
+            ["no built-in profile is named \"h200-magic\""]
+        );
+        assert_eq!(
+            messages("sim { engine { warp-drive 9 } }"),
+            ["unknown node `warp-drive` in `engine`"]
+        );
+        assert_eq!(
+            messages("sim { engine { queue-full-status 500 } }"),
+            ["a full queue answers 429 or 503"]
+        );
+        assert_eq!(
+            messages("sim { faults { http-5xx 0.5 } }"),
+            ["expected a percentage string, found a number"]
+        );
+        assert_eq!(
+            messages("sim { engine { max-seqs 64; max-batched-tokens 32 } }"),
+            ["max-batched-tokens is below max-seqs: running sequences could not all decode in one step"]
+        );
+        let profile =
+            parse_sim_profile("p.kdl", "sim { profile \"qwen2.5-7b-l4\" }".into()).unwrap();
+        assert_eq!(profile.engine.unwrap().max_seqs, 128);
+        assert!(parse_sim_profile("p.kdl", "target \"sim\"".into()).is_err());
+    }
+
+    #[test]
     fn kdl_syntax_errors_are_diagnostics_too() {
         let errors = parse_plan("t.kdl", "target \"sim\" {\n timeout 60s\n}\n".into()).unwrap_err();
         assert!(!errors.diagnostics.is_empty());

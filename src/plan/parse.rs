@@ -1473,7 +1473,12 @@ impl Cx {
             KdlValue::String(s) => match parse_percent(s) {
                 Ok(v) => Some(v),
                 Err(message) => {
-                    self.error(entry.span(), message, "not a rate", format!("write it as: {usage}"));
+                    self.error(
+                        entry.span(),
+                        message,
+                        "not a rate",
+                        format!("write it as: {usage}"),
+                    );
                     None
                 }
             },
@@ -1494,7 +1499,10 @@ impl Cx {
         let mut sim = SimSettings::default();
         let mut seeded = false;
         // A profile is the base the other knobs adjust, wherever it is written.
-        if let Some(child) = children(node).iter().find(|c| c.name().value() == "profile") {
+        if let Some(child) = children(node)
+            .iter()
+            .find(|c| c.name().value() == "profile")
+        {
             let usage = "profile \"llama-3.1-8b-h100\"";
             self.check_entries(child, 1, &[], usage);
             self.no_children(child);
@@ -1518,7 +1526,9 @@ impl Cx {
                 "profile" => {}
                 "engine" => {
                     self.no_args(child, "engine { max-seqs 64 }");
-                    let engine = sim.engine.get_or_insert_with(super::profiles::default_engine);
+                    let engine = sim
+                        .engine
+                        .get_or_insert_with(super::profiles::default_engine);
                     let mut engine = engine.clone();
                     self.engine(child, &mut engine);
                     sim.engine = Some(engine);
@@ -1591,10 +1601,12 @@ impl Cx {
             let key = child.name().value();
             let usage = format!("{key} VALUE (see docs/simulator.md)");
             self.check_entries(child, 1, &[], &usage);
-            let Some(entry) = self.required_arg(child, &usage) else { continue };
+            let Some(entry) = self.required_arg(child, &usage) else {
+                continue;
+            };
             match key {
-                "max-seqs" | "max-batched-tokens" | "kv-cache-tokens" | "block-size" | "max-model-len"
-                | "max-waiting" => {
+                "max-seqs" | "max-batched-tokens" | "kv-cache-tokens" | "block-size"
+                | "max-model-len" | "max-waiting" => {
                     let min = if key == "max-waiting" { 0 } else { 1 };
                     if let Some(n) = self.integer(entry, min, &format!("{key} 64")) {
                         match key {
@@ -1648,7 +1660,10 @@ impl Cx {
                 "http-5xx" | "http-429" | "drop-mid-stream" | "malformed-chunk" => {
                     let usage = format!("{key} \"1%\"");
                     self.check_entries(child, 1, &[], &usage);
-                    if let Some(rate) = self.required_arg(child, &usage).and_then(|e| self.rate(e, &usage)) {
+                    if let Some(rate) = self
+                        .required_arg(child, &usage)
+                        .and_then(|e| self.rate(e, &usage))
+                    {
                         match key {
                             "http-5xx" => faults.http_5xx = rate,
                             "http-429" => faults.http_429 = rate,
@@ -1660,7 +1675,9 @@ impl Cx {
                 "stall" => {
                     let usage = "stall \"2s\" at-token=10 rate=\"5%\"";
                     self.check_entries(child, 1, &["at-token", "rate"], usage);
-                    let duration = self.required_arg(child, usage).and_then(|e| self.duration(e, usage));
+                    let duration = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.duration(e, usage));
                     let at_token = match property(child, "at-token") {
                         Some(e) => self.integer(e, 1, usage).map(|n| n as u32),
                         None => Some(1),
@@ -1669,14 +1686,21 @@ impl Cx {
                         Some(e) => self.rate(e, usage),
                         None => Some(1.0),
                     };
-                    if let (Some(duration), Some(at_token), Some(rate)) = (duration, at_token, rate) {
-                        faults.stall = Some(Stall { duration, at_token, rate });
+                    if let (Some(duration), Some(at_token), Some(rate)) = (duration, at_token, rate)
+                    {
+                        faults.stall = Some(Stall {
+                            duration,
+                            at_token,
+                            rate,
+                        });
                     }
                 }
                 "slow-headers" => {
                     let usage = "slow-headers \"500ms\" rate=\"10%\"";
                     self.check_entries(child, 1, &["rate"], usage);
-                    let delay = self.required_arg(child, usage).and_then(|e| self.duration(e, usage));
+                    let delay = self
+                        .required_arg(child, usage)
+                        .and_then(|e| self.duration(e, usage));
                     let rate = match property(child, "rate") {
                         Some(e) => self.rate(e, usage),
                         None => Some(1.0),
@@ -1710,9 +1734,13 @@ pub fn parse_sim_profile(file_name: &str, text: String) -> Result<SimSettings, P
             for diagnostic in err.diagnostics {
                 cx.error(
                     diagnostic.span,
-                    diagnostic.message.unwrap_or_else(|| "this is not valid KDL".to_string()),
+                    diagnostic
+                        .message
+                        .unwrap_or_else(|| "this is not valid KDL".to_string()),
                     diagnostic.label.unwrap_or_else(|| "here".into()),
-                    diagnostic.help.unwrap_or_else(|| "a profile file holds one sim { ... } block".into()),
+                    diagnostic
+                        .help
+                        .unwrap_or_else(|| "a profile file holds one sim { ... } block".into()),
                 );
             }
             return Err(cx.finish());

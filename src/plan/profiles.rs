@@ -9,13 +9,19 @@
 //! - attention per context token: that token's KV bytes over the memory bandwidth;
 //! - prefill per token: compute-bound, a round figure of the prefill rates public vLLM
 //!   benchmarks report (tens of thousands of tokens/s for 8B on H100).
+//!
 //! docs/simulator.md explains how to fit a profile to your own server from an llmload run.
 
 use std::time::Duration;
 
 use super::EngineSettings;
 
-pub const NAMES: [&str; 4] = ["llama-3.1-8b-h100", "llama-3.1-70b-4xh100", "qwen2.5-7b-l4", "tiny"];
+pub const NAMES: [&str; 4] = [
+    "llama-3.1-8b-h100",
+    "llama-3.1-70b-4xh100",
+    "qwen2.5-7b-l4",
+    "tiny",
+];
 
 const fn us(n: u64) -> Duration {
     Duration::from_micros(n)

@@ -37,15 +37,22 @@ pub fn terminal_summary(summary: &Summary) -> String {
             .max()
             .unwrap_or(9)
             .max(9);
+        let phase_width = summary
+            .verdicts
+            .iter()
+            .map(|v| v.phase.chars().count())
+            .max()
+            .unwrap_or(5)
+            .clamp(5, 24);
         out.push_str(&format!(
-            "{:<width$}  {:<10}  {:>14}  {:>14}  result\n",
+            "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  result\n",
             "assertion", "phase", "threshold", "observed"
         ));
         for v in &summary.verdicts {
             out.push_str(&format!(
-                "{:<width$}  {:<10}  {:>14}  {:>14}  {}\n",
+                "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  {}\n",
                 v.assertion,
-                truncate(&v.phase, 10),
+                truncate(&v.phase, phase_width),
                 v.threshold_display,
                 v.observed_display,
                 if v.passed { "PASS" } else { "FAIL" }

@@ -71,7 +71,11 @@ struct Sequence {
 }
 
 impl Engine {
-    pub fn start(settings: EngineSettings, timer: PreciseTimer, metrics: Arc<SimMetrics>) -> Engine {
+    pub fn start(
+        settings: EngineSettings,
+        timer: PreciseTimer,
+        metrics: Arc<SimMetrics>,
+    ) -> Engine {
         let (submissions, inbox) = mpsc::unbounded_channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let engine = Engine {
@@ -84,7 +88,11 @@ impl Engine {
     }
 
     /// Queues a request, or refuses it as a real server would (too long, queue full).
-    pub fn submit(&self, prompt: u32, max_tokens: u32) -> Result<mpsc::UnboundedReceiver<EngineEvent>, Rejection> {
+    pub fn submit(
+        &self,
+        prompt: u32,
+        max_tokens: u32,
+    ) -> Result<mpsc::UnboundedReceiver<EngineEvent>, Rejection> {
         let total = prompt as u64 + max_tokens as u64;
         if total > self.settings.max_model_len as u64 {
             return Err(Rejection {
@@ -101,7 +109,11 @@ impl Engine {
             return Err(Rejection {
                 status: self.settings.queue_full_status,
                 message: "the server's request queue is full; try again later".into(),
-                kind: if self.settings.queue_full_status == 429 { "RateLimitError" } else { "ServiceUnavailableError" },
+                kind: if self.settings.queue_full_status == 429 {
+                    "RateLimitError"
+                } else {
+                    "ServiceUnavailableError"
+                },
             });
         }
         let (events, receiver) = mpsc::unbounded_channel();
@@ -246,7 +258,9 @@ async fn run(
             if needed > free_blocks {
                 break;
             }
-            let Some(mut seq) = waiting.pop_front() else { break };
+            let Some(mut seq) = waiting.pop_front() else {
+                break;
+            };
             free_blocks -= needed;
             seq.blocks = needed;
             admissions += 1;
@@ -254,7 +268,10 @@ async fn run(
             if seq.first_admitted.is_none() {
                 seq.first_admitted = Some(step_start);
                 waiting_count.fetch_sub(1, Ordering::SeqCst);
-                metrics.on_admitted(step_start.saturating_duration_since(seq.arrived), seq.prompt);
+                metrics.on_admitted(
+                    step_start.saturating_duration_since(seq.arrived),
+                    seq.prompt,
+                );
             }
             let chunk = (seq.prefill_remaining as u64).min(budget) as u32;
             seq.prefill_remaining -= chunk;
@@ -268,7 +285,9 @@ async fn run(
         let step = settings.step_base
             + settings.prefill_per_token * prefill_tokens as u32
             + settings.decode_per_seq * decodes as u32
-            + Duration::from_nanos((settings.attention_per_token.as_nanos() as u64).saturating_mul(context));
+            + Duration::from_nanos(
+                (settings.attention_per_token.as_nanos() as u64).saturating_mul(context),
+            );
         metrics.on_step(
             running.len(),
             waiting.len(),

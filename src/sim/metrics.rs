@@ -5,9 +5,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Bucket bounds (seconds), as vLLM uses for its latency histograms.
-const TTFT_BUCKETS: [f64; 16] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-const ITL_BUCKETS: [f64; 15] = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5];
-const REQUEST_BUCKETS: [f64; 14] = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0];
+const TTFT_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+const ITL_BUCKETS: [f64; 15] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+];
+const REQUEST_BUCKETS: [f64; 14] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0,
+];
 
 struct Histogram {
     bounds: &'static [f64],
@@ -131,22 +137,77 @@ impl SimMetrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let Ok(s) = self.state.lock() else { return String::new() };
+        let Ok(s) = self.state.lock() else {
+            return String::new();
+        };
         let labels = format!("model_name=\"{}\"", self.model.replace('"', "'"));
         let mut out = String::new();
         let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
+            );
         };
-        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", s.running.to_string());
-        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", s.waiting.to_string());
-        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", s.kv_usage.to_string());
-        gauge("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", "counter", s.preemptions.to_string());
-        gauge("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", s.prompt_tokens.to_string());
-        gauge("vllm:generation_tokens_total", "Number of generation tokens processed.", "counter", s.generation_tokens.to_string());
-        s.ttft.write(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &labels);
-        s.itl.write(&mut out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &labels);
-        s.queue.write(&mut out, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", &labels);
-        s.e2e.write(&mut out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", &labels);
+        gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            "gauge",
+            s.running.to_string(),
+        );
+        gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            "gauge",
+            s.waiting.to_string(),
+        );
+        gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            "gauge",
+            s.kv_usage.to_string(),
+        );
+        gauge(
+            "vllm:num_preemptions_total",
+            "Cumulative number of preemptions from the engine.",
+            "counter",
+            s.preemptions.to_string(),
+        );
+        gauge(
+            "vllm:prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            "counter",
+            s.prompt_tokens.to_string(),
+        );
+        gauge(
+            "vllm:generation_tokens_total",
+            "Number of generation tokens processed.",
+            "counter",
+            s.generation_tokens.to_string(),
+        );
+        s.ttft.write(
+            &mut out,
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            &labels,
+        );
+        s.itl.write(
+            &mut out,
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            &labels,
+        );
+        s.queue.write(
+            &mut out,
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            &labels,
+        );
+        s.e2e.write(
+            &mut out,
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            &labels,
+        );
         out
     }
 }
@@ -164,9 +225,12 @@ mod tests {
         let text = m.render();
         assert!(text.contains("vllm:num_requests_running{model_name=\"m\"} 3"));
         assert!(text.contains("vllm:num_preemptions_total{model_name=\"m\"} 1"));
-        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.02\"} 0"));
-        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.04\"} 1"));
-        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 1"));
+        assert!(text
+            .contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.02\"} 0"));
+        assert!(text
+            .contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.04\"} 1"));
+        assert!(text
+            .contains("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 1"));
         assert!(text.contains("vllm:generation_tokens_total{model_name=\"m\"} 2"));
     }
 }

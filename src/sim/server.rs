@@ -67,7 +67,11 @@ impl Drop for SimServer {
 }
 
 /// Binds `addr` (use port 0 for any free port) and serves until shut down.
-pub async fn serve(addr: SocketAddr, settings: SimSettings, tokenizer: Arc<Tokenizer>) -> std::io::Result<SimServer> {
+pub async fn serve(
+    addr: SocketAddr,
+    settings: SimSettings,
+    tokenizer: Arc<Tokenizer>,
+) -> std::io::Result<SimServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
@@ -103,16 +107,23 @@ pub async fn serve(addr: SocketAddr, settings: SimSettings, tokenizer: Arc<Token
             }
         }
     });
-    Ok(SimServer { addr, stop, metrics })
+    Ok(SimServer {
+        addr,
+        stop,
+        metrics,
+    })
 }
 
 fn full(status: StatusCode, content_type: &'static str, text: String) -> Response<Body> {
-    let body = Full::new(Bytes::from(text)).map_err(|never: Infallible| match never {}).boxed();
+    let body = Full::new(Bytes::from(text))
+        .map_err(|never: Infallible| match never {})
+        .boxed();
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert("content-type", hyper::header::HeaderValue::from_static(content_type));
+    response.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static(content_type),
+    );
     response
 }
 
@@ -134,7 +145,9 @@ struct FaultPlan {
 
 fn plan_faults(settings: &SimSettings, number: u64, max_tokens: usize) -> FaultPlan {
     let faults = &settings.faults;
-    let mut rng = ChaCha8Rng::seed_from_u64(crate::planner::mix64(settings.seed ^ 0xFA17 ^ number.rotate_left(17)));
+    let mut rng = ChaCha8Rng::seed_from_u64(crate::planner::mix64(
+        settings.seed ^ 0xFA17 ^ number.rotate_left(17),
+    ));
     let mut hit = |rate: f64| rate > 0.0 && rng.random::<f64>() < rate;
     let status = if hit(faults.http_5xx) {
         Some(StatusCode::INTERNAL_SERVER_ERROR)
@@ -169,8 +182,8 @@ enum Tokens {
     },
     Engine {
         events: mpsc::UnboundedReceiver<EngineEvent>,
-        words: Vec<String>,
-        rng: ChaCha8Rng,
+        words: Arc<Tokenizer>,
+        rng: Box<ChaCha8Rng>,
     },
 }
 
@@ -178,13 +191,20 @@ impl Tokens {
     /// The next chunk's text and token count; `None` at the end.
     async fn next(&mut self) -> Option<(String, usize)> {
         match self {
-            Tokens::Fixed { arrived, chunks, timer } => {
+            Tokens::Fixed {
+                arrived,
+                chunks,
+                timer,
+            } => {
                 let (due, text, tokens) = chunks.next()?;
                 timer.sleep_until(*arrived + due).await;
                 Some((text, tokens))
             }
             Tokens::Engine { events, words, rng } => match events.recv().await? {
-                EngineEvent::Token => Some((words[rng.random_range(0..words.len())].clone(), 1)),
+                EngineEvent::Token => {
+                    let words = words.single_token_words();
+                    Some((words[rng.random_range(0..words.len())].clone(), 1))
+                }
                 EngineEvent::Finished => None,
             },
         }
@@ -203,24 +223,46 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 serde_json::json!({"object": "list", "data": [{"id": "llmload-sim", "object": "model"}]}),
             ))
         }
-        (&Method::GET, "/health") => return Ok(json_response(StatusCode::OK, serde_json::json!({"status": "ok"}))),
+        (&Method::GET, "/health") => {
+            return Ok(json_response(
+                StatusCode::OK,
+                serde_json::json!({"status": "ok"}),
+            ))
+        }
         (&Method::GET, "/metrics") => {
-            return Ok(full(StatusCode::OK, "text/plain; version=0.0.4", shared.metrics.render()))
+            return Ok(full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                shared.metrics.render(),
+            ))
         }
         _ => {
             return Ok(json_response(
                 StatusCode::NOT_FOUND,
-                error_body(&format!("no route for {} {path}", req.method()), "not_found_error"),
+                error_body(
+                    &format!("no route for {} {path}", req.method()),
+                    "not_found_error",
+                ),
             ))
         }
     };
     let body = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(_) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body("unreadable body", "invalid_request_error"))),
+        Err(_) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                error_body("unreadable body", "invalid_request_error"),
+            ))
+        }
     };
     let request = match SimRequest::parse(&body, chat, &shared.tokenizer) {
         Ok(request) => request,
-        Err(message) => return Ok(json_response(StatusCode::BAD_REQUEST, error_body(&message, "invalid_request_error"))),
+        Err(message) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(&message, "invalid_request_error"),
+            ))
+        }
     };
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
     let id = format!("sim-{number}");
@@ -229,22 +271,32 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         shared.timer.sleep_until(arrived + delay).await;
     }
     if let Some(status) = faults.status {
-        let kind = if status == StatusCode::TOO_MANY_REQUESTS { "RateLimitError" } else { "InternalServerError" };
+        let kind = if status == StatusCode::TOO_MANY_REQUESTS {
+            "RateLimitError"
+        } else {
+            "InternalServerError"
+        };
         return Ok(json_response(status, error_body("injected fault", kind)));
     }
     let request_seed = crate::planner::mix64(shared.settings.seed ^ number);
     let mut tokens = match &shared.engine {
-        Some(engine) => match engine.submit(request.prompt_tokens as u32, request.max_tokens as u32) {
-            Ok(events) => Tokens::Engine {
-                events,
-                words: shared.tokenizer.single_token_words().to_vec(),
-                rng: ChaCha8Rng::seed_from_u64(request_seed),
-            },
-            Err(rejection) => {
-                let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                return Ok(json_response(status, error_body(&rejection.message, rejection.kind)));
+        Some(engine) => {
+            match engine.submit(request.prompt_tokens as u32, request.max_tokens as u32) {
+                Ok(events) => Tokens::Engine {
+                    events,
+                    words: shared.tokenizer.clone(),
+                    rng: Box::new(ChaCha8Rng::seed_from_u64(request_seed)),
+                },
+                Err(rejection) => {
+                    let status = StatusCode::from_u16(rejection.status)
+                        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                    return Ok(json_response(
+                        status,
+                        error_body(&rejection.message, rejection.kind),
+                    ));
+                }
             }
-        },
+        }
         None => {
             let generation = generate(&shared.settings, &shared.tokenizer, &request, request_seed);
             Tokens::Fixed {
@@ -264,7 +316,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         if shared.engine.is_none() {
             shared.metrics.on_finished(arrived.elapsed());
         }
-        return Ok(json_response(StatusCode::OK, full_response(&request, &id, &text, completion)));
+        return Ok(json_response(
+            StatusCode::OK,
+            full_response(&request, &id, &text, completion),
+        ));
     }
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
@@ -273,11 +328,20 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let timer = shared.timer.clone();
     tokio::spawn(async move {
         let send = |value: serde_json::Value| Ok(Bytes::from(format!("data: {value}\n\n")));
-        if request.chat && tx.send(send(chunk(&request, &id, None, true, None))).await.is_err() {
+        if request.chat
+            && tx
+                .send(send(chunk(&request, &id, None, true, None)))
+                .await
+                .is_err()
+        {
             return;
         }
         // Real servers send keep-alive comments; a client must skip them.
-        if tx.send(Ok(Bytes::from_static(b": ping\n\n"))).await.is_err() {
+        if tx
+            .send(Ok(Bytes::from_static(b": ping\n\n")))
+            .await
+            .is_err()
+        {
             return;
         }
         let mut completion = 0;
@@ -289,9 +353,14 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                     timer.sleep_until(Instant::now() + stall).await;
                 }
             }
-            if faults.drop_at.is_some_and(|at| (token_number..token_number + n).contains(&at)) {
+            if faults
+                .drop_at
+                .is_some_and(|at| (token_number..token_number + n).contains(&at))
+            {
                 // An error frame makes hyper abort the connection mid-body.
-                let _ = tx.send(Err(std::io::Error::other("injected connection drop"))).await;
+                let _ = tx
+                    .send(Err(std::io::Error::other("injected connection drop")))
+                    .await;
                 return;
             }
             completion += n;
@@ -303,8 +372,17 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 }
                 last = Some(now);
             }
-            if faults.malformed_at.is_some_and(|at| (token_number..token_number + n).contains(&at)) {
-                if tx.send(Ok(Bytes::from_static(b"data: {\"choices\": [{\"delta\": \n\n"))).await.is_err() {
+            if faults
+                .malformed_at
+                .is_some_and(|at| (token_number..token_number + n).contains(&at))
+            {
+                if tx
+                    .send(Ok(Bytes::from_static(
+                        b"data: {\"choices\": [{\"delta\": \n\n",
+                    )))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 continue;
@@ -337,7 +415,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let headers = response.headers_mut();
-    headers.insert("content-type", hyper::header::HeaderValue::from_static("text/event-stream"));
-    headers.insert("cache-control", hyper::header::HeaderValue::from_static("no-cache"));
+    headers.insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        "cache-control",
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
     Ok(response)
 }
