@@ -244,6 +244,45 @@ fn preemptions_appear_past_the_kv_limit_and_not_before() {
     );
 }
 
+/// Under sustained load near the KV limit, preemptions repeat, and each recomputed prefill also
+/// stalls the step for every other sequence: ITL p99 rises with max, not max alone.
+#[test]
+fn sustained_load_past_the_kv_limit_spikes_itl_p99_and_max() {
+    let _serial = serial();
+    let mut results = Vec::new();
+    for kv_tokens in [10_000, 2_800] {
+        let sim = SimProcess::start(&format!(
+            "sim {{ engine {{ max-seqs 16; max-batched-tokens 8192; kv-cache-tokens {kv_tokens}; block-size 16; \
+             max-model-len 2048; step-base \"3ms\"; prefill-per-token \"40us\"; decode-per-seq \"200us\"; \
+             attention-per-token \"0ns\" }} }}"
+        ));
+        let run = run_plan(
+            "plan \"kv\" { seed 1 }\ntarget \"http://127.0.0.1:9\" { model \"m\"; timeout \"30s\" }\n\
+             workload { input 300; output 150 ignore-eos=#true }\nphase \"p\" { concurrency 12; duration \"3s\" }\n\
+             sla { error-rate < \"1%\" }\n",
+            &["--target", &sim.url],
+        );
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let s = run.summary();
+        results.push((
+            sim.metric("vllm:num_preemptions_total"),
+            stat(&s, "overall", "itl_ms", "p99"),
+            stat(&s, "overall", "itl_ms", "max"),
+        ));
+    }
+    let (roomy, tight) = (results[0], results[1]);
+    assert_eq!(roomy.0, 0.0, "{results:?}");
+    assert!(tight.0 >= 3.0, "{results:?}");
+    assert!(
+        tight.1 > 2.0 * roomy.1,
+        "ITL p99 did not spike: {results:?}"
+    );
+    assert!(
+        tight.2 > 4.0 * roomy.2,
+        "ITL max did not spike: {results:?}"
+    );
+}
+
 #[test]
 fn too_long_requests_get_400_and_a_full_queue_429_or_503() {
     let engine = "engine { max-seqs 2; max-batched-tokens 512; max-model-len 256; max-waiting 3; step-base \"5ms\"; decode-per-seq \"1ms\"; prefill-per-token \"0ns\"; attention-per-token \"0ns\" }";
