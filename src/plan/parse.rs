@@ -35,28 +35,7 @@ fn parse_with(file_name: &str, text: String, check_files: bool) -> Result<Plan, 
         diagnostics: Vec::new(),
         check_files,
     };
-    let document = match KdlDocument::parse_v2(&text) {
-        Ok(document) => document,
-        Err(err) => {
-            for diagnostic in err.diagnostics {
-                let message = diagnostic
-                    .message
-                    .unwrap_or_else(|| "this is not valid KDL".to_string());
-                let help = diagnostic.help.unwrap_or_else(|| {
-                    "plans are KDL 2.0; values with units are strings (timeout \"60s\"), \
-                     booleans are #true and #false"
-                        .to_string()
-                });
-                cx.error(
-                    diagnostic.span,
-                    message,
-                    diagnostic.label.unwrap_or_else(|| "here".into()),
-                    help,
-                );
-            }
-            return Err(cx.finish());
-        }
-    };
+    let document = cx.document(&text)?;
     let plan = cx.plan(&document, file_name);
     if cx.diagnostics.is_empty() {
         plan.ok_or_else(|| cx.finish())
@@ -99,6 +78,29 @@ fn type_name(value: &KdlValue) -> &'static str {
 }
 
 impl Cx {
+    /// The KDL document, or every syntax error in it as a diagnostic.
+    fn document(&mut self, text: &str) -> Result<KdlDocument, PlanErrors> {
+        KdlDocument::parse_v2(text).map_err(|err| {
+            for diagnostic in err.diagnostics {
+                let message = diagnostic
+                    .message
+                    .unwrap_or_else(|| "this is not valid KDL".to_string());
+                let help = diagnostic.help.unwrap_or_else(|| {
+                    "plans are KDL 2.0; values with units are strings (timeout \"60s\"), \
+                     booleans are #true and #false"
+                        .to_string()
+                });
+                self.error(
+                    diagnostic.span,
+                    message,
+                    diagnostic.label.unwrap_or_else(|| "here".into()),
+                    help,
+                );
+            }
+            self.finish()
+        })
+    }
+
     fn error(
         &mut self,
         span: SourceSpan,
@@ -1728,24 +1730,7 @@ pub fn parse_sim_profile(file_name: &str, text: String) -> Result<SimSettings, P
         diagnostics: Vec::new(),
         check_files: true,
     };
-    let document = match KdlDocument::parse_v2(&text) {
-        Ok(document) => document,
-        Err(err) => {
-            for diagnostic in err.diagnostics {
-                cx.error(
-                    diagnostic.span,
-                    diagnostic
-                        .message
-                        .unwrap_or_else(|| "this is not valid KDL".to_string()),
-                    diagnostic.label.unwrap_or_else(|| "here".into()),
-                    diagnostic
-                        .help
-                        .unwrap_or_else(|| "a profile file holds one sim { ... } block".into()),
-                );
-            }
-            return Err(cx.finish());
-        }
-    };
+    let document = cx.document(&text)?;
     let mut settings = None;
     for node in document.nodes() {
         if node.name().value() == "sim" && settings.is_none() {
