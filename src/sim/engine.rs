@@ -183,7 +183,14 @@ async fn run(
             }
             !gone
         });
-        waiting.retain(|seq| !seq.events.is_closed());
+        waiting.retain(|seq| {
+            let gone = seq.events.is_closed();
+            // A request that leaves before its first admission no longer counts as waiting.
+            if gone && seq.first_admitted.is_none() {
+                waiting_count.fetch_sub(1, Ordering::SeqCst);
+            }
+            !gone
+        });
 
         let step_start = Instant::now();
         let mut budget = settings.max_batched_tokens as u64;
