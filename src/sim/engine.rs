@@ -105,6 +105,17 @@ impl Engine {
                 kind: "BadRequestError",
             });
         }
+        // A request that could never fit in the KV cache would wait forever: refuse it now.
+        if total > self.settings.kv_cache_tokens {
+            return Err(Rejection {
+                status: 400,
+                message: format!(
+                    "the request needs {total} tokens of KV cache, more than the {} the engine has",
+                    self.settings.kv_cache_tokens
+                ),
+                kind: "BadRequestError",
+            });
+        }
         if self.waiting.load(Ordering::SeqCst) >= self.settings.max_waiting as usize {
             return Err(Rejection {
                 status: self.settings.queue_full_status,
@@ -333,5 +344,49 @@ async fn run(
             (total_blocks - free_blocks) as f64 / total_blocks as f64,
             0,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> EngineSettings {
+        EngineSettings {
+            max_seqs: 2,
+            max_batched_tokens: 64,
+            kv_cache_tokens: 256,
+            block_size: 16,
+            max_model_len: 1024,
+            max_waiting: 1,
+            queue_full_status: 503,
+            step_base: Duration::from_millis(1),
+            prefill_per_token: Duration::ZERO,
+            decode_per_seq: Duration::ZERO,
+            attention_per_token: Duration::ZERO,
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_what_could_never_run_and_serves_the_rest() {
+        let engine = Engine::start(
+            settings(),
+            PreciseTimer::start().unwrap(),
+            Arc::new(SimMetrics::new("m")),
+        );
+        let too_long = engine.submit(1000, 100).unwrap_err();
+        assert_eq!(too_long.status, 400);
+        let beyond_kv = engine.submit(200, 100).unwrap_err();
+        assert_eq!(beyond_kv.status, 400);
+        assert!(beyond_kv.message.contains("KV cache"));
+        let mut events = engine.submit(20, 5).unwrap();
+        let mut tokens = 0;
+        while let Some(event) = events.recv().await {
+            match event {
+                EngineEvent::Token => tokens += 1,
+                EngineEvent::Finished => break,
+            }
+        }
+        assert_eq!(tokens, 5);
     }
 }
