@@ -69,14 +69,12 @@ fn the_github_step_summary_gets_the_verdict_and_key_metrics() {
     let summary_file = dir.path().join("step-summary.md");
     std::fs::write(&summary_file, "earlier content\n").unwrap();
     let plan_path = write_plan(dir.path(), &gate_plan("ttft \"5ms\"; itl \"1ms\"", ""));
-    let output = llmload()
-        .arg("run")
-        .arg(&plan_path)
-        .args(["--quiet", "--out"])
-        .arg(dir.path().join("out"))
-        .env("GITHUB_STEP_SUMMARY", &summary_file)
-        .output()
-        .unwrap();
+    let output = run_file(
+        &plan_path,
+        &dir.path().join("out"),
+        &[],
+        &[("GITHUB_STEP_SUMMARY", summary_file.as_os_str())],
+    );
     assert_eq!(output.status.code(), Some(1));
     let text = std::fs::read_to_string(&summary_file).unwrap();
     assert!(
@@ -123,14 +121,7 @@ fn run_into(dir: &std::path::Path, name: &str, plan: &str) -> std::path::PathBuf
     let path = dir.join(format!("{name}.kdl"));
     std::fs::write(&path, plan).unwrap();
     let out = dir.join(name);
-    let output = llmload()
-        .arg("run")
-        .arg(&path)
-        .arg("--quiet")
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = run_file(&path, &out, &[], &[]);
     assert!(
         matches!(output.status.code(), Some(0 | 1)),
         "{}",
@@ -189,16 +180,7 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
     let path = dir.path().join("again.kdl");
     std::fs::write(&path, noisy(10, 35)).unwrap();
     let out = dir.path().join("again");
-    let output = llmload()
-        .arg("run")
-        .arg(&path)
-        .arg("--quiet")
-        .arg("--out")
-        .arg(&out)
-        .arg("--baseline")
-        .arg(&runs[0])
-        .output()
-        .unwrap();
+    let output = run_file(&path, &out, &["--baseline", runs[0].to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(1));
     assert!(std::fs::read_to_string(out.join("comparison.md"))
         .unwrap()

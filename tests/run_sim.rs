@@ -169,14 +169,7 @@ fn the_api_key_reaches_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_plan(dir.path(), &plan);
     let out = dir.path().join("out");
-    let output = llmload()
-        .arg("run")
-        .arg(&path)
-        .arg("--out")
-        .arg(&out)
-        .env("LLMLOAD_TEST_KEY", secret)
-        .output()
-        .unwrap();
+    let output = run_file(&path, &out, &[], &[("LLMLOAD_TEST_KEY", secret.as_ref())]);
     assert_eq!(output.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&output.stdout).contains(secret));
     assert!(!String::from_utf8_lossy(&output.stderr).contains(secret));
@@ -416,14 +409,7 @@ fn a_tokenizer_json_beside_the_plan() {
     );
     let path = write_plan(dir.path(), &plan);
     let out = dir.path().join("out");
-    let output = llmload()
-        .arg("run")
-        .arg(&path)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
+    let output = run_file(&path, &out, &[], &[]);
     assert_eq!(
         output.status.code(),
         Some(0),

@@ -51,20 +51,32 @@ pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// Runs `llmload run PLAN --out OUT --quiet ARGS`, with extra environment variables.
+pub fn run_file(
+    plan: &Path,
+    out: &Path,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Output {
+    let mut command = llmload();
+    command
+        .arg("run")
+        .arg(plan)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
 /// Writes `plan` in a fresh directory and runs `llmload run` on it with `args`.
 pub fn run_plan(plan: &str, args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let path = write_plan(dir.path(), plan);
-    let out = dir.path().join("out");
-    let output = llmload()
-        .arg("run")
-        .arg(&path)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .args(args)
-        .output()
-        .unwrap();
+    let output = run_file(&path, &dir.path().join("out"), args, &[]);
     Run { dir, output }
 }
 
