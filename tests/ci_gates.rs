@@ -4,6 +4,16 @@
 mod common;
 use common::*;
 
+/// Comparisons judge timings: run these tests one at a time, so that they do not load the 2
+/// cores for each other and stretch one run's latencies against another's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn gate_plan(sim: &str, extra: &str) -> String {
     sim_plan(
         sim,
@@ -36,6 +46,7 @@ fn validate_junit(xml: &std::path::Path) {
 
 #[test]
 fn junit_has_a_test_case_per_assertion_and_follows_the_schema() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("sla.xml");
     let run = run_plan(
@@ -65,6 +76,7 @@ fn junit_has_a_test_case_per_assertion_and_follows_the_schema() {
 
 #[test]
 fn the_github_step_summary_gets_the_verdict_and_key_metrics() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let summary_file = dir.path().join("step-summary.md");
     std::fs::write(&summary_file, "earlier content\n").unwrap();
@@ -90,6 +102,7 @@ fn the_github_step_summary_gets_the_verdict_and_key_metrics() {
 
 #[test]
 fn goodput_in_assertions() {
+    let _serial = serial();
     let slo = "\nslo ttft=\"200ms\" e2e=\"2s\"\n";
     let plan = sim_plan(
         "ttft \"10ms\"; itl \"1ms\"",
@@ -153,6 +166,7 @@ fn compare(
 /// declared a regression, over every pair of five runs.
 #[test]
 fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let noisy = |seed: u32, ttft: u32| {
         gate_plan(
@@ -193,6 +207,7 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
 
 #[test]
 fn the_plan_regression_block_sets_tolerances() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let tolerant = "\nregression {\n    ttft p50 \"+200%\"\n    output-throughput \"-90%\"\n}\n";
     let base = run_into(
@@ -243,13 +258,19 @@ fn the_plan_regression_block_sets_tolerances() {
 
 #[test]
 fn runs_of_different_plans_are_not_compared_unless_forced() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let a = run_into(dir.path(), "a", &gate_plan("ttft \"5ms\"; itl \"1ms\"", ""));
+    // Tolerances wide enough that machine noise between the two runs cannot matter here: this
+    // test is about refusing, and forcing, a comparison.
     let b = run_into(
         dir.path(),
         "b",
-        &gate_plan("ttft \"5ms\"; itl \"1ms\"", "")
-            .replace("plan \"t\" { seed 3 }", "plan \"other\" { seed 4 }"),
+        &gate_plan(
+            "ttft \"5ms\"; itl \"1ms\"",
+            "\nregression { ttft p50 \"+500%\"; error-rate \"+50%\" }\n",
+        )
+        .replace("plan \"t\" { seed 3 }", "plan \"other\" { seed 4 }"),
     );
     let (code, _, stderr) = compare(&a, &b, &[]);
     assert_eq!(code, 2);
