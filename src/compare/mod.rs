@@ -139,10 +139,8 @@ pub fn comparable(
     Ok(notes)
 }
 
-/// What one request contributes to every compared metric.
+/// What one completed (ok or failed, not cancelled) request contributes to every compared metric.
 struct Sample {
-    /// Completed (ok or failed, not cancelled).
-    completed: bool,
     ok: bool,
     timed_out: bool,
     good: bool,
@@ -162,8 +160,12 @@ struct Side {
     wall_s: f64,
 }
 
-fn side(log: &RunLog, phase: Option<&str>, slo: Option<&Slo>) -> Side {
-    let aggregates = metrics::compute(log, slo);
+fn side(
+    log: &RunLog,
+    aggregates: &metrics::Aggregates,
+    phase: Option<&str>,
+    slo: Option<&Slo>,
+) -> Side {
     let (indices, wall_s): (Vec<usize>, f64) = match phase {
         Some(name) => (
             log.phases
@@ -194,7 +196,6 @@ fn side(log: &RunLog, phase: Option<&str>, slo: Option<&Slo>) -> Side {
             let v = RequestValues::of(r);
             let ok = r.ok();
             Sample {
-                completed: true,
                 ok,
                 timed_out: r.error == Some(ErrorClass::Timeout),
                 good: slo.is_some_and(|slo| metrics::meets(slo, r)),
@@ -231,7 +232,7 @@ fn value(
         scratch.clear();
         scratch.extend(chosen.clone().filter_map(|s| s.values[index]));
     };
-    let completed = chosen.clone().filter(|s| s.completed).count() as f64;
+    let completed = pick.len() as f64;
     let fraction = |count: usize| (completed > 0.0).then(|| count as f64 / completed);
     match tolerance.metric {
         Metric::Ttft | Metric::Tpot | Metric::E2e | Metric::PrefillTps | Metric::DecodeTps => {
@@ -298,9 +299,22 @@ pub fn compare(
     seed: u64,
 ) -> Comparison {
     let mut rows = Vec::new();
+    // Wall times come from the aggregates: computed once per run, not once per tolerance.
+    let baseline_aggregates = metrics::compute(baseline, slo);
+    let current_aggregates = metrics::compute(current, slo);
     for (index, tolerance) in tolerances.iter().enumerate() {
-        let base = side(baseline, tolerance.phase.as_deref(), slo);
-        let cur = side(current, tolerance.phase.as_deref(), slo);
+        let base = side(
+            baseline,
+            &baseline_aggregates,
+            tolerance.phase.as_deref(),
+            slo,
+        );
+        let cur = side(
+            current,
+            &current_aggregates,
+            tolerance.phase.as_deref(),
+            slo,
+        );
         let relative = tolerance.metric.kind() != MetricKind::Fraction;
         let sign = if tolerance.metric.higher_is_better() {
             -1.0
