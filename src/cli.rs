@@ -489,7 +489,7 @@ fn run(args: RunArgs) -> u8 {
             );
         }
         executor::run(
-            &schedule,
+            Arc::new(schedule),
             RunConfig {
                 template,
                 tokenizer: tokenizer.clone(),

@@ -107,8 +107,8 @@ async fn cancelled(rx: &mut watch::Receiver<bool>) {
 }
 
 /// Runs every phase of `schedule` in order; returns the run's log (also written to disk).
-pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, String> {
-    let pool = pool_size(schedule, config.template.timeout);
+pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<RunLog, String> {
+    let pool = pool_size(&schedule, config.template.timeout);
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(pool)
@@ -182,7 +182,7 @@ pub async fn run(schedule: &Schedule, config: RunConfig) -> Result<RunLog, Strin
         if *cancel_rx.borrow() {
             break;
         }
-        run_phase(&context, schedule, phase, cancel_rx.clone()).await;
+        run_phase(&context, &schedule, phase, cancel_rx.clone()).await;
     }
 
     // Let in-flight requests finish; after an interrupt, only for the grace period.
@@ -240,7 +240,7 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
 /// batch is ready, so that the phase clock starts with bodies in hand.
 fn spawn_body_builder(
     context: &Arc<Context>,
-    schedule: &Schedule,
+    schedule: &Arc<Schedule>,
     phase: &PhaseSchedule,
 ) -> (
     mpsc::Receiver<(ScheduledRequest, Bytes)>,
@@ -251,21 +251,19 @@ fn spawn_body_builder(
     let tokenizer = context.tokenizer.clone();
     let template = context.template.clone();
     let index = phase.index;
-    let materialized = (!phase.open_ended).then(|| phase.requests.clone());
+    // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
+    let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
     let schedule = schedule.clone();
     tokio::task::spawn_blocking(move || {
         let mut primed = Some(primed_tx);
-        let prime_after = materialized.as_ref().map_or(64, |r| r.len().min(64));
+        let prime_after = limit.map_or(64, |n| n.min(64) as usize);
         let mut built = 0usize;
         let mut seq = 0u64;
         loop {
-            let request = match &materialized {
-                Some(requests) => match requests.get(seq as usize) {
-                    Some(r) => *r,
-                    None => break,
-                },
-                None => schedule.request(index, seq),
-            };
+            if limit.is_some_and(|n| seq >= n) {
+                break;
+            }
+            let request = schedule.request(index, seq);
             seq += 1;
             let prompt = tokenizer.prompt(request.input_tokens, request.prompt_seed);
             let body = template.body(&prompt, request.output_tokens);
@@ -288,7 +286,7 @@ fn spawn_body_builder(
 
 async fn run_phase(
     context: &Arc<Context>,
-    schedule: &Schedule,
+    schedule: &Arc<Schedule>,
     phase: &PhaseSchedule,
     mut cancel: watch::Receiver<bool>,
 ) {
