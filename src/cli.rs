@@ -117,6 +117,14 @@ enum Command {
         tokenizer: String,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Record when every token of every streamed request is written, and serve the record
+        /// at GET /llmload/writes (one JSON object per request). For measuring a client's
+        /// timing error; memory grows with every request.
+        #[arg(long)]
+        record_writes: bool,
+        /// Runtime worker threads [default: one per core].
+        #[arg(long)]
+        threads: Option<usize>,
     },
 }
 
@@ -155,6 +163,8 @@ pub fn main() -> ExitCode {
             tokens_per_chunk,
             tokenizer,
             seed,
+            record_writes,
+            threads,
         } => serve_sim(
             &host,
             port,
@@ -168,6 +178,8 @@ pub fn main() -> ExitCode {
             },
             profile.as_deref(),
             &tokenizer,
+            sim::ServeOptions { record_writes },
+            threads,
         ),
     };
     ExitCode::from(code)
@@ -361,10 +373,21 @@ struct RunArgs {
     /// No live progress line.
     #[arg(long, short)]
     quiet: bool,
+    /// Runtime worker threads for sending and reading [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, u8> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The async runtime: `threads` worker threads, or one per core.
+fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime, u8> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        if threads == 0 {
+            return Err(error("--threads must be at least 1"));
+        }
+        builder.worker_threads(threads);
+    }
+    builder
         .enable_all()
         .build()
         .map_err(|e| error(format!("cannot start the async runtime: {e}")))
@@ -435,7 +458,7 @@ fn run(args: RunArgs) -> u8 {
             out.join("plan.kdl").display()
         ));
     }
-    let runtime = match runtime() {
+    let runtime = match runtime(args.threads) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
@@ -762,6 +785,8 @@ fn serve_sim(
     settings: SimSettings,
     profile: Option<&str>,
     tokenizer: &str,
+    options: sim::ServeOptions,
+    threads: Option<usize>,
 ) -> u8 {
     let settings = match profile {
         Some(profile) => match sim_profile(profile, settings) {
@@ -787,12 +812,12 @@ fn serve_sim(
         Ok(t) => Arc::new(t),
         Err(message) => return error(message),
     };
-    let runtime = match runtime() {
+    let runtime = match runtime(threads) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
     runtime.block_on(async {
-        let server = match sim::serve(addr, settings, tokenizer).await {
+        let server = match sim::serve_with(addr, settings, tokenizer, options).await {
             Ok(server) => server,
             Err(e) => return error(format!("cannot listen on {addr}: {e}")),
         };

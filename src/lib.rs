@@ -4,12 +4,14 @@
 //! [`plan`] (KDL → typed plan) → [`planner`] (plan → schedule) → [`executor`] (schedule →
 //! per-request records) → [`metrics`] (records → aggregates) → [`verdict`] (aggregates +
 //! assertions → pass/fail) → [`report`] (templates). [`tokens`] builds prompts and counts
-//! tokens for the stages that need it; [`sim`] is the embedded OpenAI-compatible simulator.
+//! tokens for the stages that need it; [`sim`] is the embedded OpenAI-compatible simulator;
+//! [`fidelity`] measures a client's timing error against the simulator's write times.
 //! See docs/ARCHITECTURE.md for the codemap.
 
 pub mod cli;
 pub mod compare;
 pub mod executor;
+pub mod fidelity;
 pub mod metrics;
 pub mod plan;
 pub mod planner;

@@ -4,9 +4,6 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Stdio};
-
 /// An engine with round figures, so the analytical step time is easy to state.
 const ENGINE: &str = "engine { max-seqs 16; max-batched-tokens 2048; kv-cache-tokens 100000; max-model-len 4096; \
                       step-base \"4ms\"; prefill-per-token \"0ns\"; decode-per-seq \"1500us\"; attention-per-token \"0ns\" }";
@@ -111,71 +108,6 @@ fn steady_state_throughput_matches_the_analytical_capacity() {
         (measured - expected).abs() <= expected * 0.10,
         "output throughput {measured:.0} tok/s vs analytical {expected:.0}"
     );
-}
-
-/// `llmload sim --profile FILE --port 0`, started as its own process.
-struct SimProcess {
-    child: Child,
-    url: String,
-}
-
-impl SimProcess {
-    fn start(profile: &str) -> SimProcess {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("profile.kdl");
-        std::fs::write(&path, profile).unwrap();
-        let mut child = llmload()
-            .args(["sim", "--port", "0", "--profile"])
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_string();
-        std::mem::forget(dir); // the profile file must outlive the process
-        SimProcess { child, url }
-    }
-
-    /// GET /metrics over a plain socket.
-    fn metrics(&self) -> String {
-        let authority = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/v1");
-        let mut stream = std::net::TcpStream::connect(authority).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        text
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let text = self.metrics();
-        text.lines()
-            .find(|l| l.starts_with(&format!("{name}{{")))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Three requests of 0.8 × context prompt and 0.2 × context output each: a KV cache holding

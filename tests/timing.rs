@@ -4,9 +4,19 @@
 mod common;
 use common::*;
 
+/// Its tests measure time: they run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// TTFT and ITL come back within 2 ms of the simulator's known delays.
 #[test]
 fn ttft_and_itl_are_recovered_within_2ms() {
+    let _serial = serial();
     let run = run_plan(
         &sim_plan(
             "ttft \"60ms\"; itl \"8ms\"",
@@ -30,4 +40,55 @@ fn ttft_and_itl_are_recovered_within_2ms() {
     assert!((tpot - 8.0).abs() <= 2.0, "tpot {tpot}");
     assert_eq!(s["overall"]["requests"]["ok"], 12);
     assert_eq!(s["overall"]["finish_reasons"]["length"], 12);
+}
+
+/// Against the simulator's own write times, llmload's TTFT and every inter-token gap come back
+/// with sub-millisecond error at low load, and every request is matched by its x-request-id.
+#[test]
+fn measured_times_match_the_servers_write_times() {
+    use llmload::executor::record::RunLog;
+    use llmload::fidelity::{timing_errors, MeasuredStream};
+    use llmload::sim::writes::RequestWrites;
+    let _serial = serial();
+
+    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "30ms", "--itl", "5ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
+         workload { input 32; output 16 ignore-eos=#true }\n\
+         phase \"c\" { concurrency 4; requests 24 }\n",
+    );
+    let out = dir.path().join("out");
+    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let truth: Vec<RequestWrites> = sim
+        .get("/llmload/writes")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(truth.len(), 24);
+    for writes in &truth {
+        assert_eq!(writes.token_writes_ns.len(), 16);
+        let first_ms = writes.token_writes_ns[0] as f64 / 1e6;
+        assert!((30.0..35.0).contains(&first_ms), "true ttft {first_ms} ms");
+    }
+    let log = RunLog::read(&out.join("records.jsonl")).unwrap();
+    let errors = timing_errors(
+        log.records.iter().filter_map(MeasuredStream::of_record),
+        &truth,
+    );
+    assert_eq!(errors.matched, 24, "{errors:?}");
+    assert_eq!((errors.unmatched, errors.chunk_count_mismatch), (0, 0));
+    assert_eq!(errors.itl.count, 24 * 15);
+    // The client can only add time before the first token.
+    assert!(errors.ttft.min_ms >= 0.0, "{errors:?}");
+    assert!(errors.ttft.p50_ms < 2.0, "{errors:?}");
+    assert!(errors.itl.p50_ms.abs() < 0.5, "{errors:?}");
+    eprintln!("{errors:?}");
 }

@@ -396,6 +396,7 @@ async fn execute(
     body: Bytes,
     intended: Option<Instant>,
 ) {
+    let request_id = request::request_id(phase, request.seq);
     let mut sent_at = Instant::now();
     context.progress.on_sent(phase);
     let mut exchange = Exchange::default();
@@ -413,6 +414,7 @@ async fn execute(
                 &context.client,
                 &context.template,
                 body,
+                request_id,
                 &mut sent_at,
                 &mut exchange,
             ),

@@ -282,6 +282,15 @@ impl Exchange {
     }
 }
 
+/// The `x-request-id` header of a request: unique within a run, so that the request can be
+/// found in the server's logs (vLLM and others take it as their request id) and matched with
+/// the simulator's write times.
+pub fn request_id(phase: usize, seq: u64) -> HeaderValue {
+    // Letters, digits and dashes only: always a valid header value.
+    HeaderValue::from_str(&format!("llmload-{phase}-{seq}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
+}
+
 /// Sends `body` and reads the whole response into `exchange`. `sent_at` is the actual send time.
 /// Returns when the response is complete or has failed; the caller applies the timeout and can
 /// drop this future at any point, keeping what `exchange` holds so far.
@@ -289,6 +298,7 @@ pub async fn exchange(
     client: &reqwest::Client,
     template: &RequestTemplate,
     body: Bytes,
+    request_id: HeaderValue,
     sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) {
@@ -296,6 +306,7 @@ pub async fn exchange(
         let mut request = client
             .post(&template.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("x-request-id", request_id.clone())
             .body(body.clone());
         if let Some(auth) = &template.auth {
             request = request.header(reqwest::header::AUTHORIZATION, auth.clone());

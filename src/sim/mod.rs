@@ -7,7 +7,8 @@
 //! latency, jitter), or, when the settings hold an `engine`, a real-time model of a
 //! continuous-batching engine ([`engine`]) with a queue, chunked prefill, a KV cache and
 //! preemption. Faults (5xx, 429, dropped connections, stalls, malformed chunks, slow headers)
-//! are injected at seeded rates in either mode. See docs/simulator.md.
+//! are injected at seeded rates in either mode. On request it records when it wrote every token
+//! ([`writes`]): the truth that llmload's own timing is measured against. See docs/simulator.md.
 //!
 //! Streams look like real servers' streams: a role-only first chunk with empty content, a
 //! `: ping` comment line, content chunks of `tokens-per-chunk` tokens, a finish chunk, a usage
@@ -17,5 +18,6 @@ pub mod engine;
 mod metrics;
 mod server;
 mod stream;
+pub mod writes;
 
-pub use server::{serve, SimServer};
+pub use server::{serve, serve_with, ServeOptions, SimServer};

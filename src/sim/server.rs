@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
 use super::stream::{chunk, error_body, full_response, generate, usage, SimRequest};
+use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
@@ -35,6 +36,14 @@ struct Shared {
     timer: PreciseTimer,
     engine: Option<Engine>,
     metrics: Arc<SimMetrics>,
+    writes: Option<Arc<WriteLog>>,
+}
+
+/// How the server runs, beside what it simulates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Keep the write time of every token of every streamed request (see [`super::writes`]).
+    pub record_writes: bool,
 }
 
 /// A running simulator; dropping it (or calling [`SimServer::shutdown`]) stops accepting.
@@ -42,6 +51,7 @@ pub struct SimServer {
     pub addr: SocketAddr,
     stop: watch::Sender<bool>,
     metrics: Arc<SimMetrics>,
+    writes: Option<Arc<WriteLog>>,
 }
 
 impl SimServer {
@@ -58,6 +68,11 @@ impl SimServer {
     pub fn preemptions(&self) -> u64 {
         self.metrics.preemptions()
     }
+
+    /// The write times recorded so far; `None` unless the server records them.
+    pub fn writes(&self) -> Option<Vec<RequestWrites>> {
+        self.writes.as_ref().map(|log| log.snapshot())
+    }
 }
 
 impl Drop for SimServer {
@@ -72,6 +87,16 @@ pub async fn serve(
     settings: SimSettings,
     tokenizer: Arc<Tokenizer>,
 ) -> std::io::Result<SimServer> {
+    serve_with(addr, settings, tokenizer, ServeOptions::default()).await
+}
+
+/// [`serve`], with options.
+pub async fn serve_with(
+    addr: SocketAddr,
+    settings: SimSettings,
+    tokenizer: Arc<Tokenizer>,
+    options: ServeOptions,
+) -> std::io::Result<SimServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
@@ -81,6 +106,7 @@ pub async fn serve(
         .engine
         .clone()
         .map(|engine| Engine::start(engine, timer.clone(), metrics.clone()));
+    let writes = options.record_writes.then(|| Arc::new(WriteLog::new()));
     let shared = Arc::new(Shared {
         settings,
         tokenizer,
@@ -88,6 +114,7 @@ pub async fn serve(
         timer,
         engine,
         metrics: metrics.clone(),
+        writes: writes.clone(),
     });
     tokio::spawn(async move {
         loop {
@@ -111,6 +138,7 @@ pub async fn serve(
         addr,
         stop,
         metrics,
+        writes,
     })
 }
 
@@ -236,6 +264,18 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 shared.metrics.render(),
             ))
         }
+        (&Method::GET, "/llmload/writes") => {
+            return Ok(match &shared.writes {
+                Some(log) => full(StatusCode::OK, "application/x-ndjson", log.to_json_lines()),
+                None => json_response(
+                    StatusCode::NOT_FOUND,
+                    error_body(
+                        "write times are not recorded: start the simulator with --record-writes",
+                        "not_found_error",
+                    ),
+                ),
+            })
+        }
         _ => {
             return Ok(json_response(
                 StatusCode::NOT_FOUND,
@@ -246,6 +286,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ))
         }
     };
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let body = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
@@ -322,12 +367,16 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         ));
     }
 
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    // Each frame says whether it carries tokens, so that its write time can be recorded.
+    let (tx, rx) = mpsc::channel::<(Result<Bytes, std::io::Error>, bool)>(16);
     let metrics = shared.metrics.clone();
     let fixed = shared.engine.is_none();
     let timer = shared.timer.clone();
     tokio::spawn(async move {
-        let send = |value: serde_json::Value| Ok(Bytes::from(format!("data: {value}\n\n")));
+        let send =
+            |value: serde_json::Value| (Ok(Bytes::from(format!("data: {value}\n\n"))), false);
+        let send_tokens =
+            |value: serde_json::Value| (Ok(Bytes::from(format!("data: {value}\n\n"))), true);
         if request.chat
             && tx
                 .send(send(chunk(&request, &id, None, true, None)))
@@ -338,7 +387,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         // Real servers send keep-alive comments; a client must skip them.
         if tx
-            .send(Ok(Bytes::from_static(b": ping\n\n")))
+            .send((Ok(Bytes::from_static(b": ping\n\n")), false))
             .await
             .is_err()
         {
@@ -359,7 +408,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             {
                 // An error frame makes hyper abort the connection mid-body.
                 let _ = tx
-                    .send(Err(std::io::Error::other("injected connection drop")))
+                    .send((
+                        Err(std::io::Error::other("injected connection drop")),
+                        false,
+                    ))
                     .await;
                 return;
             }
@@ -377,9 +429,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 .is_some_and(|at| (token_number..token_number + n).contains(&at))
             {
                 if tx
-                    .send(Ok(Bytes::from_static(
-                        b"data: {\"choices\": [{\"delta\": \n\n",
-                    )))
+                    .send((
+                        Ok(Bytes::from_static(b"data: {\"choices\": [{\"delta\": \n\n")),
+                        false,
+                    ))
                     .await
                     .is_err()
                 {
@@ -391,7 +444,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             if request.continuous_usage {
                 value["usage"] = usage(request.prompt_tokens, completion);
             }
-            if tx.send(send(value)).await.is_err() {
+            if tx.send(send_tokens(value)).await.is_err() {
                 return;
             }
         }
@@ -408,10 +461,26 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 "model": request.model, "choices": [], "usage": usage(request.prompt_tokens, completion)});
             let _ = tx.send(send(value)).await;
         }
-        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+        let _ = tx
+            .send((Ok(Bytes::from_static(b"data: [DONE]\n\n")), false))
+            .await;
     });
-    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item.map(Frame::data), rx))
+    let source = FrameSource {
+        writer: shared
+            .writes
+            .as_ref()
+            .map(|log| (log.begin(request_id, arrived.into_std()), log.clone())),
+        rx,
+    };
+    let frames = futures_util::stream::unfold(source, |mut source| async move {
+        let (item, tokens) = source.rx.recv().await?;
+        if tokens {
+            if let Some((writer, _)) = &mut source.writer {
+                // Hyper pulls a frame when it is about to write it to the socket.
+                writer.token_written(std::time::Instant::now());
+            }
+        }
+        Some((item.map(Frame::data), source))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let headers = response.headers_mut();
@@ -424,4 +493,19 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         hyper::header::HeaderValue::from_static("no-cache"),
     );
     Ok(response)
+}
+
+/// The frames of one streamed response, and the record of when its tokens were written.
+struct FrameSource {
+    rx: mpsc::Receiver<(Result<Bytes, std::io::Error>, bool)>,
+    writer: Option<(RequestWriter, Arc<WriteLog>)>,
+}
+
+impl Drop for FrameSource {
+    /// The stream ended, or the client went away: either way the request's writes are kept.
+    fn drop(&mut self) {
+        if let Some((writer, log)) = self.writer.take() {
+            writer.finish(&log);
+        }
+    }
 }

@@ -2,8 +2,9 @@
 //! against the embedded simulator or a hand-written raw TCP server.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 pub fn llmload() -> Command {
     Command::new(env!("CARGO_BIN_EXE_llmload"))
@@ -101,4 +102,82 @@ pub fn stat(summary: &serde_json::Value, scope: &str, metric: &str, stat: &str) 
     node["metrics"][metric][stat]
         .as_f64()
         .unwrap_or_else(|| panic!("{scope}.{metric}.{stat} missing in {node}"))
+}
+
+/// `llmload sim --port 0 ARGS`, started as its own process.
+pub struct SimProcess {
+    child: Child,
+    pub url: String,
+}
+
+impl SimProcess {
+    /// With the engine profile `profile` (the text of a KDL file).
+    pub fn start(profile: &str) -> SimProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("profile.kdl");
+        std::fs::write(&path, profile).unwrap();
+        let sim = SimProcess::start_with(&["--profile", path.to_str().unwrap()]);
+        std::mem::forget(dir); // the profile file must outlive the process
+        sim
+    }
+
+    pub fn start_with(args: &[&str]) -> SimProcess {
+        let mut child = llmload()
+            .args(["sim", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        SimProcess { child, url }
+    }
+
+    /// The body of GET `path`, over a plain socket.
+    pub fn get(&self, path: &str) -> String {
+        let authority = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1");
+        let mut stream = std::net::TcpStream::connect(authority).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        match text.split_once("\r\n\r\n") {
+            Some((_, body)) => body.to_string(),
+            None => text,
+        }
+    }
+
+    pub fn metrics(&self) -> String {
+        self.get("/metrics")
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics();
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

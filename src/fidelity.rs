@@ -1,0 +1,194 @@
+//! Fidelity: how far a client's timings are from the truth.
+//!
+//! The truth is the simulator's record of when it wrote each token ([`crate::sim::writes`]);
+//! the measurement is what a client saw: for each request, when each token-bearing chunk
+//! arrived, counted from the moment the client sent it. Requests are matched by their
+//! `x-request-id`. For every matched request:
+//!
+//! - TTFT error = measured TTFT − true TTFT, where the true TTFT runs from the server having read
+//!   the request's headers to its writing the first token. The difference is everything the
+//!   client and the loopback add: building and writing the request, the kernel both ways, and the
+//!   client's reaction to a readable socket. It is never negative in principle.
+//! - ITL error = each measured gap between consecutive chunks − the true gap between the same two
+//!   writes. A chunk read late shows as one positive and one negative error.
+//!
+//! Used by `llmload check --capacity` and by the fidelity benchmark (benches/fidelity.rs), which
+//! runs the same comparison for llmload and for a bare baseline client. This module measures;
+//! it does not decide what is good enough.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::executor::record::RequestRecord;
+use crate::sim::writes::RequestWrites;
+
+/// What a client saw of one streamed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeasuredStream {
+    pub request_id: String,
+    /// Arrival of each token-bearing chunk, µs after the send.
+    pub arrivals_us: Vec<u64>,
+}
+
+impl MeasuredStream {
+    /// The stream of a successful llmload record, named as llmload names its requests.
+    pub fn of_record(record: &RequestRecord) -> Option<MeasuredStream> {
+        (record.ok() && !record.chunks.is_empty()).then(|| MeasuredStream {
+            request_id: format!("llmload-{}-{}", record.phase, record.seq),
+            arrivals_us: record.chunks.iter().map(|chunk| chunk.0).collect(),
+        })
+    }
+}
+
+/// p50, p99 and the extremes of a set of errors, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ErrorSummary {
+    pub count: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub min_ms: f64,
+}
+
+impl ErrorSummary {
+    /// Nearest-rank percentiles of `values` (sorted here).
+    pub fn of(values: &mut [f64]) -> ErrorSummary {
+        if values.is_empty() {
+            return ErrorSummary::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            values[index]
+        };
+        ErrorSummary {
+            count: values.len(),
+            p50_ms: rank(0.50),
+            p99_ms: rank(0.99),
+            max_ms: values[values.len() - 1],
+            min_ms: values[0],
+        }
+    }
+}
+
+/// The errors of a whole run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TimingErrors {
+    pub ttft: ErrorSummary,
+    pub itl: ErrorSummary,
+    /// Requests found on both sides.
+    pub matched: usize,
+    /// Measured requests the server has no record of.
+    pub unmatched: usize,
+    /// Matched requests whose chunk count differs from the server's token writes (left out of
+    /// the ITL errors: the chunks cannot be paired with writes).
+    pub chunk_count_mismatch: usize,
+}
+
+/// Compares measured streams with the server's write times.
+pub fn timing_errors(
+    measured: impl IntoIterator<Item = MeasuredStream>,
+    truth: &[RequestWrites],
+) -> TimingErrors {
+    let by_id: HashMap<&str, &RequestWrites> = truth
+        .iter()
+        .filter_map(|w| w.request_id.as_deref().map(|id| (id, w)))
+        .collect();
+    let mut ttft = Vec::new();
+    let mut itl = Vec::new();
+    let mut errors = TimingErrors::default();
+    for stream in measured {
+        let Some(writes) = by_id.get(stream.request_id.as_str()) else {
+            errors.unmatched += 1;
+            continue;
+        };
+        let (Some(&first_arrival), Some(&first_write)) =
+            (stream.arrivals_us.first(), writes.token_writes_ns.first())
+        else {
+            errors.unmatched += 1;
+            continue;
+        };
+        errors.matched += 1;
+        ttft.push(first_arrival as f64 / 1e3 - first_write as f64 / 1e6);
+        if stream.arrivals_us.len() != writes.token_writes_ns.len() {
+            errors.chunk_count_mismatch += 1;
+            continue;
+        }
+        for (arrivals, writes) in stream
+            .arrivals_us
+            .windows(2)
+            .zip(writes.token_writes_ns.windows(2))
+        {
+            let measured_gap_ms = arrivals[1].saturating_sub(arrivals[0]) as f64 / 1e3;
+            let true_gap_ms = writes[1].saturating_sub(writes[0]) as f64 / 1e6;
+            itl.push(measured_gap_ms - true_gap_ms);
+        }
+    }
+    errors.ttft = ErrorSummary::of(&mut ttft);
+    errors.itl = ErrorSummary::of(&mut itl);
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writes(id: &str, token_writes_ns: Vec<u64>) -> RequestWrites {
+        RequestWrites {
+            request_id: Some(id.into()),
+            received_ns: 0,
+            token_writes_ns,
+        }
+    }
+
+    fn stream(id: &str, arrivals_us: Vec<u64>) -> MeasuredStream {
+        MeasuredStream {
+            request_id: id.into(),
+            arrivals_us,
+        }
+    }
+
+    #[test]
+    fn errors_are_measured_minus_true() {
+        let truth = vec![
+            writes("a", vec![10_000_000, 20_000_000, 30_000_000]),
+            writes("b", vec![5_000_000, 6_000_000]),
+        ];
+        let measured = vec![
+            // 0.2 ms late on the first token, the second read 0.5 ms late.
+            stream("a", vec![10_200, 20_700, 30_200]),
+            stream("b", vec![5_100, 6_100]),
+            stream("unknown", vec![1]),
+        ];
+        let errors = timing_errors(measured, &truth);
+        assert_eq!(errors.matched, 2);
+        assert_eq!(errors.unmatched, 1);
+        assert_eq!(errors.ttft.count, 2);
+        assert!((errors.ttft.max_ms - 0.2).abs() < 1e-9);
+        assert!((errors.ttft.min_ms - 0.1).abs() < 1e-9);
+        assert_eq!(errors.itl.count, 3);
+        assert!((errors.itl.max_ms - 0.5).abs() < 1e-9);
+        assert!((errors.itl.min_ms + 0.5).abs() < 1e-9);
+        assert!(errors.itl.p50_ms.abs() < 1e-9);
+    }
+
+    #[test]
+    fn streams_with_other_chunk_counts_give_ttft_only() {
+        let truth = vec![writes("a", vec![1_000_000, 2_000_000])];
+        let errors = timing_errors(vec![stream("a", vec![1_000])], &truth);
+        assert_eq!(errors.chunk_count_mismatch, 1);
+        assert_eq!(errors.ttft.count, 1);
+        assert_eq!(errors.itl.count, 0);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut values: Vec<f64> = (1..=200).map(f64::from).collect();
+        let summary = ErrorSummary::of(&mut values);
+        assert_eq!(summary.p50_ms, 100.0);
+        assert_eq!(summary.p99_ms, 198.0);
+        assert_eq!(summary.max_ms, 200.0);
+        assert_eq!(ErrorSummary::of(&mut []).count, 0);
+    }
+}
