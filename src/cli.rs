@@ -524,14 +524,11 @@ fn run(args: RunArgs) -> u8 {
         )
         .await
     });
-    let log = match result {
-        Ok(log) => log,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return EXIT_RUN;
-        }
-    };
-    finish(&log, &plan, &out, &args.gate)
+    if let Err(message) = result {
+        eprintln!("error: {message}");
+        return EXIT_RUN;
+    }
+    finish(&plan, &out, &args.gate)
 }
 
 /// What decides the exit code besides the SLA, and where else results go.
@@ -555,6 +552,11 @@ struct GateArgs {
 /// Loads a report directory's records and the plan kept with them.
 fn load_report_dir(dir: &Path) -> Result<(RunLog, Plan), u8> {
     let log = RunLog::read(&dir.join("records.jsonl")).map_err(error)?;
+    Ok((log, load_report_plan(dir)?))
+}
+
+/// The plan a report directory keeps beside its records.
+fn load_report_plan(dir: &Path) -> Result<Plan, u8> {
     let plan_path = dir.join("plan.kdl");
     let text = std::fs::read_to_string(&plan_path).map_err(|e| {
         error(format!(
@@ -567,7 +569,7 @@ fn load_report_dir(dir: &Path) -> Result<(RunLog, Plan), u8> {
             eprint!("{}", errors.render());
             EXIT_USAGE
         })?;
-    Ok((log, plan))
+    Ok(plan)
 }
 
 /// Compares `current` with the run in `baseline_dir`, under the current plan's tolerances.
@@ -614,18 +616,37 @@ fn append_step_summary(text: &str) {
     }
 }
 
-/// Metrics, verdicts, comparison, report files and the terminal summary; returns the exit code.
-fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
-    let aggregates = metrics::compute(log, plan.slo.as_ref());
+/// Metrics, verdicts, comparison, report files and the terminal summary of the run whose
+/// records are in `out`; returns the exit code.
+fn finish(plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
+    let records_path = out.join("records.jsonl");
+    // One streaming pass: memory does not grow with the length of the run.
+    let (log, aggregates) = match metrics::compute_file(&records_path, plan.slo.as_ref()) {
+        Ok(computed) => computed,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return EXIT_RUN;
+        }
+    };
+    let first_error = aggregates.first_error.clone();
     let verdicts = verdict::evaluate(&plan.sla, &aggregates);
-    let context = report::ReportContext::new(log, aggregates, verdicts);
+    let context = report::ReportContext::new(
+        &log,
+        report::Records::File(&records_path),
+        aggregates,
+        verdicts,
+    );
     if let Err(message) = report::write_all(out, &context, &gate.templates) {
         eprintln!("error: {message}");
         return EXIT_RUN;
     }
     let summary = &context.summary;
     let comparison = match &gate.baseline {
-        Some(dir) => match compare_runs(dir, log, plan, false) {
+        // Resampling needs every request's values: only a comparison reads them all in.
+        Some(dir) => match RunLog::read(&records_path)
+            .map_err(error)
+            .and_then(|current| compare_runs(dir, &current, plan, false))
+        {
             Ok(comparison) => Some(comparison),
             Err(code) => return code,
         },
@@ -661,30 +682,26 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
     say!("{}", report::terminal_summary(summary));
     say!("report: {}", out.join("report.md").display());
 
-    let recorded: Vec<_> = log
-        .records
-        .iter()
-        .filter(|r| log.phases.iter().any(|p| p.index == r.phase && p.record))
-        .collect();
+    let recorded = &summary.overall.requests;
     if summary.interrupted {
         return EXIT_RUN;
     }
-    if !recorded.is_empty() && recorded.iter().all(|r| !r.ok()) {
-        let all_connect = recorded
-            .iter()
-            .all(|r| r.error == Some(ErrorClass::Connect));
-        if all_connect {
+    if recorded.sent > 0 && recorded.ok == 0 {
+        let connect_failures = summary
+            .overall
+            .errors
+            .get(ErrorClass::Connect.as_str())
+            .copied()
+            .unwrap_or(0);
+        if connect_failures == recorded.sent {
             eprintln!("error: the target is unreachable: no connection could be made (is the server running? check the URL or --target)");
         } else {
-            let detail = recorded
-                .iter()
-                .find_map(|r| r.error_detail.clone())
-                .unwrap_or_default();
+            let detail = first_error.unwrap_or_default();
             eprintln!("error: every request failed; the first said: {detail}");
         }
         return EXIT_RUN;
     }
-    if recorded.is_empty() {
+    if recorded.sent == 0 {
         eprintln!("error: no recorded request was sent");
         return EXIT_RUN;
     }
@@ -706,8 +723,8 @@ fn finish(log: &RunLog, plan: &Plan, out: &Path, gate: &GateArgs) -> u8 {
 }
 
 fn rerender(dir: &Path, gate: &GateArgs) -> u8 {
-    match load_report_dir(dir) {
-        Ok((log, plan)) => finish(&log, &plan, dir, gate),
+    match load_report_plan(dir) {
+        Ok(plan) => finish(&plan, dir, gate),
         Err(code) => code,
     }
 }
@@ -740,7 +757,12 @@ fn compare_dirs(
     if let Some(path) = junit {
         let aggregates = metrics::compute(&log, plan.slo.as_ref());
         let verdicts = verdict::evaluate(&[], &aggregates);
-        let context = report::ReportContext::new(&log, aggregates, verdicts);
+        let context = report::ReportContext::new(
+            &log,
+            report::Records::InMemory(&log.records),
+            aggregates,
+            verdicts,
+        );
         if let Err(e) = std::fs::write(
             path,
             report::junit::render(&context.summary, Some(&comparison), false),

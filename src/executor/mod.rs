@@ -31,7 +31,7 @@ use crate::planner::{PhaseSchedule, Schedule, ScheduledRequest};
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 use progress::Progress;
-use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLog};
+use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader};
 use recorder::{Finished, Message, Recorder};
 use request::Exchange;
 pub use request::RequestTemplate;
@@ -106,8 +106,8 @@ async fn cancelled(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Runs every phase of `schedule` in order; returns the run's log (also written to disk).
-pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<RunLog, String> {
+/// Runs every phase of `schedule` in order, writing the run's log to `config.records_path`.
+pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), String> {
     let pool = pool_size(&schedule, config.template.timeout);
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
@@ -212,9 +212,8 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<RunLog, S
         interrupted,
     }));
     drop(context);
-    recorder.finish()?;
     // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
-    RunLog::read(&config.records_path)
+    recorder.finish()
 }
 
 /// Idle connections to keep per host: the most requests the plan may have in flight, bounded.

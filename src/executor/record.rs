@@ -167,6 +167,38 @@ impl RequestRecord {
     }
 }
 
+/// Reads `records.jsonl` one line at a time, handing each to `on_line`. A torn last line (the
+/// process was killed mid-write) is skipped; any other bad line is an error naming its number.
+pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<(), String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut line = String::new();
+    let mut number = 0usize;
+    // A line that did not parse is an error only if another line follows it.
+    let mut unparsed: Option<(usize, serde_json::Error)> = None;
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if read == 0 {
+            return Ok(());
+        }
+        number += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some((bad, err)) = unparsed.take() {
+            return Err(format!("{} line {bad}: {err}", path.display()));
+        }
+        match serde_json::from_str::<LogLine>(&line) {
+            Ok(parsed) => on_line(parsed),
+            Err(err) => unparsed = Some((number, err)),
+        }
+    }
+}
+
 /// A whole run read back from `records.jsonl`.
 #[derive(Debug, Clone, Default)]
 pub struct RunLog {
@@ -188,36 +220,24 @@ impl RunLog {
         }
     }
 
-    /// Reads `records.jsonl`. A torn last line (the process was killed mid-write) is skipped;
-    /// any other bad line is an error naming its line number.
+    /// Reads the whole of `records.jsonl` into memory. To aggregate a run, prefer
+    /// [`crate::metrics::compute_file`], which streams it.
     pub fn read(path: &Path) -> Result<RunLog, String> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let mut log = RunLog::default();
-        let lines: Vec<String> = std::io::BufReader::new(file)
-            .lines()
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let count = lines.len();
-        for (number, line) in lines.iter().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<LogLine>(line) {
-                Ok(parsed) => log.push(parsed),
-                Err(_) if number + 1 == count => break,
-                Err(err) => {
-                    return Err(format!("{} line {}: {err}", path.display(), number + 1));
-                }
-            }
-        }
+        read_lines(path, |line| log.push(line))?;
+        RunLog::check_header(&log, path)?;
+        Ok(log)
+    }
+
+    /// An error unless the log (read from `path`) starts with a run header.
+    pub fn check_header(log: &RunLog, path: &Path) -> Result<(), String> {
         if log.header.is_none() {
             return Err(format!(
                 "{} has no run header: is it an llmload records file?",
                 path.display()
             ));
         }
-        Ok(log)
+        Ok(())
     }
 
     pub fn interrupted(&self) -> bool {

@@ -11,13 +11,14 @@ mod distribution;
 pub mod warnings;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 
 pub use distribution::{Distribution, Summary};
 pub use warnings::{Severity, Warning};
 
-use crate::executor::record::{ErrorClass, RequestRecord, RunLog, TokenSource};
+use crate::executor::record::{ErrorClass, LogLine, RequestRecord, RunLog, TokenSource};
 use crate::plan::{Metric, Slo};
 
 /// Everything computed from one run.
@@ -28,6 +29,12 @@ pub struct Aggregates {
     pub overall: PhaseMetrics,
     pub warnings: Vec<Warning>,
     pub interrupted: bool,
+    /// When the last response ended, µs from the start of the run.
+    #[serde(skip)]
+    pub last_response_us: Option<u64>,
+    /// What the first failed request of a recorded phase said.
+    #[serde(skip)]
+    pub first_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -279,78 +286,142 @@ pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
         && within(slo.e2e, record.e2e_us.map(ms))
 }
 
-/// Computes every aggregate of a run; `slo` (the plan's) defines goodput.
+/// Computes every aggregate of a run held in memory; `slo` (the plan's) defines goodput.
 pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
-    let run_end = log.end.as_ref().map(|e| e.at_us);
-    let mut phases = Vec::new();
-    let mut windows = Vec::new();
-    for start in &log.phases {
-        let records: Vec<&RequestRecord> = log
-            .records
-            .iter()
-            .filter(|r| r.phase == start.index)
-            .collect();
-        let sending_end = log
-            .phase_ends
-            .iter()
-            .find(|e| e.index == start.index)
-            .map(|e| e.at_us)
-            .or_else(|| records.iter().map(|r| r.actual_send_us).max())
-            .or(run_end)
-            .unwrap_or(start.at_us);
-        let last_response = records
-            .iter()
-            .filter_map(|r| r.end_us())
-            .max()
-            .unwrap_or(sending_end);
-        let window = Window {
-            start: start.at_us,
-            sending_end,
-            end: last_response.max(sending_end),
-        };
-        let mut metrics = accumulate(&records, &[window], start.open_loop, slo);
-        metrics.name = start.name.clone();
-        metrics.recorded = start.record;
-        metrics.load = start.load.clone();
-        metrics.rates.planned_per_s = start.planned_rate;
-        phases.push(metrics);
-        windows.push((start.record, start.open_loop, window));
+    let mut aggregator = Aggregator::new(slo);
+    if let Some(header) = &log.header {
+        aggregator.push(LogLine::Run(header.clone()));
     }
-    let recorded: Vec<usize> = log
-        .phases
-        .iter()
-        .filter(|p| p.record)
-        .map(|p| p.index)
-        .collect();
-    let overall_records: Vec<&RequestRecord> = log
-        .records
-        .iter()
-        .filter(|r| recorded.contains(&r.phase))
-        .collect();
-    let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
-    let any_open_loop = windows.iter().any(|w| w.0 && w.1);
-    let mut overall = accumulate(&overall_records, &overall_windows, any_open_loop, slo);
-    overall.name = "all recorded phases".into();
-    overall.recorded = true;
-    overall.load = "-".into();
-    // Lag is meaningful only for open-loop phases' records.
-    overall.distributions.lag = Distribution::milliseconds();
-    for (phase, window) in phases.iter().zip(&windows) {
-        if window.0 && window.1 {
-            overall.distributions.lag.merge(&phase.distributions.lag);
+    for phase in &log.phases {
+        aggregator.push(LogLine::PhaseStart(phase.clone()));
+    }
+    for record in &log.records {
+        aggregator.record(record);
+    }
+    for end in &log.phase_ends {
+        aggregator.push(LogLine::PhaseEnd(end.clone()));
+    }
+    if let Some(end) = &log.end {
+        aggregator.push(LogLine::RunEnd(end.clone()));
+    }
+    aggregator.finish().1
+}
+
+/// Computes every aggregate of the run in `records.jsonl` in one pass over the file, holding no
+/// record longer than it takes to add it: memory does not grow with the length of the run.
+/// Returns the run's log without its records (header, phases, end) beside the aggregates.
+pub fn compute_file(path: &Path, slo: Option<&Slo>) -> Result<(RunLog, Aggregates), String> {
+    let mut aggregator = Aggregator::new(slo);
+    crate::executor::record::read_lines(path, |line| aggregator.push(line))?;
+    RunLog::check_header(&aggregator.log, path)?;
+    Ok(aggregator.finish())
+}
+
+/// Aggregates a run as its log lines stream by. A phase's records must come after its
+/// `phase_start` line, as the executor writes them.
+pub struct Aggregator<'s> {
+    slo: Option<&'s Slo>,
+    /// The log without records.
+    log: RunLog,
+    /// One per phase, in the order of `log.phases`.
+    phases: Vec<Accumulator<'s>>,
+    overall: Accumulator<'s>,
+    last_response_us: Option<u64>,
+    first_error: Option<String>,
+}
+
+impl<'s> Aggregator<'s> {
+    pub fn new(slo: Option<&'s Slo>) -> Aggregator<'s> {
+        Aggregator {
+            slo,
+            log: RunLog::default(),
+            phases: Vec::new(),
+            // Lag is merged from the open-loop phases at the end.
+            overall: Accumulator::new(false, slo),
+            last_response_us: None,
+            first_error: None,
         }
     }
-    overall.metrics.schedule_lag_ms = overall.distributions.lag.summary();
 
-    let interrupted = log.interrupted();
-    let mut aggregates = Aggregates {
-        phases,
-        overall,
-        warnings: Vec::new(),
-        interrupted,
-    };
-    aggregates.warnings = warnings::assess(log, &aggregates);
-    aggregates
+    pub fn push(&mut self, line: LogLine) {
+        match line {
+            LogLine::Request(record) => self.record(&record),
+            LogLine::PhaseStart(start) => {
+                self.phases.push(Accumulator::new(start.open_loop, self.slo));
+                self.log.phases.push(start);
+            }
+            other => self.log.push(other),
+        }
+    }
+
+    pub fn record(&mut self, record: &RequestRecord) {
+        self.last_response_us = self.last_response_us.max(record.end_us());
+        let Some(position) = self.log.phases.iter().position(|p| p.index == record.phase) else {
+            return;
+        };
+        self.phases[position].add(record);
+        if self.log.phases[position].record {
+            self.overall.add(record);
+            if self.first_error.is_none() && record.error.is_some() {
+                self.first_error = record.error_detail.clone();
+            }
+        }
+    }
+
+    /// The aggregates, and the log without its records.
+    pub fn finish(self) -> (RunLog, Aggregates) {
+        let log = self.log;
+        let run_end = log.end.as_ref().map(|e| e.at_us);
+        let mut phases = Vec::new();
+        let mut windows = Vec::new();
+        for (start, accumulator) in log.phases.iter().zip(self.phases) {
+            let sending_end = log
+                .phase_ends
+                .iter()
+                .find(|e| e.index == start.index)
+                .map(|e| e.at_us)
+                .or(accumulator.last_send_us)
+                .or(run_end)
+                .unwrap_or(start.at_us);
+            let last_response = accumulator.last_end_us.unwrap_or(sending_end);
+            let window = Window {
+                start: start.at_us,
+                sending_end,
+                end: last_response.max(sending_end),
+            };
+            let mut metrics = accumulator.finish(&[window]);
+            metrics.name = start.name.clone();
+            metrics.recorded = start.record;
+            metrics.load = start.load.clone();
+            metrics.rates.planned_per_s = start.planned_rate;
+            phases.push(metrics);
+            windows.push((start.record, start.open_loop, window));
+        }
+        let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
+        let mut overall = self.overall.finish(&overall_windows);
+        overall.name = "all recorded phases".into();
+        overall.recorded = true;
+        overall.load = "-".into();
+        // Lag is meaningful only for open-loop phases' records.
+        overall.distributions.lag = Distribution::milliseconds();
+        for (phase, window) in phases.iter().zip(&windows) {
+            if window.0 && window.1 {
+                overall.distributions.lag.merge(&phase.distributions.lag);
+            }
+        }
+        overall.metrics.schedule_lag_ms = overall.distributions.lag.summary();
+
+        let mut aggregates = Aggregates {
+            phases,
+            overall,
+            warnings: Vec::new(),
+            interrupted: log.interrupted(),
+            last_response_us: self.last_response_us,
+            first_error: self.first_error,
+        };
+        aggregates.warnings = warnings::assess(&log, &aggregates);
+        (log, aggregates)
+    }
 }
 
 /// Total length of the union of windows (they may overlap where in-flight requests of one phase
@@ -391,25 +462,60 @@ fn mean(sum: f64, count: u64) -> Option<f64> {
     (count > 0).then(|| sum / count as f64)
 }
 
-fn accumulate(
-    records: &[&RequestRecord],
-    windows: &[Window],
+/// What one scope (a phase, or all recorded phases) gathers from its records.
+struct Accumulator<'s> {
+    m: PhaseMetrics,
     open_loop: bool,
-    slo: Option<&Slo>,
-) -> PhaseMetrics {
-    let mut m = PhaseMetrics::default();
-    let d = &mut m.distributions;
-    let mut output_tokens = 0u64;
-    let mut total_tokens = 0u64;
-    let mut timeouts = 0u64;
-    let (mut planned_in, mut observed_in, mut observed_in_n) = (0f64, 0f64, 0u64);
-    let (mut planned_out, mut observed_out) = (0f64, 0f64);
-    let mut input_pairs: Vec<(f64, f64)> = Vec::new();
-    let mut usage_vs_tokenizer: Vec<f64> = Vec::new();
-    for record in records {
+    slo: Option<&'s Slo>,
+    good: u64,
+    output_tokens: u64,
+    total_tokens: u64,
+    timeouts: u64,
+    planned_in: f64,
+    observed_in: f64,
+    observed_in_n: u64,
+    planned_out: f64,
+    observed_out: f64,
+    /// (planned, observed) prompt tokens of requests counted by the server's usage.
+    input_pairs: Vec<(f64, f64)>,
+    usage_vs_tokenizer: Vec<f64>,
+    last_send_us: Option<u64>,
+    last_end_us: Option<u64>,
+}
+
+impl<'s> Accumulator<'s> {
+    fn new(open_loop: bool, slo: Option<&'s Slo>) -> Accumulator<'s> {
+        Accumulator {
+            m: PhaseMetrics::default(),
+            open_loop,
+            slo,
+            good: 0,
+            output_tokens: 0,
+            total_tokens: 0,
+            timeouts: 0,
+            planned_in: 0.0,
+            observed_in: 0.0,
+            observed_in_n: 0,
+            planned_out: 0.0,
+            observed_out: 0.0,
+            input_pairs: Vec::new(),
+            usage_vs_tokenizer: Vec::new(),
+            last_send_us: None,
+            last_end_us: None,
+        }
+    }
+
+    fn add(&mut self, record: &RequestRecord) {
+        let m = &mut self.m;
+        let d = &mut m.distributions;
+        self.last_send_us = self.last_send_us.max(Some(record.actual_send_us));
+        self.last_end_us = self.last_end_us.max(record.end_us());
+        if self.slo.is_some_and(|slo| meets(slo, record)) {
+            self.good += 1;
+        }
         m.requests.sent += 1;
         m.requests.connection_retries += record.connection_retries as u64;
-        if open_loop {
+        if self.open_loop {
             d.lag.record(
                 record
                     .actual_send_us
@@ -420,15 +526,15 @@ fn accumulate(
         match record.error {
             Some(ErrorClass::Cancelled) => {
                 m.requests.cancelled += 1;
-                continue;
+                return;
             }
             Some(class) => {
                 m.requests.failed += 1;
                 *m.errors.entry(class.as_str().to_string()).or_default() += 1;
                 if class == ErrorClass::Timeout {
-                    timeouts += 1;
+                    self.timeouts += 1;
                 }
-                continue;
+                return;
             }
             None => m.requests.ok += 1,
         }
@@ -439,11 +545,11 @@ fn accumulate(
         let prompt = record
             .prompt_tokens
             .unwrap_or(record.input_tokens_planned as u64);
-        output_tokens += completion;
-        total_tokens += completion + prompt;
-        planned_in += record.input_tokens_planned as f64;
-        planned_out += record.output_tokens_planned as f64;
-        observed_out += completion as f64;
+        self.output_tokens += completion;
+        self.total_tokens += completion + prompt;
+        self.planned_in += record.input_tokens_planned as f64;
+        self.planned_out += record.output_tokens_planned as f64;
+        self.observed_out += completion as f64;
         if completion != record.output_tokens_planned as u64 {
             m.tokens.output_off_plan += 1;
         }
@@ -455,15 +561,17 @@ fn accumulate(
         m.tokens.cached_prompt_tokens += record.cached_tokens.unwrap_or(0);
         if record.token_source == Some(TokenSource::Usage) {
             if let Some(observed) = record.prompt_tokens {
-                observed_in += observed as f64;
-                observed_in_n += 1;
-                input_pairs.push((record.input_tokens_planned as f64, observed as f64));
+                self.observed_in += observed as f64;
+                self.observed_in_n += 1;
+                self.input_pairs
+                    .push((record.input_tokens_planned as f64, observed as f64));
             }
             if let (Some(usage), Some(counted)) =
                 (record.completion_tokens, record.completion_tokens_tokenizer)
             {
                 if usage > 0 {
-                    usage_vs_tokenizer.push((usage as f64 - counted as f64).abs() / usage as f64);
+                    self.usage_vs_tokenizer
+                        .push((usage as f64 - counted as f64).abs() / usage as f64);
                 }
             }
         }
@@ -484,81 +592,82 @@ fn accumulate(
         }
     }
 
-    let wall = union_seconds(windows, |w| w.end);
-    let sending = union_seconds(windows, |w| w.sending_end);
-    m.wall_s = wall;
-    if wall > 0.0 {
-        m.throughput = Throughput {
-            requests_per_s: m.requests.ok as f64 / wall,
-            output_tokens_per_s: output_tokens as f64 / wall,
-            total_tokens_per_s: total_tokens as f64 / wall,
+    fn finish(self, windows: &[Window]) -> PhaseMetrics {
+        let mut m = self.m;
+        let wall = union_seconds(windows, |w| w.end);
+        let sending = union_seconds(windows, |w| w.sending_end);
+        m.wall_s = wall;
+        if wall > 0.0 {
+            m.throughput = Throughput {
+                requests_per_s: m.requests.ok as f64 / wall,
+                output_tokens_per_s: self.output_tokens as f64 / wall,
+                total_tokens_per_s: self.total_tokens as f64 / wall,
+            };
+        }
+        let attempted = m.requests.ok + m.requests.failed;
+        let share = |n: u64| {
+            if attempted > 0 {
+                n as f64 / attempted as f64
+            } else {
+                0.0
+            }
         };
-    }
-    let attempted = m.requests.ok + m.requests.failed;
-    m.rates = Rates {
-        planned_per_s: None,
-        sent_per_s: if sending > 0.0 {
-            m.requests.sent as f64 / sending
-        } else {
-            0.0
-        },
-        success_rate: if attempted > 0 {
-            m.requests.ok as f64 / attempted as f64
-        } else {
-            0.0
-        },
-        error_rate: if attempted > 0 {
-            m.requests.failed as f64 / attempted as f64
-        } else {
-            0.0
-        },
-        timeout_rate: if attempted > 0 {
-            timeouts as f64 / attempted as f64
-        } else {
-            0.0
-        },
-    };
-    if let Some(slo) = slo {
-        let good = records.iter().filter(|r| meets(slo, r)).count() as u64;
-        m.goodput = Some(Goodput {
-            good,
-            requests_per_s: if wall > 0.0 { good as f64 / wall } else { 0.0 },
-            ratio: if attempted > 0 {
-                good as f64 / attempted as f64
+        m.rates = Rates {
+            planned_per_s: None,
+            sent_per_s: if sending > 0.0 {
+                m.requests.sent as f64 / sending
             } else {
                 0.0
             },
-        });
+            success_rate: share(m.requests.ok),
+            error_rate: share(m.requests.failed),
+            timeout_rate: share(self.timeouts),
+        };
+        if self.slo.is_some() {
+            m.goodput = Some(Goodput {
+                good: self.good,
+                requests_per_s: if wall > 0.0 {
+                    self.good as f64 / wall
+                } else {
+                    0.0
+                },
+                ratio: share(self.good),
+            });
+        }
+        let ok = m.requests.ok;
+        m.tokens.input_planned_mean = mean(self.planned_in, ok);
+        m.tokens.input_observed_mean = mean(self.observed_in, self.observed_in_n);
+        m.tokens.output_planned_mean = mean(self.planned_out, ok);
+        m.tokens.output_observed_mean = mean(self.observed_out, ok);
+        if !self.input_pairs.is_empty() {
+            let overhead = self
+                .input_pairs
+                .iter()
+                .map(|(p, o)| o - p)
+                .fold(f64::INFINITY, f64::min);
+            let mut off: Vec<f64> = self
+                .input_pairs
+                .iter()
+                .filter(|(p, _)| *p > 0.0)
+                .map(|(p, o)| (o - p - overhead).abs() / p)
+                .collect();
+            m.tokens.input_overhead = Some(overhead);
+            m.tokens.input_mismatch = median(&mut off);
+        }
+        let mut usage_vs_tokenizer = self.usage_vs_tokenizer;
+        m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
+        let d = &m.distributions;
+        m.metrics = MetricSummaries {
+            ttft_ms: d.ttft.summary(),
+            itl_ms: d.itl.summary(),
+            tpot_ms: d.tpot.summary(),
+            e2e_ms: d.e2e.summary(),
+            prefill_tps: d.prefill.summary(),
+            decode_tps: d.decode.summary(),
+            schedule_lag_ms: d.lag.summary(),
+        };
+        m
     }
-    let ok = m.requests.ok;
-    m.tokens.input_planned_mean = mean(planned_in, ok);
-    m.tokens.input_observed_mean = mean(observed_in, observed_in_n);
-    m.tokens.output_planned_mean = mean(planned_out, ok);
-    m.tokens.output_observed_mean = mean(observed_out, ok);
-    if !input_pairs.is_empty() {
-        let overhead = input_pairs
-            .iter()
-            .map(|(p, o)| o - p)
-            .fold(f64::INFINITY, f64::min);
-        let mut off: Vec<f64> = input_pairs
-            .iter()
-            .filter(|(p, _)| *p > 0.0)
-            .map(|(p, o)| (o - p - overhead).abs() / p)
-            .collect();
-        m.tokens.input_overhead = Some(overhead);
-        m.tokens.input_mismatch = median(&mut off);
-    }
-    m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
-    m.metrics = MetricSummaries {
-        ttft_ms: d.ttft.summary(),
-        itl_ms: d.itl.summary(),
-        tpot_ms: d.tpot.summary(),
-        e2e_ms: d.e2e.summary(),
-        prefill_tps: d.prefill.summary(),
-        decode_tps: d.decode.summary(),
-        schedule_lag_ms: d.lag.summary(),
-    };
-    m
 }
 
 #[cfg(test)]

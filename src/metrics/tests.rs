@@ -265,3 +265,59 @@ fn goodput_counts_requests_meeting_every_objective() {
     assert_eq!(agg.phases[1].scalar(Metric::GoodputRatio), Some(0.25));
     assert!(compute_plain(&log(vec![])).overall.goodput.is_none());
 }
+
+#[test]
+fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
+    let in_memory = log(vec![
+        ok(0, 10, &[(100, 1), (200, 1)], 300),
+        ok(1, 1_100_000, &[(50_000, 1), (60_000, 2), (90_000, 1)], 100_000),
+        failed(1, ErrorClass::Http5xx),
+        ok(1, 2_000_000, &[(40_000, 1), (45_000, 1)], 50_000),
+    ]);
+    // The executor's order: a phase's start, its records, its end.
+    let mut lines = vec![LogLine::Run(in_memory.header.clone().unwrap())];
+    for phase in &in_memory.phases {
+        lines.push(LogLine::PhaseStart(phase.clone()));
+        for record in in_memory.records.iter().filter(|r| r.phase == phase.index) {
+            lines.push(LogLine::Request(record.clone()));
+        }
+        let end = in_memory.phase_ends.iter().find(|e| e.index == phase.index);
+        lines.push(LogLine::PhaseEnd(end.unwrap().clone()));
+    }
+    lines.push(LogLine::RunEnd(in_memory.end.clone().unwrap()));
+    let mut text: String = lines
+        .iter()
+        .map(|line| serde_json::to_string(line).unwrap() + "\n")
+        .collect();
+    // A torn last line, as a killed process leaves it, is skipped.
+    text.push_str("{\"event\":\"request\",\"pha");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("records.jsonl");
+    std::fs::write(&path, text).unwrap();
+
+    let slo = Slo {
+        ttft: Some(std::time::Duration::from_millis(45)),
+        tpot: None,
+        e2e: None,
+    };
+    let expected = compute(&in_memory, Some(&slo));
+    let (skeleton, streamed) = compute_file(&path, Some(&slo)).unwrap();
+    assert!(skeleton.records.is_empty());
+    assert_eq!(skeleton.phases.len(), 2);
+    assert_eq!(
+        serde_json::to_value(&streamed).unwrap(),
+        serde_json::to_value(&expected).unwrap()
+    );
+    assert_eq!(streamed.overall.goodput.as_ref().unwrap().good, 1);
+    assert_eq!(streamed.last_response_us, Some(1_000_000_000));
+    assert_eq!(
+        streamed.first_error.as_deref(),
+        expected.first_error.as_deref()
+    );
+
+    // A bad line that is not the last is an error naming it.
+    let text = std::fs::read_to_string(&path).unwrap() + "\n{}\n";
+    std::fs::write(&path, text).unwrap();
+    let error = compute_file(&path, None).unwrap_err();
+    assert!(error.contains(&format!("line {}", lines.len() + 1)), "{error}");
+}

@@ -1,6 +1,8 @@
 //! `summary.csv` (from a template: one row per phase, metric and statistic) and `requests.csv`
 //! (one row per request, written with the csv crate).
 
+use std::io::Write;
+
 use serde::Serialize;
 
 use super::{template, Exporter, ReportContext};
@@ -49,10 +51,21 @@ impl Exporter for RequestsCsv {
     }
 
     fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::new();
+        self.write_to(context, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// One row per record, streamed: the records are read one at a time.
+    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<(), String> {
         use crate::executor::record::TokenSource;
-        let mut writer = ::csv::Writer::from_writer(Vec::new());
+        let mut writer = ::csv::Writer::from_writer(out);
         let ms = |us: u64| us as f64 / 1000.0;
-        for record in context.records {
+        let mut failure: Option<String> = None;
+        context.records.for_each(|record| {
+            if failure.is_some() {
+                return;
+            }
             let ttft_ms = record.ttft_us.map(ms);
             let e2e_ms = record.e2e_us.map(ms);
             let tpot_ms = match (ttft_ms, e2e_ms, record.completion_tokens) {
@@ -61,8 +74,7 @@ impl Exporter for RequestsCsv {
                 }
                 _ => None,
             };
-            writer
-                .serialize(Row {
+            let written = writer.serialize(Row {
                     phase: context
                         .phase_names
                         .get(record.phase)
@@ -91,11 +103,14 @@ impl Exporter for RequestsCsv {
                     http_status: record.http_status,
                     error: record.error.map(|e| e.as_str()),
                     error_detail: record.error_detail.as_deref(),
-                })
-                .map_err(|e| format!("cannot write requests.csv: {e}"))?;
+                });
+            if let Err(e) = written {
+                failure = Some(e.to_string());
+            }
+        })?;
+        if let Some(failure) = failure {
+            return Err(failure);
         }
-        writer
-            .into_inner()
-            .map_err(|e| format!("cannot write requests.csv: {e}"))
+        writer.flush().map_err(|e| e.to_string())
     }
 }

@@ -13,11 +13,12 @@ mod markdown;
 mod template;
 mod terminal;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::executor::record::{RequestRecord, RunHeader, RunLog};
+use crate::executor::record::{LogLine, RequestRecord, RunHeader, RunLog};
 use crate::metrics::{Aggregates, PhaseMetrics, Warning};
 use crate::verdict::{VerdictResult, Verdicts};
 
@@ -46,22 +47,52 @@ pub struct RunContext {
     pub duration_s: f64,
 }
 
+/// Where per-request exporters find the records.
+pub enum Records<'a> {
+    InMemory(&'a [RequestRecord]),
+    /// Streamed from `records.jsonl`, one at a time: a long run's records never all sit in
+    /// memory.
+    File(&'a Path),
+}
+
+impl Records<'_> {
+    pub fn for_each(&self, mut each: impl FnMut(&RequestRecord)) -> Result<(), String> {
+        match self {
+            Records::InMemory(records) => {
+                records.iter().for_each(each);
+                Ok(())
+            }
+            Records::File(path) => crate::executor::record::read_lines(path, |line| {
+                if let LogLine::Request(record) = line {
+                    each(&record);
+                }
+            }),
+        }
+    }
+}
+
 /// What exporters render from.
 pub struct ReportContext<'a> {
     pub summary: Summary,
-    pub records: &'a [RequestRecord],
+    pub records: Records<'a>,
     /// Phase names by index, for per-request files.
     pub phase_names: Vec<String>,
 }
 
 impl<'a> ReportContext<'a> {
-    pub fn new(log: &'a RunLog, aggregates: Aggregates, verdicts: Verdicts) -> ReportContext<'a> {
+    /// `log` needs its header, phases and end, not its records: those come from `records`.
+    pub fn new(
+        log: &RunLog,
+        records: Records<'a>,
+        aggregates: Aggregates,
+        verdicts: Verdicts,
+    ) -> ReportContext<'a> {
         let header = log.header.clone();
         let duration_s = log
             .end
             .as_ref()
             .map(|e| e.at_us)
-            .or_else(|| log.records.iter().filter_map(|r| r.end_us()).max())
+            .or(aggregates.last_response_us)
             .unwrap_or(0) as f64
             / 1e6;
         let context = RunContext {
@@ -86,7 +117,7 @@ impl<'a> ReportContext<'a> {
                 warnings: aggregates.warnings,
                 context,
             },
-            records: &log.records,
+            records,
             phase_names,
         }
     }
@@ -97,6 +128,12 @@ pub trait Exporter {
     /// The file it writes in the report directory.
     fn file_name(&self) -> String;
     fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String>;
+
+    /// Writes the rendering to `out`; exporters of per-request files stream instead.
+    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<(), String> {
+        let bytes = self.render(context)?;
+        out.write_all(&bytes).map_err(|e| e.to_string())
+    }
 }
 
 /// The built-in exporters, plus one per user template.
@@ -121,10 +158,12 @@ pub fn write_all(
 ) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for exporter in exporters(user_templates)? {
-        let bytes = exporter.render(context)?;
         let path = dir.join(exporter.file_name());
-        std::fs::write(&path, bytes)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let cannot = |e: String| format!("cannot write {}: {e}", path.display());
+        let file = std::fs::File::create(&path).map_err(|e| cannot(e.to_string()))?;
+        let mut out = std::io::BufWriter::new(file);
+        exporter.write_to(context, &mut out).map_err(cannot)?;
+        out.flush().map_err(|e| cannot(e.to_string()))?;
         written.push(path);
     }
     Ok(written)

@@ -117,6 +117,8 @@ mod tests {
             phases: vec![steady],
             warnings: vec![],
             interrupted: false,
+            last_response_us: None,
+            first_error: None,
         }
     }
 
