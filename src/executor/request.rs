@@ -149,10 +149,50 @@ struct WireChoice<'a> {
     finish_reason: Option<String>,
 }
 
+/// A chunk's `choices`. Streams carry one choice per chunk: it is held inline, and only further
+/// choices go to a Vec, so that a chunk costs no heap allocation.
+#[derive(Default)]
+struct WireChoices<'a> {
+    first: Option<WireChoice<'a>>,
+    rest: Vec<WireChoice<'a>>,
+}
+
+impl<'a> WireChoices<'a> {
+    fn iter(&self) -> impl Iterator<Item = &WireChoice<'a>> {
+        self.first.iter().chain(self.rest.iter())
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireChoices<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = WireChoices<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<WireChoices<'a>, S::Error> {
+                let mut choices = WireChoices {
+                    first: seq.next_element()?,
+                    rest: Vec::new(),
+                };
+                while let Some(choice) = seq.next_element()? {
+                    choices.rest.push(choice);
+                }
+                Ok(choices)
+            }
+        }
+        deserializer.deserialize_seq(Visitor(std::marker::PhantomData))
+    }
+}
+
 #[derive(Deserialize)]
 struct WireChunk<'a> {
     #[serde(borrow, default)]
-    choices: Option<Vec<WireChoice<'a>>>,
+    choices: Option<WireChoices<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -255,7 +295,7 @@ impl Exchange {
             return;
         }
         let before = self.text.len();
-        for choice in chunk.choices.iter().flatten() {
+        for choice in chunk.choices.iter().flat_map(WireChoices::iter) {
             choice.generated(&mut self.text);
             if let Some(reason) = &choice.finish_reason {
                 self.finish_reason = Some(reason.clone());
@@ -397,16 +437,14 @@ pub async fn exchange(
     let mut parser = SseParser::new();
     let mut stream = response.bytes_stream();
     let mut last_usage_completion = 0u64;
-    let mut events: Vec<(Option<String>, String)> = Vec::new();
     while let Some(read) = stream.next().await {
         // The arrival time is taken before any parsing.
         let at_us = micros_since(sent_at, Instant::now());
         match read {
             Ok(bytes) => {
-                parser.feed(&bytes, |event| events.push((event.name, event.data)));
-                for (name, data) in events.drain(..) {
-                    exchange.on_event(&data, name.as_deref(), at_us, &mut last_usage_completion);
-                }
+                parser.feed(&bytes, |event| {
+                    exchange.on_event(event.data, event.name, at_us, &mut last_usage_completion);
+                });
                 if exchange.error.is_some() {
                     exchange.end_us = at_us;
                     return;
@@ -520,6 +558,23 @@ mod tests {
             &mut last,
         );
         assert_eq!(ex.chunk_times, vec![9]);
+    }
+
+    #[test]
+    fn every_choice_of_a_chunk_counts_and_null_choices_are_none() {
+        let mut ex = Exchange::default();
+        let mut last = 0;
+        ex.on_event(
+            r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}},{"text":"c","finish_reason":"length"}]}"#,
+            None,
+            3,
+            &mut last,
+        );
+        ex.on_event(r#"{"choices":null}"#, None, 4, &mut last);
+        assert_eq!(ex.text, "abc");
+        assert_eq!(ex.chunk_times, vec![3]);
+        assert_eq!(ex.finish_reason.as_deref(), Some("length"));
+        assert!(ex.error.is_none());
     }
 
     #[test]

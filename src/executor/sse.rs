@@ -13,6 +13,23 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// An event as [`SseParser::feed`] hands it over: borrowed from the parser's buffers, which are
+/// reused from one event to the next, so that parsing allocates nothing per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseEventRef<'a> {
+    pub name: Option<&'a str>,
+    pub data: &'a str,
+}
+
+impl SseEventRef<'_> {
+    pub fn to_owned(self) -> SseEvent {
+        SseEvent {
+            name: self.name.map(str::to_string),
+            data: self.data.to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SseParser {
     /// Bytes of an unfinished line.
@@ -30,7 +47,7 @@ impl SseParser {
     }
 
     /// Feeds one read's bytes; calls `on_event` for every event completed by them.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEvent)) {
+    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEventRef)) {
         if self.skip_lf {
             if bytes.first() == Some(&b'\n') {
                 bytes = &bytes[1..];
@@ -51,22 +68,26 @@ impl SseParser {
                 self.line(&bytes[..end], &mut on_event);
             } else {
                 self.pending.extend_from_slice(&bytes[..end]);
-                let line = std::mem::take(&mut self.pending);
+                // Taken out and put back, so that its capacity is reused.
+                let mut line = std::mem::take(&mut self.pending);
                 self.line(&line, &mut on_event);
+                line.clear();
+                self.pending = line;
             }
             bytes = rest;
         }
         self.pending.extend_from_slice(bytes);
     }
 
-    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent)) {
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEventRef)) {
         if line.is_empty() {
             if self.has_data {
-                on_event(SseEvent {
-                    name: self.name.take(),
-                    data: std::mem::take(&mut self.data),
+                on_event(SseEventRef {
+                    name: self.name.as_deref(),
+                    data: &self.data,
                 });
             }
+            self.data.clear();
             self.has_data = false;
             self.name = None;
             return;
@@ -99,7 +120,7 @@ impl SseParser {
         if !self.pending.is_empty() {
             let line = std::mem::take(&mut self.pending);
             let mut last = None;
-            self.line(&line, &mut |e| last = Some(e));
+            self.line(&line, &mut |e: SseEventRef| last = Some(e.to_owned()));
             if last.is_some() {
                 return last;
             }
@@ -123,7 +144,7 @@ mod tests {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
         for (i, read) in reads.iter().enumerate() {
-            parser.feed(read, |e| out.push((i, e.data)));
+            parser.feed(read, |e| out.push((i, e.data.to_string())));
         }
         out
     }
@@ -162,7 +183,9 @@ mod tests {
     fn multi_line_data_and_event_names() {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
-        parser.feed(b"event: error\ndata: one\ndata:two\n\n", |e| out.push(e));
+        parser.feed(b"event: error\ndata: one\ndata:two\n\n", |e| {
+            out.push(e.to_owned())
+        });
         assert_eq!(
             out,
             vec![SseEvent {
@@ -176,7 +199,7 @@ mod tests {
     fn a_stream_ending_without_a_blank_line() {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
-        parser.feed(b"data: [DONE]", |e| out.push(e));
+        parser.feed(b"data: [DONE]", |e| out.push(e.to_owned()));
         assert!(out.is_empty());
         assert_eq!(parser.finish().map(|e| e.data), Some("[DONE]".to_string()));
     }

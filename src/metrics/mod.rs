@@ -347,7 +347,8 @@ impl<'s> Aggregator<'s> {
         match line {
             LogLine::Request(record) => self.record(&record),
             LogLine::PhaseStart(start) => {
-                self.phases.push(Accumulator::new(start.open_loop, self.slo));
+                self.phases
+                    .push(Accumulator::new(start.open_loop, self.slo));
                 self.log.phases.push(start);
             }
             other => self.log.push(other),

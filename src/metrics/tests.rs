@@ -270,7 +270,12 @@ fn goodput_counts_requests_meeting_every_objective() {
 fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
     let in_memory = log(vec![
         ok(0, 10, &[(100, 1), (200, 1)], 300),
-        ok(1, 1_100_000, &[(50_000, 1), (60_000, 2), (90_000, 1)], 100_000),
+        ok(
+            1,
+            1_100_000,
+            &[(50_000, 1), (60_000, 2), (90_000, 1)],
+            100_000,
+        ),
         failed(1, ErrorClass::Http5xx),
         ok(1, 2_000_000, &[(40_000, 1), (45_000, 1)], 50_000),
     ]);
@@ -319,5 +324,8 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
     let text = std::fs::read_to_string(&path).unwrap() + "\n{}\n";
     std::fs::write(&path, text).unwrap();
     let error = compute_file(&path, None).unwrap_err();
-    assert!(error.contains(&format!("line {}", lines.len() + 1)), "{error}");
+    assert!(
+        error.contains(&format!("line {}", lines.len() + 1)),
+        "{error}"
+    );
 }

@@ -75,35 +75,35 @@ impl Exporter for RequestsCsv {
                 _ => None,
             };
             let written = writer.serialize(Row {
-                    phase: context
-                        .phase_names
-                        .get(record.phase)
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                    seq: record.seq,
-                    intended_send_ms: ms(record.intended_send_us),
-                    actual_send_ms: ms(record.actual_send_us),
-                    schedule_lag_ms: ms(record
-                        .actual_send_us
-                        .saturating_sub(record.intended_send_us)),
-                    input_tokens_planned: record.input_tokens_planned,
-                    prompt_tokens: record.prompt_tokens,
-                    output_tokens_planned: record.output_tokens_planned,
-                    completion_tokens: record.completion_tokens,
-                    token_source: record.token_source.map(|s| match s {
-                        TokenSource::Usage => "usage",
-                        TokenSource::Tokenizer => "tokenizer",
-                        TokenSource::OnePerChunk => "one_per_chunk",
-                    }),
-                    ttft_ms,
-                    e2e_ms,
-                    tpot_ms,
-                    chunks: record.chunks.len(),
-                    finish_reason: record.finish_reason.as_deref(),
-                    http_status: record.http_status,
-                    error: record.error.map(|e| e.as_str()),
-                    error_detail: record.error_detail.as_deref(),
-                });
+                phase: context
+                    .phase_names
+                    .get(record.phase)
+                    .map(String::as_str)
+                    .unwrap_or(""),
+                seq: record.seq,
+                intended_send_ms: ms(record.intended_send_us),
+                actual_send_ms: ms(record.actual_send_us),
+                schedule_lag_ms: ms(record
+                    .actual_send_us
+                    .saturating_sub(record.intended_send_us)),
+                input_tokens_planned: record.input_tokens_planned,
+                prompt_tokens: record.prompt_tokens,
+                output_tokens_planned: record.output_tokens_planned,
+                completion_tokens: record.completion_tokens,
+                token_source: record.token_source.map(|s| match s {
+                    TokenSource::Usage => "usage",
+                    TokenSource::Tokenizer => "tokenizer",
+                    TokenSource::OnePerChunk => "one_per_chunk",
+                }),
+                ttft_ms,
+                e2e_ms,
+                tpot_ms,
+                chunks: record.chunks.len(),
+                finish_reason: record.finish_reason.as_deref(),
+                http_status: record.http_status,
+                error: record.error.map(|e| e.as_str()),
+                error_detail: record.error_detail.as_deref(),
+            });
             if let Err(e) = written {
                 failure = Some(e.to_string());
             }
