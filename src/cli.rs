@@ -520,6 +520,7 @@ fn run(args: RunArgs) -> u8 {
                 records_path: out.join("records.jsonl"),
                 grace: args.grace,
                 show_progress: !args.quiet,
+                worker_threads: args.threads,
             },
         )
         .await

@@ -307,6 +307,38 @@ fn ctrl_c_leaves_a_report_marked_interrupted() {
     assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
 }
 
+/// A closed loop larger than the open-file limit allows is refused before it starts, with what
+/// to do about it.
+#[cfg(unix)]
+#[test]
+fn a_plan_beyond_the_open_file_limit_is_refused_with_a_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        &sim_plan(
+            "ttft \"1ms\"",
+            "input 8; output 2",
+            "phase \"c\" { concurrency 500; requests 500 }",
+            "ttft p99 < \"1s\"",
+        ),
+    );
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" run \"$1\" --out \"$2\" --quiet")
+        .arg(env!("CARGO_BIN_EXE_llmload"))
+        .arg(&plan)
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("holds 500 requests in flight at once"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ulimit -n 564"), "{stderr}");
+}
+
 /// summary.json follows schemas/summary.schema.json.
 #[test]
 fn summary_json_follows_its_schema() {
@@ -319,8 +351,15 @@ fn summary_json_follows_its_schema() {
         serde_json::from_str(&std::fs::read_to_string("schemas/summary.schema.json").unwrap())
             .unwrap();
     let mut errors = Vec::new();
-    validate(&schema, &schema, &run.summary(), "$", &mut errors);
+    let summary = run.summary();
+    validate(&schema, &schema, &summary, "$", &mut errors);
     assert!(errors.is_empty(), "{errors:#?}");
+    // The client measured itself.
+    if cfg!(unix) {
+        assert!(summary["overall"]["client"]["cores"].as_f64().unwrap() >= 1.0);
+        assert!(summary["phases"][1]["client"]["cpu_s"].as_f64().unwrap() >= 0.0);
+        assert!(summary["context"]["client_peak_rss_mb"].as_f64().unwrap() > 1.0);
+    }
     // The validator itself catches a missing key and a wrong type.
     let mut broken = run.summary();
     broken.as_object_mut().unwrap().remove("verdicts");

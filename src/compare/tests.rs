@@ -65,11 +65,13 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             index: 0,
             at_us: n as u64 * 10_000,
             sent: n as u64,
+            client: None,
         }],
         records,
         end: Some(RunEnd {
             at_us: n as u64 * 10_000 + 1_000_000,
             interrupted: false,
+            client_peak_rss_bytes: None,
         }),
     }
 }

@@ -14,6 +14,7 @@ mod progress;
 pub mod record;
 mod recorder;
 pub mod request;
+pub mod resources;
 pub mod sse;
 
 use std::io::IsTerminal;
@@ -47,6 +48,8 @@ pub struct RunConfig {
     /// How long in-flight requests may finish after Ctrl-C before they are cancelled.
     pub grace: Duration,
     pub show_progress: bool,
+    /// The async runtime's worker threads, if set (for how many cores the client may use).
+    pub worker_threads: Option<usize>,
 }
 
 /// Requests in flight, and a way to wait until there are none.
@@ -87,6 +90,7 @@ struct Context {
     in_flight: InFlight,
     /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
     timer: PreciseTimer,
+    cpu: Option<resources::CpuMonitor>,
 }
 
 impl Context {
@@ -109,6 +113,7 @@ async fn cancelled(rx: &mut watch::Receiver<bool>) {
 /// Runs every phase of `schedule` in order, writing the run's log to `config.records_path`.
 pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), String> {
     let pool = pool_size(&schedule, config.template.timeout);
+    check_open_files(&schedule, pool)?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(pool)
@@ -139,6 +144,7 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), Strin
         abort: abort_rx,
         in_flight: InFlight::default(),
         timer: PreciseTimer::start().map_err(|e| format!("cannot start the pacing timer: {e}"))?,
+        cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
     });
     context.log(LogLine::Run(config.header.clone()));
 
@@ -210,10 +216,45 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), Strin
     context.log(LogLine::RunEnd(RunEnd {
         at_us: context.micros(Instant::now()),
         interrupted,
+        client_peak_rss_bytes: resources::usage().map(|(_, rss)| rss),
     }));
     drop(context);
     // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
     recorder.finish()
+}
+
+/// Raises the open-file limit, and refuses a plan that must hold more connections at once than
+/// the system allows (a closed loop or a burst larger than the limit).
+fn check_open_files(schedule: &Schedule, pool: usize) -> Result<(), String> {
+    let Some(limit) = resources::raise_open_file_limit() else {
+        return Ok(());
+    };
+    // Besides connections: the records file, the tokenizer, stdio, the runtime's own.
+    const SPARE: u64 = 64;
+    let certain = schedule
+        .phases
+        .iter()
+        .map(|p| match p.load_model {
+            Load::Concurrency(n) | Load::AtOnce(n) => n as u64,
+            Load::Rate { .. } => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    if certain + SPARE > limit {
+        return Err(format!(
+            "the plan holds {certain} requests in flight at once, but this process may open only {limit} files \
+             (its hard limit): raise it, e.g. `ulimit -n {}` (or LimitNOFILE in a systemd unit, nofile in \
+             /etc/security/limits.conf), then run again",
+            certain + SPARE
+        ));
+    }
+    if pool as u64 + SPARE > limit {
+        eprintln!(
+            "warning: at its peak rate the plan may hold up to {pool} requests in flight, but this process may \
+             open only {limit} files; requests beyond that fail to connect (raise it with `ulimit -n`)"
+        );
+    }
+    Ok(())
 }
 
 /// Idle connections to keep per host: the most requests the plan may have in flight, bounded.
@@ -292,6 +333,7 @@ async fn run_phase(
     let (mut bodies, primed) = spawn_body_builder(context, schedule, phase);
     let _ = primed.await;
     let phase_start = Instant::now();
+    let phase_start_cpu = resources::usage().map(|(cpu, _)| cpu);
     context.progress.start_phase(phase.index);
     let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
     context.log(LogLine::PhaseStart(PhaseStart {
@@ -379,10 +421,15 @@ async fn run_phase(
             tasks.detach_all();
         }
     }
+    let client = match (&context.cpu, phase_start_cpu) {
+        (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
+        _ => None,
+    };
     context.log(LogLine::PhaseEnd(PhaseEnd {
         index: phase.index,
         at_us: context.micros(Instant::now()),
         sent: context.progress.sent(phase.index),
+        client,
     }));
 }
 

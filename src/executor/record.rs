@@ -11,6 +11,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::resources::ClientLoad;
+
 /// One line of `records.jsonl`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -62,12 +64,18 @@ pub struct PhaseEnd {
     /// When the phase stopped sending (its in-flight requests may finish later).
     pub at_us: u64,
     pub sent: u64,
+    /// How busy the client process was from the phase's start to here.
+    #[serde(default)]
+    pub client: Option<ClientLoad>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunEnd {
     pub at_us: u64,
     pub interrupted: bool,
+    /// The client process's peak resident memory over the whole run.
+    #[serde(default)]
+    pub client_peak_rss_bytes: Option<u64>,
 }
 
 /// How a request failed.

@@ -18,7 +18,9 @@ use serde::Serialize;
 pub use distribution::{Distribution, Summary};
 pub use warnings::{Severity, Warning};
 
-use crate::executor::record::{ErrorClass, LogLine, RequestRecord, RunLog, TokenSource};
+use crate::executor::record::{
+    ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, TokenSource,
+};
 use crate::plan::{Metric, Slo};
 
 /// Everything computed from one run.
@@ -35,6 +37,9 @@ pub struct Aggregates {
     /// What the first failed request of a recorded phase said.
     #[serde(skip)]
     pub first_error: Option<String>,
+    /// The client process's peak resident memory over the run.
+    #[serde(skip)]
+    pub client_peak_rss_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -153,6 +158,8 @@ pub struct PhaseMetrics {
     pub goodput: Option<Goodput>,
     /// From the phase's start to its last response, in seconds.
     pub wall_s: f64,
+    /// How busy the client process was while the phase sent (absent where not measured).
+    pub client: Option<ClientLoad>,
     #[serde(skip)]
     pub distributions: Distributions,
 }
@@ -376,10 +383,8 @@ impl<'s> Aggregator<'s> {
         let mut phases = Vec::new();
         let mut windows = Vec::new();
         for (start, accumulator) in log.phases.iter().zip(self.phases) {
-            let sending_end = log
-                .phase_ends
-                .iter()
-                .find(|e| e.index == start.index)
+            let phase_end = log.phase_ends.iter().find(|e| e.index == start.index);
+            let sending_end = phase_end
                 .map(|e| e.at_us)
                 .or(accumulator.last_send_us)
                 .or(run_end)
@@ -395,6 +400,7 @@ impl<'s> Aggregator<'s> {
             metrics.recorded = start.record;
             metrics.load = start.load.clone();
             metrics.rates.planned_per_s = start.planned_rate;
+            metrics.client = phase_end.and_then(|e| e.client);
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));
         }
@@ -411,6 +417,7 @@ impl<'s> Aggregator<'s> {
             }
         }
         overall.metrics.schedule_lag_ms = overall.distributions.lag.summary();
+        overall.client = combined_client_load(phases.iter().filter(|p| p.recorded));
 
         let mut aggregates = Aggregates {
             phases,
@@ -419,10 +426,46 @@ impl<'s> Aggregator<'s> {
             interrupted: log.interrupted(),
             last_response_us: self.last_response_us,
             first_error: self.first_error,
+            client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)
     }
+}
+
+/// The client's load over several phases: CPU and seconds add up; utilization is over their
+/// combined sending time.
+fn combined_client_load<'a>(phases: impl Iterator<Item = &'a PhaseMetrics>) -> Option<ClientLoad> {
+    let mut total: Option<(ClientLoad, f64)> = None;
+    for load in phases.filter_map(|p| p.client) {
+        let capacity_s = if load.utilization > 0.0 {
+            load.cpu_s / load.utilization
+        } else {
+            0.0
+        };
+        let (sum, capacity) = total.get_or_insert((
+            ClientLoad {
+                cores: load.cores,
+                cpu_s: 0.0,
+                utilization: 0.0,
+                seconds: 0,
+                saturated_seconds: 0,
+            },
+            0.0,
+        ));
+        sum.cpu_s += load.cpu_s;
+        sum.seconds += load.seconds;
+        sum.saturated_seconds += load.saturated_seconds;
+        *capacity += capacity_s;
+    }
+    total.map(|(mut sum, capacity)| {
+        sum.utilization = if capacity > 0.0 {
+            sum.cpu_s / capacity
+        } else {
+            0.0
+        };
+        sum
+    })
 }
 
 /// Total length of the union of windows (they may overlap where in-flight requests of one phase

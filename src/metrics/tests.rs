@@ -85,17 +85,20 @@ fn log(records: Vec<RequestRecord>) -> RunLog {
                 index: 0,
                 at_us: 1_000_000,
                 sent: 1,
+                client: None,
             },
             PhaseEnd {
                 index: 1,
                 at_us: 3_000_000,
                 sent: 3,
+                client: None,
             },
         ],
         records,
         end: Some(RunEnd {
             at_us: 5_000_000,
             interrupted: false,
+            client_peak_rss_bytes: None,
         }),
     }
 }
@@ -190,6 +193,47 @@ fn schedule_lag_and_its_warning() {
     let agg = compute_plain(&log(vec![late]));
     assert!(close(agg.phases[1].metrics.schedule_lag_ms.max, 25.0));
     assert!(agg.warnings.iter().any(|w| w.code == "schedule-lag"));
+}
+
+#[test]
+fn a_saturated_client_warns_and_phases_add_up_overall() {
+    let load = |seconds, saturated_seconds, cpu_s| ClientLoad {
+        cores: 2.0,
+        cpu_s,
+        utilization: cpu_s / (seconds as f64 * 2.0),
+        seconds,
+        saturated_seconds,
+    };
+    let mut run = log(vec![ok(
+        1,
+        1_000_000,
+        &[(100_000, 1), (110_000, 1)],
+        120_000,
+    )]);
+    run.phase_ends[0].client = Some(load(10, 10, 20.0));
+    run.phase_ends[1].client = Some(load(10, 0, 2.0));
+    let agg = compute_plain(&run);
+    assert!(
+        !agg.warnings.iter().any(|w| w.code == "client-cpu"),
+        "the saturated phase is not recorded"
+    );
+    let overall = agg.overall.client.unwrap();
+    assert_eq!((overall.seconds, overall.saturated_seconds), (10, 0));
+
+    run.phase_ends[1].client = Some(load(20, 3, 30.0));
+    run.phases[0].record = true;
+    let agg = compute_plain(&run);
+    let warnings: Vec<_> = agg
+        .warnings
+        .iter()
+        .filter(|w| w.code == "client-cpu")
+        .map(|w| w.message.as_str())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[1].contains("\"steady\": the client's CPU was saturated (3 of 20 s"));
+    let overall = agg.overall.client.unwrap();
+    assert_eq!((overall.seconds, overall.saturated_seconds), (30, 13));
+    assert!(close(Some(overall.utilization), 50.0 / 60.0));
 }
 
 #[test]

@@ -12,6 +12,9 @@ use crate::executor::record::RunLog;
 
 /// Schedule lag p99 above this means the client, not the server, limited the run.
 pub const LAG_P99_LIMIT_MS: f64 = 10.0;
+/// A phase in which the client had every core busy for at least this share of its seconds was
+/// limited by the client.
+pub const SATURATED_SECONDS_LIMIT: f64 = 0.10;
 /// Token counts further off the plan than this are not trusted.
 pub const TOKEN_MISMATCH_LIMIT: f64 = 0.02;
 
@@ -72,6 +75,27 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                     ),
                 ));
             }
+        }
+    }
+    for phase in aggregates.phases.iter().filter(|p| p.recorded) {
+        let Some(client) = phase.client.filter(|c| c.seconds > 0) else {
+            continue;
+        };
+        let share = client.saturated_seconds as f64 / client.seconds as f64;
+        if share >= SATURATED_SECONDS_LIMIT {
+            out.push(warning(
+                "client-cpu",
+                format!(
+                    "phase \"{}\": the client's CPU was saturated ({} of {} s at ≥95% of its {} core(s), {:.0}% \
+                     on average): the client, not the server, may have limited the run and added latency; give \
+                     it more cores (--threads), run it on another machine, or lower the load",
+                    phase.name,
+                    client.saturated_seconds,
+                    client.seconds,
+                    client.cores,
+                    client.utilization * 100.0
+                ),
+            ));
         }
     }
     if exact {

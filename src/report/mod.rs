@@ -45,6 +45,8 @@ pub struct RunContext {
     #[serde(flatten)]
     pub header: RunHeader,
     pub duration_s: f64,
+    /// The client process's peak resident memory, where measured.
+    pub client_peak_rss_mb: Option<f64>,
 }
 
 /// Where per-request exporters find the records.
@@ -98,6 +100,9 @@ impl<'a> ReportContext<'a> {
         let context = RunContext {
             header: header.unwrap_or_default(),
             duration_s,
+            client_peak_rss_mb: aggregates
+                .client_peak_rss_bytes
+                .map(|bytes| bytes as f64 / (1024.0 * 1024.0)),
         };
         let mut phase_names = Vec::new();
         for phase in &log.phases {

@@ -119,6 +119,7 @@ mod tests {
             interrupted: false,
             last_response_us: None,
             first_error: None,
+            client_peak_rss_bytes: None,
         }
     }
 

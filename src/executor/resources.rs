@@ -1,0 +1,225 @@
+//! What the client process itself uses while it runs: CPU time, peak memory, open files.
+//!
+//! A load generator that runs out of CPU sends late and reads late, and its latencies are its
+//! own, not the server's. So the executor samples its own CPU time on a plain thread (it must
+//! keep sampling when the async runtime is the thing that is saturated) and writes, at the end of
+//! each phase, how busy the process was; [`crate::metrics::warnings`] says when that means the
+//! client limited the run. Unix only (getrusage); elsewhere nothing is measured.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// How often the sampler reads the process's CPU time.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// A one-second window at or above this share of the client's cores counts as saturated.
+pub const SATURATED_SHARE: f64 = 0.95;
+
+/// CPU seconds (user + system) this process has used, and its peak resident set in bytes.
+pub fn usage() -> Option<(f64, u64)> {
+    #[cfg(unix)]
+    {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage only writes into the struct it is given.
+        let status = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+        if status != 0 {
+            return None;
+        }
+        // SAFETY: getrusage succeeded, so the struct is initialised.
+        let usage = unsafe { usage.assume_init() };
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        // Linux reports ru_maxrss in KiB, macOS in bytes.
+        let rss_unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
+        Some((
+            seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            (usage.ru_maxrss as u64).saturating_mul(rss_unit),
+        ))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// How much of the machine the client had and used during one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClientLoad {
+    /// Cores the client could use: the runtime's worker threads, at most the cores available.
+    pub cores: f64,
+    /// CPU seconds the client process used during the phase.
+    pub cpu_s: f64,
+    /// `cpu_s` over the phase's wall time and `cores`: 1.0 is every core busy all the time.
+    pub utilization: f64,
+    /// Whole seconds of the phase.
+    pub seconds: u32,
+    /// Of those, the seconds in which the client used at least 95% of its cores.
+    pub saturated_seconds: u32,
+}
+
+/// Samples this process's CPU time until dropped.
+pub struct CpuMonitor {
+    cores: f64,
+    samples: Arc<Mutex<Vec<(Instant, f64)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl CpuMonitor {
+    /// `None` where CPU time cannot be read.
+    pub fn start(cores: f64) -> Option<CpuMonitor> {
+        usage()?;
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (thread_samples, thread_stop) = (samples.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("llmload-cpu".into())
+            .spawn(move || {
+                while !thread_stop.load(Ordering::Relaxed) {
+                    if let Some((cpu, _)) = usage() {
+                        if let Ok(mut samples) = thread_samples.lock() {
+                            samples.push((Instant::now(), cpu));
+                        }
+                    }
+                    std::thread::sleep(SAMPLE_EVERY);
+                }
+            })
+            .ok()?;
+        Some(CpuMonitor {
+            cores,
+            samples,
+            stop,
+        })
+    }
+
+    /// The client's load between `start` and now; `start_cpu` was read at `start`.
+    pub fn load_since(&self, start: Instant, start_cpu: f64) -> Option<ClientLoad> {
+        let (now_cpu, _) = usage()?;
+        let now = Instant::now();
+        let samples = self.samples.lock().ok()?;
+        let mut points: Vec<(Instant, f64)> = vec![(start, start_cpu)];
+        points.extend(
+            samples
+                .iter()
+                .filter(|(at, _)| *at > start && *at < now)
+                .copied(),
+        );
+        points.push((now, now_cpu));
+        Some(summarize(&points, self.cores))
+    }
+}
+
+impl Drop for CpuMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whole-phase use, and each successive one-second window's, from (time, CPU seconds) points.
+fn summarize(points: &[(Instant, f64)], cores: f64) -> ClientLoad {
+    let (first, last) = (points[0], points[points.len() - 1]);
+    let wall = last.0.saturating_duration_since(first.0).as_secs_f64();
+    let cpu_s = (last.1 - first.1).max(0.0);
+    let mut seconds = 0;
+    let mut saturated_seconds = 0;
+    let mut window_start = first;
+    for &point in &points[1..] {
+        let span = point
+            .0
+            .saturating_duration_since(window_start.0)
+            .as_secs_f64();
+        if span >= 1.0 {
+            seconds += 1;
+            if (point.1 - window_start.1) / (span * cores) >= SATURATED_SHARE {
+                saturated_seconds += 1;
+            }
+            window_start = point;
+        }
+    }
+    ClientLoad {
+        cores,
+        cpu_s,
+        utilization: if wall > 0.0 {
+            cpu_s / (wall * cores)
+        } else {
+            0.0
+        },
+        seconds,
+        saturated_seconds,
+    }
+}
+
+/// The cores a run with `worker_threads` (or one per core) can use.
+pub fn client_cores(worker_threads: Option<usize>) -> f64 {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    worker_threads
+        .map_or(available, |t| t.min(available))
+        .max(1) as f64
+}
+
+/// Raises this process's open-file limit to its hard limit, so that many connections can be open
+/// at once. Returns the limit now in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit only read and write the struct they are given.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return None;
+            }
+            if limit.rlim_cur < limit.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: limit.rlim_max,
+                    rlim_max: limit.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit = raised;
+                }
+            }
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
+        Some(limit.rlim_cur as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saturated_seconds_are_counted_per_window() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        // Two cores: a first second using 1.98 CPU-s, a second using 0.5 CPU-s.
+        let points = [
+            (at(0), 10.0),
+            (at(500), 11.0),
+            (at(1000), 11.98),
+            (at(1500), 12.2),
+            (at(2000), 12.48),
+        ];
+        let load = summarize(&points, 2.0);
+        assert_eq!(load.seconds, 2);
+        assert_eq!(load.saturated_seconds, 1);
+        assert!((load.cpu_s - 2.48).abs() < 1e-9);
+        assert!((load.utilization - 0.62).abs() < 1e-9);
+    }
+
+    #[test]
+    fn this_process_uses_some_cpu_and_memory() {
+        if let Some((cpu, rss)) = usage() {
+            assert!(cpu >= 0.0);
+            assert!(rss > 1 << 20, "peak RSS {rss} bytes");
+        }
+        assert!(client_cores(Some(1)) == 1.0);
+        assert!(client_cores(None) >= 1.0);
+    }
+}
