@@ -16,7 +16,7 @@ use crate::executor::record::{ErrorClass, RunHeader, RunLog};
 use crate::executor::{self, RequestTemplate, RunConfig};
 use crate::plan::{self, Endpoint, Plan, SimSettings};
 use crate::tokens::Tokenizer;
-use crate::{compare, metrics, planner, report, sim, verdict};
+use crate::{capacity, compare, fidelity, metrics, planner, report, sim, verdict};
 
 /// Prints a line to stdout. A closed pipe (`llmload plan ... | head`) is not an error worth a
 /// panic: the output is simply not wanted any more.
@@ -59,8 +59,9 @@ pub struct Cli {
 enum Command {
     /// Run a plan against its target and write a report with verdicts.
     Run(RunArgs),
-    /// Check a plan and print every mistake in it.
-    Check { plan: PathBuf },
+    /// Check a plan and print every mistake in it; with --capacity, also whether this machine
+    /// can generate its load faithfully.
+    Check(CheckArgs),
     /// Print the schedule a plan compiles to.
     Plan {
         plan: PathBuf,
@@ -142,7 +143,10 @@ fn parse_duration_arg(text: &str) -> Result<Duration, String> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Check { plan } => check(&plan),
+        Command::Check(args) => match check(&args.plan) {
+            EXIT_PASS if args.capacity => check_capacity(&args),
+            code => code,
+        },
         Command::Plan { plan, seed, format } => show_plan(&plan, seed, format),
         Command::Run(args) => run(args),
         Command::Report { dir, gate } => rerender(&dir, &gate),
@@ -195,6 +199,160 @@ fn load_plan(path: &Path) -> Result<Plan, u8> {
         eprint!("{}", errors.render());
         EXIT_USAGE
     })
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// The plan file (KDL).
+    plan: PathBuf,
+    /// Drive each of the plan's loads at its peak against the simulator in this process, and
+    /// say whether this machine generates it faithfully (schedule lag, timing error, client CPU).
+    #[arg(long)]
+    capacity: bool,
+    /// How long each capacity trial sends.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg, requires = "capacity")]
+    duration: Duration,
+    /// The trial simulator's time to first token.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration_arg, requires = "capacity")]
+    sim_ttft: Duration,
+    /// The trial simulator's time between tokens (shorter is more work for the client).
+    #[arg(long, default_value = "5ms", value_parser = parse_duration_arg, requires = "capacity")]
+    sim_itl: Duration,
+    /// Runtime worker threads, as `run --threads` would use.
+    #[arg(long, requires = "capacity")]
+    threads: Option<usize>,
+}
+
+/// `check --capacity`: one short trial per distinct peak load of the plan; exit 1 when this
+/// machine cannot generate one of them faithfully.
+fn check_capacity(args: &CheckArgs) -> u8 {
+    let plan = match load_plan(&args.plan) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    let server = capacity::TrialServer {
+        ttft: args.sim_ttft,
+        itl: args.sim_itl,
+    };
+    let trials = capacity::trials(&plan, args.duration, server);
+    let tokenizer = match Tokenizer::load(&plan.workload.tokenizer) {
+        Ok(tokenizer) => Arc::new(tokenizer),
+        Err(message) => return error(message),
+    };
+    let runtime = match runtime(args.threads) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let cores = executor::resources::client_cores(args.threads);
+    say!(
+        "capacity: {} trial(s), {} s each, against the simulator in this process (TTFT {} ms, ITL {} ms) on {cores} core(s)",
+        trials.len(),
+        args.duration.as_secs_f64(),
+        args.sim_ttft.as_secs_f64() * 1000.0,
+        args.sim_itl.as_secs_f64() * 1000.0,
+    );
+    say!("the simulator shares these cores: a load that passes here passes against a remote server\n");
+    let mut results = Vec::new();
+    for (number, trial) in trials.into_iter().enumerate() {
+        let dir =
+            std::env::temp_dir().join(format!("llmload-capacity-{}-{number}", std::process::id()));
+        let result = capacity_trial(&trial, &dir, &runtime, tokenizer.clone(), args.threads);
+        let _ = std::fs::remove_dir_all(&dir);
+        match result {
+            Ok(result) => {
+                say!("{}", capacity_line(&result));
+                results.push(result);
+            }
+            Err(message) => {
+                eprintln!("error: {message}");
+                return EXIT_RUN;
+            }
+        }
+    }
+    if results.iter().all(capacity::TrialResult::faithful) {
+        say!("\nPASS: this machine generates every load of the plan faithfully");
+        EXIT_PASS
+    } else {
+        say!("\nFAIL: this machine cannot generate every load of the plan faithfully: run the client with more \
+              cores (--threads, another machine) or split the load across several clients");
+        EXIT_FAIL
+    }
+}
+
+fn capacity_trial(
+    trial: &capacity::Trial,
+    dir: &Path,
+    runtime: &tokio::runtime::Runtime,
+    tokenizer: Arc<Tokenizer>,
+    worker_threads: Option<usize>,
+) -> Result<capacity::TrialResult, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let schedule = planner::compile(&trial.plan, trial.plan.seed)?;
+    let records_path = dir.join("records.jsonl");
+    let writes = runtime.block_on(execute(Execution {
+        plan: &trial.plan,
+        plan_file: Path::new(&trial.plan.source.file_name),
+        schedule,
+        seed: trial.plan.seed,
+        target: None,
+        auth: None,
+        tokenizer,
+        records_path: records_path.clone(),
+        started: chrono::Utc::now(),
+        grace: Duration::from_secs(5),
+        quiet: true,
+        worker_threads,
+        record_writes: true,
+    }))?;
+    let (log, aggregates) = metrics::compute_file(&records_path, None)?;
+    let mut measured = Vec::new();
+    let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
+    executor::record::read_lines(&records_path, |line| {
+        if let executor::record::LogLine::Request(record) = line {
+            if Some(record.phase) == measured_phase {
+                measured.extend(fidelity::MeasuredStream::of_record(&record));
+            }
+        }
+    })?;
+    let errors = fidelity::timing_errors(measured, &writes.unwrap_or_default());
+    // The measured phase follows the warmup.
+    let phase = aggregates
+        .phases
+        .iter()
+        .find(|p| p.recorded)
+        .ok_or("the capacity trial ran no measured phase")?;
+    let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
+    Ok(capacity::judge(
+        trial.phases.clone(),
+        phase,
+        open_loop,
+        &errors,
+    ))
+}
+
+fn capacity_line(result: &capacity::TrialResult) -> String {
+    let ms = |value: Option<f64>| value.map_or("-".to_string(), |v| format!("{v:.2} ms"));
+    let rate = match result.planned_per_s {
+        Some(planned) => format!("{:.1}/{planned} req/s sent", result.sent_per_s),
+        None => format!("{:.1} req/s", result.sent_per_s),
+    };
+    let cpu = match (result.client_utilization, result.client_cores) {
+        (Some(share), Some(cores)) => format!("CPU {:.0}% of {cores}", share * 100.0),
+        _ => "CPU -".to_string(),
+    };
+    let verdict = if result.faithful() {
+        "ok".to_string()
+    } else {
+        format!("LIMITED: {}", result.limits.join("; "))
+    };
+    format!(
+        "{:<24} {:<24} {rate:<22} lag p99 {:<9} TTFT err p99 {:<9} ITL err p99 {:<9} {cpu:<12} {verdict}",
+        result.phases.join(", "),
+        result.load,
+        ms(result.schedule_lag_p99_ms),
+        ms(result.ttft_error_p99_ms),
+        ms(result.itl_error_p99_ms),
+    )
 }
 
 fn check(path: &Path) -> u8 {
@@ -463,73 +621,117 @@ fn run(args: RunArgs) -> u8 {
         Err(code) => return code,
     };
 
-    let result = runtime.block_on(async {
-        // A "sim" target starts the simulator in-process, on a loopback port of its own.
-        let (base, _sim) = match (&args.target, &plan.target.endpoint) {
-            (Some(target), _) => (api_root(target), None),
-            (None, Endpoint::Url(url)) => (api_root(url), None),
-            (None, Endpoint::Simulator) => {
-                let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
-                match sim::serve(addr, plan.sim.clone(), tokenizer.clone()).await {
-                    Ok(server) => (server.base_url(), Some(server)),
-                    Err(e) => return Err(format!("cannot start the simulator: {e}")),
-                }
-            }
-        };
-        let target_display = match plan.target.endpoint {
-            Endpoint::Simulator if args.target.is_none() => format!("sim (embedded, {})", base),
-            _ => redact_url(&base),
-        };
-        let header = RunHeader {
-            tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            plan: plan.name.clone(),
-            plan_file: args.plan.display().to_string(),
-            plan_sha256: format!("{:x}", sha2::Sha256::digest(plan.source.text.as_bytes())),
-            seed,
-            target: target_display.clone(),
-            model: plan.target.model.clone(),
-            api: plan.target.api.as_str().to_string(),
-            stream: plan.target.stream,
-            exact_output: plan.workload.ignore_eos,
-            tokenizer: tokenizer.name().to_string(),
-            started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            client_host: host_name(),
-        };
-        let template = RequestTemplate {
-            url: format!("{base}{}", plan.target.api.path()),
-            api: plan.target.api,
-            model: plan.target.model.clone(),
-            stream: plan.target.stream,
-            continuous_usage: plan.target.continuous_usage,
-            ignore_eos: plan.workload.ignore_eos,
-            auth,
-            timeout: plan.target.timeout,
-        };
-        if !args.quiet {
-            eprintln!(
-                "llmload: running plan \"{}\" against {target_display}",
-                plan.name
-            );
-        }
-        executor::run(
-            Arc::new(schedule),
-            RunConfig {
-                template,
-                tokenizer: tokenizer.clone(),
-                header,
-                records_path: out.join("records.jsonl"),
-                grace: args.grace,
-                show_progress: !args.quiet,
-                worker_threads: args.threads,
-            },
-        )
-        .await
-    });
+    let result = runtime.block_on(execute(Execution {
+        plan: &plan,
+        plan_file: &args.plan,
+        schedule,
+        seed,
+        target: args.target.as_deref(),
+        auth,
+        tokenizer,
+        records_path: out.join("records.jsonl"),
+        started,
+        grace: args.grace,
+        quiet: args.quiet,
+        worker_threads: args.threads,
+        record_writes: false,
+    }));
     if let Err(message) = result {
         eprintln!("error: {message}");
         return EXIT_RUN;
     }
     finish(&plan, &out, &args.gate)
+}
+
+/// Everything one execution of a compiled plan needs.
+struct Execution<'a> {
+    plan: &'a Plan,
+    plan_file: &'a Path,
+    schedule: planner::Schedule,
+    seed: u64,
+    /// Overrides the plan's target.
+    target: Option<&'a str>,
+    auth: Option<reqwest::header::HeaderValue>,
+    tokenizer: Arc<Tokenizer>,
+    records_path: PathBuf,
+    started: chrono::DateTime<chrono::Utc>,
+    grace: Duration,
+    quiet: bool,
+    worker_threads: Option<usize>,
+    /// Have an in-process simulator record its write times, and return them.
+    record_writes: bool,
+}
+
+/// Runs the schedule, starting the simulator in-process for a "sim" target; returns the
+/// simulator's write times when asked to record them.
+async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWrites>>, String> {
+    let plan = run.plan;
+    // A "sim" target starts the simulator in-process, on a loopback port of its own.
+    let (base, sim) = match (run.target, &plan.target.endpoint) {
+        (Some(target), _) => (api_root(target), None),
+        (None, Endpoint::Url(url)) => (api_root(url), None),
+        (None, Endpoint::Simulator) => {
+            let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
+            let options = sim::ServeOptions {
+                record_writes: run.record_writes,
+            };
+            match sim::serve_with(addr, plan.sim.clone(), run.tokenizer.clone(), options).await {
+                Ok(server) => (server.base_url(), Some(server)),
+                Err(e) => return Err(format!("cannot start the simulator: {e}")),
+            }
+        }
+    };
+    let target_display = match plan.target.endpoint {
+        Endpoint::Simulator if run.target.is_none() => format!("sim (embedded, {})", base),
+        _ => redact_url(&base),
+    };
+    let header = RunHeader {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        plan: plan.name.clone(),
+        plan_file: run.plan_file.display().to_string(),
+        plan_sha256: format!("{:x}", sha2::Sha256::digest(plan.source.text.as_bytes())),
+        seed: run.seed,
+        target: target_display.clone(),
+        model: plan.target.model.clone(),
+        api: plan.target.api.as_str().to_string(),
+        stream: plan.target.stream,
+        exact_output: plan.workload.ignore_eos,
+        tokenizer: run.tokenizer.name().to_string(),
+        started_at: run
+            .started
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        client_host: host_name(),
+    };
+    let template = RequestTemplate {
+        url: format!("{base}{}", plan.target.api.path()),
+        api: plan.target.api,
+        model: plan.target.model.clone(),
+        stream: plan.target.stream,
+        continuous_usage: plan.target.continuous_usage,
+        ignore_eos: plan.workload.ignore_eos,
+        auth: run.auth,
+        timeout: plan.target.timeout,
+    };
+    if !run.quiet {
+        eprintln!(
+            "llmload: running plan \"{}\" against {target_display}",
+            plan.name
+        );
+    }
+    executor::run(
+        Arc::new(run.schedule),
+        RunConfig {
+            template,
+            tokenizer: run.tokenizer,
+            header,
+            records_path: run.records_path,
+            grace: run.grace,
+            show_progress: !run.quiet,
+            worker_threads: run.worker_threads,
+        },
+    )
+    .await?;
+    Ok(sim.and_then(|server| server.writes()))
 }
 
 /// What decides the exit code besides the SLA, and where else results go.

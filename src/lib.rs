@@ -8,6 +8,7 @@
 //! [`fidelity`] measures a client's timing error against the simulator's write times.
 //! See docs/ARCHITECTURE.md for the codemap.
 
+pub mod capacity;
 pub mod cli;
 pub mod compare;
 pub mod executor;

@@ -28,6 +28,10 @@ use crate::tokens::Tokenizer;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
+/// Request bodies up to this size are parsed on the runtime's thread; larger ones on the
+/// blocking pool.
+const INLINE_PARSE_BYTES: usize = 2048;
+
 struct Shared {
     settings: SimSettings,
     tokenizer: Arc<Tokenizer>,
@@ -300,7 +304,18 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ))
         }
     };
-    let request = match SimRequest::parse(&body, chat, &shared.tokenizer) {
+    // Counting a long prompt's tokens takes a while: off the runtime's threads, so that other
+    // connections are read (and their arrival times taken) meanwhile, as a real server's HTTP
+    // front end does while its tokenizer works.
+    let parsed = if body.len() > INLINE_PARSE_BYTES {
+        let tokenizer = shared.tokenizer.clone();
+        tokio::task::spawn_blocking(move || SimRequest::parse(&body, chat, &tokenizer))
+            .await
+            .unwrap_or_else(|_| Err("the request could not be read".into()))
+    } else {
+        SimRequest::parse(&body, chat, &shared.tokenizer)
+    };
+    let request = match parsed {
         Ok(request) => request,
         Err(message) => {
             return Ok(json_response(

@@ -1,0 +1,306 @@
+//! Capacity: can this machine generate a plan's load faithfully?
+//!
+//! `llmload check --capacity PLAN` runs, for each distinct load of the plan, a short trial at
+//! that load's peak (a ramp's top rate, a closed loop's concurrency, a burst) with the plan's own
+//! request mix, against the simulator started in this process with fixed delays and recording
+//! its write times. Each trial is then judged on what it measured: schedule lag, the client's
+//! TTFT and ITL error against the simulator's write times ([`crate::fidelity`]), the client's
+//! CPU, and whether every request succeeded at the asked rate.
+//!
+//! The simulator shares the client's cores, so the answer errs on the safe side: a load that
+//! passes here passes against a remote server. This module builds the trials and judges them;
+//! running them is the CLI's, with the executor.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::fidelity::TimingErrors;
+use crate::metrics::PhaseMetrics;
+use crate::plan::{Endpoint, Load, Phase, Plan, RateShape, SimSettings};
+
+/// Schedule lag p99 above this is not faithful pacing.
+pub const LAG_P99_LIMIT_MS: f64 = 1.0;
+/// Client-added TTFT error p99 above this distorts time to first token.
+pub const TTFT_ERROR_P99_LIMIT_MS: f64 = 1.0;
+/// Client-added ITL error p99 above this distorts inter-token latency.
+pub const ITL_ERROR_P99_LIMIT_MS: f64 = 0.5;
+/// A trial that sent less than this share of its planned rate fell behind.
+pub const MIN_RATE_SHARE: f64 = 0.95;
+/// Seconds with the client's cores saturated above this share mean the client is the limit.
+pub const SATURATED_SHARE_LIMIT: f64 = 0.10;
+
+/// How long each trial warms up (unrecorded) before it measures.
+const WARMUP: Duration = Duration::from_secs(1);
+
+/// The delays of the simulator trials run against.
+#[derive(Debug, Clone, Copy)]
+pub struct TrialServer {
+    pub ttft: Duration,
+    pub itl: Duration,
+}
+
+/// One trial: a plan at the peak of one of the plan's loads: an unrecorded warmup, then the
+/// measured phase.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    /// The plan phases whose load this is.
+    pub phases: Vec<String>,
+    pub plan: Plan,
+}
+
+/// The peak of a load: a ramp's highest rate, other loads as they are.
+pub fn peak(load: &Load) -> Load {
+    match load {
+        Load::Rate {
+            rate: RateShape::Ramp { from, to },
+            arrivals,
+        } => Load::Rate {
+            rate: RateShape::Constant(from.max(*to)),
+            arrivals: *arrivals,
+        },
+        other => other.clone(),
+    }
+}
+
+/// The trials for `plan`: one per distinct peak load, each `duration` long (a burst sends its
+/// requests once), against the in-process simulator.
+pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial> {
+    let mut trials: Vec<Trial> = Vec::new();
+    for phase in &plan.phases {
+        let load = peak(&phase.load);
+        if let Some(trial) = trials.iter_mut().find(|t| t.plan.phases[1].load == load) {
+            trial.phases.push(phase.name.clone());
+            continue;
+        }
+        let mut trial_plan = plan.clone();
+        trial_plan.target.endpoint = Endpoint::Simulator;
+        trial_plan.sim = SimSettings {
+            ttft: server.ttft,
+            itl: server.itl,
+            jitter: Duration::ZERO,
+            tokens_per_chunk: plan.sim.tokens_per_chunk,
+            seed: plan.seed,
+            engine: None,
+            faults: Default::default(),
+        };
+        let burst = matches!(load, Load::AtOnce(_));
+        // The same load, unrecorded, first: connections are open and the runtime warm when the
+        // measured phase starts, as after a plan's own warmup.
+        // A closed loop's warmup ends by count, so that it drains before the measured phase
+        // (one ended by time would leave its last requests in flight, and the measured phase
+        // would open new connections beside them).
+        let warmup = match load {
+            Load::Concurrency(n) => Phase {
+                name: format!("warmup: {}", phase.name),
+                load: load.clone(),
+                duration: None,
+                max_requests: Some(2 * n as u64),
+                record: false,
+            },
+            _ => Phase {
+                name: format!("warmup: {}", phase.name),
+                load: load.clone(),
+                duration: (!burst).then_some(WARMUP.min(duration)),
+                max_requests: None,
+                record: false,
+            },
+        };
+        trial_plan.phases = vec![
+            warmup,
+            Phase {
+                name: format!("capacity: {}", phase.name),
+                load,
+                duration: (!burst).then_some(duration),
+                max_requests: None,
+                record: true,
+            },
+        ];
+        trial_plan.sla.clear();
+        trial_plan.regression.clear();
+        trial_plan.slo = None;
+        trials.push(Trial {
+            phases: vec![phase.name.clone()],
+            plan: trial_plan,
+        });
+    }
+    trials
+}
+
+/// What a trial measured and what it says.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialResult {
+    pub phases: Vec<String>,
+    pub load: String,
+    pub planned_per_s: Option<f64>,
+    pub sent_per_s: f64,
+    pub schedule_lag_p99_ms: Option<f64>,
+    pub ttft_error_p99_ms: Option<f64>,
+    pub itl_error_p99_ms: Option<f64>,
+    pub client_utilization: Option<f64>,
+    pub client_cores: Option<f64>,
+    pub failed: u64,
+    /// Why the load is not generated faithfully; empty when it is.
+    pub limits: Vec<String>,
+}
+
+impl TrialResult {
+    pub fn faithful(&self) -> bool {
+        self.limits.is_empty()
+    }
+}
+
+/// Judges one trial from its phase's metrics and its timing errors.
+pub fn judge(
+    phases: Vec<String>,
+    metrics: &PhaseMetrics,
+    open_loop: bool,
+    errors: &TimingErrors,
+) -> TrialResult {
+    let mut limits = Vec::new();
+    let lag = metrics.metrics.schedule_lag_ms.p99.filter(|_| open_loop);
+    if let Some(lag) = lag.filter(|&l| l > LAG_P99_LIMIT_MS) {
+        limits.push(format!(
+            "schedule lag p99 {lag:.2} ms > {LAG_P99_LIMIT_MS} ms"
+        ));
+    }
+    let ttft = (errors.ttft.count > 0).then_some(errors.ttft.p99_ms);
+    if let Some(ttft) = ttft.filter(|&e| e > TTFT_ERROR_P99_LIMIT_MS) {
+        limits.push(format!(
+            "TTFT error p99 {ttft:.2} ms > {TTFT_ERROR_P99_LIMIT_MS} ms"
+        ));
+    }
+    let itl = (errors.itl.count > 0).then_some(errors.itl.p99_ms);
+    if let Some(itl) = itl.filter(|&e| e > ITL_ERROR_P99_LIMIT_MS) {
+        limits.push(format!(
+            "ITL error p99 {itl:.2} ms > {ITL_ERROR_P99_LIMIT_MS} ms"
+        ));
+    }
+    if let Some(planned) = metrics.rates.planned_per_s {
+        if metrics.rates.sent_per_s < planned * MIN_RATE_SHARE {
+            limits.push(format!(
+                "sent {:.1} req/s of the {planned} asked",
+                metrics.rates.sent_per_s
+            ));
+        }
+    }
+    if let Some(client) = metrics.client.filter(|c| c.seconds > 0) {
+        if client.saturated_seconds as f64 / client.seconds as f64 >= SATURATED_SHARE_LIMIT {
+            limits.push(format!(
+                "client CPU saturated {} of {} s",
+                client.saturated_seconds, client.seconds
+            ));
+        }
+    }
+    let failed = metrics.requests.failed + metrics.requests.cancelled;
+    if failed > 0 {
+        limits.push(format!("{failed} request(s) failed against the simulator"));
+    }
+    if metrics.requests.ok == 0 {
+        limits.push("no request completed".into());
+    }
+    TrialResult {
+        phases,
+        load: metrics.load.clone(),
+        planned_per_s: metrics.rates.planned_per_s,
+        sent_per_s: metrics.rates.sent_per_s,
+        schedule_lag_p99_ms: lag,
+        ttft_error_p99_ms: ttft,
+        itl_error_p99_ms: itl,
+        client_utilization: metrics.client.map(|c| c.utilization),
+        client_cores: metrics.client.map(|c| c.cores),
+        failed,
+        limits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fidelity::ErrorSummary;
+    use crate::metrics::Summary;
+    use crate::plan::parse_plan;
+
+    const PLAN: &str = r#"
+plan "p" { seed 9 }
+target "http://127.0.0.1:9/v1" { model "m" }
+workload { input { bucket 128 weight=3; bucket 512 weight=1 }; output 64 }
+phase "warmup" { concurrency 4; duration "10s"; record #false }
+phase "ramp" { rate from=5 to=50; duration "60s" }
+phase "steady" { rate 50; duration "2m" }
+phase "burst" { at-once 64 }
+"#;
+
+    fn server() -> TrialServer {
+        TrialServer {
+            ttft: Duration::from_millis(20),
+            itl: Duration::from_millis(5),
+        }
+    }
+
+    #[test]
+    fn one_trial_per_distinct_peak_load_against_the_simulator() {
+        let plan = parse_plan("p.kdl", PLAN.to_string()).unwrap();
+        let trials = trials(&plan, Duration::from_secs(5), server());
+        let names: Vec<_> = trials.iter().map(|t| t.phases.join("+")).collect();
+        assert_eq!(names, ["warmup", "ramp+steady", "burst"]);
+        let steady = &trials[1].plan;
+        assert_eq!(steady.target.endpoint, Endpoint::Simulator);
+        assert_eq!(steady.sim.ttft, Duration::from_millis(20));
+        assert!(steady.sim.engine.is_none());
+        assert_eq!(steady.workload.buckets, plan.workload.buckets);
+        assert_eq!(steady.phases.len(), 2);
+        assert!(!steady.phases[0].record);
+        assert_eq!(steady.phases[0].load, steady.phases[1].load);
+        assert_eq!(steady.phases[1].duration, Some(Duration::from_secs(5)));
+        assert!(steady.phases[1].record, "a warmup's trial is recorded too");
+        assert!(matches!(
+            steady.phases[1].load,
+            Load::Rate { rate: RateShape::Constant(r), .. } if r == 50.0
+        ));
+        assert_eq!(trials[2].plan.phases[1].duration, None);
+        let closed = &trials[0].plan.phases[0];
+        assert_eq!((closed.duration, closed.max_requests), (None, Some(8)));
+        assert!(trials.iter().all(|t| t.plan.sla.is_empty()));
+    }
+
+    #[test]
+    fn a_trial_is_judged_on_lag_errors_rate_cpu_and_failures() {
+        let mut metrics = PhaseMetrics {
+            load: "rate 50/s poisson".into(),
+            ..PhaseMetrics::default()
+        };
+        metrics.requests.ok = 250;
+        metrics.rates.planned_per_s = Some(50.0);
+        metrics.rates.sent_per_s = 49.8;
+        metrics.metrics.schedule_lag_ms = Summary {
+            p99: Some(0.4),
+            ..Summary::default()
+        };
+        let mut errors = TimingErrors {
+            ttft: ErrorSummary {
+                count: 250,
+                p99_ms: 0.3,
+                ..ErrorSummary::default()
+            },
+            ..TimingErrors::default()
+        };
+        let good = judge(vec!["steady".into()], &metrics, true, &errors);
+        assert!(good.faithful(), "{:?}", good.limits);
+
+        metrics.metrics.schedule_lag_ms.p99 = Some(3.0);
+        metrics.rates.sent_per_s = 40.0;
+        metrics.requests.failed = 2;
+        errors.itl = ErrorSummary {
+            count: 100,
+            p99_ms: 0.9,
+            ..ErrorSummary::default()
+        };
+        let bad = judge(vec!["steady".into()], &metrics, true, &errors);
+        assert_eq!(bad.limits.len(), 4, "{:?}", bad.limits);
+        assert!(bad.limits[0].starts_with("schedule lag p99 3.00 ms"));
+        // A closed loop has no schedule to lag behind.
+        let closed = judge(vec!["c".into()], &metrics, false, &errors);
+        assert!(closed.schedule_lag_p99_ms.is_none());
+    }
+}
