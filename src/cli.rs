@@ -702,8 +702,11 @@ async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWr
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: host_name(),
     };
+    let url = format!("{base}{}", plan.target.api.path());
+    let url = reqwest::Url::parse(&url)
+        .map_err(|e| format!("{} is not a URL: {e}", redact_url(&url)))?;
     let template = RequestTemplate {
-        url: format!("{base}{}", plan.target.api.path()),
+        url,
         api: plan.target.api,
         model: plan.target.model.clone(),
         stream: plan.target.stream,

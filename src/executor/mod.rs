@@ -12,7 +12,7 @@
 
 mod progress;
 pub mod record;
-mod recorder;
+pub mod recorder;
 pub mod request;
 pub mod resources;
 pub mod sse;
@@ -296,7 +296,9 @@ fn spawn_body_builder(
     let schedule = schedule.clone();
     tokio::task::spawn_blocking(move || {
         let mut primed = Some(primed_tx);
-        let prime_after = limit.map_or(64, |n| n.min(64) as usize);
+        // The phase starts with the channel full, so that building bodies does not burst at its
+        // start (competing with sending and reading for the cores) but keeps pace with the sends.
+        let prime_after = limit.map_or(BODIES_AHEAD, |n| (n as usize).min(BODIES_AHEAD));
         let mut built = 0usize;
         let mut seq = 0u64;
         loop {

@@ -87,6 +87,10 @@ impl Recorder {
     }
 }
 
+/// When the server reports usage, one request in this many also has its completion counted by
+/// the plan's tokenizer (`completion_tokens_tokenizer`).
+pub const CROSS_CHECK_EVERY: u64 = 16;
+
 /// Counts tokens and builds the record of one finished request.
 pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let Finished {
@@ -98,15 +102,22 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     } = finished;
     let chunk_count = exchange.chunk_times.len();
     let usage_completion = exchange.usage.and_then(|u| u.completion);
-    let tokenizer_completion =
-        (!exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
+    let usage_per_chunk = chunk_count > 0 && exchange.chunk_usage_tokens.iter().all(|&t| t > 0);
+    // Tokenizing every completion is the client's largest cost per token. It is needed when the
+    // server gives no usage, or when its usage cannot be spread over the chunks; otherwise one
+    // request in CROSS_CHECK_EVERY is counted, to compare the plan's tokenizer with the server's.
+    let needs_count = usage_completion.is_none()
+        || (!usage_per_chunk && usage_completion != Some(chunk_count as u64))
+        || request.seq % CROSS_CHECK_EVERY == 0;
+    let tokenizer_completion = (needs_count && !exchange.text.is_empty())
+        .then(|| tokenizer.count(&exchange.text) as u64);
 
     // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
     // usage total equals the number of chunks (each chunk holds at least one token, so they must
     // hold exactly one); else by tokenizing each chunk's text.
     let (chunk_tokens, chunk_source): (Vec<u32>, Option<TokenSource>) = if chunk_count == 0 {
         (Vec::new(), None)
-    } else if exchange.chunk_usage_tokens.iter().all(|&t| t > 0) {
+    } else if usage_per_chunk {
         (
             exchange.chunk_usage_tokens.clone(),
             Some(TokenSource::Usage),
@@ -243,9 +254,26 @@ mod tests {
             done: true,
             ..Exchange::default()
         };
-        let record = finalize(finished(exchange), &tokenizer);
+        let mut request = finished(exchange);
+        let exchange = Exchange {
+            chunk_times: request.exchange.chunk_times.clone(),
+            chunk_usage_tokens: request.exchange.chunk_usage_tokens.clone(),
+            text: request.exchange.text.clone(),
+            chunk_ends: request.exchange.chunk_ends.clone(),
+            usage: request.exchange.usage,
+            ..Exchange::default()
+        };
+        let record = finalize(request, &tokenizer);
         assert_eq!(record.chunk_tokens, Some(TokenSource::OnePerChunk));
         assert!(record.chunks.iter().all(|c| c.1 == 1));
+        // Request 0 is one of the one-in-16 whose completion the tokenizer also counts...
+        assert_eq!(record.completion_tokens_tokenizer, Some(1));
+        // ...request 1 is not: the usage says it all.
+        request = finished(exchange);
+        request.request.seq = 1;
+        let record = finalize(request, &tokenizer);
+        assert_eq!(record.completion_tokens, Some(3));
+        assert_eq!(record.completion_tokens_tokenizer, None);
     }
 
     #[test]

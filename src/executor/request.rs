@@ -21,7 +21,8 @@ use crate::plan::Api;
 /// Everything about requests that does not change from one to the next.
 #[derive(Clone)]
 pub struct RequestTemplate {
-    pub url: String,
+    /// Parsed once: every request would otherwise parse it again.
+    pub url: reqwest::Url,
     pub api: Api,
     pub model: String,
     pub stream: bool,
@@ -253,8 +254,10 @@ impl Exchange {
         }
     }
 
-    /// Handles one streamed event that arrived `at_us` after the send.
-    fn on_event(
+    /// Handles one streamed event (the data of an SSE event, or a whole non-streamed body)
+    /// that arrived `at_us` after the send. `last_usage_completion` carries the previous
+    /// chunk's usage total between calls.
+    pub fn on_event(
         &mut self,
         data: &str,
         name: Option<&str>,
@@ -322,6 +325,9 @@ impl Exchange {
     }
 }
 
+const X_REQUEST_ID: reqwest::header::HeaderName =
+    reqwest::header::HeaderName::from_static("x-request-id");
+
 /// The `x-request-id` header of a request: unique within a run, so that the request can be
 /// found in the server's logs (vLLM and others take it as their request id) and matched with
 /// the simulator's write times.
@@ -344,9 +350,9 @@ pub async fn exchange(
 ) {
     let response = loop {
         let mut request = client
-            .post(&template.url)
+            .post(template.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("x-request-id", request_id.clone())
+            .header(X_REQUEST_ID, request_id.clone())
             .body(body.clone());
         if let Some(auth) = &template.auth {
             request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
@@ -508,7 +514,7 @@ mod tests {
 
     fn template(api: Api, ignore_eos: bool) -> RequestTemplate {
         RequestTemplate {
-            url: "http://127.0.0.1:1/v1/chat/completions".into(),
+            url: "http://127.0.0.1:1/v1/chat/completions".parse().unwrap(),
             api,
             model: "m".into(),
             stream: true,

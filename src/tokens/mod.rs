@@ -17,6 +17,8 @@ pub struct Tokenizer {
     /// Words (with a leading space) that are one token each under this tokenizer; prompts and the
     /// simulator's output are built from them so that lengths come out exact.
     single_token_words: Vec<String>,
+    /// A run of these words is exactly one token per word, without counting (see `prompt`).
+    words_never_merge: bool,
 }
 
 enum Backend {
@@ -87,6 +89,7 @@ impl Tokenizer {
             name,
             backend,
             single_token_words: Vec::new(),
+            words_never_merge: false,
         };
         let mut words: Vec<String> = Vec::new();
         for word in WORDS.split_whitespace() {
@@ -100,6 +103,14 @@ impl Tokenizer {
             // and let the length correction in `prompt` do the rest.
             words = ('a'..='z').map(|c| format!(" {c}")).collect();
         }
+        // tiktoken splits text into pieces with its pre-tokenizer pattern before any BPE merge,
+        // and under every built-in encoding a space followed by lowercase ASCII letters is one
+        // piece. So a run of single-token " word"s never merges: it is one token per word.
+        tokenizer.words_never_merge = matches!(tokenizer.backend, Backend::Tiktoken(_))
+            && words.iter().all(|w| {
+                w.strip_prefix(' ')
+                    .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase()))
+            });
         tokenizer.single_token_words = words;
         tokenizer
     }
@@ -136,6 +147,11 @@ impl Tokenizer {
         let mut picked: Vec<usize> = (0..target)
             .map(|_| rng.random_range(0..words.len()))
             .collect();
+        if self.words_never_merge {
+            // Exact by construction: no need to count (building prompts is the client's largest
+            // cost per request, and counting is most of it).
+            return picked.iter().map(|&i| words[i].as_str()).collect();
+        }
         let mut best: Option<(usize, String)> = None;
         // Words are one token alone and almost always one token in a sequence; the loop corrects
         // the rare merges and split first words of some tokenizers.
@@ -174,6 +190,20 @@ mod tests {
             for (tokens, seed) in [(1, 1), (7, 2), (128, 3), (512, 4), (2048, 5)] {
                 let prompt = tokenizer.prompt(tokens, seed);
                 assert_eq!(tokenizer.count(&prompt), tokens as usize, "{name} {tokens}");
+            }
+        }
+    }
+
+    #[test]
+    fn tiktoken_prompts_are_exact_without_counting() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for name in ["cl100k_base", "o200k_base"] {
+            let tokenizer = Tokenizer::builtin(name).unwrap();
+            assert!(tokenizer.words_never_merge, "{name}");
+            for seed in 0..200 {
+                let tokens = rng.random_range(1..1500);
+                let prompt = tokenizer.prompt(tokens, seed);
+                assert_eq!(tokenizer.count(&prompt), tokens as usize, "{name} seed {seed}");
             }
         }
     }

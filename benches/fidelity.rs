@@ -1,0 +1,934 @@
+//! Measure the measurer: llmload's timing error, schedule fidelity, cost, memory, ceiling and
+//! long-context behaviour, each beside a bare baseline client, against `llmload sim` running as
+//! its own process on this machine.
+//!
+//! `cargo bench --bench fidelity` runs every scenario (about ten minutes on 2 cores);
+//! `cargo bench --bench fidelity -- timing schedule` runs some. `LLMLOAD_BENCH_SECONDS` sets the
+//! measured seconds per run (default 10). Results print as Markdown tables and are written to
+//! target/tmp/fidelity/results.md; docs/performance.md holds a copy with the machine's
+//! description.
+//!
+//! The truth is the simulator's record of when it wrote each token (`--record-writes`); see
+//! `llmload::fidelity`. The baseline client is this same executable run as a child process with
+//! `LLMLOAD_BENCH_ROLE=baseline`: a bare hyper HTTP/1.1 client, one connection per stream, that
+//! sends the very requests llmload sends (the same plan, compiled by llmload's planner), reads
+//! each body frame, timestamps it and counts its token chunks with a byte search: no SSE or JSON
+//! parsing, no recording beyond the timestamps, no report. It is the practical limit a client
+//! can reach on this machine, and llmload is judged against it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use llmload::executor::record::RunLog;
+use llmload::fidelity::{timing_errors, ErrorSummary, MeasuredStream, TimingErrors};
+use llmload::sim::writes::RequestWrites;
+use serde::{Deserialize, Serialize};
+
+const LLMLOAD: &str = env!("CARGO_BIN_EXE_llmload");
+
+fn main() {
+    if std::env::var("LLMLOAD_BENCH_ROLE").as_deref() == Ok("baseline") {
+        baseline::main();
+        return;
+    }
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let seconds: u64 = std::env::var("LLMLOAD_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fidelity");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a results directory");
+    let mut bench = Bench {
+        dir: dir.clone(),
+        seconds,
+        out: String::new(),
+        runs: 0,
+    };
+    bench.say(&format!("# llmload fidelity benchmark\n\n{}\n", machine()));
+    let all = [
+        "timing", "schedule", "cost", "memory", "ceiling", "long",
+    ];
+    for scenario in all {
+        if !wanted.is_empty() && !wanted.iter().any(|w| scenario.contains(w.as_str())) {
+            continue;
+        }
+        match scenario {
+            "timing" => bench.timing(),
+            "schedule" => bench.schedule(),
+            "cost" => bench.cost(),
+            "memory" => bench.memory(),
+            "ceiling" => bench.ceiling(),
+            "long" => bench.long_context(),
+            _ => {}
+        }
+    }
+    std::fs::write(dir.join("results.md"), &bench.out).expect("results.md");
+    println!("\nwritten to {}", dir.join("results.md").display());
+}
+
+/// What this machine is.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or("?".into(), |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "Machine: {cpu}, {cores} cores, {memory} RAM, Linux {kernel}. Client, baseline and simulator \
+         on this one machine, over loopback."
+    )
+}
+
+struct Bench {
+    dir: PathBuf,
+    seconds: u64,
+    out: String,
+    runs: usize,
+}
+
+/// What one client run measured.
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    errors: TimingErrors,
+    lag: Option<ErrorSummary>,
+    /// Coefficient of variation of the arrival gaps the server saw.
+    arrival_cv: Option<f64>,
+    requests: u64,
+    failed: u64,
+    tokens: u64,
+    seconds: f64,
+    cpu_s: f64,
+    peak_rss_mb: f64,
+    record_bytes_per_request: Option<f64>,
+}
+
+/// The baseline's report of itself, one JSON line on stdout.
+#[derive(Debug, Serialize, Deserialize)]
+struct BaselineReport {
+    requests: u64,
+    failed: u64,
+    tokens: u64,
+    seconds: f64,
+    cpu_s: f64,
+    peak_rss_bytes: u64,
+    /// Actual − intended send time of each measured open-loop request, ms.
+    lags_ms: Vec<f64>,
+}
+
+/// One baseline stream, as written to its streams file.
+#[derive(Debug, Serialize, Deserialize)]
+struct BaselineStream {
+    request_id: String,
+    arrivals_us: Vec<u64>,
+}
+
+/// Settings of one run: the simulator's delays and the plan both clients run.
+struct Setup {
+    ttft: &'static str,
+    itl: &'static str,
+    plan: String,
+    /// Runtime worker threads of the client (both clients), and of the simulator.
+    client_threads: Option<usize>,
+}
+
+/// A plan: an unrecorded warmup of the same load, then the measured phase.
+fn plan(input: u32, output: u32, load: &str, warmup_end: &str, measured_end: &str) -> String {
+    format!(
+        "plan \"bench\" {{ seed 11 }}\ntarget \"sim\" {{ api \"completions\"; timeout \"300s\" }}\n\
+         workload {{ input {input}; output {output} ignore-eos=#true }}\n\
+         phase \"warmup\" {{ {load}; {warmup_end}; record #false }}\n\
+         phase \"measure\" {{ {load}; {measured_end} }}\n"
+    )
+}
+
+fn closed_plan(input: u32, output: u32, streams: u32, seconds: u64) -> String {
+    plan(
+        input,
+        output,
+        &format!("concurrency {streams}"),
+        &format!("requests {}", streams * 2),
+        &format!("duration \"{seconds}s\""),
+    )
+}
+
+fn open_plan(output: u32, rate: u32, seconds: u64) -> String {
+    plan(
+        16,
+        output,
+        &format!("rate {rate}"),
+        "duration \"2s\"",
+        &format!("duration \"{seconds}s\""),
+    )
+}
+
+/// `llmload sim` with write recording, as its own process.
+struct Sim {
+    child: Child,
+    url: String,
+}
+
+impl Sim {
+    fn start(ttft: &str, itl: &str) -> Sim {
+        let mut child = Command::new(LLMLOAD)
+            .args(["sim", "--port", "0", "--record-writes", "--ttft", ttft, "--itl", itl])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("llmload sim");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the simulator's first line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .expect("a URL")
+            .to_string();
+        Sim { child, url }
+    }
+
+    fn writes(&self) -> Vec<RequestWrites> {
+        let authority = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1");
+        let mut stream = std::net::TcpStream::connect(authority).expect("the simulator");
+        write!(
+            stream,
+            "GET /llmload/writes HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("a request");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("the writes");
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        body.lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Coefficient of variation of the gaps between the server's arrival times of requests whose
+/// id starts with `prefix`.
+fn arrival_cv(writes: &[RequestWrites], prefix: &str) -> Option<f64> {
+    let mut arrivals: Vec<u64> = writes
+        .iter()
+        .filter(|w| w.request_id.as_deref().is_some_and(|id| id.starts_with(prefix)))
+        .map(|w| w.received_ns)
+        .collect();
+    arrivals.sort_unstable();
+    let gaps: Vec<f64> = arrivals.windows(2).map(|p| (p[1] - p[0]) as f64).collect();
+    if gaps.len() < 10 {
+        return None;
+    }
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let variance = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    Some(variance.sqrt() / mean)
+}
+
+impl Bench {
+    fn say(&mut self, text: &str) {
+        println!("{text}");
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn run_dir(&mut self, name: &str) -> PathBuf {
+        self.runs += 1;
+        let dir = self.dir.join(format!("{:02}-{name}", self.runs));
+        std::fs::create_dir_all(&dir).expect("a run directory");
+        dir
+    }
+
+    /// Runs llmload on `setup` against a fresh simulator.
+    fn llmload(&mut self, name: &str, setup: &Setup) -> Outcome {
+        let dir = self.run_dir(&format!("llmload-{name}"));
+        let plan_path = dir.join("plan.kdl");
+        std::fs::write(&plan_path, &setup.plan).expect("plan.kdl");
+        let sim = Sim::start(setup.ttft, setup.itl);
+        let mut command = Command::new(LLMLOAD);
+        command
+            .arg("run")
+            .arg(&plan_path)
+            .args(["--target", &sim.url, "--quiet", "--out"])
+            .arg(dir.join("out"));
+        if let Some(threads) = setup.client_threads {
+            command.args(["--threads", &threads.to_string()]);
+        }
+        let status = command
+            .stdout(Stdio::null())
+            .status()
+            .expect("llmload run");
+        assert!(
+            matches!(status.code(), Some(0 | 1)),
+            "llmload run failed: {status}"
+        );
+        let writes = sim.writes();
+        drop(sim);
+        let out = dir.join("out");
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+        )
+        .expect("JSON");
+        let log = RunLog::read(&out.join("records.jsonl")).expect("records");
+        let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
+        let streams = log
+            .records
+            .iter()
+            .filter(|r| Some(r.phase) == measured_phase)
+            .filter_map(MeasuredStream::of_record);
+        let errors = timing_errors(streams, &writes);
+        let phase = &summary["phases"][1];
+        let mut lags: Vec<f64> = log
+            .records
+            .iter()
+            .filter(|r| Some(r.phase) == measured_phase)
+            .map(|r| r.actual_send_us.saturating_sub(r.intended_send_us) as f64 / 1000.0)
+            .collect();
+        let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
+        let measured_requests = log
+            .records
+            .iter()
+            .filter(|r| Some(r.phase) == measured_phase)
+            .count();
+        let records_bytes = std::fs::metadata(out.join("records.jsonl"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        Outcome {
+            errors,
+            lag: open_loop.then(|| ErrorSummary::of(&mut lags)),
+            arrival_cv: arrival_cv(&writes, &format!("llmload-{}-", measured_phase.unwrap_or(1))),
+            requests: phase["requests"]["ok"].as_u64().unwrap_or(0),
+            failed: phase["requests"]["failed"].as_u64().unwrap_or(0),
+            tokens: (phase["throughput"]["output_tokens_per_s"].as_f64().unwrap_or(0.0)
+                * phase["wall_s"].as_f64().unwrap_or(0.0))
+            .round() as u64,
+            seconds: phase["wall_s"].as_f64().unwrap_or(0.0),
+            cpu_s: phase["client"]["cpu_s"].as_f64().unwrap_or(f64::NAN),
+            peak_rss_mb: summary["context"]["client_peak_rss_mb"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            record_bytes_per_request: (log.records.len() > 0)
+                .then(|| records_bytes as f64 / log.records.len() as f64)
+                .filter(|_| measured_requests > 0),
+        }
+    }
+
+    /// Runs the baseline client on `setup` against a fresh simulator.
+    fn baseline(&mut self, name: &str, setup: &Setup) -> Outcome {
+        let dir = self.run_dir(&format!("baseline-{name}"));
+        let plan_path = dir.join("plan.kdl");
+        std::fs::write(&plan_path, &setup.plan).expect("plan.kdl");
+        let streams_path = dir.join("streams.jsonl");
+        let sim = Sim::start(setup.ttft, setup.itl);
+        let mut command = Command::new(std::env::current_exe().expect("this benchmark"));
+        command
+            .env("LLMLOAD_BENCH_ROLE", "baseline")
+            .env("BASELINE_URL", &sim.url)
+            .env("BASELINE_PLAN", &plan_path)
+            .env("BASELINE_STREAMS", &streams_path);
+        if let Some(threads) = setup.client_threads {
+            command.env("BASELINE_THREADS", threads.to_string());
+        }
+        let output = command
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("the baseline client");
+        assert!(output.status.success(), "the baseline client failed");
+        let report: BaselineReport = serde_json::from_slice(&output.stdout).expect("its report");
+        let writes = sim.writes();
+        drop(sim);
+        let streams: Vec<MeasuredStream> = std::fs::read_to_string(&streams_path)
+            .expect("streams")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<BaselineStream>(l).ok())
+            .map(|s| MeasuredStream {
+                request_id: s.request_id,
+                arrivals_us: s.arrivals_us,
+            })
+            .collect();
+        let errors = timing_errors(streams, &writes);
+        let mut lags = report.lags_ms.clone();
+        Outcome {
+            errors,
+            lag: (!lags.is_empty()).then(|| ErrorSummary::of(&mut lags)),
+            arrival_cv: arrival_cv(&writes, "baseline-1-"),
+            requests: report.requests,
+            failed: report.failed,
+            tokens: report.tokens,
+            seconds: report.seconds,
+            cpu_s: report.cpu_s,
+            peak_rss_mb: report.peak_rss_bytes as f64 / 1024.0 / 1024.0,
+            record_bytes_per_request: None,
+        }
+    }
+
+    fn timing(&mut self) {
+        self.say("## Timing fidelity\n");
+        self.say(&format!(
+            "Closed loop, N streams, 128-token prompts, 64 output tokens, simulator TTFT 20 ms and ITL 10 ms, \
+             {} s measured after a warmup of 2 requests per stream. Error = measured − true, in ms \
+             (truth: the simulator's write times).\n",
+            self.seconds
+        ));
+        self.say("| streams | client | requests | TTFT err p50 | TTFT err p99 | TTFT err max | ITL err p50 | ITL err p99 | ITL err max | client CPU-s | verdict |");
+        self.say("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for streams in [1u32, 64, 256, 1024] {
+            let setup = Setup {
+                ttft: "20ms",
+                itl: "10ms",
+                plan: closed_plan(128, 64, streams, self.seconds),
+                client_threads: None,
+            };
+            let ours = self.llmload(&format!("timing-{streams}"), &setup);
+            let base = self.baseline(&format!("timing-{streams}"), &setup);
+            let ttft_limit = (1.5 * base.errors.ttft.p99_ms).max(1.0);
+            let itl_limit = (1.5 * base.errors.itl.p99_ms).max(0.5);
+            let verdict = if ours.errors.ttft.p99_ms <= ttft_limit
+                && ours.errors.itl.p99_ms <= itl_limit
+                && ours.errors.ttft.p50_ms <= 0.5
+            {
+                "meets target".to_string()
+            } else {
+                format!(
+                    "misses (limits: TTFT p99 {ttft_limit:.2}, ITL p99 {itl_limit:.2}, TTFT p50 0.5)"
+                )
+            };
+            for (client, outcome, verdict) in [("llmload", &ours, verdict.as_str()), ("baseline", &base, "")] {
+                let e = &outcome.errors;
+                self.say(&format!(
+                    "| {streams} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {verdict} |",
+                    e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.ttft.max_ms, e.itl.p50_ms, e.itl.p99_ms,
+                    e.itl.max_ms, outcome.cpu_s
+                ));
+            }
+        }
+        self.say("");
+    }
+
+    fn schedule(&mut self) {
+        self.say("## Schedule fidelity\n");
+        self.say(&format!(
+            "Open loop, Poisson arrivals, 16-token prompts, 4 output tokens, simulator TTFT and ITL 1 ms, \
+             {} s measured after 2 s of warmup. Lag = actual − intended send time, ms. CV = coefficient of \
+             variation of the inter-arrival gaps the simulator saw (Poisson: 1).\n",
+            self.seconds
+        ));
+        self.say("| rate/s | client | sent | lag p50 | lag p99 | lag max | arrival CV | client CPU-s | verdict |");
+        self.say("|---:|---|---:|---:|---:|---:|---:|---:|---|");
+        for rate in [100u32, 1000, 5000] {
+            let setup = Setup {
+                ttft: "1ms",
+                itl: "1ms",
+                plan: open_plan(4, rate, self.seconds),
+                client_threads: None,
+            };
+            let ours = self.llmload(&format!("schedule-{rate}"), &setup);
+            let base = self.baseline(&format!("schedule-{rate}"), &setup);
+            let lag = ours.lag.unwrap_or_default();
+            let cv = ours.arrival_cv.unwrap_or(f64::NAN);
+            let verdict = if lag.p99_ms <= 1.0 && (0.95..=1.05).contains(&cv) {
+                "meets target"
+            } else {
+                "misses (lag p99 ≤ 1 ms, CV 0.95–1.05)"
+            };
+            for (client, outcome, verdict) in [("llmload", &ours, verdict), ("baseline", &base, "")] {
+                let lag = outcome.lag.unwrap_or_default();
+                self.say(&format!(
+                    "| {rate} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {verdict} |",
+                    lag.count,
+                    lag.p50_ms,
+                    lag.p99_ms,
+                    lag.max_ms,
+                    outcome.arrival_cv.unwrap_or(f64::NAN),
+                    outcome.cpu_s
+                ));
+            }
+        }
+        self.say("");
+    }
+
+    fn cost(&mut self) {
+        self.say("## Cost\n");
+        self.say(&format!(
+            "Streamed tokens: zero-delay simulator, closed loop 64 streams × 512 output tokens (one token per \
+             chunk), {} s. Requests: open loop 1,000 req/s of 4-token responses. CPU is the client process's \
+             user + system time over the measured phase.\n",
+            self.seconds
+        ));
+        self.say("| workload | client | requests | output tokens | tokens/s | CPU-s | tokens per CPU-s | CPU-s per 1M tokens | CPU-s per 1k requests | records bytes/request |");
+        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let tokens_setup = Setup {
+            ttft: "0ms",
+            itl: "0ms",
+            plan: closed_plan(128, 512, 64, self.seconds),
+            client_threads: None,
+        };
+        let requests_setup = Setup {
+            ttft: "1ms",
+            itl: "1ms",
+            plan: open_plan(4, 1000, self.seconds),
+            client_threads: None,
+        };
+        for (workload, setup) in [("64 × 512 tokens, zero delay", tokens_setup), ("1,000 req/s × 4 tokens", requests_setup)] {
+            let ours = self.llmload("cost", &setup);
+            let base = self.baseline("cost", &setup);
+            for (client, o) in [("llmload", &ours), ("baseline", &base)] {
+                let tokens_per_s = o.tokens as f64 / o.seconds.max(1e-9);
+                self.say(&format!(
+                    "| {workload} | {client} | {} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.3} | {} |",
+                    o.requests,
+                    o.tokens,
+                    tokens_per_s,
+                    o.cpu_s,
+                    o.tokens as f64 / o.cpu_s,
+                    o.cpu_s / (o.tokens as f64 / 1e6),
+                    o.cpu_s / (o.requests as f64 / 1e3),
+                    o.record_bytes_per_request.map_or("-".into(), |b| format!("{b:.0}")),
+                ));
+            }
+        }
+        self.say("");
+    }
+
+    fn memory(&mut self) {
+        self.say("## Memory\n");
+        self.say(
+            "Peak resident memory of the client process over the whole run (getrusage), with N streams open \
+             at once. 256 and 1,024 streams: 64 tokens at ITL 10 ms; 10,000 streams: 16 tokens at TTFT and \
+             ITL 500 ms (so that 10,000 stay open without the simulator, on the same 2 cores, falling behind).\n",
+        );
+        self.say("| streams | client | requests | failed | peak RSS MB | verdict |");
+        self.say("|---:|---|---:|---:|---:|---|");
+        for (streams, ttft, itl, output) in [
+            (256u32, "20ms", "10ms", 64u32),
+            (1024, "20ms", "10ms", 64),
+            (10_000, "500ms", "500ms", 16),
+        ] {
+            let setup = Setup {
+                ttft,
+                itl,
+                plan: closed_plan(128, output, streams, self.seconds.max(10)),
+                client_threads: None,
+            };
+            let ours = self.llmload(&format!("memory-{streams}"), &setup);
+            let base = self.baseline(&format!("memory-{streams}"), &setup);
+            let target = match streams {
+                256 => Some(50.0),
+                10_000 => Some(200.0),
+                _ => None,
+            };
+            let verdict = match target {
+                Some(t) if ours.peak_rss_mb <= t => format!("meets ≤ {t} MB"),
+                Some(t) => format!("misses ≤ {t} MB"),
+                None => String::new(),
+            };
+            for (client, o, v) in [("llmload", &ours, verdict.as_str()), ("baseline", &base, "")] {
+                self.say(&format!(
+                    "| {streams} | {client} | {} | {} | {:.0} | {v} |",
+                    o.requests, o.failed, o.peak_rss_mb
+                ));
+            }
+        }
+        self.say("");
+    }
+
+    fn ceiling(&mut self) {
+        self.say("## Ceiling of one client core\n");
+        self.say(&format!(
+            "Both clients limited to one runtime worker thread (`--threads 1`); the simulator has the other \
+             core. Chunk rate: 64 streams × 256 tokens at shrinking ITL. Request rate: open loop, 4-token \
+             responses at growing rates. {} s per step. Fidelity targets: ITL error p99 ≤ max(0.5 ms, 1.5× \
+             baseline), schedule lag p99 ≤ 1 ms with ≥ 95% of the rate sent.\n",
+            self.seconds
+        ));
+        self.say("| step | client | chunks/s or sent/s | ITL err p99 | lag p99 | client CPU % of 1 core | within targets |");
+        self.say("|---|---|---:|---:|---:|---:|---|");
+        for itl in ["4ms", "2ms", "1ms", "500us"] {
+            let setup = Setup {
+                ttft: "5ms",
+                itl,
+                plan: closed_plan(128, 256, 64, self.seconds),
+                client_threads: Some(1),
+            };
+            let ours = self.llmload(&format!("ceiling-itl-{itl}"), &setup);
+            let base = self.baseline(&format!("ceiling-itl-{itl}"), &setup);
+            let limit = (1.5 * base.errors.itl.p99_ms).max(0.5);
+            for (client, o) in [("llmload", &ours), ("baseline", &base)] {
+                let ok = o.errors.itl.p99_ms <= limit;
+                self.say(&format!(
+                    "| 64 streams, ITL {itl} | {client} | {:.0} | {:.3} | - | {:.0} | {} |",
+                    o.tokens as f64 / o.seconds.max(1e-9),
+                    o.errors.itl.p99_ms,
+                    100.0 * o.cpu_s / o.seconds.max(1e-9),
+                    if client == "llmload" { if ok { "yes" } else { "no" } } else { "" }
+                ));
+            }
+        }
+        for rate in [1000u32, 2000, 4000, 8000] {
+            let setup = Setup {
+                ttft: "1ms",
+                itl: "1ms",
+                plan: open_plan(4, rate, self.seconds),
+                client_threads: Some(1),
+            };
+            let ours = self.llmload(&format!("ceiling-rate-{rate}"), &setup);
+            let lag = ours.lag.unwrap_or_default();
+            let sent_per_s = lag.count as f64 / self.seconds as f64;
+            let ok = lag.p99_ms <= 1.0 && sent_per_s >= 0.95 * rate as f64;
+            self.say(&format!(
+                "| rate {rate}/s | llmload | {sent_per_s:.0} | - | {:.3} | {:.0} | {} |",
+                lag.p99_ms,
+                100.0 * ours.cpu_s / ours.seconds.max(1e-9),
+                if ok { "yes" } else { "no" }
+            ));
+        }
+        self.say("");
+    }
+
+    fn long_context(&mut self) {
+        self.say("## Long context\n");
+        self.say(&format!(
+            "Closed loop, 16 streams, simulator TTFT 20 ms and ITL 10 ms, {} s: 32,768-token prompts with \
+             1,024-token outputs beside 128-token prompts with 64-token outputs. Long prompts must not slow \
+             the client or distort its timings.\n",
+            self.seconds.max(15)
+        ));
+        self.say("| prompt / output | client | requests | TTFT err p50 | TTFT err p99 | ITL err p50 | ITL err p99 | ITL err max | client CPU-s |");
+        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (input, output) in [(128u32, 64u32), (32_768, 1024)] {
+            let setup = Setup {
+                ttft: "20ms",
+                itl: "10ms",
+                plan: closed_plan(input, output, 16, self.seconds.max(15)),
+                client_threads: None,
+            };
+            let ours = self.llmload(&format!("long-{input}"), &setup);
+            let base = self.baseline(&format!("long-{input}"), &setup);
+            for (client, o) in [("llmload", &ours), ("baseline", &base)] {
+                let e = &o.errors;
+                self.say(&format!(
+                    "| {input} / {output} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
+                    e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.itl.p50_ms, e.itl.p99_ms, e.itl.max_ms, o.cpu_s
+                ));
+            }
+        }
+        self.say("");
+    }
+}
+
+/// The bare baseline client.
+mod baseline {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::client::conn::http1::SendRequest;
+    use hyper_util::rt::TokioIo;
+    use llmload::executor::RequestTemplate;
+    use llmload::plan::{Api, Load};
+    use llmload::tokens::Tokenizer;
+    use tokio::net::TcpStream;
+
+    use super::{BaselineReport, BaselineStream};
+
+    type Connection = SendRequest<Full<Bytes>>;
+
+    struct Shared {
+        authority: String,
+        path: String,
+        streams: Mutex<Vec<BaselineStream>>,
+        lags_ms: Mutex<Vec<f64>>,
+        tokens: std::sync::atomic::AtomicU64,
+        failed: std::sync::atomic::AtomicU64,
+        requests: std::sync::atomic::AtomicU64,
+        idle: Mutex<Vec<Connection>>,
+    }
+
+    fn env(name: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
+    }
+
+    pub fn main() {
+        let url = env("BASELINE_URL");
+        let plan_path = env("BASELINE_PLAN");
+        let streams_path = env("BASELINE_STREAMS");
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if let Ok(threads) = std::env::var("BASELINE_THREADS") {
+            builder.worker_threads(threads.parse().expect("a thread count"));
+        }
+        let runtime = builder.enable_all().build().expect("a runtime");
+        let plan = llmload::plan::load(std::path::Path::new(&plan_path)).expect("the plan");
+        let schedule = llmload::planner::compile(&plan, plan.seed).expect("a schedule");
+        let tokenizer = Tokenizer::load(&plan.workload.tokenizer).expect("a tokenizer");
+        let template = RequestTemplate {
+            url: "http://127.0.0.1/v1/completions".parse().expect("a URL"),
+            api: Api::Completions,
+            model: plan.target.model.clone(),
+            stream: true,
+            continuous_usage: false,
+            ignore_eos: plan.workload.ignore_eos,
+            auth: None,
+            timeout: plan.target.timeout,
+        };
+        let authority = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1")
+            .to_string();
+        let shared = Arc::new(Shared {
+            authority,
+            path: "/v1/completions".into(),
+            streams: Mutex::new(Vec::new()),
+            lags_ms: Mutex::new(Vec::new()),
+            tokens: Default::default(),
+            failed: Default::default(),
+            requests: Default::default(),
+            idle: Mutex::new(Vec::new()),
+        });
+        let (cpu_before, _) = llmload::executor::resources::usage().unwrap_or_default();
+        let mut measured_seconds = 0.0;
+        for phase in &schedule.phases {
+            let measured = phase.record;
+            // Bodies first, as llmload builds them ahead of sending.
+            let count = if phase.open_ended {
+                None
+            } else {
+                Some(phase.requests.len() as u64)
+            };
+            let body = |seq: u64| {
+                let request = schedule.request(phase.index, seq);
+                let prompt = tokenizer.prompt(request.input_tokens, request.prompt_seed);
+                (request, template.body(&prompt, request.output_tokens))
+            };
+            let started = Instant::now();
+            let cpu_start = llmload::executor::resources::usage().unwrap_or_default().0;
+            match phase.load_model {
+                Load::Concurrency(n) => {
+                    let deadline = phase.duration.map(|d| started + d);
+                    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                    let bodies: Arc<Vec<Bytes>> = Arc::new(
+                        // Enough distinct bodies to cycle through, as few as a stream needs.
+                        (0..count.unwrap_or(n as u64 * 4).clamp(1, 4096))
+                            .map(|seq| body(seq).1)
+                            .collect(),
+                    );
+                    runtime.block_on(async {
+                        let mut tasks = Vec::new();
+                        for _ in 0..n {
+                            let (shared, next, bodies) = (shared.clone(), next.clone(), bodies.clone());
+                            let index = phase.index;
+                            tasks.push(tokio::spawn(async move {
+                                // Connections outlive phases, as llmload's pool keeps them.
+                                let mut connection: Option<Connection> =
+                                    shared.idle.lock().ok().and_then(|mut idle| idle.pop());
+                                loop {
+                                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                                        break;
+                                    }
+                                    let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    if count.is_some_and(|c| seq >= c) {
+                                        break;
+                                    }
+                                    let body = bodies[(seq as usize) % bodies.len()].clone();
+                                    connection = exchange(&shared, connection, index, seq, body, measured).await;
+                                }
+                                if let (Some(connection), Ok(mut idle)) = (connection, shared.idle.lock()) {
+                                    idle.push(connection);
+                                }
+                            }));
+                        }
+                        for task in tasks {
+                            let _ = task.await;
+                        }
+                    });
+                }
+                Load::Rate { .. } | Load::AtOnce(_) => {
+                    let handle = runtime.handle().clone();
+                    let index = phase.index;
+                    let mut seq = 0u64;
+                    let mut in_flight = Vec::new();
+                    let duration = phase.duration.unwrap_or(Duration::from_secs(3600));
+                    loop {
+                        if count.is_some_and(|c| seq >= c) {
+                            break;
+                        }
+                        let (request, body) = body(seq);
+                        let offset = Duration::from_micros(request.intended_offset_us.unwrap_or(0));
+                        if offset >= duration {
+                            break;
+                        }
+                        let intended = started + offset;
+                        // The practical best pacer: sleep to just before the deadline, then spin.
+                        let now = Instant::now();
+                        if intended > now + Duration::from_micros(200) {
+                            std::thread::sleep(intended - now - Duration::from_micros(200));
+                        }
+                        while Instant::now() < intended {
+                            std::hint::spin_loop();
+                        }
+                        let shared = shared.clone();
+                        in_flight.push(handle.spawn(async move {
+                            let lag_ms = Instant::now().saturating_duration_since(intended).as_secs_f64() * 1000.0;
+                            if measured {
+                                if let Ok(mut lags) = shared.lags_ms.lock() {
+                                    lags.push(lag_ms);
+                                }
+                            }
+                            let connection = shared.idle.lock().ok().and_then(|mut idle| idle.pop());
+                            if let Some(connection) = exchange(&shared, connection, index, seq, body, measured).await {
+                                if let Ok(mut idle) = shared.idle.lock() {
+                                    idle.push(connection);
+                                }
+                            }
+                        }));
+                        seq += 1;
+                    }
+                    runtime.block_on(async {
+                        for task in in_flight {
+                            let _ = task.await;
+                        }
+                    });
+                }
+            }
+            if measured {
+                measured_seconds = started.elapsed().as_secs_f64();
+                let cpu_end = llmload::executor::resources::usage().unwrap_or_default().0;
+                let _ = cpu_before;
+                // CPU of the measured phase only, as llmload reports it.
+                let report_cpu = cpu_end - cpu_start;
+                finish(&shared, &streams_path, measured_seconds, report_cpu);
+                return;
+            }
+            // Warmup results are not kept.
+            if let Ok(mut streams) = shared.streams.lock() {
+                streams.clear();
+            }
+        }
+        finish(&shared, &streams_path, measured_seconds, 0.0);
+    }
+
+    fn finish(shared: &Shared, streams_path: &str, seconds: f64, cpu_s: f64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let streams = std::mem::take(&mut *shared.streams.lock().expect("streams"));
+        let mut text = String::new();
+        for stream in &streams {
+            text.push_str(&serde_json::to_string(stream).expect("JSON"));
+            text.push('\n');
+        }
+        std::fs::write(streams_path, text).expect("the streams file");
+        let report = BaselineReport {
+            requests: shared.requests.load(Relaxed),
+            failed: shared.failed.load(Relaxed),
+            tokens: shared.tokens.load(Relaxed),
+            seconds,
+            cpu_s,
+            peak_rss_bytes: llmload::executor::resources::usage().map_or(0, |u| u.1),
+            lags_ms: std::mem::take(&mut *shared.lags_ms.lock().expect("lags")),
+        };
+        println!("{}", serde_json::to_string(&report).expect("JSON"));
+    }
+
+    async fn connect(authority: &str) -> Option<Connection> {
+        let stream = TcpStream::connect(authority).await.ok()?;
+        stream.set_nodelay(true).ok()?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::spawn(connection);
+        Some(sender)
+    }
+
+    /// One request on `connection` (or a new one); returns the connection for reuse.
+    async fn exchange(
+        shared: &Shared,
+        connection: Option<Connection>,
+        phase: usize,
+        seq: u64,
+        body: Bytes,
+        measured: bool,
+    ) -> Option<Connection> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let request_id = format!("baseline-{phase}-{seq}");
+        let sent = Instant::now();
+        let mut connection = match connection {
+            Some(c) if !c.is_closed() => c,
+            _ => match connect(&shared.authority).await {
+                Some(c) => c,
+                None => {
+                    shared.failed.fetch_add(measured as u64, Relaxed);
+                    return None;
+                }
+            },
+        };
+        let request = hyper::Request::post(&shared.path)
+            .header("host", &shared.authority)
+            .header("content-type", "application/json")
+            .header("x-request-id", &request_id)
+            .body(Full::new(body))
+            .ok()?;
+        let response = match connection.send_request(request).await {
+            Ok(response) => response,
+            Err(_) => {
+                shared.failed.fetch_add(measured as u64, Relaxed);
+                return None;
+            }
+        };
+        let mut body = response.into_body();
+        let mut arrivals_us = Vec::with_capacity(64);
+        const TOKEN_CHUNK: &[u8] = b"\"finish_reason\":null";
+        while let Some(frame) = body.frame().await {
+            let at_us = sent.elapsed().as_micros() as u64;
+            let Ok(frame) = frame else {
+                shared.failed.fetch_add(measured as u64, Relaxed);
+                return None;
+            };
+            if let Some(data) = frame.data_ref() {
+                let chunks = data
+                    .windows(TOKEN_CHUNK.len())
+                    .filter(|w| *w == TOKEN_CHUNK)
+                    .count();
+                arrivals_us.extend(std::iter::repeat_n(at_us, chunks));
+            }
+        }
+        if measured {
+            shared.requests.fetch_add(1, Relaxed);
+            shared.tokens.fetch_add(arrivals_us.len() as u64, Relaxed);
+            if let Ok(mut streams) = shared.streams.lock() {
+                streams.push(BaselineStream {
+                    request_id,
+                    arrivals_us,
+                });
+            }
+        }
+        Some(connection)
+    }
+}

@@ -1,0 +1,239 @@
+//! Micro-benchmarks of the client's hot paths: reading a stream (SSE parsing and chunk
+//! handling), recording a finished request (token attribution and its JSON line), and
+//! aggregating records (in memory and streamed from a file).
+//!
+//! `cargo bench --bench hot_paths` (optionally followed by `-- NAME` to run the benchmarks whose
+//! name contains NAME). A hand-written loop rather than a benchmark framework: each case runs
+//! for about a second after a warm-up and reports the time per iteration and per token; the
+//! numbers are recorded in docs/performance.md.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use llmload::executor::record::{LogLine, RequestRecord, RunLog, TokenSource};
+use llmload::executor::recorder::{finalize, Finished};
+use llmload::executor::request::Exchange;
+use llmload::executor::sse::SseParser;
+use llmload::planner::ScheduledRequest;
+use llmload::plan::TokenizerSpec;
+use llmload::tokens::Tokenizer;
+
+/// Tokens in the benchmark's stream.
+const TOKENS: usize = 512;
+
+/// Runs `body` repeatedly for about a second; returns the mean time per call.
+fn measure(mut body: impl FnMut()) -> Duration {
+    let warm_up = Instant::now();
+    while warm_up.elapsed() < Duration::from_millis(200) {
+        body();
+    }
+    let mut iterations = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(1) {
+        body();
+        iterations += 1;
+    }
+    start.elapsed() / iterations.max(1) as u32
+}
+
+fn report(name: &str, per_iteration: Duration, tokens: usize) {
+    let per_token_ns = per_iteration.as_nanos() as f64 / tokens.max(1) as f64;
+    println!(
+        "{name:<44} {:>12.1} µs/iter {:>10.1} ns/token {:>12.0} tokens/s",
+        per_iteration.as_nanos() as f64 / 1000.0,
+        per_token_ns,
+        1e9 / per_token_ns
+    );
+}
+
+/// The bytes of a streamed chat completion as vLLM sends it: a role chunk, one chunk per
+/// token, a finish chunk, a usage chunk and [DONE].
+fn stream_bytes() -> Vec<u8> {
+    let mut out = String::new();
+    let head = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":"#;
+    out.push_str(&format!(
+        "data: {head}{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n"
+    ));
+    for i in 0..TOKENS {
+        out.push_str(&format!(
+            "data: {head}{{\"content\":\" word{}\"}},\"finish_reason\":null}}]}}\n\n",
+            i % 97
+        ));
+    }
+    out.push_str(&format!(
+        "data: {head}{{}},\"finish_reason\":\"length\"}}]}}\n\n"
+    ));
+    out.push_str(&format!(
+        "data: {{\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{{\"prompt_tokens\":128,\"completion_tokens\":{TOKENS}}}}}\n\n"
+    ));
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+/// The same stream cut into reads the way a socket hands them over: one event per read.
+fn reads(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for end in 0..bytes.len().saturating_sub(1) {
+        if bytes[end] == b'\n' && bytes[end + 1] == b'\n' {
+            out.push(&bytes[start..end + 2]);
+            start = end + 2;
+        }
+    }
+    out
+}
+
+fn read_stream(reads: &[&[u8]]) -> Exchange {
+    let mut parser = SseParser::new();
+    let mut exchange = Exchange::default();
+    let mut last_usage = 0;
+    for (i, read) in reads.iter().enumerate() {
+        parser.feed(read, |event| {
+            exchange.on_event(event.data, event.name, i as u64 * 10, &mut last_usage)
+        });
+    }
+    exchange
+}
+
+fn record(tokens: usize, seq: u64) -> RequestRecord {
+    RequestRecord {
+        phase: 0,
+        seq,
+        intended_send_us: seq * 1000,
+        actual_send_us: seq * 1000 + 150,
+        input_tokens_planned: 128,
+        output_tokens_planned: tokens as u32,
+        prompt_seed: seq,
+        error: None,
+        error_detail: None,
+        http_status: Some(200),
+        ttft_us: Some(50_000),
+        e2e_us: Some(50_000 + 10_000 * tokens as u64),
+        chunks: (0..tokens as u64).map(|i| (50_000 + i * 10_000, 1)).collect(),
+        chunk_tokens: Some(TokenSource::OnePerChunk),
+        prompt_tokens: Some(128),
+        completion_tokens: Some(tokens as u64),
+        token_source: Some(TokenSource::Usage),
+        completion_tokens_tokenizer: Some(tokens as u64),
+        cached_tokens: None,
+        finish_reason: Some("length".into()),
+        connection_retries: 0,
+    }
+}
+
+fn run_log(requests: u64, tokens: usize) -> RunLog {
+    let lines = [
+        r#"{"event":"run","tool_version":"b","plan":"b","plan_file":"b.kdl","plan_sha256":"0","seed":1,"target":"t","model":"m","api":"chat","stream":true,"exact_output":true,"tokenizer":"cl100k_base","started_at":"x","client_host":"h"}"#,
+        r#"{"event":"phase_start","index":0,"name":"steady","record":true,"load":"rate 10/s poisson","open_loop":true,"planned_rate":10.0,"planned_requests":null,"planned_duration_s":null,"at_us":0}"#,
+    ];
+    let mut log = RunLog::default();
+    for line in lines {
+        log.push(serde_json::from_str(line).expect("a log line"));
+    }
+    for seq in 0..requests {
+        log.records.push(record(tokens, seq));
+    }
+    log
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f));
+    let tokenizer = Tokenizer::load(&TokenizerSpec::Builtin("cl100k_base".into()))
+        .expect("the cl100k_base tokenizer");
+
+    let bytes = stream_bytes();
+    let stream_reads = reads(&bytes);
+    if wanted("sse_parse") {
+        let time = measure(|| {
+            let mut parser = SseParser::new();
+            let mut events = 0usize;
+            for read in &stream_reads {
+                parser.feed(read, |event| events += event.data.len());
+            }
+            black_box(events);
+        });
+        report("sse_parse (events only)", time, TOKENS);
+    }
+    if wanted("read_stream") {
+        let time = measure(|| {
+            black_box(read_stream(&stream_reads));
+        });
+        report("read_stream (SSE + chunk JSON, one read/event)", time, TOKENS);
+        let whole = [&bytes[..]];
+        let time = measure(|| {
+            black_box(read_stream(&whole));
+        });
+        report("read_stream (SSE + chunk JSON, one read)", time, TOKENS);
+    }
+    if wanted("record") {
+        let exchange = read_stream(&stream_reads);
+        let request = ScheduledRequest {
+            seq: 1,
+            intended_offset_us: Some(0),
+            input_tokens: 128,
+            output_tokens: TOKENS as u32,
+            prompt_seed: 7,
+        };
+        let template = (exchange.chunk_times.clone(), exchange.text.clone());
+        let time = measure(|| {
+            let exchange = Exchange {
+                chunk_times: template.0.clone(),
+                chunk_usage_tokens: vec![0; template.0.len()],
+                text: template.1.clone(),
+                chunk_ends: exchange.chunk_ends.clone(),
+                usage: exchange.usage,
+                finish_reason: exchange.finish_reason.clone(),
+                done: true,
+                ..Exchange::default()
+            };
+            let record = finalize(
+                Finished {
+                    phase: 0,
+                    request: request.clone(),
+                    intended_send_us: 0,
+                    actual_send_us: 10,
+                    exchange,
+                },
+                &tokenizer,
+            );
+            let mut line = Vec::with_capacity(16 * 1024);
+            serde_json::to_writer(&mut line, &LogLine::Request(record)).expect("JSON");
+            black_box(line);
+        });
+        report("record (tokenize + JSON line)", time, TOKENS);
+    }
+    if wanted("aggregate") {
+        let log = run_log(1000, 64);
+        let time = measure(|| {
+            black_box(llmload::metrics::compute(&log, None));
+        });
+        report("aggregate in memory (1,000 × 64 tokens)", time, 64_000);
+        let dir = std::env::temp_dir().join(format!("llmload-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let path = dir.join("records.jsonl");
+        let mut text = String::new();
+        text.push_str(&serde_json::to_string(&LogLine::Run(log.header.clone().unwrap())).unwrap());
+        text.push('\n');
+        text.push_str(&serde_json::to_string(&LogLine::PhaseStart(log.phases[0].clone())).unwrap());
+        text.push('\n');
+        for record in &log.records {
+            text.push_str(&serde_json::to_string(&LogLine::Request(record.clone())).unwrap());
+            text.push('\n');
+        }
+        std::fs::write(&path, &text).expect("records.jsonl");
+        let time = measure(|| {
+            black_box(llmload::metrics::compute_file(&path, None).expect("aggregates"));
+        });
+        report("aggregate streamed from records.jsonl", time, 64_000);
+        println!(
+            "{:<44} {:>12} bytes/request (64 one-token chunks)",
+            "records.jsonl size",
+            text.len() / log.records.len()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
