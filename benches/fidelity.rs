@@ -50,9 +50,7 @@ fn main() {
         runs: 0,
     };
     bench.say(&format!("# llmload fidelity benchmark\n\n{}\n", machine()));
-    let all = [
-        "timing", "schedule", "cost", "memory", "ceiling", "long",
-    ];
+    let all = ["timing", "schedule", "cost", "memory", "ceiling", "long"];
     for scenario in all {
         if !wanted.is_empty() && !wanted.iter().any(|w| scenario.contains(w.as_str())) {
             continue;
@@ -142,6 +140,7 @@ struct BaselineReport {
 struct BaselineStream {
     request_id: String,
     arrivals_us: Vec<u64>,
+    sent_monotonic_ns: Option<u64>,
 }
 
 /// Settings of one run: the simulator's delays and the plan both clients run.
@@ -192,7 +191,16 @@ struct Sim {
 impl Sim {
     fn start(ttft: &str, itl: &str) -> Sim {
         let mut child = Command::new(LLMLOAD)
-            .args(["sim", "--port", "0", "--record-writes", "--ttft", ttft, "--itl", itl])
+            .args([
+                "sim",
+                "--port",
+                "0",
+                "--record-writes",
+                "--ttft",
+                ttft,
+                "--itl",
+                itl,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -241,7 +249,11 @@ impl Drop for Sim {
 fn arrival_cv(writes: &[RequestWrites], prefix: &str) -> Option<f64> {
     let mut arrivals: Vec<u64> = writes
         .iter()
-        .filter(|w| w.request_id.as_deref().is_some_and(|id| id.starts_with(prefix)))
+        .filter(|w| {
+            w.request_id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(prefix))
+        })
         .map(|w| w.received_ns)
         .collect();
     arrivals.sort_unstable();
@@ -283,10 +295,7 @@ impl Bench {
         if let Some(threads) = setup.client_threads {
             command.args(["--threads", &threads.to_string()]);
         }
-        let status = command
-            .stdout(Stdio::null())
-            .status()
-            .expect("llmload run");
+        let status = command.stdout(Stdio::null()).status().expect("llmload run");
         assert!(
             matches!(status.code(), Some(0 | 1)),
             "llmload run failed: {status}"
@@ -300,11 +309,12 @@ impl Bench {
         .expect("JSON");
         let log = RunLog::read(&out.join("records.jsonl")).expect("records");
         let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
+        let origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
         let streams = log
             .records
             .iter()
             .filter(|r| Some(r.phase) == measured_phase)
-            .filter_map(MeasuredStream::of_record);
+            .filter_map(|r| MeasuredStream::of_record(r, origin));
         let errors = timing_errors(streams, &writes);
         let phase = &summary["phases"][1];
         let mut lags: Vec<f64> = log
@@ -325,10 +335,15 @@ impl Bench {
         Outcome {
             errors,
             lag: open_loop.then(|| ErrorSummary::of(&mut lags)),
-            arrival_cv: arrival_cv(&writes, &format!("llmload-{}-", measured_phase.unwrap_or(1))),
+            arrival_cv: arrival_cv(
+                &writes,
+                &format!("llmload-{}-", measured_phase.unwrap_or(1)),
+            ),
             requests: phase["requests"]["ok"].as_u64().unwrap_or(0),
             failed: phase["requests"]["failed"].as_u64().unwrap_or(0),
-            tokens: (phase["throughput"]["output_tokens_per_s"].as_f64().unwrap_or(0.0)
+            tokens: (phase["throughput"]["output_tokens_per_s"]
+                .as_f64()
+                .unwrap_or(0.0)
                 * phase["wall_s"].as_f64().unwrap_or(0.0))
             .round() as u64,
             seconds: phase["wall_s"].as_f64().unwrap_or(0.0),
@@ -336,7 +351,7 @@ impl Bench {
             peak_rss_mb: summary["context"]["client_peak_rss_mb"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
-            record_bytes_per_request: (log.records.len() > 0)
+            record_bytes_per_request: (!log.records.is_empty())
                 .then(|| records_bytes as f64 / log.records.len() as f64)
                 .filter(|_| measured_requests > 0),
         }
@@ -373,6 +388,7 @@ impl Bench {
             .map(|s| MeasuredStream {
                 request_id: s.request_id,
                 arrivals_us: s.arrivals_us,
+                sent_monotonic_ns: s.sent_monotonic_ns,
             })
             .collect();
         let errors = timing_errors(streams, &writes);
@@ -399,8 +415,8 @@ impl Bench {
              (truth: the simulator's write times).\n",
             self.seconds
         ));
-        self.say("| streams | client | requests | TTFT err p50 | TTFT err p99 | TTFT err max | ITL err p50 | ITL err p99 | ITL err max | client CPU-s | verdict |");
-        self.say("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        self.say("| streams | client | requests | TTFT err p50 | TTFT err p99 | TTFT err max | ITL err p50 | ITL err p99 | ITL err max | send delay p50 / p99 | read delay p50 / p99 / max | client CPU-s | verdict |");
+        self.say("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|");
         for streams in [1u32, 64, 256, 1024] {
             let setup = Setup {
                 ttft: "20ms",
@@ -422,12 +438,16 @@ impl Bench {
                     "misses (limits: TTFT p99 {ttft_limit:.2}, ITL p99 {itl_limit:.2}, TTFT p50 0.5)"
                 )
             };
-            for (client, outcome, verdict) in [("llmload", &ours, verdict.as_str()), ("baseline", &base, "")] {
+            for (client, outcome, verdict) in [
+                ("llmload", &ours, verdict.as_str()),
+                ("baseline", &base, ""),
+            ] {
                 let e = &outcome.errors;
                 self.say(&format!(
-                    "| {streams} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {verdict} |",
+                    "| {streams} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} / {:.3} | {:.3} / {:.3} / {:.3} | {:.2} | {verdict} |",
                     e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.ttft.max_ms, e.itl.p50_ms, e.itl.p99_ms,
-                    e.itl.max_ms, outcome.cpu_s
+                    e.itl.max_ms, e.send_delay.p50_ms, e.send_delay.p99_ms, e.read_delay.p50_ms,
+                    e.read_delay.p99_ms, e.read_delay.max_ms, outcome.cpu_s
                 ));
             }
         }
@@ -460,7 +480,8 @@ impl Bench {
             } else {
                 "misses (lag p99 ≤ 1 ms, CV 0.95–1.05)"
             };
-            for (client, outcome, verdict) in [("llmload", &ours, verdict), ("baseline", &base, "")] {
+            for (client, outcome, verdict) in [("llmload", &ours, verdict), ("baseline", &base, "")]
+            {
                 let lag = outcome.lag.unwrap_or_default();
                 self.say(&format!(
                     "| {rate} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {verdict} |",
@@ -498,7 +519,10 @@ impl Bench {
             plan: open_plan(4, 1000, self.seconds),
             client_threads: None,
         };
-        for (workload, setup) in [("64 × 512 tokens, zero delay", tokens_setup), ("1,000 req/s × 4 tokens", requests_setup)] {
+        for (workload, setup) in [
+            ("64 × 512 tokens, zero delay", tokens_setup),
+            ("1,000 req/s × 4 tokens", requests_setup),
+        ] {
             let ours = self.llmload("cost", &setup);
             let base = self.baseline("cost", &setup);
             for (client, o) in [("llmload", &ours), ("baseline", &base)] {
@@ -551,7 +575,10 @@ impl Bench {
                 Some(t) => format!("misses ≤ {t} MB"),
                 None => String::new(),
             };
-            for (client, o, v) in [("llmload", &ours, verdict.as_str()), ("baseline", &base, "")] {
+            for (client, o, v) in [
+                ("llmload", &ours, verdict.as_str()),
+                ("baseline", &base, ""),
+            ] {
                 self.say(&format!(
                     "| {streams} | {client} | {} | {} | {:.0} | {v} |",
                     o.requests, o.failed, o.peak_rss_mb
@@ -589,7 +616,15 @@ impl Bench {
                     o.tokens as f64 / o.seconds.max(1e-9),
                     o.errors.itl.p99_ms,
                     100.0 * o.cpu_s / o.seconds.max(1e-9),
-                    if client == "llmload" { if ok { "yes" } else { "no" } } else { "" }
+                    if client == "llmload" {
+                        if ok {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -622,8 +657,8 @@ impl Bench {
              the client or distort its timings.\n",
             self.seconds.max(15)
         ));
-        self.say("| prompt / output | client | requests | TTFT err p50 | TTFT err p99 | ITL err p50 | ITL err p99 | ITL err max | client CPU-s |");
-        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        self.say("| prompt / output | client | requests | TTFT err p50 | TTFT err p99 | ITL err p50 | ITL err p99 | ITL err max | read delay p99 | client CPU-s |");
+        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (input, output) in [(128u32, 64u32), (32_768, 1024)] {
             let setup = Setup {
                 ttft: "20ms",
@@ -636,8 +671,9 @@ impl Bench {
             for (client, o) in [("llmload", &ours), ("baseline", &base)] {
                 let e = &o.errors;
                 self.say(&format!(
-                    "| {input} / {output} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
-                    e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.itl.p50_ms, e.itl.p99_ms, e.itl.max_ms, o.cpu_s
+                    "| {input} / {output} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
+                    e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.itl.p50_ms, e.itl.p99_ms, e.itl.max_ms,
+                    e.read_delay.p99_ms, o.cpu_s
                 ));
             }
         }
@@ -744,7 +780,8 @@ mod baseline {
                     runtime.block_on(async {
                         let mut tasks = Vec::new();
                         for _ in 0..n {
-                            let (shared, next, bodies) = (shared.clone(), next.clone(), bodies.clone());
+                            let (shared, next, bodies) =
+                                (shared.clone(), next.clone(), bodies.clone());
                             let index = phase.index;
                             tasks.push(tokio::spawn(async move {
                                 // Connections outlive phases, as llmload's pool keeps them.
@@ -754,14 +791,19 @@ mod baseline {
                                     if deadline.is_some_and(|d| Instant::now() >= d) {
                                         break;
                                     }
-                                    let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    let seq =
+                                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     if count.is_some_and(|c| seq >= c) {
                                         break;
                                     }
                                     let body = bodies[(seq as usize) % bodies.len()].clone();
-                                    connection = exchange(&shared, connection, index, seq, body, measured).await;
+                                    connection =
+                                        exchange(&shared, connection, index, seq, body, measured)
+                                            .await;
                                 }
-                                if let (Some(connection), Ok(mut idle)) = (connection, shared.idle.lock()) {
+                                if let (Some(connection), Ok(mut idle)) =
+                                    (connection, shared.idle.lock())
+                                {
                                     idle.push(connection);
                                 }
                             }));
@@ -797,14 +839,20 @@ mod baseline {
                         }
                         let shared = shared.clone();
                         in_flight.push(handle.spawn(async move {
-                            let lag_ms = Instant::now().saturating_duration_since(intended).as_secs_f64() * 1000.0;
+                            let lag_ms = Instant::now()
+                                .saturating_duration_since(intended)
+                                .as_secs_f64()
+                                * 1000.0;
                             if measured {
                                 if let Ok(mut lags) = shared.lags_ms.lock() {
                                     lags.push(lag_ms);
                                 }
                             }
-                            let connection = shared.idle.lock().ok().and_then(|mut idle| idle.pop());
-                            if let Some(connection) = exchange(&shared, connection, index, seq, body, measured).await {
+                            let connection =
+                                shared.idle.lock().ok().and_then(|mut idle| idle.pop());
+                            if let Some(connection) =
+                                exchange(&shared, connection, index, seq, body, measured).await
+                            {
                                 if let Ok(mut idle) = shared.idle.lock() {
                                     idle.push(connection);
                                 }
@@ -926,6 +974,7 @@ mod baseline {
                 streams.push(BaselineStream {
                     request_id,
                     arrivals_us,
+                    sent_monotonic_ns: llmload::executor::resources::monotonic_ns(sent),
                 });
             }
         }

@@ -14,8 +14,8 @@ use llmload::executor::record::{LogLine, RequestRecord, RunLog, TokenSource};
 use llmload::executor::recorder::{finalize, Finished};
 use llmload::executor::request::Exchange;
 use llmload::executor::sse::SseParser;
-use llmload::planner::ScheduledRequest;
 use llmload::plan::TokenizerSpec;
+use llmload::planner::ScheduledRequest;
 use llmload::tokens::Tokenizer;
 
 /// Tokens in the benchmark's stream.
@@ -109,7 +109,9 @@ fn record(tokens: usize, seq: u64) -> RequestRecord {
         http_status: Some(200),
         ttft_us: Some(50_000),
         e2e_us: Some(50_000 + 10_000 * tokens as u64),
-        chunks: (0..tokens as u64).map(|i| (50_000 + i * 10_000, 1)).collect(),
+        chunks: (0..tokens as u64)
+            .map(|i| (50_000 + i * 10_000, 1))
+            .collect(),
         chunk_tokens: Some(TokenSource::OnePerChunk),
         prompt_tokens: Some(128),
         completion_tokens: Some(tokens as u64),
@@ -162,7 +164,11 @@ fn main() {
         let time = measure(|| {
             black_box(read_stream(&stream_reads));
         });
-        report("read_stream (SSE + chunk JSON, one read/event)", time, TOKENS);
+        report(
+            "read_stream (SSE + chunk JSON, one read/event)",
+            time,
+            TOKENS,
+        );
         let whole = [&bytes[..]];
         let time = measure(|| {
             black_box(read_stream(&whole));
@@ -193,7 +199,7 @@ fn main() {
             let record = finalize(
                 Finished {
                     phase: 0,
-                    request: request.clone(),
+                    request,
                     intended_send_us: 0,
                     actual_send_us: 10,
                     exchange,

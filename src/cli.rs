@@ -307,10 +307,11 @@ fn capacity_trial(
     let (log, aggregates) = metrics::compute_file(&records_path, None)?;
     let mut measured = Vec::new();
     let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
+    let clock_origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
     executor::record::read_lines(&records_path, |line| {
         if let executor::record::LogLine::Request(record) = line {
             if Some(record.phase) == measured_phase {
-                measured.extend(fidelity::MeasuredStream::of_record(&record));
+                measured.extend(fidelity::MeasuredStream::of_record(&record, clock_origin));
             }
         }
     })?;
@@ -346,12 +347,13 @@ fn capacity_line(result: &capacity::TrialResult) -> String {
         format!("LIMITED: {}", result.limits.join("; "))
     };
     format!(
-        "{:<24} {:<24} {rate:<22} lag p99 {:<9} TTFT err p99 {:<9} ITL err p99 {:<9} {cpu:<12} {verdict}",
+        "{:<24} {:<24} {rate:<22} lag p99 {:<9} read delay p99 {:<9} ITL err p99 {:<9} (TTFT err p99 {:<9}) {cpu:<12} {verdict}",
         result.phases.join(", "),
         result.load,
         ms(result.schedule_lag_p99_ms),
-        ms(result.ttft_error_p99_ms),
+        ms(result.read_delay_p99_ms),
         ms(result.itl_error_p99_ms),
+        ms(result.ttft_error_p99_ms),
     )
 }
 
@@ -701,10 +703,11 @@ async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWr
             .started
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: host_name(),
+        clock_origin_ns: None,
     };
     let url = format!("{base}{}", plan.target.api.path());
-    let url = reqwest::Url::parse(&url)
-        .map_err(|e| format!("{} is not a URL: {e}", redact_url(&url)))?;
+    let url =
+        reqwest::Url::parse(&url).map_err(|e| format!("{} is not a URL: {e}", redact_url(&url)))?;
     let template = RequestTemplate {
         url,
         api: plan.target.api,

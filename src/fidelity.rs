@@ -12,6 +12,11 @@
 //! - ITL error = each measured gap between consecutive chunks − the true gap between the same two
 //!   writes. A chunk read late shows as one positive and one negative error.
 //!
+//! Where both sides' times are on the machine's shared monotonic clock (Linux), the TTFT error
+//! splits in two: the send delay (the client's send → the server having read the headers: the
+//! client's sending, the kernel, and any wait before the server's handler ran) and the read delay
+//! (the server's write → the client's read, for every token: the part only the client adds).
+//!
 //! Used by `llmload check --capacity` and by the fidelity benchmark (benches/fidelity.rs), which
 //! runs the same comparison for llmload and for a bare baseline client. This module measures;
 //! it does not decide what is good enough.
@@ -29,14 +34,21 @@ pub struct MeasuredStream {
     pub request_id: String,
     /// Arrival of each token-bearing chunk, µs after the send.
     pub arrivals_us: Vec<u64>,
+    /// The send on CLOCK_MONOTONIC, where known.
+    pub sent_monotonic_ns: Option<u64>,
 }
 
 impl MeasuredStream {
-    /// The stream of a successful llmload record, named as llmload names its requests.
-    pub fn of_record(record: &RequestRecord) -> Option<MeasuredStream> {
+    /// The stream of a successful llmload record, named as llmload names its requests;
+    /// `clock_origin_ns` is the run header's.
+    pub fn of_record(
+        record: &RequestRecord,
+        clock_origin_ns: Option<u64>,
+    ) -> Option<MeasuredStream> {
         (record.ok() && !record.chunks.is_empty()).then(|| MeasuredStream {
             request_id: format!("llmload-{}-{}", record.phase, record.seq),
             arrivals_us: record.chunks.iter().map(|chunk| chunk.0).collect(),
+            sent_monotonic_ns: clock_origin_ns.map(|o| o + record.actual_send_us * 1000),
         })
     }
 }
@@ -77,6 +89,10 @@ impl ErrorSummary {
 pub struct TimingErrors {
     pub ttft: ErrorSummary,
     pub itl: ErrorSummary,
+    /// The client's send → the server's reading of the headers (shared clock only).
+    pub send_delay: ErrorSummary,
+    /// The server's write of a token → the client's read of it, every token (shared clock only).
+    pub read_delay: ErrorSummary,
     /// Requests found on both sides.
     pub matched: usize,
     /// Measured requests the server has no record of.
@@ -97,6 +113,8 @@ pub fn timing_errors(
         .collect();
     let mut ttft = Vec::new();
     let mut itl = Vec::new();
+    let mut send_delay = Vec::new();
+    let mut read_delay = Vec::new();
     let mut errors = TimingErrors::default();
     for stream in measured {
         let Some(writes) = by_id.get(stream.request_id.as_str()) else {
@@ -111,6 +129,16 @@ pub fn timing_errors(
         };
         errors.matched += 1;
         ttft.push(first_arrival as f64 / 1e3 - first_write as f64 / 1e6);
+        if let (Some(sent), Some(received)) =
+            (stream.sent_monotonic_ns, writes.received_monotonic_ns)
+        {
+            send_delay.push((received as f64 - sent as f64) / 1e6);
+            for (arrival_us, write_ns) in stream.arrivals_us.iter().zip(&writes.token_writes_ns) {
+                let arrival = sent as f64 + *arrival_us as f64 * 1e3;
+                let written = (received + write_ns) as f64;
+                read_delay.push((arrival - written) / 1e6);
+            }
+        }
         if stream.arrivals_us.len() != writes.token_writes_ns.len() {
             errors.chunk_count_mismatch += 1;
             continue;
@@ -127,6 +155,8 @@ pub fn timing_errors(
     }
     errors.ttft = ErrorSummary::of(&mut ttft);
     errors.itl = ErrorSummary::of(&mut itl);
+    errors.send_delay = ErrorSummary::of(&mut send_delay);
+    errors.read_delay = ErrorSummary::of(&mut read_delay);
     errors
 }
 
@@ -139,6 +169,7 @@ mod tests {
             request_id: Some(id.into()),
             received_ns: 0,
             token_writes_ns,
+            received_monotonic_ns: None,
         }
     }
 
@@ -146,7 +177,29 @@ mod tests {
         MeasuredStream {
             request_id: id.into(),
             arrivals_us,
+            sent_monotonic_ns: None,
         }
+    }
+
+    #[test]
+    fn on_a_shared_clock_the_ttft_error_splits_into_send_and_read_delays() {
+        let mut truth = writes("a", vec![10_000_000, 20_000_000]);
+        // Received 0.3 ms after the send at 1 s; tokens read 0.05 and 0.25 ms after their writes.
+        truth.received_monotonic_ns = Some(1_000_300_000);
+        let mut measured = stream("a", vec![10_350, 20_550]);
+        measured.sent_monotonic_ns = Some(1_000_000_000);
+        let errors = timing_errors(vec![measured], &[truth]);
+        assert!((errors.ttft.max_ms - 0.35).abs() < 1e-9);
+        assert!((errors.send_delay.max_ms - 0.3).abs() < 1e-9);
+        assert_eq!(errors.read_delay.count, 2);
+        assert!((errors.read_delay.min_ms - 0.05).abs() < 1e-9);
+        assert!((errors.read_delay.max_ms - 0.25).abs() < 1e-9);
+        // Without one side's clock, no split.
+        let errors = timing_errors(
+            vec![stream("a", vec![10_350, 20_550])],
+            &[writes("a", vec![10_000_000, 20_000_000])],
+        );
+        assert_eq!((errors.send_delay.count, errors.read_delay.count), (0, 0));
     }
 
     #[test]

@@ -476,3 +476,56 @@ fn a_tokenizer_json_beside_the_plan() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no tokenizer file at"));
 }
+
+/// `check --capacity` runs one trial per distinct peak load against the in-process simulator
+/// and says, per load, what limits it. (Whether this box passes is a measurement, not asserted.)
+#[test]
+fn check_capacity_runs_a_trial_per_distinct_peak_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"cap\" { seed 1 }\ntarget \"http://127.0.0.1:9/v1\" { model \"m\" }\n\
+         workload { input 32; output 8 ignore-eos=#true }\n\
+         phase \"warm\" { concurrency 2; duration \"1s\"; record #false }\n\
+         phase \"ramp\" { rate from=1 to=20; duration \"5s\" }\n\
+         phase \"steady\" { rate 20; duration \"5s\" }\n",
+    );
+    let output = llmload()
+        .arg("check")
+        .arg(&plan)
+        .args([
+            "--capacity",
+            "--duration",
+            "1s",
+            "--sim-ttft",
+            "5ms",
+            "--sim-itl",
+            "2ms",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("2 trial(s)"), "{stdout}");
+    let trials: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("read delay p99"))
+        .collect();
+    assert_eq!(trials.len(), 2, "{stdout}");
+    assert!(trials[0].starts_with("warm "), "{stdout}");
+    assert!(trials[1].starts_with("ramp, steady"), "{stdout}");
+    assert!(trials[1].contains("rate 20/s poisson"), "{stdout}");
+    if cfg!(target_os = "linux") {
+        assert!(!trials[1].contains("read delay p99 - "), "{stdout}");
+    }
+    let verdict = if output.status.code() == Some(0) {
+        "PASS"
+    } else {
+        "FAIL"
+    };
+    assert!(stdout.contains(verdict), "{stdout}");
+}

@@ -79,8 +79,11 @@ fn measured_times_match_the_servers_write_times() {
         assert!((30.0..35.0).contains(&first_ms), "true ttft {first_ms} ms");
     }
     let log = RunLog::read(&out.join("records.jsonl")).unwrap();
+    let origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
     let errors = timing_errors(
-        log.records.iter().filter_map(MeasuredStream::of_record),
+        log.records
+            .iter()
+            .filter_map(|record| MeasuredStream::of_record(record, origin)),
         &truth,
     );
     assert_eq!(errors.matched, 24, "{errors:?}");
@@ -90,5 +93,13 @@ fn measured_times_match_the_servers_write_times() {
     assert!(errors.ttft.min_ms >= 0.0, "{errors:?}");
     assert!(errors.ttft.p50_ms < 2.0, "{errors:?}");
     assert!(errors.itl.p50_ms.abs() < 0.5, "{errors:?}");
+    if cfg!(target_os = "linux") {
+        // Client and server share the machine's monotonic clock: the error splits, and every
+        // token is read after it was written.
+        assert_eq!(errors.read_delay.count, 24 * 16, "{errors:?}");
+        assert!(errors.read_delay.min_ms >= 0.0, "{errors:?}");
+        assert!(errors.read_delay.p50_ms < 1.0, "{errors:?}");
+        assert!(errors.send_delay.min_ms >= 0.0, "{errors:?}");
+    }
     eprintln!("{errors:?}");
 }

@@ -146,7 +146,9 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), Strin
         timer: PreciseTimer::start().map_err(|e| format!("cannot start the pacing timer: {e}"))?,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
     });
-    context.log(LogLine::Run(config.header.clone()));
+    let mut header = config.header.clone();
+    header.clock_origin_ns = resources::monotonic_ns(context.run_start.into_std());
+    context.log(LogLine::Run(header));
 
     // First Ctrl-C: stop sending and let in-flight requests finish (within the grace period).
     // Second Ctrl-C: cancel them now.

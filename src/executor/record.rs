@@ -42,6 +42,10 @@ pub struct RunHeader {
     /// UTC, RFC 3339.
     pub started_at: String,
     pub client_host: String,
+    /// CLOCK_MONOTONIC in ns at the run's start (where the `*_us` times count from), so that a
+    /// record's times can be set against another process's on the same machine (Linux).
+    #[serde(default)]
+    pub clock_origin_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -109,8 +109,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let needs_count = usage_completion.is_none()
         || (!usage_per_chunk && usage_completion != Some(chunk_count as u64))
         || request.seq % CROSS_CHECK_EVERY == 0;
-    let tokenizer_completion = (needs_count && !exchange.text.is_empty())
-        .then(|| tokenizer.count(&exchange.text) as u64);
+    let tokenizer_completion =
+        (needs_count && !exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
 
     // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
     // usage total equals the number of chunks (each chunk holds at least one token, so they must

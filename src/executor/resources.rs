@@ -30,15 +30,51 @@ pub fn usage() -> Option<(f64, u64)> {
         // SAFETY: getrusage succeeded, so the struct is initialised.
         let usage = unsafe { usage.assume_init() };
         let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        // Linux reports ru_maxrss in KiB, macOS in bytes.
-        let rss_unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
-        Some((
-            seconds(usage.ru_utime) + seconds(usage.ru_stime),
-            (usage.ru_maxrss as u64).saturating_mul(rss_unit),
-        ))
+        // Linux keeps ru_maxrss across execve, so a process started by a big parent would
+        // report the parent's peak: its own address space's high-water mark is VmHWM.
+        // Elsewhere ru_maxrss is in KiB, except on macOS (bytes).
+        let peak = peak_rss_linux().unwrap_or_else(|| {
+            let unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
+            (usage.ru_maxrss as u64).saturating_mul(unit)
+        });
+        Some((seconds(usage.ru_utime) + seconds(usage.ru_stime), peak))
     }
     #[cfg(not(unix))]
     {
+        None
+    }
+}
+
+/// The peak resident set of this process's address space (VmHWM), on Linux.
+fn peak_rss_linux() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// This process's monotonic clock (CLOCK_MONOTONIC, which `Instant` reads on Linux and every
+/// process on the machine shares), in ns, at `at`: lets two processes' times be compared.
+pub fn monotonic_ns(at: std::time::Instant) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let instant_now = std::time::Instant::now();
+        // SAFETY: clock_gettime only writes the struct it is given.
+        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
+            return None;
+        }
+        let raw_now = now.tv_sec as i128 * 1_000_000_000 + now.tv_nsec as i128;
+        let back = instant_now.saturating_duration_since(at).as_nanos() as i128;
+        let ahead = at.saturating_duration_since(instant_now).as_nanos() as i128;
+        u64::try_from(raw_now - back + ahead).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = at;
         None
     }
 }
@@ -220,6 +256,15 @@ mod tests {
             assert!(rss > 1 << 20, "peak RSS {rss} bytes");
         }
         assert!(client_cores(Some(1)) == 1.0);
+        if cfg!(target_os = "linux") {
+            let earlier = Instant::now();
+            std::thread::sleep(Duration::from_millis(2));
+            let (a, b) = (
+                monotonic_ns(earlier).unwrap(),
+                monotonic_ns(Instant::now()).unwrap(),
+            );
+            assert!((2_000_000..1_000_000_000).contains(&(b - a)), "{a} {b}");
+        }
         assert!(client_cores(None) >= 1.0);
     }
 }

@@ -20,29 +20,37 @@ pub struct RequestWrites {
     pub received_ns: u64,
     /// When each token-bearing chunk was written, in ns after `received_ns`.
     pub token_writes_ns: Vec<u64>,
+    /// `received_ns` on CLOCK_MONOTONIC, which every process on the machine shares (Linux).
+    #[serde(default)]
+    pub received_monotonic_ns: Option<u64>,
 }
 
 /// Every recorded request so far.
 pub struct WriteLog {
     started: Instant,
+    started_monotonic_ns: Option<u64>,
     requests: Mutex<Vec<RequestWrites>>,
 }
 
 impl WriteLog {
     pub fn new() -> WriteLog {
+        let started = Instant::now();
         WriteLog {
-            started: Instant::now(),
+            started,
+            started_monotonic_ns: crate::executor::resources::monotonic_ns(started),
             requests: Mutex::new(Vec::new()),
         }
     }
 
     /// Starts recording one request that arrived at `received`.
     pub fn begin(&self, request_id: Option<String>, received: Instant) -> RequestWriter {
+        let received_ns = received.saturating_duration_since(self.started).as_nanos() as u64;
         RequestWriter {
             writes: RequestWrites {
                 request_id,
-                received_ns: received.saturating_duration_since(self.started).as_nanos() as u64,
+                received_ns,
                 token_writes_ns: Vec::new(),
+                received_monotonic_ns: self.started_monotonic_ns.map(|o| o + received_ns),
             },
             received,
         }

@@ -108,8 +108,9 @@ impl Tokenizer {
         // piece. So a run of single-token " word"s never merges: it is one token per word.
         tokenizer.words_never_merge = matches!(tokenizer.backend, Backend::Tiktoken(_))
             && words.iter().all(|w| {
-                w.strip_prefix(' ')
-                    .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase()))
+                w.strip_prefix(' ').is_some_and(|rest| {
+                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase())
+                })
             });
         tokenizer.single_token_words = words;
         tokenizer
@@ -203,7 +204,11 @@ mod tests {
             for seed in 0..200 {
                 let tokens = rng.random_range(1..1500);
                 let prompt = tokenizer.prompt(tokens, seed);
-                assert_eq!(tokenizer.count(&prompt), tokens as usize, "{name} seed {seed}");
+                assert_eq!(
+                    tokenizer.count(&prompt),
+                    tokens as usize,
+                    "{name} seed {seed}"
+                );
             }
         }
     }
