@@ -177,40 +177,45 @@ fn main() {
     }
     if wanted("record") {
         let exchange = read_stream(&stream_reads);
-        let request = ScheduledRequest {
-            seq: 1,
-            intended_offset_us: Some(0),
-            input_tokens: 128,
-            output_tokens: TOKENS as u32,
-            prompt_seed: 7,
-        };
-        let template = (exchange.chunk_times.clone(), exchange.text.clone());
-        let time = measure(|| {
-            let exchange = Exchange {
-                chunk_times: template.0.clone(),
-                chunk_usage_tokens: vec![0; template.0.len()],
-                text: template.1.clone(),
-                chunk_ends: exchange.chunk_ends.clone(),
-                usage: exchange.usage,
-                finish_reason: exchange.finish_reason.clone(),
-                done: true,
-                ..Exchange::default()
+        // With the server's usage (one token per chunk), and without (the tokenizer counts).
+        for (name, usage) in [
+            ("record (usage given: JSON line)", exchange.usage),
+            ("record (no usage: tokenize + JSON line)", None),
+        ] {
+            let request = ScheduledRequest {
+                seq: 1,
+                intended_offset_us: Some(0),
+                input_tokens: 128,
+                output_tokens: TOKENS as u32,
+                prompt_seed: 7,
             };
-            let record = finalize(
-                Finished {
-                    phase: 0,
-                    request,
-                    intended_send_us: 0,
-                    actual_send_us: 10,
-                    exchange,
-                },
-                &tokenizer,
-            );
-            let mut line = Vec::with_capacity(16 * 1024);
-            serde_json::to_writer(&mut line, &LogLine::Request(record)).expect("JSON");
-            black_box(line);
-        });
-        report("record (tokenize + JSON line)", time, TOKENS);
+            let time = measure(|| {
+                let copy = Exchange {
+                    chunk_times: exchange.chunk_times.clone(),
+                    chunk_usage_tokens: vec![0; exchange.chunk_times.len()],
+                    text: exchange.text.clone(),
+                    chunk_ends: exchange.chunk_ends.clone(),
+                    usage,
+                    finish_reason: exchange.finish_reason.clone(),
+                    done: true,
+                    ..Exchange::default()
+                };
+                let record = finalize(
+                    Finished {
+                        phase: 0,
+                        request,
+                        intended_send_us: 0,
+                        actual_send_us: 10,
+                        exchange: copy,
+                    },
+                    &tokenizer,
+                );
+                let mut line = Vec::with_capacity(16 * 1024);
+                serde_json::to_writer(&mut line, &LogLine::Request(record)).expect("JSON");
+                black_box(line);
+            });
+            report(name, time, TOKENS);
+        }
     }
     if wanted("aggregate") {
         let log = run_log(1000, 64);
