@@ -54,7 +54,7 @@ impl SseParser {
             }
             self.skip_lf = false;
         }
-        while let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', bytes) {
             let line_end_is_cr = bytes[end] == b'\r';
             let mut rest = &bytes[end + 1..];
             if line_end_is_cr {
@@ -95,7 +95,7 @@ impl SseParser {
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(colon) => {
                 let value = &line[colon + 1..];
                 (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))

@@ -28,7 +28,22 @@ pub fn terminal_summary(summary: &Summary) -> String {
             scope.throughput.requests_per_s
         ));
     }
-    out.push_str("(latencies in ms)\n\n");
+    out.push_str("(latencies in ms)\n");
+    if let Some(client) = &summary.overall.client {
+        out.push_str(&format!(
+            "client: {:.1} CPU-s, {:.0}% of {} core(s), saturated {} of {} s",
+            client.cpu_s,
+            client.utilization * 100.0,
+            client.cores,
+            client.saturated_seconds,
+            client.seconds
+        ));
+        if let Some(rss) = summary.context.client_peak_rss_mb {
+            out.push_str(&format!("; peak memory {rss:.0} MB"));
+        }
+        out.push('\n');
+    }
+    out.push('\n');
     if !summary.verdicts.is_empty() {
         let width = summary
             .verdicts
