@@ -321,3 +321,12 @@ fn each_fault_gives_its_error_class() {
     assert!((5..=20).contains(&failed(&a).len()), "{:?}", failed(&a));
     assert_eq!(failed(&a), failed(&b));
 }
+
+/// Write times are kept only when asked for, and the simulator says how to ask.
+#[test]
+fn write_times_are_served_only_when_recorded() {
+    let _serial = serial();
+    let sim = SimProcess::start_with(&["--ttft", "1ms"]);
+    let body = sim.get("/llmload/writes");
+    assert!(body.contains("--record-writes"), "{body}");
+}
