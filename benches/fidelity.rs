@@ -309,12 +309,12 @@ impl Bench {
         .expect("JSON");
         let log = RunLog::read(&out.join("records.jsonl")).expect("records");
         let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
-        let origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
+        let header = log.header.clone();
         let streams = log
             .records
             .iter()
             .filter(|r| Some(r.phase) == measured_phase)
-            .filter_map(|r| MeasuredStream::of_record(r, origin));
+            .filter_map(|r| MeasuredStream::of_record(r, header.as_ref()));
         let errors = timing_errors(streams, &writes);
         let phase = &summary["phases"][1];
         let mut lags: Vec<f64> = log
@@ -337,7 +337,14 @@ impl Bench {
             lag: open_loop.then(|| ErrorSummary::of(&mut lags)),
             arrival_cv: arrival_cv(
                 &writes,
-                &format!("llmload-{}-", measured_phase.unwrap_or(1)),
+                &format!(
+                    "{}-{}-",
+                    header
+                        .as_ref()
+                        .and_then(|h| h.request_id_prefix.as_deref())
+                        .unwrap_or("llmload"),
+                    measured_phase.unwrap_or(1)
+                ),
             ),
             requests: phase["requests"]["ok"].as_u64().unwrap_or(0),
             failed: phase["requests"]["failed"].as_u64().unwrap_or(0),
@@ -735,6 +742,7 @@ mod baseline {
             ignore_eos: plan.workload.ignore_eos,
             auth: None,
             timeout: plan.target.timeout,
+            request_id_prefix: "baseline".into(),
         };
         let authority = url
             .trim_start_matches("http://")

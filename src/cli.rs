@@ -307,11 +307,13 @@ fn capacity_trial(
     let (log, aggregates) = metrics::compute_file(&records_path, None)?;
     let mut measured = Vec::new();
     let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
-    let clock_origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
     executor::record::read_lines(&records_path, |line| {
         if let executor::record::LogLine::Request(record) = line {
             if Some(record.phase) == measured_phase {
-                measured.extend(fidelity::MeasuredStream::of_record(&record, clock_origin));
+                measured.extend(fidelity::MeasuredStream::of_record(
+                    &record,
+                    log.header.as_ref(),
+                ));
             }
         }
     })?;
@@ -687,6 +689,7 @@ async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWr
         Endpoint::Simulator if run.target.is_none() => format!("sim (embedded, {})", base),
         _ => redact_url(&base),
     };
+    let request_id_prefix = executor::request::new_request_id_prefix();
     let header = RunHeader {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         plan: plan.name.clone(),
@@ -704,6 +707,7 @@ async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWr
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: host_name(),
         clock_origin_ns: None,
+        request_id_prefix: Some(request_id_prefix.clone()),
     };
     let url = format!("{base}{}", plan.target.api.path());
     let url =
@@ -717,6 +721,7 @@ async fn execute(run: Execution<'_>) -> Result<Option<Vec<sim::writes::RequestWr
         ignore_eos: plan.workload.ignore_eos,
         auth: run.auth,
         timeout: plan.target.timeout,
+        request_id_prefix,
     };
     if !run.quiet {
         eprintln!(

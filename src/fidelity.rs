@@ -25,7 +25,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::executor::record::RequestRecord;
+use crate::executor::record::{RequestRecord, RunHeader};
+use crate::executor::request::request_id_text;
 use crate::sim::writes::RequestWrites;
 
 /// What a client saw of one streamed request.
@@ -39,14 +40,15 @@ pub struct MeasuredStream {
 }
 
 impl MeasuredStream {
-    /// The stream of a successful llmload record, named as llmload names its requests;
-    /// `clock_origin_ns` is the run header's.
-    pub fn of_record(
-        record: &RequestRecord,
-        clock_origin_ns: Option<u64>,
-    ) -> Option<MeasuredStream> {
+    /// The stream of a successful llmload record of the run with `header`, named as that run
+    /// named its requests.
+    pub fn of_record(record: &RequestRecord, header: Option<&RunHeader>) -> Option<MeasuredStream> {
+        let prefix = header
+            .and_then(|h| h.request_id_prefix.as_deref())
+            .unwrap_or("llmload");
+        let clock_origin_ns = header.and_then(|h| h.clock_origin_ns);
         (record.ok() && !record.chunks.is_empty()).then(|| MeasuredStream {
-            request_id: format!("llmload-{}-{}", record.phase, record.seq),
+            request_id: request_id_text(prefix, record.phase, record.seq),
             arrivals_us: record.chunks.iter().map(|chunk| chunk.0).collect(),
             sent_monotonic_ns: clock_origin_ns.map(|o| o + record.actual_send_us * 1000),
         })

@@ -79,13 +79,24 @@ fn measured_times_match_the_servers_write_times() {
         assert!((30.0..35.0).contains(&first_ms), "true ttft {first_ms} ms");
     }
     let log = RunLog::read(&out.join("records.jsonl")).unwrap();
-    let origin = log.header.as_ref().and_then(|h| h.clock_origin_ns);
+    let header = log.header.as_ref();
     let errors = timing_errors(
         log.records
             .iter()
-            .filter_map(|record| MeasuredStream::of_record(record, origin)),
+            .filter_map(|record| MeasuredStream::of_record(record, header)),
         &truth,
     );
+    // The ids are the run's own.
+    let prefix = header.and_then(|h| h.request_id_prefix.clone()).unwrap();
+    assert!(
+        prefix.starts_with("llmload-") && prefix.len() == 16,
+        "{prefix}"
+    );
+    assert!(truth.iter().all(|w| w
+        .request_id
+        .as_deref()
+        .unwrap()
+        .starts_with(&format!("{prefix}-0-"))));
     assert_eq!(errors.matched, 24, "{errors:?}");
     assert_eq!((errors.unmatched, errors.chunk_count_mismatch), (0, 0));
     assert_eq!(errors.itl.count, 24 * 15);

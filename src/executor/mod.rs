@@ -446,7 +446,7 @@ async fn execute(
     body: Bytes,
     intended: Option<Instant>,
 ) {
-    let request_id = request::request_id(phase, request.seq);
+    let request_id = context.template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
     context.progress.on_sent(phase);
     let mut exchange = Exchange::default();

@@ -46,6 +46,10 @@ pub struct RunHeader {
     /// record's times can be set against another process's on the same machine (Linux).
     #[serde(default)]
     pub clock_origin_ns: Option<u64>,
+    /// What the run's `x-request-id`s start with; absent in logs of earlier versions, which sent
+    /// `llmload-<phase>-<seq>`.
+    #[serde(default)]
+    pub request_id_prefix: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

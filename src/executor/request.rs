@@ -31,6 +31,8 @@ pub struct RequestTemplate {
     /// `Authorization: Bearer …`, marked sensitive so it never prints.
     pub auth: Option<HeaderValue>,
     pub timeout: Duration,
+    /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
+    pub request_id_prefix: String,
 }
 
 impl std::fmt::Debug for RequestTemplate {
@@ -328,13 +330,29 @@ impl Exchange {
 const X_REQUEST_ID: reqwest::header::HeaderName =
     reqwest::header::HeaderName::from_static("x-request-id");
 
-/// The `x-request-id` header of a request: unique within a run, so that the request can be
-/// found in the server's logs (vLLM and others take it as their request id) and matched with
-/// the simulator's write times.
-pub fn request_id(phase: usize, seq: u64) -> HeaderValue {
-    // Letters, digits and dashes only: always a valid header value.
-    HeaderValue::from_str(&format!("llmload-{phase}-{seq}"))
-        .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
+/// A run's request-id prefix, `llmload-` and 8 hex digits drawn from the clock and the process:
+/// two runs against one server (two CI jobs) do not send the same ids.
+pub fn new_request_id_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let tag = crate::planner::mix64(nanos ^ (std::process::id() as u64).rotate_left(32));
+    format!("llmload-{:08x}", tag as u32)
+}
+
+/// The `x-request-id` of request `seq` of phase `phase` with a run's `prefix`.
+pub fn request_id_text(prefix: &str, phase: usize, seq: u64) -> String {
+    format!("{prefix}-{phase}-{seq}")
+}
+
+impl RequestTemplate {
+    /// The `x-request-id` header of a request: unique to the run, so that the request can be
+    /// found in the server's logs (vLLM and others take it as their request id) and matched with
+    /// the simulator's write times.
+    pub fn request_id(&self, phase: usize, seq: u64) -> HeaderValue {
+        HeaderValue::from_str(&request_id_text(&self.request_id_prefix, phase, seq))
+            .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
+    }
 }
 
 /// Sends `body` and reads the whole response into `exchange`. `sent_at` is the actual send time.
@@ -522,6 +540,7 @@ mod tests {
             ignore_eos,
             auth: None,
             timeout: Duration::from_secs(1),
+            request_id_prefix: "llmload-test".into(),
         }
     }
 

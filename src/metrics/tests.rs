@@ -19,6 +19,7 @@ fn header(exact: bool) -> RunHeader {
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
         clock_origin_ns: None,
+        request_id_prefix: None,
     }
 }
 

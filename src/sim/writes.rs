@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// One streamed request as the server saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestWrites {
-    /// The client's `x-request-id` header (llmload sends `llmload-<phase>-<seq>`), if any.
+    /// The client's `x-request-id` header (llmload sends `llmload-<run>-<phase>-<seq>`), if any.
     pub request_id: Option<String>,
     /// When the request's headers had been read, in ns since the server started.
     pub received_ns: u64,
