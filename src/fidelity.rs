@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::executor::record::{RequestRecord, RunHeader};
 use crate::executor::request::request_id_text;
+use crate::metrics::percentile;
 use crate::sim::writes::RequestWrites;
 
 /// What a client saw of one streamed request.
@@ -66,22 +67,17 @@ pub struct ErrorSummary {
 }
 
 impl ErrorSummary {
-    /// Nearest-rank percentiles of `values` (sorted here).
+    /// Nearest-rank percentiles of `values` (reordered here).
     pub fn of(values: &mut [f64]) -> ErrorSummary {
         if values.is_empty() {
             return ErrorSummary::default();
         }
-        values.sort_by(f64::total_cmp);
-        let rank = |q: f64| {
-            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
-            values[index]
-        };
         ErrorSummary {
             count: values.len(),
-            p50_ms: rank(0.50),
-            p99_ms: rank(0.99),
-            max_ms: values[values.len() - 1],
-            min_ms: values[0],
+            p50_ms: percentile(values, 50.0),
+            p99_ms: percentile(values, 99.0),
+            max_ms: percentile(values, 100.0),
+            min_ms: values.iter().copied().fold(f64::INFINITY, f64::min),
         }
     }
 }

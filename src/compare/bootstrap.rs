@@ -1,4 +1,4 @@
-//! Seeded resampling with replacement, and nearest-rank percentiles of raw values.
+//! Seeded resampling with replacement.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -24,26 +24,9 @@ impl Resampler {
     }
 }
 
-/// The nearest-rank percentile p of `values` (reordered in place); `values` must not be empty.
-pub fn percentile(values: &mut [f64], p: f64) -> f64 {
-    let n = values.len();
-    let rank = (((p / 100.0) * n as f64 - 1e-9).ceil() as usize).clamp(1, n);
-    let (_, value, _) = values.select_nth_unstable_by(rank - 1, |a, b| a.total_cmp(b));
-    *value
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank() {
-        let mut v: Vec<f64> = (1..=1000).rev().map(|x| x as f64).collect();
-        assert_eq!(percentile(&mut v, 50.0), 500.0);
-        assert_eq!(percentile(&mut v, 99.9), 999.0);
-        assert_eq!(percentile(&mut v, 100.0), 1000.0);
-        assert_eq!(percentile(&mut [3.0], 1.0), 3.0);
-    }
 
     #[test]
     fn resampling_is_seeded() {

@@ -16,9 +16,10 @@ mod bootstrap;
 use serde::Serialize;
 
 use crate::executor::record::{ErrorClass, RunHeader, RunLog};
+use crate::metrics::percentile;
 use crate::metrics::{self, RequestValues};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
-use bootstrap::{percentile, Resampler};
+use bootstrap::Resampler;
 
 /// Bootstrap resamples for per-request metrics, and for ITL (whose gaps are resampled by
 /// request, which costs as many gaps as a run has).

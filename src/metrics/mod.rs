@@ -274,6 +274,15 @@ struct Window {
     end: u64,
 }
 
+/// The nearest-rank percentile p (0–100) of raw `values` (reordered in place); `values` must
+/// not be empty. For exact percentiles where no histogram is kept (resampling, timing errors).
+pub fn percentile(values: &mut [f64], p: f64) -> f64 {
+    let n = values.len();
+    let rank = (((p / 100.0) * n as f64 - 1e-9).ceil() as usize).clamp(1, n);
+    let (_, value, _) = values.select_nth_unstable_by(rank - 1, |a, b| a.total_cmp(b));
+    *value
+}
+
 /// Whether a successful request met every objective (`None`: no objective applies).
 pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
     let within = |limit: Option<std::time::Duration>, value_ms: Option<f64>| match limit {

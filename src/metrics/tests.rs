@@ -189,6 +189,15 @@ fn throughput_over_the_phase_wall_time_and_unrecorded_phases_left_out() {
 }
 
 #[test]
+fn nearest_rank_percentiles_of_raw_values() {
+    let mut v: Vec<f64> = (1..=1000).rev().map(|x| x as f64).collect();
+    assert_eq!(percentile(&mut v, 50.0), 500.0);
+    assert_eq!(percentile(&mut v, 99.9), 999.0);
+    assert_eq!(percentile(&mut v, 100.0), 1000.0);
+    assert_eq!(percentile(&mut [3.0], 1.0), 3.0);
+}
+
+#[test]
 fn schedule_lag_and_its_warning() {
     let mut late = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
     late.actual_send_us = late.intended_send_us + 25_000;
