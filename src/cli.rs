@@ -143,10 +143,7 @@ fn parse_duration_arg(text: &str) -> Result<Duration, String> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Check(args) => match check(&args.plan) {
-            EXIT_PASS if args.capacity => check_capacity(&args),
-            code => code,
-        },
+        Command::Check(args) => check(&args),
         Command::Plan { plan, seed, format } => show_plan(&plan, seed, format),
         Command::Run(args) => run(args),
         Command::Report { dir, gate } => rerender(&dir, &gate),
@@ -225,16 +222,12 @@ struct CheckArgs {
 
 /// `check --capacity`: one short trial per distinct peak load of the plan; exit 1 when this
 /// machine cannot generate one of them faithfully.
-fn check_capacity(args: &CheckArgs) -> u8 {
-    let plan = match load_plan(&args.plan) {
-        Ok(plan) => plan,
-        Err(code) => return code,
-    };
+fn check_capacity(args: &CheckArgs, plan: &Plan) -> u8 {
     let server = capacity::TrialServer {
         ttft: args.sim_ttft,
         itl: args.sim_itl,
     };
-    let trials = capacity::trials(&plan, args.duration, server);
+    let trials = capacity::trials(plan, args.duration, server);
     let tokenizer = match Tokenizer::load(&plan.workload.tokenizer) {
         Ok(tokenizer) => Arc::new(tokenizer),
         Err(message) => return error(message),
@@ -304,19 +297,26 @@ fn capacity_trial(
         worker_threads,
         record_writes: true,
     }))?;
-    let (log, aggregates) = metrics::compute_file(&records_path, None)?;
+    // One pass over the records: the aggregates, and the measured phase's streams.
+    use executor::record::LogLine;
+    let mut aggregator = metrics::Aggregator::new(None);
+    let mut header = None;
+    let mut measured_phase = None;
     let mut measured = Vec::new();
-    let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
     executor::record::read_lines(&records_path, |line| {
-        if let executor::record::LogLine::Request(record) = line {
-            if Some(record.phase) == measured_phase {
-                measured.extend(fidelity::MeasuredStream::of_record(
-                    &record,
-                    log.header.as_ref(),
-                ));
+        match &line {
+            LogLine::Run(run) => header = Some(run.clone()),
+            LogLine::PhaseStart(phase) if phase.record && measured_phase.is_none() => {
+                measured_phase = Some(phase.index)
             }
+            LogLine::Request(record) if Some(record.phase) == measured_phase => {
+                measured.extend(fidelity::MeasuredStream::of_record(record, header.as_ref()))
+            }
+            _ => {}
         }
+        aggregator.push(line);
     })?;
+    let (log, aggregates) = aggregator.finish();
     let errors = fidelity::timing_errors(measured, &writes.unwrap_or_default());
     // The measured phase follows the warmup.
     let phase = aggregates
@@ -359,19 +359,22 @@ fn capacity_line(result: &capacity::TrialResult) -> String {
     )
 }
 
-fn check(path: &Path) -> u8 {
-    match load_plan(path) {
-        Ok(plan) => {
-            say!(
-                "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
-                path.display(),
-                plan.name,
-                plan.phases.len(),
-                plan.sla.len()
-            );
-            EXIT_PASS
-        }
-        Err(code) => code,
+fn check(args: &CheckArgs) -> u8 {
+    let plan = match load_plan(&args.plan) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    say!(
+        "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
+        args.plan.display(),
+        plan.name,
+        plan.phases.len(),
+        plan.sla.len()
+    );
+    if args.capacity {
+        check_capacity(args, &plan)
+    } else {
+        EXIT_PASS
     }
 }
 
