@@ -93,21 +93,16 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         // A closed loop's warmup ends by count, so that it drains before the measured phase
         // (one ended by time would leave its last requests in flight, and the measured phase
         // would open new connections beside them).
-        let warmup = match load {
-            Load::Concurrency(n) => Phase {
-                name: format!("warmup: {}", phase.name),
-                load: load.clone(),
-                duration: None,
-                max_requests: Some(2 * n as u64),
-                record: false,
-            },
-            _ => Phase {
-                name: format!("warmup: {}", phase.name),
-                load: load.clone(),
-                duration: (!burst).then_some(WARMUP.min(duration)),
-                max_requests: None,
-                record: false,
-            },
+        let (warmup_duration, warmup_requests) = match load {
+            Load::Concurrency(n) => (None, Some(2 * n as u64)),
+            _ => ((!burst).then_some(WARMUP.min(duration)), None),
+        };
+        let warmup = Phase {
+            name: format!("warmup: {}", phase.name),
+            load: load.clone(),
+            duration: warmup_duration,
+            max_requests: warmup_requests,
+            record: false,
         };
         trial_plan.phases = vec![
             warmup,

@@ -388,13 +388,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let fixed = shared.engine.is_none();
     let timer = shared.timer.clone();
     tokio::spawn(async move {
-        let send =
-            |value: serde_json::Value| (Ok(Bytes::from(format!("data: {value}\n\n"))), false);
-        let send_tokens =
-            |value: serde_json::Value| (Ok(Bytes::from(format!("data: {value}\n\n"))), true);
+        // A data event, and whether it carries tokens.
+        let event = |value: serde_json::Value, tokens: bool| {
+            (Ok(Bytes::from(format!("data: {value}\n\n"))), tokens)
+        };
         if request.chat
             && tx
-                .send(send(chunk(&request, &id, None, true, None)))
+                .send(event(chunk(&request, &id, None, true, None), false))
                 .await
                 .is_err()
         {
@@ -459,7 +459,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             if request.continuous_usage {
                 value["usage"] = usage(request.prompt_tokens, completion);
             }
-            if tx.send(send_tokens(value)).await.is_err() {
+            if tx.send(event(value, true)).await.is_err() {
                 return;
             }
         }
@@ -470,11 +470,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         if request.continuous_usage {
             finish["usage"] = usage(request.prompt_tokens, completion);
         }
-        let _ = tx.send(send(finish)).await;
+        let _ = tx.send(event(finish, false)).await;
         if request.include_usage {
             let value = serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": 0,
                 "model": request.model, "choices": [], "usage": usage(request.prompt_tokens, completion)});
-            let _ = tx.send(send(value)).await;
+            let _ = tx.send(event(value, false)).await;
         }
         let _ = tx
             .send((Ok(Bytes::from_static(b"data: [DONE]\n\n")), false))
