@@ -16,14 +16,17 @@
 //! parsing, no recording beyond the timestamps, no report. It is the practical limit a client
 //! can reach on this machine, and llmload is judged against it.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use llmload::executor::record::RunLog;
 use llmload::fidelity::{timing_errors, ErrorSummary, MeasuredStream, TimingErrors};
 use llmload::sim::writes::RequestWrites;
 use serde::{Deserialize, Serialize};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::SimProcess;
 
 const LLMLOAD: &str = env!("CARGO_BIN_EXE_llmload");
 
@@ -183,65 +186,16 @@ fn open_plan(output: u32, rate: u32, seconds: u64) -> String {
 }
 
 /// `llmload sim` with write recording, as its own process.
-struct Sim {
-    child: Child,
-    url: String,
+fn start_sim(ttft: &str, itl: &str) -> SimProcess {
+    SimProcess::start_with(&["--record-writes", "--ttft", ttft, "--itl", itl])
 }
 
-impl Sim {
-    fn start(ttft: &str, itl: &str) -> Sim {
-        let mut child = Command::new(LLMLOAD)
-            .args([
-                "sim",
-                "--port",
-                "0",
-                "--record-writes",
-                "--ttft",
-                ttft,
-                "--itl",
-                itl,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("llmload sim");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the simulator's first line");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .expect("a URL")
-            .to_string();
-        Sim { child, url }
-    }
-
-    fn writes(&self) -> Vec<RequestWrites> {
-        let authority = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/v1");
-        let mut stream = std::net::TcpStream::connect(authority).expect("the simulator");
-        write!(
-            stream,
-            "GET /llmload/writes HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-        )
-        .expect("a request");
-        let mut text = String::new();
-        stream.read_to_string(&mut text).expect("the writes");
-        let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-        body.lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect()
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The simulator's write times so far.
+fn writes(sim: &SimProcess) -> Vec<RequestWrites> {
+    sim.get("/llmload/writes")
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
 }
 
 /// Coefficient of variation of the gaps between the server's arrival times of requests whose
@@ -285,7 +239,7 @@ impl Bench {
         let dir = self.run_dir(&format!("llmload-{name}"));
         let plan_path = dir.join("plan.kdl");
         std::fs::write(&plan_path, &setup.plan).expect("plan.kdl");
-        let sim = Sim::start(setup.ttft, setup.itl);
+        let sim = start_sim(setup.ttft, setup.itl);
         let mut command = Command::new(LLMLOAD);
         command
             .arg("run")
@@ -300,7 +254,7 @@ impl Bench {
             matches!(status.code(), Some(0 | 1)),
             "llmload run failed: {status}"
         );
-        let writes = sim.writes();
+        let writes = writes(&sim);
         drop(sim);
         let out = dir.join("out");
         let summary: serde_json::Value = serde_json::from_str(
@@ -310,25 +264,22 @@ impl Bench {
         let log = RunLog::read(&out.join("records.jsonl")).expect("records");
         let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
         let header = log.header.clone();
-        let streams = log
+        let measured: Vec<_> = log
             .records
             .iter()
             .filter(|r| Some(r.phase) == measured_phase)
+            .collect();
+        let streams = measured
+            .iter()
             .filter_map(|r| MeasuredStream::of_record(r, header.as_ref()));
         let errors = timing_errors(streams, &writes);
         let phase = &summary["phases"][1];
-        let mut lags: Vec<f64> = log
-            .records
+        let mut lags: Vec<f64> = measured
             .iter()
-            .filter(|r| Some(r.phase) == measured_phase)
             .map(|r| r.actual_send_us.saturating_sub(r.intended_send_us) as f64 / 1000.0)
             .collect();
         let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
-        let measured_requests = log
-            .records
-            .iter()
-            .filter(|r| Some(r.phase) == measured_phase)
-            .count();
+        let measured_requests = measured.len();
         let records_bytes = std::fs::metadata(out.join("records.jsonl"))
             .map(|m| m.len())
             .unwrap_or(0);
@@ -370,7 +321,7 @@ impl Bench {
         let plan_path = dir.join("plan.kdl");
         std::fs::write(&plan_path, &setup.plan).expect("plan.kdl");
         let streams_path = dir.join("streams.jsonl");
-        let sim = Sim::start(setup.ttft, setup.itl);
+        let sim = start_sim(setup.ttft, setup.itl);
         let mut command = Command::new(std::env::current_exe().expect("this benchmark"));
         command
             .env("LLMLOAD_BENCH_ROLE", "baseline")
@@ -386,7 +337,7 @@ impl Bench {
             .expect("the baseline client");
         assert!(output.status.success(), "the baseline client failed");
         let report: BaselineReport = serde_json::from_slice(&output.stdout).expect("its report");
-        let writes = sim.writes();
+        let writes = writes(&sim);
         drop(sim);
         let streams: Vec<MeasuredStream> = std::fs::read_to_string(&streams_path)
             .expect("streams")
