@@ -709,7 +709,6 @@ mod baseline {
             requests: Default::default(),
             idle: Mutex::new(Vec::new()),
         });
-        let (cpu_before, _) = llmload::executor::resources::usage().unwrap_or_default();
         let mut measured_seconds = 0.0;
         for phase in &schedule.phases {
             let measured = phase.record;
@@ -725,7 +724,7 @@ mod baseline {
                 (request, template.body(&prompt, request.output_tokens))
             };
             let started = Instant::now();
-            let cpu_start = llmload::executor::resources::usage().unwrap_or_default().0;
+            let cpu_start = llmload::executor::resources::cpu_seconds().unwrap_or_default();
             match phase.load_model {
                 Load::Concurrency(n) => {
                     let deadline = phase.duration.map(|d| started + d);
@@ -828,8 +827,7 @@ mod baseline {
             }
             if measured {
                 measured_seconds = started.elapsed().as_secs_f64();
-                let cpu_end = llmload::executor::resources::usage().unwrap_or_default().0;
-                let _ = cpu_before;
+                let cpu_end = llmload::executor::resources::cpu_seconds().unwrap_or_default();
                 // CPU of the measured phase only, as llmload reports it.
                 let report_cpu = cpu_end - cpu_start;
                 finish(&shared, &streams_path, measured_seconds, report_cpu);
@@ -858,7 +856,7 @@ mod baseline {
             tokens: shared.tokens.load(Relaxed),
             seconds,
             cpu_s,
-            peak_rss_bytes: llmload::executor::resources::usage().map_or(0, |u| u.1),
+            peak_rss_bytes: llmload::executor::resources::peak_rss_bytes().unwrap_or(0),
             lags_ms: std::mem::take(&mut *shared.lags_ms.lock().expect("lags")),
         };
         println!("{}", serde_json::to_string(&report).expect("JSON"));

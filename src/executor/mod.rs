@@ -218,7 +218,7 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), Strin
     context.log(LogLine::RunEnd(RunEnd {
         at_us: context.micros(Instant::now()),
         interrupted,
-        client_peak_rss_bytes: resources::usage().map(|(_, rss)| rss),
+        client_peak_rss_bytes: resources::peak_rss_bytes(),
     }));
     drop(context);
     // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
@@ -337,7 +337,7 @@ async fn run_phase(
     let (mut bodies, primed) = spawn_body_builder(context, schedule, phase);
     let _ = primed.await;
     let phase_start = Instant::now();
-    let phase_start_cpu = resources::usage().map(|(cpu, _)| cpu);
+    let phase_start_cpu = resources::cpu_seconds();
     context.progress.start_phase(phase.index);
     let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
     context.log(LogLine::PhaseStart(PhaseStart {

@@ -17,27 +17,41 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// A one-second window at or above this share of the client's cores counts as saturated.
 pub const SATURATED_SHARE: f64 = 0.95;
 
-/// CPU seconds (user + system) this process has used, and its peak resident set in bytes.
-pub fn usage() -> Option<(f64, u64)> {
+#[cfg(unix)]
+fn rusage() -> Option<libc::rusage> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage only writes into the struct it is given.
+    let status = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: getrusage succeeded, so the struct is initialised.
+    (status == 0).then(|| unsafe { usage.assume_init() })
+}
+
+/// CPU seconds (user + system) this process has used.
+pub fn cpu_seconds() -> Option<f64> {
     #[cfg(unix)]
     {
-        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: getrusage only writes into the struct it is given.
-        let status = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
-        if status != 0 {
-            return None;
-        }
-        // SAFETY: getrusage succeeded, so the struct is initialised.
-        let usage = unsafe { usage.assume_init() };
+        let usage = rusage()?;
         let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        // Linux keeps ru_maxrss across execve, so a process started by a big parent would
-        // report the parent's peak: its own address space's high-water mark is VmHWM.
-        // Elsewhere ru_maxrss is in KiB, except on macOS (bytes).
-        let peak = peak_rss_linux().unwrap_or_else(|| {
-            let unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
-            (usage.ru_maxrss as u64).saturating_mul(unit)
-        });
-        Some((seconds(usage.ru_utime) + seconds(usage.ru_stime), peak))
+        Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// This process's peak resident set, in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    // Linux keeps ru_maxrss across execve, so a process started by a big parent would report
+    // the parent's peak: its own address space's high-water mark is VmHWM.
+    if let Some(peak) = peak_rss_linux() {
+        return Some(peak);
+    }
+    #[cfg(unix)]
+    {
+        // ru_maxrss is in KiB, except on macOS (bytes).
+        let unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
+        Some((rusage()?.ru_maxrss as u64).saturating_mul(unit))
     }
     #[cfg(not(unix))]
     {
@@ -104,7 +118,7 @@ pub struct CpuMonitor {
 impl CpuMonitor {
     /// `None` where CPU time cannot be read.
     pub fn start(cores: f64) -> Option<CpuMonitor> {
-        usage()?;
+        cpu_seconds()?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_samples, thread_stop) = (samples.clone(), stop.clone());
@@ -112,7 +126,7 @@ impl CpuMonitor {
             .name("llmload-cpu".into())
             .spawn(move || {
                 while !thread_stop.load(Ordering::Relaxed) {
-                    if let Some((cpu, _)) = usage() {
+                    if let Some(cpu) = cpu_seconds() {
                         if let Ok(mut samples) = thread_samples.lock() {
                             samples.push((Instant::now(), cpu));
                         }
@@ -130,7 +144,7 @@ impl CpuMonitor {
 
     /// The client's load between `start` and now; `start_cpu` was read at `start`.
     pub fn load_since(&self, start: Instant, start_cpu: f64) -> Option<ClientLoad> {
-        let (now_cpu, _) = usage()?;
+        let now_cpu = cpu_seconds()?;
         let now = Instant::now();
         let samples = self.samples.lock().ok()?;
         let mut points: Vec<(Instant, f64)> = vec![(start, start_cpu)];
@@ -251,7 +265,7 @@ mod tests {
 
     #[test]
     fn this_process_uses_some_cpu_and_memory() {
-        if let Some((cpu, rss)) = usage() {
+        if let (Some(cpu), Some(rss)) = (cpu_seconds(), peak_rss_bytes()) {
             assert!(cpu >= 0.0);
             assert!(rss > 1 << 20, "peak RSS {rss} bytes");
         }
