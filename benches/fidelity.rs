@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use llmload::executor::record::RunLog;
 use llmload::fidelity::{timing_errors, ErrorSummary, MeasuredStream, TimingErrors};
+use llmload::records::RunLog;
 use llmload::sim::writes::RequestWrites;
 use serde::{Deserialize, Serialize};
 
@@ -686,11 +686,13 @@ mod baseline {
         let tokenizer = Tokenizer::load(&plan.workload.tokenizer).expect("a tokenizer");
         let template = RequestTemplate {
             url: "http://127.0.0.1/v1/completions".parse().expect("a URL"),
-            api: Api::Completions,
-            model: plan.target.model.clone(),
-            stream: true,
-            continuous_usage: false,
-            ignore_eos: plan.workload.ignore_eos,
+            dialect: llmload::executor::api::dialect(Api::Completions),
+            options: llmload::executor::api::BodyOptions {
+                model: plan.target.model.clone(),
+                stream: true,
+                continuous_usage: false,
+                ignore_eos: plan.workload.ignore_eos,
+            },
             auth: None,
             timeout: plan.target.timeout,
             request_id_prefix: "baseline".into(),
@@ -720,7 +722,9 @@ mod baseline {
             };
             let body = |seq: u64| {
                 let request = schedule.request(phase.index, seq);
-                let prompt = tokenizer.prompt(request.input_tokens, request.prompt_seed);
+                let prompt = llmload::planner::Prompt::Text(
+                    tokenizer.prompt(request.input_tokens, request.prompt_seed),
+                );
                 (request, template.body(&prompt, request.output_tokens))
             };
             let started = Instant::now();
@@ -931,7 +935,7 @@ mod baseline {
                 streams.push(BaselineStream {
                     request_id,
                     arrivals_us,
-                    sent_monotonic_ns: llmload::executor::resources::monotonic_ns(sent),
+                    sent_monotonic_ns: llmload::clock::monotonic_ns(sent),
                 });
             }
         }

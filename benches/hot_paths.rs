@@ -10,12 +10,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use llmload::executor::record::{LogLine, RequestRecord, RunLog, TokenSource};
 use llmload::executor::recorder::{finalize, Finished};
 use llmload::executor::request::Exchange;
 use llmload::executor::sse::SseParser;
 use llmload::plan::TokenizerSpec;
 use llmload::planner::ScheduledRequest;
+use llmload::records::{LogLine, RequestRecord, RunLog, TokenSource};
 use llmload::tokens::Tokenizer;
 
 /// Tokens in the benchmark's stream.
@@ -87,9 +87,16 @@ fn read_stream(reads: &[&[u8]]) -> Exchange {
     let mut parser = SseParser::new();
     let mut exchange = Exchange::default();
     let mut last_usage = 0;
+    let dialect = llmload::executor::api::dialect(llmload::plan::Api::Chat);
     for (i, read) in reads.iter().enumerate() {
         parser.feed(read, |event| {
-            exchange.on_event(event.data, event.name, i as u64 * 10, &mut last_usage)
+            exchange.on_event(
+                &*dialect,
+                event.data,
+                event.name,
+                i as u64 * 10,
+                &mut last_usage,
+            )
         });
     }
     exchange
@@ -227,7 +234,12 @@ fn main() {
         std::fs::create_dir_all(&dir).expect("a temp dir");
         let path = dir.join("records.jsonl");
         let mut text = String::new();
-        text.push_str(&serde_json::to_string(&LogLine::Run(log.header.clone().unwrap())).unwrap());
+        text.push_str(
+            &serde_json::to_string(&LogLine::Run(llmload::records::RunLine::current(
+                log.header.clone().unwrap(),
+            )))
+            .unwrap(),
+        );
         text.push('\n');
         text.push_str(&serde_json::to_string(&LogLine::PhaseStart(log.phases[0].clone())).unwrap());
         text.push('\n');

@@ -11,16 +11,20 @@
 //! The TTFT error is shown but not judged: it also holds the send delay, which includes any wait
 //! before the simulator's handler ran, and here the simulator shares the client's cores (a burst
 //! of requests queues in it). For the same reason the answer errs on the safe side: a load that
-//! passes here passes against a remote server. This module builds the trials and judges them;
-//! running them is the CLI's, with the executor.
+//! passes here passes against a remote server. This module builds the trials, runs each through
+//! [`crate::session`] and judges it; printing is the caller's.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::fidelity::TimingErrors;
-use crate::metrics::PhaseMetrics;
+use crate::error::{Error, Result};
+use crate::fidelity::{self, TimingErrors};
+use crate::metrics::{self, PhaseMetrics};
 use crate::plan::{Endpoint, Load, Phase, Plan, RateShape, SimSettings};
+use crate::records::{self, LogLine};
+use crate::session::{self, RunOptions};
 
 /// Schedule lag p99 above this is not faithful pacing.
 pub const LAG_P99_LIMIT_MS: f64 = 1.0;
@@ -123,6 +127,43 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         });
     }
     trials
+}
+
+/// Runs one trial in `dir` (a scratch directory the caller removes) with `threads` runtime
+/// workers, and judges it.
+pub fn run_trial(trial: &Trial, dir: &Path, threads: Option<usize>) -> Result<TrialResult> {
+    let mut options = RunOptions::new(dir);
+    options.threads = threads;
+    options.record_writes = true;
+    let execution = session::execute(&trial.plan, &options)?;
+    // One pass over the records: the aggregates, and the measured phase's streams.
+    let mut aggregator = metrics::Aggregator::new(None);
+    let mut header = None;
+    let mut measured_phase = None;
+    let mut measured = Vec::new();
+    records::read_lines(&execution.records_path, |line| {
+        match &line {
+            LogLine::Run(run) => header = Some(run.header.clone()),
+            LogLine::PhaseStart(phase) if phase.record && measured_phase.is_none() => {
+                measured_phase = Some(phase.index)
+            }
+            LogLine::Request(record) if Some(record.phase) == measured_phase => {
+                measured.extend(fidelity::MeasuredStream::of_record(record, header.as_ref()))
+            }
+            _ => {}
+        }
+        aggregator.push(line);
+    })?;
+    let (log, aggregates) = aggregator.finish();
+    let errors = fidelity::timing_errors(measured, &execution.sim_writes.unwrap_or_default());
+    // The measured phase follows the warmup.
+    let phase = aggregates
+        .phases
+        .iter()
+        .find(|p| p.recorded)
+        .ok_or_else(|| Error::run("the capacity trial ran no measured phase"))?;
+    let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
+    Ok(judge(trial.phases.clone(), phase, open_loop, &errors))
 }
 
 /// What a trial measured and what it says.

@@ -25,9 +25,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::executor::record::{RequestRecord, RunHeader};
-use crate::executor::request::request_id_text;
 use crate::metrics::percentile;
+use crate::records::request_id_text;
+use crate::records::{RequestRecord, RunHeader};
 use crate::sim::writes::RequestWrites;
 
 /// What a client saw of one streamed request.

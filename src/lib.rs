@@ -10,13 +10,18 @@
 
 pub mod capacity;
 pub mod cli;
+pub mod clock;
 pub mod compare;
+pub mod error;
 pub mod executor;
 pub mod fidelity;
 pub mod metrics;
 pub mod plan;
 pub mod planner;
+pub mod records;
 pub mod report;
+pub mod seed;
+pub mod session;
 pub mod sim;
 pub mod timer;
 pub mod tokens;

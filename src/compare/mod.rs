@@ -15,10 +15,10 @@ mod bootstrap;
 
 use serde::Serialize;
 
-use crate::executor::record::{ErrorClass, RunHeader, RunLog};
 use crate::metrics::percentile;
 use crate::metrics::{self, RequestValues};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
+use crate::records::{ErrorClass, RunHeader, RunLog};
 use bootstrap::Resampler;
 
 /// Bootstrap resamples for per-request metrics, and for ITL (whose gaps are resampled by
@@ -100,7 +100,7 @@ pub fn comparable(
     baseline: &RunHeader,
     current: &RunHeader,
     force: bool,
-) -> Result<Vec<String>, String> {
+) -> crate::error::Result<Vec<String>> {
     let mut differences = Vec::new();
     let mut check = |what: &str, a: &str, b: &str| {
         if a != b {
@@ -123,11 +123,11 @@ pub fn comparable(
     let mut notes = Vec::new();
     if !differences.is_empty() {
         if !force {
-            return Err(format!(
+            return Err(crate::error::Error::usage(format!(
                 "these runs do not measure the same thing ({}); compare runs of one plan, seed and model, \
                  or pass --force to compare anyway",
                 differences.join("; ")
-            ));
+            )));
         }
         notes.push(format!(
             "compared with --force although {}",
@@ -340,7 +340,7 @@ pub fn compare(
         } else {
             RESAMPLES
         };
-        let mut resampler = Resampler::new(seed ^ crate::planner::mix64(index as u64 + 1));
+        let mut resampler = Resampler::new(seed ^ crate::seed::mix64(index as u64 + 1));
         let mut changes = Vec::with_capacity(resamples);
         if change.is_some() {
             let mut pick_base = Vec::new();

@@ -1,7 +1,7 @@
 //! Comparison math on hand-made runs.
 
 use super::*;
-use crate::executor::record::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
+use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
 
 fn header(seed: u64, plan: &str) -> RunHeader {
     RunHeader {
@@ -137,7 +137,9 @@ fn different_plans_seeds_or_models_are_refused_unless_forced() {
     assert!(comparable(&header(1, "p"), &header(1, "p"), false)
         .unwrap()
         .is_empty());
-    let err = comparable(&header(1, "p"), &header(2, "q"), false).unwrap_err();
+    let err = comparable(&header(1, "p"), &header(2, "q"), false)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("plan: baseline p, current q")
             && err.contains("seed")

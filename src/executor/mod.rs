@@ -10,16 +10,15 @@
 //!
 //! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`].
 
-mod progress;
-pub mod record;
+pub mod api;
+mod observe;
 pub mod recorder;
 pub mod request;
 pub mod resources;
 pub mod sse;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,12 +26,14 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
+use crate::error::{Error, Result};
 use crate::plan::Load;
-use crate::planner::{PhaseSchedule, Schedule, ScheduledRequest};
+use crate::planner::{PhaseSchedule, PromptSource, Schedule, ScheduledRequest};
+use crate::records::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLine};
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
-use progress::Progress;
-use record::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader};
+use observe::stopped;
+pub use observe::{Event, Observer, Quiet, Stop};
 use recorder::{Finished, Message, Recorder};
 use request::Exchange;
 pub use request::RequestTemplate;
@@ -40,16 +41,27 @@ pub use request::RequestTemplate;
 /// How many prompt bodies are built ahead of the pacer.
 const BODIES_AHEAD: usize = 512;
 
+/// Everything a run needs besides its schedule.
 pub struct RunConfig {
+    /// How each request is spoken.
     pub template: RequestTemplate,
+    /// Where each request's prompt comes from.
+    pub prompts: Arc<dyn PromptSource>,
+    /// Counts tokens where the server gives no usage.
     pub tokenizer: Arc<Tokenizer>,
+    /// The run's context, written as the first line of the records.
     pub header: RunHeader,
+    /// Where the records go.
     pub records_path: PathBuf,
-    /// How long in-flight requests may finish after Ctrl-C before they are cancelled.
+    /// How long in-flight requests may finish after sending stops early, before they are
+    /// cancelled.
     pub grace: Duration,
-    pub show_progress: bool,
     /// The async runtime's worker threads, if set (for how many cores the client may use).
     pub worker_threads: Option<usize>,
+    /// Told what happens as it happens.
+    pub observer: Arc<dyn Observer>,
+    /// Stops the run early.
+    pub stop: Stop,
 }
 
 /// Requests in flight, and a way to wait until there are none.
@@ -82,10 +94,12 @@ impl InFlight {
 struct Context {
     client: reqwest::Client,
     template: RequestTemplate,
-    tokenizer: Arc<Tokenizer>,
+    prompts: Arc<dyn PromptSource>,
     run_start: Instant,
     records: std::sync::mpsc::Sender<Message>,
-    progress: Arc<Progress>,
+    observer: Arc<dyn Observer>,
+    /// Requests sent, per phase.
+    sent: Vec<AtomicU64>,
     abort: watch::Receiver<bool>,
     in_flight: InFlight,
     /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
@@ -103,123 +117,76 @@ impl Context {
     }
 }
 
-async fn cancelled(rx: &mut watch::Receiver<bool>) {
-    if rx.wait_for(|v| *v).await.is_err() {
-        // The sender is gone: nothing can cancel any more.
-        std::future::pending::<()>().await;
-    }
-}
-
 /// Runs every phase of `schedule` in order, writing the run's log to `config.records_path`.
-pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), String> {
+/// Returns once every record is written; an error when the run could not be carried out (the
+/// records could not be written, the HTTP client or a thread could not start).
+pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
     let pool = pool_size(&schedule, config.template.timeout);
-    check_open_files(&schedule, pool)?;
+    if let Some(notice) = check_open_files(&schedule, pool)? {
+        config.observer.on_event(Event::Warning(&notice));
+    }
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(pool)
         .connect_timeout(config.template.timeout.min(Duration::from_secs(10)))
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-    let progress = Arc::new(Progress::new(
-        &schedule
-            .phases
-            .iter()
-            .map(|p| (p.name.clone(), p.duration))
-            .collect::<Vec<_>>(),
-    ));
+        .map_err(|e| Error::run(format!("cannot build the HTTP client: {e}")))?;
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),
-        progress.clone(),
+        config.observer.clone(),
+        config.stop.clone(),
     )?;
-    let (cancel_tx, cancel_rx) = watch::channel(false);
-    let (abort_tx, abort_rx) = watch::channel(false);
+    let stop = config.stop.clone();
     let context = Arc::new(Context {
         client,
         template: config.template.clone(),
-        tokenizer: config.tokenizer.clone(),
+        prompts: config.prompts.clone(),
         run_start: Instant::now(),
         records: recorder.sender(),
-        progress: progress.clone(),
-        abort: abort_rx,
+        observer: config.observer.clone(),
+        sent: schedule.phases.iter().map(|_| AtomicU64::new(0)).collect(),
+        abort: stop.in_flight(),
         in_flight: InFlight::default(),
-        timer: PreciseTimer::start().map_err(|e| format!("cannot start the pacing timer: {e}"))?,
+        timer: PreciseTimer::start()
+            .map_err(|e| Error::run(format!("cannot start the pacing timer: {e}")))?,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
     });
     let mut header = config.header.clone();
-    header.clock_origin_ns = resources::monotonic_ns(context.run_start.into_std());
-    context.log(LogLine::Run(header));
+    header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
+    context.observer.on_event(Event::RunStarted(&header));
+    context.log(LogLine::Run(RunLine::current(header)));
 
-    // First Ctrl-C: stop sending and let in-flight requests finish (within the grace period).
-    // Second Ctrl-C: cancel them now.
-    let signals = {
-        let cancel_tx = cancel_tx.clone();
-        let abort_tx = abort_tx.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to stop now)");
-                let _ = cancel_tx.send(true);
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    let _ = abort_tx.send(true);
-                }
-            }
-        })
-    };
-    let ticker = config.show_progress.then(|| {
-        let progress = progress.clone();
-        tokio::spawn(async move {
-            let tty = std::io::stderr().is_terminal();
-            let every = if tty {
-                Duration::from_secs(1)
-            } else {
-                Duration::from_secs(10)
-            };
-            let mut interval = tokio::time::interval_at(Instant::now() + every, every);
-            loop {
-                interval.tick().await;
-                if tty {
-                    eprint!("\r\x1b[K{}", progress.line());
-                } else {
-                    eprintln!("{}", progress.line());
-                }
-            }
-        })
-    });
-
+    let sending = stop.sending();
     for phase in &schedule.phases {
-        if *cancel_rx.borrow() {
+        if *sending.borrow() {
             break;
         }
-        run_phase(&context, &schedule, phase, cancel_rx.clone()).await;
+        run_phase(&context, &schedule, phase, sending.clone()).await;
     }
 
-    // Let in-flight requests finish; after an interrupt, only for the grace period.
-    let mut cancel_wait = cancel_rx.clone();
+    // Let in-flight requests finish; after an early stop, only for the grace period.
+    let mut stop_wait = sending.clone();
     tokio::select! {
         _ = context.in_flight.wait_empty() => {}
-        _ = cancelled(&mut cancel_wait) => {
+        _ = stopped(&mut stop_wait) => {
             tokio::select! {
                 _ = context.in_flight.wait_empty() => {}
                 _ = tokio::time::sleep(config.grace) => {}
-                _ = async { let mut a = context.abort.clone(); cancelled(&mut a).await } => {}
+                _ = async { let mut a = context.abort.clone(); stopped(&mut a).await } => {}
             }
-            let _ = abort_tx.send(true);
+            stop.cancel_in_flight();
             context.in_flight.wait_empty().await;
         }
     }
-    if let Some(ticker) = ticker {
-        ticker.abort();
-        if std::io::stderr().is_terminal() {
-            eprint!("\r\x1b[K");
-        }
-    }
-    signals.abort();
-    let interrupted = *cancel_rx.borrow();
-    context.log(LogLine::RunEnd(RunEnd {
+    let interrupted = *sending.borrow();
+    let end = RunEnd {
         at_us: context.micros(Instant::now()),
         interrupted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
-    }));
+    };
+    context.observer.on_event(Event::RunEnded(&end));
+    context.log(LogLine::RunEnd(end));
     drop(context);
     // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
     recorder.finish()
@@ -227,9 +194,9 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<(), Strin
 
 /// Raises the open-file limit, and refuses a plan that must hold more connections at once than
 /// the system allows (a closed loop or a burst larger than the limit).
-fn check_open_files(schedule: &Schedule, pool: usize) -> Result<(), String> {
+fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> {
     let Some(limit) = resources::raise_open_file_limit() else {
-        return Ok(());
+        return Ok(None);
     };
     // Besides connections: the records file, the tokenizer, stdio, the runtime's own.
     const SPARE: u64 = 64;
@@ -243,20 +210,20 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<(), String> {
         .max()
         .unwrap_or(0);
     if certain + SPARE > limit {
-        return Err(format!(
+        return Err(Error::run(format!(
             "the plan holds {certain} requests in flight at once, but this process may open only {limit} files \
              (its hard limit): raise it, e.g. `ulimit -n {}` (or LimitNOFILE in a systemd unit, nofile in \
              /etc/security/limits.conf), then run again",
             certain + SPARE
-        ));
+        )));
     }
     if pool as u64 + SPARE > limit {
-        eprintln!(
-            "warning: at its peak rate the plan may hold up to {pool} requests in flight, but this process may \
+        return Ok(Some(format!(
+            "at its peak rate the plan may hold up to {pool} requests in flight, but this process may \
              open only {limit} files; requests beyond that fail to connect (raise it with `ulimit -n`)"
-        );
+        )));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Idle connections to keep per host: the most requests the plan may have in flight, bounded.
@@ -290,7 +257,7 @@ fn spawn_body_builder(
 ) {
     let (tx, rx) = mpsc::channel(BODIES_AHEAD);
     let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
-    let tokenizer = context.tokenizer.clone();
+    let prompts = context.prompts.clone();
     let template = context.template.clone();
     let index = phase.index;
     // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
@@ -309,7 +276,7 @@ fn spawn_body_builder(
             }
             let request = schedule.request(index, seq);
             seq += 1;
-            let prompt = tokenizer.prompt(request.input_tokens, request.prompt_seed);
+            let prompt = prompts.prompt(&request);
             let body = template.body(&prompt, request.output_tokens);
             if tx.blocking_send((request, body)).is_err() {
                 break;
@@ -338,9 +305,8 @@ async fn run_phase(
     let _ = primed.await;
     let phase_start = Instant::now();
     let phase_start_cpu = resources::cpu_seconds();
-    context.progress.start_phase(phase.index);
     let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
-    context.log(LogLine::PhaseStart(PhaseStart {
+    let start = PhaseStart {
         index: phase.index,
         name: phase.name.clone(),
         record: phase.record,
@@ -350,7 +316,9 @@ async fn run_phase(
         planned_requests: (!phase.open_ended).then_some(phase.requests.len() as u64),
         planned_duration_s: phase.duration.map(|d| d.as_secs_f64()),
         at_us: context.micros(phase_start),
-    }));
+    };
+    context.observer.on_event(Event::PhaseStarted(&start));
+    context.log(LogLine::PhaseStart(start));
     let deadline = phase.duration.map(|d| phase_start + d);
 
     match phase.load_model {
@@ -362,7 +330,7 @@ async fn run_phase(
                     phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
                 tokio::select! {
                     _ = context.timer.sleep_until(intended) => {}
-                    _ = cancelled(&mut cancel) => break,
+                    _ = stopped(&mut cancel) => break,
                 }
                 let context = context.clone();
                 let burst = burst.clone();
@@ -377,12 +345,12 @@ async fn run_phase(
                 // A burst ends when it has drained, so its latency is its own.
                 tokio::select! {
                     _ = burst.wait_empty() => {}
-                    _ = cancelled(&mut cancel) => {}
+                    _ = stopped(&mut cancel) => {}
                 }
             } else if let Some(deadline) = deadline {
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => {}
-                    _ = cancelled(&mut cancel) => {}
+                    _ = stopped(&mut cancel) => {}
                 }
             }
         }
@@ -401,7 +369,7 @@ async fn run_phase(
                         }
                         let next = tokio::select! {
                             next = async { queue.lock().await.recv().await } => next,
-                            _ = cancelled(&mut cancel) => None,
+                            _ = stopped(&mut cancel) => None,
                         };
                         let Some((request, body)) = next else { break };
                         context.in_flight.enter();
@@ -414,11 +382,11 @@ async fn run_phase(
                 Some(deadline) => tokio::select! {
                     _ = all_done => {}
                     _ = tokio::time::sleep_until(deadline) => {}
-                    _ = cancelled(&mut cancel) => {}
+                    _ = stopped(&mut cancel) => {}
                 },
                 None => tokio::select! {
                     _ = all_done => {}
-                    _ = cancelled(&mut cancel) => {}
+                    _ = stopped(&mut cancel) => {}
                 },
             }
             // Workers still holding a request finish it in the background and then stop.
@@ -429,12 +397,14 @@ async fn run_phase(
         (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
         _ => None,
     };
-    context.log(LogLine::PhaseEnd(PhaseEnd {
+    let end = PhaseEnd {
         index: phase.index,
         at_us: context.micros(Instant::now()),
-        sent: context.progress.sent(phase.index),
+        sent: context.sent[phase.index].load(Ordering::Relaxed),
         client,
-    }));
+    };
+    context.observer.on_event(Event::PhaseEnded(&end));
+    context.log(LogLine::PhaseEnd(end));
 }
 
 /// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
@@ -448,7 +418,8 @@ async fn execute(
 ) {
     let request_id = context.template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
-    context.progress.on_sent(phase);
+    context.sent[phase].fetch_add(1, Ordering::Relaxed);
+    context.observer.on_event(Event::RequestSent { phase });
     let mut exchange = Exchange::default();
     let timeout = context.template.timeout;
     enum End {
@@ -471,7 +442,7 @@ async fn execute(
         );
         tokio::select! {
             result = work => if result.is_ok() { End::Complete } else { End::TimedOut },
-            _ = cancelled(&mut abort) => End::Aborted,
+            _ = stopped(&mut abort) => End::Aborted,
         }
     };
     match end {

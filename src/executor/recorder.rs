@@ -11,80 +11,108 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use super::progress::Progress;
-use super::record::{ErrorClass, LogLine, RequestRecord, TokenSource};
+use super::observe::{Event, Observer, Stop};
 use super::request::Exchange;
+use crate::error::{Error, Result};
 use crate::planner::ScheduledRequest;
+use crate::records::{ErrorClass, LogLine, RequestRecord, TokenSource};
 use crate::tokens::Tokenizer;
 
+/// A request as it finished, before its tokens are counted.
 pub struct Finished {
+    /// Its phase's index.
     pub phase: usize,
+    /// The request as planned.
     pub request: ScheduledRequest,
+    /// When it was meant to go out, µs from the run's start.
     pub intended_send_us: u64,
+    /// When it went out, µs from the run's start.
     pub actual_send_us: u64,
+    /// What came back.
     pub exchange: Exchange,
 }
 
+/// What the recorder is sent.
 pub enum Message {
+    /// A line to write as it is.
     Line(Box<LogLine>),
+    /// A finished request to count and write.
     Finished(Box<Finished>),
 }
 
+/// The recorder thread, and the way to send it work.
 pub struct Recorder {
     sender: mpsc::Sender<Message>,
-    thread: std::thread::JoinHandle<Result<(), String>>,
+    thread: std::thread::JoinHandle<Result<()>>,
 }
 
 impl Recorder {
+    /// Creates `path` and starts the thread that writes it. A write that fails (a full disk)
+    /// stops the run through `stop`, and [`Recorder::finish`] returns that error.
     pub fn start(
         path: &Path,
         tokenizer: Arc<Tokenizer>,
-        progress: Arc<Progress>,
-    ) -> Result<Recorder, String> {
-        let file =
-            File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        observer: Arc<dyn Observer>,
+        stop: Stop,
+    ) -> Result<Recorder> {
+        let file = File::create(path).map_err(|e| Error::io("create", path, e))?;
         let (sender, receiver) = mpsc::channel::<Message>();
-        let display = path.display().to_string();
+        let path = path.to_path_buf();
         let thread = std::thread::Builder::new()
             .name("llmload-recorder".into())
             .spawn(move || {
-                let mut out = BufWriter::new(file);
-                let write_error = |e: std::io::Error| format!("cannot write {display}: {e}");
-                while let Ok(first) = receiver.recv() {
-                    let mut next = Some(first);
-                    while let Some(message) = next {
-                        let line = match message {
-                            Message::Line(line) => *line,
-                            Message::Finished(finished) => {
-                                let record = finalize(*finished, &tokenizer);
-                                progress.on_record(&record);
-                                LogLine::Request(record)
-                            }
-                        };
-                        serde_json::to_writer(&mut out, &line)
-                            .map_err(|e| format!("cannot encode a record: {e}"))?;
-                        out.write_all(b"\n").map_err(write_error)?;
-                        next = receiver.try_recv().ok();
-                    }
-                    out.flush().map_err(write_error)?;
+                let written = write_all(&receiver, BufWriter::new(file), &tokenizer, &*observer);
+                if let Err(e) = written {
+                    // Nothing more can be recorded: the run stops rather than send requests
+                    // whose records would be lost.
+                    stop.cancel_in_flight();
+                    return Err(Error::io("write", &path, e));
                 }
-                out.flush().map_err(write_error)
+                Ok(())
             })
-            .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
+            .map_err(|e| Error::run(format!("cannot start the recorder thread: {e}")))?;
         Ok(Recorder { sender, thread })
     }
 
+    /// A way to send the recorder lines and finished requests.
     pub fn sender(&self) -> mpsc::Sender<Message> {
         self.sender.clone()
     }
 
     /// Waits for every queued record to be written.
-    pub fn finish(self) -> Result<(), String> {
+    pub fn finish(self) -> Result<()> {
         drop(self.sender);
         self.thread
             .join()
-            .map_err(|_| "the recorder thread panicked".to_string())?
+            .map_err(|_| Error::run("the recorder thread panicked"))?
     }
+}
+
+/// Writes every message as it comes, flushing whenever the queue runs dry.
+fn write_all(
+    receiver: &mpsc::Receiver<Message>,
+    mut out: BufWriter<File>,
+    tokenizer: &Tokenizer,
+    observer: &dyn Observer,
+) -> std::io::Result<()> {
+    while let Ok(first) = receiver.recv() {
+        let mut next = Some(first);
+        while let Some(message) = next {
+            let line = match message {
+                Message::Line(line) => *line,
+                Message::Finished(finished) => {
+                    let record = finalize(*finished, tokenizer);
+                    observer.on_event(Event::RequestFinished(&record));
+                    LogLine::Request(record)
+                }
+            };
+            serde_json::to_writer(&mut out, &line)?;
+            out.write_all(b"\n")?;
+            next = receiver.try_recv().ok();
+        }
+        out.flush()?;
+    }
+    out.flush()
 }
 
 /// When the server reports usage, one request in this many also has its completion counted by
@@ -192,7 +220,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
 
 #[cfg(test)]
 mod tests {
-    use super::super::request::Usage;
+    use super::super::api::Usage;
     use super::*;
 
     fn finished(exchange: Exchange) -> Finished {

@@ -5,31 +5,31 @@
 //! kept (in one buffer, not one allocation per token) and counted later by the recorder, off the
 //! I/O tasks.
 
-use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::HeaderValue;
-use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::record::ErrorClass;
+use super::api::{BodyOptions, Dialect, Usage};
 use super::sse::SseParser;
-use crate::plan::Api;
+use crate::planner::Prompt;
+use crate::records::{request_id_text, ErrorClass};
 
 /// Everything about requests that does not change from one to the next.
 #[derive(Clone)]
 pub struct RequestTemplate {
     /// Parsed once: every request would otherwise parse it again.
     pub url: reqwest::Url,
-    pub api: Api,
-    pub model: String,
-    pub stream: bool,
-    pub continuous_usage: bool,
-    pub ignore_eos: bool,
+    /// How requests are spoken and answers read.
+    pub dialect: Arc<dyn Dialect>,
+    /// What every body asks for besides its prompt.
+    pub options: BodyOptions,
     /// `Authorization: Bearer …`, marked sensitive so it never prints.
     pub auth: Option<HeaderValue>,
+    /// Per request, from the send to the end of the response.
     pub timeout: Duration,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
     pub request_id_prefix: String,
@@ -40,57 +40,30 @@ impl std::fmt::Debug for RequestTemplate {
         // The auth header is deliberately left out.
         f.debug_struct("RequestTemplate")
             .field("url", &self.url)
-            .field("api", &self.api)
-            .field("model", &self.model)
+            .field("dialect", &self.dialect)
+            .field("model", &self.options.model)
             .finish_non_exhaustive()
     }
 }
 
 impl RequestTemplate {
-    /// The JSON body of a request with this prompt and output length.
-    pub fn body(&self, prompt: &str, max_tokens: u32) -> Bytes {
-        let mut body = serde_json::Map::new();
-        body.insert("model".into(), self.model.clone().into());
-        match self.api {
-            Api::Chat => {
-                body.insert(
-                    "messages".into(),
-                    serde_json::json!([{"role": "user", "content": prompt}]),
-                );
-            }
-            Api::Completions => {
-                body.insert("prompt".into(), prompt.into());
-            }
-        }
-        body.insert("max_tokens".into(), max_tokens.into());
-        body.insert("stream".into(), self.stream.into());
-        if self.stream {
-            let mut options = serde_json::json!({"include_usage": true});
-            if self.continuous_usage {
-                options["continuous_usage_stats"] = true.into();
-            }
-            body.insert("stream_options".into(), options);
-        }
-        if self.ignore_eos {
-            // vLLM, SGLang and llama.cpp's server honour ignore_eos; vLLM and SGLang min_tokens too.
-            body.insert("ignore_eos".into(), true.into());
-            body.insert("min_tokens".into(), max_tokens.into());
-        }
-        Bytes::from(serde_json::Value::Object(body).to_string())
+    /// The body of a request with this prompt and output length.
+    pub fn body(&self, prompt: &Prompt, max_tokens: u32) -> Bytes {
+        Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
     }
-}
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt: Option<u64>,
-    pub completion: Option<u64>,
-    pub cached: Option<u64>,
+    /// Whether answers are streamed.
+    pub fn stream(&self) -> bool {
+        self.options.stream
+    }
 }
 
 /// What one request produced, before token counting.
 #[derive(Debug, Default)]
 pub struct Exchange {
+    /// How it failed, and a sentence saying so (never a header or a credential).
     pub error: Option<(ErrorClass, String)>,
+    /// The response's HTTP status.
     pub http_status: Option<u16>,
     /// Arrival of each token-bearing chunk, µs after the send.
     pub chunk_times: Vec<u64>,
@@ -98,125 +71,18 @@ pub struct Exchange {
     pub chunk_usage_tokens: Vec<u32>,
     /// The generated text of all chunks, back to back; `chunk_ends[i]` is where chunk i ends.
     pub text: String,
+    /// Where each chunk's text ends in `text`.
     pub chunk_ends: Vec<u32>,
+    /// The server's last usage.
     pub usage: Option<Usage>,
+    /// The answer's finish_reason.
     pub finish_reason: Option<String>,
     /// µs after the send when the response ended (success or failure).
     pub end_us: u64,
+    /// The stream said `[DONE]` (or a non-streamed body was read whole).
     pub done: bool,
     /// Re-sends after the server closed a pooled connection before answering.
     pub connection_retries: u32,
-}
-
-#[derive(Deserialize)]
-struct WireUsage {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    prompt_tokens_details: Option<WireDetails>,
-}
-
-#[derive(Deserialize)]
-struct WireDetails {
-    cached_tokens: Option<u64>,
-}
-
-impl From<WireUsage> for Usage {
-    fn from(u: WireUsage) -> Usage {
-        Usage {
-            prompt: u.prompt_tokens,
-            completion: u.completion_tokens,
-            cached: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct WireText<'a> {
-    #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct WireChoice<'a> {
-    #[serde(borrow, default)]
-    delta: Option<WireText<'a>>,
-    #[serde(borrow, default)]
-    message: Option<WireText<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-/// A chunk's `choices`. Streams carry one choice per chunk: it is held inline, and only further
-/// choices go to a Vec, so that a chunk costs no heap allocation.
-#[derive(Default)]
-struct WireChoices<'a> {
-    first: Option<WireChoice<'a>>,
-    rest: Vec<WireChoice<'a>>,
-}
-
-impl<'a> WireChoices<'a> {
-    fn iter(&self) -> impl Iterator<Item = &WireChoice<'a>> {
-        self.first.iter().chain(self.rest.iter())
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for WireChoices<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
-            type Value = WireChoices<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an array of choices")
-            }
-            fn visit_seq<S: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: S,
-            ) -> Result<WireChoices<'a>, S::Error> {
-                let mut choices = WireChoices {
-                    first: seq.next_element()?,
-                    rest: Vec::new(),
-                };
-                while let Some(choice) = seq.next_element()? {
-                    choices.rest.push(choice);
-                }
-                Ok(choices)
-            }
-        }
-        deserializer.deserialize_seq(Visitor(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct WireChunk<'a> {
-    #[serde(borrow, default)]
-    choices: Option<WireChoices<'a>>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-    #[serde(default)]
-    error: Option<serde_json::Value>,
-}
-
-impl WireChoice<'_> {
-    /// Generated text of the choice: content, reasoning content (reasoning models) or text.
-    fn generated(&self, out: &mut String) {
-        for part in [&self.delta, &self.message].into_iter().flatten() {
-            for piece in [&part.reasoning_content, &part.reasoning, &part.content]
-                .into_iter()
-                .flatten()
-            {
-                out.push_str(piece);
-            }
-        }
-        if let Some(text) = &self.text {
-            out.push_str(text);
-        }
-    }
 }
 
 fn micros_since(start: Instant, now: Instant) -> u64 {
@@ -256,11 +122,12 @@ impl Exchange {
         }
     }
 
-    /// Handles one streamed event (the data of an SSE event, or a whole non-streamed body)
-    /// that arrived `at_us` after the send. `last_usage_completion` carries the previous
-    /// chunk's usage total between calls.
+    /// Handles one streamed event's data (with its `event:` name, if any) that arrived `at_us`
+    /// after the send. `last_usage_completion` carries the previous chunk's usage total between
+    /// calls.
     pub fn on_event(
         &mut self,
+        dialect: &dyn Dialect,
         data: &str,
         name: Option<&str>,
         at_us: u64,
@@ -270,9 +137,11 @@ impl Exchange {
             self.done = true;
             return;
         }
-        let chunk: WireChunk = match serde_json::from_str(data) {
-            Ok(chunk) => chunk,
+        let before = self.text.len();
+        let decoded = match dialect.decode_event(data, &mut self.text) {
+            Ok(decoded) => decoded,
             Err(err) => {
+                self.text.truncate(before);
                 self.fail(
                     ErrorClass::Malformed,
                     format!("a streamed chunk is not valid JSON: {err}"),
@@ -280,12 +149,8 @@ impl Exchange {
                 return;
             }
         };
-        if let Some(error) = chunk.error.as_ref().filter(|e| !e.is_null()) {
-            let message = error
-                .get("message")
-                .and_then(|m| m.as_str())
-                .map(str::to_string)
-                .unwrap_or_else(|| error.to_string());
+        if let Some(message) = decoded.error {
+            self.text.truncate(before);
             self.fail(
                 ErrorClass::StreamError,
                 format!("the server sent an error mid-stream: {}", shorten(&message)),
@@ -293,22 +158,18 @@ impl Exchange {
             return;
         }
         if name == Some("error") {
+            self.text.truncate(before);
             self.fail(
                 ErrorClass::StreamError,
                 format!("the server sent an error event: {}", shorten(data)),
             );
             return;
         }
-        let before = self.text.len();
-        for choice in chunk.choices.iter().flat_map(WireChoices::iter) {
-            choice.generated(&mut self.text);
-            if let Some(reason) = &choice.finish_reason {
-                self.finish_reason = Some(reason.clone());
-            }
+        if decoded.finish_reason.is_some() {
+            self.finish_reason = decoded.finish_reason;
         }
-        let usage = chunk.usage.map(Usage::from);
         if self.text.len() > before {
-            let tokens = match usage.and_then(|u| u.completion) {
+            let tokens = match decoded.usage.and_then(|u| u.completion) {
                 Some(total) if total > *last_usage_completion => {
                     (total - *last_usage_completion) as u32
                 }
@@ -318,7 +179,7 @@ impl Exchange {
             self.chunk_usage_tokens.push(tokens);
             self.chunk_ends.push(self.text.len() as u32);
         }
-        if let Some(usage) = usage {
+        if let Some(usage) = decoded.usage {
             if let Some(completion) = usage.completion {
                 *last_usage_completion = completion;
             }
@@ -329,21 +190,6 @@ impl Exchange {
 
 const X_REQUEST_ID: reqwest::header::HeaderName =
     reqwest::header::HeaderName::from_static("x-request-id");
-
-/// A run's request-id prefix, `llmload-` and 8 hex digits drawn from the clock and the process:
-/// two runs against one server (two CI jobs) do not send the same ids.
-pub fn new_request_id_prefix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let tag = crate::planner::mix64(nanos ^ (std::process::id() as u64).rotate_left(32));
-    format!("llmload-{:08x}", tag as u32)
-}
-
-/// The `x-request-id` of request `seq` of phase `phase` with a run's `prefix`.
-pub fn request_id_text(prefix: &str, phase: usize, seq: u64) -> String {
-    format!("{prefix}-{phase}-{seq}")
-}
 
 impl RequestTemplate {
     /// The `x-request-id` header of a request: unique to the run, so that the request can be
@@ -428,24 +274,30 @@ pub async fn exchange(
         );
         return;
     }
-    if !template.stream {
+    if !template.stream() {
         match response.bytes().await {
             Ok(body) => {
-                let now = Instant::now();
-                exchange.end_us = micros_since(sent_at, now);
-                let mut ignored = 0;
+                exchange.end_us = micros_since(sent_at, Instant::now());
                 let text = String::from_utf8_lossy(&body);
-                exchange.on_event(&text, None, exchange.end_us, &mut ignored);
-                if exchange.error.is_none()
-                    && exchange.finish_reason.is_none()
-                    && exchange.text.is_empty()
-                {
-                    exchange.fail(ErrorClass::Malformed, "the response has no choices");
+                match template.dialect.decode_body(&text, &mut exchange.text) {
+                    Ok(decoded) => {
+                        if let Some(message) = decoded.error {
+                            exchange.fail(
+                                ErrorClass::StreamError,
+                                format!("the server answered with an error: {}", shorten(&message)),
+                            );
+                        } else if decoded.finish_reason.is_none() && exchange.text.is_empty() {
+                            exchange.fail(ErrorClass::Malformed, "the response has no choices");
+                        }
+                        exchange.finish_reason = decoded.finish_reason;
+                        exchange.usage = decoded.usage;
+                    }
+                    Err(err) => exchange.fail(
+                        ErrorClass::Malformed,
+                        format!("the response is not valid JSON: {err}"),
+                    ),
                 }
-                // A non-streamed response has no first-token time: drop the one chunk's timing.
-                exchange.chunk_times.clear();
-                exchange.chunk_usage_tokens.clear();
-                exchange.chunk_ends.clear();
+                // A non-streamed response has no first-token time.
                 exchange.done = true;
             }
             Err(err) => {
@@ -466,8 +318,15 @@ pub async fn exchange(
         let at_us = micros_since(sent_at, Instant::now());
         match read {
             Ok(bytes) => {
+                let dialect = &*template.dialect;
                 parser.feed(&bytes, |event| {
-                    exchange.on_event(event.data, event.name, at_us, &mut last_usage_completion);
+                    exchange.on_event(
+                        dialect,
+                        event.data,
+                        event.name,
+                        at_us,
+                        &mut last_usage_completion,
+                    );
                 });
                 if exchange.error.is_some() {
                     exchange.end_us = at_us;
@@ -487,6 +346,7 @@ pub async fn exchange(
     let end = micros_since(sent_at, Instant::now());
     if let Some(event) = parser.finish() {
         exchange.on_event(
+            &*template.dialect,
             &event.data,
             event.name.as_deref(),
             end,
@@ -528,115 +388,47 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::api::dialect;
     use super::*;
+    use crate::plan::Api;
 
-    fn template(api: Api, ignore_eos: bool) -> RequestTemplate {
-        RequestTemplate {
-            url: "http://127.0.0.1:1/v1/chat/completions".parse().unwrap(),
-            api,
-            model: "m".into(),
-            stream: true,
-            continuous_usage: false,
-            ignore_eos,
-            auth: None,
-            timeout: Duration::from_secs(1),
-            request_id_prefix: "llmload-test".into(),
+    fn events(api: Api, events: &[&str]) -> Exchange {
+        let dialect = dialect(api);
+        let mut ex = Exchange::default();
+        let mut last = 0;
+        for (at, data) in events.iter().enumerate() {
+            ex.on_event(&*dialect, data, None, at as u64 + 1, &mut last);
         }
-    }
-
-    #[test]
-    fn bodies_ask_for_usage_and_exact_lengths() {
-        let body: serde_json::Value =
-            serde_json::from_slice(&template(Api::Chat, true).body("hi", 32)).unwrap();
-        assert_eq!(body["messages"][0]["content"], "hi");
-        assert_eq!(body["max_tokens"], 32);
-        assert_eq!(body["min_tokens"], 32);
-        assert_eq!(body["ignore_eos"], true);
-        assert_eq!(body["stream_options"]["include_usage"], true);
-        let body: serde_json::Value =
-            serde_json::from_slice(&template(Api::Completions, false).body("hi", 8)).unwrap();
-        assert_eq!(body["prompt"], "hi");
-        assert!(body.get("ignore_eos").is_none());
+        ex
     }
 
     #[test]
     fn role_only_and_empty_chunks_carry_no_token() {
-        let mut ex = Exchange::default();
-        let mut last = 0;
-        ex.on_event(
-            r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
-            None,
-            5,
-            &mut last,
+        let ex = events(
+            Api::Chat,
+            &[
+                r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
+                r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+                r#"{"choices":[{"delta":{"content":" hi"}}]}"#,
+            ],
         );
-        ex.on_event(
-            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
-            None,
-            6,
-            &mut last,
-        );
-        assert!(ex.chunk_times.is_empty());
-        ex.on_event(
-            r#"{"choices":[{"delta":{"content":" hi"}}]}"#,
-            None,
-            9,
-            &mut last,
-        );
-        assert_eq!(ex.chunk_times, vec![9]);
-    }
-
-    #[test]
-    fn every_choice_of_a_chunk_counts_and_null_choices_are_none() {
-        let mut ex = Exchange::default();
-        let mut last = 0;
-        ex.on_event(
-            r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}},{"text":"c","finish_reason":"length"}]}"#,
-            None,
-            3,
-            &mut last,
-        );
-        ex.on_event(r#"{"choices":null}"#, None, 4, &mut last);
-        assert_eq!(ex.text, "abc");
         assert_eq!(ex.chunk_times, vec![3]);
-        assert_eq!(ex.finish_reason.as_deref(), Some("length"));
-        assert!(ex.error.is_none());
-    }
-
-    #[test]
-    fn reasoning_content_counts_as_generated() {
-        let mut ex = Exchange::default();
-        let mut last = 0;
-        ex.on_event(
-            r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
-            None,
-            3,
-            &mut last,
-        );
-        ex.on_event(
-            r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#,
-            None,
-            4,
-            &mut last,
-        );
-        assert_eq!(ex.chunk_times, vec![3, 4]);
-        assert_eq!(ex.text, "thinkmore");
     }
 
     #[test]
     fn per_chunk_usage_gives_tokens_per_chunk_and_usage_only_chunk_is_kept() {
-        let mut ex = Exchange::default();
-        let mut last = 0;
-        ex.on_event(r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#, None, 1, &mut last);
-        ex.on_event(r#"{"choices":[{"delta":{"content":"c"}}],"usage":{"prompt_tokens":5,"completion_tokens":4}}"#, None, 2, &mut last);
-        ex.on_event(
-            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
-            None,
-            3,
-            &mut last,
+        let ex = events(
+            Api::Chat,
+            &[
+                r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#,
+                r#"{"choices":[{"delta":{"content":"c"}}],"usage":{"prompt_tokens":5,"completion_tokens":4}}"#,
+                r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+                "[DONE]",
+            ],
         );
-        ex.on_event(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#, None, 4, &mut last);
-        ex.on_event("[DONE]", None, 5, &mut last);
         assert_eq!(ex.chunk_usage_tokens, vec![3, 1]);
+        assert_eq!(ex.chunk_ends, vec![2, 3]);
         assert_eq!(ex.finish_reason.as_deref(), Some("length"));
         assert_eq!(
             ex.usage,
@@ -651,15 +443,13 @@ mod tests {
 
     #[test]
     fn mid_stream_errors_and_bad_json_are_classified() {
-        let mut ex = Exchange::default();
-        let mut last = 0;
-        ex.on_event(r#"{"error":{"message":"overloaded"}}"#, None, 1, &mut last);
+        let ex = events(Api::Chat, &[r#"{"error":{"message":"overloaded"}}"#]);
         assert_eq!(
             ex.error.as_ref().map(|e| e.0),
             Some(ErrorClass::StreamError)
         );
-        let mut ex = Exchange::default();
-        ex.on_event("{not json", None, 1, &mut last);
+        let ex = events(Api::Completions, &["{not json"]);
         assert_eq!(ex.error.as_ref().map(|e| e.0), Some(ErrorClass::Malformed));
+        assert!(ex.chunk_times.is_empty());
     }
 }

@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 /// How often the sampler reads the process's CPU time.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// A one-second window at or above this share of the client's cores counts as saturated.
@@ -67,46 +65,7 @@ fn peak_rss_linux() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// This process's monotonic clock (CLOCK_MONOTONIC, which `Instant` reads on Linux and every
-/// process on the machine shares), in ns, at `at`: lets two processes' times be compared.
-pub fn monotonic_ns(at: std::time::Instant) -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        let instant_now = std::time::Instant::now();
-        // SAFETY: clock_gettime only writes the struct it is given.
-        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
-            return None;
-        }
-        let raw_now = now.tv_sec as i128 * 1_000_000_000 + now.tv_nsec as i128;
-        let back = instant_now.saturating_duration_since(at).as_nanos() as i128;
-        let ahead = at.saturating_duration_since(instant_now).as_nanos() as i128;
-        u64::try_from(raw_now - back + ahead).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = at;
-        None
-    }
-}
-
-/// How much of the machine the client had and used during one phase.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ClientLoad {
-    /// Cores the client could use: the runtime's worker threads, at most the cores available.
-    pub cores: f64,
-    /// CPU seconds the client process used during the phase.
-    pub cpu_s: f64,
-    /// `cpu_s` over the phase's wall time and `cores`: 1.0 is every core busy all the time.
-    pub utilization: f64,
-    /// Whole seconds of the phase.
-    pub seconds: u32,
-    /// Of those, the seconds in which the client used at least 95% of its cores.
-    pub saturated_seconds: u32,
-}
+pub use crate::records::ClientLoad;
 
 /// Samples this process's CPU time until dropped.
 pub struct CpuMonitor {
@@ -270,15 +229,6 @@ mod tests {
             assert!(rss > 1 << 20, "peak RSS {rss} bytes");
         }
         assert!(client_cores(Some(1)) == 1.0);
-        if cfg!(target_os = "linux") {
-            let earlier = Instant::now();
-            std::thread::sleep(Duration::from_millis(2));
-            let (a, b) = (
-                monotonic_ns(earlier).unwrap(),
-                monotonic_ns(Instant::now()).unwrap(),
-            );
-            assert!((2_000_000..1_000_000_000).contains(&(b - a)), "{a} {b}");
-        }
         assert!(client_cores(None) >= 1.0);
     }
 }

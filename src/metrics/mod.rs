@@ -18,10 +18,8 @@ use serde::Serialize;
 pub use distribution::{Distribution, Summary};
 pub use warnings::{Severity, Warning};
 
-use crate::executor::record::{
-    ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, TokenSource,
-};
 use crate::plan::{Metric, Slo};
+use crate::records::{ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, TokenSource};
 
 /// Everything computed from one run.
 #[derive(Debug, Clone, Serialize)]
@@ -306,7 +304,9 @@ pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
 pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
     let mut aggregator = Aggregator::new(slo);
     if let Some(header) = &log.header {
-        aggregator.push(LogLine::Run(header.clone()));
+        aggregator.push(LogLine::Run(crate::records::RunLine::current(
+            header.clone(),
+        )));
     }
     for phase in &log.phases {
         aggregator.push(LogLine::PhaseStart(phase.clone()));
@@ -326,9 +326,9 @@ pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
 /// Computes every aggregate of the run in `records.jsonl` in one pass over the file, holding no
 /// record longer than it takes to add it: memory does not grow with the length of the run.
 /// Returns the run's log without its records (header, phases, end) beside the aggregates.
-pub fn compute_file(path: &Path, slo: Option<&Slo>) -> Result<(RunLog, Aggregates), String> {
+pub fn compute_file(path: &Path, slo: Option<&Slo>) -> crate::error::Result<(RunLog, Aggregates)> {
     let mut aggregator = Aggregator::new(slo);
-    crate::executor::record::read_lines(path, |line| aggregator.push(line))?;
+    crate::records::read_lines(path, |line| aggregator.push(line))?;
     RunLog::check_header(&aggregator.log, path)?;
     Ok(aggregator.finish())
 }

@@ -1,7 +1,7 @@
 //! Metric math on hand-made records.
 
 use super::*;
-use crate::executor::record::{PhaseEnd, PhaseStart, RunEnd, RunHeader};
+use crate::records::{PhaseEnd, PhaseStart, RunEnd, RunHeader};
 
 fn header(exact: bool) -> RunHeader {
     RunHeader {
@@ -335,7 +335,9 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
         ok(1, 2_000_000, &[(40_000, 1), (45_000, 1)], 50_000),
     ]);
     // The executor's order: a phase's start, its records, its end.
-    let mut lines = vec![LogLine::Run(in_memory.header.clone().unwrap())];
+    let mut lines = vec![LogLine::Run(crate::records::RunLine::current(
+        in_memory.header.clone().unwrap(),
+    ))];
     for phase in &in_memory.phases {
         lines.push(LogLine::PhaseStart(phase.clone()));
         for record in in_memory.records.iter().filter(|r| r.phase == phase.index) {
@@ -378,7 +380,7 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
     // A bad line that is not the last is an error naming it.
     let text = std::fs::read_to_string(&path).unwrap() + "\n{}\n";
     std::fs::write(&path, text).unwrap();
-    let error = compute_file(&path, None).unwrap_err();
+    let error = compute_file(&path, None).unwrap_err().to_string();
     assert!(
         error.contains(&format!("line {}", lines.len() + 1)),
         "{error}"

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::Aggregates;
-use crate::executor::record::RunLog;
+use crate::records::RunLog;
 
 /// Schedule lag p99 above this means the client, not the server, limited the run.
 pub const LAG_P99_LIMIT_MS: f64 = 10.0;

@@ -8,6 +8,7 @@
 //! `llmload check` can print them together.
 
 mod diagnostic;
+pub mod limits;
 mod parse;
 pub mod profiles;
 pub mod units;
@@ -68,6 +69,19 @@ pub enum Endpoint {
     Simulator,
 }
 
+impl Endpoint {
+    /// `"sim"`, or an http:// or https:// base URL; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Endpoint> {
+        if text == "sim" {
+            Some(Endpoint::Simulator)
+        } else if text.starts_with("http://") || text.starts_with("https://") {
+            Some(Endpoint::Url(text.to_string()))
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Api {
@@ -76,6 +90,15 @@ pub enum Api {
 }
 
 impl Api {
+    /// The API a plan names (`"chat"`, `"completions"`).
+    pub fn from_name(name: &str) -> Option<Api> {
+        match name {
+            "chat" => Some(Api::Chat),
+            "completions" => Some(Api::Completions),
+            _ => None,
+        }
+    }
+
     pub fn path(self) -> &'static str {
         match self {
             Api::Chat => "/chat/completions",
@@ -477,10 +500,27 @@ pub struct SlowHeaders {
 
 /// Reads and validates a plan file. On failure, returns every diagnostic found.
 pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
+    parse_plan(&path.display().to_string(), read_plan_text(path)?)
+}
+
+/// The text of a plan file, refusing one too large to be a plan before reading it.
+pub fn read_plan_text(path: &Path) -> Result<String, PlanErrors> {
     let file_name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| PlanErrors::io(format!("cannot read plan file {file_name}: {err}")))?;
-    parse_plan(&file_name, text)
+    let cannot =
+        |err: std::io::Error| PlanErrors::io(format!("cannot read plan file {file_name}: {err}"));
+    let size = std::fs::metadata(path).map_err(cannot)?.len();
+    if size > limits::MAX_PLAN_BYTES {
+        return Err(PlanErrors::io(format!(
+            "{file_name} is {size} bytes: more than the largest plan allowed ({} bytes); is it a plan?",
+            limits::MAX_PLAN_BYTES
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(cannot)?;
+    String::from_utf8(bytes).map_err(|_| {
+        PlanErrors::io(format!(
+            "{file_name} is not text (invalid UTF-8): is it a plan?"
+        ))
+    })
 }
 
 #[cfg(test)]

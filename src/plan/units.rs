@@ -1,6 +1,8 @@
-//! Units in plan values: durations ("250ms", "30s", "2m", "1h") and percentages ("1%").
+//! Units in plan values: durations ("250ms", "30s", "2m", "1h", "2d") and percentages ("1%").
 
 use std::time::Duration;
+
+use super::limits::MAX_DURATION;
 
 /// Parses a duration string such as `"250ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"500us"` or `"40ns"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -12,9 +14,24 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let value: f64 = number
         .parse()
         .map_err(|_| format!("\"{text}\" does not start with a number"))?;
-    seconds_in_unit(unit.trim())
-        .map(|scale| Duration::from_secs_f64(value * scale))
-        .ok_or_else(|| format!("\"{unit}\" is not a duration unit"))
+    let scale =
+        seconds_in_unit(unit.trim()).ok_or_else(|| format!("\"{unit}\" is not a duration unit"))?;
+    bounded_duration(value * scale).map_err(|why| format!("\"{text}\" {why}"))
+}
+
+/// `seconds` as a duration, if it is one llmload accepts: finite, not negative, and at most
+/// [`MAX_DURATION`]. The error says why not, to follow the value in a message.
+pub fn bounded_duration(seconds: f64) -> Result<Duration, String> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err("is not a duration".into());
+    }
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(duration) if duration <= MAX_DURATION => Ok(duration),
+        _ => Err(format!(
+            "is longer than the longest duration allowed ({} days)",
+            MAX_DURATION.as_secs() / 86400
+        )),
+    }
 }
 
 /// Seconds in one `unit`, for durations and type-annotated numbers such as `(ms)500`.
@@ -26,6 +43,7 @@ pub fn seconds_in_unit(unit: &str) -> Option<f64> {
         "s" => 1.0,
         "m" | "min" => 60.0,
         "h" => 3600.0,
+        "d" => 86400.0,
         _ => return None,
     })
 }
@@ -79,6 +97,12 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("ms").is_err());
         assert!(parse_duration("3 parsecs").is_err());
+        assert_eq!(parse_duration("30d"), Ok(MAX_DURATION));
+        for absurd in ["99999999999999999999h", "31d", "1e300s", "-1s"] {
+            assert!(parse_duration(absurd).is_err(), "{absurd}");
+        }
+        assert!(bounded_duration(f64::NAN).is_err());
+        assert!(bounded_duration(f64::INFINITY).is_err());
     }
 
     #[test]

@@ -15,7 +15,17 @@ use rand_distr::{Distribution, Exp1, Gamma};
 
 use crate::plan::{Arrivals, RateShape};
 
-/// Intended send offsets (µs from the phase start) until the phase's duration or request limit.
+/// Why arrivals could not be drawn (the plan checker refuses both cases first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrivalError {
+    /// More than `limit` arrivals.
+    TooMany,
+    /// A gamma process with no valid shape.
+    Gamma,
+}
+
+/// Intended send offsets (µs from the phase start) until the phase's duration or request limit,
+/// at most `limit` of them.
 pub fn arrival_offsets(
     rate: RateShape,
     arrivals: Arrivals,
@@ -23,15 +33,12 @@ pub fn arrival_offsets(
     max_requests: Option<u64>,
     seed: u64,
     limit: usize,
-) -> Result<Vec<u64>, String> {
+) -> Result<Vec<u64>, ArrivalError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let gamma = match arrivals {
         Arrivals::Gamma { cv } => {
             let shape = 1.0 / (cv * cv);
-            Some(
-                Gamma::new(shape, 1.0 / shape)
-                    .map_err(|e| format!("invalid gamma arrivals: {e}"))?,
-            )
+            Some(Gamma::new(shape, 1.0 / shape).map_err(|_| ArrivalError::Gamma)?)
         }
         _ => None,
     };
@@ -63,10 +70,7 @@ pub fn arrival_offsets(
             break;
         }
         if offsets.len() >= limit {
-            return Err(format!(
-                "the schedule would have more than {} requests; lower the rate or duration",
-                super::MAX_SCHEDULED_REQUESTS
-            ));
+            return Err(ArrivalError::TooMany);
         }
         offsets.push((t * 1e6).round() as u64);
     }

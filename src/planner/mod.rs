@@ -9,6 +9,7 @@
 //! its requests are drawn on demand from the same deterministic function ([`Schedule::request`]).
 
 mod arrivals;
+mod prompts;
 
 use std::time::Duration;
 
@@ -19,11 +20,18 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::plan::{Load, Plan};
+use crate::seed;
 
-pub use arrivals::arrival_offsets;
+pub use arrivals::{arrival_offsets, ArrivalError};
+pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts};
 
-/// Materializing more requests than this is refused: the plan is almost surely a typo.
-pub const MAX_SCHEDULED_REQUESTS: usize = 20_000_000;
+use crate::error::{Error, Result};
+use crate::plan::limits::MAX_REQUESTS;
+
+/// Materializing more requests than this is refused. The plan checker already refuses plans
+/// whose *expected* count is above [`MAX_REQUESTS`]; the margin is for random arrivals that
+/// come out above their mean.
+pub const MAX_SCHEDULED_REQUESTS: usize = (MAX_REQUESTS + MAX_REQUESTS / 10) as usize;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Schedule {
@@ -73,18 +81,9 @@ struct RequestMix {
     weights: Vec<f64>,
 }
 
-/// SplitMix64's finalizer: spreads nearby seeds far apart, so phase and request seeds are
-/// independent of each other.
-pub(crate) fn mix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
 impl RequestMix {
     fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
-        let request_seed = mix64(mix64(self.seed ^ mix64(phase_index as u64 + 1)) ^ seq);
+        let request_seed = seed::request_seed(self.seed, phase_index, seq);
         let bucket = if self.inputs.len() == 1 {
             0
         } else {
@@ -99,7 +98,7 @@ impl RequestMix {
             intended_offset_us: None,
             input_tokens: self.inputs[bucket],
             output_tokens: self.outputs[bucket],
-            prompt_seed: mix64(request_seed ^ 0x5EED),
+            prompt_seed: seed::prompt_seed(request_seed),
         }
     }
 }
@@ -119,7 +118,7 @@ impl Schedule {
 }
 
 /// Compiles `plan` with `seed` (the plan's own unless overridden).
-pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
+pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
     let mix = RequestMix {
         seed,
         inputs: plan
@@ -141,15 +140,24 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
     for (index, phase) in plan.phases.iter().enumerate() {
         let offsets: Option<Vec<u64>> = match &phase.load {
             Load::Rate { rate, arrivals } => {
-                let phase_seed = mix64(seed ^ mix64(0xA771_0000 + index as u64));
-                Some(arrival_offsets(
-                    *rate,
-                    *arrivals,
-                    phase.duration,
-                    phase.max_requests,
-                    phase_seed,
-                    MAX_SCHEDULED_REQUESTS - total,
-                )?)
+                let phase_seed = seed::arrival_seed(seed, index);
+                Some(
+                    arrival_offsets(
+                        *rate,
+                        *arrivals,
+                        phase.duration,
+                        phase.max_requests,
+                        phase_seed,
+                        MAX_SCHEDULED_REQUESTS - total,
+                    )
+                    .map_err(|e| match e {
+                        ArrivalError::TooMany => too_many(&phase.name),
+                        ArrivalError::Gamma => Error::usage(format!(
+                            "phase \"{}\": its gamma arrivals cannot be drawn",
+                            phase.name
+                        )),
+                    })?,
+                )
             }
             Load::AtOnce(n) => Some(vec![0; *n as usize]),
             Load::Concurrency(_) => None,
@@ -199,11 +207,11 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule, String> {
     })
 }
 
-fn too_many(phase: &str) -> String {
-    format!(
+fn too_many(phase: &str) -> Error {
+    Error::usage(format!(
         "phase \"{phase}\" would schedule more than {MAX_SCHEDULED_REQUESTS} requests in all; \
          lower its rate, duration or requests"
-    )
+    ))
 }
 
 pub fn describe_load(load: &Load) -> String {
@@ -290,8 +298,32 @@ mod tests {
     }
 
     #[test]
-    fn absurd_schedules_are_refused() {
-        let p = plan("phase \"a\" { rate 1000000; duration \"10h\" }");
-        assert!(compile(&p, 1).is_err());
+    fn absurd_schedules_are_refused_by_the_plan_checker_first() {
+        let text = "target \"sim\"\nworkload { input 8; output 8 }\nphase \"a\" { rate 1000000; duration \"10h\" }";
+        let errors = parse_plan("test.kdl", text.into()).unwrap_err();
+        assert!(
+            errors.diagnostics[0]
+                .message
+                .contains("more than a plan may"),
+            "{}",
+            errors.render()
+        );
+    }
+
+    /// "Same plan and seed, same schedule" is a promise to users: a dependency update that
+    /// changes random draws (rand, rand_distr, rand_chacha) must fail here first.
+    #[test]
+    fn the_schedule_of_chat_sla_is_pinned() {
+        use sha2::Digest;
+        let text = include_str!("../../plans/chat-sla.kdl");
+        let plan = parse_plan("chat-sla.kdl", text.to_string()).unwrap();
+        let schedule = compile(&plan, plan.seed).unwrap();
+        let csv = crate::report::schedule::csv(&schedule);
+        assert_eq!(csv.lines().count(), 3499);
+        let hash = format!("{:x}", sha2::Sha256::digest(csv.as_bytes()));
+        assert_eq!(
+            hash,
+            "d793ac1a971338c9c4660541604bd0404665428700d172b2bdff1095f0cba6c5"
+        );
     }
 }

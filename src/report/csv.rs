@@ -6,6 +6,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{template, Exporter, ReportContext};
+use crate::error::{Error, Result};
 
 const SUMMARY_TEMPLATE: &str = include_str!("templates/summary.csv.j2");
 
@@ -16,7 +17,7 @@ impl Exporter for SummaryCsv {
         "summary.csv".into()
     }
 
-    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
         template::render("summary.csv.j2", SUMMARY_TEMPLATE, context)
     }
 }
@@ -50,18 +51,18 @@ impl Exporter for RequestsCsv {
         "requests.csv".into()
     }
 
-    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
         let mut bytes = Vec::new();
         self.write_to(context, &mut bytes)?;
         Ok(bytes)
     }
 
     /// One row per record, streamed: the records are read one at a time.
-    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<(), String> {
-        use crate::executor::record::TokenSource;
+    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<()> {
+        use crate::records::TokenSource;
         let mut writer = ::csv::Writer::from_writer(out);
         let ms = |us: u64| us as f64 / 1000.0;
-        let mut failure: Option<String> = None;
+        let mut failure: Option<::csv::Error> = None;
         context.records.for_each(|record| {
             if failure.is_some() {
                 return;
@@ -105,12 +106,16 @@ impl Exporter for RequestsCsv {
                 error_detail: record.error_detail.as_deref(),
             });
             if let Err(e) = written {
-                failure = Some(e.to_string());
+                failure = Some(e);
             }
         })?;
+        let io = |e: std::io::Error| Error::io("write", self.file_name(), e);
         if let Some(failure) = failure {
-            return Err(failure);
+            return Err(match failure.into_kind() {
+                ::csv::ErrorKind::Io(e) => io(e),
+                other => Error::run(format!("cannot encode requests.csv: {other:?}")),
+            });
         }
-        writer.flush().map_err(|e| e.to_string())
+        writer.flush().map_err(io)
     }
 }

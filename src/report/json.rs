@@ -1,6 +1,7 @@
 //! `summary.json`: the whole summary, described by schemas/summary.schema.json.
 
 use super::{Exporter, ReportContext};
+use crate::error::{Error, Result};
 
 pub struct Json;
 
@@ -9,9 +10,9 @@ impl Exporter for Json {
         "summary.json".into()
     }
 
-    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
         let mut bytes = serde_json::to_vec_pretty(&context.summary)
-            .map_err(|e| format!("cannot encode summary.json: {e}"))?;
+            .map_err(|e| Error::run(format!("cannot encode summary.json: {e}")))?;
         bytes.push(b'\n');
         Ok(bytes)
     }

@@ -10,6 +10,7 @@ mod csv;
 mod json;
 pub mod junit;
 mod markdown;
+pub mod schedule;
 mod template;
 mod terminal;
 
@@ -18,10 +19,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::executor::record::{LogLine, RequestRecord, RunHeader, RunLog};
+use crate::error::{Error, Result};
 use crate::metrics::{Aggregates, PhaseMetrics, Warning};
+use crate::records::{LogLine, RequestRecord, RunHeader, RunLog};
 use crate::verdict::{VerdictResult, Verdicts};
 
+pub use template::UserTemplate;
 pub use terminal::terminal_summary;
 
 /// The document behind every report; `summary.json` is exactly this (see
@@ -58,13 +61,14 @@ pub enum Records<'a> {
 }
 
 impl Records<'_> {
-    pub fn for_each(&self, mut each: impl FnMut(&RequestRecord)) -> Result<(), String> {
+    /// Calls `each` with every record, in order.
+    pub fn for_each(&self, mut each: impl FnMut(&RequestRecord)) -> Result<()> {
         match self {
             Records::InMemory(records) => {
                 records.iter().for_each(each);
                 Ok(())
             }
-            Records::File(path) => crate::executor::record::read_lines(path, |line| {
+            Records::File(path) => crate::records::read_lines(path, |line| {
                 if let LogLine::Request(record) = line {
                     each(&record);
                 }
@@ -132,43 +136,48 @@ impl<'a> ReportContext<'a> {
 pub trait Exporter {
     /// The file it writes in the report directory.
     fn file_name(&self) -> String;
-    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String>;
 
-    /// Writes the rendering to `out`; exporters of per-request files stream instead.
-    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<(), String> {
+    /// The whole file.
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>>;
+
+    /// Writes the rendering to `out`; exporters of per-request files stream instead. An I/O
+    /// error is reported on [`Exporter::file_name`]; [`write_all`] names the whole path.
+    fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<()> {
         let bytes = self.render(context)?;
-        out.write_all(&bytes).map_err(|e| e.to_string())
+        out.write_all(&bytes)
+            .map_err(|e| Error::io("write", self.file_name(), e))
     }
 }
 
 /// The built-in exporters, plus one per user template.
-pub fn exporters(user_templates: &[PathBuf]) -> Result<Vec<Box<dyn Exporter>>, String> {
-    let mut all: Vec<Box<dyn Exporter>> = vec![
-        Box::new(markdown::Markdown),
-        Box::new(csv::SummaryCsv),
-        Box::new(csv::RequestsCsv),
-        Box::new(json::Json),
+pub fn exporters(user_templates: &[UserTemplate]) -> Vec<&dyn Exporter> {
+    let mut all: Vec<&dyn Exporter> = vec![
+        &markdown::Markdown,
+        &csv::SummaryCsv,
+        &csv::RequestsCsv,
+        &json::Json,
     ];
-    for path in user_templates {
-        all.push(Box::new(template::UserTemplate::load(path)?));
-    }
-    Ok(all)
+    all.extend(user_templates.iter().map(|t| t as &dyn Exporter));
+    all
 }
 
 /// Renders every exporter into `dir`; returns the files written.
 pub fn write_all(
     dir: &Path,
     context: &ReportContext,
-    user_templates: &[PathBuf],
-) -> Result<Vec<PathBuf>, String> {
+    user_templates: &[UserTemplate],
+) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    for exporter in exporters(user_templates)? {
+    for exporter in exporters(user_templates) {
         let path = dir.join(exporter.file_name());
-        let cannot = |e: String| format!("cannot write {}: {e}", path.display());
-        let file = std::fs::File::create(&path).map_err(|e| cannot(e.to_string()))?;
+        let at_path = |e: Error| match e {
+            Error::Io { action, source, .. } => Error::io(action, &path, source),
+            other => other,
+        };
+        let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
         let mut out = std::io::BufWriter::new(file);
-        exporter.write_to(context, &mut out).map_err(cannot)?;
-        out.flush().map_err(|e| cannot(e.to_string()))?;
+        exporter.write_to(context, &mut out).map_err(at_path)?;
+        out.flush().map_err(|e| Error::io("write", &path, e))?;
         written.push(path);
     }
     Ok(written)
@@ -178,7 +187,7 @@ const COMPARISON_TEMPLATE: &str = include_str!("templates/comparison.md.j2");
 const STEP_SUMMARY_TEMPLATE: &str = include_str!("templates/step-summary.md.j2");
 
 /// The Markdown table of a baseline comparison, fit to paste into a pull request.
-pub fn comparison_markdown(comparison: &crate::compare::Comparison) -> Result<String, String> {
+pub fn comparison_markdown(comparison: &crate::compare::Comparison) -> Result<String> {
     template::render_value(
         "comparison.md.j2",
         COMPARISON_TEMPLATE,
@@ -190,7 +199,7 @@ pub fn comparison_markdown(comparison: &crate::compare::Comparison) -> Result<St
 pub fn step_summary(
     summary: &Summary,
     comparison: Option<&crate::compare::Comparison>,
-) -> Result<String, String> {
+) -> Result<String> {
     let mut text = template::render_value(
         "step-summary.md.j2",
         STEP_SUMMARY_TEMPLATE,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use minijinja::{Environment, Value};
 
 use super::{Exporter, ReportContext};
+use crate::error::{Error, Result};
 
 /// Formats a number with `digits` decimals, or `-` for none.
 fn num(value: Value, digits: Option<usize>) -> String {
@@ -62,22 +63,56 @@ pub fn environment() -> Environment<'static> {
     env
 }
 
-/// Renders `source` (named `name` in errors) with the report's context.
-pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u8>, String> {
+/// Renders a built-in template with the report's context.
+pub fn render(name: &str, source: &str, context: &ReportContext) -> Result<Vec<u8>> {
     render_value(name, source, Value::from_serialize(&context.summary)).map(String::into_bytes)
 }
 
-/// Renders `source` with any serialized context.
-pub fn render_value(name: &str, source: &str, context: Value) -> Result<String, String> {
+/// Renders a built-in template with any serialized context. A failure is llmload's own bug.
+pub fn render_value(name: &str, source: &str, context: Value) -> Result<String> {
+    render_source(name, source, context).map_err(|e| {
+        Error::run(format!(
+            "built-in template {name}: {}",
+            describe(&e, source)
+        ))
+    })
+}
+
+fn render_source(
+    name: &str,
+    source: &str,
+    context: Value,
+) -> std::result::Result<String, minijinja::Error> {
     let mut env = environment();
-    env.add_template(name, source)
-        .map_err(|e| format!("template {name}: {e}"))?;
-    let template = env
-        .get_template(name)
-        .map_err(|e| format!("template {name}: {e}"))?;
-    template
-        .render(context)
-        .map_err(|e| format!("template {name}: {e}"))
+    env.add_template(name, source)?;
+    env.get_template(name)?.render(context)
+}
+
+/// What went wrong in a template, naming the expression and the line.
+fn describe(error: &minijinja::Error, source: &str) -> String {
+    let line = error
+        .line()
+        .map(|l| format!(" (line {l})"))
+        .unwrap_or_default();
+    let expression = error
+        .range()
+        .and_then(|range| source.get(range))
+        .map(str::trim)
+        .filter(|e| !e.is_empty());
+    match (error.kind(), expression) {
+        (minijinja::ErrorKind::UndefinedError, Some(expression)) => format!(
+            "`{expression}` is undefined{line}: the context holds schema_version, passed, interrupted, \
+             verdicts, phases, overall, warnings and context (see schemas/summary.schema.json)"
+        ),
+        (_, Some(expression)) => format!(
+            "{} at `{expression}`{line}",
+            error.detail().unwrap_or(&error.kind().to_string())
+        ),
+        _ => format!(
+            "{}{line}",
+            error.detail().map_or(error.kind().to_string(), str::to_string)
+        ),
+    }
 }
 
 /// A user's template given with `--template FILE`; writes FILE's name without `.j2`/`.jinja`.
@@ -87,9 +122,22 @@ pub struct UserTemplate {
 }
 
 impl UserTemplate {
-    pub fn load(path: &Path) -> Result<UserTemplate, String> {
-        let source = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read template {}: {e}", path.display()))?;
+    /// Reads the template and checks its syntax, before anything is run.
+    pub fn load(path: &Path) -> Result<UserTemplate> {
+        let source = std::fs::read_to_string(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::usage(format!("--template {}: no such file", path.display()))
+            } else {
+                Error::io("read", path, e)
+            }
+        })?;
+        let name = path.display().to_string();
+        let mut env = environment();
+        env.add_template(&name, &source)
+            .map_err(|e| Error::Template {
+                name: name.clone(),
+                message: describe(&e, &source),
+            })?;
         Ok(UserTemplate {
             path: path.to_path_buf(),
             source,
@@ -112,7 +160,13 @@ impl Exporter for UserTemplate {
         format!("{name}.out")
     }
 
-    fn render(&self, context: &ReportContext) -> Result<Vec<u8>, String> {
-        render(&self.path.display().to_string(), &self.source, context)
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
+        let name = self.path.display().to_string();
+        render_source(&name, &self.source, Value::from_serialize(&context.summary))
+            .map(String::into_bytes)
+            .map_err(|e| Error::Template {
+                message: describe(&e, &self.source),
+                name,
+            })
     }
 }

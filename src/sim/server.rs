@@ -177,7 +177,7 @@ struct FaultPlan {
 
 fn plan_faults(settings: &SimSettings, number: u64, max_tokens: usize) -> FaultPlan {
     let faults = &settings.faults;
-    let mut rng = ChaCha8Rng::seed_from_u64(crate::planner::mix64(
+    let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::mix64(
         settings.seed ^ 0xFA17 ^ number.rotate_left(17),
     ));
     let mut hit = |rate: f64| rate > 0.0 && rng.random::<f64>() < rate;
@@ -338,7 +338,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         };
         return Ok(json_response(status, error_body("injected fault", kind)));
     }
-    let request_seed = crate::planner::mix64(shared.settings.seed ^ number);
+    let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
     let mut tokens = match &shared.engine {
         Some(engine) => {
             match engine.submit(request.prompt_tokens as u32, request.max_tokens as u32) {

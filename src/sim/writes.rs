@@ -37,7 +37,7 @@ impl WriteLog {
         let started = Instant::now();
         WriteLog {
             started,
-            started_monotonic_ns: crate::executor::resources::monotonic_ns(started),
+            started_monotonic_ns: crate::clock::monotonic_ns(started),
             requests: Mutex::new(Vec::new()),
         }
     }

@@ -10,6 +10,8 @@ use std::path::Path;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::error::{Error, Result};
+
 /// A tokenizer that counts tokens and knows which words are exactly one token.
 pub struct Tokenizer {
     name: String,
@@ -50,14 +52,14 @@ garden field farm market bank church club court camp post fort port bay lake hil
 
 impl Tokenizer {
     /// A built-in encoding (`cl100k_base`, `o200k_base`).
-    pub fn builtin(name: &str) -> Result<Tokenizer, String> {
+    pub fn builtin(name: &str) -> Result<Tokenizer> {
         let bpe = match name {
             "cl100k_base" => tiktoken_rs::cl100k_base_singleton(),
             "o200k_base" => tiktoken_rs::o200k_base_singleton(),
             other => {
-                return Err(format!(
+                return Err(Error::usage(format!(
                     "unknown built-in tokenizer \"{other}\" (built in: cl100k_base, o200k_base)"
-                ))
+                )))
             }
         };
         Ok(Tokenizer::with_backend(
@@ -67,9 +69,10 @@ impl Tokenizer {
     }
 
     /// A Hugging Face `tokenizer.json`.
-    pub fn from_file(path: &Path) -> Result<Tokenizer, String> {
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|err| format!("cannot load tokenizer {}: {err}", path.display()))?;
+    pub fn from_file(path: &Path) -> Result<Tokenizer> {
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|err| {
+            Error::usage(format!("cannot load tokenizer {}: {err}", path.display()))
+        })?;
         Ok(Tokenizer::with_backend(
             path.display().to_string(),
             Backend::HuggingFace(Box::new(inner)),
@@ -77,7 +80,7 @@ impl Tokenizer {
     }
 
     /// Loads what a plan names.
-    pub fn load(spec: &crate::plan::TokenizerSpec) -> Result<Tokenizer, String> {
+    pub fn load(spec: &crate::plan::TokenizerSpec) -> Result<Tokenizer> {
         match spec {
             crate::plan::TokenizerSpec::Builtin(name) => Tokenizer::builtin(name),
             crate::plan::TokenizerSpec::File(path) => Tokenizer::from_file(path),

@@ -1,4 +1,9 @@
-//! What the executor records: one line of `records.jsonl` per event, appended as it happens.
+//! The records format: one line of `records.jsonl` per event, appended as a run goes.
+//!
+//! This module is the contract between the stage that writes records (the executor) and every
+//! stage and tool that reads them (metrics, compare, fidelity, report, `llmload report DIR`): the
+//! line types, the run header, the request ids, the reader, and the format version that the
+//! reader checks. It holds data and reads it; it computes nothing and sends nothing.
 //!
 //! The log is self-describing, so that `llmload report DIR` can rebuild every report from it
 //! alone (with the plan copied beside it): a `run` header, `phase_start` and `phase_end` for each
@@ -6,22 +11,59 @@
 //! Times are microseconds on one monotonic clock, from the start of the run (`*_us`) or, inside a
 //! request, from its actual send.
 
-use std::io::BufRead;
-use std::path::Path;
+mod ids;
+mod read;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::resources::ClientLoad;
+pub use ids::{new_request_id_prefix, request_id_text};
+pub use read::{read_lines, RunLog};
+
+/// The records format this llmload writes. A reader refuses a newer one with a message saying
+/// to upgrade; logs written before the version was recorded are format 1.
+pub const RECORDS_FORMAT: u32 = 1;
+/// The oldest records format this llmload reads.
+pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
 /// One line of `records.jsonl`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum LogLine {
-    Run(RunHeader),
+    /// The first line: the run's context.
+    Run(RunLine),
+    /// A phase began sending.
     PhaseStart(PhaseStart),
+    /// A request finished (successfully or not).
     Request(RequestRecord),
+    /// A phase stopped sending.
     PhaseEnd(PhaseEnd),
+    /// The run ended; absent when the process was killed.
     RunEnd(RunEnd),
+}
+
+/// The `run` line: the records format it is written in, and the run's header.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunLine {
+    /// See [`RECORDS_FORMAT`]; 1 in logs written before it was recorded.
+    #[serde(default = "first_format")]
+    pub records_format: u32,
+    /// The run's context.
+    #[serde(flatten)]
+    pub header: RunHeader,
+}
+
+fn first_format() -> u32 {
+    1
+}
+
+impl RunLine {
+    /// A header as this llmload writes it.
+    pub fn current(header: RunHeader) -> RunLine {
+        RunLine {
+            records_format: RECORDS_FORMAT,
+            header,
+        }
+    }
 }
 
 /// The run's context. Holds no secret: the target URL is stored without credentials.
@@ -183,82 +225,19 @@ impl RequestRecord {
     }
 }
 
-/// Reads `records.jsonl` one line at a time, handing each to `on_line`. A torn last line (the
-/// process was killed mid-write) is skipped; any other bad line is an error naming its number.
-pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<(), String> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
-    let mut line = String::new();
-    let mut number = 0usize;
-    // A line that did not parse is an error only if another line follows it.
-    let mut unparsed: Option<(usize, serde_json::Error)> = None;
-    loop {
-        line.clear();
-        let read = reader
-            .read_line(&mut line)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if read == 0 {
-            return Ok(());
-        }
-        number += 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        if let Some((bad, err)) = unparsed.take() {
-            return Err(format!("{} line {bad}: {err}", path.display()));
-        }
-        match serde_json::from_str::<LogLine>(&line) {
-            Ok(parsed) => on_line(parsed),
-            Err(err) => unparsed = Some((number, err)),
-        }
-    }
-}
-
-/// A whole run read back from `records.jsonl`.
-#[derive(Debug, Clone, Default)]
-pub struct RunLog {
-    pub header: Option<RunHeader>,
-    pub phases: Vec<PhaseStart>,
-    pub phase_ends: Vec<PhaseEnd>,
-    pub records: Vec<RequestRecord>,
-    pub end: Option<RunEnd>,
-}
-
-impl RunLog {
-    pub fn push(&mut self, line: LogLine) {
-        match line {
-            LogLine::Run(header) => self.header = Some(header),
-            LogLine::PhaseStart(phase) => self.phases.push(phase),
-            LogLine::Request(record) => self.records.push(record),
-            LogLine::PhaseEnd(end) => self.phase_ends.push(end),
-            LogLine::RunEnd(end) => self.end = Some(end),
-        }
-    }
-
-    /// Reads the whole of `records.jsonl` into memory. To aggregate a run, prefer
-    /// [`crate::metrics::compute_file`], which streams it.
-    pub fn read(path: &Path) -> Result<RunLog, String> {
-        let mut log = RunLog::default();
-        read_lines(path, |line| log.push(line))?;
-        RunLog::check_header(&log, path)?;
-        Ok(log)
-    }
-
-    /// An error unless the log (read from `path`) starts with a run header.
-    pub fn check_header(log: &RunLog, path: &Path) -> Result<(), String> {
-        if log.header.is_none() {
-            return Err(format!(
-                "{} has no run header: is it an llmload records file?",
-                path.display()
-            ));
-        }
-        Ok(())
-    }
-
-    pub fn interrupted(&self) -> bool {
-        self.end.as_ref().is_none_or(|e| e.interrupted)
-    }
+/// How much of the machine the client had and used during one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClientLoad {
+    /// Cores the client could use: the runtime's worker threads, at most the cores available.
+    pub cores: f64,
+    /// CPU seconds the client process used during the phase.
+    pub cpu_s: f64,
+    /// `cpu_s` over the phase's wall time and `cores`: 1.0 is every core busy all the time.
+    pub utilization: f64,
+    /// Whole seconds of the phase.
+    pub seconds: u32,
+    /// Of those, the seconds in which the client used at least 95% of its cores.
+    pub saturated_seconds: u32,
 }
 
 #[cfg(test)]

@@ -1,0 +1,108 @@
+//! The command line: one file per command, and the exit codes CI gates on.
+//!
+//! Each command parses its arguments, calls the library ([`crate::session`] to run or judge a
+//! plan, [`crate::capacity`], [`crate::compare`], [`crate::sim`]) and prints what it returns.
+//! Nothing here computes a metric, builds a schedule or decides a verdict; what a run prints
+//! while it goes is an observer ([`progress`]), and what it leaves behind is written from the
+//! outcome ([`output`]).
+
+mod check;
+mod compare;
+mod output;
+mod plan;
+mod progress;
+mod report;
+mod run;
+mod signals;
+mod sim;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+
+/// Prints a line to stdout. A closed pipe (`llmload plan ... | head`) is not an error worth a
+/// panic: the output is simply not wanted any more.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Like `say!`, without the newline.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+pub(crate) use {say, say_raw};
+
+/// Load-test LLM serving endpoints from KDL benchmark plans.
+#[derive(Parser, Debug)]
+#[command(
+    name = "llmload",
+    version,
+    about = "Load-test LLM serving endpoints from KDL benchmark plans",
+    after_help = "Exit codes: 0 every assertion held; 1 an assertion failed (or a regression, or a \
+                  warning under --fail-on-warning); 2 the plan or the command line is wrong; 3 the \
+                  run could not be carried out. See docs/ci.md."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a plan against its target and write a report with verdicts.
+    Run(run::RunArgs),
+    /// Check a plan and print every mistake in it; with --capacity, also whether this machine
+    /// can generate its load faithfully.
+    Check(check::CheckArgs),
+    /// Print the schedule a plan compiles to, without sending anything.
+    Plan(plan::PlanArgs),
+    /// Re-render a report directory's reports from its records.jsonl, without running anything.
+    Report(report::ReportArgs),
+    /// Compare two report directories: a Markdown table fit for a pull request; exit 1 on a
+    /// regression beyond the run-to-run noise.
+    Compare(compare::CompareArgs),
+    /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
+    Sim(sim::SimArgs),
+}
+
+/// Runs the command line and returns the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Check(args) => check::check(&args),
+        Command::Plan(args) => plan::show(&args),
+        Command::Report(args) => report::rerender(&args),
+        Command::Compare(args) => compare::compare(&args),
+        Command::Sim(args) => sim::serve(&args),
+    };
+    ExitCode::from(match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprint!("{}", error.render());
+            error.exit_code()
+        }
+    })
+}
+
+/// A duration flag ("5s", "250ms"), within the bounds plans have.
+fn parse_duration_arg(text: &str) -> std::result::Result<Duration, String> {
+    crate::plan::units::parse_duration(text)
+}
+
+/// Reads and checks a plan file; every mistake is in the error.
+fn load_plan(path: &Path) -> Result<Plan> {
+    crate::plan::load(path).map_err(Error::Plan)
+}

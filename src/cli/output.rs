@@ -1,0 +1,115 @@
+//! What a judged run leaves behind, written from its outcome: the report directory's files, the
+//! comparison with a baseline, JUnit, GitHub's job summary, and the terminal summary. `run` and
+//! `report` both end here, so a re-rendered report is the report a run wrote.
+
+use std::path::{Path, PathBuf};
+
+use super::say;
+use crate::error::{Error, Result};
+use crate::report::{self, UserTemplate};
+use crate::session::{Failure, Gate, NotCarriedOut, RunOutcome, Status};
+
+/// What decides the exit code besides the SLA, and where else results go.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct GateArgs {
+    /// Also render this minijinja template into the report directory (repeatable); it sees the
+    /// same context as summary.json.
+    #[arg(long = "template", value_name = "FILE")]
+    templates: Vec<PathBuf>,
+    /// Compare with this earlier run's report directory; a regression fails the gate.
+    #[arg(long, value_name = "DIR")]
+    baseline: Option<PathBuf>,
+    /// Write a JUnit XML file: one test case per assertion (and per compared metric).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Fail the gate (exit 1) when the run is not trustworthy: schedule lag, finish_reason
+    /// "stop" under exact lengths, token counts off the plan.
+    #[arg(long)]
+    fail_on_warning: bool,
+}
+
+impl GateArgs {
+    /// The library's gate.
+    pub fn gate(&self) -> Gate {
+        Gate {
+            baseline: self.baseline.clone(),
+            fail_on_warning: self.fail_on_warning,
+        }
+    }
+}
+
+/// The user's templates, read and checked before anything runs.
+pub(super) fn load_templates(gate: &GateArgs) -> Result<Vec<UserTemplate>> {
+    gate.templates
+        .iter()
+        .map(|path| UserTemplate::load(path))
+        .collect()
+}
+
+/// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
+pub(super) fn conclude(
+    outcome: &RunOutcome,
+    gate: &GateArgs,
+    templates: &[UserTemplate],
+) -> Result<u8> {
+    let context = outcome.report();
+    report::write_all(&outcome.dir, &context, templates)?;
+    let summary = &context.summary;
+    if let Some(comparison) = &outcome.comparison {
+        let markdown = report::comparison_markdown(comparison)?;
+        let json = serde_json::to_string_pretty(comparison)
+            .map_err(|e| Error::run(format!("cannot encode the comparison: {e}")))?;
+        write(&outcome.dir.join("comparison.md"), markdown.as_bytes())?;
+        write(
+            &outcome.dir.join("comparison.json"),
+            (json + "\n").as_bytes(),
+        )?;
+        say!("{markdown}");
+    }
+    if let Some(path) = &gate.junit {
+        let xml = report::junit::render(summary, outcome.comparison.as_ref(), gate.fail_on_warning);
+        write(path, xml.as_bytes())?;
+    }
+    match report::step_summary(summary, outcome.comparison.as_ref()) {
+        Ok(text) => append_step_summary(&text),
+        Err(error) => eprintln!("warning: {error}"),
+    }
+    say!("{}", report::terminal_summary(summary));
+    say!("report: {}", outcome.dir.join("report.md").display());
+    match &outcome.status {
+        Status::NotCarriedOut(NotCarriedOut::Interrupted) | Status::Passed => {}
+        Status::NotCarriedOut(reason) => eprintln!("error: {reason}"),
+        Status::Failed(failures) => {
+            for failure in failures {
+                match failure {
+                    Failure::Assertions => {}
+                    Failure::Regression => say!("FAIL: a regression against the baseline"),
+                    Failure::Untrustworthy => say!(
+                        "FAIL: the run is not trustworthy (see the warnings) and --fail-on-warning is set"
+                    ),
+                }
+            }
+        }
+    }
+    Ok(outcome.status.exit_code())
+}
+
+/// Writes a whole file.
+pub(super) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| Error::io("write", path, e))
+}
+
+/// Appends to GitHub Actions' job summary when running there.
+pub(super) fn append_step_summary(text: &str) {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("warning: cannot append to $GITHUB_STEP_SUMMARY: {e}");
+    }
+}

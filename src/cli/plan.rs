@@ -1,0 +1,44 @@
+//! `llmload plan PLAN`: the schedule a plan compiles to, before anything is sent.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+
+use super::{load_plan, say_raw};
+use crate::error::{Result, EXIT_PASS};
+use crate::planner;
+use crate::report::schedule;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    /// One line per phase, for people.
+    Table,
+    /// Every request, as JSON.
+    Json,
+    /// Every request, as CSV.
+    Csv,
+}
+
+#[derive(clap::Args, Debug)]
+pub(super) struct PlanArgs {
+    /// The plan file (KDL).
+    plan: PathBuf,
+    /// Use this seed instead of the plan's.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How to show the schedule.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+pub(super) fn show(args: &PlanArgs) -> Result<u8> {
+    let plan = load_plan(&args.plan)?;
+    let schedule = planner::compile(&plan, args.seed.unwrap_or(plan.seed))?;
+    let output = match args.format {
+        Format::Json => schedule::json(&schedule)?,
+        Format::Csv => schedule::csv(&schedule),
+        Format::Table => schedule::table(&plan, &schedule),
+    };
+    say_raw!("{output}");
+    Ok(EXIT_PASS)
+}

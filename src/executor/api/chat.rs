@@ -1,0 +1,160 @@
+//! OpenAI's chat API (`/v1/chat/completions`): the prompt as messages; the answer in each
+//! choice's `delta` (streamed) or `message` (not), as `content`, or `reasoning_content` /
+//! `reasoning` for reasoning models.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::openai::{self, Choice};
+use super::{BodyOptions, Decoded, Dialect};
+use crate::planner::Prompt;
+
+/// The chat dialect.
+#[derive(Debug)]
+pub(super) struct Chat;
+
+#[derive(Deserialize)]
+struct Text<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ChatChoice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    message: Option<Text<'a>>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+impl Choice for ChatChoice<'_> {
+    fn generated(&self, out: &mut String) {
+        for part in [&self.delta, &self.message].into_iter().flatten() {
+            for piece in [&part.reasoning_content, &part.reasoning, &part.content]
+                .into_iter()
+                .flatten()
+            {
+                out.push_str(piece);
+            }
+        }
+    }
+
+    fn finish_reason(&mut self) -> Option<String> {
+        self.finish_reason.take()
+    }
+}
+
+impl Dialect for Chat {
+    fn path(&self) -> &'static str {
+        "/chat/completions"
+    }
+
+    fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
+        let messages = match prompt {
+            Prompt::Text(text) => serde_json::json!([{"role": "user", "content": text}]),
+            Prompt::Messages(messages) => messages
+                .iter()
+                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+                .collect(),
+        };
+        openai::body(options, max_tokens, ("messages", messages))
+    }
+
+    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, String> {
+        openai::decode::<ChatChoice>(data, text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::Message;
+
+    fn options(ignore_eos: bool) -> BodyOptions {
+        BodyOptions {
+            model: "m".into(),
+            stream: true,
+            continuous_usage: false,
+            ignore_eos,
+        }
+    }
+
+    #[test]
+    fn bodies_ask_for_usage_and_exact_lengths() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&Chat.body(&Prompt::Text("hi".into()), 32, &options(true)))
+                .unwrap();
+        assert_eq!(body["messages"][0]["content"], "hi");
+        assert_eq!(body["messages"][0]["role"], "user");
+        assert_eq!(body["max_tokens"], 32);
+        assert_eq!(body["min_tokens"], 32);
+        assert_eq!(body["ignore_eos"], true);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        let conversation = Prompt::Messages(vec![
+            Message {
+                role: "system".into(),
+                content: "be brief".into(),
+            },
+            Message {
+                role: "user".into(),
+                content: "hi".into(),
+            },
+        ]);
+        let body: serde_json::Value =
+            serde_json::from_slice(&Chat.body(&conversation, 8, &options(false))).unwrap();
+        assert_eq!(body["messages"][0]["role"], "system");
+        assert_eq!(body["messages"][1]["content"], "hi");
+        assert!(body.get("ignore_eos").is_none());
+    }
+
+    #[test]
+    fn role_only_reasoning_and_several_choices() {
+        let mut text = String::new();
+        let decoded = Chat
+            .decode_event(
+                r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
+                &mut text,
+            )
+            .unwrap();
+        assert_eq!((text.as_str(), decoded), ("", Decoded::default()));
+        Chat.decode_event(
+            r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
+            &mut text,
+        )
+        .unwrap();
+        Chat.decode_event(r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#, &mut text)
+            .unwrap();
+        let decoded = Chat
+            .decode_event(
+                r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"},"finish_reason":"length"}]}"#,
+                &mut text,
+            )
+            .unwrap();
+        assert_eq!(text, "thinkmoreab");
+        assert_eq!(decoded.finish_reason.as_deref(), Some("length"));
+        let body = r#"{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+        let mut text = String::new();
+        let decoded = Chat.decode_body(body, &mut text).unwrap();
+        assert_eq!(text, "whole");
+        assert_eq!(decoded.usage.and_then(|u| u.completion), Some(1));
+    }
+
+    #[test]
+    fn errors_and_bad_json() {
+        let mut text = String::new();
+        let decoded = Chat
+            .decode_event(r#"{"error":{"message":"overloaded"}}"#, &mut text)
+            .unwrap();
+        assert_eq!(decoded.error.as_deref(), Some("overloaded"));
+        assert!(Chat.decode_event("{not json", &mut text).is_err());
+        let decoded = Chat.decode_event(r#"{"choices":null}"#, &mut text).unwrap();
+        assert_eq!(decoded, Decoded::default());
+    }
+}

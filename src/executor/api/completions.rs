@@ -1,0 +1,93 @@
+//! OpenAI's completions API (`/v1/completions`): the prompt as `prompt`; the answer in each
+//! choice's `text`.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::openai::{self, Choice};
+use super::{BodyOptions, Decoded, Dialect};
+use crate::planner::Prompt;
+
+/// The completions dialect.
+#[derive(Debug)]
+pub(super) struct Completions;
+
+#[derive(Deserialize)]
+struct TextChoice<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+impl Choice for TextChoice<'_> {
+    fn generated(&self, out: &mut String) {
+        if let Some(text) = &self.text {
+            out.push_str(text);
+        }
+    }
+
+    fn finish_reason(&mut self) -> Option<String> {
+        self.finish_reason.take()
+    }
+}
+
+impl Dialect for Completions {
+    fn path(&self) -> &'static str {
+        "/completions"
+    }
+
+    fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
+        // A conversation has no place in a completions body: its turns become one text.
+        let text = match prompt {
+            Prompt::Text(text) => text.clone(),
+            Prompt::Messages(messages) => messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        openai::body(options, max_tokens, ("prompt", text.into()))
+    }
+
+    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, String> {
+        openai::decode::<TextChoice>(data, text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_goes_in_prompt_and_text_comes_back() {
+        let options = BodyOptions {
+            model: "m".into(),
+            stream: false,
+            continuous_usage: false,
+            ignore_eos: false,
+        };
+        let body: serde_json::Value =
+            serde_json::from_slice(&Completions.body(&Prompt::Text("hi".into()), 8, &options))
+                .unwrap();
+        assert_eq!(body["prompt"], "hi");
+        assert!(body.get("stream_options").is_none());
+        let mut text = String::new();
+        let decoded = Completions
+            .decode_event(
+                r#"{"choices":[{"text":" the","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+                &mut text,
+            )
+            .unwrap();
+        assert_eq!(text, " the");
+        assert_eq!(
+            decoded.usage,
+            Some(super::super::Usage {
+                prompt: Some(5),
+                completion: Some(4),
+                cached: Some(2)
+            })
+        );
+    }
+}

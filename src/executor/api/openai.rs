@@ -1,0 +1,138 @@
+//! The OpenAI envelope that chat and completions share: the body's common fields, and a chunk's
+//! `choices`, `usage` and `error`.
+//!
+//! Decoding borrows from the event's text and holds a chunk's one choice inline, so that reading
+//! a token allocates nothing (the read path's cost per token is the client's ceiling).
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{BodyOptions, Decoded, Usage};
+
+/// The fields every OpenAI-style body has, around the dialect's own (`messages` or `prompt`).
+pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, Value)) -> Vec<u8> {
+    let mut body = Map::new();
+    body.insert("model".into(), options.model.clone().into());
+    body.insert(prompt_field.0.into(), prompt_field.1);
+    body.insert("max_tokens".into(), max_tokens.into());
+    body.insert("stream".into(), options.stream.into());
+    if options.stream {
+        let mut stream_options = serde_json::json!({"include_usage": true});
+        if options.continuous_usage {
+            stream_options["continuous_usage_stats"] = true.into();
+        }
+        body.insert("stream_options".into(), stream_options);
+    }
+    if options.ignore_eos {
+        // vLLM, SGLang and llama.cpp's server honour ignore_eos; vLLM and SGLang min_tokens too.
+        body.insert("ignore_eos".into(), true.into());
+        body.insert("min_tokens".into(), max_tokens.into());
+    }
+    Value::Object(body).to_string().into_bytes()
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<WireDetails>,
+}
+
+#[derive(Deserialize)]
+struct WireDetails {
+    cached_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Usage {
+        Usage {
+            prompt: u.prompt_tokens,
+            completion: u.completion_tokens,
+            cached: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        }
+    }
+}
+
+/// A choice of one dialect: the text it generated, and its finish_reason.
+pub(super) trait Choice {
+    /// Appends the choice's generated text to `out`.
+    fn generated(&self, out: &mut String);
+    /// Takes its finish_reason, if it has one.
+    fn finish_reason(&mut self) -> Option<String>;
+}
+
+/// A chunk's `choices`. Streams carry one choice per chunk: it is held inline, and only further
+/// choices go to a Vec, so that a chunk costs no heap allocation.
+struct Choices<C> {
+    first: Option<C>,
+    rest: Vec<C>,
+}
+
+impl<'de, C: Deserialize<'de>> Deserialize<'de> for Choices<C> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<C>(std::marker::PhantomData<C>);
+        impl<'de, C: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<C> {
+            type Value = Choices<C>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: S,
+            ) -> Result<Choices<C>, S::Error> {
+                let mut choices = Choices {
+                    first: seq.next_element()?,
+                    rest: Vec::new(),
+                };
+                while let Some(choice) = seq.next_element()? {
+                    choices.rest.push(choice);
+                }
+                Ok(choices)
+            }
+        }
+        deserializer.deserialize_seq(Visitor(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "C: Deserialize<'de>"))]
+struct Chunk<C> {
+    #[serde(default)]
+    choices: Option<Choices<C>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Decodes one OpenAI-style chunk (or body) whose choices are `C`.
+pub(super) fn decode<'a, C: Choice + Deserialize<'a>>(
+    data: &'a str,
+    text: &mut String,
+) -> Result<Decoded, String> {
+    let chunk: Chunk<C> = serde_json::from_str(data).map_err(|e| e.to_string())?;
+    if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
+        let message = error
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| error.to_string());
+        return Ok(Decoded {
+            error: Some(message),
+            ..Decoded::default()
+        });
+    }
+    let mut decoded = Decoded {
+        usage: chunk.usage.map(Usage::from),
+        ..Decoded::default()
+    };
+    if let Some(choices) = chunk.choices {
+        for mut choice in choices.first.into_iter().chain(choices.rest) {
+            choice.generated(text);
+            if let Some(reason) = choice.finish_reason() {
+                decoded.finish_reason = Some(reason);
+            }
+        }
+    }
+    Ok(decoded)
+}

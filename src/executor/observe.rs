@@ -1,0 +1,106 @@
+//! What a run tells the world while it goes, and how the world stops it.
+//!
+//! The executor prints nothing. It hands [`Event`]s to an [`Observer`] (the command line's
+//! progress line, a sweep's bookkeeping, nothing at all in a test), and it stops when its
+//! [`Stop`] handle says so (Ctrl-C, a signal, a failing recorder, a caller's own reason).
+//! Observers are called on the executor's own threads: they must be quick and must not block.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader};
+
+/// Something that happened in a run.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The run started, with this header (its target as reports show it).
+    RunStarted(&'a RunHeader),
+    /// A phase started sending.
+    PhaseStarted(&'a PhaseStart),
+    /// A request of phase `phase` went out.
+    RequestSent {
+        /// The phase's index.
+        phase: usize,
+    },
+    /// A request finished, successfully or not (called on the recorder's thread).
+    RequestFinished(&'a RequestRecord),
+    /// A phase stopped sending (its requests in flight may finish later).
+    PhaseEnded(&'a PhaseEnd),
+    /// The run ended.
+    RunEnded(&'a RunEnd),
+    /// Something that may spoil the run, and is not in the records (a limit of this machine).
+    Warning(&'a str),
+    /// Something the user should know, and is not in the records.
+    Note(&'a str),
+}
+
+/// Receives a run's events.
+pub trait Observer: Send + Sync {
+    /// Called for every event; must not block.
+    fn on_event(&self, event: Event<'_>);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn on_event(&self, _: Event<'_>) {}
+}
+
+/// Stops a run: first no new requests (those in flight may finish within the grace period),
+/// then, if asked again, every request in flight. Cheap to clone; every clone stops the same
+/// run.
+#[derive(Clone)]
+pub struct Stop {
+    sending: Arc<watch::Sender<bool>>,
+    in_flight: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop::new()
+    }
+}
+
+impl Stop {
+    /// A handle no one has pulled yet.
+    pub fn new() -> Stop {
+        Stop {
+            sending: Arc::new(watch::channel(false).0),
+            in_flight: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// No new requests; those in flight may finish within the run's grace period.
+    pub fn stop_sending(&self) {
+        self.sending.send_replace(true);
+    }
+
+    /// Cancel every request in flight now (and send no more).
+    pub fn cancel_in_flight(&self) {
+        self.sending.send_replace(true);
+        self.in_flight.send_replace(true);
+    }
+
+    /// Whether sending has been stopped.
+    pub fn is_stopped(&self) -> bool {
+        *self.sending.borrow()
+    }
+
+    pub(super) fn sending(&self) -> watch::Receiver<bool> {
+        self.sending.subscribe()
+    }
+
+    pub(super) fn in_flight(&self) -> watch::Receiver<bool> {
+        self.in_flight.subscribe()
+    }
+}
+
+/// Waits until `rx` turns true.
+pub(super) async fn stopped(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|v| *v).await.is_err() {
+        // The handle is gone: nothing can stop the run any more.
+        std::future::pending::<()>().await;
+    }
+}

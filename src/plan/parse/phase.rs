@@ -1,0 +1,348 @@
+//! `phase`: one load model (closed loop, open loop, burst), how it ends, and whether it counts.
+
+use std::time::Duration;
+
+use kdl::KdlNode;
+use miette::SourceSpan;
+
+use super::cx::{children, positional, property, Cx, Handler};
+use super::values::{trim_float, Count, Flag, Kind, Number, Text, DURATION};
+use crate::plan::limits::{
+    GAMMA_CV_RANGE, MAX_BURST, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
+};
+use crate::plan::units::format_duration;
+use crate::plan::{Arrivals, Load, Phase, RateShape};
+
+const RATE: Number = Number {
+    positive: true,
+    max: MAX_RATE,
+};
+const RATE_OR_ZERO: Number = Number {
+    positive: false,
+    max: MAX_RATE,
+};
+
+struct Fields {
+    loads: Vec<(Load, SourceSpan)>,
+    arrivals: Option<(Arrivals, SourceSpan)>,
+    duration: Option<Duration>,
+    max_requests: Option<u64>,
+    record: bool,
+    /// A child was present but wrong (already reported): no follow-on errors about it.
+    broken: bool,
+}
+
+impl Fields {
+    fn load(&mut self, load: Option<Load>, node: &KdlNode) {
+        match load {
+            Some(load) => self.loads.push((load, node.name().span())),
+            None => self.broken = true,
+        }
+    }
+}
+
+const CHILDREN: &[(&str, Handler<Fields>)] = &[
+    ("concurrency", |cx, node, p| {
+        let n = cx.single(node, "concurrency 8", Count::positive(MAX_CONCURRENCY));
+        p.load(n.map(|n| Load::Concurrency(n as u32)), node);
+    }),
+    ("rate", |cx, node, p| {
+        let shape = rate(cx, node);
+        p.load(
+            shape.map(|rate| Load::Rate {
+                rate,
+                arrivals: Arrivals::Poisson,
+            }),
+            node,
+        );
+    }),
+    ("at-once", |cx, node, p| {
+        let n = cx.single(node, "at-once 64", Count::positive(MAX_BURST));
+        p.load(n.map(|n| Load::AtOnce(n as u32)), node);
+    }),
+    ("arrivals", |cx, node, p| match arrivals(cx, node) {
+        Some(a) => p.arrivals = Some((a, node.name().span())),
+        None => p.broken = true,
+    }),
+    ("duration", |cx, node, p| {
+        p.duration = cx.single(node, "duration \"60s\"", DURATION);
+        p.broken |= p.duration.is_none();
+    }),
+    ("requests", |cx, node, p| {
+        p.max_requests = cx.single(node, "requests 500", Count::positive(MAX_REQUESTS));
+        p.broken |= p.max_requests.is_none();
+    }),
+    ("record", |cx, node, p| {
+        match cx.single(node, "record #false", Flag) {
+            Some(b) => p.record = b,
+            None => p.broken = true,
+        }
+    }),
+];
+
+fn rate(cx: &mut Cx, node: &KdlNode) -> Option<RateShape> {
+    let usage = "rate 16, or rate from=1 to=16";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["from", "to"], usage);
+    let fixed = positional(node).next();
+    match (fixed, property(node, "from"), property(node, "to")) {
+        (Some(entry), None, None) => RATE.read(cx, entry, usage).map(RateShape::Constant),
+        (None, Some(from), Some(to)) => {
+            let from = RATE_OR_ZERO.read(cx, from, usage);
+            let to = RATE.read(cx, to, usage);
+            from.zip(to).map(|(from, to)| RateShape::Ramp { from, to })
+        }
+        (None, None, None) => {
+            cx.error(
+                node.name().span(),
+                "`rate` needs a value",
+                "rate missing",
+                "requests per second: rate 16, or a linear ramp: rate from=1 to=16",
+            );
+            None
+        }
+        (Some(entry), _, _) => {
+            cx.error(
+                entry.span(),
+                "`rate` has both a fixed value and from/to",
+                "fixed rate",
+                "use either rate 16, or rate from=1 to=16",
+            );
+            None
+        }
+        (None, Some(one), None) | (None, None, Some(one)) => {
+            cx.error(
+                one.span(),
+                "a ramp needs both from= and to=",
+                "half a ramp",
+                "write it as: rate from=1 to=16",
+            );
+            None
+        }
+    }
+}
+
+fn arrivals(cx: &mut Cx, node: &KdlNode) -> Option<Arrivals> {
+    let usage = "arrivals \"poisson\" (or \"constant\", or \"gamma\" cv=2.0)";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["cv"], usage);
+    let kind = cx.arg(node, usage, Text)?;
+    let cv = property(node, "cv");
+    match (kind.as_str(), cv) {
+        ("poisson", None) => Some(Arrivals::Poisson),
+        ("constant", None) => Some(Arrivals::Constant),
+        ("gamma", Some(entry)) => {
+            let cv_kind = Number {
+                positive: true,
+                max: GAMMA_CV_RANGE.1,
+            };
+            let cv = cv_kind.read(cx, entry, usage)?;
+            if cv < GAMMA_CV_RANGE.0 {
+                cx.error(
+                    entry.span(),
+                    format!(
+                        "{cv} is out of range: it must be from {} to {}",
+                        GAMMA_CV_RANGE.0, GAMMA_CV_RANGE.1
+                    ),
+                    "out of range",
+                    "a coefficient of variation of 1.0 is Poisson; below 1 smoother, above 1 burstier",
+                );
+                return None;
+            }
+            Some(Arrivals::Gamma { cv })
+        }
+        ("gamma", None) => {
+            cx.error(
+                node.name().span(),
+                "gamma arrivals need cv=",
+                "cv missing",
+                "give the coefficient of variation: arrivals \"gamma\" cv=2.0 (1.0 is Poisson)",
+            );
+            None
+        }
+        ("poisson" | "constant", Some(cv)) => {
+            cx.error(
+                cv.span(),
+                "cv= applies only to gamma arrivals",
+                "not for this kind",
+                "remove cv=, or use arrivals \"gamma\" cv=2.0",
+            );
+            None
+        }
+        (other, _) => {
+            cx.error(
+                positional(node).next().map_or(node.span(), |e| e.span()),
+                format!("unknown arrival process \"{other}\""),
+                "unknown arrivals",
+                "use \"poisson\", \"constant\" or \"gamma\" cv=X",
+            );
+            None
+        }
+    }
+}
+
+/// A valid phase, and how many requests it is expected to schedule (0 for a closed loop ended
+/// by time alone, whose requests are drawn as it runs).
+pub(super) struct CheckedPhase {
+    pub phase: Phase,
+    pub expected_requests: f64,
+    /// Where its load model is written, for diagnostics about the plan as a whole.
+    pub load_span: SourceSpan,
+}
+
+/// The `phase` node.
+pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
+    let usage = "phase \"steady\" { rate 16; duration \"3m\" }";
+    cx.check_entries(node, 1, &[], usage);
+    let name = cx.arg(node, usage, Text);
+    let mut fields = Fields {
+        loads: Vec::new(),
+        arrivals: None,
+        duration: None,
+        max_requests: None,
+        record: true,
+        broken: false,
+    };
+    cx.walk(node, "in `phase`", CHILDREN, &mut fields);
+    let name = name?;
+    let load_help = "give the phase exactly one load model: concurrency N (closed loop), \
+                     rate R or rate from=A to=B (open loop), or at-once N (a burst)";
+    let (mut load, load_span) = match fields.loads.len() {
+        0 => {
+            if !fields.broken {
+                cx.error(
+                    node.name().span(),
+                    format!("phase \"{name}\" has no load model"),
+                    "no load",
+                    load_help,
+                );
+            }
+            return None;
+        }
+        1 => fields.loads.remove(0),
+        _ => {
+            cx.error(
+                fields.loads[1].1,
+                format!("phase \"{name}\" has more than one load model"),
+                "second load model",
+                load_help,
+            );
+            return None;
+        }
+    };
+    let mut ok = !fields.broken;
+    if let Some((kind, span)) = fields.arrivals {
+        match &mut load {
+            Load::Rate { arrivals, .. } => *arrivals = kind,
+            _ => {
+                cx.error(
+                    span,
+                    "`arrivals` applies only to open-loop phases",
+                    "no rate here",
+                    "arrivals shape a `rate` phase; remove it, or use rate R",
+                );
+                ok = false;
+            }
+        }
+    }
+    let (duration, max_requests) = (fields.duration, fields.max_requests);
+    match load {
+        Load::AtOnce(_) => {
+            if let Some(extra) = children(node)
+                .iter()
+                .find(|c| matches!(c.name().value(), "duration" | "requests"))
+            {
+                cx.error(
+                    extra.name().span(),
+                    "an at-once phase has no duration or request limit",
+                    "not for a burst",
+                    "a burst sends its N requests together and ends when they finish; remove this",
+                );
+                ok = false;
+            }
+        }
+        Load::Rate {
+            rate: RateShape::Ramp { .. },
+            ..
+        } if duration.is_none() && ok => {
+            cx.error(
+                load_span,
+                "a ramp needs a `duration` to ramp over",
+                "ramp without duration",
+                "add duration \"60s\" to the phase",
+            );
+            ok = false;
+        }
+        _ if duration.is_none() && max_requests.is_none() && ok => {
+            cx.error(
+                node.name().span(),
+                format!("phase \"{name}\" never ends"),
+                "no end",
+                "add duration \"60s\", requests N, or both (the phase ends at whichever comes first)",
+            );
+            ok = false;
+        }
+        _ => {}
+    }
+    if !ok {
+        return None;
+    }
+    let expected_requests = match &load {
+        Load::AtOnce(n) => *n as f64,
+        Load::Concurrency(_) => max_requests.map_or(0.0, |n| n as f64),
+        Load::Rate { rate, .. } => {
+            let mean = rate.mean();
+            match duration {
+                Some(duration) => {
+                    let expected = mean * duration.as_secs_f64();
+                    if expected < 1.0 && max_requests.is_none_or(|n| n as f64 > expected) {
+                        cx.error(
+                            load_span,
+                            format!(
+                                "at a mean of {}/s for {}, this phase sends {} requests on average: fewer than one",
+                                trim_float(mean),
+                                format_duration(duration),
+                                trim_float(expected)
+                            ),
+                            "too slow to send",
+                            "raise the rate or lengthen the duration",
+                        );
+                        return None;
+                    }
+                    max_requests.map_or(expected, |n| expected.min(n as f64))
+                }
+                None => {
+                    // Ended by count alone (a ramp has a duration): that many requests at the
+                    // rate must fit in the longest phase allowed.
+                    let n = max_requests.unwrap_or(0) as f64;
+                    if n / mean > MAX_DURATION.as_secs_f64() {
+                        cx.error(
+                            load_span,
+                            format!(
+                                "at {}/s, {} requests take longer than the longest phase allowed ({} days)",
+                                trim_float(mean),
+                                n,
+                                MAX_DURATION.as_secs() / 86400
+                            ),
+                            "too slow to end",
+                            "raise the rate, lower `requests`, or give the phase a `duration`",
+                        );
+                        return None;
+                    }
+                    n
+                }
+            }
+        }
+    };
+    Some(CheckedPhase {
+        phase: Phase {
+            name,
+            load,
+            duration,
+            max_requests,
+            record: fields.record,
+        },
+        expected_requests,
+        load_span,
+    })
+}

@@ -1,0 +1,198 @@
+//! `sim`: the embedded simulator's delays, engine model and faults (in a plan, or a profile
+//! file given to `llmload sim --profile`).
+
+use kdl::KdlNode;
+
+use super::cx::{children, Cx, Handler};
+use super::values::{Count, Percent, Seed, Text, DURATION, DURATION_OR_ZERO};
+use crate::plan::profiles;
+use crate::plan::{EngineSettings, Faults, SimSettings, SlowHeaders, Stall};
+
+struct Fields {
+    sim: SimSettings,
+    /// The block sets its own seed (else it takes the plan's).
+    seeded: bool,
+}
+
+const CHILDREN: &[(&str, Handler<Fields>)] = &[
+    // Read first, wherever it is written: the other knobs adjust it.
+    ("profile", |_, _, _| {}),
+    ("engine", |cx, node, s| {
+        cx.no_args(node, "engine { max-seqs 64 }");
+        let mut engine = s
+            .sim
+            .engine
+            .clone()
+            .unwrap_or_else(profiles::default_engine);
+        cx.walk(node, "in `engine`", ENGINE, &mut engine);
+        if engine.max_batched_tokens < engine.max_seqs {
+            cx.error(
+                node.name().span(),
+                "max-batched-tokens is below max-seqs: running sequences could not all decode in one step",
+                "budget too small",
+                "raise max-batched-tokens to at least max-seqs",
+            );
+        }
+        s.sim.engine = Some(engine);
+    }),
+    ("faults", |cx, node, s| {
+        cx.no_args(node, "faults { http-5xx \"1%\" }");
+        cx.walk(node, "in `faults`", FAULTS, &mut s.sim.faults);
+    }),
+    ("ttft", |cx, node, s| {
+        if let Some(d) = cx.single(node, "ttft \"10ms\"", DURATION_OR_ZERO) {
+            s.sim.ttft = d;
+        }
+    }),
+    ("itl", |cx, node, s| {
+        if let Some(d) = cx.single(node, "itl \"10ms\"", DURATION_OR_ZERO) {
+            s.sim.itl = d;
+        }
+    }),
+    ("jitter", |cx, node, s| {
+        if let Some(d) = cx.single(node, "jitter \"10ms\"", DURATION_OR_ZERO) {
+            s.sim.jitter = d;
+        }
+    }),
+    ("tokens-per-chunk", |cx, node, s| {
+        if let Some(n) = cx.single(node, "tokens-per-chunk 1", Count::positive(4096)) {
+            s.sim.tokens_per_chunk = n as u32;
+        }
+    }),
+    ("seed", |cx, node, s| {
+        if let Some(seed) = cx.single(node, "seed 7", Seed) {
+            s.sim.seed = seed;
+            s.seeded = true;
+        }
+    }),
+];
+
+/// A whole-number engine knob: `count_knob!(field, min, max)`.
+macro_rules! count_knob {
+    ($field:ident, $min:expr, $max:expr) => {
+        |cx: &mut Cx, node: &KdlNode, engine: &mut EngineSettings| {
+            let usage = format!("{} 64 (see docs/simulator.md)", node.name().value());
+            let kind = Count {
+                min: $min,
+                max: $max,
+            };
+            if let Some(n) = cx.single(node, &usage, kind) {
+                engine.$field = n.try_into().unwrap_or(engine.$field);
+            }
+        }
+    };
+}
+
+/// A duration engine knob (may be zero).
+macro_rules! cost_knob {
+    ($field:ident) => {
+        |cx: &mut Cx, node: &KdlNode, engine: &mut EngineSettings| {
+            let usage = format!("{} \"50us\" (see docs/simulator.md)", node.name().value());
+            if let Some(d) = cx.single(node, &usage, DURATION_OR_ZERO) {
+                engine.$field = d;
+            }
+        }
+    };
+}
+
+const ENGINE: &[(&str, Handler<EngineSettings>)] = &[
+    ("max-seqs", count_knob!(max_seqs, 1, 100_000)),
+    (
+        "max-batched-tokens",
+        count_knob!(max_batched_tokens, 1, 1 << 24),
+    ),
+    ("kv-cache-tokens", count_knob!(kv_cache_tokens, 1, 1 << 40)),
+    ("block-size", count_knob!(block_size, 1, 1 << 20)),
+    ("max-model-len", count_knob!(max_model_len, 1, 1 << 24)),
+    ("max-waiting", count_knob!(max_waiting, 0, 10_000_000)),
+    ("queue-full-status", |cx, node, engine| {
+        let usage = "queue-full-status 503";
+        let status = cx.single(node, usage, Count { min: 0, max: 999 });
+        match status {
+            Some(status @ (429 | 503)) => engine.queue_full_status = status as u16,
+            Some(_) => cx.error(
+                node.entries().first().map_or(node.span(), |e| e.span()),
+                "a full queue answers 429 or 503",
+                "not 429 or 503",
+                "write it as: queue-full-status 503",
+            ),
+            None => {}
+        }
+    }),
+    ("step-base", cost_knob!(step_base)),
+    ("prefill-per-token", cost_knob!(prefill_per_token)),
+    ("decode-per-seq", cost_knob!(decode_per_seq)),
+    ("attention-per-token", cost_knob!(attention_per_token)),
+];
+
+/// A fault that strikes a share of requests: `rate_fault!(field)`.
+macro_rules! rate_fault {
+    ($field:ident) => {
+        |cx: &mut Cx, node: &KdlNode, faults: &mut Faults| {
+            let usage = format!("{} \"1%\"", node.name().value());
+            if let Some(rate) = cx.single(node, &usage, Percent) {
+                faults.$field = rate;
+            }
+        }
+    };
+}
+
+const FAULTS: &[(&str, Handler<Faults>)] = &[
+    ("http-5xx", rate_fault!(http_5xx)),
+    ("http-429", rate_fault!(http_429)),
+    ("drop-mid-stream", rate_fault!(drop_mid_stream)),
+    ("malformed-chunk", rate_fault!(malformed_chunk)),
+    ("stall", |cx, node, faults| {
+        let usage = "stall \"2s\" at-token=10 rate=\"5%\"";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["at-token", "rate"], usage);
+        let duration = cx.arg(node, usage, DURATION);
+        let at_token = cx.prop_or(node, "at-token", 1, usage, Count::positive(u32::MAX as u64));
+        let rate = cx.prop_or(node, "rate", 1.0, usage, Percent);
+        if let (Some(duration), Some(at_token), Some(rate)) = (duration, at_token, rate) {
+            faults.stall = Some(Stall {
+                duration,
+                at_token: at_token as u32,
+                rate,
+            });
+        }
+    }),
+    ("slow-headers", |cx, node, faults| {
+        let usage = "slow-headers \"500ms\" rate=\"10%\"";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["rate"], usage);
+        let delay = cx.arg(node, usage, DURATION);
+        let rate = cx.prop_or(node, "rate", 1.0, usage, Percent);
+        if let (Some(delay), Some(rate)) = (delay, rate) {
+            faults.slow_headers = Some(SlowHeaders { delay, rate });
+        }
+    }),
+];
+
+/// The `sim` node: its settings, and whether it set its own seed.
+pub(super) fn sim(cx: &mut Cx, node: &KdlNode) -> (SimSettings, bool) {
+    cx.no_args(node, "sim { ttft \"50ms\"; itl \"10ms\" }");
+    let mut fields = Fields {
+        sim: SimSettings::default(),
+        seeded: false,
+    };
+    if let Some(child) = children(node)
+        .iter()
+        .find(|c| c.name().value() == "profile")
+    {
+        let usage = "profile \"llama-3.1-8b-h100\"";
+        if let Some(name) = cx.single(child, usage, Text) {
+            match profiles::builtin(&name) {
+                Some(engine) => fields.sim.engine = Some(engine),
+                None => cx.error(
+                    child.entries().first().map_or(child.span(), |e| e.span()),
+                    format!("no built-in profile is named \"{name}\""),
+                    "unknown profile",
+                    format!("built-in profiles: {}", profiles::NAMES.join(", ")),
+                ),
+            }
+        }
+    }
+    cx.walk(node, "in `sim`", CHILDREN, &mut fields);
+    (fields.sim, fields.seeded)
+}

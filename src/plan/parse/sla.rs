@@ -1,0 +1,394 @@
+//! `sla` (assertions), `slo` (per-request objectives) and `regression` (tolerances against a
+//! baseline): the lines that judge a run.
+
+use std::time::Duration;
+
+use kdl::{KdlEntry, KdlNode, KdlValue};
+
+use super::cx::{children, positional, property, Cx};
+use super::values::{trim_float, Kind, Number, Percent, DURATION};
+use crate::plan::{Assertion, Metric, MetricKind, Op, Slo, Stat, Tolerance};
+
+/// What an assertion or a tolerance may refer to.
+pub(super) struct Scope<'a> {
+    /// Every phase name written, valid or not, so that one broken phase does not also make each
+    /// line that names it an error.
+    pub phases: &'a [String],
+    /// Phases with `record #false`.
+    pub unrecorded: &'a [String],
+    /// The plan has an `slo` (goodput metrics need one).
+    pub has_slo: bool,
+    /// Part of the plan could not be read (a syntax error): a phase it named may exist.
+    pub phases_incomplete: bool,
+}
+
+/// Comparisons as bare values (`<`, `>`) or strings (`"<="`).
+fn comparison(value: &KdlValue) -> Option<Op> {
+    match value {
+        KdlValue::String(s) if s == "<" => Some(Op::Lt),
+        KdlValue::String(s) if s == ">" => Some(Op::Gt),
+        KdlValue::String(s) if s == "<=" => Some(Op::Le),
+        KdlValue::String(s) if s == ">=" => Some(Op::Ge),
+        _ => None,
+    }
+}
+
+/// `<=` and `>=` followed by a value read as a property named `<` or `>`.
+fn comparison_props(node: &KdlNode) -> Vec<&KdlEntry> {
+    node.entries()
+        .iter()
+        .filter(|e| matches!(e.name().map(|n| n.value()), Some("<") | Some(">")))
+        .collect()
+}
+
+/// The `sla` block.
+pub(super) fn sla(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<Assertion> {
+    cx.no_args(node, "sla { ttft p99 < \"500ms\" }");
+    children(node)
+        .iter()
+        .filter_map(|child| assertion(cx, child, scope))
+        .collect()
+}
+
+/// The `regression` block.
+pub(super) fn regression(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<Tolerance> {
+    cx.no_args(node, "regression { ttft p99 \"+10%\" }");
+    children(node)
+        .iter()
+        .filter_map(|child| tolerance(cx, child, scope))
+        .collect()
+}
+
+/// The metric a line of `sla` or `regression` names.
+fn metric(cx: &mut Cx, node: &KdlNode, has_slo: bool) -> Option<Metric> {
+    let metric_name = node.name().value();
+    let Some(metric) = Metric::from_name(metric_name) else {
+        let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+        cx.error(
+            node.name().span(),
+            format!("unknown metric `{metric_name}`"),
+            "unknown metric",
+            format!("metrics: {}", metrics.join(", ")),
+        );
+        return None;
+    };
+    if matches!(metric, Metric::Goodput | Metric::GoodputRatio) && !has_slo {
+        cx.error(
+            node.name().span(),
+            format!("`{metric_name}` needs per-request objectives"),
+            "no slo",
+            "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
+        );
+        return None;
+    }
+    Some(metric)
+}
+
+/// The statistic of a distribution metric, at the first positional argument.
+fn statistic(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<Stat> {
+    let name = node.name().value();
+    match positional(node).next() {
+        // `itl < "50ms"`: the comparison came where the statistic belongs.
+        Some(entry) if comparison(entry.value()).is_some() => {
+            cx.error(
+                entry.span(),
+                format!("`{name}` needs a statistic before the comparison"),
+                "statistic missing",
+                format!("say which statistic is compared: {usage}"),
+            );
+            None
+        }
+        Some(entry) => {
+            let parsed = match entry.value() {
+                KdlValue::String(s) => Stat::parse(s),
+                _ => None,
+            };
+            if parsed.is_none() {
+                cx.error(
+                    entry.span(),
+                    "unknown statistic",
+                    "unknown statistic",
+                    "statistics: mean, min, max, median, or a percentile such as p50, p90, p99, p99.9",
+                );
+            }
+            parsed
+        }
+        None => {
+            let at = comparison_props(node)
+                .first()
+                .map_or(node.name().span(), |e| e.span());
+            cx.error(
+                at,
+                format!("`{name}` needs a statistic"),
+                "statistic missing",
+                format!("write it as: {usage}"),
+            );
+            None
+        }
+    }
+}
+
+/// `phase="name"`: a recorded phase of the plan. `Err` when it names none.
+fn phase_ref(
+    cx: &mut Cx,
+    node: &KdlNode,
+    scope: &Scope,
+    usage: &str,
+) -> Result<Option<String>, ()> {
+    let Some(name) = cx.prop(node, "phase", usage, super::values::Text)? else {
+        return Ok(None);
+    };
+    let span = property(node, "phase").map_or(node.span(), |e| e.span());
+    if !scope.phases.contains(&name) {
+        if scope.phases_incomplete {
+            return Err(());
+        }
+        let known = if scope.phases.is_empty() {
+            "none".to_string()
+        } else {
+            scope
+                .phases
+                .iter()
+                .map(|p| format!("\"{p}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        cx.error(
+            span,
+            format!("no phase is named \"{name}\""),
+            "unknown phase",
+            format!("phases in this plan: {known}"),
+        );
+        return Err(());
+    }
+    if scope.unrecorded.contains(&name) {
+        cx.error(
+            span,
+            format!("phase \"{name}\" is not recorded (record #false)"),
+            "unrecorded phase",
+            "an unrecorded phase (a warmup) has no metrics to judge; name a recorded phase or remove record #false",
+        );
+        return Err(());
+    }
+    Ok(Some(name))
+}
+
+/// The `slo` node.
+pub(super) fn slo(cx: &mut Cx, node: &KdlNode) -> Option<Slo> {
+    let usage = "slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"";
+    cx.check_entries(node, 0, &["ttft", "tpot", "e2e"], usage);
+    cx.no_children(node);
+    let mut read = |key: &str| cx.prop(node, key, usage, DURATION);
+    let (ttft, tpot, e2e) = (read("ttft"), read("tpot"), read("e2e"));
+    let (Ok(ttft), Ok(tpot), Ok(e2e)) = (ttft, tpot, e2e) else {
+        return None;
+    };
+    let slo = Slo { ttft, tpot, e2e };
+    if slo == Slo::default() {
+        cx.error(
+            node.name().span(),
+            "`slo` sets no objective",
+            "empty slo",
+            format!("write it as: {usage}"),
+        );
+        return None;
+    }
+    Some(slo)
+}
+
+fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
+    let metric = metric(cx, node, scope.has_slo)?;
+    cx.no_children(node);
+    let name = metric.name();
+    let sign = if metric.higher_is_better() { '-' } else { '+' };
+    let usage = if metric.is_distribution() {
+        format!("{name} p99 \"{sign}10%\"")
+    } else {
+        format!("{name} \"{sign}5%\"")
+    };
+    let stat = if metric.is_distribution() {
+        Some(statistic(cx, node, &usage)?)
+    } else {
+        None
+    };
+    let value_index = usize::from(stat.is_some());
+    cx.check_entries(node, value_index + 1, &["phase"], &usage);
+    let Some(entry) = positional(node).nth(value_index) else {
+        cx.error(
+            node.name().span(),
+            format!("`{name}` needs a tolerance"),
+            "tolerance missing",
+            format!("write it as: {usage}"),
+        );
+        return None;
+    };
+    let text = super::values::Text.read(cx, entry, &usage)?;
+    let (explicit, number) = match text.chars().next() {
+        Some(c @ ('+' | '-')) => (Some(c), &text[1..]),
+        _ => (None, text.as_str()),
+    };
+    // A latency may rise by more than 100%; nothing can fall by more than 100%.
+    let ceiling = if metric.higher_is_better() || metric.kind() == MetricKind::Fraction {
+        100.0
+    } else {
+        f64::INFINITY
+    };
+    let parsed = number
+        .trim()
+        .strip_suffix('%')
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| format!("\"{text}\" is not a percentage"))
+        .and_then(|v| {
+            if v <= ceiling {
+                Ok(v / 100.0)
+            } else {
+                Err(format!("\"{text}\" is more than `{name}` can fall"))
+            }
+        });
+    let allowed = match parsed {
+        Ok(v) => v,
+        Err(message) => {
+            cx.error(
+                entry.span(),
+                message,
+                "not a tolerance",
+                format!("a tolerance is a percentage of the baseline: {usage}"),
+            );
+            return None;
+        }
+    };
+    if explicit.is_some_and(|c| c != sign) {
+        let direction = if metric.higher_is_better() {
+            "falls"
+        } else {
+            "rises"
+        };
+        cx.error(
+            entry.span(),
+            format!("`{name}` regresses when it {direction}, so its tolerance is {sign}N%"),
+            "wrong direction",
+            format!("write it as: {usage}"),
+        );
+        return None;
+    }
+    let phase = phase_ref(cx, node, scope, &usage).ok()?;
+    let stat_text = stat.map(|s| format!(" {s}")).unwrap_or_default();
+    Some(Tolerance {
+        metric,
+        stat,
+        allowed,
+        phase,
+        text: format!("{name}{stat_text} {sign}{}%", trim_float(allowed * 100.0)),
+    })
+}
+
+fn assertion(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Assertion> {
+    let metric_name = node.name().value();
+    let metric = metric(cx, node, scope.has_slo)?;
+    cx.no_children(node);
+    let usage = if metric.is_distribution() {
+        format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
+    } else if metric.kind() == MetricKind::Fraction {
+        format!("{metric_name} < \"1%\"")
+    } else {
+        format!("{metric_name} > 10")
+    };
+    let args: Vec<&KdlEntry> = positional(node).collect();
+    let mut rest = &args[..];
+    let mut stat = None;
+    if metric.is_distribution() {
+        stat = Some(statistic(cx, node, &usage)?);
+        rest = &rest[1..];
+    }
+    // `<` and `>` are bare identifiers in KDL 2.0, but `<=` and `>=` followed by a value read
+    // as a property named `<` or `>`; both spellings are accepted here on purpose.
+    let (op, value_entry) = match (rest, comparison_props(node).as_slice()) {
+        ([op_entry, value], []) => match comparison(op_entry.value()) {
+            Some(op) => (op, *value),
+            None => {
+                cx.error(
+                    op_entry.span(),
+                    "expected a comparison: <, <=, > or >=",
+                    "not a comparison",
+                    format!("write it as: {usage}"),
+                );
+                return None;
+            }
+        },
+        ([], [prop]) => {
+            let op = if prop.name().map(|n| n.value()) == Some("<") {
+                Op::Le
+            } else {
+                Op::Ge
+            };
+            (op, *prop)
+        }
+        ([], []) | ([_], []) => {
+            cx.error(
+                node.span(),
+                format!("`{metric_name}` needs a comparison and a threshold"),
+                "incomplete assertion",
+                format!("write it as: {usage}"),
+            );
+            return None;
+        }
+        _ => {
+            cx.error(
+                node.span(),
+                "this assertion has extra values",
+                "too many values",
+                format!("one comparison and one threshold: {usage}"),
+            );
+            return None;
+        }
+    };
+    let threshold = match metric.kind() {
+        MetricKind::Latency => DURATION
+            .read(cx, value_entry, &usage)
+            .map(|d| d.as_secs_f64() * 1000.0),
+        MetricKind::Fraction => Percent.read(cx, value_entry, &usage),
+        MetricKind::Throughput | MetricKind::TokenRate => {
+            let number = Number {
+                positive: false,
+                max: 1e12,
+            };
+            number.read(cx, value_entry, &usage)
+        }
+    }?;
+    let unknown = node
+        .entries()
+        .iter()
+        .filter_map(|e| e.name().map(|n| n.value()))
+        .find(|n| !matches!(*n, "phase" | "<" | ">"));
+    if let Some(unknown) = unknown {
+        let span = property(node, unknown).map_or(node.span(), |e| e.span());
+        cx.error(
+            span,
+            format!("unknown property `{unknown}` on an assertion"),
+            "unknown property",
+            "the only property of an assertion is phase=\"name\"",
+        );
+        return None;
+    }
+    let phase = phase_ref(cx, node, scope, &usage).ok()?;
+    let threshold_text = match metric.kind() {
+        MetricKind::Latency => {
+            crate::plan::units::format_duration(Duration::from_secs_f64(threshold / 1000.0))
+        }
+        MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
+        _ => trim_float(threshold),
+    };
+    let text = match stat {
+        Some(stat) => format!("{metric_name} {stat} {} {threshold_text}", op.symbol()),
+        None => format!("{metric_name} {} {threshold_text}", op.symbol()),
+    };
+    Some(Assertion {
+        metric,
+        stat,
+        op,
+        threshold,
+        phase,
+        text,
+    })
+}

@@ -1,0 +1,130 @@
+//! `target`: where requests go and how they are spoken.
+
+use std::time::Duration;
+
+use kdl::KdlNode;
+
+use super::cx::{positional, property, Cx, Handler};
+use super::values::{Flag, Text, DURATION};
+use crate::plan::{Api, Endpoint, Target};
+
+struct Fields {
+    api: Api,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    stream: bool,
+    timeout: Duration,
+    continuous_usage: bool,
+}
+
+const CHILDREN: &[(&str, Handler<Fields>)] = &[
+    ("api", |cx, node, t| {
+        let usage = "api \"chat\" (or \"completions\")";
+        let Some(name) = cx.single(node, usage, Text) else {
+            return;
+        };
+        match Api::from_name(&name) {
+            Some(api) => t.api = api,
+            None => cx.error(
+                positional(node).next().map_or(node.span(), |e| e.span()),
+                format!("unknown api \"{name}\""),
+                "unknown api",
+                "use \"chat\" for /v1/chat/completions or \"completions\" for /v1/completions",
+            ),
+        }
+    }),
+    ("model", |cx, node, t| {
+        t.model = cx.single(node, "model \"meta-llama/Llama-3.1-8B-Instruct\"", Text);
+    }),
+    ("api-key", api_key),
+    ("stream", |cx, node, t| {
+        if let Some(b) = cx.single(node, "stream #true", Flag) {
+            t.stream = b;
+        }
+    }),
+    ("timeout", |cx, node, t| {
+        if let Some(d) = cx.single(node, "timeout \"60s\"", DURATION) {
+            t.timeout = d;
+        }
+    }),
+    ("continuous-usage", |cx, node, t| {
+        if let Some(b) = cx.single(node, "continuous-usage #true", Flag) {
+            t.continuous_usage = b;
+        }
+    }),
+];
+
+/// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
+fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "api-key env=\"OPENAI_API_KEY\"";
+    cx.no_children(node);
+    for entry in positional(node) {
+        cx.error(
+            entry.span(),
+            "an API key is never written in a plan",
+            "key in the plan",
+            "name the environment variable that holds it: api-key env=\"OPENAI_API_KEY\"",
+        );
+    }
+    cx.check_entries(node, usize::MAX, &["env"], usage);
+    match property(node, "env") {
+        Some(_) => t.api_key_env = cx.prop(node, "env", usage, Text).ok().flatten(),
+        None if positional(node).next().is_none() => cx.error(
+            node.name().span(),
+            "`api-key` needs env=\"VARIABLE\"",
+            "env missing",
+            format!("write it as: {usage}"),
+        ),
+        None => {}
+    }
+}
+
+/// The `target` node.
+pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
+    let usage = "target \"http://127.0.0.1:8000\" { ... } or target \"sim\"";
+    cx.check_entries(node, 1, &[], usage);
+    let endpoint = cx.arg(node, usage, Text).and_then(|text| {
+        let endpoint = Endpoint::parse(&text);
+        if endpoint.is_none() {
+            cx.error(
+                positional(node).next().map_or(node.span(), |e| e.span()),
+                format!("\"{text}\" is not an http:// or https:// URL"),
+                "not a URL",
+                "write the server's base URL (with or without /v1), or \"sim\" for the embedded simulator",
+            );
+        }
+        endpoint
+    });
+    let mut fields = Fields {
+        api: Api::Chat,
+        model: None,
+        api_key_env: None,
+        stream: true,
+        timeout: Duration::from_secs(60),
+        continuous_usage: false,
+    };
+    cx.walk(node, "in `target`", CHILDREN, &mut fields);
+    let endpoint = endpoint?;
+    let model = match (fields.model, &endpoint) {
+        (Some(model), _) => model,
+        (None, Endpoint::Simulator) => "llmload-sim".to_string(),
+        (None, Endpoint::Url(_)) => {
+            cx.error(
+                node.name().span(),
+                "the target has no `model`",
+                "model missing",
+                "add the model name the server serves, e.g. model \"meta-llama/Llama-3.1-8B-Instruct\"",
+            );
+            return None;
+        }
+    };
+    Some(Target {
+        endpoint,
+        api: fields.api,
+        model,
+        api_key_env: fields.api_key_env,
+        stream: fields.stream,
+        timeout: fields.timeout,
+        continuous_usage: fields.continuous_usage,
+    })
+}

@@ -1,0 +1,271 @@
+//! One reader per kind of value a plan holds: text, booleans, counts, numbers, durations,
+//! percentages and seeds, each with its bounds (see [`crate::plan::limits`]) and its messages.
+
+use std::time::Duration;
+
+use kdl::{KdlEntry, KdlValue};
+
+use super::cx::{type_name, Cx};
+use crate::plan::units::{bounded_duration, parse_duration, parse_percent, seconds_in_unit};
+
+/// A kind of value: reads one KDL entry, or reports why it cannot.
+pub(super) trait Kind {
+    type Out;
+    /// The value, or `None` after a diagnostic; `usage` shows how to write the whole node.
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<Self::Out>;
+}
+
+/// A string.
+pub(super) struct Text;
+
+impl Kind for Text {
+    type Out = String;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<String> {
+        match entry.value() {
+            KdlValue::String(s) => Some(s.clone()),
+            other => {
+                cx.error(
+                    entry.span(),
+                    format!("expected a string, found {}", type_name(other)),
+                    "not a string",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// `#true` or `#false`.
+pub(super) struct Flag;
+
+impl Kind for Flag {
+    type Out = bool;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<bool> {
+        match entry.value() {
+            KdlValue::Bool(b) => Some(*b),
+            other => {
+                cx.error(
+                    entry.span(),
+                    format!("expected #true or #false, found {}", type_name(other)),
+                    "not a boolean",
+                    format!("KDL 2.0 booleans are #true and #false; write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A whole number in `min..=max`.
+pub(super) struct Count {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Count {
+    /// At least 1, at most `max`.
+    pub const fn positive(max: u64) -> Count {
+        Count { min: 1, max }
+    }
+}
+
+impl Kind for Count {
+    type Out = u64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<u64> {
+        match entry.value() {
+            KdlValue::Integer(n) if *n >= self.min as i128 && *n <= self.max as i128 => {
+                Some(*n as u64)
+            }
+            KdlValue::Integer(n) => {
+                let bound = if *n < self.min as i128 {
+                    format!("at least {}", self.min)
+                } else {
+                    format!("at most {}", self.max)
+                };
+                cx.error(
+                    entry.span(),
+                    format!("{n} is out of range: it must be {bound}"),
+                    "out of range",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+            other => {
+                cx.error(
+                    entry.span(),
+                    format!("expected a whole number, found {}", type_name(other)),
+                    "not a whole number",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A finite number: greater than zero (`positive`) or zero or more, and at most `max`.
+pub(super) struct Number {
+    pub positive: bool,
+    pub max: f64,
+}
+
+impl Kind for Number {
+    type Out = f64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<f64> {
+        let value = match entry.value() {
+            KdlValue::Integer(n) => *n as f64,
+            KdlValue::Float(f) => *f,
+            other => {
+                cx.error(
+                    entry.span(),
+                    format!("expected a number, found {}", type_name(other)),
+                    "not a number",
+                    format!("write it as: {usage}"),
+                );
+                return None;
+            }
+        };
+        let low_ok = if self.positive {
+            value > 0.0
+        } else {
+            value >= 0.0
+        };
+        // NaN fails `low_ok`; infinity is above any `max`.
+        let bound = if !low_ok {
+            Some(if self.positive {
+                "greater than zero".to_string()
+            } else {
+                "zero or more".to_string()
+            })
+        } else if value > self.max {
+            Some(format!("at most {}", trim_float(self.max)))
+        } else {
+            None
+        };
+        if let Some(bound) = bound {
+            cx.error(
+                entry.span(),
+                format!("{value} is out of range: it must be {bound}"),
+                "out of range",
+                format!("write it as: {usage}"),
+            );
+            return None;
+        }
+        Some(value)
+    }
+}
+
+/// A duration: a string with a unit ("30s") or a type-annotated number ((ms)500), longer than
+/// zero unless `zero_ok`, and never longer than the longest allowed.
+pub(super) struct Dur {
+    pub zero_ok: bool,
+}
+
+/// A duration longer than zero.
+pub(super) const DURATION: Dur = Dur { zero_ok: false };
+/// A duration that may be zero (simulator delays and costs).
+pub(super) const DURATION_OR_ZERO: Dur = Dur { zero_ok: true };
+
+impl Kind for Dur {
+    type Out = Duration;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<Duration> {
+        let help = format!(
+            "durations are strings with a unit: \"250ms\", \"30s\", \"2m\", \"1h\"; write it as: {usage}"
+        );
+        let parsed = match (entry.value(), entry.ty()) {
+            (KdlValue::String(s), _) => parse_duration(s),
+            (KdlValue::Integer(_) | KdlValue::Float(_), Some(unit)) => {
+                let value = match entry.value() {
+                    KdlValue::Integer(n) => *n as f64,
+                    KdlValue::Float(f) => *f,
+                    _ => 0.0,
+                };
+                match seconds_in_unit(unit.value()) {
+                    Some(scale) => bounded_duration(value * scale)
+                        .map_err(|why| format!("({}){value} {why}", unit.value())),
+                    None => Err(format!("({}) is not a duration unit", unit.value())),
+                }
+            }
+            (KdlValue::Integer(_) | KdlValue::Float(_), None) => {
+                Err("a bare number has no unit".to_string())
+            }
+            (other, _) => Err(format!("expected a duration, found {}", type_name(other))),
+        };
+        match parsed {
+            Ok(d) if d > Duration::ZERO || self.zero_ok => Some(d),
+            Ok(_) => {
+                cx.error(
+                    entry.span(),
+                    "a duration must be longer than zero",
+                    "zero",
+                    help,
+                );
+                None
+            }
+            Err(message) => {
+                cx.error(entry.span(), message, "not a duration", help);
+                None
+            }
+        }
+    }
+}
+
+/// A percentage string such as "1%", as a fraction.
+pub(super) struct Percent;
+
+impl Kind for Percent {
+    type Out = f64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<f64> {
+        match entry.value() {
+            KdlValue::String(s) => match parse_percent(s) {
+                Ok(v) => Some(v),
+                Err(message) => {
+                    cx.error(
+                        entry.span(),
+                        message,
+                        "not a percentage",
+                        format!("write it as: {usage}"),
+                    );
+                    None
+                }
+            },
+            other => {
+                cx.error(
+                    entry.span(),
+                    format!("expected a percentage string, found {}", type_name(other)),
+                    "not a percentage",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A seed: a whole number from 0 to 2^64−1.
+pub(super) struct Seed;
+
+impl Kind for Seed {
+    type Out = u64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<u64> {
+        match entry.value() {
+            KdlValue::Integer(n) if *n >= 0 && *n <= u64::MAX as i128 => Some(*n as u64),
+            _ => {
+                cx.error(
+                    entry.span(),
+                    "a seed is a whole number from 0 to 2^64-1",
+                    "not a seed",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// `500.0` → `500`, `0.5` → `0.5`.
+pub(crate) fn trim_float(value: f64) -> String {
+    let text = format!("{:.3}", value);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}

@@ -1,0 +1,177 @@
+//! Reading `records.jsonl` back: one line at a time (streaming), or whole into a [`RunLog`].
+
+use std::io::BufRead;
+use std::path::Path;
+
+use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader};
+use super::{OLDEST_RECORDS_FORMAT, RECORDS_FORMAT};
+use crate::error::{Error, Result};
+
+/// Reads `records.jsonl` one line at a time, handing each to `on_line`. A torn last line (the
+/// process was killed mid-write) is skipped; any other bad line is an error naming its number.
+/// A records file of a format this llmload does not read is refused with what to do.
+pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    let bad = |line: usize, message: String| Error::Records {
+        path: path.to_path_buf(),
+        line: Some(line),
+        message,
+    };
+    // A line that did not parse is an error only if another line follows it.
+    let mut unparsed: Option<(usize, String)> = None;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io("read", path, e))?;
+        if read == 0 {
+            return Ok(());
+        }
+        number += 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if let Some((at, message)) = unparsed.take() {
+            return Err(bad(at, message));
+        }
+        let parsed = std::str::from_utf8(&line)
+            .map_err(|_| "not text (invalid UTF-8): is this an llmload records file?".to_string())
+            .and_then(|text| serde_json::from_str::<LogLine>(text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(LogLine::Run(run)) => {
+                check_format(run.records_format).map_err(|message| bad(number, message))?;
+                on_line(LogLine::Run(run));
+            }
+            Ok(parsed) => on_line(parsed),
+            Err(message) => unparsed = Some((number, message)),
+        }
+    }
+}
+
+fn check_format(format: u32) -> std::result::Result<(), String> {
+    if format > RECORDS_FORMAT {
+        return Err(format!(
+            "written in records format {format} by a newer llmload; this one reads formats \
+             {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: upgrade llmload to read it"
+        ));
+    }
+    if format < OLDEST_RECORDS_FORMAT {
+        return Err(format!(
+            "written in records format {format} by an older llmload; this one reads formats \
+             {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: report it with the llmload that ran it"
+        ));
+    }
+    Ok(())
+}
+
+/// A whole run read back from `records.jsonl`.
+#[derive(Debug, Clone, Default)]
+pub struct RunLog {
+    /// The run's header (its first line).
+    pub header: Option<RunHeader>,
+    /// Every phase that started, in order.
+    pub phases: Vec<PhaseStart>,
+    /// Every phase that ended, in order.
+    pub phase_ends: Vec<PhaseEnd>,
+    /// Every finished request, in the order they finished.
+    pub records: Vec<RequestRecord>,
+    /// The run's end; `None` when the process was killed.
+    pub end: Option<RunEnd>,
+}
+
+impl RunLog {
+    /// Adds one line to the log.
+    pub fn push(&mut self, line: LogLine) {
+        match line {
+            LogLine::Run(run) => self.header = Some(run.header),
+            LogLine::PhaseStart(phase) => self.phases.push(phase),
+            LogLine::Request(record) => self.records.push(record),
+            LogLine::PhaseEnd(end) => self.phase_ends.push(end),
+            LogLine::RunEnd(end) => self.end = Some(end),
+        }
+    }
+
+    /// Reads the whole of `records.jsonl` into memory. To aggregate a run, prefer
+    /// [`crate::metrics::compute_file`], which streams it.
+    pub fn read(path: &Path) -> Result<RunLog> {
+        let mut log = RunLog::default();
+        read_lines(path, |line| log.push(line))?;
+        RunLog::check_header(&log, path)?;
+        Ok(log)
+    }
+
+    /// An error unless the log (read from `path`) starts with a run header.
+    pub fn check_header(log: &RunLog, path: &Path) -> Result<()> {
+        if log.header.is_none() {
+            return Err(Error::Records {
+                path: path.to_path_buf(),
+                line: None,
+                message: "no run header: is it an llmload records file?".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the run was interrupted (or killed before it could say it ended).
+    pub fn interrupted(&self) -> bool {
+        self.end.as_ref().is_none_or(|e| e.interrupted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &[u8]) -> Result<RunLog> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl");
+        std::fs::write(&path, text).unwrap();
+        RunLog::read(&path)
+    }
+
+    const HEADER: &str = r#"{"event":"run","tool_version":"0.1.0","plan":"p","plan_file":"p.kdl","plan_sha256":"x","seed":1,"target":"t","model":"m","api":"chat","stream":true,"exact_output":false,"tokenizer":"cl100k_base","started_at":"2026-01-01T00:00:00Z","client_host":"h"}"#;
+
+    #[test]
+    fn logs_without_a_format_are_format_1_and_newer_ones_are_refused() {
+        let log = read(format!("{HEADER}\n").as_bytes()).unwrap();
+        assert_eq!(log.header.unwrap().plan, "p");
+        let newer = HEADER.replace(
+            "\"event\":\"run\",",
+            &format!(
+                "\"event\":\"run\",\"records_format\":{},",
+                RECORDS_FORMAT + 1
+            ),
+        );
+        let err = read(format!("{newer}\n").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 1") && err.contains("newer llmload"),
+            "{err}"
+        );
+        assert!(err.contains("upgrade"), "{err}");
+        let older = HEADER.replace(
+            "\"event\":\"run\",",
+            "\"event\":\"run\",\"records_format\":0,",
+        );
+        let err = read(format!("{older}\n").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("older llmload"), "{err}");
+    }
+
+    #[test]
+    fn bad_lines_are_named_and_a_torn_last_line_is_skipped() {
+        let torn = format!("{HEADER}\n{{\"event\":\"run_e");
+        assert!(read(torn.as_bytes()).is_ok());
+        let mut garbage = format!("{HEADER}\n").into_bytes();
+        garbage.extend_from_slice(b"\xff\xfe\x00binary\n{}\n");
+        let err = read(&garbage).unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("UTF-8"), "{err}");
+        let err = read(b"{}\n\n").unwrap_err().to_string();
+        assert!(err.contains("no run header"), "{err}");
+    }
+}

@@ -1,0 +1,101 @@
+//! `llmload plan`'s renderings of a compiled schedule: a table for people, CSV and JSON for
+//! tools. They show the schedule exactly as the executor would send it, before anything is sent.
+
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::planner::Schedule;
+
+/// The whole schedule as JSON (every phase and every materialized request).
+pub fn json(schedule: &Schedule) -> Result<String> {
+    serde_json::to_string_pretty(schedule)
+        .map(|json| json + "\n")
+        .map_err(|e| Error::run(format!("cannot encode the schedule: {e}")))
+}
+
+/// One row per materialized request: `phase,seq,intended_offset_ms,input_tokens,output_tokens,prompt_seed`.
+pub fn csv(schedule: &Schedule) -> String {
+    let mut out =
+        String::from("phase,seq,intended_offset_ms,input_tokens,output_tokens,prompt_seed\n");
+    for phase in &schedule.phases {
+        for r in &phase.requests {
+            let offset = r
+                .intended_offset_us
+                .map(|us| format!("{:.3}", us as f64 / 1000.0))
+                .unwrap_or_default();
+            let name = if phase.name.contains([',', '"']) {
+                format!("\"{}\"", phase.name.replace('"', "\"\""))
+            } else {
+                phase.name.clone()
+            };
+            out.push_str(&format!(
+                "{name},{},{offset},{},{},{}\n",
+                r.seq, r.input_tokens, r.output_tokens, r.prompt_seed
+            ));
+        }
+    }
+    out
+}
+
+/// One line per phase: its load, requests, rate, duration and input mix.
+pub fn table(plan: &Plan, schedule: &Schedule) -> String {
+    let mut out = format!("plan \"{}\" (seed {})\n\n", plan.name, schedule.seed);
+    out.push_str(&format!(
+        "{:<16} {:<28} {:>10} {:>10} {:>12}  {}\n",
+        "phase", "load", "requests", "rate/s", "duration", "input mix (tokens: share)"
+    ));
+    for phase in &schedule.phases {
+        let requests = if phase.open_ended {
+            "open-ended".to_string()
+        } else {
+            phase.requests.len().to_string()
+        };
+        let rate = phase
+            .planned_rate
+            .map(|r| format!("{r:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let duration = phase
+            .duration
+            .map(crate::plan::units::format_duration)
+            .unwrap_or_else(|| "-".into());
+        let mut mix: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
+        for r in &phase.requests {
+            *mix.entry((r.input_tokens, r.output_tokens)).or_default() += 1;
+        }
+        let mix_text = if phase.requests.is_empty() {
+            plan.workload
+                .buckets
+                .iter()
+                .map(|b| {
+                    format!(
+                        "{}→{}: weight {}",
+                        b.input_tokens,
+                        b.output_tokens.unwrap_or(plan.workload.output_tokens),
+                        b.weight
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            mix.iter()
+                .map(|((i, o), n)| {
+                    format!(
+                        "{i}→{o}: {:.0}%",
+                        *n as f64 * 100.0 / phase.requests.len() as f64
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!(
+            "{:<16} {:<28} {:>10} {:>10} {:>12}  {}{}\n",
+            phase.name,
+            phase.load,
+            requests,
+            rate,
+            duration,
+            mix_text,
+            if phase.record { "" } else { "  (not recorded)" }
+        ));
+    }
+    out
+}

@@ -1,0 +1,428 @@
+//! The library's entry point for running a plan: the one place where the stages meet.
+//!
+//! [`run`] takes a validated plan and [`RunOptions`] and returns a [`RunOutcome`]: the records
+//! directory, the aggregates, the verdicts, the comparison with a baseline when asked, and the
+//! run's [`Status`], which decides the exit code. It prints nothing: what happens while it runs
+//! goes to the options' [`Observer`], and the caller stops it early through the options'
+//! [`Stop`]. Writing report files, the terminal summary, JUnit and GitHub's step summary are
+//! the caller's, from the outcome ([`RunOutcome::report`]). The command line, `check
+//! --capacity` and any future sweep or shard runner are thin callers of this module.
+//!
+//! A run is two steps, also callable alone: [`execute`] sends the plan and writes
+//! `records.jsonl` (and `plan.kdl`) into the output directory; [`judge`] turns a records
+//! directory into an outcome (which is all `llmload report DIR` does).
+
+mod target;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::Digest;
+
+pub use target::{api_root, redact_url};
+
+use crate::compare::{self, Comparison};
+use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS, EXIT_RUN};
+use crate::executor::{self, Observer, RequestTemplate, RunConfig, Stop};
+use crate::metrics::{self, Aggregates, Severity};
+use crate::plan::{self, Endpoint, Plan};
+use crate::planner::{self, SyntheticPrompts};
+use crate::records::{self, ErrorClass, RunHeader, RunLog};
+use crate::report::{Records, ReportContext};
+use crate::sim::{self, writes::RequestWrites};
+use crate::tokens::Tokenizer;
+use crate::verdict::{self, Verdicts};
+
+/// How to run a plan, beside the plan itself.
+pub struct RunOptions {
+    /// Where `plan.kdl`, `records.jsonl` and the reports go (created if missing).
+    pub out_dir: PathBuf,
+    /// Use this seed instead of the plan's.
+    pub seed: Option<u64>,
+    /// Send to this endpoint instead of the plan's target.
+    pub target: Option<Endpoint>,
+    /// How long requests in flight may finish after an early stop.
+    pub grace: Duration,
+    /// The async runtime's worker threads (default: one per core).
+    pub threads: Option<usize>,
+    /// Have an in-process simulator record its write times, and return them.
+    pub record_writes: bool,
+    /// Told what happens while the plan runs.
+    pub observer: Arc<dyn Observer>,
+    /// Stops the run early (the caller keeps a clone).
+    pub stop: Stop,
+    /// What decides the status besides the SLA.
+    pub gate: Gate,
+}
+
+impl RunOptions {
+    /// Options that write to `out_dir` and tell no one anything.
+    pub fn new(out_dir: impl Into<PathBuf>) -> RunOptions {
+        RunOptions {
+            out_dir: out_dir.into(),
+            seed: None,
+            target: None,
+            grace: Duration::from_secs(5),
+            threads: None,
+            record_writes: false,
+            observer: Arc::new(executor::Quiet),
+            stop: Stop::new(),
+            gate: Gate::default(),
+        }
+    }
+}
+
+/// What fails a run besides its SLA.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    /// Compare with this earlier run's directory; a regression fails the run.
+    pub baseline: Option<PathBuf>,
+    /// A warning (the run is not trustworthy) fails the run.
+    pub fail_on_warning: bool,
+}
+
+/// What [`execute`] leaves behind.
+pub struct Execution {
+    /// The run's `records.jsonl`.
+    pub records_path: PathBuf,
+    /// The in-process simulator's write times, when they were asked for.
+    pub sim_writes: Option<Vec<RequestWrites>>,
+}
+
+/// Why a run failed its gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// An SLA assertion failed.
+    Assertions,
+    /// A metric regressed against the baseline beyond the noise.
+    Regression,
+    /// The run is not trustworthy and `fail_on_warning` is set.
+    Untrustworthy,
+}
+
+/// Why a run could not be judged at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotCarriedOut {
+    /// It was stopped before its plan finished.
+    Interrupted,
+    /// No connection could be made to the target.
+    Unreachable,
+    /// Every recorded request failed; what the first said.
+    EveryRequestFailed(String),
+    /// No recorded request was sent.
+    NothingSent,
+}
+
+impl std::fmt::Display for NotCarriedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotCarriedOut::Interrupted => f.write_str("the run was interrupted"),
+            NotCarriedOut::Unreachable => f.write_str(
+                "the target is unreachable: no connection could be made (is the server running? \
+                 check the URL or --target)",
+            ),
+            NotCarriedOut::EveryRequestFailed(first) => {
+                write!(f, "every request failed; the first said: {first}")
+            }
+            NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
+        }
+    }
+}
+
+/// The one verdict of a run: what its exit code says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Every assertion held (and nothing else failed the gate).
+    Passed,
+    /// The run failed its gate, for these reasons (at least one).
+    Failed(Vec<Failure>),
+    /// The run could not be carried out or judged.
+    NotCarriedOut(NotCarriedOut),
+}
+
+impl Status {
+    /// The exit code: 0 passed, 1 failed, 3 not carried out.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Status::Passed => EXIT_PASS,
+            Status::Failed(_) => EXIT_FAIL,
+            Status::NotCarriedOut(_) => EXIT_RUN,
+        }
+    }
+}
+
+/// Everything a run produced.
+pub struct RunOutcome {
+    /// The run's directory.
+    pub dir: PathBuf,
+    /// The run's `records.jsonl`.
+    pub records_path: PathBuf,
+    /// The run's log without its records (header, phases, end).
+    pub log: RunLog,
+    /// Every aggregate, per phase and overall, with the warnings.
+    pub aggregates: Aggregates,
+    /// The plan's SLA assertions, judged.
+    pub verdicts: Verdicts,
+    /// The comparison with the baseline, when one was given.
+    pub comparison: Option<Comparison>,
+    /// The one verdict.
+    pub status: Status,
+    /// The in-process simulator's write times, when they were asked for.
+    pub sim_writes: Option<Vec<RequestWrites>>,
+}
+
+impl RunOutcome {
+    /// What the report exporters render (the records are streamed from the file).
+    pub fn report(&self) -> ReportContext<'_> {
+        ReportContext::new(
+            &self.log,
+            Records::File(&self.records_path),
+            self.aggregates.clone(),
+            self.verdicts.clone(),
+        )
+    }
+}
+
+/// Runs `plan` and judges it: [`execute`], then [`judge`].
+pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
+    let execution = execute(plan, options)?;
+    let mut outcome = judge(plan, &options.out_dir, &options.gate)?;
+    outcome.sim_writes = execution.sim_writes;
+    Ok(outcome)
+}
+
+/// Sends `plan` and writes its records (and a copy of the plan) into `options.out_dir`.
+pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
+    let seed = options.seed.unwrap_or(plan.seed);
+    let schedule = planner::compile(plan, seed)?;
+    let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
+    let auth = target::authorization(plan, &*options.observer)?;
+    let out = &options.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| Error::io("create", out, e))?;
+    let plan_copy = out.join("plan.kdl");
+    std::fs::write(&plan_copy, plan.source.text.as_bytes())
+        .map_err(|e| Error::io("write", &plan_copy, e))?;
+    let runtime = runtime(options.threads)?;
+    let records_path = out.join("records.jsonl");
+    let sim_writes = runtime.block_on(async {
+        // A "sim" target starts the simulator in-process, on a loopback port of its own.
+        let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
+        let (base, simulator) = match endpoint {
+            Endpoint::Url(url) => (api_root(url), None),
+            Endpoint::Simulator => {
+                let addr = ([127, 0, 0, 1], 0).into();
+                let serve = sim::ServeOptions {
+                    record_writes: options.record_writes,
+                };
+                let server = sim::serve_with(addr, plan.sim.clone(), tokenizer.clone(), serve)
+                    .await
+                    .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
+                (server.base_url(), Some(server))
+            }
+        };
+        let target_display = match endpoint {
+            Endpoint::Simulator => format!("sim (embedded, {base})"),
+            Endpoint::Url(_) => redact_url(&base),
+        };
+        let dialect = executor::api::dialect(plan.target.api);
+        let url = format!("{base}{}", dialect.path());
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(&url))))?;
+        let request_id_prefix = records::new_request_id_prefix();
+        let header = RunHeader {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            plan: plan.name.clone(),
+            plan_file: plan.source.file_name.clone(),
+            plan_sha256: format!("{:x}", sha2::Sha256::digest(plan.source.text.as_bytes())),
+            seed,
+            target: target_display,
+            model: plan.target.model.clone(),
+            api: plan.target.api.as_str().to_string(),
+            stream: plan.target.stream,
+            exact_output: plan.workload.ignore_eos,
+            tokenizer: tokenizer.name().to_string(),
+            started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            client_host: target::host_name(),
+            clock_origin_ns: None,
+            request_id_prefix: Some(request_id_prefix.clone()),
+        };
+        let template = RequestTemplate {
+            url,
+            dialect,
+            options: executor::api::BodyOptions {
+                model: plan.target.model.clone(),
+                stream: plan.target.stream,
+                continuous_usage: plan.target.continuous_usage,
+                ignore_eos: plan.workload.ignore_eos,
+            },
+            auth,
+            timeout: plan.target.timeout,
+            request_id_prefix,
+        };
+        let config = RunConfig {
+            template,
+            prompts: Arc::new(SyntheticPrompts::new(tokenizer.clone())),
+            tokenizer,
+            header,
+            records_path: records_path.clone(),
+            grace: options.grace,
+            worker_threads: options.threads,
+            observer: options.observer.clone(),
+            stop: options.stop.clone(),
+        };
+        executor::run(Arc::new(schedule), config).await?;
+        Ok::<_, Error>(simulator.and_then(|server| server.writes()))
+    })?;
+    Ok(Execution {
+        records_path,
+        sim_writes,
+    })
+}
+
+/// Judges the run whose records are in `dir`: aggregates in one streaming pass, the plan's SLA,
+/// the comparison with a baseline, and the status.
+pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
+    let records_path = dir.join("records.jsonl");
+    // One streaming pass: memory does not grow with the length of the run.
+    let (log, aggregates) = metrics::compute_file(&records_path, plan.slo.as_ref())?;
+    let verdicts = verdict::evaluate(&plan.sla, &aggregates);
+    let comparison = match &gate.baseline {
+        // Resampling needs every request's values: only a comparison reads them all in.
+        Some(baseline) => {
+            let current = RunLog::read(&records_path)?;
+            Some(compare_with(baseline, &current, plan, false)?)
+        }
+        None => None,
+    };
+    let status = status(&aggregates, &verdicts, comparison.as_ref(), gate);
+    Ok(RunOutcome {
+        dir: dir.to_path_buf(),
+        records_path,
+        log,
+        aggregates,
+        verdicts,
+        comparison,
+        status,
+        sim_writes: None,
+    })
+}
+
+fn status(
+    aggregates: &Aggregates,
+    verdicts: &Verdicts,
+    comparison: Option<&Comparison>,
+    gate: &Gate,
+) -> Status {
+    let recorded = &aggregates.overall.requests;
+    if aggregates.interrupted {
+        return Status::NotCarriedOut(NotCarriedOut::Interrupted);
+    }
+    if recorded.sent > 0 && recorded.ok == 0 {
+        let connect_failures = aggregates
+            .overall
+            .errors
+            .get(ErrorClass::Connect.as_str())
+            .copied()
+            .unwrap_or(0);
+        return Status::NotCarriedOut(if connect_failures == recorded.sent {
+            NotCarriedOut::Unreachable
+        } else {
+            NotCarriedOut::EveryRequestFailed(aggregates.first_error.clone().unwrap_or_default())
+        });
+    }
+    if recorded.sent == 0 {
+        return Status::NotCarriedOut(NotCarriedOut::NothingSent);
+    }
+    let mut failures = Vec::new();
+    if !verdicts.passed {
+        failures.push(Failure::Assertions);
+    }
+    if comparison.is_some_and(|c| c.regressed) {
+        failures.push(Failure::Regression);
+    }
+    if gate.fail_on_warning
+        && aggregates
+            .warnings
+            .iter()
+            .any(|w| w.severity == Severity::Warning)
+    {
+        failures.push(Failure::Untrustworthy);
+    }
+    if failures.is_empty() {
+        Status::Passed
+    } else {
+        Status::Failed(failures)
+    }
+}
+
+/// The plan a run directory keeps beside its records (`plan.kdl`).
+pub fn archived_plan(dir: &Path) -> Result<Plan> {
+    let plan_path = dir.join("plan.kdl");
+    let text = std::fs::read_to_string(&plan_path).map_err(|e| {
+        Error::usage(format!(
+            "cannot read {}: {e} (a report directory holds the plan.kdl its run left)",
+            plan_path.display()
+        ))
+    })?;
+    Ok(plan::parse_archived_plan(
+        &plan_path.display().to_string(),
+        text,
+    )?)
+}
+
+/// A run directory's records, all in memory, and its plan.
+pub fn read_run_dir(dir: &Path) -> Result<(RunLog, Plan)> {
+    let records = dir.join("records.jsonl");
+    if !records.is_file() {
+        return Err(Error::usage(format!(
+            "{} has no records.jsonl: is it an llmload report directory?",
+            dir.display()
+        )));
+    }
+    Ok((RunLog::read(&records)?, archived_plan(dir)?))
+}
+
+/// Compares `current` with the run in `baseline_dir`, under `plan`'s tolerances (or the
+/// defaults); runs of different plans, seeds or models are refused unless `force`.
+pub fn compare_with(
+    baseline_dir: &Path,
+    current: &RunLog,
+    plan: &Plan,
+    force: bool,
+) -> Result<Comparison> {
+    let (baseline, _) = read_run_dir(baseline_dir)?;
+    let notes = compare::comparable(
+        &baseline.header.clone().unwrap_or_default(),
+        &current.header.clone().unwrap_or_default(),
+        force,
+    )?;
+    let tolerances = if plan.regression.is_empty() {
+        compare::default_tolerances()
+    } else {
+        plan.regression.clone()
+    };
+    Ok(compare::compare(
+        &baseline,
+        current,
+        &tolerances,
+        plan.slo.as_ref(),
+        notes,
+        plan.seed,
+    ))
+}
+
+/// The async runtime: `threads` worker threads, or one per core.
+pub fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        if threads == 0 {
+            return Err(Error::usage("--threads must be at least 1"));
+        }
+        builder.worker_threads(threads);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| Error::run(format!("cannot start the async runtime: {e}")))
+}
