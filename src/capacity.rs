@@ -43,7 +43,9 @@ const WARMUP: Duration = Duration::from_secs(1);
 /// The delays of the simulator trials run against.
 #[derive(Debug, Clone, Copy)]
 pub struct TrialServer {
+    /// Time to first token.
     pub ttft: Duration,
+    /// Time between tokens.
     pub itl: Duration,
 }
 
@@ -53,6 +55,7 @@ pub struct TrialServer {
 pub struct Trial {
     /// The plan phases whose load this is.
     pub phases: Vec<String>,
+    /// The trial's own plan: a warmup, then the measured phase, against the simulator.
     pub plan: Plan,
 }
 
@@ -169,22 +172,34 @@ pub fn run_trial(trial: &Trial, dir: &Path, threads: Option<usize>) -> Result<Tr
 /// What a trial measured and what it says.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
+    /// The plan phases whose load this trial is.
     pub phases: Vec<String>,
+    /// The load, as people read it.
     pub load: String,
+    /// The request rate asked for (open loop).
     pub planned_per_s: Option<f64>,
+    /// The request rate sent.
     pub sent_per_s: f64,
+    /// Schedule lag p99 (open loop).
     pub schedule_lag_p99_ms: Option<f64>,
+    /// TTFT error p99 against the simulator's write times.
     pub ttft_error_p99_ms: Option<f64>,
+    /// How late tokens were read after their write, p99.
     pub read_delay_p99_ms: Option<f64>,
+    /// ITL error p99 against the simulator's write times.
     pub itl_error_p99_ms: Option<f64>,
+    /// The client's CPU use, as a share of its cores.
     pub client_utilization: Option<f64>,
+    /// The cores the client could use.
     pub client_cores: Option<f64>,
+    /// Requests that failed or were cancelled.
     pub failed: u64,
     /// Why the load is not generated faithfully; empty when it is.
     pub limits: Vec<String>,
 }
 
 impl TrialResult {
+    /// Whether the load was generated faithfully.
     pub fn faithful(&self) -> bool {
         self.limits.is_empty()
     }

@@ -33,6 +33,7 @@ use crate::sim::writes::RequestWrites;
 /// What a client saw of one streamed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeasuredStream {
+    /// The request's `x-request-id`.
     pub request_id: String,
     /// Arrival of each token-bearing chunk, µs after the send.
     pub arrivals_us: Vec<u64>,
@@ -59,10 +60,15 @@ impl MeasuredStream {
 /// p50, p99 and the extremes of a set of errors, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ErrorSummary {
+    /// How many errors.
     pub count: usize,
+    /// The median.
     pub p50_ms: f64,
+    /// The 99th percentile.
     pub p99_ms: f64,
+    /// The largest.
     pub max_ms: f64,
+    /// The smallest.
     pub min_ms: f64,
 }
 
@@ -85,7 +91,9 @@ impl ErrorSummary {
 /// The errors of a whole run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TimingErrors {
+    /// TTFT error per request.
     pub ttft: ErrorSummary,
+    /// ITL error per gap.
     pub itl: ErrorSummary,
     /// The client's send → the server's reading of the headers (shared clock only).
     pub send_delay: ErrorSummary,

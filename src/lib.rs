@@ -8,7 +8,9 @@
 //! [`fidelity`] measures a client's timing error against the simulator's write times.
 //! See docs/ARCHITECTURE.md for the codemap.
 
-pub mod capacity;
+#![warn(missing_docs)]
+
+pub(crate) mod capacity;
 pub mod cli;
 pub mod clock;
 pub mod compare;
@@ -23,6 +25,6 @@ pub mod report;
 pub mod seed;
 pub mod session;
 pub mod sim;
-pub mod timer;
+pub(crate) mod timer;
 pub mod tokens;
 pub mod verdict;

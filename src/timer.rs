@@ -24,6 +24,7 @@ pub struct PreciseTimer {
 }
 
 impl PreciseTimer {
+    /// Starts the timer thread.
     pub fn start() -> std::io::Result<PreciseTimer> {
         let (requests, inbox) = mpsc::channel::<Entry>();
         std::thread::Builder::new()

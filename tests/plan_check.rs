@@ -239,3 +239,164 @@ fn poisson_schedule_has_the_rate_and_exponential_gaps() {
         );
     }
 }
+
+/// Absurd values, through the real binary: exit 2 with the diagnostic at the value, never a
+/// panic or an allocation without bound.
+#[test]
+fn absurd_values_exit_2_with_a_caret_at_the_value() {
+    for (extra, location) in [
+        ("phase \"x\" { at-once 4000000000 }\n", "plan.kdl:4:21"),
+        (
+            "phase \"x\" { rate 1e9; duration \"1h\" }\n",
+            "plan.kdl:4:18",
+        ),
+        (
+            "phase \"x\" { rate 1e-300; duration \"1h\" }\n",
+            "plan.kdl:4:13",
+        ),
+        (
+            "phase \"x\" { rate 1; arrivals \"gamma\" cv=1e308; duration \"1h\" }\n",
+            "plan.kdl:4:38",
+        ),
+        (
+            "phase \"x\" { rate 1; duration (h)1e300 }\n",
+            "plan.kdl:4:30",
+        ),
+    ] {
+        let (code, _, stderr) = check(&format!("{GOOD}{extra}"));
+        assert_eq!(code, 2, "{extra}: {stderr}");
+        assert!(
+            stderr.contains(location),
+            "{extra}: no {location} in\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let text = format!("{GOOD}sla {{{} ttft p99 < \"1xs\" }}\n", " ".repeat(70_000));
+    let (code, _, stderr) = check(&text);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("plan.kdl:4:70018"), "{stderr}");
+    // `plan` refuses nothing that `check` accepts.
+    let (code, _, _) = check(&format!(
+        "{GOOD}phase \"x\" {{ rate 5000; duration \"1h\" }}\n"
+    ));
+    assert_eq!(code, 0);
+    // Flags too.
+    for args in [
+        &[
+            "run",
+            "plans/quickstart.kdl",
+            "--grace",
+            "99999999999999999999h",
+        ][..],
+        &[
+            "check",
+            "plans/quickstart.kdl",
+            "--capacity",
+            "--duration",
+            "1e300s",
+        ],
+        &["sim", "--ttft", "99999999999999h"],
+        &["run", "plans/quickstart.kdl", "--threads", "0"],
+    ] {
+        let out = llmload().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[test]
+fn a_syntax_error_and_the_other_mistakes_are_reported_together() {
+    let (code, _, stderr) = check(&format!(
+        "{GOOD}phase \"a\" {{ rate 1; duration 2m }}\nphase \"b\" {{ rate 0; duration \"1s\" }}\nsla {{ itl < \"50ms\" }}\n"
+    ));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("write \"2m\""), "{stderr}");
+    assert!(stderr.contains("0 is out of range"), "{stderr}");
+    assert!(
+        stderr.contains("`itl` needs a statistic before the comparison"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the plan has 3 problems"), "{stderr}");
+}
+
+/// `--target sim` runs any plan against the embedded simulator; anything but a URL or "sim" is a
+/// usage error, before anything is sent.
+#[test]
+fn target_sim_runs_any_plan_against_the_simulator() {
+    let plan = "plan \"p\" { seed 1 }\ntarget \"http://127.0.0.1:9\" { model \"m\" }\nworkload { input 8; output 4 }\nphase \"a\" { concurrency 2; requests 4 }\nsla { error-rate < \"1%\" }\n";
+    let run = run_plan(plan, &["--target", "sim"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(run.summary()["context"]["target"]
+        .as_str()
+        .unwrap()
+        .starts_with("sim (embedded"));
+    let run = run_plan(plan, &["--target", "ftp://h"]);
+    assert_eq!(run.code(), 2);
+    assert!(run
+        .stderr()
+        .contains("not an http:// or https:// URL, nor \"sim\""));
+    assert!(!run.out().join("records.jsonl").exists());
+}
+
+/// Exit 3 for what the machine could not do, with the path and the OS's reason; exit 2 for a
+/// bad template, before anything is sent.
+#[test]
+fn runtime_failures_exit_3_and_template_mistakes_exit_2() {
+    let plan = "target \"sim\" { timeout \"5s\" }\nsim { ttft \"1ms\"; itl \"1ms\" }\nworkload { input 8; output 4 }\nphase \"a\" { rate 50; duration \"30s\" }\n";
+    // The output directory cannot be created (its parent is a file).
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(dir.path(), plan);
+    let out = run_file(&path, &path.join("out"), &[], &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot create") && stderr.contains("plan.kdl/out"),
+        "{stderr}"
+    );
+    // The records cannot be written (a full disk): the run stops at once, with that error.
+    let out_dir = dir.path().join("full");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::os::unix::fs::symlink("/dev/full", out_dir.join("records.jsonl")).unwrap();
+    let started = std::time::Instant::now();
+    let out = run_file(&path, &out_dir, &[], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("cannot write")
+            && stderr.contains("records.jsonl")
+            && stderr.contains("space"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the run went on"
+    );
+    // A template that does not parse is refused before the run; one that names an undefined
+    // value says which.
+    let bad = dir.path().join("bad.md.j2");
+    std::fs::write(&bad, "{% if passed %}unclosed").unwrap();
+    let out = run_file(
+        &path,
+        &dir.path().join("t1"),
+        &["--template", bad.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!dir.path().join("t1").exists(), "the run started");
+    let short = "target \"sim\"\nsim { ttft \"1ms\"; itl \"1ms\" }\nworkload { input 8; output 4 }\nphase \"a\" { concurrency 1; requests 2 }\n";
+    let path = write_plan(dir.path(), short);
+    let undefined = dir.path().join("undefined.md.j2");
+    std::fs::write(&undefined, "ok\n{{ context.plann.name }}\n").unwrap();
+    let out = run_file(
+        &path,
+        &dir.path().join("t2"),
+        &["--template", undefined.to_str().unwrap()],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`context.plann.name` is undefined (line 2)"),
+        "{stderr}"
+    );
+    assert!(dir.path().join("t2/report.md").exists());
+}

@@ -54,7 +54,7 @@ pub(crate) use {say, say_raw};
                   warning under --fail-on-warning); 2 the plan or the command line is wrong; 3 the \
                   run could not be carried out. See docs/ci.md."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -98,7 +98,7 @@ pub fn main() -> ExitCode {
 }
 
 /// A duration flag ("5s", "250ms"), within the bounds plans have.
-fn parse_duration_arg(text: &str) -> std::result::Result<Duration, String> {
+fn parse_duration_arg(text: &str) -> std::result::Result<Duration, crate::plan::units::BadValue> {
     crate::plan::units::parse_duration(text)
 }
 

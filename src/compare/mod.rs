@@ -28,6 +28,7 @@ const ITL_RESAMPLES: usize = 200;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+/// How a metric changed against the baseline.
 pub enum Change {
     /// Worse than the tolerance allows, beyond the noise: fails the gate.
     Regression,
@@ -42,30 +43,44 @@ pub enum Change {
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One compared metric.
 pub struct Row {
     /// The tolerance as written, e.g. `ttft p99 +10%`.
     pub metric: String,
+    /// The phase compared, or `all`.
     pub phase: String,
+    /// The unit of `baseline` and `current`.
     pub unit: &'static str,
+    /// The baseline run's value.
     pub baseline: Option<f64>,
+    /// The current run's value.
     pub current: Option<f64>,
     /// current − baseline, relative to the baseline (0.12 = +12%), or in rate points for rates.
     pub change: Option<f64>,
+    /// Low end of the 95% confidence interval of `change`.
     pub ci_low: Option<f64>,
+    /// High end of the 95% confidence interval of `change`.
     pub ci_high: Option<f64>,
     /// Whether `change` is relative (true) or in rate points (false).
     pub relative: bool,
     /// The allowed worsening, in the same terms as `change` (signed: + for latencies).
     pub allowed: f64,
+    /// What the change means.
     pub verdict: Change,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// A run compared with a baseline.
 pub struct Comparison {
+    /// The baseline run's header.
     pub baseline: RunHeader,
+    /// The current run's header.
     pub current: RunHeader,
+    /// One row per tolerance.
     pub rows: Vec<Row>,
+    /// Whether any row is a regression (which fails the gate).
     pub regressed: bool,
+    /// What a reader should know (a forced comparison, an edited plan).
     pub notes: Vec<String>,
 }
 

@@ -105,6 +105,7 @@ fn error_message(body: &[u8]) -> String {
     shorten(&message)
 }
 
+/// `text`, trimmed and cut to 200 characters, for error details.
 pub fn shorten(text: &str) -> String {
     let text = text.trim();
     if text.chars().count() > 200 {

@@ -9,7 +9,9 @@
 /// An event's data and its `event:` name, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
+    /// The `event:` name, if any.
     pub name: Option<String>,
+    /// The `data:` lines, joined by newlines.
     pub data: String,
 }
 
@@ -17,11 +19,14 @@ pub struct SseEvent {
 /// reused from one event to the next, so that parsing allocates nothing per token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseEventRef<'a> {
+    /// The `event:` name, if any.
     pub name: Option<&'a str>,
+    /// The `data:` lines, joined by newlines.
     pub data: &'a str,
 }
 
 impl SseEventRef<'_> {
+    /// An owned copy.
     pub fn to_owned(self) -> SseEvent {
         SseEvent {
             name: self.name.map(str::to_string),
@@ -31,6 +36,7 @@ impl SseEventRef<'_> {
 }
 
 #[derive(Debug, Default)]
+/// Parses an SSE stream read by read, keeping what an unfinished line or event holds.
 pub struct SseParser {
     /// Bytes of an unfinished line.
     pending: Vec<u8>,
@@ -42,6 +48,7 @@ pub struct SseParser {
 }
 
 impl SseParser {
+    /// A parser at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }
@@ -210,5 +217,70 @@ mod tests {
         let reads: Vec<&[u8]> = text.chunks(1).collect();
         let data: Vec<_> = parse_reads(&reads).into_iter().map(|e| e.1).collect();
         assert_eq!(data, ["{\"x\":\"é\"}", "[DONE]"]);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Every event of `reads` fed one after another, and what `finish` holds back.
+        fn events(reads: &[&[u8]]) -> Vec<SseEvent> {
+            let mut parser = SseParser::new();
+            let mut out = Vec::new();
+            for read in reads {
+                parser.feed(read, |e| out.push(e.to_owned()));
+            }
+            out.extend(parser.finish());
+            out
+        }
+
+        /// Bytes shaped like SSE: fields, line ends of every kind, comments, stray bytes.
+        fn sse_bytes() -> impl Strategy<Value = Vec<u8>> {
+            let pieces: Vec<&'static [u8]> = vec![
+                b"data: ",
+                b"data:",
+                b"event: error",
+                b"id: 1",
+                b": ping",
+                b"\n",
+                b"\r\n",
+                b"\r",
+                b"\n\n",
+                b"{\"a\":1}",
+                b"[DONE]",
+                b" ",
+                b":",
+                b"\xc3\xa9",
+                b"\xff",
+                b"x",
+            ];
+            proptest::collection::vec(
+                prop_oneof![
+                    4 => proptest::sample::select(pieces).prop_map(|p| p.to_vec()),
+                    1 => proptest::collection::vec(any::<u8>(), 0..8),
+                ],
+                0..80,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #[test]
+            fn any_split_gives_the_events_of_the_whole(
+                bytes in sse_bytes(),
+                cuts in proptest::collection::vec(any::<usize>(), 0..12),
+            ) {
+                let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+                cuts.sort_unstable();
+                let mut reads = Vec::new();
+                let mut start = 0;
+                for cut in cuts {
+                    reads.push(&bytes[start..cut]);
+                    start = cut;
+                }
+                reads.push(&bytes[start..]);
+                prop_assert_eq!(events(&reads), events(&[&bytes]));
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::plan::Stat;
 
 #[derive(Debug, Clone)]
+/// Values of one metric, with exact count, sum, min and max beside an HDR histogram.
 pub struct Distribution {
     hist: Histogram<u64>,
     /// Recorded integers per reported unit (1e6 ns per ms; 1e3 milli-tokens per token/s).
@@ -24,14 +25,23 @@ pub struct Distribution {
 /// The statistics every report shows, in the distribution's unit.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Summary {
+    /// How many values.
     pub count: u64,
+    /// Their mean.
     pub mean: Option<f64>,
+    /// The smallest.
     pub min: Option<f64>,
+    /// The median (nearest rank).
     pub p50: Option<f64>,
+    /// The 90th percentile.
     pub p90: Option<f64>,
+    /// The 95th percentile.
     pub p95: Option<f64>,
+    /// The 99th percentile.
     pub p99: Option<f64>,
+    /// The 99.9th percentile.
     pub p999: Option<f64>,
+    /// The largest.
     pub max: Option<f64>,
 }
 
@@ -73,10 +83,12 @@ impl Distribution {
         self.max = self.max.max(value);
     }
 
+    /// Records `value` once.
     pub fn record(&mut self, value: f64) {
         self.record_n(value, 1);
     }
 
+    /// How many values were recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -105,6 +117,7 @@ impl Distribution {
         })
     }
 
+    /// Adds every value of `other`.
     pub fn merge(&mut self, other: &Distribution) {
         if other.count == 0 {
             return;
@@ -116,6 +129,7 @@ impl Distribution {
         self.max = self.max.max(other.max);
     }
 
+    /// The statistics every report shows.
     pub fn summary(&self) -> Summary {
         let p = |q| self.stat(Stat::Percentile(q));
         Summary {

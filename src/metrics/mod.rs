@@ -24,10 +24,13 @@ use crate::records::{ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, Tok
 /// Everything computed from one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Aggregates {
+    /// Each phase, recorded or not, in order.
     pub phases: Vec<PhaseMetrics>,
     /// All recorded phases together.
     pub overall: PhaseMetrics,
+    /// What makes numbers untrustworthy, and context a reader should have.
     pub warnings: Vec<Warning>,
+    /// The run was stopped before its plan finished.
     pub interrupted: bool,
     /// When the last response ended, µs from the start of the run.
     #[serde(skip)]
@@ -41,9 +44,11 @@ pub struct Aggregates {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Requests of a scope, by outcome.
 pub struct RequestCounts {
     /// Requests sent (cancelled ones included).
     pub sent: u64,
+    /// Succeeded.
     pub ok: u64,
     /// Failed requests, cancelled ones excluded.
     pub failed: u64,
@@ -54,38 +59,56 @@ pub struct RequestCounts {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Per second of the scope's wall time (its start to its last response).
 pub struct Throughput {
+    /// Successful requests.
     pub requests_per_s: f64,
+    /// Output tokens of successful requests.
     pub output_tokens_per_s: f64,
+    /// Input and output tokens of successful requests.
     pub total_tokens_per_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Rates of a scope.
 pub struct Rates {
     /// The mean request rate the plan asked for (open loop only).
     pub planned_per_s: Option<f64>,
     /// Requests actually sent per second over the phase's sending window.
     pub sent_per_s: f64,
+    /// Succeeded / completed (ok + failed).
     pub success_rate: f64,
+    /// Failed / completed.
     pub error_rate: f64,
+    /// Timed out / completed.
     pub timeout_rate: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// The distributions every report shows, summarized.
 pub struct MetricSummaries {
+    /// Time to first token, ms.
     pub ttft_ms: Summary,
+    /// Inter-token latency, ms, every gap pooled.
     pub itl_ms: Summary,
+    /// Time per output token, ms.
     pub tpot_ms: Summary,
+    /// End-to-end latency, ms.
     pub e2e_ms: Summary,
+    /// Prompt tokens per second of TTFT.
     pub prefill_tps: Summary,
+    /// Decode tokens per second.
     pub decode_tps: Summary,
     /// Actual − intended send time, open-loop phases only.
     pub schedule_lag_ms: Summary,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Token counts against the plan.
 pub struct TokenStats {
+    /// Mean prompt tokens planned.
     pub input_planned_mean: Option<f64>,
+    /// Mean prompt tokens the server counted.
     pub input_observed_mean: Option<f64>,
     /// The constant the server adds to every prompt (a chat template), estimated as the smallest
     /// observed − planned difference.
@@ -93,19 +116,24 @@ pub struct TokenStats {
     /// Median of |observed − planned − overhead| / planned: how far the server's tokenizer
     /// disagrees with the plan's, once the constant overhead is taken out.
     pub input_mismatch: Option<f64>,
+    /// Mean output tokens planned.
     pub output_planned_mean: Option<f64>,
+    /// Mean output tokens received.
     pub output_observed_mean: Option<f64>,
     /// Successful requests whose output length differs from the planned one.
     pub output_off_plan: u64,
     /// Successful requests whose completion tokens came from the server's usage / the tokenizer.
     pub counted_by_usage: u64,
+    /// Successful requests whose counts came from the plan's tokenizer.
     pub counted_by_tokenizer: u64,
     /// Median of |usage − tokenizer| / usage over requests that have both.
     pub usage_vs_tokenizer: Option<f64>,
+    /// Prompt tokens the server served from its prefix cache.
     pub cached_prompt_tokens: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Requests meeting every objective of the plan's `slo`.
 pub struct Goodput {
     /// Successful requests that met every objective.
     pub good: u64,
@@ -116,13 +144,21 @@ pub struct Goodput {
 }
 
 #[derive(Debug, Clone)]
+/// The full distributions behind [`MetricSummaries`], for any statistic.
 pub struct Distributions {
+    /// Time to first token, ms.
     pub ttft: Distribution,
+    /// Inter-token latency, ms.
     pub itl: Distribution,
+    /// Time per output token, ms.
     pub tpot: Distribution,
+    /// End-to-end latency, ms.
     pub e2e: Distribution,
+    /// Prefill tokens per second.
     pub prefill: Distribution,
+    /// Decode tokens per second.
     pub decode: Distribution,
+    /// Schedule lag, ms.
     pub lag: Distribution,
 }
 
@@ -141,16 +177,27 @@ impl Default for Distributions {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Everything measured in one scope: a phase, or all recorded phases.
 pub struct PhaseMetrics {
+    /// The phase's name (or "all recorded phases").
     pub name: String,
+    /// Whether it counts in verdicts.
     pub recorded: bool,
+    /// Its load model, as people read it.
     pub load: String,
+    /// Requests by outcome.
     pub requests: RequestCounts,
+    /// Throughputs.
     pub throughput: Throughput,
+    /// Rates.
     pub rates: Rates,
+    /// Latency and token-rate summaries.
     pub metrics: MetricSummaries,
+    /// Failed requests by error class.
     pub errors: BTreeMap<String, u64>,
+    /// Successful requests by finish_reason.
     pub finish_reasons: BTreeMap<String, u64>,
+    /// Token counts against the plan.
     pub tokens: TokenStats,
     /// Requests meeting every objective of the plan's `slo`; absent without one.
     pub goodput: Option<Goodput>,
@@ -159,10 +206,12 @@ pub struct PhaseMetrics {
     /// How busy the client process was while the phase sent (absent where not measured).
     pub client: Option<ClientLoad>,
     #[serde(skip)]
+    /// The distributions, for statistics beyond the summaries.
     pub distributions: Distributions,
 }
 
 impl PhaseMetrics {
+    /// The distribution of a per-request metric; `None` for rates and throughputs.
     pub fn distribution(&self, metric: Metric) -> Option<&Distribution> {
         let d = &self.distributions;
         match metric {
@@ -200,15 +249,21 @@ impl PhaseMetrics {
 /// docs/metrics.md). Shared with [`crate::compare`], which resamples them.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestValues<'a> {
+    /// End-to-end latency, ms.
     pub e2e_ms: Option<f64>,
+    /// Time to first token, ms (streamed responses only).
     pub ttft_ms: Option<f64>,
+    /// Time per output token, ms.
     pub tpot_ms: Option<f64>,
+    /// Prompt tokens per second of TTFT.
     pub prefill_tps: Option<f64>,
+    /// Decode tokens per second.
     pub decode_tps: Option<f64>,
     chunks: &'a [(u64, u32)],
 }
 
 impl<'a> RequestValues<'a> {
+    /// The values of `record` (which must have succeeded).
     pub fn of(record: &'a RequestRecord) -> RequestValues<'a> {
         let ms = |us: u64| us as f64 / 1000.0;
         let completion = record.completion_tokens.unwrap_or(0);
@@ -347,6 +402,7 @@ pub struct Aggregator<'s> {
 }
 
 impl<'s> Aggregator<'s> {
+    /// An aggregator; `slo` (the plan's) defines goodput.
     pub fn new(slo: Option<&'s Slo>) -> Aggregator<'s> {
         Aggregator {
             slo,
@@ -359,6 +415,7 @@ impl<'s> Aggregator<'s> {
         }
     }
 
+    /// Adds one line of the log.
     pub fn push(&mut self, line: LogLine) {
         match line {
             LogLine::Request(record) => self.record(&record),
@@ -371,6 +428,7 @@ impl<'s> Aggregator<'s> {
         }
     }
 
+    /// Adds one request.
     pub fn record(&mut self, record: &RequestRecord) {
         self.last_response_us = self.last_response_us.max(record.end_us());
         let Some(position) = self.log.phases.iter().position(|p| p.index == record.phase) else {

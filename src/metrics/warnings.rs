@@ -20,16 +20,22 @@ pub const TOKEN_MISMATCH_LIMIT: f64 = 0.02;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+/// How much a warning matters.
 pub enum Severity {
+    /// A number may not mean what it seems: `--fail-on-warning` fails the run.
     Warning,
+    /// Context a reader should have.
     Note,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+/// Something a reader of the report must know.
 pub struct Warning {
+    /// Warning or note.
     pub severity: Severity,
     /// A stable identifier, e.g. `schedule-lag`.
     pub code: &'static str,
+    /// What it says, with the numbers.
     pub message: String,
 }
 
@@ -49,6 +55,7 @@ fn note(code: &'static str, message: String) -> Warning {
     }
 }
 
+/// Every warning and note a run's log and aggregates call for.
 pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     let mut out = Vec::new();
     let overall = &aggregates.overall;

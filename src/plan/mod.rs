@@ -23,12 +23,19 @@ pub use parse::{parse_archived_plan, parse_plan, parse_sim_profile};
 /// A whole benchmark plan, validated.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The plan's name (its `plan` node, or the file name): in reports and report directory names.
     pub name: String,
+    /// Free text from `description`, shown nowhere but the plan.
     pub description: Option<String>,
+    /// Seeds arrivals, the input mix, prompts and the simulator.
     pub seed: u64,
+    /// Where requests go.
     pub target: Target,
+    /// What each request asks for.
     pub workload: Workload,
+    /// The phases, in the order they run.
     pub phases: Vec<Phase>,
+    /// The SLA assertions, judged on the run's aggregates.
     pub sla: Vec<Assertion>,
     /// Per-request objectives that define goodput.
     pub slo: Option<Slo>,
@@ -41,20 +48,28 @@ pub struct Plan {
 }
 
 #[derive(Debug, Clone)]
+/// Where the plan came from, for diagnostics and the report's provenance.
 pub struct PlanSource {
+    /// The file name as given (what diagnostics show; relative paths resolve from it).
     pub file_name: String,
+    /// The plan's text, as read.
     pub text: Arc<String>,
 }
 
 /// Where requests go and how they are spoken.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The server, or the embedded simulator.
     pub endpoint: Endpoint,
+    /// The API dialect requests speak.
     pub api: Api,
+    /// The `model` field of every request.
     pub model: String,
     /// Name of the environment variable that holds the API key. The key itself never enters the plan.
     pub api_key_env: Option<String>,
+    /// Stream responses (SSE); without it only E2E latency can be measured.
     pub stream: bool,
+    /// Per request, from the send to the end of the response.
     pub timeout: Duration,
     /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
     /// gives exact tokens per chunk.
@@ -62,6 +77,7 @@ pub struct Target {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a run's requests go.
 pub enum Endpoint {
     /// An OpenAI-compatible server at this base URL.
     Url(String),
@@ -84,8 +100,11 @@ impl Endpoint {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+/// The API a plan speaks (see [`crate::executor::api`] for the dialects).
 pub enum Api {
+    /// `/v1/chat/completions`: the prompt as one user message.
     Chat,
+    /// `/v1/completions`: the prompt as `prompt`.
     Completions,
 }
 
@@ -99,12 +118,14 @@ impl Api {
         }
     }
 
+    /// The path under the API root.
     pub fn path(self) -> &'static str {
         match self {
             Api::Chat => "/chat/completions",
             Api::Completions => "/completions",
         }
     }
+    /// The name plans and reports use.
     pub fn as_str(self) -> &'static str {
         match self {
             Api::Chat => "chat",
@@ -116,15 +137,18 @@ impl Api {
 /// What each request asks for.
 #[derive(Debug, Clone)]
 pub struct Workload {
+    /// Builds prompts of exact lengths, and counts tokens where the server sends no usage.
     pub tokenizer: TokenizerSpec,
     /// Input-length buckets, sampled by weight. A fixed length is one bucket.
     pub buckets: Vec<Bucket>,
+    /// Output tokens asked for (`max_tokens`), unless a bucket says otherwise.
     pub output_tokens: u32,
     /// Ask the server for exactly the output length (`ignore_eos` and `min_tokens`).
     pub ignore_eos: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// The plan's tokenizer.
 pub enum TokenizerSpec {
     /// A tokenizer built into the binary (`cl100k_base`, `o200k_base`).
     Builtin(String),
@@ -142,8 +166,11 @@ impl std::fmt::Display for TokenizerSpec {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+/// One input length of the workload's mix.
 pub struct Bucket {
+    /// Prompt tokens.
     pub input_tokens: u32,
+    /// Relative weight in the mix (> 0).
     pub weight: f64,
     /// Output length for requests of this bucket; the workload's `output` when absent.
     pub output_tokens: Option<u32>,
@@ -152,9 +179,13 @@ pub struct Bucket {
 /// One phase of the run. Phases run in order.
 #[derive(Debug, Clone)]
 pub struct Phase {
+    /// Unique in the plan; assertions name phases by it.
     pub name: String,
+    /// Closed loop, open loop or burst.
     pub load: Load,
+    /// The phase stops sending at this time.
     pub duration: Option<Duration>,
+    /// The phase stops after this many requests.
     pub max_requests: Option<u64>,
     /// `record #false` keeps a phase (a warmup) out of metrics and verdicts.
     pub record: bool,
@@ -166,17 +197,30 @@ pub enum Load {
     /// Closed loop: this many workers, each sending its next request when the previous finishes.
     Concurrency(u32),
     /// Open loop: requests arrive on a schedule, whatever the server does.
-    Rate { rate: RateShape, arrivals: Arrivals },
+    /// Open loop: requests arrive on a schedule, whatever the server does.
+    Rate {
+        /// Requests per second, constant or ramped.
+        rate: RateShape,
+        /// How arrivals are spread.
+        arrivals: Arrivals,
+    },
     /// A burst: this many requests released together.
     AtOnce(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// How an open loop's rate moves over its phase.
 pub enum RateShape {
     /// Requests per second, constant over the phase.
     Constant(f64),
     /// Requests per second rising (or falling) linearly from `from` to `to` over the phase.
-    Ramp { from: f64, to: f64 },
+    /// Requests per second rising (or falling) linearly from `from` to `to` over the phase.
+    Ramp {
+        /// The rate at the phase's start.
+        from: f64,
+        /// The rate at the phase's end.
+        to: f64,
+    },
 }
 
 impl RateShape {
@@ -190,12 +234,16 @@ impl RateShape {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// How an open loop's arrivals are spread in time.
 pub enum Arrivals {
+    /// Exponential gaps, as independent users produce.
     Poisson,
+    /// Evenly spaced; the first at once.
     Constant,
     /// Gamma-distributed inter-arrival times with this coefficient of variation (1 = Poisson,
     /// above 1 burstier, below 1 smoother).
     Gamma {
+        /// The coefficient of variation of the gaps.
         cv: f64,
     },
 }
@@ -213,9 +261,11 @@ impl std::fmt::Display for Arrivals {
 /// One SLA assertion, such as `ttft p99 < "500ms" phase="steady"`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assertion {
+    /// What is judged.
     pub metric: Metric,
     /// The statistic of a distribution metric; `None` for rates and throughputs.
     pub stat: Option<Stat>,
+    /// How the observed value compares with the threshold.
     pub op: Op,
     /// In the metric's unit: milliseconds for latencies, a fraction for rates, per second for throughputs.
     pub threshold: f64,
@@ -227,17 +277,29 @@ pub struct Assertion {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+/// A metric an assertion or a tolerance can name (docs/metrics.md defines each).
 pub enum Metric {
+    /// Time to first token.
     Ttft,
+    /// Inter-token latency, every gap pooled.
     Itl,
+    /// Time per output token, per request.
     Tpot,
+    /// End-to-end latency.
     E2e,
+    /// Prompt tokens per second of TTFT, per request.
     PrefillTps,
+    /// Decode tokens per second, per request.
     DecodeTps,
+    /// Failed / completed requests.
     ErrorRate,
+    /// Timed-out / completed requests.
     TimeoutRate,
+    /// Successful requests per second of wall time.
     RequestThroughput,
+    /// Output tokens per second of wall time.
     OutputThroughput,
+    /// Input and output tokens per second of wall time.
     TotalThroughput,
     /// Requests per second meeting every per-request objective of the plan's `slo`.
     Goodput,
@@ -246,6 +308,7 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// Every metric, in the order reports list them.
     pub const ALL: [Metric; 13] = [
         Metric::Ttft,
         Metric::Itl,
@@ -262,6 +325,7 @@ impl Metric {
         Metric::GoodputRatio,
     ];
 
+    /// The metric's name in plans and reports.
     pub fn name(self) -> &'static str {
         match self {
             Metric::Ttft => "ttft",
@@ -280,6 +344,7 @@ impl Metric {
         }
     }
 
+    /// The metric a plan names.
     pub fn from_name(name: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == name)
     }
@@ -289,6 +354,7 @@ impl Metric {
         self.kind() != MetricKind::Fraction && self.kind() != MetricKind::Throughput
     }
 
+    /// What kind of value the metric is, which decides its unit and threshold syntax.
     pub fn kind(self) -> MetricKind {
         match self {
             Metric::Ttft | Metric::Itl | Metric::Tpot | Metric::E2e => MetricKind::Latency,
@@ -303,6 +369,7 @@ impl Metric {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What kind of value a metric is.
 pub enum MetricKind {
     /// Milliseconds; thresholds are durations ("500ms").
     Latency,
@@ -315,15 +382,20 @@ pub enum MetricKind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// A statistic of a distribution.
 pub enum Stat {
+    /// The mean.
     Mean,
+    /// The smallest value.
     Min,
+    /// The largest value.
     Max,
     /// A percentile in (0, 100].
     Percentile(f64),
 }
 
 impl Stat {
+    /// Parses `mean`, `min`, `max`, `median`, `p99`, `p99.9`, `p999`...
     pub fn parse(text: &str) -> Option<Stat> {
         match text {
             "mean" | "avg" => Some(Stat::Mean),
@@ -358,14 +430,20 @@ impl std::fmt::Display for Stat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A comparison of an assertion.
 pub enum Op {
+    /// `<`
     Lt,
+    /// `<=`
     Le,
+    /// `>`
     Gt,
+    /// `>=`
     Ge,
 }
 
 impl Op {
+    /// How plans write it.
     pub fn symbol(self) -> &'static str {
         match self {
             Op::Lt => "<",
@@ -374,6 +452,7 @@ impl Op {
             Op::Ge => ">=",
         }
     }
+    /// Whether `observed` compares with `threshold` as this says.
     pub fn holds(self, observed: f64, threshold: f64) -> bool {
         match self {
             Op::Lt => observed < threshold,
@@ -388,19 +467,25 @@ impl Op {
 /// succeeded and met every objective given.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Slo {
+    /// TTFT at most this.
     pub ttft: Option<Duration>,
+    /// TPOT at most this.
     pub tpot: Option<Duration>,
+    /// E2E at most this.
     pub e2e: Option<Duration>,
 }
 
 /// How much worse than the baseline a metric may get, e.g. `ttft p99 "+10%"`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tolerance {
+    /// What is compared.
     pub metric: Metric,
+    /// Its statistic, for distributions.
     pub stat: Option<Stat>,
     /// The allowed worsening: a fraction of the baseline (0.10 for 10%), or for rates
     /// (error-rate, timeout-rate, goodput-ratio) an absolute difference in the rate.
     pub allowed: f64,
+    /// The phase it applies to; all recorded phases together when `None`.
     pub phase: Option<String>,
     /// As written, e.g. `ttft p99 +10%`.
     pub text: String,
@@ -424,11 +509,13 @@ pub struct SimSettings {
     pub itl: Duration,
     /// Each delay is stretched by a uniform random amount in [0, jitter].
     pub jitter: Duration,
+    /// Fixed-delay mode: tokens per streamed chunk.
     pub tokens_per_chunk: u32,
     /// Seeds jitter, faults and generated text; the plan's seed unless the `sim` block sets one.
     pub seed: u64,
     /// The engine model; `None` serves every request alone with fixed delays.
     pub engine: Option<EngineSettings>,
+    /// Injected failures.
     pub faults: Faults,
 }
 
@@ -456,24 +543,31 @@ pub struct EngineSettings {
     pub max_batched_tokens: u32,
     /// KV cache capacity in tokens, allocated in blocks of `block_size`.
     pub kv_cache_tokens: u64,
+    /// KV cache block size in tokens.
     pub block_size: u32,
     /// prompt + max_tokens above this gets HTTP 400.
     pub max_model_len: u32,
     /// Requests waiting beyond this get `queue_full_status`.
     pub max_waiting: u32,
+    /// The HTTP status a full queue answers (429 or 503).
     pub queue_full_status: u16,
     /// Step time = step_base + prefill tokens × prefill_per_token + decoding sequences ×
     /// decode_per_seq + context tokens × attention_per_token.
     pub step_base: Duration,
+    /// Step time per prefill token.
     pub prefill_per_token: Duration,
+    /// Step time per decoding sequence.
     pub decode_per_seq: Duration,
+    /// Step time per context token attended.
     pub attention_per_token: Duration,
 }
 
 /// Faults the simulator injects, each at a rate (a fraction of requests).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Faults {
+    /// Share of requests answered with HTTP 500.
     pub http_5xx: f64,
+    /// Share of requests answered with HTTP 429.
     pub http_429: f64,
     /// The connection is cut after a random token.
     pub drop_mid_stream: f64,
@@ -486,15 +580,22 @@ pub struct Faults {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// A stall injected into streams.
 pub struct Stall {
+    /// How long the stream stalls.
     pub duration: Duration,
+    /// Before which token (from 1).
     pub at_token: u32,
+    /// The share of requests it strikes.
     pub rate: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+/// Response headers sent late.
 pub struct SlowHeaders {
+    /// How late.
     pub delay: Duration,
+    /// The share of requests it strikes.
     pub rate: f64,
 }
 
@@ -793,5 +894,193 @@ mod tests {
         let errors = parse_plan("t.kdl", "target \"sim\" {\n timeout 60s\n}\n".into()).unwrap_err();
         assert!(!errors.diagnostics.is_empty());
         assert!(errors.render().contains("t.kdl"));
+    }
+
+    #[test]
+    fn absurd_values_are_diagnostics_at_the_value() {
+        let cases = [
+            (
+                "target \"sim\" { timeout \"99999999999999999999h\" }",
+                "longest duration allowed",
+            ),
+            (
+                "target \"sim\" { timeout (h)1e300 }",
+                "longest duration allowed",
+            ),
+            ("target \"sim\" { timeout (s)-1 }", "is not a duration"),
+            (
+                "phase \"x\" { at-once 4000000000 }",
+                "it must be at most 100000",
+            ),
+            (
+                "phase \"x\" { concurrency 100001; duration \"1s\" }",
+                "it must be at most 100000",
+            ),
+            (
+                "phase \"x\" { rate 1e-300; duration \"1s\" }",
+                "fewer than one",
+            ),
+            (
+                "phase \"x\" { rate 1e-300; requests 5 }",
+                "longer than the longest phase",
+            ),
+            (
+                "phase \"x\" { rate 2e6; duration \"1s\" }",
+                "it must be at most 1000000",
+            ),
+            (
+                "phase \"x\" { rate 1e9; duration \"1h\" }",
+                "it must be at most 1000000",
+            ),
+            (
+                "phase \"x\" { rate 1000; duration \"10h\" }",
+                "more than a plan may",
+            ),
+            (
+                "phase \"x\" { rate 5; arrivals \"gamma\" cv=1e308; duration \"1s\" }",
+                "at most 10",
+            ),
+            (
+                "phase \"x\" { rate 5; arrivals \"gamma\" cv=0.001; duration \"1s\" }",
+                "from 0.01 to 10",
+            ),
+            (
+                "phase \"x\" { requests 30000000; concurrency 1 }",
+                "at most 20000000",
+            ),
+            (
+                "phase \"x\" { rate 5; duration \"31d\" }",
+                "longest duration allowed",
+            ),
+            (
+                "workload { input 999999999; output 1 }",
+                "it must be at most 4194304",
+            ),
+            (
+                "sim { engine { max-seqs 99999999999 } }",
+                "it must be at most 100000",
+            ),
+        ];
+        for (extra, expected) in cases {
+            let text = if extra.starts_with("target") {
+                format!("{extra}\nworkload {{ input 1; output 1 }}\nphase \"p\" {{ rate 1; duration \"1s\" }}")
+            } else if extra.starts_with("workload") {
+                format!("target \"sim\"\n{extra}\nphase \"p\" {{ rate 1; duration \"1s\" }}")
+            } else {
+                format!("{BASE}{extra}")
+            };
+            let errors = parse_plan("t.kdl", text.clone()).unwrap_err();
+            let messages: Vec<_> = errors
+                .diagnostics
+                .iter()
+                .map(|d| d.message.as_str())
+                .collect();
+            assert!(
+                messages.iter().any(|m| m.contains(expected)),
+                "{extra}: {messages:?}"
+            );
+            // Every diagnostic points into the plan, never at the whole file.
+            assert!(
+                errors.diagnostics.iter().all(|d| d.span.offset() > 0),
+                "{extra}"
+            );
+        }
+    }
+
+    #[test]
+    fn plans_too_large_or_too_deep_are_refused_before_parsing() {
+        let deep = format!("{BASE}{}{}", "a {".repeat(5000), "}".repeat(5000));
+        let errors = parse_plan("t.kdl", deep).unwrap_err();
+        assert_eq!(errors.diagnostics.len(), 1);
+        assert!(errors.diagnostics[0]
+            .message
+            .contains("nest deeper than 32"));
+        let large = format!("{BASE}// {}\n", "x".repeat(limits::MAX_PLAN_BYTES as usize));
+        let errors = parse_plan("t.kdl", large).unwrap_err();
+        assert!(errors.diagnostics[0]
+            .message
+            .contains("more than the largest plan"));
+        let many: String = (0..1001)
+            .map(|i| format!("phase \"p{i}\" {{ rate 1; duration \"1s\" }}\n"))
+            .collect();
+        let errors = parse_plan(
+            "t.kdl",
+            format!("target \"sim\"\nworkload {{ input 1; output 1 }}\n{many}"),
+        )
+        .unwrap_err();
+        assert!(errors.diagnostics[0]
+            .message
+            .contains("more than 1000 phases"));
+    }
+
+    #[test]
+    fn new_users_mistakes_get_the_hint_they_need() {
+        // A duration without quotes is a KDL syntax error: say durations are strings.
+        let errors = parse("phase \"d\" { rate 1; duration 2m }").unwrap_err();
+        let help = errors.diagnostics[0].help.clone().unwrap_or_default();
+        assert!(help.contains("write \"2m\""), "{help}");
+        let errors = parse("sla { error-rate < 1% }").unwrap_err();
+        let help = errors.diagnostics[0].help.clone().unwrap_or_default();
+        assert!(help.contains("write \"1%\""), "{help}");
+        // A statistic left out.
+        assert_eq!(
+            messages("sla { itl < \"50ms\" }"),
+            ["`itl` needs a statistic before the comparison"]
+        );
+        assert_eq!(
+            messages("sla { ttft <= \"50ms\" }"),
+            ["`ttft` needs a statistic"]
+        );
+        // A duplicate name is found whatever else is wrong with the phase.
+        let found = messages("phase \"steady\" { rate -1; duration \"1s\" }");
+        assert!(
+            found.contains(&"phase \"steady\" is defined twice".to_string()),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|m| m.contains("out of range")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_does_not_hide_the_mistakes_in_the_rest_of_the_plan() {
+        let text = "target \"sim\" { frob 1 }\nworkload { input 1; output 1 }\nphase \"a\" { rate 1; duration 5s }\nphase \"b\" { rate 0; duration \"1s\" }\nsla { ttft p99 < \"1s\" phase=\"a\"; e2e p99 < \"1s\" phase=\"zzz\" }\n";
+        let errors = parse_plan("t.kdl", text.into()).unwrap_err();
+        let found: Vec<_> = errors
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect();
+        assert!(
+            found.iter().any(|m| m.contains("unknown node `frob`")),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|m| m.contains("0 is out of range")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|m| m.contains("no phase is named \"zzz\"")),
+            "{found:?}"
+        );
+        // Phase "a" could not be read, but it exists: naming it is not a mistake.
+        assert!(!found.iter().any(|m| m.contains("\"a\"")), "{found:?}");
+        assert!(
+            !found.iter().any(|m| m.contains("has no `phase`")),
+            "{found:?}"
+        );
+        // Diagnostics stay in file order, the syntax error among them.
+        let offsets: Vec<_> = errors.diagnostics.iter().map(|d| d.span.offset()).collect();
+        assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "{offsets:?}");
+        // A broken target block is not "missing".
+        let errors = parse_plan("t.kdl", "target \"sim\" { timeout 60s }\nworkload { input 1; output 1 }\nphase \"a\" { rate 1; duration \"1s\" }\n".into()).unwrap_err();
+        assert!(
+            !errors.render().contains("has no `target`"),
+            "{}",
+            errors.render()
+        );
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::EngineSettings;
 
+/// The built-in profiles' names.
 pub const NAMES: [&str; 4] = [
     "llama-3.1-8b-h100",
     "llama-3.1-70b-4xh100",
@@ -27,6 +28,7 @@ const fn us(n: u64) -> Duration {
     Duration::from_micros(n)
 }
 
+/// The engine of a built-in profile.
 pub fn builtin(name: &str) -> Option<EngineSettings> {
     Some(match name {
         // Llama 3.1 8B, bf16, one H100 80GB: 32 layers × 8 KV heads × 128 × 2 × 2 B = 128 KiB per

@@ -4,8 +4,25 @@ use std::time::Duration;
 
 use super::limits::MAX_DURATION;
 
+/// A value that is not what its place asks for; the message says why, quoting the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadValue(pub String);
+
+impl From<String> for BadValue {
+    fn from(message: String) -> BadValue {
+        BadValue(message)
+    }
+}
+
+impl From<&str> for BadValue {
+    fn from(message: &str) -> BadValue {
+        BadValue(message.to_string())
+    }
+}
+
 /// Parses a duration string such as `"250ms"`, `"1.5s"`, `"2m"`, `"1h"`, `"500us"` or `"40ns"`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, BadValue> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -16,12 +33,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("\"{text}\" does not start with a number"))?;
     let scale =
         seconds_in_unit(unit.trim()).ok_or_else(|| format!("\"{unit}\" is not a duration unit"))?;
-    bounded_duration(value * scale).map_err(|why| format!("\"{text}\" {why}"))
+    bounded_duration(value * scale).map_err(|why| format!("\"{text}\" {why}").into())
 }
 
 /// `seconds` as a duration, if it is one llmload accepts: finite, not negative, and at most
 /// [`MAX_DURATION`]. The error says why not, to follow the value in a message.
-pub fn bounded_duration(seconds: f64) -> Result<Duration, String> {
+pub fn bounded_duration(seconds: f64) -> Result<Duration, BadValue> {
     if seconds.is_nan() || seconds < 0.0 {
         return Err("is not a duration".into());
     }
@@ -30,7 +47,8 @@ pub fn bounded_duration(seconds: f64) -> Result<Duration, String> {
         _ => Err(format!(
             "is longer than the longest duration allowed ({} days)",
             MAX_DURATION.as_secs() / 86400
-        )),
+        )
+        .into()),
     }
 }
 
@@ -49,7 +67,7 @@ pub fn seconds_in_unit(unit: &str) -> Option<f64> {
 }
 
 /// Parses `"1%"` or `"0.5%"` into a fraction (0.01, 0.005).
-pub fn parse_percent(text: &str) -> Result<f64, String> {
+pub fn parse_percent(text: &str) -> Result<f64, BadValue> {
     let number = text
         .trim()
         .strip_suffix('%')
@@ -59,7 +77,7 @@ pub fn parse_percent(text: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("\"{text}\" is not a percentage"))?;
     if !(0.0..=100.0).contains(&value) {
-        return Err(format!("\"{text}\" is outside 0% to 100%"));
+        return Err(format!("\"{text}\" is outside 0% to 100%").into());
     }
     Ok(value / 100.0)
 }

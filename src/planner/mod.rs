@@ -34,30 +34,42 @@ use crate::plan::limits::MAX_REQUESTS;
 pub const MAX_SCHEDULED_REQUESTS: usize = (MAX_REQUESTS + MAX_REQUESTS / 10) as usize;
 
 #[derive(Debug, Clone, Serialize)]
+/// A plan compiled with a seed: every request of every phase, deterministically.
 pub struct Schedule {
+    /// The plan's name.
     pub plan: String,
+    /// The seed it was compiled with.
     pub seed: u64,
+    /// One per plan phase, in order.
     pub phases: Vec<PhaseSchedule>,
     #[serde(skip)]
     mix: RequestMix,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One phase's requests and how they are sent.
 pub struct PhaseSchedule {
+    /// Its position in the plan, from 0.
     pub index: usize,
+    /// Its name.
     pub name: String,
+    /// Whether it counts in metrics and verdicts.
     pub record: bool,
     /// A human description of the load model, e.g. `rate 1→16/s poisson`.
     pub load: String,
     #[serde(skip)]
+    /// Its load model.
     pub load_model: Load,
     #[serde(serialize_with = "serialize_secs")]
+    /// When it stops sending.
     pub duration: Option<Duration>,
+    /// After how many requests it stops.
     pub max_requests: Option<u64>,
     /// The mean request rate the plan asks for (open loop only).
     pub planned_rate: Option<f64>,
     /// True when the number of requests is decided at run time (a closed loop ended by duration).
     pub open_ended: bool,
+    /// Its requests, materialized (empty when open-ended).
     pub requests: Vec<ScheduledRequest>,
 }
 
@@ -68,8 +80,11 @@ pub struct ScheduledRequest {
     pub seq: u64,
     /// When to send it, from the start of its phase, in microseconds (open loop and bursts).
     pub intended_offset_us: Option<u64>,
+    /// Prompt tokens.
     pub input_tokens: u32,
+    /// Output tokens asked for.
     pub output_tokens: u32,
+    /// The seed its prompt is built from.
     pub prompt_seed: u64,
 }
 
@@ -214,6 +229,7 @@ fn too_many(phase: &str) -> Error {
     ))
 }
 
+/// A load model as people read it, e.g. `rate 1→16/s poisson`.
 pub fn describe_load(load: &Load) -> String {
     use crate::plan::RateShape;
     match load {

@@ -69,20 +69,31 @@ impl RunLine {
 /// The run's context. Holds no secret: the target URL is stored without credentials.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunHeader {
+    /// The llmload that ran it.
     pub tool_version: String,
+    /// The plan's name.
     pub plan: String,
+    /// The plan file as given on the command line.
     pub plan_file: String,
+    /// SHA-256 of the plan's text: an edited plan is a different plan.
     pub plan_sha256: String,
+    /// The seed the schedule was compiled with.
     pub seed: u64,
+    /// Where requests went, without credentials.
     pub target: String,
+    /// The `model` of every request.
     pub model: String,
+    /// The API dialect (`chat`, `completions`).
     pub api: String,
+    /// Whether answers were streamed.
     pub stream: bool,
     /// The run asked the server for exact output lengths (`ignore_eos`).
     pub exact_output: bool,
+    /// The tokenizer that built prompts and counted tokens.
     pub tokenizer: String,
     /// UTC, RFC 3339.
     pub started_at: String,
+    /// The machine the client ran on.
     pub client_host: String,
     /// CLOCK_MONOTONIC in ns at the run's start (where the `*_us` times count from), so that a
     /// record's times can be set against another process's on the same machine (Linux).
@@ -95,24 +106,36 @@ pub struct RunHeader {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// The `phase_start` line: a phase began sending.
 pub struct PhaseStart {
+    /// The phase's position in the schedule, from 0.
     pub index: usize,
+    /// Its name.
     pub name: String,
+    /// Whether it counts in metrics and verdicts (`record #false` is a warmup).
     pub record: bool,
+    /// Its load model, as people read it (`rate 16/s poisson`).
     pub load: String,
     /// Open loop or burst: requests have intended send times, and schedule lag is meaningful.
     pub open_loop: bool,
+    /// The mean request rate asked for (open loop).
     pub planned_rate: Option<f64>,
+    /// Requests planned, when known before it runs.
     pub planned_requests: Option<u64>,
+    /// Its planned duration in seconds.
     pub planned_duration_s: Option<f64>,
+    /// When it started, µs from the run's start.
     pub at_us: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// The `phase_end` line: a phase stopped sending.
 pub struct PhaseEnd {
+    /// The phase's index.
     pub index: usize,
     /// When the phase stopped sending (its in-flight requests may finish later).
     pub at_us: u64,
+    /// Requests it sent.
     pub sent: u64,
     /// How busy the client process was from the phase's start to here.
     #[serde(default)]
@@ -120,8 +143,11 @@ pub struct PhaseEnd {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// The `run_end` line.
 pub struct RunEnd {
+    /// When the run ended, µs from its start.
     pub at_us: u64,
+    /// Whether it was stopped early (and so is no basis for a verdict).
     pub interrupted: bool,
     /// The client process's peak resident memory over the whole run.
     #[serde(default)]
@@ -137,10 +163,13 @@ pub enum ErrorClass {
     /// The per-request timeout ran out.
     Timeout,
     #[serde(rename = "http_4xx")]
+    /// An HTTP 4xx other than 429.
     Http4xx,
     #[serde(rename = "http_429")]
+    /// HTTP 429 (rate limited).
     Http429,
     #[serde(rename = "http_5xx")]
+    /// An HTTP 5xx.
     Http5xx,
     /// The connection or stream ended before the response was complete.
     StreamBroken,
@@ -153,6 +182,7 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The class's name in records and reports.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Connect => "connect",
@@ -183,16 +213,25 @@ pub enum TokenSource {
 /// One finished request (successful or not).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
+    /// The phase's index.
     pub phase: usize,
+    /// The request's position in its phase, from 0.
     pub seq: u64,
+    /// When it was meant to go out (µs from the run's start); its actual send in a closed loop.
     pub intended_send_us: u64,
+    /// When it went out (µs from the run's start).
     pub actual_send_us: u64,
+    /// Prompt tokens the plan asked for.
     pub input_tokens_planned: u32,
+    /// Output tokens the plan asked for.
     pub output_tokens_planned: u32,
+    /// The seed its prompt was built from.
     pub prompt_seed: u64,
+    /// How it failed; `None` when it succeeded.
     pub error: Option<ErrorClass>,
     /// What went wrong, in a sentence (never a header or a credential).
     pub error_detail: Option<String>,
+    /// The response's HTTP status, if one came.
     pub http_status: Option<u16>,
     /// Send → first chunk carrying a generated token (streaming only).
     pub ttft_us: Option<u64>,
@@ -200,13 +239,19 @@ pub struct RequestRecord {
     pub e2e_us: Option<u64>,
     /// Every token-bearing chunk: [arrival µs after send, tokens in it].
     pub chunks: Vec<(u64, u32)>,
+    /// Where `chunks`' token counts came from.
     pub chunk_tokens: Option<TokenSource>,
+    /// Prompt tokens: the server's count, else the planned length.
     pub prompt_tokens: Option<u64>,
+    /// Output tokens: the server's usage, else counted.
     pub completion_tokens: Option<u64>,
+    /// Where `completion_tokens` came from.
     pub token_source: Option<TokenSource>,
     /// The completion counted by the plan's tokenizer, to compare with the server's usage.
     pub completion_tokens_tokenizer: Option<u64>,
+    /// Prompt tokens the server served from its prefix cache.
     pub cached_tokens: Option<u64>,
+    /// The answer's finish_reason.
     pub finish_reason: Option<String>,
     /// Times the request was re-sent because the server closed a pooled keep-alive connection
     /// before answering; its send time is the last re-send's.
@@ -215,6 +260,7 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// Whether it succeeded.
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }

@@ -33,6 +33,7 @@ struct Case {
     outcome: Option<(&'static str, String, String)>,
 }
 
+/// The JUnit XML of a run (and of its comparison with a baseline).
 pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warning: bool) -> String {
     let plan = &summary.context.header.plan;
     let mut cases: Vec<Case> = Vec::new();

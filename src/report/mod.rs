@@ -31,13 +31,21 @@ pub use terminal::terminal_summary;
 /// schemas/summary.schema.json), and templates see it as their context.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// The version of this document's layout.
     pub schema_version: u32,
+    /// Every assertion held and the run was not interrupted.
     pub passed: bool,
+    /// The run was stopped before its plan finished.
     pub interrupted: bool,
+    /// Each SLA assertion, judged.
     pub verdicts: Vec<VerdictResult>,
+    /// Each phase's metrics.
     pub phases: Vec<PhaseMetrics>,
+    /// All recorded phases together.
     pub overall: PhaseMetrics,
+    /// Warnings and notes.
     pub warnings: Vec<Warning>,
+    /// The run's header and duration.
     pub context: RunContext,
 }
 
@@ -46,7 +54,9 @@ pub struct Summary {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunContext {
     #[serde(flatten)]
+    /// The run's header.
     pub header: RunHeader,
+    /// From the run's start to its end (or its last response).
     pub duration_s: f64,
     /// The client process's peak resident memory, where measured.
     pub client_peak_rss_mb: Option<f64>,
@@ -54,6 +64,7 @@ pub struct RunContext {
 
 /// Where per-request exporters find the records.
 pub enum Records<'a> {
+    /// Held in memory.
     InMemory(&'a [RequestRecord]),
     /// Streamed from `records.jsonl`, one at a time: a long run's records never all sit in
     /// memory.
@@ -79,7 +90,9 @@ impl Records<'_> {
 
 /// What exporters render from.
 pub struct ReportContext<'a> {
+    /// The document every exporter renders.
     pub summary: Summary,
+    /// The records, for per-request files.
     pub records: Records<'a>,
     /// Phase names by index, for per-request files.
     pub phase_names: Vec<String>,

@@ -94,8 +94,21 @@ fn describe(error: &minijinja::Error, source: &str) -> String {
         .line()
         .map(|l| format!(" (line {l})"))
         .unwrap_or_default();
+    // minijinja's range starts at the failing step (`.plann` in `context.plann.name`): widen it
+    // back to the whole dotted name, which is what a reader looks for.
     let expression = error
         .range()
+        .map(|range| {
+            let bytes = source.as_bytes();
+            let mut start = range.start.min(bytes.len());
+            while start > 0
+                && (bytes[start - 1].is_ascii_alphanumeric()
+                    || matches!(bytes[start - 1], b'_' | b'.'))
+            {
+                start -= 1;
+            }
+            start..range.end
+        })
         .and_then(|range| source.get(range))
         .map(str::trim)
         .filter(|e| !e.is_empty());

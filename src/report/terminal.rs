@@ -3,6 +3,7 @@
 use super::Summary;
 use crate::metrics::Severity;
 
+/// What the terminal shows at the end of a run.
 pub fn terminal_summary(summary: &Summary) -> String {
     let mut out = String::new();
     let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());

@@ -29,14 +29,18 @@ use crate::timer::PreciseTimer;
 pub enum EngineEvent {
     /// One generated token.
     Token,
+    /// The request finished.
     Finished,
 }
 
 /// Why the engine refused a request.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Rejection {
+    /// The HTTP status to answer with.
     pub status: u16,
+    /// Why.
     pub message: String,
+    /// The OpenAI error type.
     pub kind: &'static str,
 }
 
@@ -48,6 +52,7 @@ struct Submission {
 }
 
 #[derive(Clone)]
+/// The engine model: its scheduler runs on a thread of its own.
 pub struct Engine {
     settings: EngineSettings,
     submissions: mpsc::UnboundedSender<Submission>,
@@ -71,6 +76,7 @@ struct Sequence {
 }
 
 impl Engine {
+    /// Starts the scheduler.
     pub fn start(
         settings: EngineSettings,
         timer: PreciseTimer,

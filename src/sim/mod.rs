@@ -14,7 +14,7 @@
 //! `: ping` comment line, content chunks of `tokens-per-chunk` tokens, a finish chunk, a usage
 //! chunk with empty `choices` when `include_usage` is asked, and `data: [DONE]`.
 
-pub mod engine;
+pub(crate) mod engine;
 mod metrics;
 mod server;
 mod stream;

@@ -52,6 +52,7 @@ pub struct ServeOptions {
 
 /// A running simulator; dropping it (or calling [`SimServer::shutdown`]) stops accepting.
 pub struct SimServer {
+    /// The address it listens on.
     pub addr: SocketAddr,
     stop: watch::Sender<bool>,
     metrics: Arc<SimMetrics>,
@@ -64,6 +65,7 @@ impl SimServer {
         format!("http://{}/v1", self.addr)
     }
 
+    /// Stops accepting connections.
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
     }

@@ -23,7 +23,11 @@ pub struct SimRequest {
 
 impl SimRequest {
     /// Reads an OpenAI request body; the error is the message for a 400 response.
-    pub fn parse(body: &[u8], chat: bool, tokenizer: &Tokenizer) -> Result<SimRequest, String> {
+    pub(crate) fn parse(
+        body: &[u8],
+        chat: bool,
+        tokenizer: &Tokenizer,
+    ) -> Result<SimRequest, String> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
         let prompt_tokens = if chat {

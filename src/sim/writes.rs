@@ -33,6 +33,7 @@ pub struct WriteLog {
 }
 
 impl WriteLog {
+    /// An empty log, starting now.
     pub fn new() -> WriteLog {
         let started = Instant::now();
         WriteLog {
@@ -94,12 +95,14 @@ pub struct RequestWriter {
 }
 
 impl RequestWriter {
+    /// Notes that a token-bearing frame was written at `at`.
     pub fn token_written(&mut self, at: Instant) {
         self.writes
             .token_writes_ns
             .push(at.saturating_duration_since(self.received).as_nanos() as u64);
     }
 
+    /// Keeps this request's writes in `log`.
     pub fn finish(self, log: &WriteLog) {
         log.push(self.writes);
     }

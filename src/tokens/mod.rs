@@ -119,6 +119,7 @@ impl Tokenizer {
         tokenizer
     }
 
+    /// The tokenizer's name (a built-in's name, or the file's path).
     pub fn name(&self) -> &str {
         &self.name
     }

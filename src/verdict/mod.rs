@@ -9,23 +9,32 @@ use crate::metrics::{Aggregates, PhaseMetrics};
 use crate::plan::{Assertion, MetricKind};
 
 #[derive(Debug, Clone, Serialize)]
+/// One assertion, judged.
 pub struct VerdictResult {
     /// The assertion as written, e.g. `ttft p99 < 500ms`.
     pub assertion: String,
     /// The phase it was judged on, or `all` for all recorded phases.
     pub phase: String,
+    /// The threshold, in `unit`.
     pub threshold: f64,
+    /// The observed value, in `unit`; `None` without data (which fails).
     pub observed: Option<f64>,
     /// The unit of threshold and observed: `ms`, `fraction`, `per_s`, `tokens_per_s`.
     pub unit: &'static str,
+    /// The threshold as people read it (`< 500.00ms`).
     pub threshold_display: String,
+    /// The observed value as people read it.
     pub observed_display: String,
+    /// Whether the assertion held.
     pub passed: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// Every assertion of a plan, judged.
 pub struct Verdicts {
+    /// Every assertion held.
     pub passed: bool,
+    /// One per assertion, in the plan's order.
     pub results: Vec<VerdictResult>,
 }
 
@@ -51,6 +60,7 @@ pub fn display(kind: MetricKind, value: f64) -> String {
     }
 }
 
+/// Judges each assertion against the aggregates of its scope.
 pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
     let results: Vec<VerdictResult> = assertions
         .iter()

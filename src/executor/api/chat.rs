@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::openai::{self, Choice};
-use super::{BodyOptions, Decoded, Dialect};
+use super::{BodyOptions, DecodeError, Decoded, Dialect};
 use crate::planner::Prompt;
 
 /// The chat dialect.
@@ -67,7 +67,7 @@ impl Dialect for Chat {
         openai::body(options, max_tokens, ("messages", messages))
     }
 
-    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, String> {
+    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
         openai::decode::<ChatChoice>(data, text)
     }
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::openai::{self, Choice};
-use super::{BodyOptions, Decoded, Dialect};
+use super::{BodyOptions, DecodeError, Decoded, Dialect};
 use crate::planner::Prompt;
 
 /// The completions dialect.
@@ -51,7 +51,7 @@ impl Dialect for Completions {
         openai::body(options, max_tokens, ("prompt", text.into()))
     }
 
-    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, String> {
+    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
         openai::decode::<TextChoice>(data, text)
     }
 }

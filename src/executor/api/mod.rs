@@ -51,6 +51,11 @@ pub struct Decoded {
     pub error: Option<String>,
 }
 
+/// Why an event is not one a dialect understands (it is not the JSON the dialect expects).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
 /// One kind of endpoint: how to ask and how to read.
 pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// The path under the API root, e.g. `/chat/completions`.
@@ -61,10 +66,10 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
 
     /// Reads one streamed event's data (never `[DONE]`), appending its generated text to
     /// `text`. `Err` says why the event is not one this dialect understands.
-    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, String>;
+    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError>;
 
     /// Reads a whole non-streamed response body, appending the answer to `text`.
-    fn decode_body(&self, body: &str, text: &mut String) -> Result<Decoded, String> {
+    fn decode_body(&self, body: &str, text: &mut String) -> Result<Decoded, DecodeError> {
         self.decode_event(body, text)
     }
 }

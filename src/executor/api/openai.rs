@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{BodyOptions, Decoded, Usage};
+use super::{BodyOptions, DecodeError, Decoded, Usage};
 
 /// The fields every OpenAI-style body has, around the dialect's own (`messages` or `prompt`).
 pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, Value)) -> Vec<u8> {
@@ -109,8 +109,8 @@ struct Chunk<C> {
 pub(super) fn decode<'a, C: Choice + Deserialize<'a>>(
     data: &'a str,
     text: &mut String,
-) -> Result<Decoded, String> {
-    let chunk: Chunk<C> = serde_json::from_str(data).map_err(|e| e.to_string())?;
+) -> Result<Decoded, DecodeError> {
+    let chunk: Chunk<C> = serde_json::from_str(data).map_err(|e| DecodeError(e.to_string()))?;
     if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
         let message = error
             .get("message")

@@ -9,6 +9,8 @@
 
 mod cx;
 mod phase;
+#[cfg(test)]
+mod proptests;
 mod scan;
 mod sim;
 mod sla;

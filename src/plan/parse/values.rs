@@ -174,7 +174,7 @@ impl Kind for Dur {
             "durations are strings with a unit: \"250ms\", \"30s\", \"2m\", \"1h\"; write it as: {usage}"
         );
         let parsed = match (entry.value(), entry.ty()) {
-            (KdlValue::String(s), _) => parse_duration(s),
+            (KdlValue::String(s), _) => parse_duration(s).map_err(|e| e.0),
             (KdlValue::Integer(_) | KdlValue::Float(_), Some(unit)) => {
                 let value = match entry.value() {
                     KdlValue::Integer(n) => *n as f64,
@@ -223,7 +223,7 @@ impl Kind for Percent {
                 Err(message) => {
                     cx.error(
                         entry.span(),
-                        message,
+                        message.0,
                         "not a percentage",
                         format!("write it as: {usage}"),
                     );
