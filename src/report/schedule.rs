@@ -99,3 +99,25 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "Same plan and seed, same schedule" is a promise to users: a dependency update that
+    /// changes random draws (rand, rand_distr, rand_chacha) must fail here first.
+    #[test]
+    fn the_schedule_of_chat_sla_is_pinned() {
+        use sha2::Digest;
+        let text = include_str!("../../plans/chat-sla.kdl");
+        let plan = crate::plan::parse_plan("chat-sla.kdl", text.to_string()).unwrap();
+        let schedule = crate::planner::compile(&plan, plan.seed).unwrap();
+        let csv = csv(&schedule);
+        assert_eq!(csv.lines().count(), 3499);
+        let hash = format!("{:x}", sha2::Sha256::digest(csv.as_bytes()));
+        assert_eq!(
+            hash,
+            "d793ac1a971338c9c4660541604bd0404665428700d172b2bdff1095f0cba6c5"
+        );
+    }
+}
