@@ -78,6 +78,21 @@ struct PhaseProgress {
     ttft_us: Mutex<Option<Histogram<u64>>>,
 }
 
+impl PhaseProgress {
+    fn new(name: String, planned: Option<Duration>) -> PhaseProgress {
+        PhaseProgress {
+            name,
+            planned,
+            started: Instant::now(),
+            sent: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+            ttft_us: Mutex::new(Histogram::new(3).ok()),
+        }
+    }
+}
+
 impl Progress {
     fn phase(&self, index: usize) -> Option<Arc<PhaseProgress>> {
         self.phases.read().ok()?.get(index).cloned()
@@ -181,30 +196,15 @@ impl Observer for Progress {
             }
             Event::PhaseStarted(start) => {
                 if let Ok(mut phases) = self.phases.write() {
-                    if phases.len() <= start.index {
-                        let placeholder = |index: usize| PhaseProgress {
-                            name: format!("phase {index}"),
-                            planned: None,
-                            started: Instant::now(),
-                            sent: AtomicU64::new(0),
-                            done: AtomicU64::new(0),
-                            errors: AtomicU64::new(0),
-                            output_tokens: AtomicU64::new(0),
-                            ttft_us: Mutex::new(Histogram::new(3).ok()),
-                        };
-                        let from = phases.len();
-                        phases.extend((from..=start.index).map(|i| Arc::new(placeholder(i))));
-                    }
-                    phases[start.index] = Arc::new(PhaseProgress {
-                        name: start.name.clone(),
-                        planned: start.planned_duration_s.map(Duration::from_secs_f64),
-                        started: Instant::now(),
-                        sent: AtomicU64::new(0),
-                        done: AtomicU64::new(0),
-                        errors: AtomicU64::new(0),
-                        output_tokens: AtomicU64::new(0),
-                        ttft_us: Mutex::new(Histogram::new(3).ok()),
-                    });
+                    let from = phases.len();
+                    phases.extend(
+                        (from..=start.index)
+                            .map(|i| Arc::new(PhaseProgress::new(format!("phase {i}"), None))),
+                    );
+                    phases[start.index] = Arc::new(PhaseProgress::new(
+                        start.name.clone(),
+                        start.planned_duration_s.map(Duration::from_secs_f64),
+                    ));
                 }
                 self.current.store(start.index, Ordering::Relaxed);
             }
