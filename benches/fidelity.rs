@@ -696,6 +696,8 @@ mod baseline {
             auth: None,
             timeout: plan.target.timeout,
             request_id_prefix: "baseline".into(),
+            max_line: 1 << 20,
+            max_body: 256 << 20,
         };
         let authority = url
             .trim_start_matches("http://")

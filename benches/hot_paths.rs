@@ -89,7 +89,7 @@ fn read_stream(reads: &[&[u8]]) -> Exchange {
     let mut last_usage = 0;
     let dialect = llmload::executor::api::dialect(llmload::plan::Api::Chat);
     for (i, read) in reads.iter().enumerate() {
-        parser.feed(read, |event| {
+        let _ = parser.feed(read, |event| {
             exchange.on_event(
                 &*dialect,
                 event.data,
@@ -127,6 +127,7 @@ fn record(tokens: usize, seq: u64) -> RequestRecord {
         cached_tokens: None,
         finish_reason: Some("length".into()),
         connection_retries: 0,
+        usage_problem: None,
     }
 }
 
@@ -161,7 +162,7 @@ fn main() {
             let mut parser = SseParser::new();
             let mut events = 0usize;
             for read in &stream_reads {
-                parser.feed(read, |event| events += event.data.len());
+                let _ = parser.feed(read, |event| events += event.data.len());
             }
             black_box(events);
         });

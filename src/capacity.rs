@@ -123,6 +123,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         ];
         trial_plan.sla.clear();
         trial_plan.regression.clear();
+        trial_plan.abort.clear();
         trial_plan.slo = None;
         trials.push(Trial {
             phases: vec![phase.name.clone()],

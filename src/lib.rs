@@ -22,6 +22,7 @@ pub mod plan;
 pub mod planner;
 pub mod records;
 pub mod report;
+pub mod secrets;
 pub mod seed;
 pub mod session;
 pub mod sim;

@@ -210,6 +210,149 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
         serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
             .unwrap();
     assert_eq!(json["regressed"], true);
+    // One verdict everywhere: every output of that run says FAIL, and why.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("FAIL: 1 of 2 assertions failed")
+            && stdout.contains("; a regression against the baseline: ttft p50 +10%"),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("**Verdict: FAIL** ❌ 1 of 2 assertions failed"),
+        "{report}"
+    );
+    assert!(
+        report.contains("a regression against the baseline: ttft p50 +10%"),
+        "{report}"
+    );
+    assert!(report.contains("## Against the baseline"), "{report}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["passed"], false);
+    assert_eq!(summary["verdict"]["status"], "fail");
+    assert_eq!(summary["verdict"]["exit_code"], 1);
+    assert_eq!(summary["comparison"]["regressed"], true);
+    // A user template sees the comparison and the verdict.
+    let template = dir.path().join("pr.md.j2");
+    std::fs::write(
+        &template,
+        "{{ verdict.status }} {{ comparison.regressed }} {{ verdict.reasons|length }}",
+    )
+    .unwrap();
+    let step_summary = dir.path().join("step.md");
+    let junit = dir.path().join("junit.xml");
+    let output = llmload()
+        .arg("report")
+        .arg(&out)
+        .args(["--baseline", runs[0].to_str().unwrap()])
+        .args(["--template", template.to_str().unwrap()])
+        .args(["--junit", junit.to_str().unwrap()])
+        .env("GITHUB_STEP_SUMMARY", &step_summary)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(out.join("pr.md")).unwrap(),
+        "fail True 2"
+    );
+    let step = std::fs::read_to_string(&step_summary).unwrap();
+    assert!(
+        step.contains("❌ FAIL") && step.contains("a regression against the baseline"),
+        "{step}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<failure"), "{xml}");
+    validate_junit(&junit);
+    // Re-rendered without the baseline, the directory keeps no stale comparison.
+    let output = llmload().arg("report").arg(&out).output().unwrap();
+    assert!(!out.join("comparison.md").exists() && !out.join("pr.md").exists());
+    assert_ne!(output.status.code(), None);
+}
+
+/// A comparison needs two whole runs: an interrupted or empty one never compares clean.
+#[test]
+fn an_interrupted_or_empty_run_never_compares_clean() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = gate_plan("ttft \"5ms\"; itl \"1ms\"", "");
+    let base = run_into(dir.path(), "base", &plan);
+    let cut = run_into(dir.path(), "cut", &plan);
+    // Cut the run short, as a killed process leaves it: no run_end.
+    let records = std::fs::read_to_string(cut.join("records.jsonl")).unwrap();
+    let kept: Vec<&str> = records
+        .lines()
+        .filter(|l| !l.contains("\"run_end\""))
+        .collect();
+    std::fs::write(cut.join("records.jsonl"), kept.join("\n") + "\n").unwrap();
+    let (code, table, stderr) = compare(&base, &cut, &[]);
+    assert_eq!(code, 3, "{table}{stderr}");
+    assert!(
+        stderr.contains("cannot compare: the current run was interrupted"),
+        "{stderr}"
+    );
+    // A run with no successful request.
+    let failing = plan.replace("ttft \"5ms\"", "ttft \"5ms\"; faults { http-5xx \"100%\" }");
+    let path = dir.path().join("empty.kdl");
+    std::fs::write(&path, failing).unwrap();
+    let empty = dir.path().join("empty");
+    assert_eq!(run_file(&path, &empty, &[], &[]).status.code(), Some(3));
+    let (code, _, stderr) = compare(&base, &empty, &["--force"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("successful recorded request"), "{stderr}");
+    // `run --baseline` with an interrupted baseline is refused before anything is sent.
+    let path = dir.path().join("again.kdl");
+    std::fs::write(&path, &plan).unwrap();
+    let output = run_file(
+        &path,
+        &dir.path().join("again"),
+        &["--baseline", cut.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(3));
+    assert!(!dir.path().join("again").exists());
+}
+
+/// The plan's abort conditions stop a clearly failing run early, as a failure everywhere.
+#[test]
+fn an_abort_condition_stops_a_failing_run_as_a_failure() {
+    let _serial = serial();
+    let plan = "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"5s\" }\nsim { ttft \"2ms\"; itl \"1ms\"; faults { http-5xx \"60%\" } }\nworkload { input 8; output 4 }\nphase \"p\" { rate 100; duration \"30s\" }\nsla { ttft p99 < \"1s\" }\nabort { error-rate > \"20%\" after=40 }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let started = std::time::Instant::now();
+    let run = run_plan(plan, &["--junit", junit.to_str().unwrap()]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the run was not stopped"
+    );
+    assert_eq!(run.code(), 1, "{}{}", run.stdout(), run.stderr());
+    assert!(
+        run.stdout()
+            .contains("FAIL: aborted early: error-rate > 20%"),
+        "{}",
+        run.stdout()
+    );
+    let s = run.summary();
+    assert_eq!(s["verdict"]["status"], "fail");
+    assert!(s["aborted"].as_str().unwrap().contains("after"), "{s}");
+    assert_eq!(s["interrupted"], false);
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(
+        report.contains("**Verdict: FAIL** ❌ aborted early"),
+        "{report}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("aborted early"), "{xml}");
+    validate_junit(&junit);
+    // Far fewer than the 3,000 requests planned went out.
+    assert!(run.records().len() < 1000, "{}", run.records().len());
+    // A failed run's latency figures say how partial they are.
+    assert!(s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "partial-latency"));
 }
 
 #[test]

@@ -352,18 +352,38 @@ fn runtime_failures_exit_3_and_template_mistakes_exit_2() {
         stderr.contains("cannot create") && stderr.contains("plan.kdl/out"),
         "{stderr}"
     );
-    // The records cannot be written (a full disk): the run stops at once, with that error.
+    // The records cannot be written (a file-size limit, as a full disk): the run stops at
+    // once, with that error, instead of sending requests whose records would be lost.
     let out_dir = dir.path().join("full");
-    std::fs::create_dir(&out_dir).unwrap();
-    std::os::unix::fs::symlink("/dev/full", out_dir.join("records.jsonl")).unwrap();
     let started = std::time::Instant::now();
-    let out = run_file(&path, &out_dir, &[], &[]);
+    let out = {
+        use std::os::unix::process::CommandExt;
+        let mut command = llmload();
+        command
+            .arg("run")
+            .arg(&path)
+            .arg("--out")
+            .arg(&out_dir)
+            .arg("--quiet");
+        // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 8192,
+                    rlim_max: 8192,
+                };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
+                Ok(())
+            });
+        }
+        command.output().unwrap()
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains("cannot write")
             && stderr.contains("records.jsonl")
-            && stderr.contains("space"),
+            && stderr.contains("too large"),
         "{stderr}"
     );
     assert!(
@@ -399,4 +419,98 @@ fn runtime_failures_exit_3_and_template_mistakes_exit_2() {
         "{stderr}"
     );
     assert!(dir.path().join("t2/report.md").exists());
+}
+
+/// What a careless user does: output to a full device, a key written in the plan, a key that
+/// is not text, a plan named like a path, a foreign --out directory.
+#[test]
+fn careless_use_gets_a_clear_refusal() {
+    // stdout that cannot be written is a failure, not exit 0.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = llmload()
+        .args(["plan", "plans/chat-sla.kdl", "--format", "csv"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write standard output"));
+    // A key written in the plan is refused, and never quoted back.
+    let (code, _, stderr) = check(
+        "target \"http://h:1\" { api-key \"sk-supersecret-0123456789\"; model \"m\" }\nworkload { input 1; output 1 }\nphase \"a\" { rate 1; duration \"1s\" }\n",
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("an API key is never written in a plan"));
+    assert!(!stderr.contains("supersecret"), "{stderr}");
+    // A key variable that is not UTF-8 is said to be so, not "not set".
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(
+        dir.path(),
+        "target \"sim\" { api-key env=\"WEIRD_KEY\" }\nworkload { input 1; output 1 }\nphase \"a\" { concurrency 1; requests 1 }\n",
+    );
+    use std::os::unix::ffi::OsStrExt;
+    let output = run_file(
+        &path,
+        &dir.path().join("o"),
+        &[],
+        &[("WEIRD_KEY", std::ffi::OsStr::from_bytes(b"sk-\xff\xfe"))],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not valid UTF-8"));
+    // A directory of someone else's files is not a place to write a run.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("thesis.tex"), "mine").unwrap();
+    let output = run_file(&path, &foreign, &[], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("holds no llmload run"));
+    assert_eq!(std::fs::read_dir(&foreign).unwrap().count(), 1);
+    // A plan named like a path writes its default report directory inside reports/.
+    let named = write_plan(
+        dir.path(),
+        "plan \"../../escape\"\ntarget \"sim\"\nsim { ttft \"1ms\"; itl \"1ms\" }\nworkload { input 1; output 1 }\nphase \"a\" { concurrency 1; requests 1 }\n",
+    );
+    let output = llmload()
+        .arg("run")
+        .arg(&named)
+        .arg("--quiet")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let made: Vec<_> = std::fs::read_dir(dir.path().join("reports"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        made.len() == 1 && made[0].starts_with("_.._escape-"),
+        "{made:?}"
+    );
+    assert!(!dir.path().join("escape").exists());
+}
+
+/// A phase with both `requests` and `duration` ends at whichever comes first: an open loop
+/// that sends its last request early does not idle until its duration.
+#[test]
+fn an_open_loop_ended_by_count_does_not_idle_to_its_duration() {
+    let run = run_plan(
+        "target \"sim\"\nsim { ttft \"1ms\"; itl \"1ms\" }\nworkload { input 8; output 2 }\nphase \"a\" { rate 50; arrivals \"constant\"; requests 10; duration \"20s\" }\n",
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let s = run.summary();
+    let wall = s["phases"][0]["wall_s"].as_f64().unwrap();
+    assert!(wall < 1.0, "the phase idled: {wall} s");
+    assert!(s["context"]["duration_s"].as_f64().unwrap() < 2.0);
+    let throughput = s["phases"][0]["throughput"]["requests_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!(throughput > 40.0, "{throughput}");
 }

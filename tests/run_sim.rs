@@ -407,11 +407,13 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
             errors.push(format!("{at}: {value} is not {constant}"));
         }
     }
+    // `required` constrains objects only (a nullable object may be null).
     for key in schema["required"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
+        .filter(|_| value.is_object())
     {
         if value.get(key).is_none() {
             errors.push(format!("{at}: missing {key}"));

@@ -5,71 +5,11 @@
 mod common;
 use common::*;
 
-use std::io::{Read, Write};
+use common::wire::{read_request, respond, send, serve, SSE_HEAD};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::thread::sleep;
 use std::time::Duration;
-
-/// Reads one HTTP request (headers and a Content-Length body).
-fn read_request(stream: &mut TcpStream) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut chunk).unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buffer.len() >= end + 4 + length {
-                return;
-            }
-        }
-    }
-}
-
-/// Serves `scenarios` in order, one connection each, on a loopback port.
-fn serve(scenarios: Vec<fn(&mut TcpStream)>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for scenario in scenarios {
-            let Ok((mut stream, _)) = listener.accept() else {
-                return;
-            };
-            // Each connection on its own thread, so a stalling scenario holds up no other.
-            std::thread::spawn(move || {
-                stream.set_nodelay(true).unwrap();
-                read_request(&mut stream);
-                scenario(&mut stream);
-                let _ = stream.flush();
-            });
-        }
-    });
-    port
-}
-
-fn send(stream: &mut TcpStream, bytes: &str) {
-    let _ = stream.write_all(bytes.as_bytes());
-    let _ = stream.flush();
-}
-
-/// A whole non-streamed response with this status line and body.
-fn respond(stream: &mut TcpStream, status: &str, body: &str) {
-    send(
-        stream,
-        &format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
-    );
-}
-
-const SSE_HEAD: &str =
-    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 
 fn plan(requests: u32, timeout: &str) -> String {
     format!(
@@ -225,8 +165,11 @@ fn every_failure_is_classified_and_recorded() {
     assert_eq!(s["overall"]["requests"]["ok"], 1);
     assert!((s["overall"]["rates"]["error_rate"].as_f64().unwrap() - 7.0 / 8.0).abs() < 1e-9);
     assert!((s["overall"]["rates"]["timeout_rate"].as_f64().unwrap() - 1.0 / 8.0).abs() < 1e-9);
-    // Failed requests never enter latency: only the one good request has a TTFT.
-    assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 1);
+    // Failed requests enter no latency but TTFT, and TTFT only when they got a first token:
+    // the four that broke, went bad or timed out after " a" (docs/metrics.md).
+    assert_eq!(s["overall"]["metrics"]["ttft_ms"]["count"], 5);
+    assert_eq!(s["overall"]["requests"]["failed_after_first_token"], 4);
+    assert_eq!(s["overall"]["metrics"]["e2e_ms"]["count"], 1);
 }
 
 /// A server that keeps connections alive, but drops the second request it reads without

@@ -39,7 +39,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
         plan.name,
         plan.phases.len(),
         plan.sla.len()
-    );
+    )?;
     if args.capacity {
         check_capacity(args, &plan)
     } else {
@@ -63,8 +63,8 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
         args.duration.as_secs_f64(),
         args.sim_ttft.as_secs_f64() * 1000.0,
         args.sim_itl.as_secs_f64() * 1000.0,
-    );
-    say!("the simulator shares these cores: a load that passes here passes against a remote server\n");
+    )?;
+    say!("the simulator shares these cores: a load that passes here passes against a remote server\n")?;
     let mut results = Vec::new();
     for (number, trial) in trials.iter().enumerate() {
         let dir =
@@ -72,15 +72,15 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
         let result = capacity::run_trial(trial, &dir, threads);
         let _ = std::fs::remove_dir_all(&dir);
         let result = result?;
-        say!("{}", line(&result));
+        say!("{}", line(&result))?;
         results.push(result);
     }
     if results.iter().all(TrialResult::faithful) {
-        say!("\nPASS: this machine generates every load of the plan faithfully");
+        say!("\nPASS: this machine generates every load of the plan faithfully")?;
         Ok(EXIT_PASS)
     } else {
         say!("\nFAIL: this machine cannot generate every load of the plan faithfully: run the client with more \
-              cores (--threads, another machine) or split the load across several clients");
+              cores (--threads, another machine) or split the load across several clients")?;
         Ok(EXIT_FAIL)
     }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use super::output::{append_step_summary, write};
 use super::say_raw;
 use crate::error::{Result, EXIT_FAIL, EXIT_PASS};
-use crate::report::{self, Records, ReportContext};
-use crate::session;
+use crate::report::{self, Judged, Records, ReportContext};
+use crate::session::{self, Failure, Status};
 use crate::{metrics, verdict};
 
 #[derive(clap::Args, Debug)]
@@ -31,15 +31,26 @@ pub(super) fn compare(args: &CompareArgs) -> Result<u8> {
     let (log, plan) = session::read_run_dir(&args.current)?;
     let comparison = session::compare_with(&args.baseline, &log, &plan, args.force)?;
     let markdown = report::comparison_markdown(&comparison)?;
-    say_raw!("{markdown}");
+    say_raw!("{markdown}")?;
     if let Some(path) = &args.out {
         write(path, markdown.as_bytes())?;
     }
     if let Some(path) = &args.junit {
         let aggregates = metrics::compute(&log, plan.slo.as_ref());
         let verdicts = verdict::evaluate(&[], &aggregates);
-        let context =
-            ReportContext::new(&log, Records::InMemory(&log.records), aggregates, verdicts);
+        let status = if comparison.regressed {
+            Status::Failed(vec![Failure::Regression])
+        } else {
+            Status::Passed
+        };
+        let verdict = session::verdict_of(&status, &verdicts, Some(&comparison), &aggregates);
+        let judged = Judged {
+            aggregates,
+            verdicts,
+            comparison: Some(comparison.clone()),
+            verdict,
+        };
+        let context = ReportContext::new(&log, Records::InMemory(&log.records), judged);
         let xml = report::junit::render(&context.summary, Some(&comparison), false);
         write(path, xml.as_bytes())?;
     }

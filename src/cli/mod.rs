@@ -25,21 +25,28 @@ use clap::{Parser, Subcommand};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 
-/// Prints a line to stdout. A closed pipe (`llmload plan ... | head`) is not an error worth a
-/// panic: the output is simply not wanted any more.
+/// Prints a line to stdout; evaluates to a `Result`: output that cannot be written (a closed
+/// pipe, a full disk behind a redirect) is a failure to report, never a silent exit 0.
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        $crate::cli::stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 /// Like `say!`, without the newline.
 macro_rules! say_raw {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        $crate::cli::stdout(format_args!($($arg)*))
+    };
+}
+
+/// Writes to stdout and flushes it.
+pub(crate) fn stdout(text: std::fmt::Arguments) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text)
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::io("write", "standard output", e))
 }
 
 pub(crate) use {say, say_raw};
@@ -79,6 +86,13 @@ enum Command {
 
 /// Runs the command line and returns the process's exit code.
 pub fn main() -> ExitCode {
+    // A file-size limit (ulimit -f) must make a write fail with a message, not kill the
+    // process with SIGXFSZ before it can say anything or write what it can.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to "ignore" has no other effect.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::say;
 use crate::error::{Error, Result};
 use crate::report::{self, UserTemplate};
-use crate::session::{Failure, Gate, NotCarriedOut, RunOutcome, Status};
+use crate::session::{outdir, Gate, NotCarriedOut, RunOutcome, Status};
 
 /// What decides the exit code besides the SLA, and where else results go.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -18,7 +18,7 @@ pub(super) struct GateArgs {
     templates: Vec<PathBuf>,
     /// Compare with this earlier run's report directory; a regression fails the gate.
     #[arg(long, value_name = "DIR")]
-    baseline: Option<PathBuf>,
+    pub baseline: Option<PathBuf>,
     /// Write a JUnit XML file: one test case per assertion (and per compared metric).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -46,6 +46,31 @@ pub(super) fn load_templates(gate: &GateArgs) -> Result<Vec<UserTemplate>> {
         .collect()
 }
 
+/// Checks the paths a run will write or read at its end, before anything is sent: an hour's run
+/// must not fail on a typo.
+pub(super) fn check_paths(gate: &GateArgs) -> Result<()> {
+    if let Some(junit) = &gate.junit {
+        let parent = junit
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(Error::usage(format!(
+                "--junit {}: no directory {} to write it in",
+                junit.display(),
+                parent.display()
+            )));
+        }
+        if junit.is_dir() {
+            return Err(Error::usage(format!(
+                "--junit {}: a directory, not a file",
+                junit.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
 pub(super) fn conclude(
     outcome: &RunOutcome,
@@ -53,42 +78,42 @@ pub(super) fn conclude(
     templates: &[UserTemplate],
 ) -> Result<u8> {
     let context = outcome.report();
-    report::write_all(&outcome.dir, &context, templates)?;
+    // What an earlier run or report derived from these records goes first: nothing stale
+    // stays beside what this one writes.
+    outdir::clear_derived(&outcome.dir)?;
+    let mut written = report::write_all(&outcome.dir, &context, templates)?;
     let summary = &context.summary;
     if let Some(comparison) = &outcome.comparison {
         let markdown = report::comparison_markdown(comparison)?;
         let json = serde_json::to_string_pretty(comparison)
             .map_err(|e| Error::run(format!("cannot encode the comparison: {e}")))?;
-        write(&outcome.dir.join("comparison.md"), markdown.as_bytes())?;
-        write(
-            &outcome.dir.join("comparison.json"),
-            (json + "\n").as_bytes(),
-        )?;
-        say!("{markdown}");
+        for (name, text) in [
+            ("comparison.md", markdown.clone()),
+            ("comparison.json", json + "\n"),
+        ] {
+            let path = outcome.dir.join(name);
+            write(&path, text.as_bytes())?;
+            written.push(path);
+        }
+        say!("{markdown}")?;
     }
     if let Some(path) = &gate.junit {
         let xml = report::junit::render(summary, outcome.comparison.as_ref(), gate.fail_on_warning);
         write(path, xml.as_bytes())?;
+        written.push(path.clone());
     }
+    outdir::write_manifest(&outcome.dir, &written)?;
     match report::step_summary(summary, outcome.comparison.as_ref()) {
         Ok(text) => append_step_summary(&text),
         Err(error) => eprintln!("warning: {error}"),
     }
-    say!("{}", report::terminal_summary(summary));
-    say!("report: {}", outcome.dir.join("report.md").display());
-    match &outcome.status {
-        Status::NotCarriedOut(NotCarriedOut::Interrupted) | Status::Passed => {}
-        Status::NotCarriedOut(reason) => eprintln!("error: {reason}"),
-        Status::Failed(failures) => {
-            for failure in failures {
-                match failure {
-                    Failure::Assertions => {}
-                    Failure::Regression => say!("FAIL: a regression against the baseline"),
-                    Failure::Untrustworthy => say!(
-                        "FAIL: the run is not trustworthy (see the warnings) and --fail-on-warning is set"
-                    ),
-                }
-            }
+    say!("{}", report::terminal_summary(summary))?;
+    say!("report: {}", outcome.dir.join("report.md").display())?;
+    // The terminal summary ends with the verdict; a run that could not be carried out also
+    // says why on stderr, where CI logs look for errors.
+    if let Status::NotCarriedOut(reason) = &outcome.status {
+        if *reason != NotCarriedOut::Interrupted {
+            eprintln!("error: {reason}");
         }
     }
     Ok(outcome.status.exit_code())

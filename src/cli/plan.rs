@@ -39,6 +39,6 @@ pub(super) fn show(args: &PlanArgs) -> Result<u8> {
         Format::Csv => schedule::csv(&schedule),
         Format::Table => schedule::table(&plan, &schedule),
     };
-    say_raw!("{output}");
+    say_raw!("{output}")?;
     Ok(EXIT_PASS)
 }

@@ -47,14 +47,38 @@ pub(super) fn parse_target(text: &str) -> Result<Endpoint> {
     })
 }
 
+/// A name made safe to be one component of a path: `../../x` cannot write outside `reports/`.
+pub(super) fn path_safe(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let safe = safe.trim_start_matches('.');
+    if safe.is_empty() {
+        "plan".to_string()
+    } else {
+        safe.chars().take(100).collect()
+    }
+}
+
 pub(super) fn run(args: RunArgs) -> Result<u8> {
     let plan = load_plan(&args.plan)?;
     let target = args.target.as_deref().map(parse_target).transpose()?;
     let templates = output::load_templates(&args.gate)?;
+    output::check_paths(&args.gate)?;
+    if let Some(baseline) = &args.gate.baseline {
+        session::check_baseline(baseline, &plan, args.seed)?;
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("reports").join(format!(
             "{}-{}",
-            plan.name,
+            path_safe(&plan.name),
             chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
         ))
     });
@@ -70,4 +94,19 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     let outcome = session::run(&plan, &options);
     live.finish();
     output::conclude(&outcome?, &args.gate, &templates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_names_cannot_leave_the_reports_directory() {
+        assert_eq!(path_safe("../../x"), "_.._x");
+        assert_eq!(path_safe("chat-sla"), "chat-sla");
+        assert_eq!(path_safe("a/b c"), "a_b_c");
+        assert_eq!(path_safe(".."), "plan");
+        assert_eq!(path_safe(""), "plan");
+        assert!(!path_safe("../../etc/passwd").contains('/'));
+    }
 }

@@ -112,7 +112,7 @@ pub(super) fn serve(args: &SimArgs) -> Result<u8> {
         say!(
             "llmload sim: serving {} (Ctrl-C to stop)",
             server.base_url()
-        );
+        )?;
         let _ = tokio::signal::ctrl_c().await;
         server.shutdown();
         Ok(EXIT_PASS)

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::metrics::percentile;
 use crate::metrics::{self, RequestValues};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
-use crate::records::{ErrorClass, RunHeader, RunLog};
+use crate::records::{ErrorClass, RequestRecord, RunHeader, RunLog};
 use bootstrap::Resampler;
 
 /// Bootstrap resamples for per-request metrics, and for ITL (whose gaps are resampled by
@@ -160,7 +160,6 @@ struct Sample {
     ok: bool,
     timed_out: bool,
     good: bool,
-    output_tokens: f64,
     values: [Option<f64>; 5],
     itl: Vec<(f64, u32)>,
 }
@@ -174,6 +173,22 @@ const DECODE: usize = 4;
 struct Side {
     samples: Vec<Sample>,
     wall_s: f64,
+    /// The scope's time cut into equal windows: what each window's completed requests
+    /// returned. Throughputs are resampled by window, so that their interval holds the run's
+    /// variation over time, not only which requests succeeded.
+    windows: Vec<WindowTotals>,
+}
+
+/// Throughputs' windows per scope.
+const WINDOWS: usize = 20;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct WindowTotals {
+    ok: f64,
+    good: f64,
+    output_tokens: f64,
+    /// Prompt and output tokens, as the report's total throughput counts them.
+    total_tokens: f64,
 }
 
 fn side(
@@ -204,10 +219,40 @@ fn side(
             aggregates.overall.wall_s,
         ),
     };
+    let included = |r: &&RequestRecord| {
+        indices.contains(&r.phase)
+            && !matches!(r.error, Some(ErrorClass::Cancelled | ErrorClass::Client))
+    };
+    // Windows span the completions themselves (from the first to the last), so that a run's
+    // start-up and drain do not pass for variation; a window's rate is scaled so that all
+    // windows together give the report's throughput (total / wall time).
+    let ends: Vec<u64> = log
+        .records
+        .iter()
+        .filter(included)
+        .map(|r| r.end_us().unwrap_or(r.actual_send_us))
+        .collect();
+    let first = ends.iter().copied().min().unwrap_or(0);
+    let span_us = (ends.iter().copied().max().unwrap_or(0) - first) as f64 + 1.0;
+    let mut windows = vec![WindowTotals::default(); WINDOWS];
+    for r in log.records.iter().filter(included) {
+        let at = (r.end_us().unwrap_or(r.actual_send_us) - first) as f64;
+        let w = &mut windows[((at / span_us * WINDOWS as f64) as usize).min(WINDOWS - 1)];
+        if r.ok() {
+            let output = r.completion_tokens.unwrap_or(0) as f64;
+            let prompt = r.prompt_tokens.unwrap_or(r.input_tokens_planned as u64) as f64;
+            w.ok += 1.0;
+            w.output_tokens += output;
+            w.total_tokens += output + prompt;
+        }
+        if slo.is_some_and(|slo| metrics::meets(slo, r)) {
+            w.good += 1.0;
+        }
+    }
     let samples = log
         .records
         .iter()
-        .filter(|r| indices.contains(&r.phase) && r.error != Some(ErrorClass::Cancelled))
+        .filter(included)
         .map(|r| {
             let v = RequestValues::of(r);
             let ok = r.ok();
@@ -215,15 +260,11 @@ fn side(
                 ok,
                 timed_out: r.error == Some(ErrorClass::Timeout),
                 good: slo.is_some_and(|slo| metrics::meets(slo, r)),
-                output_tokens: if ok {
-                    r.completion_tokens.unwrap_or(0) as f64
-                } else {
-                    0.0
-                },
                 values: if ok {
                     [v.ttft_ms, v.tpot_ms, v.e2e_ms, v.prefill_tps, v.decode_tps]
                 } else {
-                    [None; 5]
+                    // As in the report: a request that failed after its first token had one.
+                    [metrics::ttft_ms(r), None, None, None, None]
                 },
                 itl: if ok {
                     v.itl_gaps().collect()
@@ -233,7 +274,16 @@ fn side(
             }
         })
         .collect();
-    Side { samples, wall_s }
+    Side {
+        samples,
+        wall_s,
+        windows,
+    }
+}
+
+/// Whether a metric is resampled by time window (throughputs) rather than by request.
+fn by_window(metric: Metric) -> bool {
+    metric.kind() == MetricKind::Throughput
 }
 
 /// The metric's value over the samples chosen by `pick` (indices into `side.samples`).
@@ -279,15 +329,24 @@ fn value(
         | Metric::OutputThroughput
         | Metric::TotalThroughput
         | Metric::Goodput => {
-            if side.wall_s <= 0.0 {
+            // `pick` holds windows here: the mean of their rates (all windows: total / wall).
+            if side.wall_s <= 0.0 || pick.is_empty() {
                 return None;
             }
-            let total: f64 = match tolerance.metric {
-                Metric::RequestThroughput => chosen.clone().filter(|s| s.ok).count() as f64,
-                Metric::Goodput => chosen.clone().filter(|s| s.good).count() as f64,
-                _ => chosen.clone().map(|s| s.output_tokens).sum(),
-            };
-            Some(total / side.wall_s)
+            let window_s = side.wall_s / side.windows.len() as f64;
+            let total: f64 = pick
+                .iter()
+                .map(|&i| {
+                    let w = &side.windows[i];
+                    match tolerance.metric {
+                        Metric::RequestThroughput => w.ok,
+                        Metric::Goodput => w.good,
+                        Metric::TotalThroughput => w.total_tokens,
+                        _ => w.output_tokens,
+                    }
+                })
+                .sum();
+            Some(total / (window_s * pick.len() as f64))
         }
     }
 }
@@ -338,8 +397,15 @@ pub fn compare(
             1.0
         };
         let mut scratch = Vec::new();
-        let all_base: Vec<usize> = (0..base.samples.len()).collect();
-        let all_cur: Vec<usize> = (0..cur.samples.len()).collect();
+        let units = |side: &Side| {
+            if by_window(tolerance.metric) {
+                side.windows.len()
+            } else {
+                side.samples.len()
+            }
+        };
+        let all_base: Vec<usize> = (0..units(&base)).collect();
+        let all_cur: Vec<usize> = (0..units(&cur)).collect();
         let b = value(tolerance, &base, &all_base, &mut scratch);
         let c = value(tolerance, &cur, &all_cur, &mut scratch);
         let change_of = |b: f64, c: f64| -> Option<f64> {
@@ -361,8 +427,8 @@ pub fn compare(
             let mut pick_base = Vec::new();
             let mut pick_cur = Vec::new();
             for _ in 0..resamples {
-                resampler.resample(base.samples.len(), &mut pick_base);
-                resampler.resample(cur.samples.len(), &mut pick_cur);
+                resampler.resample(units(&base), &mut pick_base);
+                resampler.resample(units(&cur), &mut pick_cur);
                 let vb = value(tolerance, &base, &pick_base, &mut scratch);
                 let vc = value(tolerance, &cur, &pick_cur, &mut scratch);
                 if let Some(d) = vb.zip(vc).and_then(|(vb, vc)| change_of(vb, vc)) {

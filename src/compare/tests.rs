@@ -31,7 +31,8 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
                 input_tokens_planned: 10,
                 output_tokens_planned: 4,
                 prompt_seed: 0,
-                error: (i < failures).then_some(ErrorClass::Http5xx),
+                // Failures spread evenly over the run, as a steady fault rate spreads them.
+                error: (failures > 0 && i % (n / failures) == 0).then_some(ErrorClass::Http5xx),
                 error_detail: None,
                 http_status: Some(200),
                 ttft_us: Some(ttft),
@@ -45,6 +46,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
                 cached_tokens: None,
                 finish_reason: Some("length".into()),
                 connection_retries: 0,
+                usage_problem: None,
             }
         })
         .collect();
@@ -71,6 +73,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
         end: Some(RunEnd {
             at_us: n as u64 * 10_000 + 1_000_000,
             interrupted: false,
+            aborted: None,
             client_peak_rss_bytes: None,
         }),
     }
@@ -148,4 +151,22 @@ fn different_plans_seeds_or_models_are_refused_unless_forced() {
     );
     let notes = comparable(&header(1, "p"), &header(2, "p"), true).unwrap();
     assert!(notes[0].contains("--force"));
+}
+
+#[test]
+fn throughput_has_an_honest_interval() {
+    let base = run(300, 100.0, 1, 0);
+    let same = run(300, 100.0, 3, 0);
+    let c = compare(&base, &same, &default_tolerances(), None, vec![], 7);
+    let row = c
+        .rows
+        .iter()
+        .find(|r| r.metric.starts_with("output-throughput"))
+        .unwrap();
+    let (low, high) = (row.ci_low.unwrap(), row.ci_high.unwrap());
+    assert!(low < high, "a zero-width interval: {low} {high}");
+    assert!(
+        low <= row.change.unwrap() && row.change.unwrap() <= high,
+        "{row:?}"
+    );
 }

@@ -58,6 +58,8 @@ pub struct RunConfig {
     pub grace: Duration,
     /// The async runtime's worker threads, if set (for how many cores the client may use).
     pub worker_threads: Option<usize>,
+    /// Kept out of every record (the API key, secret headers).
+    pub secrets: Arc<crate::secrets::Secrets>,
     /// Told what happens as it happens.
     pub observer: Arc<dyn Observer>,
     /// Stops the run early.
@@ -134,6 +136,7 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),
+        config.secrets.clone(),
         config.observer.clone(),
         config.stop.clone(),
     )?;
@@ -179,10 +182,11 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
             context.in_flight.wait_empty().await;
         }
     }
-    let interrupted = *sending.borrow();
+    let aborted = stop.abort_reason();
     let end = RunEnd {
         at_us: context.micros(Instant::now()),
-        interrupted,
+        interrupted: *sending.borrow() && aborted.is_none(),
+        aborted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
     };
     context.observer.on_event(Event::RunEnded(&end));
@@ -347,7 +351,10 @@ async fn run_phase(
                     _ = burst.wait_empty() => {}
                     _ = stopped(&mut cancel) => {}
                 }
-            } else if let Some(deadline) = deadline {
+            } else if let Some(deadline) = deadline.filter(|_| !ended_by_count(phase)) {
+                // Ended by its duration: the phase lasts its whole duration (arrivals simply
+                // fell short of its end). Ended by its request count first: it ends now, so
+                // that idle time is not counted as the phase's.
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => {}
                     _ = stopped(&mut cancel) => {}
@@ -407,6 +414,13 @@ async fn run_phase(
     context.log(LogLine::PhaseEnd(end));
 }
 
+/// Whether an open loop's schedule stops at its request count before its duration.
+fn ended_by_count(phase: &PhaseSchedule) -> bool {
+    phase
+        .max_requests
+        .is_some_and(|n| phase.requests.len() as u64 >= n)
+}
+
 /// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
 /// result to the recorder. The caller has already counted it in `in_flight`.
 async fn execute(
@@ -418,6 +432,13 @@ async fn execute(
 ) {
     let request_id = context.template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
+    let intended_send_us = context.micros(intended.unwrap_or(sent_at));
+    // Until the record is handed over, a panic in this task still records the request (as the
+    // client's failure) and leaves the in-flight count: a run never hangs on a dead task.
+    let mut guard = InFlightGuard {
+        context,
+        pending: Some((phase, request, intended_send_us)),
+    };
     context.sent[phase].fetch_add(1, Ordering::Relaxed);
     context.observer.on_event(Event::RequestSent { phase });
     let mut exchange = Exchange::default();
@@ -466,15 +487,49 @@ async fn execute(
         }
     }
     let actual_send_us = context.micros(sent_at);
+    guard.pending = None;
     let finished = Finished {
         phase,
         request,
-        intended_send_us: intended
-            .map(|i| context.micros(i))
-            .unwrap_or(actual_send_us),
+        intended_send_us: if intended.is_some() {
+            intended_send_us
+        } else {
+            actual_send_us
+        },
         actual_send_us,
         exchange,
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
-    context.in_flight.leave();
+}
+
+/// A request in flight: leaves the count when dropped, and records the request as the
+/// client's failure if its task died before handing the record over.
+struct InFlightGuard<'a> {
+    context: &'a Arc<Context>,
+    /// (phase, request, intended send µs) until the record is handed over.
+    pending: Option<(usize, ScheduledRequest, u64)>,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((phase, request, intended_send_us)) = self.pending.take() {
+            let mut exchange = Exchange::default();
+            exchange.fail(
+                ErrorClass::Client,
+                "llmload failed while handling this request (an internal error)",
+            );
+            let finished = Finished {
+                phase,
+                request,
+                intended_send_us,
+                actual_send_us: intended_send_us,
+                exchange,
+            };
+            let _ = self
+                .context
+                .records
+                .send(Message::Finished(Box::new(finished)));
+        }
+        self.context.in_flight.leave();
+    }
 }

@@ -5,7 +5,7 @@
 //! [`Stop`] handle says so (Ctrl-C, a signal, a failing recorder, a caller's own reason).
 //! Observers are called on the executor's own threads: they must be quick and must not block.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -55,6 +55,8 @@ impl Observer for Quiet {
 pub struct Stop {
     sending: Arc<watch::Sender<bool>>,
     in_flight: Arc<watch::Sender<bool>>,
+    /// Why the plan's abort conditions stopped the run, if they did.
+    aborted: Arc<Mutex<Option<String>>>,
 }
 
 impl Default for Stop {
@@ -69,6 +71,7 @@ impl Stop {
         Stop {
             sending: Arc::new(watch::channel(false).0),
             in_flight: Arc::new(watch::channel(false).0),
+            aborted: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -81,6 +84,21 @@ impl Stop {
     pub fn cancel_in_flight(&self) {
         self.sending.send_replace(true);
         self.in_flight.send_replace(true);
+    }
+
+    /// Stops the run because it is clearly failing (an abort condition held): no new requests,
+    /// those in flight cancelled, and `reason` recorded. The run is a failure, not an
+    /// interruption. The first reason given is kept.
+    pub fn abort(&self, reason: String) {
+        if let Ok(mut aborted) = self.aborted.lock() {
+            aborted.get_or_insert(reason);
+        }
+        self.cancel_in_flight();
+    }
+
+    /// Why the run was aborted, if it was.
+    pub fn abort_reason(&self) -> Option<String> {
+        self.aborted.lock().ok().and_then(|a| a.clone())
     }
 
     /// Whether sending has been stopped.

@@ -16,6 +16,7 @@ use super::request::Exchange;
 use crate::error::{Error, Result};
 use crate::planner::ScheduledRequest;
 use crate::records::{ErrorClass, LogLine, RequestRecord, TokenSource};
+use crate::secrets::Secrets;
 use crate::tokens::Tokenizer;
 
 /// A request as it finished, before its tokens are counted.
@@ -52,6 +53,7 @@ impl Recorder {
     pub fn start(
         path: &Path,
         tokenizer: Arc<Tokenizer>,
+        secrets: Arc<Secrets>,
         observer: Arc<dyn Observer>,
         stop: Stop,
     ) -> Result<Recorder> {
@@ -61,7 +63,13 @@ impl Recorder {
         let thread = std::thread::Builder::new()
             .name("llmload-recorder".into())
             .spawn(move || {
-                let written = write_all(&receiver, BufWriter::new(file), &tokenizer, &*observer);
+                let written = write_all(
+                    &receiver,
+                    BufWriter::new(file),
+                    &tokenizer,
+                    &secrets,
+                    &*observer,
+                );
                 if let Err(e) = written {
                     // Nothing more can be recorded: the run stops rather than send requests
                     // whose records would be lost.
@@ -93,6 +101,7 @@ fn write_all(
     receiver: &mpsc::Receiver<Message>,
     mut out: BufWriter<File>,
     tokenizer: &Tokenizer,
+    secrets: &Secrets,
     observer: &dyn Observer,
 ) -> std::io::Result<()> {
     while let Ok(first) = receiver.recv() {
@@ -101,7 +110,12 @@ fn write_all(
             let line = match message {
                 Message::Line(line) => *line,
                 Message::Finished(finished) => {
-                    let record = finalize(*finished, tokenizer);
+                    let mut record = finalize_safely(*finished, tokenizer);
+                    if let Some(detail) = &record.error_detail {
+                        if let std::borrow::Cow::Owned(clean) = secrets.redact(detail) {
+                            record.error_detail = Some(clean);
+                        }
+                    }
                     observer.on_event(Event::RequestFinished(&record));
                     LogLine::Request(record)
                 }
@@ -115,9 +129,66 @@ fn write_all(
     out.flush()
 }
 
+/// [`finalize`], never losing the record: if counting panics (it must not; a tokenizer is
+/// outside code), the request is kept with its timing and no counts, as the client's failure.
+fn finalize_safely(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
+    let (phase, request) = (finished.phase, finished.request);
+    let (intended_send_us, actual_send_us) = (finished.intended_send_us, finished.actual_send_us);
+    let (http_status, end_us) = (finished.exchange.http_status, finished.exchange.end_us);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        finalize(finished, tokenizer)
+    }))
+    .unwrap_or_else(|_| RequestRecord {
+        phase,
+        seq: request.seq,
+        intended_send_us,
+        actual_send_us,
+        input_tokens_planned: request.input_tokens,
+        output_tokens_planned: request.output_tokens,
+        prompt_seed: request.prompt_seed,
+        error: Some(ErrorClass::Client),
+        error_detail: Some(
+            "llmload could not count this response's tokens (an internal error)".into(),
+        ),
+        http_status,
+        ttft_us: None,
+        e2e_us: Some(end_us),
+        chunks: Vec::new(),
+        chunk_tokens: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        token_source: None,
+        completion_tokens_tokenizer: None,
+        cached_tokens: None,
+        finish_reason: None,
+        connection_retries: 0,
+        usage_problem: None,
+    })
+}
+
 /// When the server reports usage, one request in this many also has its completion counted by
 /// the plan's tokenizer (`completion_tokens_tokenizer`).
 pub const CROSS_CHECK_EVERY: u64 = 16;
+
+/// Why a response's usage cannot be believed: a count that is no count, or more output tokens
+/// than were asked for *and* than the answer had bytes (hidden reasoning tokens can exceed
+/// the bytes, and a server that ignores max_tokens can exceed what was asked, but not both).
+fn usage_problem(exchange: &Exchange, request: &ScheduledRequest) -> Option<String> {
+    let usage = exchange.usage?;
+    if let Some((field, value)) = usage.invalid {
+        return Some(format!("usage.{field} is {value}: not a count of tokens"));
+    }
+    let completion = usage.completion?;
+    let asked = request.output_tokens as u64;
+    let bytes = exchange.text.len() as u64;
+    (completion > asked && completion > bytes).then(|| {
+        format!(
+            "usage says {completion} completion tokens, but {asked} were asked and the answer held \
+             {bytes} bytes in {} chunk(s)",
+            exchange.chunk_times.len()
+        )
+    })
+}
 
 /// Counts tokens and builds the record of one finished request.
 pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
@@ -128,9 +199,13 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         actual_send_us,
         exchange,
     } = finished;
+    let usage_problem = usage_problem(&exchange, &request);
+    // Usage that cannot be right is not used: the tokenizer counts instead.
+    let usage = exchange.usage.filter(|_| usage_problem.is_none());
     let chunk_count = exchange.chunk_times.len();
-    let usage_completion = exchange.usage.and_then(|u| u.completion);
-    let usage_per_chunk = chunk_count > 0 && exchange.chunk_usage_tokens.iter().all(|&t| t > 0);
+    let usage_completion = usage.and_then(|u| u.completion);
+    let usage_per_chunk =
+        usage.is_some() && chunk_count > 0 && exchange.chunk_usage_tokens.iter().all(|&t| t > 0);
     // Tokenizing every completion is the client's largest cost per token. It is needed when the
     // server gives no usage, or when its usage cannot be spread over the chunks; otherwise one
     // request in CROSS_CHECK_EVERY is counted, to compare the plan's tokenizer with the server's.
@@ -178,8 +253,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
             tokenizer_completion.map(|_| TokenSource::Tokenizer),
         ),
     };
-    let prompt_tokens = exchange
-        .usage
+    let prompt_tokens = usage
         .and_then(|u| u.prompt)
         .or((exchange.error.is_none()).then_some(request.input_tokens as u64));
 
@@ -212,9 +286,10 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         completion_tokens,
         token_source,
         completion_tokens_tokenizer: tokenizer_completion,
-        cached_tokens: exchange.usage.and_then(|u| u.cached),
+        cached_tokens: usage.and_then(|u| u.cached),
         finish_reason: exchange.finish_reason,
         connection_retries: exchange.connection_retries,
+        usage_problem,
     }
 }
 
@@ -250,7 +325,7 @@ mod tests {
             usage: Some(Usage {
                 prompt: Some(10),
                 completion: Some(3),
-                cached: None,
+                ..Usage::default()
             }),
             finish_reason: Some("length".into()),
             end_us: 250,
@@ -276,7 +351,7 @@ mod tests {
             usage: Some(Usage {
                 prompt: Some(10),
                 completion: Some(3),
-                cached: None,
+                ..Usage::default()
             }),
             end_us: 4,
             done: true,

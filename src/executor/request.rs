@@ -33,6 +33,10 @@ pub struct RequestTemplate {
     pub timeout: Duration,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
     pub request_id_prefix: String,
+    /// The longest SSE line (or event) a response may hold, in bytes.
+    pub max_line: usize,
+    /// The most bytes a response may hold.
+    pub max_body: u64,
 }
 
 impl std::fmt::Debug for RequestTemplate {
@@ -238,7 +242,9 @@ pub async fn exchange(
             }
             Err(err) => {
                 exchange.end_us = micros_since(*sent_at, Instant::now());
-                if err.is_connect() {
+                if let Some(limit) = client_limit(&err) {
+                    exchange.fail(ErrorClass::Client, limit);
+                } else if err.is_connect() {
                     exchange.fail(
                         ErrorClass::Connect,
                         format!("cannot connect to the target: {}", root_cause(&err)),
@@ -262,7 +268,10 @@ pub async fn exchange(
     let status = response.status();
     exchange.http_status = Some(status.as_u16());
     if !status.is_success() {
-        let body = response.bytes().await.unwrap_or_default();
+        // An error's message is in its first bytes; the rest of a huge body is not read.
+        let body = read_capped(response, ERROR_BODY_BYTES)
+            .await
+            .unwrap_or_default();
         exchange.end_us = micros_since(sent_at, Instant::now());
         let class = match status.as_u16() {
             429 => ErrorClass::Http429,
@@ -275,8 +284,24 @@ pub async fn exchange(
         );
         return;
     }
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none")
+        .to_string();
     if !template.stream() {
-        match response.bytes().await {
+        match read_capped(response, template.max_body).await {
+            Ok(body) if body.len() as u64 > template.max_body => {
+                exchange.end_us = micros_since(sent_at, Instant::now());
+                exchange.fail(
+                    ErrorClass::TooLarge,
+                    format!(
+                        "the response is larger than max-body ({} bytes)",
+                        template.max_body
+                    ),
+                );
+            }
             Ok(body) => {
                 exchange.end_us = micros_since(sent_at, Instant::now());
                 let text = String::from_utf8_lossy(&body);
@@ -311,16 +336,25 @@ pub async fn exchange(
         }
         return;
     }
-    let mut parser = SseParser::new();
+    let mut parser = SseParser::with_max_line(template.max_line);
     let mut stream = response.bytes_stream();
     let mut last_usage_completion = 0u64;
+    let mut received = 0u64;
+    let mut events = 0u64;
+    // The first bytes, to say what came instead of an event stream.
+    let mut head: Vec<u8> = Vec::new();
     while let Some(read) = stream.next().await {
         // The arrival time is taken before any parsing.
         let at_us = micros_since(sent_at, Instant::now());
         match read {
             Ok(bytes) => {
+                received += bytes.len() as u64;
+                if head.len() < HEAD_BYTES {
+                    head.extend_from_slice(&bytes[..bytes.len().min(HEAD_BYTES - head.len())]);
+                }
                 let dialect = &*template.dialect;
-                parser.feed(&bytes, |event| {
+                let parsed = parser.feed(&bytes, |event| {
+                    events += 1;
                     exchange.on_event(
                         dialect,
                         event.data,
@@ -329,6 +363,23 @@ pub async fn exchange(
                         &mut last_usage_completion,
                     );
                 });
+                if let Err(too_long) = parsed {
+                    exchange.fail(
+                        ErrorClass::TooLarge,
+                        format!(
+                            "a line of the stream is longer than max-line ({} bytes)",
+                            too_long.max_line
+                        ),
+                    );
+                } else if received > template.max_body {
+                    exchange.fail(
+                        ErrorClass::TooLarge,
+                        format!(
+                            "the stream is larger than max-body ({} bytes)",
+                            template.max_body
+                        ),
+                    );
+                }
                 if exchange.error.is_some() {
                     exchange.end_us = at_us;
                     return;
@@ -346,6 +397,7 @@ pub async fn exchange(
     }
     let end = micros_since(sent_at, Instant::now());
     if let Some(event) = parser.finish() {
+        events += 1;
         exchange.on_event(
             &*template.dialect,
             &event.data,
@@ -355,12 +407,76 @@ pub async fn exchange(
         );
     }
     exchange.end_us = end;
-    if exchange.error.is_none() && !exchange.done && exchange.finish_reason.is_none() {
+    if exchange.error.is_none() && events == 0 {
+        // A 200 that is not an event stream: an HTML page from a proxy, a JSON answer from a
+        // server that ignored `stream`. Say what came.
+        let shown = if head.is_empty() {
+            "an empty body".to_string()
+        } else {
+            format!("\"{}\"", shorten(&String::from_utf8_lossy(&head)))
+        };
+        exchange.fail(
+            ErrorClass::Malformed,
+            format!(
+                "the server answered {} with content-type {content_type}, not an event stream: {shown}",
+                exchange.http_status.unwrap_or(200)
+            ),
+        );
+    } else if exchange.error.is_none() && !exchange.done && exchange.finish_reason.is_none() {
         exchange.fail(
             ErrorClass::StreamBroken,
             "the stream ended without a finish_reason or [DONE]",
         );
     }
+}
+
+/// How much of an error response is read for its message.
+const ERROR_BODY_BYTES: u64 = 64 * 1024;
+/// How much of a body is kept to say what it was.
+const HEAD_BYTES: usize = 160;
+
+/// The body, read until it ends or passes `cap` bytes (then a little past `cap`, which the
+/// caller sees as too large).
+async fn read_capped(response: reqwest::Response, cap: u64) -> reqwest::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(read) = stream.next().await {
+        body.extend_from_slice(&read?);
+        if body.len() as u64 > cap {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// When a request failed because the client itself ran out of something (file descriptors,
+/// ephemeral ports, buffers), what; such failures are the client's, never the server's.
+fn client_limit(err: &reqwest::Error) -> Option<String> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            #[cfg(unix)]
+            {
+                let what = match io.raw_os_error()? {
+                    libc::EMFILE => "the client ran out of file descriptors (EMFILE): raise `ulimit -n`",
+                    libc::ENFILE => "the system ran out of file descriptors (ENFILE)",
+                    libc::EADDRNOTAVAIL => {
+                        "the client ran out of local ports (EADDRNOTAVAIL): too many connections opened and closed"
+                    }
+                    libc::ENOBUFS | libc::ENOMEM => "the client ran out of memory for sockets",
+                    _ => return None,
+                };
+                return Some(what.to_string());
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = io;
+                return None;
+            }
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// How many times a request is re-sent after a pooled connection was found closed.
@@ -436,7 +552,8 @@ mod tests {
             Some(Usage {
                 prompt: Some(5),
                 completion: Some(4),
-                cached: Some(2)
+                cached: Some(2),
+                invalid: None
             })
         );
         assert!(ex.done);

@@ -35,8 +35,8 @@ impl SseEventRef<'_> {
     }
 }
 
-#[derive(Debug, Default)]
 /// Parses an SSE stream read by read, keeping what an unfinished line or event holds.
+#[derive(Debug)]
 pub struct SseParser {
     /// Bytes of an unfinished line.
     pending: Vec<u8>,
@@ -45,16 +45,57 @@ pub struct SseParser {
     name: Option<String>,
     /// The previous read ended in `\r`, so a `\n` at the start of the next is the same line end.
     skip_lf: bool,
+    /// The longest line, and the most data one event may hold.
+    max_line: usize,
+    /// A line or an event grew past `max_line`: nothing more is parsed.
+    overflowed: bool,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        SseParser::with_max_line(usize::MAX)
+    }
+}
+
+/// A line or an event longer than the parser allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong {
+    /// The limit it went past, in bytes.
+    pub max_line: usize,
 }
 
 impl SseParser {
-    /// A parser at the start of a stream.
+    /// A parser at the start of a stream, with no limit on a line.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Feeds one read's bytes; calls `on_event` for every event completed by them.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEventRef)) {
+    /// A parser that refuses lines (and events) longer than `max_line` bytes: a server that
+    /// never sends a newline must not grow the client without bound.
+    pub fn with_max_line(max_line: usize) -> Self {
+        SseParser {
+            pending: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            name: None,
+            skip_lf: false,
+            max_line,
+            overflowed: false,
+        }
+    }
+
+    /// Feeds one read's bytes; calls `on_event` for every event completed by them. After a
+    /// line or an event longer than the limit, it parses nothing more and says so.
+    pub fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        mut on_event: impl FnMut(SseEventRef),
+    ) -> Result<(), TooLong> {
+        if self.overflowed {
+            return Err(TooLong {
+                max_line: self.max_line,
+            });
+        }
         if self.skip_lf {
             if bytes.first() == Some(&b'\n') {
                 bytes = &bytes[1..];
@@ -82,8 +123,21 @@ impl SseParser {
                 self.pending = line;
             }
             bytes = rest;
+            if self.overflowed {
+                return Err(TooLong {
+                    max_line: self.max_line,
+                });
+            }
+        }
+        if self.pending.len() + bytes.len() > self.max_line {
+            self.overflowed = true;
+            self.pending.clear();
+            return Err(TooLong {
+                max_line: self.max_line,
+            });
         }
         self.pending.extend_from_slice(bytes);
+        Ok(())
     }
 
     fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEventRef)) {
@@ -111,6 +165,11 @@ impl SseParser {
         };
         match field {
             b"data" => {
+                if self.data.len() + value.len() >= self.max_line {
+                    self.overflowed = true;
+                    self.data.clear();
+                    return;
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -124,6 +183,9 @@ impl SseParser {
 
     /// Data of an event the stream ended without a blank line after (some servers do this).
     pub fn finish(&mut self) -> Option<SseEvent> {
+        if self.overflowed {
+            return None;
+        }
         if !self.pending.is_empty() {
             let line = std::mem::take(&mut self.pending);
             let mut last = None;
@@ -151,7 +213,7 @@ mod tests {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
         for (i, read) in reads.iter().enumerate() {
-            parser.feed(read, |e| out.push((i, e.data.to_string())));
+            let _ = parser.feed(read, |e| out.push((i, e.data.to_string())));
         }
         out
     }
@@ -190,7 +252,7 @@ mod tests {
     fn multi_line_data_and_event_names() {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
-        parser.feed(b"event: error\ndata: one\ndata:two\n\n", |e| {
+        let _ = parser.feed(b"event: error\ndata: one\ndata:two\n\n", |e| {
             out.push(e.to_owned())
         });
         assert_eq!(
@@ -206,9 +268,33 @@ mod tests {
     fn a_stream_ending_without_a_blank_line() {
         let mut parser = SseParser::new();
         let mut out = Vec::new();
-        parser.feed(b"data: [DONE]", |e| out.push(e.to_owned()));
+        let _ = parser.feed(b"data: [DONE]", |e| out.push(e.to_owned()));
         assert!(out.is_empty());
         assert_eq!(parser.finish().map(|e| e.data), Some("[DONE]".to_string()));
+    }
+
+    #[test]
+    fn lines_and_events_past_the_limit_stop_the_parser() {
+        let mut parser = SseParser::with_max_line(64);
+        let mut events = 0;
+        assert!(parser.feed(b"data: short\n\n", |_| events += 1).is_ok());
+        assert_eq!(events, 1);
+        // A line that never ends, read 10 bytes at a time: refused once past the limit.
+        let mut result = Ok(());
+        for _ in 0..10 {
+            result = parser.feed(b"data: aaaa", |_| events += 1);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(TooLong { max_line: 64 }));
+        assert!(parser.feed(b"\n\n", |_| events += 1).is_err());
+        assert_eq!(parser.finish(), None);
+        // An event of many short data lines is bounded too.
+        let mut parser = SseParser::with_max_line(64);
+        let many = b"data: 0123456789\n".repeat(10);
+        assert!(parser.feed(&many, |_| {}).is_err());
+        assert_eq!(events, 1);
     }
 
     #[test]
@@ -228,7 +314,7 @@ mod tests {
             let mut parser = SseParser::new();
             let mut out = Vec::new();
             for read in reads {
-                parser.feed(read, |e| out.push(e.to_owned()));
+                let _ = parser.feed(read, |e| out.push(e.to_owned()));
             }
             out.extend(parser.finish());
             out

@@ -38,6 +38,14 @@ pub struct Aggregates {
     /// What the first failed request of a recorded phase said.
     #[serde(skip)]
     pub first_error: Option<String>,
+    /// What the first usage that could not be believed was, in a recorded phase.
+    #[serde(skip)]
+    pub first_usage_problem: Option<String>,
+    /// What the first of the client's own failures said, in a recorded phase.
+    #[serde(skip)]
+    pub first_client_error: Option<String>,
+    /// Why the plan's abort conditions stopped the run, if they did.
+    pub aborted: Option<String>,
     /// The client process's peak resident memory over the run.
     #[serde(skip)]
     pub client_peak_rss_bytes: Option<u64>,
@@ -50,10 +58,15 @@ pub struct RequestCounts {
     pub sent: u64,
     /// Succeeded.
     pub ok: u64,
-    /// Failed requests, cancelled ones excluded.
+    /// Failed requests, cancelled ones and the client's own failures excluded.
     pub failed: u64,
+    /// Of the failed, those that had received their first token (they count in TTFT).
+    pub failed_after_first_token: u64,
     /// In flight when an interrupted run gave up on them; in no rate.
     pub cancelled: u64,
+    /// Failed in the client itself (out of file descriptors or ports, an internal error): the
+    /// client's failures, in no rate and no latency, and a warning.
+    pub client_failed: u64,
     /// Re-sends after the server closed a pooled keep-alive connection before answering.
     pub connection_retries: u64,
 }
@@ -130,6 +143,10 @@ pub struct TokenStats {
     pub usage_vs_tokenizer: Option<f64>,
     /// Prompt tokens the server served from its prefix cache.
     pub cached_prompt_tokens: u64,
+    /// Successful requests that ended with finish_reason "stop" before the planned length.
+    pub stopped_short: u64,
+    /// Successful requests whose usage could not be believed (counted by the tokenizer).
+    pub usage_problems: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -245,6 +262,15 @@ impl PhaseMetrics {
     }
 }
 
+/// Send → first token of a streamed request, in ms, whatever became of the request after it
+/// (see docs/metrics.md: a request that timed out after its first token had one).
+pub fn ttft_ms(record: &RequestRecord) -> Option<f64> {
+    record
+        .ttft_us
+        .filter(|_| record.e2e_us.is_some())
+        .map(|us| us as f64 / 1000.0)
+}
+
 /// The per-request values of one successful request, as every aggregate defines them (see
 /// docs/metrics.md). Shared with [`crate::compare`], which resamples them.
 #[derive(Debug, Clone, Copy)]
@@ -272,7 +298,7 @@ impl<'a> RequestValues<'a> {
             .unwrap_or(record.input_tokens_planned as u64);
         let e2e_ms = record.e2e_us.map(ms);
         // Time to first token exists only for streamed responses.
-        let ttft_ms = record.ttft_us.filter(|_| record.e2e_us.is_some()).map(ms);
+        let ttft_ms = ttft_ms(record);
         let tpot_ms = match (e2e_ms, ttft_ms) {
             (Some(e2e), Some(ttft)) if completion > 1 => {
                 Some((e2e - ttft).max(0.0) / (completion - 1) as f64)
@@ -399,6 +425,8 @@ pub struct Aggregator<'s> {
     overall: Accumulator<'s>,
     last_response_us: Option<u64>,
     first_error: Option<String>,
+    first_usage_problem: Option<String>,
+    first_client_error: Option<String>,
 }
 
 impl<'s> Aggregator<'s> {
@@ -412,6 +440,8 @@ impl<'s> Aggregator<'s> {
             overall: Accumulator::new(false, slo),
             last_response_us: None,
             first_error: None,
+            first_usage_problem: None,
+            first_client_error: None,
         }
     }
 
@@ -437,8 +467,17 @@ impl<'s> Aggregator<'s> {
         self.phases[position].add(record);
         if self.log.phases[position].record {
             self.overall.add(record);
-            if self.first_error.is_none() && record.error.is_some() {
-                self.first_error = record.error_detail.clone();
+            let first = |slot: &mut Option<String>, value: &Option<String>| {
+                if slot.is_none() {
+                    slot.clone_from(value);
+                }
+            };
+            match record.error {
+                Some(ErrorClass::Client) => {
+                    first(&mut self.first_client_error, &record.error_detail)
+                }
+                Some(_) => first(&mut self.first_error, &record.error_detail),
+                None => first(&mut self.first_usage_problem, &record.usage_problem),
             }
         }
     }
@@ -493,6 +532,9 @@ impl<'s> Aggregator<'s> {
             interrupted: log.interrupted(),
             last_response_us: self.last_response_us,
             first_error: self.first_error,
+            first_usage_problem: self.first_usage_problem,
+            first_client_error: self.first_client_error,
+            aborted: log.end.as_ref().and_then(|e| e.aborted.clone()),
             client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
@@ -639,15 +681,30 @@ impl<'s> Accumulator<'s> {
                 m.requests.cancelled += 1;
                 return;
             }
+            Some(ErrorClass::Client) => {
+                m.requests.client_failed += 1;
+                *m.errors
+                    .entry(ErrorClass::Client.as_str().to_string())
+                    .or_default() += 1;
+                return;
+            }
             Some(class) => {
                 m.requests.failed += 1;
                 *m.errors.entry(class.as_str().to_string()).or_default() += 1;
                 if class == ErrorClass::Timeout {
                     self.timeouts += 1;
                 }
+                // A request that failed after its first token still had a time to first token.
+                if let Some(ttft) = ttft_ms(record) {
+                    d.ttft.record(ttft);
+                    m.requests.failed_after_first_token += 1;
+                }
                 return;
             }
             None => m.requests.ok += 1,
+        }
+        if record.usage_problem.is_some() {
+            m.tokens.usage_problems += 1;
         }
         if let Some(reason) = &record.finish_reason {
             *m.finish_reasons.entry(reason.clone()).or_default() += 1;
@@ -663,6 +720,11 @@ impl<'s> Accumulator<'s> {
         self.observed_out += completion as f64;
         if completion != record.output_tokens_planned as u64 {
             m.tokens.output_off_plan += 1;
+        }
+        if record.finish_reason.as_deref() == Some("stop")
+            && completion < record.output_tokens_planned as u64
+        {
+            m.tokens.stopped_short += 1;
         }
         match record.token_source {
             Some(TokenSource::Usage) => m.tokens.counted_by_usage += 1,

@@ -62,6 +62,7 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
         cached_tokens: None,
         finish_reason: Some("length".into()),
         connection_retries: 0,
+        usage_problem: None,
     }
 }
 
@@ -75,7 +76,13 @@ fn failed(phase: usize, class: ErrorClass) -> RequestRecord {
     }
 }
 
-fn log(records: Vec<RequestRecord>) -> RunLog {
+fn log(mut records: Vec<RequestRecord>) -> RunLog {
+    // Each request its own number within its phase, as the executor gives them.
+    let mut next = [0u64; 2];
+    for record in &mut records {
+        record.seq = next[record.phase];
+        next[record.phase] += 1;
+    }
     RunLog {
         header: Some(header(true)),
         phases: vec![
@@ -100,6 +107,7 @@ fn log(records: Vec<RequestRecord>) -> RunLog {
         end: Some(RunEnd {
             at_us: 5_000_000,
             interrupted: false,
+            aborted: None,
             client_peak_rss_bytes: None,
         }),
     }

@@ -15,6 +15,8 @@ pub const LAG_P99_LIMIT_MS: f64 = 10.0;
 /// A phase in which the client had every core busy for at least this share of its seconds was
 /// limited by the client.
 pub const SATURATED_SECONDS_LIMIT: f64 = 0.10;
+/// Failed requests above this share of the completed ones make latency figures partial.
+pub const PARTIAL_LATENCY_SHARE: f64 = 0.05;
 /// Token counts further off the plan than this are not trusted.
 pub const TOKEN_MISMATCH_LIMIT: f64 = 0.02;
 
@@ -105,14 +107,61 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ));
         }
     }
+    let requests = &overall.requests;
+    if requests.client_failed > 0 {
+        out.push(warning(
+            "client-limit",
+            format!(
+                "{} request(s) failed in the client itself, not in the server ({}): they are in no rate or \
+                 latency, and the load the plan asked for was not delivered",
+                requests.client_failed,
+                aggregates.first_client_error.as_deref().unwrap_or("no detail")
+            ),
+        ));
+    }
+    let completed = requests.ok + requests.failed;
+    if completed > 0 && requests.failed as f64 / completed as f64 > PARTIAL_LATENCY_SHARE {
+        out.push(warning(
+            "partial-latency",
+            format!(
+                "{} of {completed} completed request(s) failed or timed out: latency figures (E2E, ITL, TPOT) \
+                 describe only the {} that succeeded; TTFT also counts the {} failed request(s) that had \
+                 received their first token",
+                requests.failed, requests.ok, requests.failed_after_first_token
+            ),
+        ));
+    }
+    if overall.tokens.usage_problems > 0 {
+        out.push(warning(
+            "implausible-usage",
+            format!(
+                "{} successful request(s) reported usage that cannot be right ({}): their token counts come \
+                 from the plan's tokenizer, not from the server",
+                overall.tokens.usage_problems,
+                aggregates.first_usage_problem.as_deref().unwrap_or("no detail")
+            ),
+        ));
+    }
     if exact {
-        if let Some(stops) = overall.finish_reasons.get("stop").filter(|&&n| n > 0) {
+        let stops = overall.finish_reasons.get("stop").copied().unwrap_or(0);
+        let short = overall.tokens.stopped_short;
+        if short > 0 {
             out.push(warning(
                 "finish-stop",
                 format!(
-                    "{stops} request(s) ended with finish_reason \"stop\" although the plan asked for exact output \
-                     lengths: the server does not honour ignore_eos/min_tokens, so output lengths, TPOT and \
-                     throughput are not those of the plan"
+                    "{short} request(s) ended with finish_reason \"stop\" before the asked length although the \
+                     plan asked for exact output lengths: the server does not honour ignore_eos/min_tokens, so \
+                     output lengths, TPOT and throughput are not those of the plan"
+                ),
+            ));
+        }
+        if stops > short {
+            out.push(note(
+                "finish-stop-label",
+                format!(
+                    "{} request(s) returned exactly the asked number of tokens but were labelled finish_reason \
+                     \"stop\": the server calls a length-capped answer \"stop\"; the lengths are as planned",
+                    stops - short
                 ),
             ));
         }

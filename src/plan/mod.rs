@@ -41,6 +41,8 @@ pub struct Plan {
     pub slo: Option<Slo>,
     /// Tolerances for comparing a run with a baseline (`llmload compare`, `run --baseline`).
     pub regression: Vec<Tolerance>,
+    /// Conditions that stop a clearly failing run early (k6's abortOnFail), as a failed run.
+    pub abort: Vec<AbortRule>,
     /// Settings of the embedded simulator, used when the target is `"sim"`.
     pub sim: SimSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.
@@ -74,7 +76,16 @@ pub struct Target {
     /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
     /// gives exact tokens per chunk.
     pub continuous_usage: bool,
+    /// The longest line (one SSE event) a response may hold, in bytes.
+    pub max_line: u64,
+    /// The most bytes a response may hold.
+    pub max_body: u64,
 }
+
+/// The longest SSE line (or event) a response may hold unless the plan says otherwise.
+pub const DEFAULT_MAX_LINE: u64 = 1 << 20;
+/// The most bytes a response may hold unless the plan says otherwise.
+pub const DEFAULT_MAX_BODY: u64 = 256 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 /// Where a run's requests go.
@@ -473,6 +484,26 @@ pub struct Slo {
     pub tpot: Option<Duration>,
     /// E2E at most this.
     pub e2e: Option<Duration>,
+}
+
+/// A condition under which a run stops early, as a failure: `error-rate > "20%" after=50`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbortRule {
+    /// The condition, written like an assertion; the run stops when it *holds*.
+    pub condition: Assertion,
+    /// It is judged only once this many recorded requests have completed.
+    pub after: u64,
+}
+
+impl AbortRule {
+    /// The metrics an abort condition may watch while the run goes.
+    pub const METRICS: [Metric; 5] = [
+        Metric::ErrorRate,
+        Metric::TimeoutRate,
+        Metric::Ttft,
+        Metric::E2e,
+        Metric::Tpot,
+    ];
 }
 
 /// How much worse than the baseline a metric may get, e.g. `ttft p99 "+10%"`.

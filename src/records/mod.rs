@@ -20,8 +20,9 @@ pub use ids::{new_request_id_prefix, request_id_text};
 pub use read::{read_lines, RunLog};
 
 /// The records format this llmload writes. A reader refuses a newer one with a message saying
-/// to upgrade; logs written before the version was recorded are format 1.
-pub const RECORDS_FORMAT: u32 = 1;
+/// to upgrade; logs written before the version was recorded are format 1. Format 2 added the
+/// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`.
+pub const RECORDS_FORMAT: u32 = 2;
 /// The oldest records format this llmload reads.
 pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
@@ -147,8 +148,11 @@ pub struct PhaseEnd {
 pub struct RunEnd {
     /// When the run ended, µs from its start.
     pub at_us: u64,
-    /// Whether it was stopped early (and so is no basis for a verdict).
+    /// Whether it was stopped early from outside (and so is no basis for a verdict).
     pub interrupted: bool,
+    /// Why the plan's `abort` conditions stopped it early, if they did (a failed run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<String>,
     /// The client process's peak resident memory over the whole run.
     #[serde(default)]
     pub client_peak_rss_bytes: Option<u64>,
@@ -177,6 +181,11 @@ pub enum ErrorClass {
     StreamError,
     /// The response could not be understood (invalid JSON, no choices).
     Malformed,
+    /// A line or a body larger than the run allows (`max-line`, `max-body`).
+    TooLarge,
+    /// The client itself failed (out of file descriptors or ports, or an internal error): the
+    /// client's failure, not the server's.
+    Client,
     /// Still in flight when the run was interrupted and its grace period ran out.
     Cancelled,
 }
@@ -193,6 +202,8 @@ impl ErrorClass {
             ErrorClass::StreamBroken => "stream_broken",
             ErrorClass::StreamError => "stream_error",
             ErrorClass::Malformed => "malformed",
+            ErrorClass::TooLarge => "too_large",
+            ErrorClass::Client => "client",
             ErrorClass::Cancelled => "cancelled",
         }
     }
@@ -257,6 +268,10 @@ pub struct RequestRecord {
     /// before answering; its send time is the last re-send's.
     #[serde(default)]
     pub connection_retries: u32,
+    /// Why the server's usage was not believed (a negative count, more tokens than the answer
+    /// could hold): the counts then come from the tokenizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_problem: Option<String>,
 }
 
 impl RequestRecord {
@@ -302,6 +317,8 @@ mod tests {
             StreamBroken,
             StreamError,
             Malformed,
+            TooLarge,
+            Client,
             Cancelled,
         ] {
             assert_eq!(serde_json::to_value(class).unwrap(), class.as_str());

@@ -22,6 +22,7 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
     };
     // A line that did not parse is an error only if another line follows it.
     let mut unparsed: Option<(usize, String)> = None;
+    let mut seen = SeenRequests::default();
     loop {
         line.clear();
         let read = reader
@@ -45,9 +46,46 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                 check_format(run.records_format).map_err(|message| bad(number, message))?;
                 on_line(LogLine::Run(run));
             }
+            Ok(LogLine::Request(record)) => {
+                if !seen.insert(record.phase, record.seq) {
+                    return Err(bad(
+                        number,
+                        format!(
+                            "request {} of phase {} appears twice: the file holds two runs, or a \
+                             line was copied (it is not counted twice)",
+                            record.seq, record.phase
+                        ),
+                    ));
+                }
+                on_line(LogLine::Request(record));
+            }
             Ok(parsed) => on_line(parsed),
             Err(message) => unparsed = Some((number, message)),
         }
+    }
+}
+
+/// Which (phase, seq) pairs a log has held, one bit each: a phase's requests are numbered
+/// from 0, so a bit set per phase costs an eighth of a byte per request.
+#[derive(Default)]
+struct SeenRequests {
+    phases: Vec<Vec<u64>>,
+}
+
+impl SeenRequests {
+    /// Notes a request; false when it was seen before.
+    fn insert(&mut self, phase: usize, seq: u64) -> bool {
+        if self.phases.len() <= phase {
+            self.phases.resize_with(phase + 1, Vec::new);
+        }
+        let bits = &mut self.phases[phase];
+        let (word, bit) = ((seq / 64) as usize, seq % 64);
+        if bits.len() <= word {
+            bits.resize(word + 1, 0);
+        }
+        let was = bits[word] & (1 << bit) != 0;
+        bits[word] |= 1 << bit;
+        !was
     }
 }
 
@@ -173,5 +211,18 @@ mod tests {
         assert!(err.contains("line 2") && err.contains("UTF-8"), "{err}");
         let err = read(b"{}\n\n").unwrap_err().to_string();
         assert!(err.contains("no run header"), "{err}");
+    }
+
+    #[test]
+    fn a_request_line_twice_is_an_error_naming_the_line() {
+        let request = r#"{"event":"request","phase":0,"seq":3,"intended_send_us":0,"actual_send_us":0,"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":null,"error_detail":null,"http_status":200,"ttft_us":1,"e2e_us":2,"chunks":[],"chunk_tokens":null,"prompt_tokens":1,"completion_tokens":1,"token_source":"usage","completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":"length"}"#;
+        let once = format!("{HEADER}\n{request}\n");
+        assert_eq!(read(once.as_bytes()).unwrap().records.len(), 1);
+        let twice = format!("{HEADER}\n{request}\n{request}\n");
+        let err = read(twice.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("line 3") && err.contains("appears twice"),
+            "{err}"
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! JUnit XML (Ant's format, which Jenkins, GitLab and GitHub test reporters read): every SLA
 //! assertion is a test case; so is every compared metric of a baseline comparison, and, with
-//! `--fail-on-warning`, every warning. An interrupted run is an error case.
+//! `--fail-on-warning`, every warning. A run that was not carried out is an error case, and an
+//! aborted run a failing one: the file fails exactly when the exit code does.
 
 use std::fmt::Write;
 
-use super::Summary;
+use super::{Summary, VerdictStatus};
 use crate::compare::{Change, Comparison};
 use crate::metrics::Severity;
 
@@ -37,14 +38,29 @@ struct Case {
 pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warning: bool) -> String {
     let plan = &summary.context.header.plan;
     let mut cases: Vec<Case> = Vec::new();
-    if summary.interrupted {
-        cases.push(Case {
+    // The run itself is a test case: an error when it could not be carried out (interrupted,
+    // unreachable, every request failed), a failure when an abort condition stopped it. With
+    // the cases below, the report fails exactly when the exit code does.
+    match summary.verdict.status {
+        VerdictStatus::Interrupted | VerdictStatus::NotCarriedOut => cases.push(Case {
             name: "run completed".into(),
             class: "run",
             outcome: Some((
                 "error",
-                "the run was interrupted before its plan finished".into(),
-                "No verdict is given on a partial run.".into(),
+                summary.verdict.reasons.join("; "),
+                "No verdict is given on a run that was not carried out.".into(),
+            )),
+        }),
+        _ => {}
+    }
+    if let Some(reason) = &summary.aborted {
+        cases.push(Case {
+            name: "run not aborted".into(),
+            class: "run",
+            outcome: Some((
+                "failure",
+                format!("aborted early: {reason}"),
+                "An abort condition of the plan held, and the run was stopped as failing.".into(),
             )),
         });
     }

@@ -33,10 +33,16 @@ pub use terminal::terminal_summary;
 pub struct Summary {
     /// The version of this document's layout.
     pub schema_version: u32,
-    /// Every assertion held and the run was not interrupted.
+    /// The run passed its gate: what its exit code says (0). Same as `verdict.status == "pass"`.
     pub passed: bool,
+    /// The one verdict, with its reasons: what every output of the run states.
+    pub verdict: RunVerdict,
     /// The run was stopped before its plan finished.
     pub interrupted: bool,
+    /// Why the plan's abort conditions stopped the run, if they did.
+    pub aborted: Option<String>,
+    /// The comparison with a baseline, when one was asked for.
+    pub comparison: Option<crate::compare::Comparison>,
     /// Each SLA assertion, judged.
     pub verdicts: Vec<VerdictResult>,
     /// Each phase's metrics.
@@ -47,6 +53,56 @@ pub struct Summary {
     pub warnings: Vec<Warning>,
     /// The run's header and duration.
     pub context: RunContext,
+}
+
+/// Where a run's verdict lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictStatus {
+    /// Every assertion held and nothing else failed the gate (exit 0).
+    Pass,
+    /// An assertion failed, a metric regressed, a warning under `--fail-on-warning`, or an
+    /// abort condition held (exit 1).
+    Fail,
+    /// The run was stopped from outside before its plan finished (exit 3).
+    Interrupted,
+    /// The run could not be carried out: the target unreachable, every request failed (exit 3).
+    NotCarriedOut,
+}
+
+/// The one verdict of a run, as its exit code says it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunVerdict {
+    /// Pass, fail, or not carried out.
+    pub status: VerdictStatus,
+    /// The process's exit code for it.
+    pub exit_code: u8,
+    /// Why, in sentences (empty for a pass).
+    pub reasons: Vec<String>,
+}
+
+impl RunVerdict {
+    /// The verdict's headline, as the terminal's last line and the reports say it.
+    pub fn headline(&self, assertions: usize) -> String {
+        match self.status {
+            VerdictStatus::Pass => format!("PASS: {assertions} of {assertions} assertions held"),
+            VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
+            VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
+            VerdictStatus::NotCarriedOut => format!("NOT CARRIED OUT: {}", self.reasons.join("; ")),
+        }
+    }
+}
+
+/// What a run was judged to be, beside its aggregates.
+pub struct Judged {
+    /// Every aggregate.
+    pub aggregates: Aggregates,
+    /// The plan's assertions, judged.
+    pub verdicts: Verdicts,
+    /// The comparison with a baseline, when one was asked for.
+    pub comparison: Option<crate::compare::Comparison>,
+    /// The one verdict.
+    pub verdict: RunVerdict,
 }
 
 /// The run's header (tool version, plan, seed, target without credentials, model...) and its
@@ -100,12 +156,13 @@ pub struct ReportContext<'a> {
 
 impl<'a> ReportContext<'a> {
     /// `log` needs its header, phases and end, not its records: those come from `records`.
-    pub fn new(
-        log: &RunLog,
-        records: Records<'a>,
-        aggregates: Aggregates,
-        verdicts: Verdicts,
-    ) -> ReportContext<'a> {
+    pub fn new(log: &RunLog, records: Records<'a>, judged: Judged) -> ReportContext<'a> {
+        let Judged {
+            aggregates,
+            verdicts,
+            comparison,
+            verdict,
+        } = judged;
         let header = log.header.clone();
         let duration_s = log
             .end
@@ -130,9 +187,12 @@ impl<'a> ReportContext<'a> {
         }
         ReportContext {
             summary: Summary {
-                schema_version: 1,
-                passed: verdicts.passed && !aggregates.interrupted,
+                schema_version: 2,
+                passed: verdict.status == VerdictStatus::Pass,
+                verdict,
                 interrupted: aggregates.interrupted,
+                aborted: aggregates.aborted,
+                comparison,
                 verdicts: verdicts.results,
                 phases: aggregates.phases,
                 overall: aggregates.overall,

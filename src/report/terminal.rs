@@ -83,21 +83,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
         };
         out.push_str(&format!("{label}: {}\n", w.message));
     }
-    let failed = summary.verdicts.iter().filter(|v| !v.passed).count();
-    let verdict = if summary.interrupted {
-        "INTERRUPTED: no verdict on a partial run".to_string()
-    } else if summary.passed {
-        format!(
-            "PASS: {} of {} assertions held",
-            summary.verdicts.len(),
-            summary.verdicts.len()
-        )
-    } else {
-        format!(
-            "FAIL: {failed} of {} assertions failed",
-            summary.verdicts.len()
-        )
-    };
+    let verdict = summary.verdict.headline(summary.verdicts.len());
     out.push_str(&format!("\n{verdict}\n"));
     out
 }

@@ -12,6 +12,8 @@
 //! `records.jsonl` (and `plan.kdl`) into the output directory; [`judge`] turns a records
 //! directory into an outcome (which is all `llmload report DIR` does).
 
+mod abort;
+pub mod outdir;
 mod target;
 
 use std::path::{Path, PathBuf};
@@ -29,7 +31,8 @@ use crate::metrics::{self, Aggregates, Severity};
 use crate::plan::{self, Endpoint, Plan};
 use crate::planner::{self, SyntheticPrompts};
 use crate::records::{self, ErrorClass, RunHeader, RunLog};
-use crate::report::{Records, ReportContext};
+use crate::report::{Judged, Records, ReportContext, RunVerdict, VerdictStatus};
+use crate::secrets::Secrets;
 use crate::sim::{self, writes::RequestWrites};
 use crate::tokens::Tokenizer;
 use crate::verdict::{self, Verdicts};
@@ -91,8 +94,10 @@ pub struct Execution {
 }
 
 /// Why a run failed its gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
+    /// An abort condition held: the run was stopped early as clearly failing.
+    Aborted(String),
     /// An SLA assertion failed.
     Assertions,
     /// A metric regressed against the baseline beyond the noise.
@@ -112,6 +117,8 @@ pub enum NotCarriedOut {
     EveryRequestFailed(String),
     /// No recorded request was sent.
     NothingSent,
+    /// The comparison with the baseline could not be made (why).
+    NotComparable(String),
 }
 
 impl std::fmt::Display for NotCarriedOut {
@@ -126,6 +133,7 @@ impl std::fmt::Display for NotCarriedOut {
                 write!(f, "every request failed; the first said: {first}")
             }
             NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
+            NotCarriedOut::NotComparable(why) => write!(f, "{why}"),
         }
     }
 }
@@ -178,9 +186,108 @@ impl RunOutcome {
         ReportContext::new(
             &self.log,
             Records::File(&self.records_path),
-            self.aggregates.clone(),
-            self.verdicts.clone(),
+            Judged {
+                aggregates: self.aggregates.clone(),
+                verdicts: self.verdicts.clone(),
+                comparison: self.comparison.clone(),
+                verdict: self.verdict(),
+            },
         )
+    }
+
+    /// The one verdict, with its reasons in sentences: what every output says.
+    pub fn verdict(&self) -> RunVerdict {
+        verdict_of(
+            &self.status,
+            &self.verdicts,
+            self.comparison.as_ref(),
+            &self.aggregates,
+        )
+    }
+}
+
+/// The [`RunVerdict`] of a status: the exit code, and why in sentences.
+pub fn verdict_of(
+    status: &Status,
+    verdicts: &Verdicts,
+    comparison: Option<&Comparison>,
+    aggregates: &Aggregates,
+) -> RunVerdict {
+    let (status_kind, reasons) = match status {
+        Status::Passed => (VerdictStatus::Pass, Vec::new()),
+        Status::NotCarriedOut(NotCarriedOut::Interrupted) => (
+            VerdictStatus::Interrupted,
+            vec![
+                "the run was interrupted before its plan finished: no verdict on a partial run"
+                    .into(),
+            ],
+        ),
+        Status::NotCarriedOut(reason) => (VerdictStatus::NotCarriedOut, vec![reason.to_string()]),
+        Status::Failed(failures) => {
+            let reasons = failures
+                .iter()
+                .map(|failure| match failure {
+                    Failure::Aborted(reason) => format!("aborted early: {reason}"),
+                    Failure::Assertions => {
+                        let failed: Vec<String> = verdicts
+                            .results
+                            .iter()
+                            .filter(|v| !v.passed)
+                            .map(|v| {
+                                format!("{} ({}: {})", v.assertion, v.phase, v.observed_display)
+                            })
+                            .collect();
+                        format!(
+                            "{} of {} assertions failed: {}",
+                            failed.len(),
+                            verdicts.results.len(),
+                            failed.join(", ")
+                        )
+                    }
+                    Failure::Regression => {
+                        let regressed: Vec<String> = comparison
+                            .map(|c| {
+                                c.rows
+                                    .iter()
+                                    .filter(|r| r.verdict == compare::Change::Regression)
+                                    .map(|r| match r.change {
+                                        Some(change) if r.relative => {
+                                            format!("{} ({:+.1}%)", r.metric, change * 100.0)
+                                        }
+                                        Some(change) => {
+                                            format!("{} ({:+.2} pts)", r.metric, change * 100.0)
+                                        }
+                                        None => r.metric.clone(),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        format!(
+                            "a regression against the baseline: {}",
+                            regressed.join(", ")
+                        )
+                    }
+                    Failure::Untrustworthy => {
+                        let codes: Vec<&str> = aggregates
+                            .warnings
+                            .iter()
+                            .filter(|w| w.severity == Severity::Warning)
+                            .map(|w| w.code)
+                            .collect();
+                        format!(
+                            "the run is not trustworthy and --fail-on-warning is set ({})",
+                            codes.join(", ")
+                        )
+                    }
+                })
+                .collect();
+            (VerdictStatus::Fail, reasons)
+        }
+    };
+    RunVerdict {
+        status: status_kind,
+        exit_code: status.exit_code(),
+        reasons,
     }
 }
 
@@ -197,9 +304,10 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let seed = options.seed.unwrap_or(plan.seed);
     let schedule = planner::compile(plan, seed)?;
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
-    let auth = target::authorization(plan, &*options.observer)?;
+    let mut secrets = Secrets::new();
+    let auth = target::authorization(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
-    std::fs::create_dir_all(out).map_err(|e| Error::io("create", out, e))?;
+    outdir::prepare(out)?;
     let plan_copy = out.join("plan.kdl");
     std::fs::write(&plan_copy, plan.source.text.as_bytes())
         .map_err(|e| Error::io("write", &plan_copy, e))?;
@@ -259,16 +367,29 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             auth,
             timeout: plan.target.timeout,
             request_id_prefix,
+            max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
+            max_body: plan.target.max_body,
+        };
+        // The plan's abort conditions watch the run between the executor and the caller.
+        let observer: Arc<dyn Observer> = if plan.abort.is_empty() {
+            options.observer.clone()
+        } else {
+            Arc::new(abort::AbortWatch::new(
+                plan.abort.clone(),
+                options.stop.clone(),
+                options.observer.clone(),
+            ))
         };
         let config = RunConfig {
             template,
             prompts: Arc::new(SyntheticPrompts::new(tokenizer.clone())),
             tokenizer,
             header,
+            secrets: Arc::new(secrets),
             records_path: records_path.clone(),
             grace: options.grace,
             worker_threads: options.threads,
-            observer: options.observer.clone(),
+            observer,
             stop: options.stop.clone(),
         };
         executor::run(Arc::new(schedule), config).await?;
@@ -287,15 +408,26 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     // One streaming pass: memory does not grow with the length of the run.
     let (log, aggregates) = metrics::compute_file(&records_path, plan.slo.as_ref())?;
     let verdicts = verdict::evaluate(&plan.sla, &aggregates);
+    let mut status = status(&aggregates, &verdicts, None, gate);
     let comparison = match &gate.baseline {
+        // A run that was not carried out is compared with nothing: it never compares clean.
+        Some(_) if matches!(status, Status::NotCarriedOut(_)) => None,
         // Resampling needs every request's values: only a comparison reads them all in.
         Some(baseline) => {
             let current = RunLog::read(&records_path)?;
-            Some(compare_with(baseline, &current, plan, false)?)
+            match compare_with(baseline, &current, plan, false) {
+                Ok(comparison) => Some(comparison),
+                Err(error) => {
+                    status = Status::NotCarriedOut(NotCarriedOut::NotComparable(error.to_string()));
+                    None
+                }
+            }
         }
         None => None,
     };
-    let status = status(&aggregates, &verdicts, comparison.as_ref(), gate);
+    if comparison.is_some() {
+        status = self::status(&aggregates, &verdicts, comparison.as_ref(), gate);
+    }
     Ok(RunOutcome {
         dir: dir.to_path_buf(),
         records_path,
@@ -315,7 +447,10 @@ fn status(
     gate: &Gate,
 ) -> Status {
     let recorded = &aggregates.overall.requests;
-    if aggregates.interrupted {
+    let mut failures = Vec::new();
+    if let Some(reason) = &aggregates.aborted {
+        failures.push(Failure::Aborted(reason.clone()));
+    } else if aggregates.interrupted {
         return Status::NotCarriedOut(NotCarriedOut::Interrupted);
     }
     if recorded.sent > 0 && recorded.ok == 0 {
@@ -328,13 +463,18 @@ fn status(
         return Status::NotCarriedOut(if connect_failures == recorded.sent {
             NotCarriedOut::Unreachable
         } else {
-            NotCarriedOut::EveryRequestFailed(aggregates.first_error.clone().unwrap_or_default())
+            NotCarriedOut::EveryRequestFailed(
+                aggregates
+                    .first_error
+                    .clone()
+                    .or_else(|| aggregates.first_client_error.clone())
+                    .unwrap_or_default(),
+            )
         });
     }
-    if recorded.sent == 0 {
+    if recorded.sent == 0 && failures.is_empty() {
         return Status::NotCarriedOut(NotCarriedOut::NothingSent);
     }
-    let mut failures = Vec::new();
     if !verdicts.passed {
         failures.push(Failure::Assertions);
     }
@@ -392,6 +532,8 @@ pub fn compare_with(
     force: bool,
 ) -> Result<Comparison> {
     let (baseline, _) = read_run_dir(baseline_dir)?;
+    comparable_data("baseline", &baseline)?;
+    comparable_data("current", current)?;
     let notes = compare::comparable(
         &baseline.header.clone().unwrap_or_default(),
         &current.header.clone().unwrap_or_default(),
@@ -410,6 +552,61 @@ pub fn compare_with(
         notes,
         plan.seed,
     ))
+}
+
+/// The fewest successful recorded requests a run needs to be compared.
+pub const MIN_COMPARED_REQUESTS: usize = 10;
+
+/// Refuses a run that cannot be compared: interrupted, aborted, or with too few successful
+/// requests (an empty or broken run must never compare clean).
+fn comparable_data(which: &str, log: &RunLog) -> Result<()> {
+    let cannot = |why: String| Error::run(format!("cannot compare: the {which} run {why}"));
+    if let Some(reason) = log.end.as_ref().and_then(|e| e.aborted.as_deref()) {
+        return Err(cannot(format!("was aborted ({reason})")));
+    }
+    if log.interrupted() {
+        return Err(cannot(
+            "was interrupted before its plan finished, and a partial run never compares clean"
+                .into(),
+        ));
+    }
+    let recorded: Vec<usize> = log
+        .phases
+        .iter()
+        .filter(|p| p.record)
+        .map(|p| p.index)
+        .collect();
+    let ok = log
+        .records
+        .iter()
+        .filter(|r| r.ok() && recorded.contains(&r.phase))
+        .count();
+    if ok < MIN_COMPARED_REQUESTS {
+        return Err(cannot(format!(
+            "has {ok} successful recorded request(s); a comparison needs at least {MIN_COMPARED_REQUESTS} on each side"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks, before anything is sent, that `dir` holds a run this plan can be compared with:
+/// the same plan, seed, model, API and streaming, and data to compare.
+pub fn check_baseline(dir: &Path, plan: &Plan, seed: Option<u64>) -> Result<()> {
+    let (baseline, _) = read_run_dir(dir)?;
+    comparable_data("baseline", &baseline)?;
+    let header = baseline.header.unwrap_or_default();
+    let planned = RunHeader {
+        plan: plan.name.clone(),
+        seed: seed.unwrap_or(plan.seed),
+        model: plan.target.model.clone(),
+        api: plan.target.api.as_str().to_string(),
+        stream: plan.target.stream,
+        plan_sha256: header.plan_sha256.clone(),
+        ..RunHeader::default()
+    };
+    compare::comparable(&header, &planned, false)
+        .map(|_| ())
+        .map_err(|e| Error::usage(format!("--baseline {}: {e}", dir.display())))
 }
 
 /// The async runtime: `threads` worker threads, or one per core.

@@ -6,6 +6,7 @@ use reqwest::header::HeaderValue;
 use crate::error::{Error, Result};
 use crate::executor::{Event, Observer};
 use crate::plan::Plan;
+use crate::secrets::Secrets;
 
 /// `http://host:8000` or `http://host:8000/v1/` → `http://host:8000/v1`.
 pub fn api_root(url: &str) -> String {
@@ -31,8 +32,13 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// `Authorization: Bearer $KEY` from the variable the plan names, marked sensitive so that it
-/// never prints; `None` (with a notice) when the variable is unset or empty.
-pub(super) fn authorization(plan: &Plan, observer: &dyn Observer) -> Result<Option<HeaderValue>> {
+/// never prints, and the key added to `secrets`; `None` (with a notice) when the variable is
+/// unset or empty.
+pub(super) fn authorization(
+    plan: &Plan,
+    observer: &dyn Observer,
+    secrets: &mut Secrets,
+) -> Result<Option<HeaderValue>> {
     let Some(var) = &plan.target.api_key_env else {
         return Ok(None);
     };
@@ -49,6 +55,7 @@ pub(super) fn authorization(plan: &Plan, observer: &dyn Observer) -> Result<Opti
             )))
         }
     };
+    secrets.add(&key);
     let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
         Error::usage(format!(
             "${var} (the plan's api-key) holds characters that cannot go in an HTTP header"

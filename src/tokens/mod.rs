@@ -34,6 +34,26 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// The longest piece of text counted at once (see [`Tokenizer::count`]).
+pub const COUNT_PIECE_BYTES: usize = 16 * 1024;
+
+/// Where to cut `text` so the first piece is at most `max` bytes: just before a white-space
+/// character in the last eighth of that, else at the last character boundary.
+fn piece_end(text: &str, max: usize) -> usize {
+    if text.len() <= max {
+        return text.len();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let window = &text[end - (max / 8).min(end)..end];
+    match window.rfind(char::is_whitespace) {
+        Some(at) if at > 0 => end - window.len() + at,
+        _ => end,
+    }
+}
+
 /// Common English words; the ones that are a single token under the chosen tokenizer are kept.
 const WORDS: &str = "the of and to in is was for that with as on by at from his her an are be this which \
 or had it not but were have their one all they has been would new more other first its after when who \
@@ -125,7 +145,31 @@ impl Tokenizer {
     }
 
     /// Tokens in `text`, without special tokens (no BOS), as a server counts generated text.
+    ///
+    /// Bounded in time and stack for any text: a server may send megabytes of one repeated
+    /// character, on which the tokenizers' regex pre-splitting gives up (and panics). So long
+    /// text is counted in pieces of at most [`COUNT_PIECE_BYTES`], cut at white space where
+    /// there is some (where a server's tokenizer would cut a word too; a cut inside a word can
+    /// add a token or two per piece), and a piece the tokenizer still cannot count is estimated
+    /// at one token per four bytes rather than lose the record.
     pub fn count(&self, text: &str) -> usize {
+        let mut total = 0;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let cut = piece_end(rest, COUNT_PIECE_BYTES);
+            let (piece, tail) = rest.split_at(cut);
+            total += self.count_piece(piece);
+            rest = tail;
+        }
+        total
+    }
+
+    fn count_piece(&self, piece: &str) -> usize {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.count_unbounded(piece)))
+            .unwrap_or_else(|_| piece.len().div_ceil(4))
+    }
+
+    fn count_unbounded(&self, text: &str) -> usize {
         if text.is_empty() {
             return 0;
         }
@@ -225,6 +269,25 @@ mod tests {
         assert_eq!(a, tokenizer.prompt(64, 1));
         let prefix = |s: &str| s.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
         assert_ne!(prefix(&a), prefix(&b));
+    }
+
+    #[test]
+    fn counting_any_text_is_bounded_and_close() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        // Megabytes of one character: the regex pre-split gives up on these whole.
+        for text in ["a".repeat(1_100_000), "é".repeat(300_000)] {
+            let started = std::time::Instant::now();
+            assert!(tokenizer.count(&text) > 0);
+            assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        }
+        // Ordinary text long enough to be cut counts the same within a token per piece.
+        let prose = tokenizer.prompt(20_000, 3);
+        let pieces = prose.len().div_ceil(COUNT_PIECE_BYTES);
+        let whole = tokenizer.count_unbounded(&prose);
+        assert!(tokenizer.count(&prose).abs_diff(whole) <= pieces, "{whole}");
+        let words = format!("{} {}", "a".repeat(15), "b".repeat(10));
+        assert_eq!(piece_end(&words, 16), 15);
+        assert_eq!(piece_end("éé", 3), 2);
     }
 
     #[test]

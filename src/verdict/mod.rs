@@ -5,8 +5,8 @@
 
 use serde::Serialize;
 
-use crate::metrics::{Aggregates, PhaseMetrics};
-use crate::plan::{Assertion, MetricKind};
+use crate::metrics::{Aggregates, PhaseMetrics, Severity, Warning};
+use crate::plan::{Assertion, MetricKind, Stat};
 
 #[derive(Debug, Clone, Serialize)]
 /// One assertion, judged.
@@ -27,6 +27,8 @@ pub struct VerdictResult {
     pub observed_display: String,
     /// Whether the assertion held.
     pub passed: bool,
+    /// How many values the observed statistic rests on (distributions only).
+    pub samples: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +38,16 @@ pub struct Verdicts {
     pub passed: bool,
     /// One per assertion, in the plan's order.
     pub results: Vec<VerdictResult>,
+    /// Assertions whose statistic rests on too few values to mean what it says.
+    pub notes: Vec<Warning>,
+}
+
+/// The fewest values a percentile `p` needs to be more than the largest value (nearest rank).
+pub fn samples_needed(p: f64) -> u64 {
+    if p >= 100.0 {
+        return 1;
+    }
+    (100.0 / (100.0 - p) - 1e-9).ceil() as u64
 }
 
 fn scope<'a>(aggregates: &'a Aggregates, phase: Option<&str>) -> Option<&'a PhaseMetrics> {
@@ -62,15 +74,33 @@ pub fn display(kind: MetricKind, value: f64) -> String {
 
 /// Judges each assertion against the aggregates of its scope.
 pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
+    let mut notes = Vec::new();
     let results: Vec<VerdictResult> = assertions
         .iter()
         .map(|assertion| {
             let kind = assertion.metric.kind();
             let metrics = scope(aggregates, assertion.phase.as_deref());
+            let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
             let observed = metrics.and_then(|m| match assertion.stat {
-                Some(stat) => m.distribution(assertion.metric).and_then(|d| d.stat(stat)),
+                Some(stat) => distribution.and_then(|d| d.stat(stat)),
                 None => m.scalar(assertion.metric),
             });
+            let samples = distribution.map(|d| d.count());
+            if let (Some(Stat::Percentile(p)), Some(n)) = (assertion.stat, samples) {
+                let needed = samples_needed(p);
+                if n > 0 && n < needed {
+                    notes.push(Warning {
+                        severity: Severity::Note,
+                        code: "few-samples",
+                        message: format!(
+                            "`{}` ({}): its p{p} rests on {n} value(s), so it is simply the largest; a p{p} \
+                             needs at least {needed} values to mean what it says",
+                            assertion.text,
+                            assertion.phase.as_deref().unwrap_or("all recorded phases")
+                        ),
+                    });
+                }
+            }
             let passed =
                 observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
             VerdictResult {
@@ -93,12 +123,14 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
                     .map(|v| display(kind, v))
                     .unwrap_or_else(|| "no data".into()),
                 passed,
+                samples,
             }
         })
         .collect();
     Verdicts {
         passed: results.iter().all(|r| r.passed),
         results,
+        notes,
     }
 }
 
@@ -129,6 +161,9 @@ mod tests {
             interrupted: false,
             last_response_us: None,
             first_error: None,
+            first_usage_problem: None,
+            first_client_error: None,
+            aborted: None,
             client_peak_rss_bytes: None,
         }
     }
@@ -181,6 +216,34 @@ mod tests {
         assert!(v.passed, "{v:?}");
         assert_eq!(v.results[0].phase, "steady");
         assert_eq!(v.results[0].observed_display, "1.00%");
+    }
+
+    #[test]
+    fn a_percentile_of_too_few_values_gets_a_note() {
+        assert_eq!(samples_needed(99.0), 100);
+        assert_eq!(samples_needed(99.9), 1000);
+        assert_eq!(samples_needed(50.0), 2);
+        assert_eq!(samples_needed(100.0), 1);
+        let mut agg = aggregates();
+        agg.overall.distributions.ttft = Distribution::milliseconds();
+        for v in 1..=7 {
+            agg.overall.distributions.ttft.record(v as f64);
+        }
+        let p99 = Some(Stat::Percentile(99.0));
+        let v = evaluate(&[assertion(Metric::Ttft, p99, Op::Lt, 1e3, None)], &agg);
+        assert_eq!(v.results[0].samples, Some(7));
+        assert_eq!(v.notes.len(), 1);
+        assert!(
+            v.notes[0].message.contains("rests on 7 value(s)"),
+            "{}",
+            v.notes[0].message
+        );
+        let p50 = Some(Stat::Percentile(50.0));
+        assert!(
+            evaluate(&[assertion(Metric::Ttft, p50, Op::Lt, 1e3, None)], &agg)
+                .notes
+                .is_empty()
+        );
     }
 
     #[test]

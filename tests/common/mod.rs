@@ -181,3 +181,71 @@ impl Drop for SimProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A hand-written HTTP/1.1 server on loopback that writes exactly the bytes a scenario calls
+/// for: the tests' hostile server.
+pub mod wire {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// Reads one HTTP request (headers and a Content-Length body).
+    pub fn read_request(stream: &mut TcpStream) {
+        let mut buffer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if buffer.len() >= end + 4 + length {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves `scenarios` in order, one connection each, on a loopback port.
+    pub fn serve(scenarios: Vec<fn(&mut TcpStream)>) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for scenario in scenarios {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    return;
+                };
+                // Each connection on its own thread, so a stalling scenario holds up no other.
+                std::thread::spawn(move || {
+                    stream.set_nodelay(true).unwrap();
+                    read_request(&mut stream);
+                    scenario(&mut stream);
+                    let _ = stream.flush();
+                });
+            }
+        });
+        port
+    }
+
+    pub fn send(stream: &mut TcpStream, bytes: &str) {
+        let _ = stream.write_all(bytes.as_bytes());
+        let _ = stream.flush();
+    }
+
+    /// A whole non-streamed response with this status line and body.
+    pub fn respond(stream: &mut TcpStream, status: &str, body: &str) {
+        send(
+            stream,
+            &format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+        );
+    }
+
+    pub const SSE_HEAD: &str =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+}

@@ -86,7 +86,8 @@ mod tests {
             Some(super::super::Usage {
                 prompt: Some(5),
                 completion: Some(4),
-                cached: Some(2)
+                cached: Some(2),
+                invalid: None
             })
         );
     }

@@ -30,7 +30,7 @@ pub struct BodyOptions {
 }
 
 /// Token counts a server reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Usage {
     /// Prompt tokens, as the server counted them (chat template included).
     pub prompt: Option<u64>,
@@ -38,10 +38,12 @@ pub struct Usage {
     pub completion: Option<u64>,
     /// Prompt tokens served from the server's prefix cache.
     pub cached: Option<u64>,
+    /// A field that held no count of tokens (negative, fractional): its name and value.
+    pub invalid: Option<(&'static str, f64)>,
 }
 
 /// What one event (or one non-streamed body) said, besides the text it appended.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Decoded {
     /// The finish_reason of its choice, where it ends the answer.
     pub finish_reason: Option<String>,

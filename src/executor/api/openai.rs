@@ -31,24 +31,42 @@ pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, 
     Value::Object(body).to_string().into_bytes()
 }
 
+/// Counts are read as any JSON number, so that a negative or fractional one is reported as
+/// what it is rather than as "not valid JSON".
 #[derive(Deserialize)]
 struct WireUsage {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
+    prompt_tokens: Option<serde_json::Number>,
+    completion_tokens: Option<serde_json::Number>,
     prompt_tokens_details: Option<WireDetails>,
 }
 
 #[derive(Deserialize)]
 struct WireDetails {
-    cached_tokens: Option<u64>,
+    cached_tokens: Option<serde_json::Number>,
 }
 
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
+        let mut invalid = None;
+        let mut count = |field: &'static str, n: Option<serde_json::Number>| {
+            let n = n?;
+            let count = n.as_u64();
+            if count.is_none() && invalid.is_none() {
+                invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
+            }
+            count
+        };
+        let prompt = count("prompt_tokens", u.prompt_tokens);
+        let completion = count("completion_tokens", u.completion_tokens);
+        let cached = count(
+            "prompt_tokens_details.cached_tokens",
+            u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        );
         Usage {
-            prompt: u.prompt_tokens,
-            completion: u.completion_tokens,
-            cached: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            prompt,
+            completion,
+            cached,
+            invalid,
         }
     }
 }

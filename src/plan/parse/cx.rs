@@ -23,6 +23,9 @@ pub(super) struct Cx {
     pub diagnostics: Vec<PlanDiagnostic>,
     /// Look for files the plan names (a tokenizer); off when a kept plan is judged again.
     pub check_files: bool,
+    /// Where the plan holds a secret it should not (an API key written in it): masked in
+    /// every diagnostic's quote of the plan.
+    pub secret_spans: Vec<SourceSpan>,
 }
 
 pub(super) fn positional(node: &KdlNode) -> impl Iterator<Item = &KdlEntry> {
@@ -74,6 +77,7 @@ impl Cx {
             text,
             diagnostics: Vec::new(),
             check_files,
+            secret_spans: Vec::new(),
         }
     }
 

@@ -84,6 +84,24 @@ fn parse_with(file_name: &str, text: String, check_files: bool) -> Result<Plan, 
 fn finish(cx: &mut Cx) -> PlanErrors {
     // Diagnostics in file order read best.
     cx.diagnostics.sort_by_key(|d| d.span.offset());
+    // A secret written in the plan is never quoted back: every diagnostic shows the plan with
+    // it starred out (byte for byte, so that every span still points where it did).
+    if !cx.secret_spans.is_empty() {
+        let mut masked = cx.text.as_bytes().to_vec();
+        for span in &cx.secret_spans {
+            let end = (span.offset() + span.len()).min(masked.len());
+            for byte in &mut masked[span.offset().min(end)..end] {
+                if !matches!(*byte, b'"' | b'\n') {
+                    *byte = b'*';
+                }
+            }
+        }
+        let masked = Arc::new(String::from_utf8_lossy(&masked).into_owned());
+        for diagnostic in &mut cx.diagnostics {
+            diagnostic.source_code =
+                miette::NamedSource::new(diagnostic.source_code.name(), masked.clone());
+        }
+    }
     PlanErrors {
         diagnostics: std::mem::take(&mut cx.diagnostics),
         message: None,
@@ -236,9 +254,17 @@ const HEADER: &[(&str, Handler<Header>)] = &[
     }),
 ];
 
-const TOP_LEVEL: &str = "plan, target, workload, phase, sla, slo, regression, sim";
+const TOP_LEVEL: &str = "plan, target, workload, phase, sla, slo, regression, abort, sim";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 6] = ["plan", "target", "workload", "sim", "slo", "regression"];
+const ONCE: [&str; 7] = [
+    "plan",
+    "target",
+    "workload",
+    "sim",
+    "slo",
+    "regression",
+    "abort",
+];
 
 fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Option<Plan> {
     let nodes = document.nodes();
@@ -339,7 +365,7 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
                 }
                 phases.push(checked.phase);
             }
-            "sla" | "regression" => judging.push(node),
+            "sla" | "regression" | "abort" => judging.push(node),
             "slo" => slo = sla::slo(cx, node),
             "sim" => sim = Some(sim::sim(cx, node)),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
@@ -385,11 +411,12 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
     };
     let mut assertions = Vec::new();
     let mut regression = Vec::new();
+    let mut abort = Vec::new();
     for node in judging {
-        if node.name().value() == "sla" {
-            assertions.extend(sla::sla(cx, node, &scope));
-        } else {
-            regression.extend(sla::regression(cx, node, &scope));
+        match node.name().value() {
+            "sla" => assertions.extend(sla::sla(cx, node, &scope)),
+            "regression" => regression.extend(sla::regression(cx, node, &scope)),
+            _ => abort.extend(sla::abort(cx, node, &scope)),
         }
     }
 
@@ -420,6 +447,7 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
         sla: assertions,
         slo,
         regression,
+        abort,
         sim,
         source: PlanSource {
             file_name: cx.file_name.clone(),

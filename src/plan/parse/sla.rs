@@ -6,8 +6,9 @@ use std::time::Duration;
 use kdl::{KdlEntry, KdlNode, KdlValue};
 
 use super::cx::{children, positional, property, Cx};
-use super::values::{trim_float, Kind, Number, Percent, DURATION};
-use crate::plan::{Assertion, Metric, MetricKind, Op, Slo, Stat, Tolerance};
+use super::values::{trim_float, Count, Kind, Number, Percent, DURATION};
+use crate::plan::limits::MAX_REQUESTS;
+use crate::plan::{AbortRule, Assertion, Metric, MetricKind, Op, Slo, Stat, Tolerance};
 
 /// What an assertion or a tolerance may refer to.
 pub(super) struct Scope<'a> {
@@ -284,6 +285,49 @@ fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
 }
 
 fn assertion(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Assertion> {
+    judged_line(cx, node, scope, &["phase"])
+}
+
+/// The `abort` block: conditions that stop a failing run early.
+pub(super) fn abort(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<AbortRule> {
+    cx.no_args(node, "abort { error-rate > \"20%\" after=50 }");
+    let mut rules = Vec::new();
+    for child in children(node) {
+        let Some(metric) = Metric::from_name(child.name().value()) else {
+            metric(cx, child, scope.has_slo);
+            continue;
+        };
+        if !AbortRule::METRICS.contains(&metric) {
+            let names: Vec<&str> = AbortRule::METRICS.iter().map(|m| m.name()).collect();
+            cx.error(
+                child.name().span(),
+                format!("`{}` cannot stop a run while it goes", metric.name()),
+                "not watched live",
+                format!("an abort condition watches one of: {}", names.join(", ")),
+            );
+            continue;
+        }
+        let Some(condition) = judged_line(cx, child, scope, &["after"]) else {
+            continue;
+        };
+        let usage = format!("{} after=50", condition.text);
+        let Ok(after) = cx.prop(child, "after", &usage, Count::positive(MAX_REQUESTS)) else {
+            continue;
+        };
+        rules.push(AbortRule {
+            condition,
+            after: after.unwrap_or(DEFAULT_ABORT_AFTER),
+        });
+    }
+    rules
+}
+
+/// Requests an abort condition waits for before it judges, unless it says `after=`.
+const DEFAULT_ABORT_AFTER: u64 = 20;
+
+/// A line that judges a metric (an assertion, an abort condition): METRIC [STAT] OP THRESHOLD,
+/// with the properties `props`.
+fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Option<Assertion> {
     let metric_name = node.name().value();
     let metric = metric(cx, node, scope.has_slo)?;
     cx.no_children(node);
@@ -360,14 +404,15 @@ fn assertion(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Assertion> {
         .entries()
         .iter()
         .filter_map(|e| e.name().map(|n| n.value()))
-        .find(|n| !matches!(*n, "phase" | "<" | ">"));
+        .find(|n| !matches!(*n, "<" | ">") && !props.contains(n));
     if let Some(unknown) = unknown {
         let span = property(node, unknown).map_or(node.span(), |e| e.span());
+        let allowed: Vec<String> = props.iter().map(|p| format!("{p}=")).collect();
         cx.error(
             span,
-            format!("unknown property `{unknown}` on an assertion"),
+            format!("unknown property `{unknown}` on `{metric_name}`"),
             "unknown property",
-            "the only property of an assertion is phase=\"name\"",
+            format!("properties allowed here: {}", allowed.join(", ")),
         );
         return None;
     }

@@ -5,8 +5,8 @@ use std::time::Duration;
 use kdl::KdlNode;
 
 use super::cx::{positional, property, Cx, Handler};
-use super::values::{Flag, Text, DURATION};
-use crate::plan::{Api, Endpoint, Target};
+use super::values::{ByteSize, Flag, Text, DURATION};
+use crate::plan::{Api, Endpoint, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE};
 
 struct Fields {
     api: Api,
@@ -15,6 +15,8 @@ struct Fields {
     stream: bool,
     timeout: Duration,
     continuous_usage: bool,
+    max_line: u64,
+    max_body: u64,
 }
 
 const CHILDREN: &[(&str, Handler<Fields>)] = &[
@@ -52,6 +54,24 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             t.continuous_usage = b;
         }
     }),
+    ("max-line", |cx, node, t| {
+        let size = ByteSize {
+            min: 1024,
+            max: 1 << 30,
+        };
+        if let Some(n) = cx.single(node, "max-line \"1MiB\"", size) {
+            t.max_line = n;
+        }
+    }),
+    ("max-body", |cx, node, t| {
+        let size = ByteSize {
+            min: 1024,
+            max: 16 << 30,
+        };
+        if let Some(n) = cx.single(node, "max-body \"256MiB\"", size) {
+            t.max_body = n;
+        }
+    }),
 ];
 
 /// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
@@ -59,6 +79,7 @@ fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     let usage = "api-key env=\"OPENAI_API_KEY\"";
     cx.no_children(node);
     for entry in positional(node) {
+        cx.secret_spans.push(entry.span());
         cx.error(
             entry.span(),
             "an API key is never written in a plan",
@@ -102,6 +123,8 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         stream: true,
         timeout: Duration::from_secs(60),
         continuous_usage: false,
+        max_line: DEFAULT_MAX_LINE,
+        max_body: DEFAULT_MAX_BODY,
     };
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
@@ -126,5 +149,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         stream: fields.stream,
         timeout: fields.timeout,
         continuous_usage: fields.continuous_usage,
+        max_line: fields.max_line,
+        max_body: fields.max_body,
     })
 }

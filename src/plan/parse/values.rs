@@ -243,6 +243,80 @@ impl Kind for Percent {
     }
 }
 
+/// A size in bytes: "1MiB", "512KiB", "64MB", "4096B", within `min..=max`.
+pub(super) struct ByteSize {
+    pub min: u64,
+    pub max: u64,
+}
+
+/// Parses "1MiB", "512 KiB", "64MB", "2GB", "4096B" into bytes.
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("\"{text}\" has no unit (B, KiB, MiB, GiB, KB, MB, GB)"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("\"{text}\" does not start with a number"))?;
+    let scale = match unit.trim() {
+        "B" => 1.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "\"{other}\" is not a size unit (B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes > 1e15 {
+        return Err(format!("\"{text}\" is too large"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+impl Kind for ByteSize {
+    type Out = u64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<u64> {
+        let parsed = match entry.value() {
+            KdlValue::String(s) => parse_bytes(s),
+            other => Err(format!(
+                "expected a size such as \"1MiB\", found {}",
+                type_name(other)
+            )),
+        };
+        match parsed {
+            Ok(n) if (self.min..=self.max).contains(&n) => Some(n),
+            Ok(n) => {
+                cx.error(
+                    entry.span(),
+                    format!(
+                        "{n} bytes is out of range: it must be from {} to {} bytes",
+                        self.min, self.max
+                    ),
+                    "out of range",
+                    format!("write it as: {usage}"),
+                );
+                None
+            }
+            Err(message) => {
+                cx.error(
+                    entry.span(),
+                    message,
+                    "not a size",
+                    format!("sizes are strings with a unit: \"64KiB\", \"1MiB\", \"256MiB\"; write it as: {usage}"),
+                );
+                None
+            }
+        }
+    }
+}
+
 /// A seed: a whole number from 0 to 2^64−1.
 pub(super) struct Seed;
 

@@ -1,0 +1,123 @@
+//! Secrets (the API key, secret headers) kept out of everything llmload writes or prints.
+//!
+//! A server may echo a key back: OpenAI-style 401s say "Incorrect API key provided: sk-…", and
+//! that text becomes a request's error detail, which goes to `records.jsonl`, `requests.csv`,
+//! the reports and the terminal. Every such text passes through [`Secrets::redact`] before it is
+//! kept. Besides each whole value, any stretch of 12 or more of its characters is redacted,
+//! because servers often echo a key cut short or with its middle starred out.
+
+use std::borrow::Cow;
+
+/// What replaces a secret.
+pub const REDACTED: &str = "[redacted]";
+
+/// Shorter fragments than this are left alone: they match ordinary text too often.
+const FRAGMENT: usize = 12;
+
+/// The run's secret values.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    values: Vec<String>,
+}
+
+impl Secrets {
+    /// No secrets.
+    pub fn new() -> Secrets {
+        Secrets::default()
+    }
+
+    /// Keeps `value` out of everything from now on (values shorter than 4 bytes are ignored:
+    /// they are no secret, and redacting them would garble every message).
+    pub fn add(&mut self, value: &str) {
+        if value.len() >= 4 && !self.values.iter().any(|v| v == value) {
+            self.values.push(value.to_string());
+        }
+    }
+
+    /// Whether there are no secrets to redact.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// `text` with every secret, and every stretch of one at least 12 bytes long, replaced by
+    /// `[redacted]`.
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for secret in &self.values {
+            let needles: Vec<&str> = if secret.len() < 2 * FRAGMENT {
+                vec![secret.as_str()]
+            } else {
+                (0..=secret.len() - FRAGMENT)
+                    .filter(|&i| {
+                        secret.is_char_boundary(i) && secret.is_char_boundary(i + FRAGMENT)
+                    })
+                    .map(|i| &secret[i..i + FRAGMENT])
+                    .collect()
+            };
+            for needle in needles {
+                for start in memchr::memmem::find_iter(text.as_bytes(), needle.as_bytes()) {
+                    ranges.push((start, start + needle.len()));
+                }
+            }
+        }
+        if ranges.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        ranges.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        let mut current: Option<(usize, usize)> = None;
+        for (start, end) in ranges {
+            current = match current {
+                Some((a, b)) if start <= b => Some((a, b.max(end))),
+                Some((a, b)) => {
+                    out.push_str(&text[at..a]);
+                    out.push_str(REDACTED);
+                    at = b;
+                    Some((start, end))
+                }
+                None => Some((start, end)),
+            };
+        }
+        if let Some((a, b)) = current {
+            out.push_str(&text[at..a]);
+            out.push_str(REDACTED);
+            at = b;
+        }
+        out.push_str(&text[at..]);
+        Cow::Owned(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_values_and_long_fragments_are_redacted() {
+        let mut secrets = Secrets::new();
+        let key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789";
+        secrets.add(key);
+        secrets.add("ab");
+        let echoed = format!("Incorrect API key provided: {key}. You can find your API key at …");
+        assert_eq!(
+            secrets.redact(&echoed),
+            "Incorrect API key provided: [redacted]. You can find your API key at …"
+        );
+        // Cut short, or with its middle starred out, as OpenAI echoes keys.
+        let starred = "Incorrect API key provided: sk-proj-abcdef***************6789.";
+        assert_eq!(
+            secrets.redact(starred),
+            "Incorrect API key provided: [redacted]***************6789."
+        );
+        assert_eq!(secrets.redact("nothing secret here"), "nothing secret here");
+        // Short secrets are matched whole only; values under 4 bytes are ignored.
+        let mut short = Secrets::new();
+        short.add("hunter22");
+        assert_eq!(
+            short.redact("pw hunter22 and hunter"),
+            "pw [redacted] and hunter"
+        );
+        assert!(Secrets::new().is_empty());
+    }
+}
