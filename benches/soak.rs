@@ -9,7 +9,6 @@
 //! keeps the figures. `cargo bench --bench soak` (Linux: it reads /proc).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::path::Path;
