@@ -4,15 +4,27 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{load_plan, parse_duration_arg, say};
+use super::{load_plan, parse_duration_arg, plan_files, say};
 use crate::capacity::{self, TrialResult};
-use crate::error::{Result, EXIT_FAIL, EXIT_PASS};
-use crate::plan::Plan;
+use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS, EXIT_USAGE};
+use crate::plan::{self, Checked, Plan};
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Format {
+    /// Every mistake with its file, line, caret and help.
+    Text,
+    /// Every mistake as JSON (file, line, column, message, help), for editors and review bots.
+    Json,
+}
 
 #[derive(clap::Args, Debug)]
 pub(super) struct CheckArgs {
-    /// The plan file (KDL).
-    plan: PathBuf,
+    /// Plan files (or shared fragments), or directories searched for *.kdl files.
+    #[arg(required = true)]
+    plans: Vec<PathBuf>,
+    /// How to print the mistakes.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
     /// Drive each of the plan's loads at its peak against the simulator in this process, and
     /// say whether this machine generates it faithfully (schedule lag, timing error, client CPU).
     #[arg(long)]
@@ -32,19 +44,152 @@ pub(super) struct CheckArgs {
 }
 
 pub(super) fn check(args: &CheckArgs) -> Result<u8> {
-    let plan = load_plan(&args.plan)?;
-    say!(
-        "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
-        args.plan.display(),
-        plan.name,
-        plan.phases.len(),
-        plan.sla.len()
-    )?;
     if args.capacity {
-        check_capacity(args, &plan)
-    } else {
-        Ok(EXIT_PASS)
+        let [path] = args.plans.as_slice() else {
+            return Err(Error::usage("--capacity checks one plan file at a time"));
+        };
+        let plan = load_plan(path)?;
+        say!(
+            "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
+            path.display(),
+            plan.name,
+            plan.phases.len(),
+            plan.sla.len()
+        )?;
+        return check_capacity(args, &plan);
     }
+    // One file given by name is checked as a plan, as before; a directory or several files are
+    // checked each as a plan or a shared fragment.
+    let files = plan_files(&args.plans)?;
+    let single_plan = args.plans.len() == 1 && args.plans[0].is_file();
+    let mut problems = 0usize;
+    let mut bad_files = 0usize;
+    let mut diagnostics = Vec::new();
+    let annotate = std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true");
+    for file in &files {
+        let checked = plan::read_plan_text(file).and_then(|text| {
+            let name = file.display().to_string();
+            if single_plan {
+                plan::parse_plan(&name, text).map(|p| Checked::Plan(Box::new(p)))
+            } else {
+                plan::check_file(&name, text)
+            }
+        });
+        match checked {
+            Ok(Checked::Plan(plan)) => {
+                if matches!(args.format, Format::Text) {
+                    say!(
+                        "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
+                        file.display(),
+                        plan.name,
+                        plan.phases.len(),
+                        plan.sla.len()
+                    )?;
+                }
+            }
+            Ok(Checked::Fragment) => {
+                if matches!(args.format, Format::Text) {
+                    say!("{}: shared file is valid", file.display())?;
+                }
+            }
+            Err(errors) => {
+                bad_files += 1;
+                problems += errors.diagnostics.len().max(1);
+                if matches!(args.format, Format::Text) {
+                    eprint!("{}", errors.render());
+                }
+                let found = located(file, &errors);
+                if annotate {
+                    for d in &found {
+                        say!("{}", github_annotation(d))?;
+                    }
+                }
+                diagnostics.extend(found);
+            }
+        }
+    }
+    match args.format {
+        Format::Json => {
+            let json = serde_json::json!({
+                "files": files.len(),
+                "files_with_problems": bad_files,
+                "diagnostics": diagnostics,
+            });
+            say!(
+                "{}",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            )?;
+        }
+        Format::Text if files.len() > 1 => say!(
+            "checked {} file(s): {} valid, {bad_files} with {problems} problem(s)",
+            files.len(),
+            files.len() - bad_files
+        )?,
+        Format::Text => {}
+    }
+    Ok(if bad_files > 0 { EXIT_USAGE } else { EXIT_PASS })
+}
+
+/// A mistake where an editor or a review bot can show it.
+#[derive(serde::Serialize)]
+struct Located {
+    file: String,
+    line: usize,
+    column: usize,
+    message: String,
+    label: String,
+    help: Option<String>,
+}
+
+fn located(file: &std::path::Path, errors: &plan::PlanErrors) -> Vec<Located> {
+    let mut out: Vec<Located> = errors
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let (file, line, column) = d.location();
+            Located {
+                file,
+                line,
+                column,
+                message: d.message.clone(),
+                label: d.label.clone(),
+                help: d.help.clone(),
+            }
+        })
+        .collect();
+    if let Some(message) = &errors.message {
+        out.push(Located {
+            file: file.display().to_string(),
+            line: 1,
+            column: 1,
+            message: message.clone(),
+            label: String::new(),
+            help: None,
+        });
+    }
+    out
+}
+
+/// A GitHub Actions error annotation: it shows on the line in the pull request's diff.
+fn github_annotation(d: &Located) -> String {
+    let escape = |s: &str| {
+        s.replace('%', "%25")
+            .replace('\r', "%0D")
+            .replace('\n', "%0A")
+    };
+    let property = |s: &str| escape(s).replace(':', "%3A").replace(',', "%2C");
+    let mut message = d.message.clone();
+    if let Some(help) = &d.help {
+        message.push_str("\nhelp: ");
+        message.push_str(help);
+    }
+    format!(
+        "::error file={},line={},col={},title=llmload::{}",
+        property(&d.file),
+        d.line,
+        d.column,
+        escape(&message)
+    )
 }
 
 /// One short trial per distinct peak load of the plan; exit 1 when this machine cannot generate

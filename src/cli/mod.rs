@@ -8,6 +8,8 @@
 
 mod check;
 mod compare;
+mod fmt;
+mod init;
 mod output;
 mod plan;
 mod progress;
@@ -70,9 +72,13 @@ pub(crate) struct Cli {
 enum Command {
     /// Run a plan against its target and write a report with verdicts.
     Run(run::RunArgs),
-    /// Check a plan and print every mistake in it; with --capacity, also whether this machine
-    /// can generate its load faithfully.
+    /// Check plans (files or directories) and print every mistake; with --capacity, also whether
+    /// this machine can generate a plan's load faithfully.
     Check(check::CheckArgs),
+    /// Rewrite plans in the canonical layout; with --check, exit 1 with a diff instead.
+    Fmt(fmt::FmtArgs),
+    /// Write a starter plan, and on request CI jobs that run it on every pull request.
+    Init(init::InitArgs),
     /// Print the schedule a plan compiles to, without sending anything.
     Plan(plan::PlanArgs),
     /// Re-render a report directory's reports from its records.jsonl, without running anything.
@@ -97,6 +103,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::check(&args),
+        Command::Fmt(args) => fmt::fmt(&args),
+        Command::Init(args) => init::init(&args),
         Command::Plan(args) => plan::show(&args),
         Command::Report(args) => report::rerender(&args),
         Command::Compare(args) => compare::compare(&args),
@@ -114,6 +122,47 @@ pub fn main() -> ExitCode {
 /// A duration flag ("5s", "250ms"), within the bounds plans have.
 fn parse_duration_arg(text: &str) -> std::result::Result<Duration, crate::plan::units::BadValue> {
     crate::plan::units::parse_duration(text)
+}
+
+/// The .kdl files `paths` name: each file as given, and every `*.kdl` under each directory (in
+/// name order; hidden directories and `target/` skipped).
+fn plan_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            collect_kdl(path, &mut files)?;
+        } else if path.exists() {
+            files.push(path.clone());
+        } else {
+            return Err(Error::usage(format!(
+                "{}: no such file or directory",
+                path.display()
+            )));
+        }
+    }
+    Ok(files)
+}
+
+fn collect_kdl(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> Result<()> {
+    let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io("read", dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if path.is_dir() {
+            if !name.starts_with('.') && name != "target" {
+                collect_kdl(&path, files)?;
+            }
+        } else if name.ends_with(".kdl") {
+            files.push(path);
+        }
+    }
+    Ok(())
 }
 
 /// Reads and checks a plan file; every mistake is in the error.

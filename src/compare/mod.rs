@@ -151,6 +151,9 @@ pub fn comparable(
     }
     if baseline.plan_sha256 != current.plan_sha256 {
         notes.push("the plan file changed between the runs (its SHA-256 differs)".into());
+    } else if baseline.plan_files != current.plan_files {
+        notes
+            .push("a file the plan includes changed between the runs (its SHA-256 differs)".into());
     }
     Ok(notes)
 }

@@ -20,6 +20,8 @@ fn header(exact: bool) -> RunHeader {
         client_host: "h".into(),
         clock_origin_ns: None,
         request_id_prefix: None,
+        plan_files: Vec::new(),
+        env: Default::default(),
     }
 }
 

@@ -104,6 +104,18 @@ impl PlanDiagnostic {
         out
     }
 
+    /// The file it is in, and its line and column (counted from 1, columns in characters).
+    pub fn location(&self) -> (String, usize, usize) {
+        let text = self.source_code.inner().as_str();
+        let offset = floor_char_boundary(text, self.span.offset());
+        let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+        (
+            self.source_code.name().to_string(),
+            text[..offset].matches('\n').count() + 1,
+            text[line_start..offset].chars().count() + 1,
+        )
+    }
+
     fn clone_for_report(&self) -> PlanDiagnostic {
         PlanDiagnostic {
             message: self.message.clone(),

@@ -8,6 +8,7 @@
 //! `llmload check` can print them together.
 
 mod diagnostic;
+pub mod fmt;
 pub mod limits;
 mod parse;
 pub mod profiles;
@@ -18,7 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diagnostic::{PlanDiagnostic, PlanErrors};
-pub use parse::{parse_archived_plan, parse_plan, parse_sim_profile};
+pub use parse::{
+    check_file, parse_archived_plan, parse_plan, parse_plan_with, parse_sim_profile, Checked,
+    EnvSource, ParseOptions, Sources,
+};
 
 /// A whole benchmark plan, validated.
 #[derive(Debug, Clone)]
@@ -56,6 +60,11 @@ pub struct PlanSource {
     pub file_name: String,
     /// The plan's text, as read.
     pub text: Arc<String>,
+    /// Every file it includes, at any depth: its path relative to the plan's directory, and
+    /// its text.
+    pub includes: Vec<(String, Arc<String>)>,
+    /// Every `(env)"NAME"` value it read: the variable's name and the value used.
+    pub env: Vec<(String, String)>,
 }
 
 /// Where requests go and how they are spoken.

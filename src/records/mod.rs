@@ -104,6 +104,21 @@ pub struct RunHeader {
     /// `llmload-<phase>-<seq>`.
     #[serde(default)]
     pub request_id_prefix: Option<String>,
+    /// The files the plan includes, with their SHA-256 (the plan's own is `plan_sha256`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan_files: Vec<PlanFile>,
+    /// The plan's values that came from the environment (`(env)"NAME"`): none is secret.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// A file a plan was built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanFile {
+    /// Its path relative to the plan's directory.
+    pub path: String,
+    /// SHA-256 of its text.
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

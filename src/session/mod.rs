@@ -308,9 +308,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let auth = target::authorization(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
     outdir::prepare(out)?;
-    let plan_copy = out.join("plan.kdl");
-    std::fs::write(&plan_copy, plan.source.text.as_bytes())
-        .map_err(|e| Error::io("write", &plan_copy, e))?;
+    keep_sources(plan, out)?;
     let runtime = runtime(options.threads)?;
     let records_path = out.join("records.jsonl");
     let sim_writes = runtime.block_on(async {
@@ -342,7 +340,17 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             plan: plan.name.clone(),
             plan_file: plan.source.file_name.clone(),
-            plan_sha256: format!("{:x}", sha2::Sha256::digest(plan.source.text.as_bytes())),
+            plan_sha256: sha256(&plan.source.text),
+            plan_files: plan
+                .source
+                .includes
+                .iter()
+                .map(|(path, text)| records::PlanFile {
+                    path: path.clone(),
+                    sha256: sha256(text),
+                })
+                .collect(),
+            env: plan.source.env.iter().cloned().collect(),
             seed,
             target: target_display,
             model: plan.target.model.clone(),
@@ -496,7 +504,56 @@ fn status(
     }
 }
 
-/// The plan a run directory keeps beside its records (`plan.kdl`).
+fn sha256(text: &str) -> String {
+    format!("{:x}", sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// What a run directory keeps of the files its plan was built from, beside `plan.kdl`.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct KeptSources {
+    /// The values the plan took from the environment.
+    env: std::collections::BTreeMap<String, String>,
+    /// Every included file: its path relative to the plan's directory, hash and text.
+    files: Vec<KeptFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptFile {
+    path: String,
+    sha256: String,
+    text: String,
+}
+
+/// Writes `plan.kdl` and, when the plan includes files or reads the environment,
+/// `plan-sources.json`: the run directory holds everything its plan was built from.
+fn keep_sources(plan: &Plan, out: &Path) -> Result<()> {
+    let plan_copy = out.join("plan.kdl");
+    std::fs::write(&plan_copy, plan.source.text.as_bytes())
+        .map_err(|e| Error::io("write", &plan_copy, e))?;
+    if plan.source.includes.is_empty() && plan.source.env.is_empty() {
+        return Ok(());
+    }
+    let kept = KeptSources {
+        env: plan.source.env.iter().cloned().collect(),
+        files: plan
+            .source
+            .includes
+            .iter()
+            .map(|(path, text)| KeptFile {
+                path: path.clone(),
+                sha256: sha256(text),
+                text: text.to_string(),
+            })
+            .collect(),
+    };
+    let path = out.join("plan-sources.json");
+    let json = serde_json::to_string_pretty(&kept)
+        .map_err(|e| Error::run(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(&path, json + "\n").map_err(|e| Error::io("write", &path, e))
+}
+
+/// The plan a run directory keeps beside its records (`plan.kdl`, and the files it includes and
+/// the environment values it read, from `plan-sources.json`): the plan as it was run.
 pub fn archived_plan(dir: &Path) -> Result<Plan> {
     let plan_path = dir.join("plan.kdl");
     let text = std::fs::read_to_string(&plan_path).map_err(|e| {
@@ -505,9 +562,24 @@ pub fn archived_plan(dir: &Path) -> Result<Plan> {
             plan_path.display()
         ))
     })?;
-    Ok(plan::parse_archived_plan(
+    let sources_path = dir.join("plan-sources.json");
+    let kept: KeptSources = match std::fs::read_to_string(&sources_path) {
+        Ok(json) => serde_json::from_str(&json).map_err(|e| Error::Records {
+            path: sources_path.clone(),
+            line: None,
+            message: format!("not a plan-sources file: {e}"),
+        })?,
+        Err(_) => KeptSources::default(),
+    };
+    let options = plan::ParseOptions {
+        check_files: false,
+        env: plan::EnvSource::Recorded(kept.env),
+        sources: plan::Sources::Kept(kept.files.into_iter().map(|f| (f.path, f.text)).collect()),
+    };
+    Ok(plan::parse_plan_with(
         &plan_path.display().to_string(),
         text,
+        &options,
     )?)
 }
 

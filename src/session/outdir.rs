@@ -17,9 +17,10 @@ pub const MANIFEST: &str = ".llmload-outputs";
 
 /// What every run leaves, also removed from a reused directory without a manifest (written by
 /// an llmload from before the manifest).
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 9] = [
     "plan.kdl",
     "records.jsonl",
+    "plan-sources.json",
     "report.md",
     "summary.json",
     "summary.csv",
@@ -29,7 +30,7 @@ const KNOWN: [&str; 8] = [
 ];
 
 /// The inputs of a report, which `llmload report DIR` keeps.
-const INPUTS: [&str; 2] = ["plan.kdl", "records.jsonl"];
+const INPUTS: [&str; 3] = ["plan.kdl", "records.jsonl", "plan-sources.json"];
 
 /// Makes `dir` ready for a new run: created, or emptied of an earlier run's files; refused if
 /// it holds anything else.

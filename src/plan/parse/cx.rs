@@ -16,16 +16,37 @@ use crate::plan::PlanDiagnostic;
 /// A child node's handler, with the state the block builds.
 pub(super) type Handler<S> = fn(&mut Cx, &KdlNode, &mut S);
 
+/// One file a plan is built from: the plan itself, or a file it includes.
+pub(super) struct SourceFile {
+    /// As diagnostics show it (and what its relative paths resolve from).
+    pub name: String,
+    pub text: Arc<String>,
+    /// Where it holds a secret it should not (an API key written in it): masked in every
+    /// diagnostic's quote of it.
+    pub secret_spans: Vec<SourceSpan>,
+}
+
+/// Where `(env)"NAME"` values come from.
+#[derive(Debug, Clone)]
+pub enum EnvSource {
+    /// This process's environment.
+    Process,
+    /// The values a run recorded (to judge its records again as it was run).
+    Recorded(std::collections::BTreeMap<String, String>),
+}
+
 /// Where the walk is, and every mistake found so far.
 pub(super) struct Cx {
-    pub file_name: String,
-    pub text: Arc<String>,
-    pub diagnostics: Vec<PlanDiagnostic>,
+    pub files: Vec<SourceFile>,
+    /// The file whose nodes are being read: spans are in its text.
+    pub current: usize,
+    /// Every mistake, with the file it is in.
+    pub diagnostics: Vec<(usize, PlanDiagnostic)>,
     /// Look for files the plan names (a tokenizer); off when a kept plan is judged again.
     pub check_files: bool,
-    /// Where the plan holds a secret it should not (an API key written in it): masked in
-    /// every diagnostic's quote of the plan.
-    pub secret_spans: Vec<SourceSpan>,
+    pub env: EnvSource,
+    /// Every `(env)` value read: name and value (none of them secret: keys are named, not read).
+    pub env_used: Vec<(String, String)>,
 }
 
 pub(super) fn positional(node: &KdlNode) -> impl Iterator<Item = &KdlEntry> {
@@ -73,12 +94,32 @@ fn plural(n: usize, word: &str) -> String {
 impl Cx {
     pub fn new(file_name: &str, text: Arc<String>, check_files: bool) -> Cx {
         Cx {
-            file_name: file_name.to_string(),
-            text,
+            files: vec![SourceFile {
+                name: file_name.to_string(),
+                text,
+                secret_spans: Vec::new(),
+            }],
+            current: 0,
             diagnostics: Vec::new(),
             check_files,
-            secret_spans: Vec::new(),
+            env: EnvSource::Process,
+            env_used: Vec::new(),
         }
+    }
+
+    /// The name of the file being read.
+    pub fn file_name(&self) -> &str {
+        &self.files[self.current].name
+    }
+
+    /// The text of the file being read.
+    pub fn text(&self) -> Arc<String> {
+        self.files[self.current].text.clone()
+    }
+
+    /// Notes a secret at `span` of the current file, to be masked in every quote of it.
+    pub fn secret(&mut self, span: SourceSpan) {
+        self.files[self.current].secret_spans.push(span);
     }
 
     pub fn error(
@@ -88,13 +129,17 @@ impl Cx {
         label: impl Into<String>,
         help: impl Into<String>,
     ) {
-        self.diagnostics.push(PlanDiagnostic {
-            message: message.into(),
-            source_code: NamedSource::new(&self.file_name, self.text.clone()),
-            span,
-            label: label.into(),
-            help: Some(help.into()),
-        });
+        let file = &self.files[self.current];
+        self.diagnostics.push((
+            self.current,
+            PlanDiagnostic {
+                message: message.into(),
+                source_code: NamedSource::new(&file.name, file.text.clone()),
+                span,
+                label: label.into(),
+                help: Some(help.into()),
+            },
+        ));
     }
 
     /// Reports positional arguments beyond `max_args` and properties not in `props`.

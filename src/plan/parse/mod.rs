@@ -26,19 +26,115 @@ use miette::SourceSpan;
 
 use super::limits::{MAX_NESTING, MAX_PHASES, MAX_PLAN_BYTES, MAX_REQUESTS};
 use super::{Plan, PlanErrors, PlanSource, SimSettings};
+pub use cx::EnvSource;
 use cx::{first_arg_span, positional, Cx, Handler};
 use values::{Seed, Text};
 
+/// Where a plan's files and `(env)` values come from.
+#[derive(Debug, Clone)]
+pub struct ParseOptions {
+    /// Look for files the plan names (a tokenizer); off when a kept plan is judged again.
+    pub check_files: bool,
+    /// Where `(env)"NAME"` values come from.
+    pub env: EnvSource,
+    /// Where included files come from.
+    pub sources: Sources,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        ParseOptions {
+            check_files: true,
+            env: EnvSource::Process,
+            sources: Sources::Disk,
+        }
+    }
+}
+
+/// Where included files are read from.
+#[derive(Debug, Clone)]
+pub enum Sources {
+    /// The file system, relative to the including file.
+    Disk,
+    /// The files a run kept (`plan-sources.json`), by their path relative to the plan's
+    /// directory.
+    Kept(std::collections::BTreeMap<String, String>),
+}
+
 /// Parses and validates plan text. `file_name` is what diagnostics show, and what relative
-/// paths in the plan are relative to.
+/// paths in the plan (includes, a tokenizer) are relative to.
 pub fn parse_plan(file_name: &str, text: String) -> Result<Plan, PlanErrors> {
-    parse_with(file_name, text, true)
+    parse_plan_with(file_name, text, &ParseOptions::default())
 }
 
 /// Parses a plan kept in a report directory, to judge its records again: files it names (a
 /// tokenizer) are not needed for that, so they are not looked for.
 pub fn parse_archived_plan(file_name: &str, text: String) -> Result<Plan, PlanErrors> {
-    parse_with(file_name, text, false)
+    let options = ParseOptions {
+        check_files: false,
+        env: EnvSource::Recorded(Default::default()),
+        sources: Sources::Kept(Default::default()),
+    };
+    parse_plan_with(file_name, text, &options)
+}
+
+/// [`parse_plan`], with where its files and values come from.
+pub fn parse_plan_with(
+    file_name: &str,
+    text: String,
+    options: &ParseOptions,
+) -> Result<Plan, PlanErrors> {
+    let mut cx = Cx::new(file_name, Arc::new(text), options.check_files);
+    cx.env = options.env.clone();
+    let Some(tree) = load_tree(&mut cx, &options.sources) else {
+        return Err(finish(&mut cx));
+    };
+    let placed = tree.gather(&mut cx, 0);
+    let plan = top_level(&mut cx, &placed, &tree.unreadable());
+    match plan {
+        Some(mut plan) if cx.diagnostics.is_empty() => {
+            plan.source.includes = tree.includes(&cx);
+            plan.source.env = std::mem::take(&mut cx.env_used);
+            Ok(plan)
+        }
+        _ => Err(finish(&mut cx)),
+    }
+}
+
+/// What a file holds, when it is checked on its own.
+#[derive(Debug)]
+pub enum Checked {
+    /// A whole plan.
+    Plan(Box<Plan>),
+    /// A fragment other plans include (blocks, no phase): checked block by block.
+    Fragment,
+}
+
+/// Checks a file that is either a plan or a fragment meant to be included (a file with neither
+/// a `plan` nor a `phase` node). Every mistake of either is reported.
+pub fn check_file(file_name: &str, text: String) -> Result<Checked, PlanErrors> {
+    let mut cx = Cx::new(file_name, Arc::new(text), true);
+    let Some(tree) = load_tree(&mut cx, &Sources::Disk) else {
+        return Err(finish(&mut cx));
+    };
+    let is_plan = tree.docs[0].as_ref().is_some_and(|(doc, unreadable)| {
+        doc.nodes()
+            .iter()
+            .any(|n| matches!(n.name().value(), "plan" | "phase"))
+            || unreadable.names.iter().any(|n| n == "plan" || n == "phase")
+    });
+    if is_plan {
+        let text = cx.files[0].text.to_string();
+        return parse_plan_with(file_name, text, &ParseOptions::default())
+            .map(|p| Checked::Plan(Box::new(p)));
+    }
+    let placed = tree.gather(&mut cx, 0);
+    fragment(&mut cx, &placed);
+    if cx.diagnostics.is_empty() {
+        Ok(Checked::Fragment)
+    } else {
+        Err(finish(&mut cx))
+    }
 }
 
 /// Parses a simulator profile file: a `sim { ... }` block, as in a plan.
@@ -69,42 +165,350 @@ pub fn parse_sim_profile(file_name: &str, text: String) -> Result<SimSettings, P
     }
 }
 
-fn parse_with(file_name: &str, text: String, check_files: bool) -> Result<Plan, PlanErrors> {
-    let mut cx = Cx::new(file_name, Arc::new(text), check_files);
-    let Some((document, unreadable)) = read_document(&mut cx) else {
-        return Err(finish(&mut cx));
-    };
-    let plan = top_level(&mut cx, &document, &unreadable);
-    match plan {
-        Some(plan) if cx.diagnostics.is_empty() => Ok(plan),
-        _ => Err(finish(&mut cx)),
+fn finish(cx: &mut Cx) -> PlanErrors {
+    // Diagnostics in file order read best: the plan's first, then each included file's.
+    cx.diagnostics
+        .sort_by_key(|(file, d)| (*file, d.span.offset()));
+    // A secret written in a file is never quoted back: every diagnostic shows the file with it
+    // starred out (byte for byte, so that every span still points where it did).
+    let masked: Vec<Option<Arc<String>>> = cx
+        .files
+        .iter()
+        .map(|file| {
+            (!file.secret_spans.is_empty()).then(|| {
+                let mut bytes = file.text.as_bytes().to_vec();
+                for span in &file.secret_spans {
+                    let end = (span.offset() + span.len()).min(bytes.len());
+                    for byte in &mut bytes[span.offset().min(end)..end] {
+                        if !matches!(*byte, b'"' | b'\n') {
+                            *byte = b'*';
+                        }
+                    }
+                }
+                Arc::new(String::from_utf8_lossy(&bytes).into_owned())
+            })
+        })
+        .collect();
+    let diagnostics = std::mem::take(&mut cx.diagnostics)
+        .into_iter()
+        .map(|(file, mut diagnostic)| {
+            if let Some(text) = &masked[file] {
+                diagnostic.source_code =
+                    miette::NamedSource::new(diagnostic.source_code.name(), text.clone());
+            }
+            diagnostic
+        })
+        .collect();
+    PlanErrors {
+        diagnostics,
+        message: None,
     }
 }
 
-fn finish(cx: &mut Cx) -> PlanErrors {
-    // Diagnostics in file order read best.
-    cx.diagnostics.sort_by_key(|d| d.span.offset());
-    // A secret written in the plan is never quoted back: every diagnostic shows the plan with
-    // it starred out (byte for byte, so that every span still points where it did).
-    if !cx.secret_spans.is_empty() {
-        let mut masked = cx.text.as_bytes().to_vec();
-        for span in &cx.secret_spans {
-            let end = (span.offset() + span.len()).min(masked.len());
-            for byte in &mut masked[span.offset().min(end)..end] {
-                if !matches!(*byte, b'"' | b'\n') {
-                    *byte = b'*';
-                }
+/// How deeply includes may nest.
+const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// The files of a plan: the plan (file 0) and every file it includes, each parsed.
+struct Tree {
+    /// Per file: its document (None when nothing could be read) and its unreadable nodes.
+    docs: Vec<Option<(KdlDocument, Unreadable)>>,
+    /// Per file: (index of the include node among its nodes, the included file).
+    edges: Vec<Vec<(usize, usize)>>,
+    /// Per file: its path relative to the plan's directory (the key it is kept under).
+    keys: Vec<String>,
+}
+
+/// A node, and the file it was written in.
+#[derive(Clone, Copy)]
+struct Placed<'t> {
+    node: &'t KdlNode,
+    file: usize,
+}
+
+/// Reads the plan (file 0 of `cx`) and, recursively, every file it includes.
+fn load_tree(cx: &mut Cx, sources: &Sources) -> Option<Tree> {
+    let mut tree = Tree {
+        docs: Vec::new(),
+        edges: Vec::new(),
+        keys: vec![String::new()],
+    };
+    let main_dir = parent_dir(&cx.files[0].name);
+    load_file(cx, sources, &main_dir, 0, &mut Vec::new(), &mut tree);
+    tree.docs[0].as_ref()?;
+    Some(tree)
+}
+
+fn parent_dir(file_name: &str) -> std::path::PathBuf {
+    std::path::Path::new(file_name)
+        .parent()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default()
+}
+
+/// `path` without `.` and `x/..` components (no file system access).
+fn normalize(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
             }
-        }
-        let masked = Arc::new(String::from_utf8_lossy(&masked).into_owned());
-        for diagnostic in &mut cx.diagnostics {
-            diagnostic.source_code =
-                miette::NamedSource::new(diagnostic.source_code.name(), masked.clone());
+            other => out.push(other),
         }
     }
-    PlanErrors {
-        diagnostics: std::mem::take(&mut cx.diagnostics),
-        message: None,
+    out.iter().collect()
+}
+
+/// `path` relative to `base` (both normalized the same way), as a `/`-separated key.
+fn relative_key(base: &std::path::Path, path: &std::path::Path) -> String {
+    let base: Vec<_> = base.components().collect();
+    let path: Vec<_> = path.components().collect();
+    let common = base.iter().zip(&path).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<String> = vec!["..".to_string(); base.len() - common];
+    parts.extend(
+        path[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
+}
+
+fn load_file(
+    cx: &mut Cx,
+    sources: &Sources,
+    main_dir: &std::path::Path,
+    file: usize,
+    chain: &mut Vec<String>,
+    tree: &mut Tree,
+) {
+    cx.current = file;
+    let document = read_document(cx);
+    while tree.docs.len() <= file {
+        tree.docs.push(None);
+        tree.edges.push(Vec::new());
+    }
+    tree.docs[file] = document;
+    let Some((doc, _)) = &tree.docs[file] else {
+        return;
+    };
+    // (node index, path as written, span) of every include.
+    let includes: Vec<(usize, Option<String>, SourceSpan)> = doc
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.name().value() == "include")
+        .map(|(i, n)| {
+            let path = match positional(n).next().map(|e| e.value()) {
+                Some(KdlValue::String(s)) => Some(s.clone()),
+                _ => None,
+            };
+            (i, path, first_arg_span(n))
+        })
+        .collect();
+    let own_name = cx.files[file].name.clone();
+    chain.push(own_name.clone());
+    for (index, path, span) in includes {
+        cx.current = file;
+        let usage = "include \"common/target.kdl\"";
+        let Some(path) = path else {
+            cx.error(
+                span,
+                "`include` needs the path of a KDL file",
+                "path missing",
+                format!("write it as: {usage} (relative to this file)"),
+            );
+            continue;
+        };
+        if chain.len() > MAX_INCLUDE_DEPTH {
+            cx.error(
+                span,
+                format!("includes nest deeper than {MAX_INCLUDE_DEPTH} files"),
+                "too deep",
+                "include the shared files from the plan itself",
+            );
+            continue;
+        }
+        let resolved = normalize(&parent_dir(&own_name).join(&path));
+        let name = resolved.display().to_string();
+        if let Some(at) = chain.iter().position(|c| *c == name) {
+            let cycle: Vec<&str> = chain[at..].iter().map(String::as_str).collect();
+            cx.error(
+                span,
+                format!("{path} includes itself: {} → {name}", cycle.join(" → ")),
+                "include cycle",
+                "a shared file cannot include a file that includes it",
+            );
+            continue;
+        }
+        let key = relative_key(&normalize(main_dir), &resolved);
+        let text = match sources {
+            Sources::Disk => read_included(&resolved),
+            Sources::Kept(files) => files
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| format!("the run kept no file {key}")),
+        };
+        let text = match text {
+            Ok(text) => text,
+            Err(why) => {
+                cx.error(
+                    span,
+                    format!("cannot include {path}: {why}"),
+                    "cannot read",
+                    format!(
+                        "the path is relative to this file ({}): it resolves to {name}",
+                        own_name
+                    ),
+                );
+                continue;
+            }
+        };
+        let child = cx.files.len();
+        cx.files.push(cx::SourceFile {
+            name,
+            text: Arc::new(text),
+            secret_spans: Vec::new(),
+        });
+        tree.keys.push(key);
+        tree.edges[file].push((index, child));
+        load_file(cx, sources, main_dir, child, chain, tree);
+    }
+    chain.pop();
+}
+
+/// An included file's text, refusing one too large to be a plan fragment.
+fn read_included(path: &std::path::Path) -> Result<String, String> {
+    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if size > MAX_PLAN_BYTES {
+        return Err(format!(
+            "it is {size} bytes, more than a plan file may be ({MAX_PLAN_BYTES})"
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "it is not text (invalid UTF-8)".to_string())
+}
+
+/// Blocks of which a plan holds one; an included file contributes them unless the including
+/// file has its own.
+const SHARED_ONCE: [&str; 6] = ["target", "workload", "sim", "slo", "regression", "abort"];
+
+impl Tree {
+    /// The nodes a file contributes: its own, and those of its includes that it does not
+    /// override (a block written in the including file replaces the same block from an
+    /// included one; the same block from two included files is a conflict). `sla` lines add
+    /// up.
+    fn gather<'t>(&'t self, cx: &mut Cx, file: usize) -> Vec<Placed<'t>> {
+        let Some((doc, _)) = &self.docs[file] else {
+            return Vec::new();
+        };
+        let own: Vec<Placed> = doc
+            .nodes()
+            .iter()
+            .filter(|n| n.name().value() != "include")
+            .map(|node| Placed { node, file })
+            .collect();
+        let mut from_includes: Vec<Placed> = Vec::new();
+        let mut provided: Vec<(&str, usize)> = Vec::new();
+        for &(_, child) in &self.edges[file] {
+            for placed in self.gather(cx, child) {
+                let name = placed.node.name().value();
+                if matches!(name, "plan" | "phase") {
+                    cx.current = placed.file;
+                    cx.error(
+                        placed.node.name().span(),
+                        format!("an included file cannot hold `{name}`"),
+                        "not shared",
+                        "an included file shares target, workload, sla, slo, regression, abort or sim blocks; \
+                         the plan itself names itself and holds its phases",
+                    );
+                    continue;
+                }
+                if SHARED_ONCE.contains(&name) {
+                    if own.iter().any(|p| p.node.name().value() == name) {
+                        continue; // the including file's own block replaces it
+                    }
+                    if let Some((_, first)) = provided.iter().find(|(n, _)| *n == name) {
+                        let first_name = cx.files[*first].name.clone();
+                        cx.current = placed.file;
+                        cx.error(
+                            placed.node.name().span(),
+                            format!("`{name}` comes from two included files: {first_name} and this one"),
+                            "conflict",
+                            format!("keep one `{name}` block, or write the `{name}` block in the including file, which replaces both"),
+                        );
+                        continue;
+                    }
+                    provided.push((name, placed.file));
+                }
+                from_includes.push(placed);
+            }
+        }
+        from_includes.extend(own);
+        from_includes
+    }
+
+    /// The nodes no file could read, over every file.
+    fn unreadable(&self) -> Unreadable {
+        let mut all = Unreadable::default();
+        for (_, unreadable) in self.docs.iter().flatten() {
+            all.names.extend(unreadable.names.iter().cloned());
+            all.phase_names
+                .extend(unreadable.phase_names.iter().cloned());
+            all.unnamed_phase |= unreadable.unnamed_phase;
+        }
+        all
+    }
+
+    /// Every included file: its key (path relative to the plan's directory) and text.
+    fn includes(&self, cx: &Cx) -> Vec<(String, Arc<String>)> {
+        (1..cx.files.len())
+            .map(|i| (self.keys[i].clone(), cx.files[i].text.clone()))
+            .collect()
+    }
+}
+
+/// Checks the blocks of a fragment (an included file) on their own.
+fn fragment(cx: &mut Cx, placed: &[Placed]) {
+    let phases: Vec<String> = Vec::new();
+    let scope = sla::Scope {
+        phases: &phases,
+        unrecorded: &[],
+        has_slo: placed.iter().any(|p| p.node.name().value() == "slo"),
+        // A fragment's assertions may name the phases of the plans that include it.
+        phases_incomplete: true,
+    };
+    for p in placed {
+        cx.current = p.file;
+        match p.node.name().value() {
+            "target" => {
+                target::target(cx, p.node);
+            }
+            "workload" => {
+                workload::workload(cx, p.node);
+            }
+            "sim" => {
+                sim::sim(cx, p.node);
+            }
+            "slo" => {
+                sla::slo(cx, p.node);
+            }
+            "sla" => {
+                sla::sla(cx, p.node, &scope);
+            }
+            "regression" => {
+                sla::regression(cx, p.node, &scope);
+            }
+            "abort" => {
+                sla::abort(cx, p.node, &scope);
+            }
+            _ => cx.unknown_node(
+                p.node,
+                "in a shared file",
+                "include, target, workload, sla, slo, regression, abort, sim",
+            ),
+        }
     }
 }
 
@@ -124,7 +528,7 @@ struct Unreadable {
 /// syntax error is a diagnostic, and the document holds the top-level nodes that parse on their
 /// own; `None` when nothing can be checked for meaning.
 fn read_document(cx: &mut Cx) -> Option<(KdlDocument, Unreadable)> {
-    let text = cx.text.clone();
+    let text = cx.text();
     if text.len() as u64 > MAX_PLAN_BYTES {
         cx.error(
             SourceSpan::from((0, 0)),
@@ -254,7 +658,7 @@ const HEADER: &[(&str, Handler<Header>)] = &[
     }),
 ];
 
-const TOP_LEVEL: &str = "plan, target, workload, phase, sla, slo, regression, abort, sim";
+const TOP_LEVEL: &str = "plan, include, target, workload, phase, sla, slo, regression, abort, sim";
 /// Blocks a plan has at most one of.
 const ONCE: [&str; 7] = [
     "plan",
@@ -266,8 +670,7 @@ const ONCE: [&str; 7] = [
     "abort",
 ];
 
-fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Option<Plan> {
-    let nodes = document.nodes();
+fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<Plan> {
     let mut header = Header {
         name: None,
         description: None,
@@ -279,26 +682,28 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
     let mut sim = None;
     let mut slo = None;
     let mut phases = Vec::new();
-    let mut judging: Vec<&KdlNode> = Vec::new();
+    let mut judging: Vec<Placed> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
     let has = |name: &str| {
-        nodes.iter().any(|n| n.name().value() == name) || unreadable.names.iter().any(|n| n == name)
+        placed.iter().any(|p| p.node.name().value() == name)
+            || unreadable.names.iter().any(|n| n == name)
     };
     let has_slo = has("slo");
 
     // Every phase name written, valid or not: duplicates are found whatever else is wrong.
-    let phase_nodes: Vec<&KdlNode> = nodes
+    let phase_nodes: Vec<&Placed> = placed
         .iter()
-        .filter(|n| n.name().value() == "phase")
+        .filter(|p| p.node.name().value() == "phase")
         .collect();
     let mut phase_names: Vec<String> = unreadable.phase_names.clone();
     let mut duplicates = HashSet::new();
-    for node in &phase_nodes {
-        if let Some(KdlValue::String(name)) = positional(node).next().map(|e| e.value()) {
+    for p in &phase_nodes {
+        cx.current = p.file;
+        if let Some(KdlValue::String(name)) = positional(p.node).next().map(|e| e.value()) {
             if phase_names.contains(name) {
-                duplicates.insert(first_arg_span(node).offset());
+                duplicates.insert((p.file, first_arg_span(p.node).offset()));
                 cx.error(
-                    first_arg_span(node),
+                    first_arg_span(p.node),
                     format!("phase \"{name}\" is defined twice"),
                     "duplicate name",
                     "give every phase its own name; assertions refer to phases by name",
@@ -309,8 +714,9 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
         }
     }
     if let Some(extra) = phase_nodes.get(MAX_PHASES) {
+        cx.current = extra.file;
         cx.error(
-            extra.name().span(),
+            extra.node.name().span(),
             format!("the plan has more than {MAX_PHASES} phases"),
             "too many phases",
             "merge phases, or split the plan into several plans",
@@ -319,7 +725,9 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
     }
 
     let mut expected_requests = 0.0;
-    for node in nodes {
+    for p in placed {
+        let node = p.node;
+        cx.current = p.file;
         let name = node.name().value();
         if ONCE.contains(&name) {
             if seen.contains(&name) {
@@ -347,7 +755,7 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
                 let Some(checked) = phase::phase(cx, node) else {
                     continue;
                 };
-                if duplicates.contains(&first_arg_span(node).offset()) {
+                if duplicates.contains(&(p.file, first_arg_span(node).offset())) {
                     continue;
                 }
                 let before = expected_requests;
@@ -365,12 +773,13 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
                 }
                 phases.push(checked.phase);
             }
-            "sla" | "regression" | "abort" => judging.push(node),
+            "sla" | "regression" | "abort" => judging.push(*p),
             "slo" => slo = sla::slo(cx, node),
             "sim" => sim = Some(sim::sim(cx, node)),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
     }
+    cx.current = 0;
 
     let whole_file = SourceSpan::from((0, 0));
     if !has("target") {
@@ -412,17 +821,19 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
     let mut assertions = Vec::new();
     let mut regression = Vec::new();
     let mut abort = Vec::new();
-    for node in judging {
-        match node.name().value() {
-            "sla" => assertions.extend(sla::sla(cx, node, &scope)),
-            "regression" => regression.extend(sla::regression(cx, node, &scope)),
-            _ => abort.extend(sla::abort(cx, node, &scope)),
+    for p in judging {
+        cx.current = p.file;
+        match p.node.name().value() {
+            "sla" => assertions.extend(sla::sla(cx, p.node, &scope)),
+            "regression" => regression.extend(sla::regression(cx, p.node, &scope)),
+            _ => abort.extend(sla::abort(cx, p.node, &scope)),
         }
     }
+    cx.current = 0;
 
     let name = match header.name {
         Some(name) => name,
-        None if header_ok => std::path::Path::new(&cx.file_name)
+        None if header_ok => std::path::Path::new(&cx.files[0].name)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "plan".into()),
@@ -450,8 +861,10 @@ fn top_level(cx: &mut Cx, document: &KdlDocument, unreadable: &Unreadable) -> Op
         abort,
         sim,
         source: PlanSource {
-            file_name: cx.file_name.clone(),
-            text: cx.text.clone(),
+            file_name: cx.files[0].name.clone(),
+            text: cx.files[0].text.clone(),
+            includes: Vec::new(),
+            env: Vec::new(),
         },
     })
 }

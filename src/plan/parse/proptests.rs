@@ -140,6 +140,22 @@ proptest! {
     }
 
     #[test]
+    fn formatting_is_idempotent_and_keeps_the_meaning(
+        plan in 0..PLANS.len(),
+        edits in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 0..6)
+    ) {
+        let text = mutate(PLANS[plan], &edits);
+        // `format` itself refuses to change a file's meaning; here, once formatted, a file
+        // stays as it is, and it parses to the same plan (or the same mistakes).
+        if let Ok(formatted) = crate::plan::fmt::format(&text) {
+            prop_assert_eq!(crate::plan::fmt::format(&formatted).ok(), Some(formatted.clone()));
+            let before = parse_plan("p.kdl", text).map(|p| format!("{:?}", (p.phases, p.sla, p.workload.buckets)));
+            let after = parse_plan("p.kdl", formatted).map(|p| format!("{:?}", (p.phases, p.sla, p.workload.buckets)));
+            prop_assert_eq!(before.ok(), after.ok());
+        }
+    }
+
+    #[test]
     fn mutated_example_plans_give_a_plan_or_diagnostics(
         plan in 0..PLANS.len(),
         edits in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 1..6)

@@ -79,7 +79,7 @@ fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     let usage = "api-key env=\"OPENAI_API_KEY\"";
     cx.no_children(node);
     for entry in positional(node) {
-        cx.secret_spans.push(entry.span());
+        cx.secret(entry.span());
         cx.error(
             entry.span(),
             "an API key is never written in a plan",

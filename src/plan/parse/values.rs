@@ -22,6 +22,9 @@ impl Kind for Text {
     type Out = String;
     fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<String> {
         match entry.value() {
+            KdlValue::String(s) if entry.ty().is_some_and(|t| t.value() == "env") => {
+                env_value(cx, entry, s)
+            }
             KdlValue::String(s) => Some(s.clone()),
             other => {
                 cx.error(
@@ -32,6 +35,67 @@ impl Kind for Text {
                 );
                 None
             }
+        }
+    }
+}
+
+/// `(env)"NAME"` or `(env)"NAME:-default"`: the variable's value, or the default when it is
+/// unset; a diagnostic naming the variable when it is unset with no default.
+fn env_value(cx: &mut Cx, entry: &KdlEntry, spec: &str) -> Option<String> {
+    let (name, default) = match spec.split_once(":-") {
+        Some((name, default)) => (name, Some(default)),
+        None => (spec, None),
+    };
+    let valid = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if !valid {
+        cx.error(
+            entry.span(),
+            format!("\"{name}\" is not an environment variable's name"),
+            "not a variable",
+            "write (env)\"NAME\" or (env)\"NAME:-default\"; names are letters, digits and _",
+        );
+        return None;
+    }
+    let value = match &cx.env {
+        super::cx::EnvSource::Process => match std::env::var(name) {
+            Ok(value) => Some(value),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                cx.error(
+                    entry.span(),
+                    format!("${name} is not valid UTF-8"),
+                    "not text",
+                    "set it to text, or give the value in the plan",
+                );
+                return None;
+            }
+        },
+        // Judging a kept run again: the value it was run with (or nothing to complain about).
+        super::cx::EnvSource::Recorded(values) => Some(
+            values
+                .get(name)
+                .cloned()
+                .or(default.map(str::to_string))
+                .unwrap_or_default(),
+        ),
+    };
+    match value.or_else(|| default.map(str::to_string)) {
+        Some(value) => {
+            if !cx.env_used.iter().any(|(n, _)| n == name) {
+                cx.env_used.push((name.to_string(), value.clone()));
+            }
+            Some(value)
+        }
+        None => {
+            cx.error(
+                entry.span(),
+                format!("${name} is not set, and the plan gives no default"),
+                "unset variable",
+                format!("set {name} in the environment, or give a default: (env)\"{name}:-value\""),
+            );
+            None
         }
     }
 }

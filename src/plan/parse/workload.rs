@@ -51,7 +51,7 @@ fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
         // together in a repository.
         let path = std::path::Path::new(&name);
         let resolved = if path.is_relative() {
-            std::path::Path::new(&cx.file_name)
+            std::path::Path::new(cx.file_name())
                 .parent()
                 .map(|dir| dir.join(path))
                 .unwrap_or_else(|| path.to_path_buf())
