@@ -47,7 +47,7 @@ fn each_plan_error_has_its_diagnostic() {
             "frob 1\n",
             "unknown node `frob` at the top level",
             "plan.kdl:4:1",
-            "allowed here: plan, target",
+            "allowed here: plan, include, target",
         ),
         (
             "phase \"p\" { rate 2; duration \"1s\"; colour \"red\" }\n",
