@@ -105,20 +105,16 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             _ => ((!burst).then_some(WARMUP.min(duration)), None),
         };
         let warmup = Phase {
-            name: format!("warmup: {}", phase.name),
-            load: load.clone(),
             duration: warmup_duration,
             max_requests: warmup_requests,
             record: false,
+            ..Phase::new(format!("warmup: {}", phase.name), load.clone())
         };
         trial_plan.phases = vec![
             warmup,
             Phase {
-                name: format!("capacity: {}", phase.name),
-                load,
                 duration: (!burst).then_some(duration),
-                max_requests: None,
-                record: true,
+                ..Phase::new(format!("capacity: {}", phase.name), load)
             },
         ];
         trial_plan.sla.clear();

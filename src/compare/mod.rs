@@ -351,6 +351,9 @@ fn value(
                 .sum();
             Some(total / (window_s * pick.len() as f64))
         }
+        // Capacity is not a statistic of requests: it is compared from the two runs'
+        // search brackets, not resampled.
+        Metric::Capacity => None,
     }
 }
 
@@ -471,12 +474,7 @@ pub fn compare(
         rows.push(Row {
             metric: tolerance.text.clone(),
             phase: tolerance.phase.clone().unwrap_or_else(|| "all".into()),
-            unit: match tolerance.metric.kind() {
-                MetricKind::Latency => "ms",
-                MetricKind::Fraction => "fraction",
-                MetricKind::Throughput => "per_s",
-                MetricKind::TokenRate => "tokens_per_s",
-            },
+            unit: tolerance.metric.kind().unit(),
             baseline: b,
             current: c,
             change,

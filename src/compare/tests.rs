@@ -62,14 +62,18 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             planned_requests: None,
             planned_duration_s: None,
             at_us: 0,
+            group: None,
+            step: None,
         }],
         phase_ends: vec![PhaseEnd {
             index: 0,
             at_us: n as u64 * 10_000,
             sent: n as u64,
             client: None,
+            ended_early: None,
         }],
         records,
+        search_end: None,
         end: Some(RunEnd {
             at_us: n as u64 * 10_000 + 1_000_000,
             interrupted: false,

@@ -4,39 +4,45 @@
 //! Open-loop phases (a `rate`) send each request at its intended time whatever the server does,
 //! so a slow server never slows the offered load (no coordinated omission); closed-loop phases
 //! (`concurrency N`) keep exactly N requests in flight; a burst (`at-once N`) releases N requests
-//! together and waits for them. Prompt bodies are built ahead of time on a blocking thread so the
-//! pacer only sleeps and sends. Records go to the [`recorder`] thread, which appends them to
-//! `records.jsonl` as requests finish.
+//! together and waits for them. Phases run in groups: the phases of a group run together, each
+//! from its offset, and a group starts when the one before has ended (and drained, where its
+//! phases ask). The groups come from a [`PhaseSource`]: a fixed schedule's, or a search that
+//! decides its next probe from the records of the last. Prompt bodies are built ahead of time
+//! on a blocking thread so the pacer only sleeps and sends. Records go to the [`recorder`]
+//! thread, which appends them to `records.jsonl` as requests finish.
 //!
-//! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`].
+//! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`];
+//! nor does it choose loads: a search's policy is [`crate::planner::search`].
 
 pub mod api;
 mod observe;
+mod phase;
 pub mod recorder;
 pub mod request;
 pub mod resources;
+mod send;
+mod source;
 pub mod sse;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::plan::Load;
-use crate::planner::{PhaseSchedule, PromptSource, Schedule, ScheduledRequest};
-use crate::records::{ErrorClass, LogLine, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLine};
+use crate::planner::{PromptSource, Schedule};
+use crate::records::{LogLine, RunEnd, RunHeader, RunLine};
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 use observe::stopped;
 pub use observe::{Event, Observer, Quiet, Stop};
-use recorder::{Finished, Message, Recorder};
-use request::Exchange;
+use recorder::{Message, Recorder};
 pub use request::RequestTemplate;
+pub use source::{Between, PhaseControl, PhaseRun, PhaseSource, ScheduleSource};
 
 /// How many prompt bodies are built ahead of the pacer.
 const BODIES_AHEAD: usize = 512;
@@ -97,12 +103,13 @@ struct Context {
     client: reqwest::Client,
     template: RequestTemplate,
     prompts: Arc<dyn PromptSource>,
+    schedule: Arc<Schedule>,
     run_start: Instant,
     records: std::sync::mpsc::Sender<Message>,
+    records_path: PathBuf,
     observer: Arc<dyn Observer>,
-    /// Requests sent, per phase.
-    sent: Vec<AtomicU64>,
     abort: watch::Receiver<bool>,
+    /// Every request in flight, whatever its phase.
     in_flight: InFlight,
     /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
     timer: PreciseTimer,
@@ -119,10 +126,23 @@ impl Context {
     }
 }
 
-/// Runs every phase of `schedule` in order, writing the run's log to `config.records_path`.
-/// Returns once every record is written; an error when the run could not be carried out (the
-/// records could not be written, the HTTP client or a thread could not start).
+/// Runs every phase of `schedule`, group by group, writing the run's log to
+/// `config.records_path`. Returns once every record is written; an error when the run could
+/// not be carried out (the records could not be written, the HTTP client or a thread could not
+/// start).
 pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
+    let source = ScheduleSource::new(schedule.clone());
+    run_from(schedule, Box::new(source), config).await
+}
+
+/// Runs the groups `source` gives, in order, with `schedule`'s request mix (and its limits:
+/// the open-file check and the connection pool cover every load of `schedule`, a search's
+/// highest included).
+pub async fn run_from(
+    schedule: Arc<Schedule>,
+    mut source: Box<dyn PhaseSource>,
+    config: RunConfig,
+) -> Result<()> {
     let pool = pool_size(&schedule, config.template.timeout);
     if let Some(notice) = check_open_files(&schedule, pool)? {
         config.observer.on_event(Event::Warning(&notice));
@@ -145,10 +165,11 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
         client,
         template: config.template.clone(),
         prompts: config.prompts.clone(),
+        schedule: schedule.clone(),
         run_start: Instant::now(),
         records: recorder.sender(),
+        records_path: config.records_path.clone(),
         observer: config.observer.clone(),
-        sent: schedule.phases.iter().map(|_| AtomicU64::new(0)).collect(),
         abort: stop.in_flight(),
         in_flight: InFlight::default(),
         timer: PreciseTimer::start()
@@ -161,12 +182,35 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
     context.log(LogLine::Run(RunLine::current(header)));
 
     let sending = stop.sending();
-    for phase in &schedule.phases {
+    let mut between = Between {
+        context: context.clone(),
+    };
+    loop {
         if *sending.borrow() {
             break;
         }
-        run_phase(&context, &schedule, phase, sending.clone()).await;
+        // The source may read the records of the group that just ended, and may take a while
+        // to decide (a search reads them back): it runs off the runtime's worker threads.
+        let asked = tokio::task::spawn_blocking(move || {
+            let group = source.next_group(&between);
+            (source, between, group)
+        })
+        .await;
+        let Ok((returned, kept, group)) = asked else {
+            return Err(Error::run("the run's source of phases failed (an internal error)"));
+        };
+        (source, between) = (returned, kept);
+        let Some(group) = group else { break };
+        if *sending.borrow() {
+            break;
+        }
+        phase::run_group(&context, group, sending.clone()).await;
+        // Every record of the group is written and observed before the source is asked again.
+        let (reply, written) = tokio::sync::oneshot::channel();
+        let _ = context.records.send(Message::Barrier(reply));
+        let _ = written.await;
     }
+    drop(between);
 
     // Let in-flight requests finish; after an early stop, only for the grace period.
     let mut stop_wait = sending.clone();
@@ -205,10 +249,10 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
     // Besides connections: the records file, the tokenizer, stdio, the runtime's own.
     const SPARE: u64 = 64;
     let certain = schedule
-        .phases
+        .loads()
         .iter()
-        .map(|p| match p.load_model {
-            Load::Concurrency(n) | Load::AtOnce(n) => n as u64,
+        .map(|load| match load {
+            Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
             Load::Rate { .. } => 0,
         })
         .max()
@@ -233,9 +277,9 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
 /// Idle connections to keep per host: the most requests the plan may have in flight, bounded.
 fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
     let most = schedule
-        .phases
+        .loads()
         .iter()
-        .map(|p| match &p.load_model {
+        .map(|load| match load {
             Load::Concurrency(n) | Load::AtOnce(n) => *n as f64,
             Load::Rate { rate, .. } => {
                 let peak = match rate {
@@ -247,289 +291,4 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
         })
         .fold(1.0, f64::max);
     (most.ceil() as usize).clamp(1, 4096)
-}
-
-/// Builds request bodies on a blocking thread, ahead of the sender. Sends `primed` once the first
-/// batch is ready, so that the phase clock starts with bodies in hand.
-fn spawn_body_builder(
-    context: &Arc<Context>,
-    schedule: &Arc<Schedule>,
-    phase: &PhaseSchedule,
-) -> (
-    mpsc::Receiver<(ScheduledRequest, Bytes)>,
-    tokio::sync::oneshot::Receiver<()>,
-) {
-    let (tx, rx) = mpsc::channel(BODIES_AHEAD);
-    let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
-    let prompts = context.prompts.clone();
-    let template = context.template.clone();
-    let index = phase.index;
-    // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
-    let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
-    let schedule = schedule.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut primed = Some(primed_tx);
-        // The phase starts with the channel full, so that building bodies does not burst at its
-        // start (competing with sending and reading for the cores) but keeps pace with the sends.
-        let prime_after = limit.map_or(BODIES_AHEAD, |n| (n as usize).min(BODIES_AHEAD));
-        let mut built = 0usize;
-        let mut seq = 0u64;
-        loop {
-            if limit.is_some_and(|n| seq >= n) {
-                break;
-            }
-            let request = schedule.request(index, seq);
-            seq += 1;
-            let prompt = prompts.prompt(&request);
-            let body = template.body(&prompt, request.output_tokens);
-            if tx.blocking_send((request, body)).is_err() {
-                break;
-            }
-            built += 1;
-            if built >= prime_after {
-                if let Some(p) = primed.take() {
-                    let _ = p.send(());
-                }
-            }
-        }
-        if let Some(p) = primed.take() {
-            let _ = p.send(());
-        }
-    });
-    (rx, primed_rx)
-}
-
-async fn run_phase(
-    context: &Arc<Context>,
-    schedule: &Arc<Schedule>,
-    phase: &PhaseSchedule,
-    mut cancel: watch::Receiver<bool>,
-) {
-    let (mut bodies, primed) = spawn_body_builder(context, schedule, phase);
-    let _ = primed.await;
-    let phase_start = Instant::now();
-    let phase_start_cpu = resources::cpu_seconds();
-    let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
-    let start = PhaseStart {
-        index: phase.index,
-        name: phase.name.clone(),
-        record: phase.record,
-        load: phase.load.clone(),
-        open_loop,
-        planned_rate: phase.planned_rate,
-        planned_requests: (!phase.open_ended).then_some(phase.requests.len() as u64),
-        planned_duration_s: phase.duration.map(|d| d.as_secs_f64()),
-        at_us: context.micros(phase_start),
-    };
-    context.observer.on_event(Event::PhaseStarted(&start));
-    context.log(LogLine::PhaseStart(start));
-    let deadline = phase.duration.map(|d| phase_start + d);
-
-    match phase.load_model {
-        Load::Rate { .. } | Load::AtOnce(_) => {
-            let burst = Arc::new(InFlight::default());
-            let index = phase.index;
-            while let Some((request, body)) = bodies.recv().await {
-                let intended =
-                    phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
-                tokio::select! {
-                    _ = context.timer.sleep_until(intended) => {}
-                    _ = stopped(&mut cancel) => break,
-                }
-                let context = context.clone();
-                let burst = burst.clone();
-                context.in_flight.enter();
-                burst.enter();
-                tokio::spawn(async move {
-                    execute(&context, index, request, body, Some(intended)).await;
-                    burst.leave();
-                });
-            }
-            if matches!(phase.load_model, Load::AtOnce(_)) {
-                // A burst ends when it has drained, so its latency is its own.
-                tokio::select! {
-                    _ = burst.wait_empty() => {}
-                    _ = stopped(&mut cancel) => {}
-                }
-            } else if let Some(deadline) = deadline.filter(|_| !ended_by_count(phase)) {
-                // Ended by its duration: the phase lasts its whole duration (arrivals simply
-                // fell short of its end). Ended by its request count first: it ends now, so
-                // that idle time is not counted as the phase's.
-                tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => {}
-                    _ = stopped(&mut cancel) => {}
-                }
-            }
-        }
-        Load::Concurrency(workers) => {
-            let queue = Arc::new(tokio::sync::Mutex::new(bodies));
-            let mut tasks = tokio::task::JoinSet::new();
-            for _ in 0..workers {
-                let queue = queue.clone();
-                let context = context.clone();
-                let mut cancel = cancel.clone();
-                let index = phase.index;
-                tasks.spawn(async move {
-                    loop {
-                        if *cancel.borrow() || deadline.is_some_and(|d| Instant::now() >= d) {
-                            break;
-                        }
-                        let next = tokio::select! {
-                            next = async { queue.lock().await.recv().await } => next,
-                            _ = stopped(&mut cancel) => None,
-                        };
-                        let Some((request, body)) = next else { break };
-                        context.in_flight.enter();
-                        execute(&context, index, request, body, None).await;
-                    }
-                });
-            }
-            let all_done = async { while tasks.join_next().await.is_some() {} };
-            match deadline {
-                Some(deadline) => tokio::select! {
-                    _ = all_done => {}
-                    _ = tokio::time::sleep_until(deadline) => {}
-                    _ = stopped(&mut cancel) => {}
-                },
-                None => tokio::select! {
-                    _ = all_done => {}
-                    _ = stopped(&mut cancel) => {}
-                },
-            }
-            // Workers still holding a request finish it in the background and then stop.
-            tasks.detach_all();
-        }
-    }
-    let client = match (&context.cpu, phase_start_cpu) {
-        (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
-        _ => None,
-    };
-    let end = PhaseEnd {
-        index: phase.index,
-        at_us: context.micros(Instant::now()),
-        sent: context.sent[phase.index].load(Ordering::Relaxed),
-        client,
-    };
-    context.observer.on_event(Event::PhaseEnded(&end));
-    context.log(LogLine::PhaseEnd(end));
-}
-
-/// Whether an open loop's schedule stops at its request count before its duration.
-fn ended_by_count(phase: &PhaseSchedule) -> bool {
-    phase
-        .max_requests
-        .is_some_and(|n| phase.requests.len() as u64 >= n)
-}
-
-/// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
-/// result to the recorder. The caller has already counted it in `in_flight`.
-async fn execute(
-    context: &Arc<Context>,
-    phase: usize,
-    request: ScheduledRequest,
-    body: Bytes,
-    intended: Option<Instant>,
-) {
-    let request_id = context.template.request_id(phase, request.seq);
-    let mut sent_at = Instant::now();
-    let intended_send_us = context.micros(intended.unwrap_or(sent_at));
-    // Until the record is handed over, a panic in this task still records the request (as the
-    // client's failure) and leaves the in-flight count: a run never hangs on a dead task.
-    let mut guard = InFlightGuard {
-        context,
-        pending: Some((phase, request, intended_send_us)),
-    };
-    context.sent[phase].fetch_add(1, Ordering::Relaxed);
-    context.observer.on_event(Event::RequestSent { phase });
-    let mut exchange = Exchange::default();
-    let timeout = context.template.timeout;
-    enum End {
-        Complete,
-        TimedOut,
-        Aborted,
-    }
-    let mut abort = context.abort.clone();
-    let end = {
-        let work = tokio::time::timeout(
-            timeout,
-            request::exchange(
-                &context.client,
-                &context.template,
-                body,
-                request_id,
-                &mut sent_at,
-                &mut exchange,
-            ),
-        );
-        tokio::select! {
-            result = work => if result.is_ok() { End::Complete } else { End::TimedOut },
-            _ = stopped(&mut abort) => End::Aborted,
-        }
-    };
-    match end {
-        End::Complete => {}
-        End::TimedOut => {
-            exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            exchange.fail(
-                ErrorClass::Timeout,
-                format!(
-                    "no complete response within the {}s timeout",
-                    timeout.as_secs_f64()
-                ),
-            );
-        }
-        End::Aborted => {
-            exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            exchange.fail(
-                ErrorClass::Cancelled,
-                "still in flight when the run was interrupted",
-            );
-        }
-    }
-    let actual_send_us = context.micros(sent_at);
-    guard.pending = None;
-    let finished = Finished {
-        phase,
-        request,
-        intended_send_us: if intended.is_some() {
-            intended_send_us
-        } else {
-            actual_send_us
-        },
-        actual_send_us,
-        exchange,
-    };
-    let _ = context.records.send(Message::Finished(Box::new(finished)));
-}
-
-/// A request in flight: leaves the count when dropped, and records the request as the
-/// client's failure if its task died before handing the record over.
-struct InFlightGuard<'a> {
-    context: &'a Arc<Context>,
-    /// (phase, request, intended send µs) until the record is handed over.
-    pending: Option<(usize, ScheduledRequest, u64)>,
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        if let Some((phase, request, intended_send_us)) = self.pending.take() {
-            let mut exchange = Exchange::default();
-            exchange.fail(
-                ErrorClass::Client,
-                "llmload failed while handling this request (an internal error)",
-            );
-            let finished = Finished {
-                phase,
-                request,
-                intended_send_us,
-                actual_send_us: intended_send_us,
-                exchange,
-            };
-            let _ = self
-                .context
-                .records
-                .send(Message::Finished(Box::new(finished)));
-        }
-        self.context.in_flight.leave();
-    }
 }

@@ -39,6 +39,9 @@ pub enum Message {
     Line(Box<LogLine>),
     /// A finished request to count and write.
     Finished(Box<Finished>),
+    /// Answered once everything sent before it is written, flushed and observed: a run's
+    /// source of phases reads the records of the group that just ended.
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
 
 /// The recorder thread, and the way to send it work.
@@ -108,6 +111,12 @@ fn write_all(
         let mut next = Some(first);
         while let Some(message) = next {
             let line = match message {
+                Message::Barrier(reply) => {
+                    out.flush()?;
+                    let _ = reply.send(());
+                    next = receiver.try_recv().ok();
+                    continue;
+                }
                 Message::Line(line) => *line,
                 Message::Finished(finished) => {
                     let mut record = finalize_safely(*finished, tokenizer);

@@ -8,6 +8,7 @@
 //! [`crate::verdict`].
 
 mod distribution;
+pub mod profile;
 pub mod warnings;
 
 use std::collections::BTreeMap;
@@ -19,7 +20,10 @@ pub use distribution::{Distribution, Summary};
 pub use warnings::{Severity, Warning};
 
 use crate::plan::{Metric, Slo};
-use crate::records::{ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, TokenSource};
+use crate::records::{
+    ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, StepInfo, TokenSource,
+};
+use profile::{ProfileBuilder, ProfileWindow};
 
 /// Everything computed from one run.
 #[derive(Debug, Clone, Serialize)]
@@ -49,6 +53,9 @@ pub struct Aggregates {
     /// The client process's peak resident memory over the run.
     #[serde(skip)]
     pub client_peak_rss_bytes: Option<u64>,
+    /// How the run's capacity search ended, if it had one that ended.
+    #[serde(skip)]
+    pub search_end: Option<crate::records::SearchEnd>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -222,6 +229,19 @@ pub struct PhaseMetrics {
     pub wall_s: f64,
     /// How busy the client process was while the phase sent (absent where not measured).
     pub client: Option<ClientLoad>,
+    /// The step of a sweep (or probe of a search) it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepInfo>,
+    /// Why it was ended before its planned end, if it was (a probe that had already failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_early: Option<String>,
+    /// Why its window shows a server that was not keeping up, if it does (see
+    /// [`profile::saturation`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saturation: Option<String>,
+    /// Requests in flight and TTFT through its sending window, in ten windows (a phase only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub load_profile: Vec<ProfileWindow>,
     #[serde(skip)]
     /// The distributions, for statistics beyond the summaries.
     pub distributions: Distributions,
@@ -450,8 +470,9 @@ impl<'s> Aggregator<'s> {
         match line {
             LogLine::Request(record) => self.record(&record),
             LogLine::PhaseStart(start) => {
-                self.phases
-                    .push(Accumulator::new(start.open_loop, self.slo));
+                let mut accumulator = Accumulator::new(start.open_loop, self.slo);
+                accumulator.profile = Some(ProfileBuilder::new(start.at_us));
+                self.phases.push(accumulator);
                 self.log.phases.push(start);
             }
             other => self.log.push(other),
@@ -507,6 +528,9 @@ impl<'s> Aggregator<'s> {
             metrics.load = start.load.clone();
             metrics.rates.planned_per_s = start.planned_rate;
             metrics.client = phase_end.and_then(|e| e.client);
+            metrics.step = start.step.clone();
+            metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
+            metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));
         }
@@ -536,6 +560,7 @@ impl<'s> Aggregator<'s> {
             first_client_error: self.first_client_error,
             aborted: log.end.as_ref().and_then(|e| e.aborted.clone()),
             client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
+            search_end: log.search_end.clone(),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)
@@ -634,6 +659,8 @@ struct Accumulator<'s> {
     usage_vs_tokenizer: Vec<f64>,
     last_send_us: Option<u64>,
     last_end_us: Option<u64>,
+    /// A phase's load through its window (not kept for all phases together).
+    profile: Option<ProfileBuilder>,
 }
 
 impl<'s> Accumulator<'s> {
@@ -655,6 +682,7 @@ impl<'s> Accumulator<'s> {
             usage_vs_tokenizer: Vec::new(),
             last_send_us: None,
             last_end_us: None,
+            profile: None,
         }
     }
 
@@ -663,6 +691,10 @@ impl<'s> Accumulator<'s> {
         let d = &mut m.distributions;
         self.last_send_us = self.last_send_us.max(Some(record.actual_send_us));
         self.last_end_us = self.last_end_us.max(record.end_us());
+        if let Some(profile) = &mut self.profile {
+            let end = record.end_us().unwrap_or(record.actual_send_us);
+            profile.add_request(record.actual_send_us, end, ttft_ms(record));
+        }
         if self.slo.is_some_and(|slo| meets(slo, record)) {
             self.good += 1;
         }
@@ -767,6 +799,9 @@ impl<'s> Accumulator<'s> {
 
     fn finish(self, windows: &[Window]) -> PhaseMetrics {
         let mut m = self.m;
+        if let (Some(profile), [window]) = (&self.profile, windows) {
+            m.load_profile = profile.windows(window.sending_end);
+        }
         let wall = union_seconds(windows, |w| w.end);
         let sending = union_seconds(windows, |w| w.sending_end);
         m.wall_s = wall;

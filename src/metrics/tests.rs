@@ -36,6 +36,8 @@ fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
         planned_requests: None,
         planned_duration_s: None,
         at_us,
+        group: None,
+        step: None,
     }
 }
 
@@ -97,15 +99,18 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 at_us: 1_000_000,
                 sent: 1,
                 client: None,
+                ended_early: None,
             },
             PhaseEnd {
                 index: 1,
                 at_us: 3_000_000,
                 sent: 3,
                 client: None,
+                ended_early: None,
             },
         ],
         records,
+        search_end: None,
         end: Some(RunEnd {
             at_us: 5_000_000,
             interrupted: false,

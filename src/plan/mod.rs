@@ -47,6 +47,10 @@ pub struct Plan {
     pub regression: Vec<Tolerance>,
     /// Conditions that stop a clearly failing run early (k6's abortOnFail), as a failed run.
     pub abort: Vec<AbortRule>,
+    /// The capacity search, if the plan has one.
+    pub search: Option<Search>,
+    /// What each sweep step and search probe is judged on.
+    pub objective: Objective,
     /// Settings of the embedded simulator, used when the target is `"sim"`.
     pub sim: SimSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.
@@ -209,6 +213,123 @@ pub struct Phase {
     pub max_requests: Option<u64>,
     /// `record #false` keeps a phase (a warmup) out of metrics and verdicts.
     pub record: bool,
+    /// Starts alongside an earlier phase (at an offset from its start), instead of after the
+    /// phases before it.
+    pub with: Option<StartWith>,
+    /// The step of a sweep this phase is, if it is one.
+    pub step: Option<Step>,
+    /// The next phase waits until this phase's requests in flight have finished (a burst, a
+    /// sweep's step): its latency is its own, and the next one's is not shifted by it.
+    pub drain: bool,
+}
+
+impl Phase {
+    /// A phase of `load` that starts after the ones before it and does not wait for its
+    /// requests to drain (bursts do).
+    pub fn new(name: impl Into<String>, load: Load) -> Phase {
+        let drain = matches!(load, Load::AtOnce(_));
+        Phase {
+            name: name.into(),
+            load,
+            duration: None,
+            max_requests: None,
+            record: true,
+            with: None,
+            step: None,
+            drain,
+        }
+    }
+}
+
+/// `with "steady" offset="30s"`: a phase that runs alongside another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartWith {
+    /// The earlier phase it starts with.
+    pub phase: String,
+    /// How long after that phase's start it starts.
+    pub offset: Duration,
+}
+
+/// What a load is counted in: a sweep's or a search's axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadUnit {
+    /// Requests per second (an open loop).
+    RequestsPerSecond,
+    /// Concurrent requests (a closed loop's users).
+    Concurrency,
+}
+
+impl LoadUnit {
+    /// The unit as reports write it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            LoadUnit::RequestsPerSecond => "req/s",
+            LoadUnit::Concurrency => "concurrent",
+        }
+    }
+
+    /// The load of `value` in this unit.
+    pub fn load(self, value: f64, arrivals: Arrivals) -> Load {
+        match self {
+            LoadUnit::RequestsPerSecond => Load::Rate {
+                rate: RateShape::Constant(value),
+                arrivals,
+            },
+            LoadUnit::Concurrency => Load::Concurrency(value.round().max(1.0) as u32),
+        }
+    }
+}
+
+/// A phase that is one step of a sweep (or one probe of a search).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The sweep's (or search's) name.
+    pub series: String,
+    /// The step's load, in `unit`.
+    pub load_value: f64,
+    /// What the load counts.
+    pub unit: LoadUnit,
+    /// The unrecorded warmup before the step's measured window.
+    pub warmup: bool,
+}
+
+/// `search`: the highest load at which the objectives hold, found by probing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Search {
+    /// Its name (probes are named after it).
+    pub name: String,
+    /// Rate or concurrency.
+    pub unit: LoadUnit,
+    /// How an open loop's arrivals are spread.
+    pub arrivals: Arrivals,
+    /// The lowest load probed.
+    pub low: f64,
+    /// The highest load probed.
+    pub high: f64,
+    /// The search stops when the bracket is this narrow: (fails − sustains) / sustains.
+    pub precision: f64,
+    /// The most probes it runs (repeats included).
+    pub max_probes: u32,
+    /// The longest it runs.
+    pub max_duration: Duration,
+    /// An unrecorded warmup at the probe's load before each probe.
+    pub warmup: Option<Duration>,
+    /// Each probe's measured window.
+    pub duration: Duration,
+    /// What a probe must meet to pass.
+    pub objective: Objective,
+    /// It runs after this many of the plan's phases (where it is written).
+    pub position: usize,
+}
+
+/// What a sweep's step or a search's probe must meet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Objective {
+    /// The plan's `sla` assertions that name no phase.
+    Sla,
+    /// At least this share of requests meet the plan's `slo` (DistServe's goodput attainment).
+    Attainment(f64),
 }
 
 /// The load model of a phase: exactly one per phase.
@@ -325,11 +446,13 @@ pub enum Metric {
     Goodput,
     /// The fraction of completed requests meeting every objective of the plan's `slo`.
     GoodputRatio,
+    /// The highest load the plan's search found the objectives to hold at.
+    Capacity,
 }
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; 14] = [
         Metric::Ttft,
         Metric::Itl,
         Metric::Tpot,
@@ -343,6 +466,7 @@ impl Metric {
         Metric::TotalThroughput,
         Metric::Goodput,
         Metric::GoodputRatio,
+        Metric::Capacity,
     ];
 
     /// The metric's name in plans and reports.
@@ -361,6 +485,7 @@ impl Metric {
             Metric::TotalThroughput => "total-throughput",
             Metric::Goodput => "goodput",
             Metric::GoodputRatio => "goodput-ratio",
+            Metric::Capacity => "capacity",
         }
     }
 
@@ -371,7 +496,7 @@ impl Metric {
 
     /// Whether the metric is a per-request distribution that takes a statistic (p99, mean...).
     pub fn is_distribution(self) -> bool {
-        self.kind() != MetricKind::Fraction && self.kind() != MetricKind::Throughput
+        matches!(self.kind(), MetricKind::Latency | MetricKind::TokenRate)
     }
 
     /// What kind of value the metric is, which decides its unit and threshold syntax.
@@ -384,6 +509,7 @@ impl Metric {
             | Metric::OutputThroughput
             | Metric::TotalThroughput
             | Metric::Goodput => MetricKind::Throughput,
+            Metric::Capacity => MetricKind::Capacity,
         }
     }
 }
@@ -399,6 +525,21 @@ pub enum MetricKind {
     Fraction,
     /// Per second over the phase's wall time; thresholds are numbers.
     Throughput,
+    /// A load (requests per second, or concurrent requests); thresholds are numbers.
+    Capacity,
+}
+
+impl MetricKind {
+    /// The unit's name in machine-readable outputs (summary.json, comparisons).
+    pub fn unit(self) -> &'static str {
+        match self {
+            MetricKind::Latency => "ms",
+            MetricKind::Fraction => "fraction",
+            MetricKind::Throughput => "per_s",
+            MetricKind::TokenRate => "tokens_per_s",
+            MetricKind::Capacity => "load",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -534,8 +675,10 @@ pub struct Tolerance {
 impl Metric {
     /// Whether a higher value is better (throughputs, token rates, goodput).
     pub fn higher_is_better(self) -> bool {
-        matches!(self.kind(), MetricKind::Throughput | MetricKind::TokenRate)
-            || self == Metric::GoodputRatio
+        matches!(
+            self.kind(),
+            MetricKind::Throughput | MetricKind::TokenRate | MetricKind::Capacity
+        ) || self == Metric::GoodputRatio
     }
 }
 
@@ -637,6 +780,14 @@ pub struct SlowHeaders {
     pub delay: Duration,
     /// The share of requests it strikes.
     pub rate: f64,
+}
+
+impl Plan {
+    /// Whether the plan has sweeps or a search: its `sla` lines that name no phase are then
+    /// judged per step (and per probe), not over all recorded phases, which mix every load.
+    pub fn is_stepped(&self) -> bool {
+        self.search.is_some() || self.phases.iter().any(|p| p.step.is_some())
+    }
 }
 
 /// Reads and validates a plan file. On failure, returns every diagnostic found.

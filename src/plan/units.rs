@@ -82,6 +82,12 @@ pub fn parse_percent(text: &str) -> Result<f64, BadValue> {
     Ok(value / 100.0)
 }
 
+/// A load as step names and reports write it: `8`, `2.5`, `11.834`.
+pub fn format_load(value: f64) -> String {
+    let text = format!("{:.3}", value);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// Formats a duration the way plans write them.
 pub fn format_duration(duration: Duration) -> String {
     let secs = duration.as_secs_f64();

@@ -10,7 +10,9 @@
 
 mod arrivals;
 mod prompts;
+pub mod search;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::distr::weighted::WeightedIndex;
@@ -19,9 +21,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::plan::{Load, Plan};
+use crate::plan::{Load, Phase, Plan, Search};
 use crate::seed;
 
+pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
 pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts};
 
@@ -40,10 +43,29 @@ pub struct Schedule {
     pub plan: String,
     /// The seed it was compiled with.
     pub seed: u64,
-    /// One per plan phase, in order.
-    pub phases: Vec<PhaseSchedule>,
+    /// One per plan phase (sweeps expanded into their steps), in order.
+    pub phases: Vec<Arc<PhaseSchedule>>,
+    /// The capacity search, run after the group `search.after_group`, if the plan has one.
+    pub search: Option<SearchSchedule>,
     #[serde(skip)]
     mix: RequestMix,
+}
+
+/// A plan's search, as the schedule holds it: its probes are compiled as it goes.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchSchedule {
+    #[serde(skip)]
+    /// The search as the plan writes it.
+    pub spec: Search,
+    /// Its name.
+    pub name: String,
+    /// The range, the unit and the stopping rules, as people read them.
+    pub description: String,
+    /// It runs once the groups before this one have ended.
+    pub after_group: usize,
+    /// The loads of its first probes, before any result is known (the doubling that brackets
+    /// the capacity); the rest depend on the results.
+    pub first_probes: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +93,23 @@ pub struct PhaseSchedule {
     pub open_ended: bool,
     /// Its requests, materialized (empty when open-ended).
     pub requests: Vec<ScheduledRequest>,
+    /// Phases of one group run together: a phase `with` another joins that phase's group.
+    pub group: usize,
+    /// When it starts, from its group's start.
+    #[serde(serialize_with = "serialize_secs_plain")]
+    pub offset: Duration,
+    /// The next group waits for its requests in flight to finish.
+    pub drain: bool,
+    /// The step of a sweep (or the probe of a search) it is.
+    pub step: Option<StepInfo>,
+}
+
+impl PhaseSchedule {
+    /// Whether an open loop's schedule stops at its request count before its duration.
+    pub fn ended_by_count(&self) -> bool {
+        self.max_requests
+            .is_some_and(|n| self.requests.len() as u64 >= n)
+    }
 }
 
 /// One request as planned.
@@ -121,14 +160,28 @@ impl RequestMix {
 impl Schedule {
     /// The request at `seq` of phase `phase_index`, materialized or not.
     pub fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
-        match self
-            .phases
-            .get(phase_index)
-            .and_then(|p| p.requests.get(seq as usize))
-        {
-            Some(request) => *request,
+        match self.phases.get(phase_index) {
+            Some(phase) => self.request_in(phase, seq),
             None => self.mix.request(phase_index, seq),
         }
+    }
+
+    /// The request at `seq` of `phase` (one of this schedule's, or a probe it compiled),
+    /// materialized or not.
+    pub fn request_in(&self, phase: &PhaseSchedule, seq: u64) -> ScheduledRequest {
+        match phase.requests.get(seq as usize) {
+            Some(request) => *request,
+            None => self.mix.request(phase.index, seq),
+        }
+    }
+
+    /// Every load the run may put on the target: each phase's, and a search's highest.
+    pub fn loads(&self) -> Vec<Load> {
+        let mut loads: Vec<Load> = self.phases.iter().map(|p| p.load_model.clone()).collect();
+        if let Some(search) = &self.search {
+            loads.push(search.spec.unit.load(search.spec.high, search.spec.arrivals));
+        }
+        loads
     }
 }
 
@@ -150,76 +203,182 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
             .collect(),
         weights: plan.workload.buckets.iter().map(|b| b.weight).collect(),
     };
-    let mut phases = Vec::new();
+    let mut phases: Vec<Arc<PhaseSchedule>> = Vec::new();
     let mut total = 0usize;
+    let mut groups = 0usize;
     for (index, phase) in plan.phases.iter().enumerate() {
-        let offsets: Option<Vec<u64>> = match &phase.load {
-            Load::Rate { rate, arrivals } => {
-                let phase_seed = seed::arrival_seed(seed, index);
-                Some(
-                    arrival_offsets(
-                        *rate,
-                        *arrivals,
-                        phase.duration,
-                        phase.max_requests,
-                        phase_seed,
-                        MAX_SCHEDULED_REQUESTS - total,
-                    )
-                    .map_err(|e| match e {
-                        ArrivalError::TooMany => too_many(&phase.name),
-                        ArrivalError::Gamma => Error::usage(format!(
-                            "phase \"{}\": its gamma arrivals cannot be drawn",
-                            phase.name
-                        )),
-                    })?,
-                )
-            }
-            Load::AtOnce(n) => Some(vec![0; *n as usize]),
-            Load::Concurrency(_) => None,
-        };
-        let (requests, open_ended) = match offsets {
-            Some(offsets) => (
-                offsets
-                    .iter()
-                    .enumerate()
-                    .map(|(seq, offset)| ScheduledRequest {
-                        intended_offset_us: Some(*offset),
-                        ..mix.request(index, seq as u64)
-                    })
-                    .collect::<Vec<_>>(),
-                false,
-            ),
-            None => match phase.max_requests {
-                Some(n) if (n as usize) <= MAX_SCHEDULED_REQUESTS - total => {
-                    ((0..n).map(|seq| mix.request(index, seq)).collect(), false)
-                }
-                Some(_) => return Err(too_many(&phase.name)),
-                None => (Vec::new(), true),
-            },
-        };
-        total += requests.len();
-        phases.push(PhaseSchedule {
-            index,
-            name: phase.name.clone(),
-            record: phase.record,
-            load: describe_load(&phase.load),
-            load_model: phase.load.clone(),
-            duration: phase.duration,
-            max_requests: phase.max_requests,
-            planned_rate: match &phase.load {
-                Load::Rate { rate, .. } => Some(rate.mean()),
-                _ => None,
-            },
-            open_ended,
-            requests,
+        let mut compiled = compile_phase(&mix, seed, index, phase, MAX_SCHEDULED_REQUESTS - total)?;
+        total += compiled.requests.len();
+        // A phase `with` an earlier one joins its group, at an offset from that one's start.
+        let joined = phase.with.as_ref().and_then(|with| {
+            phases
+                .iter()
+                .find(|p| p.name == with.phase)
+                .map(|p| (p.group, p.offset + with.offset))
         });
+        (compiled.group, compiled.offset) = match joined {
+            Some(joined) => joined,
+            None => {
+                groups += 1;
+                (groups - 1, Duration::ZERO)
+            }
+        };
+        phases.push(Arc::new(compiled));
     }
+    let search = plan.search.as_ref().map(|spec| {
+        // The search runs after the groups of the phases written before it.
+        let after_group = phases
+            .iter()
+            .take(spec.position)
+            .map(|p| p.group + 1)
+            .max()
+            .unwrap_or(0);
+        SearchSchedule {
+            name: spec.name.clone(),
+            description: search::describe(spec),
+            after_group,
+            first_probes: search::first_probes(spec),
+            spec: spec.clone(),
+        }
+    });
     Ok(Schedule {
         plan: plan.name.clone(),
         seed,
         phases,
+        search,
         mix,
     })
+}
+
+/// One phase's schedule: its arrivals (open loop, burst) or its requests (closed loop with a
+/// count), at most `budget` of them.
+fn compile_phase(
+    mix: &RequestMix,
+    seed: u64,
+    index: usize,
+    phase: &Phase,
+    budget: usize,
+) -> Result<PhaseSchedule> {
+    let offsets: Option<Vec<u64>> = match &phase.load {
+        Load::Rate { rate, arrivals } => {
+            let phase_seed = seed::arrival_seed(seed, index);
+            Some(
+                arrival_offsets(
+                    *rate,
+                    *arrivals,
+                    phase.duration,
+                    phase.max_requests,
+                    phase_seed,
+                    budget,
+                )
+                .map_err(|e| match e {
+                    ArrivalError::TooMany => too_many(&phase.name),
+                    ArrivalError::Gamma => Error::usage(format!(
+                        "phase \"{}\": its gamma arrivals cannot be drawn",
+                        phase.name
+                    )),
+                })?,
+            )
+        }
+        Load::AtOnce(n) => Some(vec![0; *n as usize]),
+        Load::Concurrency(_) => None,
+    };
+    let (requests, open_ended) = match offsets {
+        Some(offsets) => (
+            offsets
+                .iter()
+                .enumerate()
+                .map(|(seq, offset)| ScheduledRequest {
+                    intended_offset_us: Some(*offset),
+                    ..mix.request(index, seq as u64)
+                })
+                .collect::<Vec<_>>(),
+            false,
+        ),
+        None => match phase.max_requests {
+            Some(n) if (n as usize) <= budget => {
+                ((0..n).map(|seq| mix.request(index, seq)).collect(), false)
+            }
+            Some(_) => return Err(too_many(&phase.name)),
+            None => (Vec::new(), true),
+        },
+    };
+    Ok(PhaseSchedule {
+        index,
+        name: phase.name.clone(),
+        record: phase.record,
+        load: describe_load(&phase.load),
+        load_model: phase.load.clone(),
+        duration: phase.duration,
+        max_requests: phase.max_requests,
+        planned_rate: match &phase.load {
+            Load::Rate { rate, .. } => Some(rate.mean()),
+            _ => None,
+        },
+        open_ended,
+        requests,
+        group: 0,
+        offset: Duration::ZERO,
+        drain: phase.drain,
+        step: phase.step.as_ref().map(|step| StepInfo {
+            series: step.series.clone(),
+            load_value: step.load_value,
+            unit: step.unit,
+            warmup: step.warmup,
+            probe: false,
+        }),
+    })
+}
+
+impl Schedule {
+    /// The phases of each group, in order (a group's phases run together).
+    pub fn groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for phase in &self.phases {
+            if groups.len() <= phase.group {
+                groups.resize(phase.group + 1, Vec::new());
+            }
+            groups[phase.group].push(phase.index);
+        }
+        groups
+    }
+
+    /// The phase of the search's probe number `number` at `load` (its warmup when `warmup`),
+    /// with the schedule's seed and mix; `index` is its phase index in the run (after every
+    /// phase of the plan).
+    pub fn probe(&self, index: usize, number: usize, load: f64, warmup: bool) -> Result<PhaseSchedule> {
+        let Some(search) = &self.search else {
+            return Err(Error::run("the plan has no search"));
+        };
+        let spec = &search.spec;
+        let value = crate::plan::units::format_load(load);
+        let name = if warmup {
+            format!("{} probe {number} warmup @ {value}", spec.name)
+        } else {
+            format!("{} probe {number} @ {value}", spec.name)
+        };
+        let phase = Phase {
+            duration: Some(if warmup {
+                spec.warmup.unwrap_or_default()
+            } else {
+                spec.duration
+            }),
+            record: !warmup,
+            drain: true,
+            step: Some(crate::plan::Step {
+                series: spec.name.clone(),
+                load_value: load,
+                unit: spec.unit,
+                warmup,
+            }),
+            ..Phase::new(name, spec.unit.load(load, spec.arrivals))
+        };
+        let mut compiled = compile_phase(&self.mix, self.seed, index, &phase, MAX_SCHEDULED_REQUESTS)?;
+        if let Some(step) = compiled.step.as_mut() {
+            step.probe = true;
+        }
+        Ok(compiled)
+    }
 }
 
 fn too_many(phase: &str) -> Error {
@@ -246,6 +405,10 @@ pub fn describe_load(load: &Load) -> String {
             format!("rate {from}→{to}/s {arrivals}")
         }
     }
+}
+
+fn serialize_secs_plain<S: serde::Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(value.as_secs_f64())
 }
 
 fn serialize_secs<S: serde::Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

@@ -16,13 +16,15 @@ mod read;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::LoadUnit;
+
 pub use ids::{new_request_id_prefix, request_id_text};
 pub use read::{read_lines, RunLog};
 
 /// The records format this llmload writes. A reader refuses a newer one with a message saying
 /// to upgrade; logs written before the version was recorded are format 1. Format 2 added the
 /// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`.
-pub const RECORDS_FORMAT: u32 = 2;
+pub const RECORDS_FORMAT: u32 = 3;
 /// The oldest records format this llmload reads.
 pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
@@ -38,6 +40,8 @@ pub enum LogLine {
     Request(RequestRecord),
     /// A phase stopped sending.
     PhaseEnd(PhaseEnd),
+    /// A capacity search ended (before the run's end).
+    SearchEnd(SearchEnd),
     /// The run ended; absent when the process was killed.
     RunEnd(RunEnd),
 }
@@ -142,6 +146,72 @@ pub struct PhaseStart {
     pub planned_duration_s: Option<f64>,
     /// When it started, µs from the run's start.
     pub at_us: u64,
+    /// The group of phases it ran with (phases of a group overlap); its own index before
+    /// format 3.
+    #[serde(default)]
+    pub group: Option<usize>,
+    /// The step of a sweep, or the probe of a search, it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepInfo>,
+}
+
+/// A step of a sweep, or a probe of a search, as the schedule and the records hold it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// The sweep's or the search's name.
+    pub series: String,
+    /// Its load, in `unit`.
+    pub load_value: f64,
+    /// Requests per second, or concurrent requests.
+    pub unit: LoadUnit,
+    /// The unrecorded warmup before a step (or probe).
+    pub warmup: bool,
+    /// A probe of a search (rather than a step of a sweep).
+    #[serde(default)]
+    pub probe: bool,
+}
+
+/// Why a capacity search stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopped {
+    /// The bracket is within the precision asked.
+    Precise,
+    /// Even the lowest load of the range failed.
+    BelowRange,
+    /// The highest load of the range passed.
+    AboveRange,
+    /// The probes ran out (`max-probes`).
+    ProbeBudget,
+    /// The time ran out (`max-duration`).
+    TimeBudget,
+    /// The run was interrupted or aborted.
+    Interrupted,
+}
+
+impl Stopped {
+    /// Why, as reports say it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stopped::Precise => "the bracket is within the precision asked",
+            Stopped::BelowRange => "even the lowest load of the range failed",
+            Stopped::AboveRange => "the highest load of the range passed",
+            Stopped::ProbeBudget => "its probes ran out (max-probes) before the precision asked",
+            Stopped::TimeBudget => "its time ran out (max-duration) before the precision asked",
+            Stopped::Interrupted => "the run was stopped before the search finished",
+        }
+    }
+}
+
+/// The `search_end` line: a capacity search stopped probing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchEnd {
+    /// The search's name.
+    pub name: String,
+    /// Why it stopped.
+    pub stopped: Stopped,
+    /// When, µs from the run's start.
+    pub at_us: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -156,6 +226,10 @@ pub struct PhaseEnd {
     /// How busy the client process was from the phase's start to here.
     #[serde(default)]
     pub client: Option<ClientLoad>,
+    /// Why it was ended before its planned end (a probe that had already failed), if it was;
+    /// its requests still in flight were cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_early: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

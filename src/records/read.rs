@@ -3,7 +3,7 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader};
+use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader, SearchEnd};
 use super::{OLDEST_RECORDS_FORMAT, RECORDS_FORMAT};
 use crate::error::{Error, Result};
 
@@ -116,6 +116,8 @@ pub struct RunLog {
     pub phase_ends: Vec<PhaseEnd>,
     /// Every finished request, in the order they finished.
     pub records: Vec<RequestRecord>,
+    /// A capacity search's end, if the run had one that ended.
+    pub search_end: Option<SearchEnd>,
     /// The run's end; `None` when the process was killed.
     pub end: Option<RunEnd>,
 }
@@ -128,6 +130,7 @@ impl RunLog {
             LogLine::PhaseStart(phase) => self.phases.push(phase),
             LogLine::Request(record) => self.records.push(record),
             LogLine::PhaseEnd(end) => self.phase_ends.push(end),
+            LogLine::SearchEnd(end) => self.search_end = Some(end),
             LogLine::RunEnd(end) => self.end = Some(end),
         }
     }

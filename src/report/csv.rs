@@ -22,6 +22,83 @@ impl Exporter for SummaryCsv {
     }
 }
 
+/// `steps.csv`: one row per measured step of a sweep and probe of a search (only for runs
+/// that have them).
+pub struct StepsCsv;
+
+#[derive(Serialize)]
+struct StepCsvRow<'a> {
+    series: &'a str,
+    phase: &'a str,
+    probe: bool,
+    load: f64,
+    unit: &'static str,
+    achieved_rps: f64,
+    output_tps: f64,
+    ttft_p50_ms: Option<f64>,
+    ttft_p99_ms: Option<f64>,
+    itl_p99_ms: Option<f64>,
+    tpot_p50_ms: Option<f64>,
+    e2e_p99_ms: Option<f64>,
+    error_rate: f64,
+    goodput_rps: Option<f64>,
+    ok: u64,
+    result: &'a str,
+    marginal: bool,
+    objectives: String,
+    why: &'a str,
+}
+
+impl Exporter for StepsCsv {
+    fn file_name(&self) -> String {
+        "steps.csv".into()
+    }
+
+    fn applies(&self, context: &ReportContext) -> bool {
+        !context.summary.steps.is_empty()
+    }
+
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
+        let mut out = ::csv::Writer::from_writer(Vec::new());
+        for step in &context.summary.steps {
+            let row = StepCsvRow {
+                series: &step.series,
+                phase: &step.phase,
+                probe: step.probe,
+                load: step.load,
+                unit: step.unit_symbol,
+                achieved_rps: step.achieved_rps,
+                output_tps: step.output_tps,
+                ttft_p50_ms: step.ttft_p50_ms,
+                ttft_p99_ms: step.ttft_p99_ms,
+                itl_p99_ms: step.itl_p99_ms,
+                tpot_p50_ms: step.tpot_p50_ms,
+                e2e_p99_ms: step.e2e_p99_ms,
+                error_rate: step.error_rate,
+                goodput_rps: step.goodput_rps,
+                ok: step.ok,
+                result: &step.result,
+                marginal: step.marginal,
+                objectives: step
+                    .objectives
+                    .iter()
+                    .map(|o| format!("{}: {} {}", o.assertion, o.observed, if o.passed { "pass" } else { "fail" }))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                why: step
+                    .ended_early
+                    .as_deref()
+                    .or(step.saturation.as_deref())
+                    .unwrap_or(""),
+            };
+            out.serialize(row)
+                .map_err(|e| Error::run(format!("cannot write steps.csv: {e}")))?;
+        }
+        out.into_inner()
+            .map_err(|e| Error::run(format!("cannot write steps.csv: {e}")))
+    }
+}
+
 pub struct RequestsCsv;
 
 #[derive(Serialize)]

@@ -11,6 +11,7 @@ mod json;
 pub mod junit;
 mod markdown;
 pub mod schedule;
+pub mod steps;
 mod template;
 mod terminal;
 
@@ -23,6 +24,9 @@ use crate::error::{Error, Result};
 use crate::metrics::{Aggregates, PhaseMetrics, Warning};
 use crate::records::{LogLine, RequestRecord, RunHeader, RunLog};
 use crate::verdict::{VerdictResult, Verdicts};
+
+/// The version of summary.json's layout (schemas/summary.schema.json).
+pub const SCHEMA_VERSION: u32 = 3;
 
 pub use template::UserTemplate;
 pub use terminal::terminal_summary;
@@ -49,6 +53,14 @@ pub struct Summary {
     pub phases: Vec<PhaseMetrics>,
     /// All recorded phases together.
     pub overall: PhaseMetrics,
+    /// What the plan's search found (its headline and bracket), if it had one.
+    pub capacity: Option<crate::verdict::CapacityResult>,
+    /// Each sweep and the search as a whole: where the objectives stop holding.
+    pub series: Vec<crate::verdict::SeriesResult>,
+    /// Each measured step of a sweep and probe of a search, judged on the objectives.
+    pub steps: Vec<steps::StepRow>,
+    /// The saturation curve of each sweep and search (latency against achieved throughput).
+    pub curves: Vec<steps::Curve>,
     /// Warnings and notes.
     pub warnings: Vec<Warning>,
     /// The run's header and duration.
@@ -85,6 +97,7 @@ impl RunVerdict {
     /// The verdict's headline, as the terminal's last line and the reports say it.
     pub fn headline(&self, assertions: usize) -> String {
         match self.status {
+            VerdictStatus::Pass if assertions == 0 => "PASS: no assertion gates this run".to_string(),
             VerdictStatus::Pass => format!("PASS: {assertions} of {assertions} assertions held"),
             VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
             VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
@@ -185,9 +198,14 @@ impl<'a> ReportContext<'a> {
             }
             phase_names[phase.index] = phase.name.clone();
         }
+        let step_rows = steps::rows(&verdicts.steps, &aggregates.phases);
         ReportContext {
             summary: Summary {
-                schema_version: 2,
+                schema_version: SCHEMA_VERSION,
+                capacity: verdicts.capacity,
+                series: verdicts.series,
+                curves: steps::curves(&step_rows),
+                steps: step_rows,
                 passed: verdict.status == VerdictStatus::Pass,
                 verdict,
                 interrupted: aggregates.interrupted,
@@ -213,6 +231,11 @@ pub trait Exporter {
     /// The whole file.
     fn render(&self, context: &ReportContext) -> Result<Vec<u8>>;
 
+    /// Whether the run has anything for this file (steps.csv needs steps).
+    fn applies(&self, _context: &ReportContext) -> bool {
+        true
+    }
+
     /// Writes the rendering to `out`; exporters of per-request files stream instead. An I/O
     /// error is reported on [`Exporter::file_name`]; [`write_all`] names the whole path.
     fn write_to(&self, context: &ReportContext, out: &mut dyn Write) -> Result<()> {
@@ -228,6 +251,7 @@ pub fn exporters(user_templates: &[UserTemplate]) -> Vec<&dyn Exporter> {
         &markdown::Markdown,
         &csv::SummaryCsv,
         &csv::RequestsCsv,
+        &csv::StepsCsv,
         &json::Json,
     ];
     all.extend(user_templates.iter().map(|t| t as &dyn Exporter));
@@ -242,6 +266,9 @@ pub fn write_all(
 ) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for exporter in exporters(user_templates) {
+        if !exporter.applies(context) {
+            continue;
+        }
         let path = dir.join(exporter.file_name());
         let at_path = |e: Error| match e {
             Error::Io { action, source, .. } => Error::io(action, &path, source),

@@ -30,6 +30,10 @@ pub fn terminal_summary(summary: &Summary) -> String {
         ));
     }
     out.push_str("(latencies in ms)\n");
+    if !summary.steps.is_empty() {
+        out.push('\n');
+        out.push_str(&steps_table(summary));
+    }
     if let Some(client) = &summary.overall.client {
         out.push_str(&format!(
             "client: {:.1} CPU-s, {:.0}% of {} core(s), saturated {} of {} s",
@@ -83,8 +87,41 @@ pub fn terminal_summary(summary: &Summary) -> String {
         };
         out.push_str(&format!("{label}: {}\n", w.message));
     }
+    for series in summary.series.iter().filter(|s| !s.search) {
+        out.push_str(&format!("sweep \"{}\": {}\n", series.name, series.headline));
+    }
+    if let Some(capacity) = &summary.capacity {
+        out.push_str(&format!(
+            "capacity ({}): {} ({} probes; {})\n",
+            capacity.name, capacity.headline, capacity.bracket.probes, capacity.stopped
+        ));
+    }
     let verdict = summary.verdict.headline(summary.verdicts.len());
     out.push_str(&format!("\n{verdict}\n"));
+    out
+}
+
+/// One line per measured step and probe: its load, what it achieved, and its result.
+fn steps_table(summary: &Summary) -> String {
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{:<28} {:>16} {:>9} {:>10} {:>10} {:>10} {:>7}  result\n",
+        "step", "load", "req/s", "out tok/s", "TTFT p99", "E2E p99", "errors"
+    );
+    for row in &summary.steps {
+        out.push_str(&format!(
+            "{:<28} {:>16} {:>9.2} {:>10.1} {:>10} {:>10} {:>6.2}%  {}{}\n",
+            truncate(&row.phase, 28),
+            row.load_display,
+            row.achieved_rps,
+            row.output_tps,
+            ms(row.ttft_p99_ms),
+            ms(row.e2e_p99_ms),
+            row.error_rate * 100.0,
+            row.result,
+            if row.marginal { " (marginal)" } else { "" }
+        ));
+    }
     out
 }
 

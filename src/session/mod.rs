@@ -14,6 +14,7 @@
 
 mod abort;
 pub mod outdir;
+mod search;
 mod target;
 
 use std::path::{Path, PathBuf};
@@ -388,6 +389,15 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 options.observer.clone(),
             ))
         };
+        // A search probes from what its earlier probes' records say, and watches each probe.
+        let watch = schedule
+            .search
+            .as_ref()
+            .map(|_| Arc::new(search::ProbeWatch::new(observer.clone())));
+        let observer: Arc<dyn Observer> = match &watch {
+            Some(watch) => watch.clone(),
+            None => observer,
+        };
         let config = RunConfig {
             template,
             prompts: Arc::new(SyntheticPrompts::new(tokenizer.clone())),
@@ -400,7 +410,19 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             observer,
             stop: options.stop.clone(),
         };
-        executor::run(Arc::new(schedule), config).await?;
+        let schedule = Arc::new(schedule);
+        let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
+            search::SearchSource::new(
+                schedule.clone(),
+                verdict::objectives(plan),
+                plan.slo.clone(),
+                watch,
+            )
+        }) {
+            Some(search) => Box::new(search),
+            None => Box::new(executor::ScheduleSource::new(schedule.clone())),
+        };
+        executor::run_from(schedule, source, config).await?;
         Ok::<_, Error>(simulator.and_then(|server| server.writes()))
     })?;
     Ok(Execution {
@@ -415,7 +437,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     let records_path = dir.join("records.jsonl");
     // One streaming pass: memory does not grow with the length of the run.
     let (log, aggregates) = metrics::compute_file(&records_path, plan.slo.as_ref())?;
-    let verdicts = verdict::evaluate(&plan.sla, &aggregates);
+    let verdicts = verdict::evaluate_plan(plan, &aggregates);
     let mut status = status(&aggregates, &verdicts, None, gate);
     let comparison = match &gate.baseline {
         // A run that was not carried out is compared with nothing: it never compares clean.

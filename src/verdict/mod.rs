@@ -1,12 +1,18 @@
-//! Verdicts: the plan's SLA assertions judged against a run's aggregates.
+//! Verdicts: the plan's SLA assertions judged against a run's aggregates; the steps of its
+//! sweeps and the probes of its search judged on its objectives ([`steps`]), and the capacity
+//! the search found.
 //!
 //! An assertion with no data to judge (no successful request in its scope) fails: an SLA that
-//! cannot be shown to hold does not pass. This module only judges; exit codes are the CLI's.
+//! cannot be shown to hold does not pass. This module only judges; exit codes are the session's
+//! and the CLI's.
 
 use serde::Serialize;
 
+mod steps;
+
 use crate::metrics::{Aggregates, PhaseMetrics, Severity, Warning};
-use crate::plan::{Assertion, MetricKind, Stat};
+use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Plan, Stat};
+pub use steps::{judge_step, objectives, CapacityResult, SeriesResult, StepResult};
 
 #[derive(Debug, Clone, Serialize)]
 /// One assertion, judged.
@@ -40,6 +46,12 @@ pub struct Verdicts {
     pub results: Vec<VerdictResult>,
     /// Assertions whose statistic rests on too few values to mean what it says.
     pub notes: Vec<Warning>,
+    /// Each measured step of a sweep and probe of a search, judged on the objectives.
+    pub steps: Vec<StepResult>,
+    /// Each sweep (and the search) as a whole: where its objectives stop holding.
+    pub series: Vec<SeriesResult>,
+    /// What the plan's search found.
+    pub capacity: Option<CapacityResult>,
 }
 
 /// The fewest values a percentile `p` needs to be more than the largest value (nearest rank).
@@ -69,6 +81,7 @@ pub fn display(kind: MetricKind, value: f64) -> String {
         }
         MetricKind::Fraction => format!("{:.2}%", value * 100.0),
         MetricKind::Throughput | MetricKind::TokenRate => format!("{value:.2}/s"),
+        MetricKind::Capacity => format!("{value:.2}"),
     }
 }
 
@@ -78,59 +91,149 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
     let results: Vec<VerdictResult> = assertions
         .iter()
         .map(|assertion| {
-            let kind = assertion.metric.kind();
             let metrics = scope(aggregates, assertion.phase.as_deref());
-            let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
-            let observed = metrics.and_then(|m| match assertion.stat {
-                Some(stat) => distribution.and_then(|d| d.stat(stat)),
-                None => m.scalar(assertion.metric),
-            });
-            let samples = distribution.map(|d| d.count());
-            if let (Some(Stat::Percentile(p)), Some(n)) = (assertion.stat, samples) {
-                let needed = samples_needed(p);
-                if n > 0 && n < needed {
-                    notes.push(Warning {
-                        severity: Severity::Note,
-                        code: "few-samples",
-                        message: format!(
-                            "`{}` ({}): its p{p} rests on {n} value(s), so it is simply the largest; a p{p} \
-                             needs at least {needed} values to mean what it says",
-                            assertion.text,
-                            assertion.phase.as_deref().unwrap_or("all recorded phases")
-                        ),
-                    });
-                }
-            }
-            let passed =
-                observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
-            VerdictResult {
-                assertion: assertion.text.clone(),
-                phase: assertion.phase.clone().unwrap_or_else(|| "all".into()),
-                threshold: assertion.threshold,
-                observed,
-                unit: match kind {
-                    MetricKind::Latency => "ms",
-                    MetricKind::Fraction => "fraction",
-                    MetricKind::Throughput => "per_s",
-                    MetricKind::TokenRate => "tokens_per_s",
-                },
-                threshold_display: format!(
-                    "{} {}",
-                    assertion.op.symbol(),
-                    display(kind, assertion.threshold)
-                ),
-                observed_display: observed
-                    .map(|v| display(kind, v))
-                    .unwrap_or_else(|| "no data".into()),
-                passed,
-                samples,
-            }
+            judge(assertion, metrics, Some(&mut notes))
         })
         .collect();
     Verdicts {
         passed: results.iter().all(|r| r.passed),
         results,
         notes,
+        steps: Vec::new(),
+        series: Vec::new(),
+        capacity: None,
+    }
+}
+
+/// Judges a plan's assertions against a run's aggregates. A plan with sweeps or a search
+/// judges its objectives (its `sla` lines that name no phase, or its attainment) step by step
+/// and probe by probe rather than over all recorded phases, which mix every load: they decide
+/// the steps' pass or fail, the sweeps' knees and the search's capacity, not the run. The run
+/// is failed by the assertions that name a phase and by `capacity`.
+pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
+    if !plan.is_stepped() {
+        return evaluate(&plan.sla, aggregates);
+    }
+    let objectives = steps::objectives(plan);
+    let steps: Vec<StepResult> = aggregates
+        .phases
+        .iter()
+        .filter_map(|phase| steps::judge_step(&objectives, phase))
+        .collect();
+    let series = steps::series(&steps, aggregates.search_end.as_ref());
+    let capacity = plan.search.as_ref().map(|search| {
+        let bracket = series
+            .iter()
+            .find(|s| s.search && s.name == search.name)
+            .map(|s| s.bracket.clone())
+            .unwrap_or_else(|| {
+                crate::planner::search::bracket(search.unit, &[], crate::records::Stopped::Interrupted)
+            });
+        CapacityResult {
+            name: search.name.clone(),
+            headline: bracket.headline(),
+            stopped: bracket.stopped.describe().to_string(),
+            bracket,
+        }
+    });
+    let mut notes = Vec::new();
+    let results: Vec<VerdictResult> = plan
+        .sla
+        .iter()
+        .filter(|a| a.phase.is_some() || a.metric == Metric::Capacity)
+        .map(|assertion| {
+            if assertion.metric == Metric::Capacity {
+                return judge_capacity(assertion, capacity.as_ref());
+            }
+            let metrics = scope(aggregates, assertion.phase.as_deref());
+            judge(assertion, metrics, Some(&mut notes))
+        })
+        .collect();
+    Verdicts {
+        passed: results.iter().all(|r| r.passed),
+        results,
+        notes,
+        steps,
+        series,
+        capacity,
+    }
+}
+
+/// `capacity >= 10`: judged on the highest load the search found the objectives to hold at
+/// (a lower bound of the true capacity when the search stopped on a budget).
+fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> VerdictResult {
+    let unit = capacity.map(|c| c.bracket.unit);
+    let observed = capacity.and_then(|c| c.bracket.sustains);
+    let show = |v: f64| match unit {
+        Some(unit) => format!("{} {}", crate::plan::units::format_load(v), unit.symbol()),
+        None => crate::plan::units::format_load(v),
+    };
+    VerdictResult {
+        assertion: assertion.text.clone(),
+        phase: capacity.map_or_else(|| "search".into(), |c| c.name.clone()),
+        threshold: assertion.threshold,
+        observed,
+        unit: match unit {
+            Some(LoadUnit::RequestsPerSecond) => "requests_per_s",
+            Some(LoadUnit::Concurrency) => "concurrent_requests",
+            None => MetricKind::Capacity.unit(),
+        },
+        threshold_display: format!("{} {}", assertion.op.symbol(), show(assertion.threshold)),
+        observed_display: match observed {
+            Some(v) => show(v),
+            None => "none: no load held".into(),
+        },
+        passed: observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold)),
+        samples: None,
+    }
+}
+
+/// One assertion judged on one scope's metrics (`None`: the scope has no data). A percentile
+/// of too few values adds a note to `notes`, when given.
+pub fn judge(
+    assertion: &Assertion,
+    metrics: Option<&PhaseMetrics>,
+    notes: Option<&mut Vec<Warning>>,
+) -> VerdictResult {
+    let kind = assertion.metric.kind();
+    let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
+    let observed = metrics.and_then(|m| match assertion.stat {
+        Some(stat) => distribution.and_then(|d| d.stat(stat)),
+        None => m.scalar(assertion.metric),
+    });
+    let samples = distribution.map(|d| d.count());
+    if let (Some(Stat::Percentile(p)), Some(n), Some(notes)) = (assertion.stat, samples, notes) {
+        let needed = samples_needed(p);
+        if n > 0 && n < needed {
+            notes.push(Warning {
+                severity: Severity::Note,
+                code: "few-samples",
+                message: format!(
+                    "`{}` ({}): its p{p} rests on {n} value(s), so it is simply the largest; a p{p} \
+                     needs at least {needed} values to mean what it says",
+                    assertion.text,
+                    assertion.phase.as_deref().unwrap_or("all recorded phases")
+                ),
+            });
+        }
+    }
+    let passed = observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
+    VerdictResult {
+        assertion: assertion.text.clone(),
+        phase: assertion.phase.clone().unwrap_or_else(|| "all".into()),
+        threshold: assertion.threshold,
+        observed,
+        unit: kind.unit(),
+        threshold_display: format!(
+            "{} {}",
+            assertion.op.symbol(),
+            display(kind, assertion.threshold)
+        ),
+        observed_display: observed
+            .map(|v| display(kind, v))
+            .unwrap_or_else(|| "no data".into()),
+        passed,
+        samples,
     }
 }
 
@@ -165,6 +268,7 @@ mod tests {
             first_client_error: None,
             aborted: None,
             client_peak_rss_bytes: None,
+            search_end: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod proptests;
 mod scan;
 mod sim;
 mod sla;
+mod steps;
 mod target;
 mod values;
 mod workload;
@@ -25,7 +26,7 @@ use kdl::{KdlDocument, KdlNode, KdlValue};
 use miette::SourceSpan;
 
 use super::limits::{MAX_NESTING, MAX_PHASES, MAX_PLAN_BYTES, MAX_REQUESTS};
-use super::{Plan, PlanErrors, PlanSource, SimSettings};
+use super::{Load, Plan, PlanErrors, PlanSource, SimSettings};
 pub use cx::EnvSource;
 use cx::{first_arg_span, positional, Cx, Handler};
 use values::{Seed, Text};
@@ -476,6 +477,7 @@ fn fragment(cx: &mut Cx, placed: &[Placed]) {
         phases: &phases,
         unrecorded: &[],
         has_slo: placed.iter().any(|p| p.node.name().value() == "slo"),
+        has_search: true,
         // A fragment's assertions may name the phases of the plans that include it.
         phases_incomplete: true,
     };
@@ -660,7 +662,8 @@ const HEADER: &[(&str, Handler<Header>)] = &[
 
 const TOP_LEVEL: &str = "plan, include, target, workload, phase, sla, slo, regression, abort, sim";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 7] = [
+const ONCE: [&str; 8] = [
+    "search",
     "plan",
     "target",
     "workload",
@@ -681,8 +684,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut workload = None;
     let mut sim = None;
     let mut slo = None;
-    let mut phases = Vec::new();
+    let mut phases: Vec<crate::plan::Phase> = Vec::new();
     let mut judging: Vec<Placed> = Vec::new();
+    let mut search = None;
+    let mut search_at = None;
     let mut seen: Vec<&str> = Vec::new();
     let has = |name: &str| {
         placed.iter().any(|p| p.node.name().value() == name)
@@ -758,6 +763,19 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 if duplicates.contains(&(p.file, first_arg_span(node).offset())) {
                     continue;
                 }
+                if let (Some(with), Some(span)) = (&checked.phase.with, checked.with_span) {
+                    if !phases.iter().any(|earlier| earlier.name == with.phase) {
+                        cx.error(
+                            span,
+                            format!(
+                                "phase \"{}\" starts with \"{}\", which is not a phase written before it",
+                                checked.phase.name, with.phase
+                            ),
+                            "unknown phase",
+                            "name an earlier phase: with \"steady\" offset=\"30s\"",
+                        );
+                    }
+                }
                 let before = expected_requests;
                 expected_requests += checked.expected_requests;
                 if expected_requests > MAX_REQUESTS as f64 && before <= MAX_REQUESTS as f64 {
@@ -772,6 +790,41 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                     );
                 }
                 phases.push(checked.phase);
+            }
+            "sweep" => {
+                let Some(steps) = steps::sweep(cx, node) else {
+                    continue;
+                };
+                for step in steps {
+                    if phase_names.contains(&step.name) {
+                        cx.error(
+                            first_arg_span(node),
+                            format!("the sweep's step \"{}\" has the name of another phase", step.name),
+                            "duplicate name",
+                            "give the sweep (or the phase) another name",
+                        );
+                        break;
+                    }
+                    phase_names.push(step.name.clone());
+                    if let Load::Rate { rate, .. } = &step.load {
+                        expected_requests += rate.mean()
+                            * step.duration.map_or(0.0, |d| d.as_secs_f64());
+                    }
+                    phases.push(step);
+                }
+                if phases.len() > MAX_PHASES {
+                    cx.error(
+                        node.name().span(),
+                        format!("with this sweep the plan has more than {MAX_PHASES} phases"),
+                        "too many steps",
+                        "use fewer steps, or split the plan",
+                    );
+                    return None;
+                }
+            }
+            "search" => {
+                search = steps::search(cx, node, phases.len());
+                search_at = Some((p.file, node.name().span()));
             }
             "sla" | "regression" | "abort" => judging.push(*p),
             "slo" => slo = sla::slo(cx, node),
@@ -798,7 +851,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             "add a workload block, e.g. workload { input 512; output 128 }",
         );
     }
-    if !has("phase") {
+    if !has("phase") && !has("sweep") && !has("search") {
         cx.error(
             whole_file,
             "the plan has no `phase`",
@@ -816,6 +869,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         phases: &phase_names,
         unrecorded: &unrecorded,
         has_slo,
+        has_search: search.is_some(),
         phases_incomplete: unreadable.unnamed_phase,
     };
     let mut assertions = Vec::new();
@@ -830,6 +884,29 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         }
     }
     cx.current = 0;
+    if let (Some(spec), Some((file, span))) = (&search, search_at) {
+        cx.current = file;
+        let objectives = assertions
+            .iter()
+            .filter(|a: &&crate::plan::Assertion| a.phase.is_none() && a.metric != crate::plan::Metric::Capacity)
+            .count();
+        match spec.objective {
+            crate::plan::Objective::Sla if objectives == 0 => cx.error(
+                span,
+                "the search has no objective to judge its probes by",
+                "no objective",
+                "add sla lines that name no phase (e.g. sla { ttft p99 < \"500ms\" }), or write                  attainment \"95%\" in the search with an slo block",
+            ),
+            crate::plan::Objective::Attainment(_) if !has_slo => cx.error(
+                span,
+                "the search's attainment counts requests that meet the plan's slo, and it has none",
+                "no slo",
+                "add an slo block, e.g. slo { ttft \"500ms\"; tpot \"50ms\" }",
+            ),
+            _ => {}
+        }
+        cx.current = 0;
+    }
 
     let name = match header.name {
         Some(name) => name,
@@ -859,6 +936,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         slo,
         regression,
         abort,
+        objective: search.as_ref().map_or(crate::plan::Objective::Sla, |s: &crate::plan::Search| s.objective),
+        search,
         sim,
         source: PlanSource {
             file_name: cx.files[0].name.clone(),

@@ -11,7 +11,7 @@ use crate::plan::limits::{
     GAMMA_CV_RANGE, MAX_BURST, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
 };
 use crate::plan::units::format_duration;
-use crate::plan::{Arrivals, Load, Phase, RateShape};
+use crate::plan::{Arrivals, Load, Phase, RateShape, StartWith};
 
 const RATE: Number = Number {
     positive: true,
@@ -23,6 +23,7 @@ const RATE_OR_ZERO: Number = Number {
 };
 
 struct Fields {
+    with: Option<(StartWith, SourceSpan)>,
     loads: Vec<(Load, SourceSpan)>,
     arrivals: Option<(Arrivals, SourceSpan)>,
     duration: Option<Duration>,
@@ -122,7 +123,7 @@ fn rate(cx: &mut Cx, node: &KdlNode) -> Option<RateShape> {
     }
 }
 
-fn arrivals(cx: &mut Cx, node: &KdlNode) -> Option<Arrivals> {
+pub(super) fn arrivals(cx: &mut Cx, node: &KdlNode) -> Option<Arrivals> {
     let usage = "arrivals \"poisson\" (or \"constant\", or \"gamma\" cv=2.0)";
     cx.no_children(node);
     cx.check_entries(node, 1, &["cv"], usage);
@@ -188,6 +189,8 @@ pub(super) struct CheckedPhase {
     pub expected_requests: f64,
     /// Where its load model is written, for diagnostics about the plan as a whole.
     pub load_span: SourceSpan,
+    /// Where its `with` names another phase.
+    pub with_span: Option<SourceSpan>,
 }
 
 /// The `phase` node.
@@ -196,6 +199,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     cx.check_entries(node, 1, &[], usage);
     let name = cx.arg(node, usage, Text);
     let mut fields = Fields {
+        with: None,
         loads: Vec::new(),
         arrivals: None,
         duration: None,
@@ -334,15 +338,20 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             }
         }
     };
+    let (with, with_span) = match fields.with {
+        Some((with, span)) => (Some(with), Some(span)),
+        None => (None, None),
+    };
     Some(CheckedPhase {
         phase: Phase {
-            name,
-            load,
             duration,
             max_requests,
             record: fields.record,
+            with,
+            ..Phase::new(name, load)
         },
         expected_requests,
         load_span,
+        with_span,
     })
 }

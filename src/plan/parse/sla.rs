@@ -19,6 +19,8 @@ pub(super) struct Scope<'a> {
     pub unrecorded: &'a [String],
     /// The plan has an `slo` (goodput metrics need one).
     pub has_slo: bool,
+    /// The plan has a `search` (the capacity metric needs one).
+    pub has_search: bool,
     /// Part of the plan could not be read (a syntax error): a phase it named may exist.
     pub phases_incomplete: bool,
 }
@@ -61,7 +63,8 @@ pub(super) fn regression(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<Tole
 }
 
 /// The metric a line of `sla` or `regression` names.
-fn metric(cx: &mut Cx, node: &KdlNode, has_slo: bool) -> Option<Metric> {
+fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
+    let has_slo = scope.has_slo;
     let metric_name = node.name().value();
     let Some(metric) = Metric::from_name(metric_name) else {
         let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
@@ -79,6 +82,15 @@ fn metric(cx: &mut Cx, node: &KdlNode, has_slo: bool) -> Option<Metric> {
             format!("`{metric_name}` needs per-request objectives"),
             "no slo",
             "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
+        );
+        return None;
+    }
+    if metric == Metric::Capacity && !scope.has_search {
+        cx.error(
+            node.name().span(),
+            "`capacity` is what a search finds",
+            "no search",
+            "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
         );
         return None;
     }
@@ -198,7 +210,7 @@ pub(super) fn slo(cx: &mut Cx, node: &KdlNode) -> Option<Slo> {
 }
 
 fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
-    let metric = metric(cx, node, scope.has_slo)?;
+    let metric = metric(cx, node, scope)?;
     cx.no_children(node);
     let name = metric.name();
     let sign = if metric.higher_is_better() { '-' } else { '+' };
@@ -294,7 +306,7 @@ pub(super) fn abort(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<AbortRule
     let mut rules = Vec::new();
     for child in children(node) {
         let Some(metric) = Metric::from_name(child.name().value()) else {
-            metric(cx, child, scope.has_slo);
+            metric(cx, child, scope);
             continue;
         };
         if !AbortRule::METRICS.contains(&metric) {
@@ -329,7 +341,7 @@ const DEFAULT_ABORT_AFTER: u64 = 20;
 /// with the properties `props`.
 fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Option<Assertion> {
     let metric_name = node.name().value();
-    let metric = metric(cx, node, scope.has_slo)?;
+    let metric = metric(cx, node, scope)?;
     cx.no_children(node);
     let usage = if metric.is_distribution() {
         format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
@@ -392,7 +404,7 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
             .read(cx, value_entry, &usage)
             .map(|d| d.as_secs_f64() * 1000.0),
         MetricKind::Fraction => Percent.read(cx, value_entry, &usage),
-        MetricKind::Throughput | MetricKind::TokenRate => {
+        MetricKind::Throughput | MetricKind::TokenRate | MetricKind::Capacity => {
             let number = Number {
                 positive: false,
                 max: 1e12,

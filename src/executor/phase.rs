@@ -1,0 +1,251 @@
+//! Running a group of phases: each phase's driver (open-loop pacer, closed-loop workers,
+//! burst), its offset within the group, its drain, and its early end.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::observe::stopped;
+use super::send::execute;
+use super::{resources, Context, Event, InFlight, PhaseRun, BODIES_AHEAD};
+use crate::plan::Load;
+use crate::planner::{PhaseSchedule, ScheduledRequest};
+use crate::records::{LogLine, PhaseEnd, PhaseStart};
+
+/// One running phase, as its requests see it.
+pub(super) struct PhaseState {
+    /// The phase's index in the run.
+    pub index: usize,
+    /// Requests sent.
+    pub sent: AtomicU64,
+    /// Its requests in flight.
+    pub in_flight: InFlight,
+    /// Set (with the reason) when the phase was ended early: its requests in flight are then
+    /// cancelled.
+    pub ended: watch::Receiver<Option<String>>,
+}
+
+/// Runs the phases of one group together, each from its offset, and returns when every one
+/// has ended (and drained, where it asks).
+pub(super) async fn run_group(
+    context: &Arc<Context>,
+    group: Vec<PhaseRun>,
+    sending: watch::Receiver<bool>,
+) {
+    let group_start = Instant::now();
+    let mut phases = tokio::task::JoinSet::new();
+    for run in group {
+        let context = context.clone();
+        let mut cancel = sending.clone();
+        phases.spawn(async move {
+            let starts = group_start + run.phase.offset;
+            tokio::select! {
+                _ = tokio::time::sleep_until(starts) => {}
+                _ = stopped(&mut cancel) => return,
+            }
+            run_phase(&context, run, cancel).await;
+        });
+    }
+    while phases.join_next().await.is_some() {}
+}
+
+/// Waits until the phase is ended early; never returns otherwise (nor once its control is
+/// gone).
+pub(super) async fn ended_early(ended: &mut watch::Receiver<Option<String>>) {
+    if ended.wait_for(|reason| reason.is_some()).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Receiver<bool>) {
+    let phase = run.phase;
+    let state = Arc::new(PhaseState {
+        index: phase.index,
+        sent: AtomicU64::new(0),
+        in_flight: InFlight::default(),
+        ended: run.control.subscribe(),
+    });
+    let mut ended = state.ended.clone();
+    let (mut bodies, primed) = spawn_body_builder(context, &phase);
+    let _ = primed.await;
+    let phase_start = Instant::now();
+    let phase_start_cpu = resources::cpu_seconds();
+    let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
+    let start = PhaseStart {
+        index: phase.index,
+        name: phase.name.clone(),
+        record: phase.record,
+        load: phase.load.clone(),
+        open_loop,
+        planned_rate: phase.planned_rate,
+        planned_requests: (!phase.open_ended).then_some(phase.requests.len() as u64),
+        planned_duration_s: phase.duration.map(|d| d.as_secs_f64()),
+        at_us: context.micros(phase_start),
+        group: Some(phase.group),
+        step: phase.step.clone(),
+    };
+    context.observer.on_event(Event::PhaseStarted(&start));
+    context.log(LogLine::PhaseStart(start));
+    let deadline = phase.duration.map(|d| phase_start + d);
+
+    match phase.load_model {
+        Load::Rate { .. } | Load::AtOnce(_) => {
+            while let Some((request, body)) = bodies.recv().await {
+                let intended =
+                    phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
+                tokio::select! {
+                    _ = context.timer.sleep_until(intended) => {}
+                    _ = stopped(&mut cancel) => break,
+                    _ = ended_early(&mut ended) => break,
+                }
+                let context = context.clone();
+                let state = state.clone();
+                context.in_flight.enter();
+                state.in_flight.enter();
+                tokio::spawn(async move {
+                    execute(&context, &state, request, body, Some(intended)).await;
+                });
+            }
+            if matches!(phase.load_model, Load::AtOnce(_)) {
+                // A burst ends when it has drained, so its latency is its own.
+                tokio::select! {
+                    _ = state.in_flight.wait_empty() => {}
+                    _ = stopped(&mut cancel) => {}
+                    _ = ended_early(&mut ended) => {}
+                }
+            } else if let Some(deadline) = deadline.filter(|_| !phase.ended_by_count()) {
+                // Ended by its duration: the phase lasts its whole duration (arrivals simply
+                // fell short of its end). Ended by its request count first: it ends now, so
+                // that idle time is not counted as the phase's.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = stopped(&mut cancel) => {}
+                    _ = ended_early(&mut ended) => {}
+                }
+            }
+        }
+        Load::Concurrency(workers) => {
+            let queue = Arc::new(tokio::sync::Mutex::new(bodies));
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..workers {
+                let queue = queue.clone();
+                let context = context.clone();
+                let state = state.clone();
+                let mut cancel = cancel.clone();
+                let mut ended = ended.clone();
+                tasks.spawn(async move {
+                    loop {
+                        if *cancel.borrow()
+                            || ended.borrow().is_some()
+                            || deadline.is_some_and(|d| Instant::now() >= d)
+                        {
+                            break;
+                        }
+                        let next = tokio::select! {
+                            next = async { queue.lock().await.recv().await } => next,
+                            _ = stopped(&mut cancel) => None,
+                            _ = ended_early(&mut ended) => None,
+                        };
+                        let Some((request, body)) = next else { break };
+                        context.in_flight.enter();
+                        state.in_flight.enter();
+                        execute(&context, &state, request, body, None).await;
+                    }
+                });
+            }
+            let all_done = async { while tasks.join_next().await.is_some() {} };
+            let deadline = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = all_done => {}
+                _ = deadline => {}
+                _ = stopped(&mut cancel) => {}
+                _ = ended_early(&mut ended) => {}
+            }
+            // Workers still holding a request finish it in the background and then stop.
+            tasks.detach_all();
+        }
+    }
+    let client = match (&context.cpu, phase_start_cpu) {
+        (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
+        _ => None,
+    };
+    let end = PhaseEnd {
+        index: phase.index,
+        at_us: context.micros(Instant::now()),
+        sent: state.sent.load(Ordering::Relaxed),
+        client,
+        ended_early: run.control.reason(),
+    };
+    context.observer.on_event(Event::PhaseEnded(&end));
+    context.log(LogLine::PhaseEnd(end));
+    if phase.drain || end_was_early(&run.control) {
+        // The next group waits for this phase's requests, so that its latency is its own and
+        // the next one's is not shifted by it (an early end has cancelled them already).
+        tokio::select! {
+            _ = state.in_flight.wait_empty() => {}
+            _ = stopped(&mut cancel) => {}
+        }
+    }
+}
+
+fn end_was_early(control: &super::PhaseControl) -> bool {
+    control.reason().is_some()
+}
+
+/// Builds request bodies on a blocking thread, ahead of the sender. Sends `primed` once the first
+/// batch is ready, so that the phase clock starts with bodies in hand.
+fn spawn_body_builder(
+    context: &Arc<Context>,
+    phase: &Arc<PhaseSchedule>,
+) -> (
+    mpsc::Receiver<(ScheduledRequest, Bytes)>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (tx, rx) = mpsc::channel(BODIES_AHEAD);
+    let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
+    let prompts = context.prompts.clone();
+    let template = context.template.clone();
+    // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
+    let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
+    let schedule = context.schedule.clone();
+    let phase = phase.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut primed = Some(primed_tx);
+        // The phase starts with the channel full, so that building bodies does not burst at its
+        // start (competing with sending and reading for the cores) but keeps pace with the sends.
+        let prime_after = limit.map_or(BODIES_AHEAD, |n| (n as usize).min(BODIES_AHEAD));
+        let mut built = 0usize;
+        let mut seq = 0u64;
+        loop {
+            if limit.is_some_and(|n| seq >= n) {
+                break;
+            }
+            let request = schedule.request_in(&phase, seq);
+            seq += 1;
+            let prompt = prompts.prompt(&request);
+            let body = template.body(&prompt, request.output_tokens);
+            if tx.blocking_send((request, body)).is_err() {
+                break;
+            }
+            built += 1;
+            if built >= prime_after {
+                if let Some(p) = primed.take() {
+                    let _ = p.send(());
+                }
+            }
+        }
+        if let Some(p) = primed.take() {
+            let _ = p.send(());
+        }
+    });
+    (rx, primed_rx)
+}

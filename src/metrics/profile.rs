@@ -1,0 +1,327 @@
+//! How a phase's load evolved through its window: requests in flight and time to first token,
+//! window by window, and whether the server was keeping up (saturation).
+//!
+//! A queue that keeps growing through a measured window is saturation, not a result: the
+//! phase's latencies then depend on how long it ran, not on its load. [`saturation`] says so
+//! from the windows; the same rule judges a finished phase (from its records) and a probe that
+//! is still running (from live counts), so that a search and its report agree.
+//!
+//! It is not a time series of every metric (that is the report's), only what saturation needs.
+
+use serde::Serialize;
+
+/// The width of a bin until a phase outgrows [`MAX_BINS`].
+const FIRST_BIN_US: u64 = 10_000;
+/// Bins held at most: a longer phase merges neighbouring bins (doubling their width), so memory
+/// stays bounded however long it runs.
+const MAX_BINS: usize = 8192;
+/// Windows a phase is cut into.
+pub const WINDOWS: usize = 10;
+
+/// One window of a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ProfileWindow {
+    /// Its start, in seconds from the phase's start.
+    pub from_s: f64,
+    /// Its end.
+    pub to_s: f64,
+    /// Requests in flight, on average over the window.
+    pub in_flight: f64,
+    /// The mean time to first token of the requests sent in the window (those that had one).
+    pub ttft_mean_ms: Option<f64>,
+    /// Requests sent in the window.
+    pub sent: u64,
+}
+
+/// Gathers a phase's load, bin by bin, as requests (or live counts) come.
+#[derive(Debug, Clone)]
+pub struct ProfileBuilder {
+    start_us: u64,
+    bin_us: u64,
+    /// Time spent in flight in each bin (µs·requests), for what is not in `full`.
+    partial: Vec<f64>,
+    /// A difference array of requests in flight through whole bins: bin b holds
+    /// `bin_us × prefix_sum(full)[b]` more. O(1) per request however long it lasted.
+    full: Vec<i64>,
+    ttft_sum: Vec<f64>,
+    ttft_count: Vec<u32>,
+    sent: Vec<u32>,
+}
+
+impl ProfileBuilder {
+    /// A profile of a phase that started at `start_us` (the records' clock).
+    pub fn new(start_us: u64) -> ProfileBuilder {
+        ProfileBuilder {
+            start_us,
+            bin_us: FIRST_BIN_US,
+            partial: Vec::new(),
+            full: Vec::new(),
+            ttft_sum: Vec::new(),
+            ttft_count: Vec::new(),
+            sent: Vec::new(),
+        }
+    }
+
+    /// The bin of `at_us`, growing (or coarsening) the bins to hold it.
+    fn bin(&mut self, at_us: u64) -> usize {
+        let mut index = (at_us.saturating_sub(self.start_us) / self.bin_us) as usize;
+        while index >= MAX_BINS {
+            self.coarsen();
+            index = (at_us.saturating_sub(self.start_us) / self.bin_us) as usize;
+        }
+        if index >= self.partial.len() {
+            let len = index + 1;
+            self.partial.resize(len, 0.0);
+            self.full.resize(len + 1, 0);
+            self.ttft_sum.resize(len, 0.0);
+            self.ttft_count.resize(len, 0);
+            self.sent.resize(len, 0);
+        }
+        index
+    }
+
+    /// Merges neighbouring bins: every bin twice as wide.
+    fn coarsen(&mut self) {
+        let integrals = self.integrals();
+        let pairs = integrals.len().div_ceil(2);
+        let merge_f = |v: &[f64]| -> Vec<f64> { v.chunks(2).map(|c| c.iter().sum()).collect() };
+        let merge_u = |v: &[u32]| -> Vec<u32> { v.chunks(2).map(|c| c.iter().sum()).collect() };
+        self.partial = merge_f(&integrals);
+        self.full = vec![0; pairs + 1];
+        self.ttft_sum = merge_f(&self.ttft_sum);
+        self.ttft_count = merge_u(&self.ttft_count);
+        self.sent = merge_u(&self.sent);
+        self.bin_us *= 2;
+    }
+
+    /// Time in flight per bin (µs·requests).
+    fn integrals(&self) -> Vec<f64> {
+        let mut level = 0i64;
+        self.partial
+            .iter()
+            .enumerate()
+            .map(|(b, partial)| {
+                level += self.full[b];
+                partial + level as f64 * self.bin_us as f64
+            })
+            .collect()
+    }
+
+    /// Adds `level` requests in flight from `from_us` to `to_us`.
+    pub fn add_in_flight(&mut self, from_us: u64, to_us: u64, level: f64) {
+        if to_us <= from_us || level == 0.0 {
+            return;
+        }
+        // Grow to the end first: coarsening may change the bins of both ends.
+        let last = self.bin(to_us.saturating_sub(1));
+        let first = self.bin(from_us);
+        let last = last.max(first).min(self.partial.len() - 1);
+        let bin_start = |b: usize| self.start_us + b as u64 * self.bin_us;
+        if first == last {
+            self.partial[first] += (to_us - from_us) as f64 * level;
+            return;
+        }
+        self.partial[first] += (bin_start(first + 1) - from_us.max(self.start_us)) as f64 * level;
+        self.partial[last] += (to_us - bin_start(last)) as f64 * level;
+        if last > first + 1 {
+            if level.fract() == 0.0 {
+                self.full[first + 1] += level as i64;
+                self.full[last] -= level as i64;
+            } else {
+                for b in first + 1..last {
+                    self.partial[b] += self.bin_us as f64 * level;
+                }
+            }
+        }
+    }
+
+    /// Adds a request sent at `send_us`, in flight until `end_us`, with its time to first
+    /// token (when it had one).
+    pub fn add_request(&mut self, send_us: u64, end_us: u64, ttft_ms: Option<f64>) {
+        self.add_in_flight(send_us, end_us, 1.0);
+        self.add_sent(send_us, ttft_ms);
+    }
+
+    /// Counts a request sent at `send_us` (and its time to first token), without its time in
+    /// flight (a live count adds that with [`ProfileBuilder::add_in_flight`]).
+    pub fn add_sent(&mut self, send_us: u64, ttft_ms: Option<f64>) {
+        let b = self.bin(send_us);
+        self.sent[b] += 1;
+        if let Some(ttft) = ttft_ms {
+            self.ttft_sum[b] += ttft;
+            self.ttft_count[b] += 1;
+        }
+    }
+
+    /// The phase cut into [`WINDOWS`] windows from its start to `end_us`.
+    pub fn windows(&self, end_us: u64) -> Vec<ProfileWindow> {
+        let span = end_us.saturating_sub(self.start_us);
+        if span == 0 {
+            return Vec::new();
+        }
+        let integrals = self.integrals();
+        let bin = self.bin_us as f64;
+        let width = span as f64 / WINDOWS as f64;
+        // Counts go to the window holding their bin's start, whole (they are not divisible);
+        // time in flight is shared in proportion to each bin's overlap with the window.
+        let mut sent = [0u64; WINDOWS];
+        let mut ttft_sum = [0.0f64; WINDOWS];
+        let mut ttft_n = [0u64; WINDOWS];
+        for b in 0..self.sent.len() {
+            let w = ((b as f64 * bin) / width) as usize;
+            if w < WINDOWS {
+                sent[w] += self.sent[b] as u64;
+                ttft_sum[w] += self.ttft_sum[b];
+                ttft_n[w] += self.ttft_count[b] as u64;
+            }
+        }
+        (0..WINDOWS)
+            .map(|w| {
+                let from = width * w as f64;
+                let to = width * (w + 1) as f64;
+                let mut in_flight = 0.0;
+                let first = (from / bin) as usize;
+                let last = ((to / bin).ceil() as usize).min(integrals.len());
+                for (b, integral) in integrals.iter().enumerate().take(last).skip(first) {
+                    let (lo, hi) = (b as f64 * bin, (b + 1) as f64 * bin);
+                    let share = ((hi.min(to) - lo.max(from)) / bin).clamp(0.0, 1.0);
+                    in_flight += integral * share;
+                }
+                ProfileWindow {
+                    from_s: from / 1e6,
+                    to_s: to / 1e6,
+                    in_flight: in_flight / (to - from),
+                    ttft_mean_ms: (ttft_n[w] > 0).then(|| ttft_sum[w] / ttft_n[w] as f64),
+                    sent: sent[w],
+                }
+            })
+            .collect()
+    }
+}
+
+/// The shortest window saturation is judged on: shorter phases are too noisy to tell.
+const MIN_SPAN_S: f64 = 1.0;
+
+/// Why the windows show a server that was not keeping up, if they do: requests in flight (an
+/// open loop's queue) or the time to first token growing through the window, and still growing
+/// at its end. The first fifth of the window is left out (a queue filling up to its steady
+/// level); the rule compares the last fifth with the second and asks the growth to be large
+/// (more than twice, plus a margin for small numbers) so that noise never trips it.
+pub fn saturation(windows: &[ProfileWindow], open_loop: bool) -> Option<String> {
+    if windows.len() != WINDOWS || windows.last().is_none_or(|w| w.to_s < MIN_SPAN_S) {
+        return None;
+    }
+    let mean = |range: std::ops::Range<usize>, value: &dyn Fn(&ProfileWindow) -> Option<f64>| {
+        let values: Vec<f64> = windows[range].iter().filter_map(value).collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    if open_loop {
+        let in_flight = |w: &ProfileWindow| Some(w.in_flight);
+        if let (Some(early), Some(middle), Some(late)) = (
+            mean(2..4, &in_flight),
+            mean(5..7, &in_flight),
+            mean(8..10, &in_flight),
+        ) {
+            if late >= 2.0 * early + 2.0 && late > middle {
+                return Some(format!(
+                    "requests in flight grew from {early:.1} to {late:.1} through the window and were \
+                     still growing: the server was not keeping up (saturation)"
+                ));
+            }
+        }
+    }
+    let ttft = |w: &ProfileWindow| w.ttft_mean_ms;
+    if let (Some(early), Some(middle), Some(late)) =
+        (mean(2..4, &ttft), mean(5..7, &ttft), mean(8..10, &ttft))
+    {
+        if late >= 2.0 * early + 50.0 && late > middle {
+            return Some(format!(
+                "time to first token grew from {early:.0}ms to {late:.0}ms through the window and was \
+                 still growing: requests were queueing (saturation)"
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_is_exact_across_bins() {
+        let mut p = ProfileBuilder::new(1_000_000);
+        // One request in flight through the whole first second, one through its second half.
+        p.add_request(1_000_000, 2_000_000, Some(10.0));
+        p.add_request(1_500_000, 2_000_000, None);
+        let w = p.windows(2_000_000);
+        assert_eq!(w.len(), WINDOWS);
+        assert!((w[0].in_flight - 1.0).abs() < 1e-9, "{:?}", w[0]);
+        assert!((w[9].in_flight - 2.0).abs() < 1e-9, "{:?}", w[9]);
+        assert_eq!(w[0].sent, 1);
+        assert_eq!(w[5].sent, 1);
+        assert_eq!(w[0].ttft_mean_ms, Some(10.0));
+    }
+
+    #[test]
+    fn long_phases_coarsen_and_keep_their_totals() {
+        let mut p = ProfileBuilder::new(0);
+        // Two hours at one request in flight, sent every 100 ms.
+        let hour = 3_600_000_000u64;
+        for k in 0..(2 * hour / 100_000) {
+            p.add_request(k * 100_000, (k + 1) * 100_000, Some(5.0));
+        }
+        assert!(p.partial.len() <= MAX_BINS);
+        let w = p.windows(2 * hour);
+        for window in &w {
+            assert!((window.in_flight - 1.0).abs() < 1e-6, "{window:?}");
+        }
+        assert_eq!(w.iter().map(|w| w.sent).sum::<u64>(), 72_000);
+    }
+
+    #[test]
+    fn live_levels_match_requests() {
+        let mut live = ProfileBuilder::new(0);
+        live.add_in_flight(0, 500_000, 3.0);
+        live.add_in_flight(500_000, 1_000_000, 1.5);
+        let w = live.windows(1_000_000);
+        assert!((w[0].in_flight - 3.0).abs() < 1e-9);
+        assert!((w[9].in_flight - 1.5).abs() < 1e-9);
+    }
+
+    fn windows(in_flight: impl Fn(usize) -> f64, ttft: impl Fn(usize) -> f64) -> Vec<ProfileWindow> {
+        (0..WINDOWS)
+            .map(|w| ProfileWindow {
+                from_s: w as f64 * 0.2,
+                to_s: (w + 1) as f64 * 0.2,
+                in_flight: in_flight(w),
+                ttft_mean_ms: Some(ttft(w)),
+                sent: 10,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_growing_queue_is_saturation_and_a_steady_one_is_not() {
+        let growing = windows(|w| 2.0 + 4.0 * w as f64, |_| 50.0);
+        assert!(saturation(&growing, true).is_some());
+        // Closed loops hold their in-flight count by design: only TTFT can tell.
+        assert!(saturation(&growing, false).is_none());
+        let steady = windows(|w| if w % 2 == 0 { 9.0 } else { 12.0 }, |_| 50.0);
+        assert!(saturation(&steady, true).is_none());
+        // A queue that grew and then levelled off reached its steady state.
+        let levelled = windows(|w| if w < 5 { 2.0 + 4.0 * w as f64 } else { 20.0 }, |_| 50.0);
+        assert!(saturation(&levelled, true).is_none());
+        let ttft = windows(|_| 4.0, |w| 100.0 + 100.0 * w as f64);
+        assert!(saturation(&ttft, false).unwrap().contains("time to first token"));
+        // Too short to tell.
+        let short: Vec<ProfileWindow> = growing
+            .iter()
+            .map(|w| ProfileWindow {
+                to_s: w.to_s / 10.0,
+                ..*w
+            })
+            .collect();
+        assert!(saturation(&short, true).is_none());
+    }
+}

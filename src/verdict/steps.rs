@@ -1,0 +1,297 @@
+//! Steps and probes: each measured step of a sweep, and each probe of a search, judged on the
+//! plan's objectives; each sweep's knee; the search's capacity and its bracket.
+//!
+//! A step passes when every objective holds over its own window, and its window shows no
+//! saturation (a queue still growing at its end is no steady state, whatever the percentiles
+//! say) and it was not ended early. A probe is judged exactly so, by the same function, both
+//! while the search runs (to choose the next load) and when the report is made (to state the
+//! bracket): the two cannot disagree.
+
+use serde::Serialize;
+
+use super::{judge, VerdictResult};
+use crate::metrics::PhaseMetrics;
+use crate::planner::search::{self, Bracket, ProbeResult};
+use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Objective, Op, Plan};
+use crate::records::{SearchEnd, Stopped};
+
+/// How close to its threshold an objective's value must be to make its step marginal:
+/// within this share of the threshold.
+const MARGIN: f64 = 0.10;
+/// For an attainment (a share of requests), within this many points instead.
+const ATTAINMENT_MARGIN: f64 = 0.02;
+
+/// One measured step of a sweep, or probe of a search, judged on the objectives.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepResult {
+    /// The phase's name (`sweep @ 8`, `capacity probe 3 @ 12.5`).
+    pub phase: String,
+    /// The sweep's or the search's name.
+    pub series: String,
+    /// Its load, in `unit`.
+    pub load: f64,
+    /// Requests per second, or concurrent requests.
+    pub unit: LoadUnit,
+    /// A probe of a search (rather than a step of a sweep).
+    pub probe: bool,
+    /// Every objective held, the window showed no saturation, and it ran its whole window.
+    pub passed: bool,
+    /// An objective within 10% of its threshold (an attainment within 2 points): a probe so
+    /// close is repeated before it decides.
+    pub marginal: bool,
+    /// Each objective, judged on this step alone.
+    pub objectives: Vec<VerdictResult>,
+    /// Why its window shows saturation, if it does.
+    pub saturation: Option<String>,
+    /// Why it was ended before its planned end, if it was.
+    pub ended_early: Option<String>,
+}
+
+/// A sweep, or the search, as a whole.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesResult {
+    /// Its name.
+    pub name: String,
+    /// A search (rather than a sweep).
+    pub search: bool,
+    /// Where its objectives stop holding: the highest load at which they held below the lowest
+    /// at which they failed (for a sweep, its knee), with the reason it stopped.
+    pub bracket: Bracket,
+    /// As people read it.
+    pub headline: String,
+}
+
+/// What the plan's search found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityResult {
+    /// The search's name.
+    pub name: String,
+    /// The highest load that held, the lowest that failed, and why the search stopped.
+    pub bracket: Bracket,
+    /// "sustains 11.8 req/s; fails at 12.6 req/s".
+    pub headline: String,
+    /// Why it stopped, in a sentence.
+    pub stopped: String,
+}
+
+/// The objectives each step and probe is judged on: the plan's `sla` lines that name no phase
+/// (`capacity` aside), or the attainment of its `slo`.
+pub fn objectives(plan: &Plan) -> Vec<Assertion> {
+    match plan.objective {
+        Objective::Attainment(share) => vec![Assertion {
+            metric: Metric::GoodputRatio,
+            stat: None,
+            op: Op::Ge,
+            threshold: share,
+            phase: None,
+            text: format!(
+                "goodput-ratio >= {}% (attainment of the slo)",
+                crate::plan::units::format_load(share * 100.0)
+            ),
+        }],
+        Objective::Sla => plan
+            .sla
+            .iter()
+            .filter(|a| a.phase.is_none() && a.metric != Metric::Capacity)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Judges `phase` on `objectives`, if it is a measured step or probe (warmups are not).
+pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<StepResult> {
+    let step = phase.step.as_ref().filter(|s| !s.warmup)?;
+    let results: Vec<VerdictResult> = objectives
+        .iter()
+        .map(|objective| {
+            let mut result = judge(objective, Some(phase), None);
+            result.phase = phase.name.clone();
+            result
+        })
+        .collect();
+    let trouble = phase.saturation.is_some() || phase.ended_early.is_some();
+    let marginal = !trouble
+        && objectives
+            .iter()
+            .zip(&results)
+            .any(|(objective, result)| result.observed.is_some_and(|v| near(objective, v)));
+    Some(StepResult {
+        phase: phase.name.clone(),
+        series: step.series.clone(),
+        load: step.load_value,
+        unit: step.unit,
+        probe: step.probe,
+        passed: !trouble && results.iter().all(|r| r.passed),
+        marginal,
+        objectives: results,
+        saturation: phase.saturation.clone(),
+        ended_early: phase.ended_early.clone(),
+    })
+}
+
+/// Whether `observed` is close enough to the objective's threshold to be noise either way.
+fn near(objective: &Assertion, observed: f64) -> bool {
+    let threshold = objective.threshold;
+    let distance = (observed - threshold).abs();
+    match objective.metric.kind() {
+        _ if objective.metric == Metric::GoodputRatio => distance <= ATTAINMENT_MARGIN,
+        // A small rate (errors under 1%) would otherwise have no margin at all.
+        MetricKind::Fraction => distance <= (MARGIN * threshold).max(0.002),
+        _ => distance <= MARGIN * threshold.abs(),
+    }
+}
+
+/// Each sweep and the search, from their judged steps (in the order they ran), with where
+/// their objectives stop holding; `search_end` is how the run's search ended.
+pub fn series(steps: &[StepResult], search_end: Option<&SearchEnd>) -> Vec<SeriesResult> {
+    let mut names: Vec<(&str, bool)> = Vec::new();
+    for step in steps {
+        if !names.contains(&(step.series.as_str(), step.probe)) {
+            names.push((step.series.as_str(), step.probe));
+        }
+    }
+    names
+        .into_iter()
+        .map(|(name, is_search)| {
+            let of_series: Vec<&StepResult> = steps
+                .iter()
+                .filter(|s| s.series == name && s.probe == is_search)
+                .collect();
+            let unit = of_series[0].unit;
+            let results: Vec<ProbeResult> = of_series
+                .iter()
+                .map(|s| ProbeResult {
+                    load: s.load,
+                    passed: s.passed,
+                    // A sweep measures each step once: its steps decide as they are.
+                    marginal: is_search && s.marginal,
+                })
+                .collect();
+            let stopped = if is_search {
+                search_end
+                    .filter(|end| end.name == name)
+                    .map_or(Stopped::Interrupted, |end| end.stopped)
+            } else {
+                Stopped::Precise
+            };
+            let bracket = search::bracket(unit, &results, stopped);
+            let headline = if is_search {
+                bracket.headline()
+            } else {
+                knee(&bracket)
+            };
+            SeriesResult {
+                name: name.to_string(),
+                search: is_search,
+                bracket,
+                headline,
+            }
+        })
+        .collect()
+}
+
+/// A sweep's result as people read it: where its objectives stop holding.
+fn knee(bracket: &Bracket) -> String {
+    let unit = bracket.unit.symbol();
+    let value = crate::plan::units::format_load;
+    match (bracket.sustains, bracket.fails_at) {
+        (Some(s), Some(f)) => format!(
+            "the objectives hold up to {} {unit} and fail from {} {unit}",
+            value(s),
+            value(f)
+        ),
+        (Some(s), None) => format!("the objectives hold at every step, up to {} {unit}", value(s)),
+        (None, Some(f)) => format!("the objectives fail from the first step, {} {unit}", value(f)),
+        (None, None) => "no step completed".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Distribution;
+    use crate::plan::Stat;
+    use crate::records::StepInfo;
+
+    fn p99_under(ms: f64) -> Assertion {
+        Assertion {
+            metric: Metric::Ttft,
+            stat: Some(Stat::Percentile(99.0)),
+            op: Op::Lt,
+            threshold: ms,
+            phase: None,
+            text: format!("ttft p99 < {ms}ms"),
+        }
+    }
+
+    fn step(load: f64, ttft_ms: f64, probe: bool) -> PhaseMetrics {
+        let mut m = PhaseMetrics {
+            name: format!("s @ {load}"),
+            recorded: true,
+            step: Some(StepInfo {
+                series: "s".into(),
+                load_value: load,
+                unit: LoadUnit::RequestsPerSecond,
+                warmup: false,
+                probe,
+            }),
+            ..PhaseMetrics::default()
+        };
+        m.distributions.ttft = Distribution::milliseconds();
+        for _ in 0..200 {
+            m.distributions.ttft.record(ttft_ms);
+        }
+        m
+    }
+
+    #[test]
+    fn steps_pass_fail_and_margins() {
+        let objectives = [p99_under(500.0)];
+        let low = judge_step(&objectives, &step(2.0, 100.0, false)).unwrap();
+        assert!(low.passed && !low.marginal);
+        let near = judge_step(&objectives, &step(4.0, 480.0, false)).unwrap();
+        assert!(near.passed && near.marginal);
+        let high = judge_step(&objectives, &step(8.0, 900.0, false)).unwrap();
+        assert!(!high.passed && !high.marginal);
+        let mut saturated = step(8.0, 100.0, false);
+        saturated.saturation = Some("queue".into());
+        let saturated = judge_step(&objectives, &saturated).unwrap();
+        assert!(!saturated.passed, "a saturated step fails whatever its percentiles");
+        // Warmups and ordinary phases are not steps.
+        let mut warmup = step(2.0, 100.0, false);
+        warmup.step.as_mut().unwrap().warmup = true;
+        assert!(judge_step(&objectives, &warmup).is_none());
+        assert!(judge_step(&objectives, &PhaseMetrics::default()).is_none());
+    }
+
+    #[test]
+    fn a_sweep_states_its_knee() {
+        let objectives = [p99_under(500.0)];
+        let steps: Vec<StepResult> = [(1.0, 50.0), (2.0, 80.0), (4.0, 200.0), (8.0, 900.0)]
+            .iter()
+            .map(|&(load, ttft)| judge_step(&objectives, &step(load, ttft, false)).unwrap())
+            .collect();
+        let series = series(&steps, None);
+        assert_eq!(series.len(), 1);
+        assert_eq!(series[0].bracket.sustains, Some(4.0));
+        assert_eq!(series[0].bracket.fails_at, Some(8.0));
+        assert_eq!(
+            series[0].headline,
+            "the objectives hold up to 4 req/s and fail from 8 req/s"
+        );
+    }
+
+    #[test]
+    fn a_search_without_its_end_was_interrupted() {
+        let objectives = [p99_under(500.0)];
+        let steps = vec![judge_step(&objectives, &step(4.0, 100.0, true)).unwrap()];
+        let found = series(&steps, None);
+        assert_eq!(found[0].bracket.stopped, Stopped::Interrupted);
+        let end = SearchEnd {
+            name: "s".into(),
+            stopped: Stopped::AboveRange,
+            at_us: 0,
+        };
+        assert_eq!(series(&steps, Some(&end))[0].bracket.stopped, Stopped::AboveRange);
+    }
+}
