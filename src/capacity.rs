@@ -73,14 +73,26 @@ pub fn peak(load: &Load) -> Load {
     }
 }
 
-/// The trials for `plan`: one per distinct peak load, each `duration` long (a burst sends its
-/// requests once), against the in-process simulator.
+/// The trials for `plan`: one per distinct peak load (every step of a sweep, and a search's
+/// highest load), each `duration` long (a burst sends its requests once), against the
+/// in-process simulator.
 pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial> {
     let mut trials: Vec<Trial> = Vec::new();
-    for phase in &plan.phases {
-        let load = peak(&phase.load);
+    let mut loads: Vec<(String, Load)> = plan
+        .phases
+        .iter()
+        .map(|phase| (phase.name.clone(), peak(&phase.load)))
+        .collect();
+    if let Some(search) = &plan.search {
+        // The highest load the search may probe, whatever it finds.
+        loads.push((
+            format!("search \"{}\" at its top", search.name),
+            search.unit.load(search.high, search.arrivals),
+        ));
+    }
+    for (name, load) in loads {
         if let Some(trial) = trials.iter_mut().find(|t| t.plan.phases[1].load == load) {
-            trial.phases.push(phase.name.clone());
+            trial.phases.push(name);
             continue;
         }
         let mut trial_plan = plan.clone();
@@ -108,21 +120,22 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             duration: warmup_duration,
             max_requests: warmup_requests,
             record: false,
-            ..Phase::new(format!("warmup: {}", phase.name), load.clone())
+            ..Phase::new(format!("warmup: {name}"), load.clone())
         };
         trial_plan.phases = vec![
             warmup,
             Phase {
                 duration: (!burst).then_some(duration),
-                ..Phase::new(format!("capacity: {}", phase.name), load)
+                ..Phase::new(format!("capacity: {name}"), load)
             },
         ];
+        trial_plan.search = None;
         trial_plan.sla.clear();
         trial_plan.regression.clear();
         trial_plan.abort.clear();
         trial_plan.slo = None;
         trials.push(Trial {
-            phases: vec![phase.name.clone()],
+            phases: vec![name],
             plan: trial_plan,
         });
     }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::metrics::percentile;
 use crate::metrics::{self, RequestValues};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
+use crate::planner::search::Bracket;
 use crate::records::{ErrorClass, RequestRecord, RunHeader, RunLog};
 use bootstrap::Resampler;
 
@@ -108,6 +109,18 @@ pub fn default_tolerances() -> Vec<Tolerance> {
         t(Metric::OutputThroughput, None, 0.05),
         t(Metric::ErrorRate, None, 0.01),
     ]
+}
+
+/// The tolerances used when a plan with a search has no `regression` block: its capacity. Its
+/// probes' loads differ from run to run, so per-request metrics over them compare nothing.
+pub fn default_search_tolerances() -> Vec<Tolerance> {
+    vec![Tolerance {
+        metric: Metric::Capacity,
+        stat: None,
+        allowed: 0.10,
+        phase: None,
+        text: "capacity -10%".into(),
+    }]
 }
 
 /// Refuses runs that do not measure the same thing, unless `force`; returns notes otherwise.
@@ -357,6 +370,62 @@ fn value(
     }
 }
 
+/// `capacity -10%`: the two searches' brackets compared. A search's bracket is its noise: the
+/// capacity lies between the load it sustained and the load it failed at. The change is that
+/// of the sustained loads; its interval runs from the most pessimistic reading of both
+/// brackets to the most optimistic; a regression is a drop beyond the tolerance even on the
+/// most optimistic reading.
+fn capacity_row(tolerance: &Tolerance, capacities: Option<(&Bracket, &Bracket)>) -> Row {
+    let row = |baseline, current, change, ci_low, ci_high, verdict| Row {
+        metric: tolerance.text.clone(),
+        phase: "search".into(),
+        unit: capacities.map_or(MetricKind::Capacity.unit(), |(b, _)| match b.unit {
+            crate::plan::LoadUnit::RequestsPerSecond => "requests_per_s",
+            crate::plan::LoadUnit::Concurrency => "concurrent_requests",
+        }),
+        baseline,
+        current,
+        change,
+        ci_low,
+        ci_high,
+        relative: true,
+        allowed: -tolerance.allowed,
+        verdict,
+    };
+    let Some((base, cur)) = capacities else {
+        return row(None, None, None, None, None, Change::NoData);
+    };
+    if base.unit != cur.unit {
+        return row(None, None, None, None, None, Change::NoData);
+    }
+    // Where nothing held, the capacity is below the range's bottom: 0 at worst.
+    let (base_low, cur_low) = (base.sustains.unwrap_or(0.0), cur.sustains.unwrap_or(0.0));
+    if base_low <= 0.0 {
+        return row(base.sustains, cur.sustains, None, None, None, Change::NoData);
+    }
+    let change = cur_low / base_low - 1.0;
+    let ci_low = base.fails_at.map(|base_high| cur_low / base_high - 1.0);
+    let ci_high = cur.fails_at.map(|cur_high| cur_high / base_low - 1.0);
+    let allowed = tolerance.allowed;
+    let verdict = if ci_high.is_some_and(|high| -high > allowed) {
+        Change::Regression
+    } else if -change > allowed {
+        Change::Inconclusive
+    } else if ci_low.is_some_and(|low| low > 0.0) {
+        Change::Improvement
+    } else {
+        Change::Unchanged
+    };
+    row(
+        base.sustains,
+        cur.sustains,
+        Some(change),
+        ci_low,
+        ci_high,
+        verdict,
+    )
+}
+
 /// A statistic of raw values (reordered in place).
 fn statistic(stat: Stat, values: &mut [f64]) -> Option<f64> {
     if values.is_empty() {
@@ -376,6 +445,7 @@ pub fn compare(
     current: &RunLog,
     tolerances: &[Tolerance],
     slo: Option<&Slo>,
+    capacities: Option<(&Bracket, &Bracket)>,
     notes: Vec<String>,
     seed: u64,
 ) -> Comparison {
@@ -384,6 +454,10 @@ pub fn compare(
     let baseline_aggregates = metrics::compute(baseline, slo);
     let current_aggregates = metrics::compute(current, slo);
     for (index, tolerance) in tolerances.iter().enumerate() {
+        if tolerance.metric == Metric::Capacity {
+            rows.push(capacity_row(tolerance, capacities));
+            continue;
+        }
         let base = side(
             baseline,
             &baseline_aggregates,

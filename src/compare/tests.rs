@@ -98,15 +98,15 @@ fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
     let base = run(300, 100.0, 1, 0);
     let slow = run(300, 140.0, 2, 0);
     let same = run(300, 100.0, 3, 0);
-    let c = compare(&base, &slow, &tolerances, None, vec![], 7);
+    let c = compare(&base, &slow, &tolerances, None, None, vec![], 7);
     assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
     assert!(c.regressed);
     let row = c.rows.iter().find(|r| r.metric == "ttft p50 +10%").unwrap();
     assert!(row.ci_low.unwrap() > 0.1 && row.ci_low.unwrap() < row.change.unwrap());
-    let c = compare(&base, &same, &tolerances, None, vec![], 7);
+    let c = compare(&base, &same, &tolerances, None, None, vec![], 7);
     assert!(!c.regressed, "{:#?}", c.rows);
     // The other way round the slowdown is an improvement.
-    let c = compare(&slow, &base, &tolerances, None, vec![], 7);
+    let c = compare(&slow, &base, &tolerances, None, None, vec![], 7);
     assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Improvement);
 }
 
@@ -114,7 +114,7 @@ fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
 fn rates_compare_in_points_and_throughput_regresses_downward() {
     let base = run(200, 100.0, 1, 0);
     let failing = run(200, 100.0, 1, 40);
-    let c = compare(&base, &failing, &default_tolerances(), None, vec![], 7);
+    let c = compare(&base, &failing, &default_tolerances(), None, None, vec![], 7);
     let row = c
         .rows
         .iter()
@@ -131,8 +131,8 @@ fn rates_compare_in_points_and_throughput_regresses_downward() {
 fn bootstrap_is_repeatable() {
     let base = run(100, 100.0, 1, 0);
     let cur = run(100, 105.0, 2, 0);
-    let a = compare(&base, &cur, &default_tolerances(), None, vec![], 9);
-    let b = compare(&base, &cur, &default_tolerances(), None, vec![], 9);
+    let a = compare(&base, &cur, &default_tolerances(), None, None, vec![], 9);
+    let b = compare(&base, &cur, &default_tolerances(), None, None, vec![], 9);
     assert_eq!(
         serde_json::to_string(&a.rows).unwrap(),
         serde_json::to_string(&b.rows).unwrap()
@@ -161,7 +161,7 @@ fn different_plans_seeds_or_models_are_refused_unless_forced() {
 fn throughput_has_an_honest_interval() {
     let base = run(300, 100.0, 1, 0);
     let same = run(300, 100.0, 3, 0);
-    let c = compare(&base, &same, &default_tolerances(), None, vec![], 7);
+    let c = compare(&base, &same, &default_tolerances(), None, None, vec![], 7);
     let row = c
         .rows
         .iter()
@@ -173,4 +173,33 @@ fn throughput_has_an_honest_interval() {
         low <= row.change.unwrap() && row.change.unwrap() <= high,
         "{row:?}"
     );
+}
+
+fn bracket(sustains: Option<f64>, fails_at: Option<f64>) -> Bracket {
+    Bracket {
+        sustains,
+        fails_at,
+        width: None,
+        unit: crate::plan::LoadUnit::RequestsPerSecond,
+        probes: 6,
+        stopped: crate::records::Stopped::Precise,
+    }
+}
+
+#[test]
+fn capacities_compare_by_their_brackets() {
+    let tolerance = &default_search_tolerances()[0];
+    let verdict = |base: Bracket, cur: Bracket| capacity_row(tolerance, Some((&base, &cur))).verdict;
+    let base = bracket(Some(20.0), Some(22.0));
+    // Within the tolerance.
+    assert_eq!(verdict(base.clone(), bracket(Some(19.0), Some(21.0))), Change::Unchanged);
+    // A drop beyond 10% even on the most optimistic reading of the current bracket.
+    assert_eq!(verdict(base.clone(), bracket(Some(14.0), Some(15.0))), Change::Regression);
+    // Beyond 10% on the point, but the current bracket is too wide to say.
+    assert_eq!(verdict(base.clone(), bracket(Some(15.0), Some(30.0))), Change::Inconclusive);
+    // Better beyond the baseline's bracket.
+    assert_eq!(verdict(base.clone(), bracket(Some(25.0), Some(27.0))), Change::Improvement);
+    // Nothing held now: a capacity below the range, a regression.
+    assert_eq!(verdict(base, bracket(None, Some(5.0))), Change::Regression);
+    assert_eq!(capacity_row(tolerance, None).verdict, Change::NoData);
 }

@@ -39,10 +39,21 @@ pub fn csv(schedule: &Schedule) -> String {
 /// One line per phase: its load, requests, rate, duration and input mix.
 pub fn table(plan: &Plan, schedule: &Schedule) -> String {
     let mut out = format!("plan \"{}\" (seed {})\n\n", plan.name, schedule.seed);
-    out.push_str(&format!(
-        "{:<16} {:<28} {:>10} {:>10} {:>12}  {}\n",
-        "phase", "load", "requests", "rate/s", "duration", "input mix (tokens: share)"
-    ));
+    let width = schedule
+        .phases
+        .iter()
+        .map(|p| p.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(16);
+    let overlapping = schedule.phases.iter().any(|p| p.offset > std::time::Duration::ZERO)
+        || schedule.groups().len() < schedule.phases.len();
+    if !schedule.phases.is_empty() {
+        out.push_str(&format!(
+            "{:<width$} {:<28} {:>10} {:>10} {:>12}  {}\n",
+            "phase", "load", "requests", "rate/s", "duration", "input mix (tokens: share)"
+        ));
+    }
     for phase in &schedule.phases {
         let requests = if phase.open_ended {
             "open-ended".to_string()
@@ -86,18 +97,88 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        // A phase that runs alongside others says with which, and when it starts.
+        let alongside = overlapping
+            .then(|| {
+                let first = schedule.phases.iter().find(|p| p.group == phase.group)?;
+                (first.index != phase.index).then(|| {
+                    format!(
+                        "  (with \"{}\", from +{})",
+                        first.name,
+                        crate::plan::units::format_duration(phase.offset)
+                    )
+                })
+            })
+            .flatten()
+            .unwrap_or_default();
         out.push_str(&format!(
-            "{:<16} {:<28} {:>10} {:>10} {:>12}  {}{}\n",
+            "{:<width$} {:<28} {:>10} {:>10} {:>12}  {}{}{}\n",
             phase.name,
             phase.load,
             requests,
             rate,
             duration,
             mix_text,
-            if phase.record { "" } else { "  (not recorded)" }
+            if phase.record { "" } else { "  (not recorded)" },
+            alongside
+        ));
+    }
+    if let Some(search) = &schedule.search {
+        out.push_str(&search_lines(plan, search));
+    }
+    if plan.is_stepped() {
+        let objectives: Vec<String> = crate::verdict::objectives(plan)
+            .iter()
+            .map(|o| o.text.clone())
+            .collect();
+        out.push_str(&format!(
+            "\neach step and probe is judged on: {}\n",
+            if objectives.is_empty() {
+                "nothing (no sla line names no phase): the steps are measured, not judged".to_string()
+            } else {
+                objectives.join(", ")
+            }
         ));
     }
     out
+}
+
+/// What a search will do, before any result is known.
+fn search_lines(plan: &Plan, search: &crate::planner::SearchSchedule) -> String {
+    let spec = &search.spec;
+    let unit = spec.unit.symbol();
+    let loads: Vec<String> = search
+        .first_probes
+        .iter()
+        .map(|&l| crate::plan::units::format_load(l))
+        .collect();
+    let probe_time = crate::planner::search::probe_time(spec);
+    let position = match search.after_group {
+        0 => "first".to_string(),
+        _ => format!(
+            "after \"{}\"",
+            plan.phases
+                .get(spec.position.saturating_sub(1))
+                .map_or("the phases before it", |p| p.name.as_str())
+        ),
+    };
+    format!(
+        "\nsearch \"{}\" (runs {position}): {}\n  first probes, while each passes: {} {unit}; then bisection between the highest \
+         passing and the lowest failing load ({})\n  at most {} probes of {} each ({} in all), up to {} {unit} at the range's top\n",
+        search.name,
+        search.description,
+        loads.join(", "),
+        match spec.unit {
+            crate::plan::LoadUnit::RequestsPerSecond => "geometric midpoints",
+            crate::plan::LoadUnit::Concurrency => "whole users",
+        },
+        spec.max_probes,
+        crate::plan::units::format_duration(probe_time),
+        crate::plan::units::format_duration(
+            (probe_time * spec.max_probes).min(spec.max_duration)
+        ),
+        crate::plan::units::format_load(spec.high),
+    )
 }
 
 #[cfg(test)]

@@ -633,16 +633,26 @@ pub fn compare_with(
         &current.header.clone().unwrap_or_default(),
         force,
     )?;
-    let tolerances = if plan.regression.is_empty() {
-        compare::default_tolerances()
-    } else {
-        plan.regression.clone()
+    let tolerances = match (plan.regression.is_empty(), &plan.search) {
+        (true, Some(_)) => compare::default_search_tolerances(),
+        (true, None) => compare::default_tolerances(),
+        (false, _) => plan.regression.clone(),
     };
+    // Each run's search judged on the current plan's objectives, replayed from its records.
+    let capacity = |log: &RunLog| {
+        plan.search.as_ref()?;
+        let aggregates = metrics::compute(log, plan.slo.as_ref());
+        verdict::evaluate_plan(plan, &aggregates)
+            .capacity
+            .map(|c| c.bracket)
+    };
+    let (base_capacity, current_capacity) = (capacity(&baseline), capacity(current));
     Ok(compare::compare(
         &baseline,
         current,
         &tolerances,
         plan.slo.as_ref(),
+        base_capacity.as_ref().zip(current_capacity.as_ref()),
         notes,
         plan.seed,
     ))

@@ -6,7 +6,7 @@ use kdl::KdlNode;
 use miette::SourceSpan;
 
 use super::cx::{children, positional, property, Cx, Handler};
-use super::values::{trim_float, Count, Flag, Kind, Number, Text, DURATION};
+use super::values::{trim_float, Count, Flag, Kind, Number, Text, DURATION, DURATION_OR_ZERO};
 use crate::plan::limits::{
     GAMMA_CV_RANGE, MAX_BURST, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
 };
@@ -77,6 +77,20 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         match cx.single(node, "record #false", Flag) {
             Some(b) => p.record = b,
             None => p.broken = true,
+        }
+    }),
+    ("with", |cx, node, p| {
+        let usage = "with \"steady\" offset=\"30s\" (start alongside an earlier phase)";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["offset"], usage);
+        let phase = cx.arg(node, usage, Text);
+        let offset = cx.prop_or(node, "offset", Duration::ZERO, usage, DURATION_OR_ZERO);
+        match (phase, offset) {
+            (Some(phase), Some(offset)) => {
+                let span = super::cx::positional(node).next().map_or(node.name().span(), |e| e.span());
+                p.with = Some((StartWith { phase, offset }, span));
+            }
+            _ => p.broken = true,
         }
     }),
 ];
