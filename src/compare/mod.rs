@@ -401,7 +401,14 @@ fn capacity_row(tolerance: &Tolerance, capacities: Option<(&Bracket, &Bracket)>)
     // Where nothing held, the capacity is below the range's bottom: 0 at worst.
     let (base_low, cur_low) = (base.sustains.unwrap_or(0.0), cur.sustains.unwrap_or(0.0));
     if base_low <= 0.0 {
-        return row(base.sustains, cur.sustains, None, None, None, Change::NoData);
+        return row(
+            base.sustains,
+            cur.sustains,
+            None,
+            None,
+            None,
+            Change::NoData,
+        );
     }
     let change = cur_low / base_low - 1.0;
     let ci_low = base.fails_at.map(|base_high| cur_low / base_high - 1.0);

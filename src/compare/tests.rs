@@ -114,7 +114,15 @@ fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
 fn rates_compare_in_points_and_throughput_regresses_downward() {
     let base = run(200, 100.0, 1, 0);
     let failing = run(200, 100.0, 1, 40);
-    let c = compare(&base, &failing, &default_tolerances(), None, None, vec![], 7);
+    let c = compare(
+        &base,
+        &failing,
+        &default_tolerances(),
+        None,
+        None,
+        vec![],
+        7,
+    );
     let row = c
         .rows
         .iter()
@@ -189,16 +197,29 @@ fn bracket(sustains: Option<f64>, fails_at: Option<f64>) -> Bracket {
 #[test]
 fn capacities_compare_by_their_brackets() {
     let tolerance = &default_search_tolerances()[0];
-    let verdict = |base: Bracket, cur: Bracket| capacity_row(tolerance, Some((&base, &cur))).verdict;
+    let verdict =
+        |base: Bracket, cur: Bracket| capacity_row(tolerance, Some((&base, &cur))).verdict;
     let base = bracket(Some(20.0), Some(22.0));
     // Within the tolerance.
-    assert_eq!(verdict(base.clone(), bracket(Some(19.0), Some(21.0))), Change::Unchanged);
+    assert_eq!(
+        verdict(base.clone(), bracket(Some(19.0), Some(21.0))),
+        Change::Unchanged
+    );
     // A drop beyond 10% even on the most optimistic reading of the current bracket.
-    assert_eq!(verdict(base.clone(), bracket(Some(14.0), Some(15.0))), Change::Regression);
+    assert_eq!(
+        verdict(base.clone(), bracket(Some(14.0), Some(15.0))),
+        Change::Regression
+    );
     // Beyond 10% on the point, but the current bracket is too wide to say.
-    assert_eq!(verdict(base.clone(), bracket(Some(15.0), Some(30.0))), Change::Inconclusive);
+    assert_eq!(
+        verdict(base.clone(), bracket(Some(15.0), Some(30.0))),
+        Change::Inconclusive
+    );
     // Better beyond the baseline's bracket.
-    assert_eq!(verdict(base.clone(), bracket(Some(25.0), Some(27.0))), Change::Improvement);
+    assert_eq!(
+        verdict(base.clone(), bracket(Some(25.0), Some(27.0))),
+        Change::Improvement
+    );
     // Nothing held now: a capacity below the range, a regression.
     assert_eq!(verdict(base, bracket(None, Some(5.0))), Change::Regression);
     assert_eq!(capacity_row(tolerance, None).verdict, Change::NoData);

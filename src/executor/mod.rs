@@ -197,7 +197,9 @@ pub async fn run_from(
         })
         .await;
         let Ok((returned, kept, group)) = asked else {
-            return Err(Error::run("the run's source of phases failed (an internal error)"));
+            return Err(Error::run(
+                "the run's source of phases failed (an internal error)",
+            ));
         };
         (source, between) = (returned, kept);
         let Some(group) = group else { break };

@@ -289,7 +289,10 @@ mod tests {
         assert!((w[9].in_flight - 1.5).abs() < 1e-9);
     }
 
-    fn windows(in_flight: impl Fn(usize) -> f64, ttft: impl Fn(usize) -> f64) -> Vec<ProfileWindow> {
+    fn windows(
+        in_flight: impl Fn(usize) -> f64,
+        ttft: impl Fn(usize) -> f64,
+    ) -> Vec<ProfileWindow> {
         (0..WINDOWS)
             .map(|w| ProfileWindow {
                 from_s: w as f64 * 0.2,
@@ -310,10 +313,15 @@ mod tests {
         let steady = windows(|w| if w % 2 == 0 { 9.0 } else { 12.0 }, |_| 50.0);
         assert!(saturation(&steady, true).is_none());
         // A queue that grew and then levelled off reached its steady state.
-        let levelled = windows(|w| if w < 5 { 2.0 + 4.0 * w as f64 } else { 20.0 }, |_| 50.0);
+        let levelled = windows(
+            |w| if w < 5 { 2.0 + 4.0 * w as f64 } else { 20.0 },
+            |_| 50.0,
+        );
         assert!(saturation(&levelled, true).is_none());
         let ttft = windows(|_| 4.0, |w| 100.0 + 100.0 * w as f64);
-        assert!(saturation(&ttft, false).unwrap().contains("time to first token"));
+        assert!(saturation(&ttft, false)
+            .unwrap()
+            .contains("time to first token"));
         // Too short to tell.
         let short: Vec<ProfileWindow> = growing
             .iter()

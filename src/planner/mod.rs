@@ -179,7 +179,12 @@ impl Schedule {
     pub fn loads(&self) -> Vec<Load> {
         let mut loads: Vec<Load> = self.phases.iter().map(|p| p.load_model.clone()).collect();
         if let Some(search) = &self.search {
-            loads.push(search.spec.unit.load(search.spec.high, search.spec.arrivals));
+            loads.push(
+                search
+                    .spec
+                    .unit
+                    .load(search.spec.high, search.spec.arrivals),
+            );
         }
         loads
     }
@@ -346,7 +351,13 @@ impl Schedule {
     /// The phase of the search's probe number `number` at `load` (its warmup when `warmup`),
     /// with the schedule's seed and mix; `index` is its phase index in the run (after every
     /// phase of the plan).
-    pub fn probe(&self, index: usize, number: usize, load: f64, warmup: bool) -> Result<PhaseSchedule> {
+    pub fn probe(
+        &self,
+        index: usize,
+        number: usize,
+        load: f64,
+        warmup: bool,
+    ) -> Result<PhaseSchedule> {
         let Some(search) = &self.search else {
             return Err(Error::run("the plan has no search"));
         };
@@ -373,7 +384,8 @@ impl Schedule {
             }),
             ..Phase::new(name, spec.unit.load(load, spec.arrivals))
         };
-        let mut compiled = compile_phase(&self.mix, self.seed, index, &phase, MAX_SCHEDULED_REQUESTS)?;
+        let mut compiled =
+            compile_phase(&self.mix, self.seed, index, &phase, MAX_SCHEDULED_REQUESTS)?;
         if let Some(step) = compiled.step.as_mut() {
             step.probe = true;
         }

@@ -51,9 +51,17 @@ impl Bracket {
         let unit = self.unit.symbol();
         let value = |v: f64| crate::plan::units::format_load(v);
         match (self.sustains, self.fails_at) {
-            (Some(s), Some(f)) => format!("sustains {} {unit}; fails at {} {unit}", value(s), value(f)),
-            (Some(s), None) => format!("sustains {} {unit}, the top of the range searched", value(s)),
-            (None, Some(f)) => format!("fails at {} {unit}, the bottom of the range searched", value(f)),
+            (Some(s), Some(f)) => {
+                format!("sustains {} {unit}; fails at {} {unit}", value(s), value(f))
+            }
+            (Some(s), None) => format!(
+                "sustains {} {unit}, the top of the range searched",
+                value(s)
+            ),
+            (None, Some(f)) => format!(
+                "fails at {} {unit}, the bottom of the range searched",
+                value(f)
+            ),
             (None, None) => "no probe completed".to_string(),
         }
     }
@@ -98,12 +106,16 @@ pub fn bracket(unit: LoadUnit, results: &[ProbeResult], stopped: Stopped) -> Bra
         .iter()
         .filter(|(_, passed)| !passed)
         .map(|(load, _)| *load)
-        .fold(None, |min: Option<f64>, l| Some(min.map_or(l, |m| m.min(l))));
+        .fold(None, |min: Option<f64>, l| {
+            Some(min.map_or(l, |m| m.min(l)))
+        });
     let sustains = decided
         .iter()
         .filter(|(load, passed)| *passed && fails_at.is_none_or(|f| *load < f))
         .map(|(load, _)| *load)
-        .fold(None, |max: Option<f64>, l| Some(max.map_or(l, |m| m.max(l))));
+        .fold(None, |max: Option<f64>, l| {
+            Some(max.map_or(l, |m| m.max(l)))
+        });
     Bracket {
         sustains,
         fails_at,
@@ -193,7 +205,10 @@ pub fn describe(spec: &Search) -> String {
         spec.max_probes,
         crate::plan::units::format_duration(spec.duration),
         spec.warmup
-            .map(|w| format!(" (after {} of warmup)", crate::plan::units::format_duration(w)))
+            .map(|w| format!(
+                " (after {} of warmup)",
+                crate::plan::units::format_duration(w)
+            ))
             .unwrap_or_default(),
         crate::plan::units::format_duration(spec.max_duration)
     )
@@ -247,7 +262,11 @@ mod tests {
         let (s, f) = (found.sustains.unwrap(), found.fails_at.unwrap());
         assert!(s <= 11.8 && 11.8 < f, "{found:?}");
         assert!((f - s) / s <= 0.05, "{found:?}");
-        assert!(found.headline().starts_with("sustains "), "{}", found.headline());
+        assert!(
+            found.headline().starts_with("sustains "),
+            "{}",
+            found.headline()
+        );
     }
 
     #[test]
@@ -260,7 +279,10 @@ mod tests {
         let near: Vec<&ProbeResult> = results.iter().filter(|r| r.marginal).collect();
         assert!(!near.is_empty());
         for r in &near {
-            assert!(results.iter().filter(|o| o.load == r.load).count() >= 2, "{results:?}");
+            assert!(
+                results.iter().filter(|o| o.load == r.load).count() >= 2,
+                "{results:?}"
+            );
         }
         let found = bracket(spec.unit, &results, stopped);
         assert_eq!(found.sustains, Some(37.0));
@@ -272,7 +294,10 @@ mod tests {
         let s = spec(LoadUnit::RequestsPerSecond, 4.0, 64.0);
         assert_eq!(run(&s, 2.0, 0.0).1, Stopped::BelowRange);
         assert_eq!(run(&s, 100.0, 0.0).1, Stopped::AboveRange);
-        let few = Search { max_probes: 3, ..s.clone() };
+        let few = Search {
+            max_probes: 3,
+            ..s.clone()
+        };
         assert_eq!(run(&few, 30.0, 0.0).1, Stopped::ProbeBudget);
         assert_eq!(
             next(&s, &[], Duration::from_secs(3600)),
@@ -280,6 +305,10 @@ mod tests {
         );
         assert_eq!(first_probes(&s), vec![4.0, 8.0, 16.0, 32.0, 64.0]);
         let below = bracket(s.unit, &run(&s, 2.0, 0.0).0, Stopped::BelowRange);
-        assert!(below.headline().contains("bottom of the range"), "{}", below.headline());
+        assert!(
+            below.headline().contains("bottom of the range"),
+            "{}",
+            below.headline()
+        );
     }
 }

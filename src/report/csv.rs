@@ -82,7 +82,14 @@ impl Exporter for StepsCsv {
                 objectives: step
                     .objectives
                     .iter()
-                    .map(|o| format!("{}: {} {}", o.assertion, o.observed, if o.passed { "pass" } else { "fail" }))
+                    .map(|o| {
+                        format!(
+                            "{}: {} {}",
+                            o.assertion,
+                            o.observed,
+                            if o.passed { "pass" } else { "fail" }
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("; "),
                 why: step

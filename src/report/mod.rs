@@ -97,7 +97,9 @@ impl RunVerdict {
     /// The verdict's headline, as the terminal's last line and the reports say it.
     pub fn headline(&self, assertions: usize) -> String {
         match self.status {
-            VerdictStatus::Pass if assertions == 0 => "PASS: no assertion gates this run".to_string(),
+            VerdictStatus::Pass if assertions == 0 => {
+                "PASS: no assertion gates this run".to_string()
+            }
             VerdictStatus::Pass => format!("PASS: {assertions} of {assertions} assertions held"),
             VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
             VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),

@@ -46,7 +46,10 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
         .max()
         .unwrap_or(0)
         .max(16);
-    let overlapping = schedule.phases.iter().any(|p| p.offset > std::time::Duration::ZERO)
+    let overlapping = schedule
+        .phases
+        .iter()
+        .any(|p| p.offset > std::time::Duration::ZERO)
         || schedule.groups().len() < schedule.phases.len();
     if !schedule.phases.is_empty() {
         out.push_str(&format!(
@@ -134,7 +137,8 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
         out.push_str(&format!(
             "\neach step and probe is judged on: {}\n",
             if objectives.is_empty() {
-                "nothing (no sla line names no phase): the steps are measured, not judged".to_string()
+                "nothing (no sla line names no phase): the steps are measured, not judged"
+                    .to_string()
             } else {
                 objectives.join(", ")
             }

@@ -412,12 +412,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
-            search::SearchSource::new(
-                schedule.clone(),
-                verdict::objectives(plan),
-                plan.slo.clone(),
-                watch,
-            )
+            search::SearchSource::new(schedule.clone(), verdict::objectives(plan), plan.slo, watch)
         }) {
             Some(search) => Box::new(search),
             None => Box::new(executor::ScheduleSource::new(schedule.clone())),

@@ -87,9 +87,8 @@ impl SearchSource {
         let Some((index, load)) = self.pending.take() else {
             return Ok(());
         };
-        let (log, aggregates) =
-            metrics::compute_file(between.records_path(), self.slo.as_ref())
-                .map_err(|e| e.to_string())?;
+        let (log, aggregates) = metrics::compute_file(between.records_path(), self.slo.as_ref())
+            .map_err(|e| e.to_string())?;
         // The aggregates' phases are in the order the log's phases started.
         let phase = log
             .phases
@@ -141,7 +140,8 @@ impl SearchSource {
             offset
         };
         let control = PhaseControl::new();
-        self.watch.arm(&measured, control.clone(), &self.objectives, self.slo.clone());
+        self.watch
+            .arm(&measured, control.clone(), &self.objectives, self.slo);
         self.pending = Some((self.next_index, load));
         self.next_index += 1;
         let measured = PhaseRun {
@@ -323,7 +323,10 @@ impl Armed {
     }
 
     fn count(&mut self, record: &RequestRecord) {
-        if matches!(record.error, Some(ErrorClass::Cancelled | ErrorClass::Client)) {
+        if matches!(
+            record.error,
+            Some(ErrorClass::Cancelled | ErrorClass::Client)
+        ) {
             return;
         }
         let send_us = self
@@ -361,7 +364,12 @@ fn allowed_misses(objective: &Assertion, planned: u64) -> Option<f64> {
 
 /// Whether `record` counts against `objective` (a value past its threshold, a failure, a
 /// request that missed the slo). A small margin keeps the histogram's rounding out of it.
-fn misses(objective: &Assertion, record: &RequestRecord, values: &RequestValues, slo: Option<&Slo>) -> bool {
+fn misses(
+    objective: &Assertion,
+    record: &RequestRecord,
+    values: &RequestValues,
+    slo: Option<&Slo>,
+) -> bool {
     let past = |value: Option<f64>| value.is_some_and(|v| v > objective.threshold * 1.002);
     match objective.metric {
         Metric::Ttft => past(metrics::ttft_ms(record)),
@@ -387,14 +395,18 @@ impl Observer for ProbeWatch {
                     armed.advance();
                     armed.sent += 1;
                     let now = armed.now_us();
-                    armed.failed(now).map(|reason| (armed.control.clone(), reason))
+                    armed
+                        .failed(now)
+                        .map(|reason| (armed.control.clone(), reason))
                 }
                 Event::RequestFinished(record) if record.phase == armed.index => {
                     armed.advance();
                     armed.finished += 1;
                     armed.count(record);
                     let now = armed.now_us();
-                    armed.failed(now).map(|reason| (armed.control.clone(), reason))
+                    armed
+                        .failed(now)
+                        .map(|reason| (armed.control.clone(), reason))
                 }
                 _ => None,
             }

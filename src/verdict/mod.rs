@@ -127,7 +127,11 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
             .find(|s| s.search && s.name == search.name)
             .map(|s| s.bracket.clone())
             .unwrap_or_else(|| {
-                crate::planner::search::bracket(search.unit, &[], crate::records::Stopped::Interrupted)
+                crate::planner::search::bracket(
+                    search.unit,
+                    &[],
+                    crate::records::Stopped::Interrupted,
+                )
             });
         CapacityResult {
             name: search.name.clone(),
@@ -136,7 +140,7 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
             bracket,
         }
     });
-    let mut notes = Vec::new();
+    let mut notes = few_samples_in_steps(&objectives, &steps);
     let results: Vec<VerdictResult> = plan
         .sla
         .iter()
@@ -157,6 +161,40 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
         series,
         capacity,
     }
+}
+
+/// One note per objective whose percentile rests, in some steps, on too few values to be more
+/// than their largest.
+fn few_samples_in_steps(objectives: &[Assertion], steps: &[StepResult]) -> Vec<Warning> {
+    objectives
+        .iter()
+        .enumerate()
+        .filter_map(|(i, objective)| {
+            let Some(Stat::Percentile(p)) = objective.stat else {
+                return None;
+            };
+            let needed = samples_needed(p);
+            let short = steps
+                .iter()
+                .filter(|s| {
+                    s.objectives
+                        .get(i)
+                        .and_then(|o| o.samples)
+                        .is_some_and(|n| n > 0 && n < needed)
+                })
+                .count();
+            (short > 0).then(|| Warning {
+                severity: Severity::Note,
+                code: "few-samples",
+                message: format!(
+                    "`{}`: in {short} of {} steps and probes its p{p} rests on fewer than {needed} values, \
+                     so it is their largest: longer windows make it mean what it says",
+                    objective.text,
+                    steps.len()
+                ),
+            })
+        })
+        .collect()
 }
 
 /// `capacity >= 10`: judged on the highest load the search found the objectives to hold at

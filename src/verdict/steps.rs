@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::{judge, VerdictResult};
 use crate::metrics::PhaseMetrics;
-use crate::planner::search::{self, Bracket, ProbeResult};
 use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Objective, Op, Plan};
+use crate::planner::search::{self, Bracket, ProbeResult};
 use crate::records::{SearchEnd, Stopped};
 
 /// How close to its threshold an objective's value must be to make its step marginal:
@@ -200,8 +200,14 @@ fn knee(bracket: &Bracket) -> String {
             value(s),
             value(f)
         ),
-        (Some(s), None) => format!("the objectives hold at every step, up to {} {unit}", value(s)),
-        (None, Some(f)) => format!("the objectives fail from the first step, {} {unit}", value(f)),
+        (Some(s), None) => format!(
+            "the objectives hold at every step, up to {} {unit}",
+            value(s)
+        ),
+        (None, Some(f)) => format!(
+            "the objectives fail from the first step, {} {unit}",
+            value(f)
+        ),
         (None, None) => "no step completed".into(),
     }
 }
@@ -256,7 +262,10 @@ mod tests {
         let mut saturated = step(8.0, 100.0, false);
         saturated.saturation = Some("queue".into());
         let saturated = judge_step(&objectives, &saturated).unwrap();
-        assert!(!saturated.passed, "a saturated step fails whatever its percentiles");
+        assert!(
+            !saturated.passed,
+            "a saturated step fails whatever its percentiles"
+        );
         // Warmups and ordinary phases are not steps.
         let mut warmup = step(2.0, 100.0, false);
         warmup.step.as_mut().unwrap().warmup = true;
@@ -292,6 +301,9 @@ mod tests {
             stopped: Stopped::AboveRange,
             at_us: 0,
         };
-        assert_eq!(series(&steps, Some(&end))[0].bracket.stopped, Stopped::AboveRange);
+        assert_eq!(
+            series(&steps, Some(&end))[0].bracket.stopped,
+            Stopped::AboveRange
+        );
     }
 }

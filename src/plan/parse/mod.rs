@@ -799,7 +799,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                     if phase_names.contains(&step.name) {
                         cx.error(
                             first_arg_span(node),
-                            format!("the sweep's step \"{}\" has the name of another phase", step.name),
+                            format!(
+                                "the sweep's step \"{}\" has the name of another phase",
+                                step.name
+                            ),
                             "duplicate name",
                             "give the sweep (or the phase) another name",
                         );
@@ -807,8 +810,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                     }
                     phase_names.push(step.name.clone());
                     if let Load::Rate { rate, .. } = &step.load {
-                        expected_requests += rate.mean()
-                            * step.duration.map_or(0.0, |d| d.as_secs_f64());
+                        expected_requests +=
+                            rate.mean() * step.duration.map_or(0.0, |d| d.as_secs_f64());
                     }
                     phases.push(step);
                 }
@@ -888,20 +891,23 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         cx.current = file;
         let objectives = assertions
             .iter()
-            .filter(|a: &&crate::plan::Assertion| a.phase.is_none() && a.metric != crate::plan::Metric::Capacity)
+            .filter(|a: &&crate::plan::Assertion| {
+                a.phase.is_none() && a.metric != crate::plan::Metric::Capacity
+            })
             .count();
         match spec.objective {
             crate::plan::Objective::Sla if objectives == 0 => cx.error(
                 span,
                 "the search has no objective to judge its probes by",
                 "no objective",
-                "add sla lines that name no phase (e.g. sla { ttft p99 < \"500ms\" }), or write                  attainment \"95%\" in the search with an slo block",
+                "add sla lines that name no phase (e.g. sla { ttft p99 < \"500ms\" }), or write \
+                 attainment \"95%\" in the search with an slo line",
             ),
             crate::plan::Objective::Attainment(_) if !has_slo => cx.error(
                 span,
                 "the search's attainment counts requests that meet the plan's slo, and it has none",
                 "no slo",
-                "add an slo block, e.g. slo { ttft \"500ms\"; tpot \"50ms\" }",
+                "add an slo line, e.g. slo ttft=\"500ms\" tpot=\"50ms\"",
             ),
             _ => {}
         }
@@ -936,7 +942,11 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         slo,
         regression,
         abort,
-        objective: search.as_ref().map_or(crate::plan::Objective::Sla, |s: &crate::plan::Search| s.objective),
+        objective: search
+            .as_ref()
+            .map_or(crate::plan::Objective::Sla, |s: &crate::plan::Search| {
+                s.objective
+            }),
         search,
         sim,
         source: PlanSource {

@@ -87,7 +87,9 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         let offset = cx.prop_or(node, "offset", Duration::ZERO, usage, DURATION_OR_ZERO);
         match (phase, offset) {
             (Some(phase), Some(offset)) => {
-                let span = super::cx::positional(node).next().map_or(node.name().span(), |e| e.span());
+                let span = super::cx::positional(node)
+                    .next()
+                    .map_or(node.name().span(), |e| e.span());
                 p.with = Some((StartWith { phase, offset }, span));
             }
             _ => p.broken = true,

@@ -75,9 +75,16 @@ fn axis(cx: &mut Cx, node: &KdlNode, unit: LoadUnit, series_allowed: bool) -> Op
             if !series_allowed {
                 vec![from, to]
             } else {
-                let steps = cx
-                    .prop_or(node, "steps", 0, &usage, Count { min: 2, max: MAX_STEPS as u64 })?
-                    as usize;
+                let steps = cx.prop_or(
+                    node,
+                    "steps",
+                    0,
+                    &usage,
+                    Count {
+                        min: 2,
+                        max: MAX_STEPS as u64,
+                    },
+                )? as usize;
                 if steps == 0 {
                     cx.error(
                         node.name().span(),
@@ -140,7 +147,10 @@ fn axis(cx: &mut Cx, node: &KdlNode, unit: LoadUnit, series_allowed: bool) -> Op
     if values.len() > MAX_STEPS {
         cx.error(
             node.name().span(),
-            format!("{} steps: more than a sweep may have ({MAX_STEPS})", values.len()),
+            format!(
+                "{} steps: more than a sweep may have ({MAX_STEPS})",
+                values.len()
+            ),
             "too many steps",
             "use fewer loads, or several sweeps",
         );
@@ -175,9 +185,11 @@ const SWEEP: &[(&str, Handler<SweepFields>)] = &[
         f.axis = axis(cx, node, LoadUnit::RequestsPerSecond, true);
         f.broken |= f.axis.is_none();
     }),
-    ("arrivals", |cx, node, f| match super::phase::arrivals(cx, node) {
-        Some(a) => f.arrivals = Some((a, node.name().span())),
-        None => f.broken = true,
+    ("arrivals", |cx, node, f| {
+        match super::phase::arrivals(cx, node) {
+            Some(a) => f.arrivals = Some((a, node.name().span())),
+            None => f.broken = true,
+        }
     }),
     ("warmup", |cx, node, f| {
         f.warmup = cx.single(node, "warmup \"10s\"", DURATION);
@@ -192,7 +204,6 @@ const SWEEP: &[(&str, Handler<SweepFields>)] = &[
         f.broken |= f.requests.is_none();
     }),
 ];
-
 
 /// The `sweep` node: its steps, each an unrecorded warmup (when asked) and a measured phase.
 pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
@@ -261,7 +272,10 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
                 // the load makes it. A closed loop's users finish their warmup requests first:
                 // else the window would start with twice its concurrency in flight.
                 drain: axis.unit == LoadUnit::Concurrency,
-                ..Phase::new(format!("{name} warmup @ {}", crate::plan::units::format_load(value)), load.clone())
+                ..Phase::new(
+                    format!("{name} warmup @ {}", crate::plan::units::format_load(value)),
+                    load.clone(),
+                )
             });
         }
         phases.push(Phase {
@@ -269,7 +283,10 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
             max_requests: f.requests,
             step: Some(step(false)),
             drain: true,
-            ..Phase::new(format!("{name} @ {}", crate::plan::units::format_load(value)), load)
+            ..Phase::new(
+                format!("{name} @ {}", crate::plan::units::format_load(value)),
+                load,
+            )
         });
     }
     Some(phases)
@@ -299,9 +316,11 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
         f.axis = axis(cx, node, LoadUnit::Concurrency, false);
         f.broken |= f.axis.is_none();
     }),
-    ("arrivals", |cx, node, f| match super::phase::arrivals(cx, node) {
-        Some(a) => f.arrivals = Some((a, node.name().span())),
-        None => f.broken = true,
+    ("arrivals", |cx, node, f| {
+        match super::phase::arrivals(cx, node) {
+            Some(a) => f.arrivals = Some((a, node.name().span())),
+            None => f.broken = true,
+        }
     }),
     ("objective", |cx, node, f| {
         let usage = "objective \"sla\" (the plan's sla lines that name no phase)";
@@ -322,7 +341,11 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
         }
     }),
     ("attainment", |cx, node, f| {
-        match cx.single(node, "attainment \"95%\" (of requests meeting the plan's slo)", Percent) {
+        match cx.single(
+            node,
+            "attainment \"95%\" (of requests meeting the plan's slo)",
+            Percent,
+        ) {
             Some(share) if share > 0.0 => {
                 f.objective = Some((Objective::Attainment(share), node.name().span()))
             }
@@ -404,7 +427,12 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         None
     };
     if let Some(help) = problem.filter(|_| !f.broken) {
-        cx.error(node.name().span(), format!("search \"{name}\" is incomplete"), "incomplete", help);
+        cx.error(
+            node.name().span(),
+            format!("search \"{name}\" is incomplete"),
+            "incomplete",
+            help,
+        );
         return None;
     }
     if f.broken {
@@ -462,4 +490,174 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         objective: f.objective.map_or(Objective::Sla, |(o, _)| o),
         position,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::{parse_plan, Load, LoadUnit, Objective, Plan, PlanErrors};
+
+    const BASE: &str = "target \"sim\"\nworkload { input 64; output 8 }\n";
+
+    fn parse(body: &str) -> Result<Plan, PlanErrors> {
+        parse_plan("t.kdl", format!("{BASE}{body}"))
+    }
+
+    fn messages(body: &str) -> Vec<String> {
+        parse(body)
+            .map(|_| Vec::new())
+            .unwrap_or_else(|e| e.diagnostics.iter().map(|d| d.message.clone()).collect())
+    }
+
+    #[test]
+    fn a_sweep_expands_into_a_warmup_and_a_window_per_step() {
+        let plan = parse(
+            "sweep \"users\" { concurrency 1 2 4; warmup \"5s\"; duration \"30s\" }\nsla { ttft p99 < \"1s\" }",
+        )
+        .unwrap();
+        let names: Vec<&str> = plan.phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "users warmup @ 1",
+                "users @ 1",
+                "users warmup @ 2",
+                "users @ 2",
+                "users warmup @ 4",
+                "users @ 4"
+            ]
+        );
+        assert_eq!(plan.phases[3].load, Load::Concurrency(2));
+        assert!(!plan.phases[2].record && plan.phases[3].record);
+        // A closed loop's warmup drains before its window; every window drains.
+        assert!(plan.phases.iter().all(|p| p.drain));
+        assert!(plan.is_stepped());
+        let step = plan.phases[3].step.as_ref().unwrap();
+        assert_eq!(
+            (step.load_value, step.unit, step.warmup),
+            (2.0, LoadUnit::Concurrency, false)
+        );
+    }
+
+    #[test]
+    fn a_series_of_rates() {
+        let plan =
+            parse("sweep \"r\" { rate from=1 to=16 steps=5 scale=\"geometric\"; warmup \"1s\"; duration \"10s\" }")
+                .unwrap();
+        let loads: Vec<f64> = plan
+            .phases
+            .iter()
+            .filter(|p| p.record)
+            .map(|p| p.step.as_ref().unwrap().load_value)
+            .collect();
+        assert_eq!(loads, [1.0, 2.0, 4.0, 8.0, 16.0]);
+        // An open loop's window continues its warmup's arrivals.
+        assert!(!plan.phases[0].drain);
+        let linear = parse("sweep \"r\" { rate from=2 to=8 steps=4; duration \"10s\" }").unwrap();
+        let loads: Vec<f64> = linear
+            .phases
+            .iter()
+            .map(|p| p.step.as_ref().unwrap().load_value)
+            .collect();
+        assert_eq!(loads, [2.0, 4.0, 6.0, 8.0]);
+    }
+
+    #[test]
+    fn sweep_mistakes_are_named() {
+        for (body, expected) in [
+            ("sweep \"s\" { duration \"1s\" }", "has no loads"),
+            ("sweep \"s\" { concurrency 1 2 }", "steps never end"),
+            (
+                "sweep \"s\" { concurrency 1 2; rate 3; duration \"1s\" }",
+                "more than one axis",
+            ),
+            (
+                "sweep \"s\" { concurrency 1.5; duration \"1s\" }",
+                "not a whole number",
+            ),
+            (
+                "sweep \"s\" { concurrency 1 2; arrivals \"constant\"; duration \"1s\" }",
+                "only to a rate sweep",
+            ),
+            (
+                "sweep \"s\" { rate from=4 to=2 steps=3; duration \"1s\" }",
+                "to= must be above from=",
+            ),
+            (
+                "sweep \"s\" { rate from=1 to=4 steps=3 scale=\"log\"; duration \"1s\" }",
+                "unknown scale",
+            ),
+        ] {
+            let found = messages(body);
+            assert!(
+                found.iter().any(|m| m.contains(expected)),
+                "{body}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_search_and_its_objectives() {
+        let plan = parse(
+            "search \"cap\" { rate from=1 to=64; duration \"30s\"; warmup \"5s\"; precision \"5%\" }\nsla { ttft p99 < \"500ms\"\ncapacity >= 10 }",
+        )
+        .unwrap();
+        let search = plan.search.as_ref().unwrap();
+        assert_eq!(
+            (search.low, search.high, search.unit),
+            (1.0, 64.0, LoadUnit::RequestsPerSecond)
+        );
+        assert_eq!(search.precision, 0.05);
+        assert_eq!(plan.objective, Objective::Sla);
+        assert!(plan.phases.is_empty());
+        let attained = parse(
+            "search \"cap\" { concurrency from=1 to=64; duration \"30s\"; attainment \"95%\" }\nslo ttft=\"500ms\"",
+        )
+        .unwrap();
+        assert_eq!(attained.objective, Objective::Attainment(0.95));
+    }
+
+    #[test]
+    fn search_mistakes_are_named() {
+        for (body, expected) in [
+            (
+                "search \"c\" { rate from=1 to=8; duration \"1s\" }",
+                "no objective to judge its probes by",
+            ),
+            (
+                "search \"c\" { rate from=1 to=8; duration \"1s\"; attainment \"95%\" }",
+                "counts requests that meet the plan's slo",
+            ),
+            (
+                "phase \"p\" { rate 1; duration \"1s\" }\nsla { capacity >= 3 }",
+                "what a search finds",
+            ),
+            (
+                "search \"c\" { duration \"1s\" }\nsla { ttft p99 < \"1s\" }",
+                "is incomplete",
+            ),
+        ] {
+            let found = messages(body);
+            assert!(
+                found.iter().any(|m| m.contains(expected)),
+                "{body}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_phase_starts_with_an_earlier_one() {
+        let plan = parse(
+            "phase \"steady\" { rate 2; duration \"1m\" }\nphase \"spike\" { with \"steady\" offset=\"30s\"; at-once 10 }",
+        )
+        .unwrap();
+        let with = plan.phases[1].with.as_ref().unwrap();
+        assert_eq!((with.phase.as_str(), with.offset.as_secs()), ("steady", 30));
+        let found = messages("phase \"spike\" { with \"later\"; at-once 10 }\nphase \"later\" { rate 2; duration \"1m\" }");
+        assert!(
+            found
+                .iter()
+                .any(|m| m.contains("not a phase written before it")),
+            "{found:?}"
+        );
+    }
 }
