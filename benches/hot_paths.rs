@@ -104,6 +104,7 @@ fn read_stream(reads: &[&[u8]]) -> Exchange {
 
 fn record(tokens: usize, seq: u64) -> RequestRecord {
     RequestRecord {
+        shard: None,
         phase: 0,
         seq,
         intended_send_us: seq * 1000,

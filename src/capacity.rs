@@ -208,10 +208,31 @@ pub struct TrialResult {
     pub limits: Vec<String>,
 }
 
+/// A shard is sized to keep its client at most this busy: past it, timing suffers first.
+pub const SHARD_UTILIZATION: f64 = 0.5;
+
 impl TrialResult {
     /// Whether the load was generated faithfully.
     pub fn faithful(&self) -> bool {
         self.limits.is_empty()
+    }
+
+    /// How many clients of this machine's size the load needs (`run --shard K/N`), each kept at
+    /// most [`SHARD_UTILIZATION`] busy: the CPU the trial used, scaled up where it sent less
+    /// than asked. It counts the in-process simulator's CPU too, so it errs on the safe side;
+    /// an unfaithful load that CPU does not explain still needs more than one.
+    pub fn shards_needed(&self) -> u32 {
+        let shortfall = match self.planned_per_s {
+            Some(planned) if self.sent_per_s > 0.0 => (planned / self.sent_per_s).max(1.0),
+            _ => 1.0,
+        };
+        let demand = self.client_utilization.unwrap_or(0.0) * shortfall;
+        let by_cpu = (demand / SHARD_UTILIZATION).ceil().max(1.0) as u32;
+        if self.faithful() {
+            by_cpu
+        } else {
+            by_cpu.max(2)
+        }
     }
 }
 

@@ -220,12 +220,29 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
         say!("{}", line(&result))?;
         results.push(result);
     }
+    let shards = results
+        .iter()
+        .map(TrialResult::shards_needed)
+        .max()
+        .unwrap_or(1);
     if results.iter().all(TrialResult::faithful) {
         say!("\nPASS: this machine generates every load of the plan faithfully")?;
+        if shards > 1 {
+            say!(
+                "sizing: with the client over {:.0}% busy at its peak, {shards} shards of this machine's size \
+                 (run --shard K/{shards}) keep each under it (docs/distributed.md)",
+                capacity::SHARD_UTILIZATION * 100.0
+            )?;
+        }
         Ok(EXIT_PASS)
     } else {
         say!("\nFAIL: this machine cannot generate every load of the plan faithfully: run the client with more \
               cores (--threads, another machine) or split the load across several clients")?;
+        say!(
+            "sizing: about {shards} shards of this machine's size (run --shard K/{shards} on each, then llmload \
+             merge; each kept under {:.0}% busy; docs/distributed.md)",
+            capacity::SHARD_UTILIZATION * 100.0
+        )?;
         Ok(EXIT_FAIL)
     }
 }

@@ -10,6 +10,7 @@ mod check;
 mod compare;
 mod fmt;
 mod init;
+mod merge;
 mod output;
 mod plan;
 mod progress;
@@ -86,6 +87,9 @@ enum Command {
     /// Compare two report directories: a Markdown table fit for a pull request; exit 1 on a
     /// regression beyond the run-to-run noise.
     Compare(compare::CompareArgs),
+    /// Merge the shards of one run (`run --shard K/N`) into one run directory, then judge and
+    /// report it as a single run.
+    Merge(merge::MergeArgs),
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
     Sim(sim::SimArgs),
 }
@@ -108,6 +112,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::show(&args),
         Command::Report(args) => report::rerender(&args),
         Command::Compare(args) => compare::compare(&args),
+        Command::Merge(args) => merge::merge(&args),
         Command::Sim(args) => sim::serve(&args),
     };
     ExitCode::from(match result {

@@ -29,11 +29,18 @@ pub(super) struct PlanArgs {
     /// How to show the schedule.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Show only shard K of N's part (K from 1).
+    #[arg(long, value_name = "K/N")]
+    shard: Option<String>,
 }
 
 pub(super) fn show(args: &PlanArgs) -> Result<u8> {
     let plan = load_plan(&args.plan)?;
     let schedule = planner::compile(&plan, args.seed.unwrap_or(plan.seed))?;
+    let schedule = match &args.shard {
+        Some(text) => schedule.shard(planner::Shard::parse(text)?)?,
+        None => schedule,
+    };
     let output = match args.format {
         Format::Json => schedule::json(&schedule)?,
         Format::Csv => schedule::csv(&schedule),

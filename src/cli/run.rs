@@ -7,7 +7,8 @@ use super::output::{self, GateArgs};
 use super::{load_plan, parse_duration_arg, progress, signals};
 use crate::error::{Error, Result};
 use crate::plan::Endpoint;
-use crate::session::{self, RunOptions};
+use crate::planner;
+use crate::session::{self, RunOptions, Status};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct RunArgs {
@@ -35,6 +36,40 @@ pub(super) struct RunArgs {
     /// Runtime worker threads for sending and reading [default: one per core].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    /// Send only shard K of N of the schedule (K from 1); merge the shards' directories with
+    /// `llmload merge`, which judges them. Exit 0 when the shard ran, 3 when it could not.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    shard: Option<planner::Shard>,
+    /// Start the schedule at this wall-clock time (RFC 3339, e.g. 2026-12-01T10:00:00Z, or
+    /// Unix seconds as @1764583200): shards on several machines start together.
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    start_at: Option<std::time::SystemTime>,
+}
+
+fn parse_shard(text: &str) -> std::result::Result<planner::Shard, String> {
+    planner::Shard::parse(text).map_err(|e| e.to_string())
+}
+
+/// `--start-at`: an RFC 3339 time, or `@` and Unix seconds.
+pub(super) fn parse_start_at(text: &str) -> std::result::Result<std::time::SystemTime, String> {
+    let bad = || {
+        format!(
+            "{text}: write a wall-clock time as RFC 3339 (2026-12-01T10:00:00Z) or Unix seconds (@1764583200)"
+        )
+    };
+    if let Some(seconds) = text.strip_prefix('@') {
+        let seconds: f64 = seconds.parse().map_err(|_| bad())?;
+        if !(0.0..1e11).contains(&seconds) {
+            return Err(bad());
+        }
+        return Ok(std::time::UNIX_EPOCH + Duration::from_secs_f64(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc3339(text).map_err(|_| bad())?;
+    let nanos = at
+        .timestamp_nanos_opt()
+        .filter(|n| *n >= 0)
+        .ok_or_else(bad)?;
+    Ok(std::time::UNIX_EPOCH + Duration::from_nanos(nanos as u64))
 }
 
 /// `--target`: a base URL, or `sim`.
@@ -91,9 +126,49 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     let live = progress::Live::start(!args.quiet);
     options.observer = live.observer();
     signals::forward_to(options.stop.clone());
+    options.shard = args.shard;
+    options.start_at = args.start_at;
+    if let Some(shard) = args.shard {
+        let outcome = session::run_shard(&plan, &options);
+        live.finish();
+        return shard_said(shard, &out, &outcome?);
+    }
     let outcome = session::run(&plan, &options);
     live.finish();
     output::conclude(&outcome?, &args.gate, &templates)
+}
+
+/// A shard's run is not judged: it says what it sent and how to merge it.
+fn shard_said(
+    shard: planner::Shard,
+    out: &std::path::Path,
+    outcome: &session::ShardOutcome,
+) -> Result<u8> {
+    let late = outcome
+        .start_late_ms
+        .map(|ms| format!(", started {ms:.1} ms after --start-at"))
+        .unwrap_or_default();
+    super::say!(
+        "shard {shard}: {} requests sent, {} ok, {} failed{late}; records in {}",
+        outcome.sent,
+        outcome.ok,
+        outcome.failed,
+        out.display()
+    )?;
+    match &outcome.status {
+        Status::NotCarriedOut(why) => {
+            super::say!("shard {shard} NOT CARRIED OUT: {why}")?;
+        }
+        Status::Failed(_) => {
+            super::say!("shard {shard} ABORTED: its plan's abort condition held")?;
+        }
+        Status::Passed => {
+            super::say!(
+                "shard {shard} is judged with the others: llmload merge <every shard's directory> --out DIR"
+            )?;
+        }
+    }
+    Ok(outcome.status.exit_code())
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             let gap = 10_000 + rng.random_range(0..2_000);
             RequestRecord {
                 phase: 0,
+                shard: None,
                 seq: i as u64,
                 intended_send_us: i as u64 * 10_000,
                 actual_send_us: i as u64 * 10_000,

@@ -70,6 +70,8 @@ pub struct RunConfig {
     pub observer: Arc<dyn Observer>,
     /// Stops the run early.
     pub stop: Stop,
+    /// Start the schedule at this wall-clock instant (shards that start together), not at once.
+    pub start_at: Option<std::time::SystemTime>,
 }
 
 /// Requests in flight, and a way to wait until there are none.
@@ -161,6 +163,23 @@ pub async fn run_from(
         config.stop.clone(),
     )?;
     let stop = config.stop.clone();
+    let timer = PreciseTimer::start()
+        .map_err(|e| Error::run(format!("cannot start the pacing timer: {e}")))?;
+    let mut header = config.header.clone();
+    if let Some(start_at) = config.start_at {
+        // Everything is ready: the schedule's clock starts at the agreed instant.
+        let mut sending = stop.sending();
+        tokio::select! {
+            _ = wait_for_wall_clock(start_at) => {}
+            _ = stopped(&mut sending) => {}
+        }
+        if let Some(shard) = header.shard.as_mut() {
+            let late = std::time::SystemTime::now()
+                .duration_since(start_at)
+                .unwrap_or_default();
+            shard.start_late_ms = Some(late.as_secs_f64() * 1000.0);
+        }
+    }
     let context = Arc::new(Context {
         client,
         template: config.template.clone(),
@@ -172,12 +191,14 @@ pub async fn run_from(
         observer: config.observer.clone(),
         abort: stop.in_flight(),
         in_flight: InFlight::default(),
-        timer: PreciseTimer::start()
-            .map_err(|e| Error::run(format!("cannot start the pacing timer: {e}")))?,
+        timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
     });
-    let mut header = config.header.clone();
     header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
+    header.started_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_nanos() as u64);
     context.observer.on_event(Event::RunStarted(&header));
     context.log(LogLine::Run(RunLine::current(header)));
 
@@ -240,6 +261,19 @@ pub async fn run_from(
     drop(context);
     // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
     recorder.finish()
+}
+
+/// Returns at the wall-clock instant `at` (at once when it has passed): asleep until the last
+/// two milliseconds, then spinning, so that shards on different machines start within their
+/// clocks' agreement rather than a timer's granularity.
+async fn wait_for_wall_clock(at: std::time::SystemTime) {
+    let left = || at.duration_since(std::time::SystemTime::now()).ok();
+    if let Some(wait) = left().and_then(|w| w.checked_sub(Duration::from_millis(2))) {
+        tokio::time::sleep(wait).await;
+    }
+    while left().is_some_and(|w| !w.is_zero()) {
+        std::hint::spin_loop();
+    }
 }
 
 /// Raises the open-file limit, and refuses a plan that must hold more connections at once than

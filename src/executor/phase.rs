@@ -157,18 +157,27 @@ async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Rec
                     }
                 });
             }
-            let all_done = async { while tasks.join_next().await.is_some() {} };
+            // A shard may have no user of a small closed loop: it still lasts the phase's
+            // duration, so that its next phase starts when the other shards' do.
+            let all_done = async {
+                while tasks.join_next().await.is_some() {}
+                if workers == 0 {
+                    std::future::pending::<()>().await;
+                }
+            };
             let deadline = async {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
                     None => std::future::pending().await,
                 }
             };
+            let no_deadline = phase.duration.is_none();
             tokio::select! {
                 _ = all_done => {}
                 _ = deadline => {}
                 _ = stopped(&mut cancel) => {}
                 _ = ended_early(&mut ended) => {}
+                _ = async {}, if workers == 0 && no_deadline => {}
             }
             // Workers still holding a request finish it in the background and then stop.
             tasks.detach_all();
@@ -229,7 +238,7 @@ fn spawn_body_builder(
             if limit.is_some_and(|n| seq >= n) {
                 break;
             }
-            let request = schedule.request_in(&phase, seq);
+            let request = schedule.request_at(&phase, seq);
             seq += 1;
             let prompt = prompts.prompt(&request);
             let body = template.body(&prompt, request.output_tokens);

@@ -149,6 +149,7 @@ fn finalize_safely(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     }))
     .unwrap_or_else(|_| RequestRecord {
         phase,
+        shard: None,
         seq: request.seq,
         intended_send_us,
         actual_send_us,
@@ -273,6 +274,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let ttft_us = exchange.chunk_times.first().copied();
     RequestRecord {
         phase,
+        shard: None,
         seq: request.seq,
         intended_send_us,
         actual_send_us,

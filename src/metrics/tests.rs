@@ -22,6 +22,9 @@ fn header(exact: bool) -> RunHeader {
         request_id_prefix: None,
         plan_files: Vec::new(),
         env: Default::default(),
+        started_unix_ns: None,
+        shard: None,
+        merged: Vec::new(),
     }
 }
 
@@ -46,6 +49,7 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
     let completion: u64 = chunks.iter().map(|c| c.1 as u64).sum();
     RequestRecord {
         phase,
+        shard: None,
         seq: 0,
         intended_send_us: send_us,
         actual_send_us: send_us,

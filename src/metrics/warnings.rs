@@ -57,6 +57,70 @@ fn note(code: &'static str, message: String) -> Warning {
     }
 }
 
+/// What a merged run's shards say of its time line: a shard that started late (after the
+/// agreed `--start-at`, by its own clock), shards that started apart without one, a shard
+/// that did not finish.
+fn shard_warnings(shards: &[crate::records::MergedShard]) -> Vec<Warning> {
+    let mut out = vec![note(
+        "merged",
+        format!(
+            "merged from {} shards (on {}); their records are set on one time line by each shard's \
+             wall clock at its start: the machines' clocks must agree (NTP) to within the schedule lag \
+             that matters",
+            shards.len(),
+            {
+                let mut hosts: Vec<&str> = shards.iter().map(|s| s.client_host.as_str()).collect();
+                hosts.sort();
+                hosts.dedup();
+                hosts.join(", ")
+            }
+        ),
+    )];
+    let late: Vec<String> = shards
+        .iter()
+        .filter_map(|s| {
+            s.start_late_ms
+                .filter(|&ms| ms > LAG_P99_LIMIT_MS)
+                .map(|ms| format!("shard {} by {ms:.1} ms", s.index))
+        })
+        .collect();
+    if !late.is_empty() {
+        out.push(warning(
+            "shard-start",
+            format!(
+                "shards started after the agreed --start-at ({}): their first requests went late, and the \
+                 merged arrivals are not the plan's there",
+                late.join(", ")
+            ),
+        ));
+    }
+    let spread = shards.iter().map(|s| s.offset_ms).fold(0.0, f64::max);
+    if shards.iter().all(|s| s.start_late_ms.is_none()) && spread > LAG_P99_LIMIT_MS {
+        out.push(warning(
+            "shard-start",
+            format!(
+                "the shards started up to {spread:.1} ms apart (no --start-at): their loads were not \
+                 the plan's together; start them with --start-at"
+            ),
+        ));
+    }
+    let interrupted: Vec<String> = shards
+        .iter()
+        .filter(|s| s.interrupted)
+        .map(|s| s.index.to_string())
+        .collect();
+    if !interrupted.is_empty() {
+        out.push(warning(
+            "shard-interrupted",
+            format!(
+                "shard(s) {} did not finish their part: the merged run is partial",
+                interrupted.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
 /// Every warning and note a run's log and aggregates call for.
 pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     let mut out = Vec::new();
@@ -65,6 +129,9 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     let exact = header.is_some_and(|h| h.exact_output);
     let stream = header.is_none_or(|h| h.stream);
 
+    if let Some(header) = header.filter(|h| !h.merged.is_empty()) {
+        out.extend(shard_warnings(&header.merged));
+    }
     if aggregates.interrupted {
         out.push(warning(
             "interrupted",

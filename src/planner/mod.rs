@@ -11,6 +11,7 @@
 mod arrivals;
 mod prompts;
 pub mod search;
+mod shard;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use crate::seed;
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
 pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts};
+pub use shard::{Shard, MAX_SHARDS};
 
 use crate::error::{Error, Result};
 use crate::plan::limits::MAX_REQUESTS;
@@ -47,6 +49,8 @@ pub struct Schedule {
     pub phases: Vec<Arc<PhaseSchedule>>,
     /// The capacity search, run after the group `search.after_group`, if the plan has one.
     pub search: Option<SearchSchedule>,
+    /// The shard this is a part of the whole schedule for, if it is one.
+    pub shard: Option<Shard>,
     #[serde(skip)]
     mix: RequestMix,
 }
@@ -102,6 +106,13 @@ pub struct PhaseSchedule {
     pub drain: bool,
     /// The step of a sweep (or the probe of a search) it is.
     pub step: Option<StepInfo>,
+    /// An open-ended phase draws request `seq_offset + i × seq_stride` as its i-th (a shard's
+    /// part of a closed loop: distinct from the other shards').
+    #[serde(skip)]
+    pub seq_offset: u64,
+    /// See `seq_offset`.
+    #[serde(skip)]
+    pub seq_stride: u64,
 }
 
 impl PhaseSchedule {
@@ -161,17 +172,19 @@ impl Schedule {
     /// The request at `seq` of phase `phase_index`, materialized or not.
     pub fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
         match self.phases.get(phase_index) {
-            Some(phase) => self.request_in(phase, seq),
+            Some(phase) => self.request_at(phase, seq),
             None => self.mix.request(phase_index, seq),
         }
     }
 
-    /// The request at `seq` of `phase` (one of this schedule's, or a probe it compiled),
-    /// materialized or not.
-    pub fn request_in(&self, phase: &PhaseSchedule, seq: u64) -> ScheduledRequest {
-        match phase.requests.get(seq as usize) {
+    /// The `position`-th request `phase` sends (of this schedule's phases, or a probe it
+    /// compiled): its materialized list's, or drawn from the mix.
+    pub fn request_at(&self, phase: &PhaseSchedule, position: u64) -> ScheduledRequest {
+        match phase.requests.get(position as usize) {
             Some(request) => *request,
-            None => self.mix.request(phase.index, seq),
+            None => self
+                .mix
+                .request(phase.index, phase.seq_offset + position * phase.seq_stride),
         }
     }
 
@@ -251,6 +264,7 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
         seed,
         phases,
         search,
+        shard: None,
         mix,
     })
 }
@@ -325,6 +339,8 @@ fn compile_phase(
         group: 0,
         offset: Duration::ZERO,
         drain: phase.drain,
+        seq_offset: 0,
+        seq_stride: 1,
         step: phase.step.as_ref().map(|step| StepInfo {
             series: step.series.clone(),
             load_value: step.load_value,

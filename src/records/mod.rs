@@ -114,6 +114,50 @@ pub struct RunHeader {
     /// The plan's values that came from the environment (`(env)"NAME"`): none is secret.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// The wall clock at the run's start (where the `*_us` times count from), in ns since the
+    /// Unix epoch: merged shards are set on one time line by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ns: Option<u64>,
+    /// The part of the schedule this run sent, when it is one shard of several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardRun>,
+    /// The shards this run was merged from (`llmload merge`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<MergedShard>,
+}
+
+/// A run that is one shard of several (`--shard K/N`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardRun {
+    /// From 1 to `count`.
+    pub index: u32,
+    /// How many shards the plan was split into.
+    pub count: u32,
+    /// The agreed start (`--start-at`), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// How late after the agreed start this shard started its schedule, by its own clock (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_late_ms: Option<f64>,
+}
+
+/// One shard of a merged run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MergedShard {
+    /// From 1 to the shard count.
+    pub index: u32,
+    /// The machine it ran on.
+    pub client_host: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// How far after the earliest shard's start it started, by the shards' wall clocks (ms).
+    pub offset_ms: f64,
+    /// How late after the agreed start it started (with `--start-at`), by its own clock (ms).
+    pub start_late_ms: Option<f64>,
+    /// Requests it recorded.
+    pub requests: u64,
+    /// Whether it was interrupted.
+    pub interrupted: bool,
 }
 
 /// A file a plan was built from.
@@ -315,6 +359,9 @@ pub enum TokenSource {
 pub struct RequestRecord {
     /// The phase's index.
     pub phase: usize,
+    /// The shard that sent it, in a merged run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
     /// The request's position in its phase, from 0.
     pub seq: u64,
     /// When it was meant to go out (µs from the run's start); its actual send in a closed loop.

@@ -15,6 +15,7 @@
 mod abort;
 pub mod outdir;
 mod search;
+mod shard;
 mod target;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use sha2::Digest;
 
+pub use shard::{merge, refuse_shard, run_shard, ShardOutcome};
 pub use target::{api_root, redact_url};
 
 use crate::compare::{self, Comparison};
@@ -58,6 +60,10 @@ pub struct RunOptions {
     pub stop: Stop,
     /// What decides the status besides the SLA.
     pub gate: Gate,
+    /// Send only this shard's part of the schedule.
+    pub shard: Option<planner::Shard>,
+    /// Start the schedule at this wall-clock instant (shards that start together).
+    pub start_at: Option<std::time::SystemTime>,
 }
 
 impl RunOptions {
@@ -73,6 +79,8 @@ impl RunOptions {
             observer: Arc::new(executor::Quiet),
             stop: Stop::new(),
             gate: Gate::default(),
+            shard: None,
+            start_at: None,
         }
     }
 }
@@ -304,6 +312,10 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
 pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let seed = options.seed.unwrap_or(plan.seed);
     let schedule = planner::compile(plan, seed)?;
+    let schedule = match options.shard {
+        Some(shard) => schedule.shard(shard)?,
+        None => schedule,
+    };
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
     let mut secrets = Secrets::new();
     let auth = target::authorization(plan, &*options.observer, &mut secrets)?;
@@ -363,6 +375,17 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             client_host: target::host_name(),
             clock_origin_ns: None,
             request_id_prefix: Some(request_id_prefix.clone()),
+            started_unix_ns: None,
+            shard: options.shard.map(|shard| records::ShardRun {
+                index: shard.index,
+                count: shard.count,
+                start_at: options.start_at.map(|at| {
+                    chrono::DateTime::<chrono::Utc>::from(at)
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                }),
+                start_late_ms: None,
+            }),
+            merged: Vec::new(),
         };
         let template = RequestTemplate {
             url,
@@ -409,6 +432,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             worker_threads: options.threads,
             observer,
             stop: options.stop.clone(),
+            start_at: options.start_at,
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
@@ -432,6 +456,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     let records_path = dir.join("records.jsonl");
     // One streaming pass: memory does not grow with the length of the run.
     let (log, aggregates) = metrics::compute_file(&records_path, plan.slo.as_ref())?;
+    refuse_shard(&log, dir)?;
     let verdicts = verdict::evaluate_plan(plan, &aggregates);
     let mut status = status(&aggregates, &verdicts, None, gate);
     let comparison = match &gate.baseline {
@@ -609,7 +634,9 @@ pub fn read_run_dir(dir: &Path) -> Result<(RunLog, Plan)> {
             dir.display()
         )));
     }
-    Ok((RunLog::read(&records)?, archived_plan(dir)?))
+    let log = RunLog::read(&records)?;
+    refuse_shard(&log, dir)?;
+    Ok((log, archived_plan(dir)?))
 }
 
 /// Compares `current` with the run in `baseline_dir`, under `plan`'s tolerances (or the

@@ -1,0 +1,371 @@
+//! Runs on several machines: one shard's run, and merging the shards' directories into one
+//! ordinary run directory.
+//!
+//! A shard sends its part of the schedule ([`crate::planner::Shard`]) and is not judged alone:
+//! its SLA means nothing over a third of the load. [`merge`] checks that the directories are
+//! the shards of one run (same plan, seed and shard count; every shard present), sets their
+//! records on one time line by the wall clock each shard started at, and writes a run directory
+//! that `judge`, `llmload report`, `compare` and templates read like any other. What the merged
+//! numbers mean, and what they assume of the machines' clocks: docs/distributed.md.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{execute, outdir, Gate, RunOptions, Status};
+use crate::error::{Error, Result};
+use crate::metrics;
+use crate::plan::Plan;
+use crate::records::{
+    ClientLoad, LogLine, MergedShard, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLine, RunLog,
+};
+use crate::verdict::Verdicts;
+
+/// What one shard's run left.
+pub struct ShardOutcome {
+    /// Its records.
+    pub records_path: PathBuf,
+    /// Requests it sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// How late after the agreed start it started, by its clock (with `--start-at`).
+    pub start_late_ms: Option<f64>,
+    /// Carried out (passed, as far as a shard can), aborted, or not carried out: a shard's SLA
+    /// is judged only when the shards are merged.
+    pub status: Status,
+}
+
+/// Runs `options.shard`'s part of `plan`: its records, its copy of the plan, no report.
+pub fn run_shard(plan: &Plan, options: &RunOptions) -> Result<ShardOutcome> {
+    if options.shard.is_none() {
+        return Err(Error::usage("run_shard needs a shard"));
+    }
+    let execution = execute(plan, options)?;
+    let (log, aggregates) = metrics::compute_file(&execution.records_path, plan.slo.as_ref())?;
+    let nothing = Verdicts {
+        passed: true,
+        results: Vec::new(),
+        notes: Vec::new(),
+        steps: Vec::new(),
+        series: Vec::new(),
+        capacity: None,
+    };
+    let status = super::status(&aggregates, &nothing, None, &Gate::default());
+    outdir::write_manifest(&options.out_dir, &[])?;
+    let requests = &aggregates.overall.requests;
+    Ok(ShardOutcome {
+        records_path: execution.records_path,
+        sent: requests.sent,
+        ok: requests.ok,
+        failed: requests.failed,
+        start_late_ms: log
+            .header
+            .as_ref()
+            .and_then(|h| h.shard.as_ref())
+            .and_then(|s| s.start_late_ms),
+        status,
+    })
+}
+
+/// An error unless `log` (read from `dir`) is a whole run: a shard is judged only merged.
+pub fn refuse_shard(log: &RunLog, dir: &Path) -> Result<()> {
+    match log.header.as_ref().and_then(|h| h.shard.as_ref()) {
+        Some(shard) => Err(Error::usage(format!(
+            "{} holds shard {}/{} of a run, which is judged only with the others: merge them first \
+             (llmload merge SHARD_DIR... --out DIR)",
+            dir.display(),
+            shard.index,
+            shard.count
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Merges the shard directories `dirs` into the run directory `out` (records, plan, sources).
+/// Refuses directories that are not the shards of one run, and a run with a shard missing.
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
+    if dirs.is_empty() {
+        return Err(Error::usage("llmload merge needs the shards' directories"));
+    }
+    let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
+    for dir in dirs {
+        if same_dir(dir, out) {
+            return Err(Error::usage(format!(
+                "--out {} is one of the shards: merge into a directory of its own",
+                out.display()
+            )));
+        }
+        let records = dir.join("records.jsonl");
+        if !records.is_file() {
+            return Err(Error::usage(format!(
+                "{} has no records.jsonl: is it a shard's run directory?",
+                dir.display()
+            )));
+        }
+        shards.push((dir.clone(), RunLog::read(&records)?));
+    }
+    let headers = check_shards(&shards)?;
+    let origin = headers
+        .iter()
+        .map(|(_, h)| h.started_unix_ns.unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let mut merged_header = headers[0].1.clone();
+    merged_header.shard = None;
+    merged_header.started_unix_ns = Some(origin);
+    merged_header.clock_origin_ns = None;
+    merged_header.request_id_prefix = None;
+    let earliest = headers
+        .iter()
+        .min_by_key(|(_, h)| h.started_unix_ns)
+        .map(|(_, h)| h.started_at.clone())
+        .unwrap_or_default();
+    merged_header.started_at = earliest;
+    let mut hosts: Vec<String> = headers.iter().map(|(_, h)| h.client_host.clone()).collect();
+    hosts.dedup();
+    merged_header.client_host = hosts.join(", ");
+
+    let mut phases: BTreeMap<usize, PhaseStart> = BTreeMap::new();
+    let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
+    let mut records = Vec::new();
+    let mut run_end: Option<RunEnd> = None;
+    let mut every_end = true;
+    for ((_, log), (_, header)) in shards.iter().zip(&headers) {
+        let shard = header.shard.clone().unwrap_or_default();
+        let offset_us = header
+            .started_unix_ns
+            .unwrap_or(origin)
+            .saturating_sub(origin)
+            / 1000;
+        merged_header.merged.push(MergedShard {
+            index: shard.index,
+            client_host: header.client_host.clone(),
+            started_at: header.started_at.clone(),
+            offset_ms: offset_us as f64 / 1000.0,
+            start_late_ms: shard.start_late_ms,
+            requests: log.records.len() as u64,
+            interrupted: log.interrupted(),
+        });
+        for start in &log.phases {
+            let at_us = start.at_us + offset_us;
+            phases
+                .entry(start.index)
+                .and_modify(|merged| {
+                    merged.at_us = merged.at_us.min(at_us);
+                    merged.planned_requests = merged
+                        .planned_requests
+                        .zip(start.planned_requests)
+                        .map(|(a, b)| a + b);
+                    merged.planned_rate = merged
+                        .planned_rate
+                        .zip(start.planned_rate)
+                        .map(|(a, b)| a + b);
+                })
+                .or_insert_with(|| PhaseStart {
+                    at_us,
+                    ..start.clone()
+                });
+        }
+        for end in &log.phase_ends {
+            let at_us = end.at_us + offset_us;
+            ends.entry(end.index)
+                .and_modify(|merged| {
+                    merged.at_us = merged.at_us.max(at_us);
+                    merged.sent += end.sent;
+                    merged.client = combine(merged.client, end.client);
+                    if merged.ended_early.is_none() {
+                        merged.ended_early.clone_from(&end.ended_early);
+                    }
+                })
+                .or_insert_with(|| PhaseEnd {
+                    at_us,
+                    ..end.clone()
+                });
+        }
+        for record in &log.records {
+            let mut record = record.clone();
+            record.intended_send_us += offset_us;
+            record.actual_send_us += offset_us;
+            record.shard = Some(shard.index);
+            records.push(record);
+        }
+        match &log.end {
+            Some(end) => {
+                let at_us = end.at_us + offset_us;
+                let merged = run_end.get_or_insert(RunEnd {
+                    at_us,
+                    interrupted: false,
+                    aborted: None,
+                    client_peak_rss_bytes: None,
+                });
+                merged.at_us = merged.at_us.max(at_us);
+                merged.interrupted |= end.interrupted;
+                if merged.aborted.is_none() {
+                    merged.aborted.clone_from(&end.aborted);
+                }
+                merged.client_peak_rss_bytes =
+                    merged.client_peak_rss_bytes.max(end.client_peak_rss_bytes);
+            }
+            None => every_end = false,
+        }
+    }
+    // A shard killed before its end leaves the merged run interrupted: never a silent partial.
+    if let (false, Some(end)) = (every_end, run_end.as_mut()) {
+        end.interrupted = true;
+    }
+    // Requests in the order they finished, as one process would have written them.
+    records.sort_by_key(|r| (r.end_us().unwrap_or(r.actual_send_us), r.shard, r.seq));
+
+    outdir::prepare(out)?;
+    let first = &shards[0].0;
+    for name in ["plan.kdl", "plan-sources.json"] {
+        let from = first.join(name);
+        if from.is_file() {
+            std::fs::copy(&from, out.join(name))
+                .map_err(|e| Error::io("write", out.join(name), e))?;
+        }
+    }
+    let path = out.join("records.jsonl");
+    let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
+    let mut writer = std::io::BufWriter::new(file);
+    let mut write = |line: LogLine| -> Result<()> {
+        serde_json::to_writer(&mut writer, &line)
+            .map_err(|e| Error::run(format!("cannot encode a record: {e}")))?;
+        std::io::Write::write_all(&mut writer, b"\n").map_err(|e| Error::io("write", &path, e))
+    };
+    write(LogLine::Run(RunLine::current(merged_header)))?;
+    let mut starts: Vec<PhaseStart> = phases.into_values().collect();
+    starts.sort_by_key(|p| (p.at_us, p.index));
+    for start in starts {
+        write(LogLine::PhaseStart(start))?;
+    }
+    for record in records {
+        write(LogLine::Request(record))?;
+    }
+    for end in ends.into_values() {
+        write(LogLine::PhaseEnd(end))?;
+    }
+    if let Some(end) = run_end {
+        write(LogLine::RunEnd(end))?;
+    }
+    std::io::Write::flush(&mut writer).map_err(|e| Error::io("write", &path, e))?;
+    Ok(())
+}
+
+/// The shards' headers, each checked against the first: one plan, seed and shard count, and
+/// every shard there once.
+fn check_shards(shards: &[(PathBuf, RunLog)]) -> Result<Vec<(PathBuf, RunHeader)>> {
+    let mut headers = Vec::new();
+    for (dir, log) in shards {
+        let header = log.header.clone().ok_or_else(|| {
+            Error::usage(format!("{}: its records have no header", dir.display()))
+        })?;
+        if header.shard.is_none() {
+            return Err(Error::usage(format!(
+                "{} is a whole run, not a shard (run with --shard K/N)",
+                dir.display()
+            )));
+        }
+        if header.started_unix_ns.is_none() {
+            return Err(Error::usage(format!(
+                "{}: its records do not say when it started (written by an llmload before 0.2?)",
+                dir.display()
+            )));
+        }
+        headers.push((dir.clone(), header));
+    }
+    let (first_dir, first) = &headers[0];
+    let first_shard = first.shard.clone().unwrap_or_default();
+    let mut seen = vec![None::<&PathBuf>; first_shard.count as usize];
+    for (dir, header) in &headers {
+        let shard = header.shard.clone().unwrap_or_default();
+        let differs = |what: &str, a: &str, b: &str| {
+            Error::usage(format!(
+                "{} and {} are not shards of one run: their {what} differ ({a} and {b})",
+                first_dir.display(),
+                dir.display()
+            ))
+        };
+        if header.plan_sha256 != first.plan_sha256 {
+            return Err(differs("plans", &first.plan, &header.plan));
+        }
+        if header.seed != first.seed {
+            return Err(differs(
+                "seeds",
+                &first.seed.to_string(),
+                &header.seed.to_string(),
+            ));
+        }
+        if shard.count != first_shard.count {
+            return Err(differs(
+                "shard counts",
+                &first_shard.count.to_string(),
+                &shard.count.to_string(),
+            ));
+        }
+        let slot = &mut seen[shard.index as usize - 1];
+        if let Some(other) = slot {
+            return Err(Error::usage(format!(
+                "{} and {} are both shard {}/{}",
+                other.display(),
+                dir.display(),
+                shard.index,
+                shard.count
+            )));
+        }
+        *slot = Some(dir);
+    }
+    let missing: Vec<String> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, dir)| dir.is_none())
+        .map(|(i, _)| (i + 1).to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::run(format!(
+            "shard(s) {} of {} missing: a run without all its shards sent only part of its plan, \
+             and is not merged",
+            missing.join(", "),
+            first_shard.count
+        )));
+    }
+    Ok(headers)
+}
+
+/// Two shards' client load over one phase: their cores and CPU add up; utilization is over
+/// their combined capacity.
+fn combine(a: Option<ClientLoad>, b: Option<ClientLoad>) -> Option<ClientLoad> {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let capacity = |l: &ClientLoad| {
+                if l.utilization > 0.0 {
+                    l.cpu_s / l.utilization
+                } else {
+                    0.0
+                }
+            };
+            let total = capacity(&a) + capacity(&b);
+            Some(ClientLoad {
+                cores: a.cores + b.cores,
+                cpu_s: a.cpu_s + b.cpu_s,
+                utilization: if total > 0.0 {
+                    (a.cpu_s + b.cpu_s) / total
+                } else {
+                    0.0
+                },
+                seconds: a.seconds.max(b.seconds),
+                saturated_seconds: a.saturated_seconds.max(b.saturated_seconds),
+            })
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
