@@ -26,6 +26,7 @@ pub mod secrets;
 pub mod seed;
 pub mod session;
 pub mod sim;
+pub mod telemetry;
 pub(crate) mod timer;
 pub mod tokens;
 pub mod verdict;

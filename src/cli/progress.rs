@@ -1,6 +1,8 @@
 //! What `llmload run` prints while a run goes: the run's target, notes and warnings, and a live
-//! progress line (per phase: requests sent, done and failed, TTFT p50 so far, output tokens per
-//! second), redrawn every second on a terminal and printed every ten seconds in a CI log.
+//! progress line: the current phase, its elapsed and planned time (then how long it has been
+//! draining), requests sent, done, failed and in flight, the last interval's TTFT p50 and p99,
+//! and output tokens per second as they arrive. Redrawn every second on a terminal; on anything
+//! else (a CI log) a plain line every ten seconds instead.
 //!
 //! It is an [`Observer`] of the run: it learns everything from the run's events and never
 //! reaches into the executor.
@@ -29,6 +31,8 @@ impl Live {
             current: AtomicUsize::new(0),
             last: Mutex::new((0, Instant::now())),
             done: AtomicBool::new(false),
+            counters: Mutex::new(None),
+            tokens_per_chunk: Mutex::new((0, 0)),
         });
         let ticker = show.then(|| {
             let progress = progress.clone();
@@ -62,9 +66,13 @@ struct Progress {
     show: bool,
     phases: RwLock<Vec<Arc<PhaseProgress>>>,
     current: AtomicUsize,
-    /// Output tokens and time at the previous line, for the tokens/s of the last interval.
+    /// Chunks and time at the previous line, for the tokens/s of the last interval.
     last: Mutex<(u64, Instant)>,
     done: AtomicBool,
+    /// The run's live counters (chunks as they arrive).
+    counters: Mutex<Option<Arc<crate::executor::LiveCounters>>>,
+    /// (tokens, chunks) of the finished requests: tokens per chunk, to turn chunks into tokens.
+    tokens_per_chunk: Mutex<(u64, u64)>,
 }
 
 struct PhaseProgress {
@@ -74,7 +82,7 @@ struct PhaseProgress {
     sent: AtomicU64,
     done: AtomicU64,
     errors: AtomicU64,
-    output_tokens: AtomicU64,
+    /// TTFTs since the previous line.
     ttft_us: Mutex<Option<Histogram<u64>>>,
 }
 
@@ -87,7 +95,6 @@ impl PhaseProgress {
             sent: AtomicU64::new(0),
             done: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            output_tokens: AtomicU64::new(0),
             ttft_us: Mutex::new(Histogram::new(3).ok()),
         }
     }
@@ -132,7 +139,14 @@ impl Progress {
             return String::new();
         };
         let elapsed = phase.started.elapsed();
+        // Past its planned end a phase is draining: its clock stops at the plan's.
         let clock = match phase.planned {
+            Some(planned) if elapsed > planned => format!(
+                "{:.0}s/{:.0}s, draining {:.0}s",
+                planned.as_secs_f64(),
+                planned.as_secs_f64(),
+                (elapsed - planned).as_secs_f64()
+            ),
             Some(planned) => format!(
                 "{:.0}s/{:.0}s",
                 elapsed.as_secs_f64(),
@@ -140,46 +154,64 @@ impl Progress {
             ),
             None => format!("{:.0}s", elapsed.as_secs_f64()),
         };
+        let ms = |us: u64| {
+            if us >= 10_000_000 {
+                format!("{:.1}s", us as f64 / 1e6)
+            } else {
+                format!("{:.0}ms", us as f64 / 1000.0)
+            }
+        };
+        // The last interval's TTFTs, then a fresh interval.
         let ttft = phase
             .ttft_us
             .lock()
             .ok()
-            .and_then(|h| {
-                h.as_ref()
-                    .filter(|h| !h.is_empty())
-                    .map(|h| h.value_at_quantile(0.5))
+            .and_then(|mut h| {
+                let h = h.as_mut()?;
+                let text = (!h.is_empty()).then(|| {
+                    format!(
+                        "TTFT p50 {} p99 {}",
+                        ms(h.value_at_quantile(0.5)),
+                        ms(h.value_at_quantile(0.99))
+                    )
+                });
+                h.reset();
+                text
             })
-            .map(|us| format!("{:.0}ms", us as f64 / 1000.0))
-            .unwrap_or_else(|| "-".into());
-        let total_tokens: u64 = self
-            .phases
-            .read()
-            .map(|phases| {
-                phases
-                    .iter()
-                    .map(|p| p.output_tokens.load(Ordering::Relaxed))
-                    .sum()
-            })
+            .unwrap_or_else(|| "TTFT -".into());
+        let chunks = self
+            .counters
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|c| c.chunks.load(Ordering::Relaxed)))
             .unwrap_or(0);
-        let rate = match self.last.lock() {
+        let (tokens_done, chunks_done) = self.tokens_per_chunk.lock().map(|t| *t).unwrap_or((0, 0));
+        let per_chunk = if chunks_done > 0 {
+            tokens_done as f64 / chunks_done as f64
+        } else {
+            1.0
+        };
+        let (rate, interval) = match self.last.lock() {
             Ok(mut last) => {
                 let seconds = last.1.elapsed().as_secs_f64();
                 let rate = if seconds > 0.0 {
-                    (total_tokens - last.0.min(total_tokens)) as f64 / seconds
+                    (chunks - last.0.min(chunks)) as f64 * per_chunk / seconds
                 } else {
                     0.0
                 };
-                *last = (total_tokens, Instant::now());
-                rate
+                *last = (chunks, Instant::now());
+                (rate, seconds)
             }
-            Err(_) => 0.0,
+            Err(_) => (0.0, 0.0),
         };
+        let sent = phase.sent.load(Ordering::Relaxed);
+        let done = phase.done.load(Ordering::Relaxed);
         format!(
-            "[{} {clock}] sent {} done {} errors {} | TTFT p50 {ttft} | {:.0} tok/s",
+            "[{} {clock}] sent {sent} done {done} failed {} in flight {} | last {:.0}s: {ttft} | {:.0} tok/s",
             phase.name,
-            phase.sent.load(Ordering::Relaxed),
-            phase.done.load(Ordering::Relaxed),
             phase.errors.load(Ordering::Relaxed),
+            sent.saturating_sub(done),
+            interval,
             rate
         )
     }
@@ -193,6 +225,11 @@ impl Observer for Progress {
                     "llmload: running plan \"{}\" against {}",
                     header.plan, header.target
                 );
+            }
+            Event::Counters(counters) => {
+                if let Ok(mut slot) = self.counters.lock() {
+                    *slot = Some(counters.clone());
+                }
             }
             Event::PhaseStarted(start) => {
                 if let Ok(mut phases) = self.phases.write() {
@@ -221,9 +258,14 @@ impl Observer for Progress {
                 if !record.ok() {
                     phase.errors.fetch_add(1, Ordering::Relaxed);
                 }
-                phase
-                    .output_tokens
-                    .fetch_add(record.completion_tokens.unwrap_or(0), Ordering::Relaxed);
+                if let (Some(tokens), Ok(mut ratio)) =
+                    (record.completion_tokens, self.tokens_per_chunk.lock())
+                {
+                    if !record.chunks.is_empty() {
+                        ratio.0 += tokens;
+                        ratio.1 += record.chunks.len() as u64;
+                    }
+                }
                 if let Some(ttft) = record.ttft_us {
                     if let Ok(mut hist) = phase.ttft_us.lock() {
                         if let Some(hist) = hist.as_mut() {

@@ -44,6 +44,32 @@ pub(super) struct RunArgs {
     /// Unix seconds as @1764583200): shards on several machines start together.
     #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
     start_at: Option<std::time::SystemTime>,
+    /// A label kept with the run and shown in every report (repeatable): commit=abc123,
+    /// gpu=H100, engine-flags="--max-num-seqs 256".
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+}
+
+/// `--label KEY=VALUE`: a key of letters, digits, `-`, `_` and `.`; any value.
+fn parse_label(text: &str) -> std::result::Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: write a label as KEY=VALUE (commit=abc123)"))?;
+    let key = key.trim();
+    if key.is_empty()
+        || key.len() > 64
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "{key:?}: a label's key is 1 to 64 letters, digits, '-', '_' or '.'"
+        ));
+    }
+    if value.len() > 1024 {
+        return Err(format!("label {key}: its value is over 1024 bytes"));
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 fn parse_shard(text: &str) -> std::result::Result<planner::Shard, String> {
@@ -128,6 +154,7 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     signals::forward_to(options.stop.clone());
     options.shard = args.shard;
     options.start_at = args.start_at;
+    options.labels = args.labels.iter().cloned().collect();
     if let Some(shard) = args.shard {
         let outcome = session::run_shard(&plan, &options);
         live.finish();

@@ -365,8 +365,14 @@ fn value(
             Some(total / (window_s * pick.len() as f64))
         }
         // Capacity is not a statistic of requests: it is compared from the two runs'
-        // search brackets, not resampled.
-        Metric::Capacity => None,
+        // search brackets, not resampled. The server's own numbers are not compared.
+        Metric::Capacity
+        | Metric::ServerRunning
+        | Metric::ServerWaiting
+        | Metric::ServerKvCache
+        | Metric::ServerPreemptions
+        | Metric::ServerTtft
+        | Metric::ServerQueueTime => None,
     }
 }
 

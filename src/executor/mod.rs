@@ -39,7 +39,7 @@ use crate::records::{LogLine, RunEnd, RunHeader, RunLine};
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 use observe::stopped;
-pub use observe::{Event, Observer, Quiet, Stop};
+pub use observe::{Event, LiveCounters, Observer, Quiet, Stop};
 use recorder::{Message, Recorder};
 pub use request::RequestTemplate;
 pub use source::{Between, PhaseControl, PhaseRun, PhaseSource, ScheduleSource};
@@ -113,6 +113,8 @@ struct Context {
     abort: watch::Receiver<bool>,
     /// Every request in flight, whatever its phase.
     in_flight: InFlight,
+    /// What observers may poll.
+    live: Arc<LiveCounters>,
     /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
     timer: PreciseTimer,
     cpu: Option<resources::CpuMonitor>,
@@ -191,6 +193,7 @@ pub async fn run_from(
         observer: config.observer.clone(),
         abort: stop.in_flight(),
         in_flight: InFlight::default(),
+        live: Arc::new(LiveCounters::default()),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
     });
@@ -200,6 +203,7 @@ pub async fn run_from(
         .ok()
         .map(|d| d.as_nanos() as u64);
     context.observer.on_event(Event::RunStarted(&header));
+    context.observer.on_event(Event::Counters(&context.live));
     context.log(LogLine::Run(RunLine::current(header)));
 
     let sending = stop.sending();

@@ -16,6 +16,9 @@ use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader};
 pub enum Event<'a> {
     /// The run started, with this header (its target as reports show it).
     RunStarted(&'a RunHeader),
+    /// Counters the run keeps current while it goes, for observers that poll them (given once,
+    /// right after `RunStarted`).
+    Counters(&'a Arc<LiveCounters>),
     /// A phase started sending.
     PhaseStarted(&'a PhaseStart),
     /// A request of phase `phase` went out.
@@ -33,6 +36,13 @@ pub enum Event<'a> {
     Warning(&'a str),
     /// Something the user should know, and is not in the records.
     Note(&'a str),
+}
+
+/// What a run counts as it goes, readable at any moment.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    /// Token-bearing chunks received so far, over the whole run.
+    pub chunks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Receives a run's events.

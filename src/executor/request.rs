@@ -87,6 +87,8 @@ pub struct Exchange {
     pub done: bool,
     /// Re-sends after the server closed a pooled connection before answering.
     pub connection_retries: u32,
+    /// The run's live count of chunks, bumped as each arrives (for a progress line).
+    pub live_chunks: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 fn micros_since(start: Instant, now: Instant) -> u64 {
@@ -181,6 +183,9 @@ impl Exchange {
                 _ => 0,
             };
             self.chunk_times.push(at_us);
+            if let Some(live) = &self.live_chunks {
+                live.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             self.chunk_usage_tokens.push(tokens);
             self.chunk_ends.push(self.text.len() as u32);
         }
@@ -495,7 +500,8 @@ fn closed_before_response(err: &reqwest::Error) -> bool {
 }
 
 /// The innermost error's text: reqwest's outer message repeats the URL, which says nothing new.
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+/// The innermost cause of a transport error, as people read it.
+pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut current = err;
     while let Some(next) = current.source() {
         current = next;

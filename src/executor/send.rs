@@ -37,7 +37,10 @@ pub(super) async fn execute(
     };
     state.sent.fetch_add(1, Ordering::Relaxed);
     context.observer.on_event(Event::RequestSent { phase });
-    let mut exchange = Exchange::default();
+    let mut exchange = Exchange {
+        live_chunks: Some(context.live.chunks.clone()),
+        ..Exchange::default()
+    };
     let timeout = context.template.timeout;
     enum End {
         Complete,

@@ -9,6 +9,8 @@
 
 mod distribution;
 pub mod profile;
+pub mod server;
+pub mod timeseries;
 pub mod warnings;
 
 use std::collections::BTreeMap;
@@ -56,6 +58,51 @@ pub struct Aggregates {
     /// How the run's capacity search ended, if it had one that ended.
     #[serde(skip)]
     pub search_end: Option<crate::records::SearchEnd>,
+    /// The server's telemetry over the run, when it was scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<server::ServerTelemetry>,
+    /// The run over time.
+    pub timeseries: timeseries::TimeSeries,
+    /// The recorded requests by input length (the plan's buckets).
+    pub by_input: Vec<InputBucket>,
+    /// Each error class of the recorded phases: how many, when, and what the first said.
+    pub error_samples: Vec<ErrorSample>,
+}
+
+/// The recorded requests of one input length.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputBucket {
+    /// Prompt tokens planned.
+    pub input_tokens: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// TTFT of the bucket's requests.
+    pub ttft_ms: Summary,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+    /// TPOT of its successful requests.
+    pub tpot_ms: Summary,
+}
+
+/// One error class of a run: how many, when, and a sample of what the server said.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorSample {
+    /// The class (`http_5xx`, `timeout`...).
+    pub class: String,
+    /// Requests that failed so.
+    pub count: u64,
+    /// When the first of them ended, seconds from the run's start.
+    pub first_s: f64,
+    /// When the last of them ended.
+    pub last_s: f64,
+    /// What the first of them said (the error's detail, the server's message).
+    pub sample: String,
+    /// Its HTTP status, if it had one.
+    pub http_status: Option<u16>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -242,6 +289,9 @@ pub struct PhaseMetrics {
     /// Requests in flight and TTFT through its sending window, in ten windows (a phase only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub load_profile: Vec<ProfileWindow>,
+    /// What the server said of itself over the scope (its telemetry), when it was scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<server::PhaseServer>,
     #[serde(skip)]
     /// The distributions, for statistics beyond the summaries.
     pub distributions: Distributions,
@@ -259,6 +309,36 @@ impl PhaseMetrics {
             Metric::PrefillTps => Some(&d.prefill),
             Metric::DecodeTps => Some(&d.decode),
             _ => None,
+        }
+    }
+
+    /// A server metric's value over the scope (`stat` for gauges and histograms); `None`
+    /// without telemetry, or for other metrics.
+    pub fn server_value(&self, metric: Metric, stat: Option<crate::plan::Stat>) -> Option<f64> {
+        use crate::plan::Stat;
+        use crate::telemetry::Signal;
+        let server = self.server.as_ref()?;
+        let signal = match metric {
+            Metric::ServerRunning => Signal::Running,
+            Metric::ServerWaiting => Signal::Waiting,
+            Metric::ServerKvCache => Signal::KvCache,
+            Metric::ServerPreemptions => Signal::Preemptions,
+            Metric::ServerTtft => Signal::Ttft,
+            Metric::ServerQueueTime => Signal::QueueTime,
+            _ => return None,
+        };
+        let summary = server.signal(signal)?;
+        match (signal.kind(), stat) {
+            (crate::telemetry::Kind::Gauge, Some(Stat::Max)) => summary.max,
+            (crate::telemetry::Kind::Gauge, _) => summary.mean,
+            (crate::telemetry::Kind::Counter, _) => summary.delta,
+            (crate::telemetry::Kind::Histogram, Some(Stat::Percentile(p))) => {
+                server.percentile_ms(signal, p)
+            }
+            (crate::telemetry::Kind::Histogram, Some(Stat::Max)) => {
+                server.percentile_ms(signal, 100.0)
+            }
+            (crate::telemetry::Kind::Histogram, _) => summary.mean_ms,
         }
     }
 
@@ -428,7 +508,16 @@ pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
 /// record longer than it takes to add it: memory does not grow with the length of the run.
 /// Returns the run's log without its records (header, phases, end) beside the aggregates.
 pub fn compute_file(path: &Path, slo: Option<&Slo>) -> crate::error::Result<(RunLog, Aggregates)> {
-    let mut aggregator = Aggregator::new(slo);
+    compute_file_with(path, slo, std::time::Duration::from_secs(1))
+}
+
+/// [`compute_file`], with time-series windows of `interval`.
+pub fn compute_file_with(
+    path: &Path,
+    slo: Option<&Slo>,
+    interval: std::time::Duration,
+) -> crate::error::Result<(RunLog, Aggregates)> {
+    let mut aggregator = Aggregator::new(slo).with_interval(interval);
     crate::records::read_lines(path, |line| aggregator.push(line))?;
     RunLog::check_header(&aggregator.log, path)?;
     Ok(aggregator.finish())
@@ -447,6 +536,19 @@ pub struct Aggregator<'s> {
     first_error: Option<String>,
     first_usage_problem: Option<String>,
     first_client_error: Option<String>,
+    series: timeseries::SeriesBuilder,
+    by_input: BTreeMap<u32, BucketAccumulator>,
+    error_samples: BTreeMap<String, ErrorSample>,
+}
+
+/// What one input length gathers.
+struct BucketAccumulator {
+    sent: u64,
+    ok: u64,
+    failed: u64,
+    ttft: Distribution,
+    e2e: Distribution,
+    tpot: Distribution,
 }
 
 impl<'s> Aggregator<'s> {
@@ -462,7 +564,19 @@ impl<'s> Aggregator<'s> {
             first_error: None,
             first_usage_problem: None,
             first_client_error: None,
+            series: timeseries::SeriesBuilder::new(1_000_000, crate::plan::MAX_SERIES_WINDOWS),
+            by_input: BTreeMap::new(),
+            error_samples: BTreeMap::new(),
         }
+    }
+
+    /// Time-series windows of `interval` (the plan's `report { interval }`), not a second.
+    pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
+        self.series = timeseries::SeriesBuilder::new(
+            interval.as_micros() as u64,
+            crate::plan::MAX_SERIES_WINDOWS,
+        );
+        self
     }
 
     /// Adds one line of the log.
@@ -470,10 +584,17 @@ impl<'s> Aggregator<'s> {
         match line {
             LogLine::Request(record) => self.record(&record),
             LogLine::PhaseStart(start) => {
+                self.series.phase_start(&start);
                 let mut accumulator = Accumulator::new(start.open_loop, self.slo);
                 accumulator.profile = Some(ProfileBuilder::new(start.at_us));
                 self.phases.push(accumulator);
                 self.log.phases.push(start);
+            }
+            LogLine::PhaseEnd(end) => {
+                if let Some(start) = self.log.phases.iter().find(|p| p.index == end.index) {
+                    self.series.phase_end(&end, &start.name);
+                }
+                self.log.push(LogLine::PhaseEnd(end));
             }
             other => self.log.push(other),
         }
@@ -486,8 +607,10 @@ impl<'s> Aggregator<'s> {
             return;
         };
         self.phases[position].add(record);
+        self.series.record(record);
         if self.log.phases[position].record {
             self.overall.add(record);
+            self.by_input_add(record);
             let first = |slot: &mut Option<String>, value: &Option<String>| {
                 if slot.is_none() {
                     slot.clone_from(value);
@@ -499,6 +622,57 @@ impl<'s> Aggregator<'s> {
                 }
                 Some(_) => first(&mut self.first_error, &record.error_detail),
                 None => first(&mut self.first_usage_problem, &record.usage_problem),
+            }
+        }
+    }
+
+    fn by_input_add(&mut self, record: &RequestRecord) {
+        let bucket = self
+            .by_input
+            .entry(record.input_tokens_planned)
+            .or_insert_with(|| BucketAccumulator {
+                sent: 0,
+                ok: 0,
+                failed: 0,
+                ttft: Distribution::milliseconds(),
+                e2e: Distribution::milliseconds(),
+                tpot: Distribution::milliseconds(),
+            });
+        bucket.sent += 1;
+        if let Some(ttft) = ttft_ms(record) {
+            bucket.ttft.record(ttft);
+        }
+        match record.error {
+            None => {
+                bucket.ok += 1;
+                let values = RequestValues::of(record);
+                if let Some(e2e) = values.e2e_ms {
+                    bucket.e2e.record(e2e);
+                }
+                if let Some(tpot) = values.tpot_ms {
+                    bucket.tpot.record(tpot);
+                }
+            }
+            Some(ErrorClass::Cancelled) => {}
+            Some(class) => {
+                if class != ErrorClass::Client {
+                    bucket.failed += 1;
+                }
+                let at_s = record.end_us().unwrap_or(record.actual_send_us) as f64 / 1e6;
+                let sample = self
+                    .error_samples
+                    .entry(class.as_str().to_string())
+                    .or_insert_with(|| ErrorSample {
+                        class: class.as_str().to_string(),
+                        count: 0,
+                        first_s: at_s,
+                        last_s: at_s,
+                        sample: record.error_detail.clone().unwrap_or_default(),
+                        http_status: record.http_status,
+                    });
+                sample.count += 1;
+                sample.first_s = sample.first_s.min(at_s);
+                sample.last_s = sample.last_s.max(at_s);
             }
         }
     }
@@ -561,6 +735,22 @@ impl<'s> Aggregator<'s> {
             aborted: log.end.as_ref().and_then(|e| e.aborted.clone()),
             client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
             search_end: log.search_end.clone(),
+            server: None,
+            timeseries: self.series.finish(),
+            by_input: self
+                .by_input
+                .into_iter()
+                .map(|(input_tokens, b)| InputBucket {
+                    input_tokens,
+                    sent: b.sent,
+                    ok: b.ok,
+                    failed: b.failed,
+                    ttft_ms: b.ttft.summary(),
+                    e2e_ms: b.e2e.summary(),
+                    tpot_ms: b.tpot.summary(),
+                })
+                .collect(),
+            error_samples: self.error_samples.into_values().collect(),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)

@@ -153,6 +153,27 @@ impl ProfileBuilder {
         }
     }
 
+    /// Requests in flight on average from `from_us` to `to_us` (the records' clock).
+    pub fn mean_in_flight(&self, from_us: u64, to_us: u64) -> f64 {
+        if to_us <= from_us {
+            return 0.0;
+        }
+        let integrals = self.integrals();
+        let bin = self.bin_us as f64;
+        let (from, to) = (
+            from_us.saturating_sub(self.start_us) as f64,
+            to_us.saturating_sub(self.start_us) as f64,
+        );
+        let first = (from / bin) as usize;
+        let last = ((to / bin).ceil() as usize).min(integrals.len());
+        let mut total = 0.0;
+        for (b, integral) in integrals.iter().enumerate().take(last).skip(first) {
+            let (lo, hi) = (b as f64 * bin, (b + 1) as f64 * bin);
+            total += integral * ((hi.min(to) - lo.max(from)) / bin).clamp(0.0, 1.0);
+        }
+        total / (to_us - from_us) as f64
+    }
+
     /// The phase cut into [`WINDOWS`] windows from its start to `end_us`.
     pub fn windows(&self, end_us: u64) -> Vec<ProfileWindow> {
         let span = end_us.saturating_sub(self.start_us);

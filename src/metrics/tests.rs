@@ -25,6 +25,7 @@ fn header(exact: bool) -> RunHeader {
         started_unix_ns: None,
         shard: None,
         merged: Vec::new(),
+        labels: Default::default(),
     }
 }
 

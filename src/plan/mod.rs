@@ -53,6 +53,8 @@ pub struct Plan {
     pub objective: Objective,
     /// Settings of the embedded simulator, used when the target is `"sim"`.
     pub sim: SimSettings,
+    /// How the reports are made.
+    pub report: ReportSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.
     pub source: PlanSource,
 }
@@ -93,6 +95,10 @@ pub struct Target {
     pub max_line: u64,
     /// The most bytes a response may hold.
     pub max_body: u64,
+    /// Where the server's Prometheus metrics are scraped from during the run.
+    pub metrics: MetricsSource,
+    /// How often they are scraped.
+    pub metrics_interval: Duration,
 }
 
 /// The longest SSE line (or event) a response may hold unless the plan says otherwise.
@@ -239,6 +245,36 @@ impl Phase {
             drain,
         }
     }
+}
+
+/// `report { interval "1s" }`: how the reports are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportSettings {
+    /// The time series' window (it grows for long runs, to at most [`MAX_SERIES_WINDOWS`]
+    /// windows).
+    pub interval: Duration,
+}
+
+/// The most windows a run's time series holds: a longer run gets wider windows.
+pub const MAX_SERIES_WINDOWS: usize = 1200;
+
+impl Default for ReportSettings {
+    fn default() -> Self {
+        ReportSettings {
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where the target's server telemetry comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsSource {
+    /// The target's own `/metrics` (its base URL's, `/v1` left out), if it answers.
+    Auto,
+    /// This URL.
+    Url(String),
+    /// Not scraped.
+    Off,
 }
 
 /// `with "steady" offset="30s"`: a phase that runs alongside another.
@@ -448,11 +484,23 @@ pub enum Metric {
     GoodputRatio,
     /// The highest load the plan's search found the objectives to hold at.
     Capacity,
+    /// The server's running batch (its telemetry): a gauge, by mean or max.
+    ServerRunning,
+    /// The server's waiting queue: a gauge, by mean or max.
+    ServerWaiting,
+    /// The server's KV-cache usage (a share): a gauge, by mean or max.
+    ServerKvCache,
+    /// The server's preemptions during the scope.
+    ServerPreemptions,
+    /// The server's own time to first token (its histogram), by percentile or mean.
+    ServerTtft,
+    /// Time requests waited in the server's queue (its histogram), by percentile or mean.
+    ServerQueueTime,
 }
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 20] = [
         Metric::Ttft,
         Metric::Itl,
         Metric::Tpot,
@@ -467,6 +515,12 @@ impl Metric {
         Metric::Goodput,
         Metric::GoodputRatio,
         Metric::Capacity,
+        Metric::ServerRunning,
+        Metric::ServerWaiting,
+        Metric::ServerKvCache,
+        Metric::ServerPreemptions,
+        Metric::ServerTtft,
+        Metric::ServerQueueTime,
     ];
 
     /// The metric's name in plans and reports.
@@ -486,6 +540,12 @@ impl Metric {
             Metric::Goodput => "goodput",
             Metric::GoodputRatio => "goodput-ratio",
             Metric::Capacity => "capacity",
+            Metric::ServerRunning => "server-running",
+            Metric::ServerWaiting => "server-waiting",
+            Metric::ServerKvCache => "server-kv-cache",
+            Metric::ServerPreemptions => "server-preemptions",
+            Metric::ServerTtft => "server-ttft",
+            Metric::ServerQueueTime => "server-queue-time",
         }
     }
 
@@ -496,7 +556,34 @@ impl Metric {
 
     /// Whether the metric is a per-request distribution that takes a statistic (p99, mean...).
     pub fn is_distribution(self) -> bool {
-        matches!(self.kind(), MetricKind::Latency | MetricKind::TokenRate)
+        matches!(self.kind(), MetricKind::Latency | MetricKind::TokenRate) && !self.is_server()
+    }
+
+    /// Whether an assertion on it names a statistic: distributions, and the server's gauges
+    /// (mean or max) and histograms.
+    pub fn takes_stat(self) -> bool {
+        self.is_distribution()
+            || matches!(
+                self,
+                Metric::ServerRunning
+                    | Metric::ServerWaiting
+                    | Metric::ServerKvCache
+                    | Metric::ServerTtft
+                    | Metric::ServerQueueTime
+            )
+    }
+
+    /// Whether it is what the server says of itself (its telemetry), not what llmload measured.
+    pub fn is_server(self) -> bool {
+        matches!(
+            self,
+            Metric::ServerRunning
+                | Metric::ServerWaiting
+                | Metric::ServerKvCache
+                | Metric::ServerPreemptions
+                | Metric::ServerTtft
+                | Metric::ServerQueueTime
+        )
     }
 
     /// What kind of value the metric is, which decides its unit and threshold syntax.
@@ -510,6 +597,11 @@ impl Metric {
             | Metric::TotalThroughput
             | Metric::Goodput => MetricKind::Throughput,
             Metric::Capacity => MetricKind::Capacity,
+            Metric::ServerRunning | Metric::ServerWaiting | Metric::ServerPreemptions => {
+                MetricKind::Count
+            }
+            Metric::ServerKvCache => MetricKind::Fraction,
+            Metric::ServerTtft | Metric::ServerQueueTime => MetricKind::Latency,
         }
     }
 }
@@ -527,6 +619,8 @@ pub enum MetricKind {
     Throughput,
     /// A load (requests per second, or concurrent requests); thresholds are numbers.
     Capacity,
+    /// A number of things (requests, preemptions); thresholds are numbers.
+    Count,
 }
 
 impl MetricKind {
@@ -538,6 +632,7 @@ impl MetricKind {
             MetricKind::Throughput => "per_s",
             MetricKind::TokenRate => "tokens_per_s",
             MetricKind::Capacity => "load",
+            MetricKind::Count => "count",
         }
     }
 }

@@ -124,6 +124,10 @@ pub struct RunHeader {
     /// The shards this run was merged from (`llmload merge`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged: Vec<MergedShard>,
+    /// `--label KEY=VALUE`s: what the people who read the report later need (commit, PR, GPU,
+    /// engine flags).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A run that is one shard of several (`--shard K/N`).

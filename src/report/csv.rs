@@ -106,6 +106,69 @@ impl Exporter for StepsCsv {
     }
 }
 
+/// `timeseries.csv`: the run over time, one row per window.
+pub struct TimeseriesCsv;
+
+#[derive(Serialize)]
+struct SeriesCsvRow<'a> {
+    t_s: f64,
+    phase: &'a str,
+    sent: u64,
+    completed: u64,
+    failed: u64,
+    in_flight: f64,
+    output_tokens_per_s: f64,
+    ttft_p50_ms: Option<f64>,
+    ttft_p99_ms: Option<f64>,
+    itl_p50_ms: Option<f64>,
+    itl_p99_ms: Option<f64>,
+    e2e_p50_ms: Option<f64>,
+    e2e_p99_ms: Option<f64>,
+}
+
+impl Exporter for TimeseriesCsv {
+    fn file_name(&self) -> String {
+        "timeseries.csv".into()
+    }
+
+    fn applies(&self, context: &ReportContext) -> bool {
+        !context.summary.timeseries.points.is_empty()
+    }
+
+    fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
+        let series = &context.summary.timeseries;
+        let mut out = ::csv::Writer::from_writer(Vec::new());
+        let round = |v: Option<f64>| v.map(|v| (v * 1000.0).round() / 1000.0);
+        for point in &series.points {
+            // The phase sending at the window's middle (the latest to have started).
+            let middle = point.t_s + series.interval_s / 2.0;
+            let phase = series
+                .phases
+                .iter()
+                .rfind(|b| b.from_s <= middle && middle <= b.to_s.max(b.from_s))
+                .map_or("", |b| b.name.as_str());
+            out.serialize(SeriesCsvRow {
+                t_s: point.t_s,
+                phase,
+                sent: point.sent,
+                completed: point.completed,
+                failed: point.failed,
+                in_flight: (point.in_flight * 1000.0).round() / 1000.0,
+                output_tokens_per_s: (point.output_tokens_per_s * 1000.0).round() / 1000.0,
+                ttft_p50_ms: round(point.ttft_p50_ms),
+                ttft_p99_ms: round(point.ttft_p99_ms),
+                itl_p50_ms: round(point.itl_p50_ms),
+                itl_p99_ms: round(point.itl_p99_ms),
+                e2e_p50_ms: round(point.e2e_p50_ms),
+                e2e_p99_ms: round(point.e2e_p99_ms),
+            })
+            .map_err(|e| Error::run(format!("cannot write timeseries.csv: {e}")))?;
+        }
+        out.into_inner()
+            .map_err(|e| Error::run(format!("cannot write timeseries.csv: {e}")))
+    }
+}
+
 pub struct RequestsCsv;
 
 #[derive(Serialize)]

@@ -6,7 +6,9 @@
 //! (`--template FILE`) renders with the same context as the built-in ones. This module only
 //! presents: it computes no metric and judges no assertion.
 
+mod charts;
 mod csv;
+mod html;
 mod json;
 pub mod junit;
 mod markdown;
@@ -61,10 +63,75 @@ pub struct Summary {
     pub steps: Vec<steps::StepRow>,
     /// The saturation curve of each sweep and search (latency against achieved throughput).
     pub curves: Vec<steps::Curve>,
+    /// The run over time, window by window.
+    pub timeseries: crate::metrics::timeseries::TimeSeries,
+    /// The recorded requests by input length.
+    pub by_input: Vec<crate::metrics::InputBucket>,
+    /// Each error class: how many, when, and what the first said.
+    pub error_samples: Vec<crate::metrics::ErrorSample>,
+    /// The server's telemetry over the run, when it was scraped.
+    pub server: Option<crate::metrics::server::ServerTelemetry>,
+    /// A short series for a chart in Markdown (Mermaid): TTFT p99 over time.
+    pub over_time: Option<OverTime>,
     /// Warnings and notes.
     pub warnings: Vec<Warning>,
     /// The run's header and duration.
     pub context: RunContext,
+}
+
+/// TTFT p99 and E2E p99 over time, at most [`OverTime::POINTS`] points (windows merged by taking
+/// the largest), for a Mermaid chart in report.md: what a pull request shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverTime {
+    /// Each point's start, seconds, as the chart's labels.
+    pub labels: Vec<String>,
+    /// TTFT p99 per point, ms (0 where no first token arrived).
+    pub ttft_p99_ms: Vec<f64>,
+    /// E2E p99 per point, ms.
+    pub e2e_p99_ms: Vec<f64>,
+    /// The chart's top.
+    pub max_ms: f64,
+}
+
+impl OverTime {
+    /// The most points a Markdown chart gets: more is unreadable in a pull request.
+    pub const POINTS: usize = 40;
+
+    fn of(series: &crate::metrics::timeseries::TimeSeries) -> Option<OverTime> {
+        if series.points.len() < 3 {
+            return None;
+        }
+        let per = series.points.len().div_ceil(Self::POINTS);
+        let round = |v: f64| (v * 10.0).round() / 10.0;
+        let mut labels = Vec::new();
+        let (mut ttft, mut e2e) = (Vec::new(), Vec::new());
+        // Mermaid draws no gap: a point without a value repeats the one before it.
+        let (mut last_ttft, mut last_e2e) = (None::<f64>, None::<f64>);
+        for chunk in series.points.chunks(per) {
+            let worst = |f: &dyn Fn(&crate::metrics::timeseries::SeriesPoint) -> Option<f64>| {
+                chunk.iter().filter_map(f).reduce(f64::max).map(round)
+            };
+            let (t, e) = (worst(&|p| p.ttft_p99_ms), worst(&|p| p.e2e_p99_ms));
+            if t.is_none() && e.is_none() && last_ttft.is_none() && last_e2e.is_none() {
+                continue;
+            }
+            last_ttft = t.or(last_ttft);
+            last_e2e = e.or(last_e2e);
+            labels.push(format!("{:.0}s", chunk[0].t_s));
+            ttft.push(last_ttft.unwrap_or(0.0));
+            e2e.push(last_e2e.unwrap_or(0.0));
+        }
+        if labels.len() < 3 {
+            return None;
+        }
+        let max_ms = ttft.iter().chain(&e2e).copied().fold(1.0, f64::max);
+        Some(OverTime {
+            labels,
+            ttft_p99_ms: ttft,
+            e2e_p99_ms: e2e,
+            max_ms: (max_ms * 1.1).ceil(),
+        })
+    }
 }
 
 /// Where a run's verdict lands.
@@ -208,6 +275,11 @@ impl<'a> ReportContext<'a> {
                 series: verdicts.series,
                 curves: steps::curves(&step_rows),
                 steps: step_rows,
+                over_time: OverTime::of(&aggregates.timeseries),
+                timeseries: aggregates.timeseries,
+                by_input: aggregates.by_input,
+                error_samples: aggregates.error_samples,
+                server: aggregates.server,
                 passed: verdict.status == VerdictStatus::Pass,
                 verdict,
                 interrupted: aggregates.interrupted,
@@ -254,7 +326,9 @@ pub fn exporters(user_templates: &[UserTemplate]) -> Vec<&dyn Exporter> {
         &csv::SummaryCsv,
         &csv::RequestsCsv,
         &csv::StepsCsv,
+        &csv::TimeseriesCsv,
         &json::Json,
+        &html::Html,
     ];
     all.extend(user_templates.iter().map(|t| t as &dyn Exporter));
     all

@@ -43,6 +43,20 @@ fn csv_field(value: Value) -> String {
     }
 }
 
+/// At most `chars` characters, with an ellipsis when cut.
+fn truncate_text(value: Value, chars: usize) -> String {
+    let text = value
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string());
+    if text.chars().count() <= chars {
+        text
+    } else {
+        let cut: String = text.chars().take(chars.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
 /// A Markdown table cell: pipes escaped, lines joined.
 fn cell(value: Value) -> String {
     let text = value
@@ -58,6 +72,7 @@ pub fn environment() -> Environment<'static> {
     env.set_lstrip_blocks(true);
     env.add_filter("num", num);
     env.add_filter("pct", pct);
+    env.add_filter("truncate_text", truncate_text);
     env.add_filter("csv", csv_field);
     env.add_filter("cell", cell);
     env

@@ -64,6 +64,8 @@ pub struct RunOptions {
     pub shard: Option<planner::Shard>,
     /// Start the schedule at this wall-clock instant (shards that start together).
     pub start_at: Option<std::time::SystemTime>,
+    /// `--label KEY=VALUE`s, kept in the records' header and shown in every report.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl RunOptions {
@@ -81,6 +83,7 @@ impl RunOptions {
             gate: Gate::default(),
             shard: None,
             start_at: None,
+            labels: Default::default(),
         }
     }
 }
@@ -386,6 +389,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 start_late_ms: None,
             }),
             merged: Vec::new(),
+            labels: options.labels.clone(),
         };
         let template = RequestTemplate {
             url,
@@ -441,7 +445,26 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             Some(search) => Box::new(search),
             None => Box::new(executor::ScheduleSource::new(schedule.clone())),
         };
-        executor::run_from(schedule, source, config).await?;
+        // The server's own metrics, scraped beside the run on a thread and connection of its own.
+        let scraper = match telemetry_url(&plan.target.metrics, &base) {
+            Some(metrics) => {
+                let shown = redact_url(metrics.as_str());
+                Some(crate::telemetry::scrape::Scraper::start(
+                    metrics,
+                    shown,
+                    plan.target.metrics_interval,
+                    out,
+                )?)
+            }
+            None => None,
+        };
+        let ran = executor::run_from(schedule, source, config).await;
+        if let Some(scraper) = scraper {
+            tokio::task::spawn_blocking(move || scraper.finish())
+                .await
+                .ok();
+        }
+        ran?;
         Ok::<_, Error>(simulator.and_then(|server| server.writes()))
     })?;
     Ok(Execution {
@@ -450,13 +473,32 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     })
 }
 
+/// Where the server's metrics are scraped: the plan's URL, or the target's own `/metrics` (its
+/// base URL's host, the API's path left out); none when the plan turns it off.
+fn telemetry_url(source: &plan::MetricsSource, base: &str) -> Option<reqwest::Url> {
+    match source {
+        plan::MetricsSource::Off => None,
+        plan::MetricsSource::Url(url) => reqwest::Url::parse(url).ok(),
+        plan::MetricsSource::Auto => {
+            let mut url = reqwest::Url::parse(base).ok()?;
+            url.set_path("/metrics");
+            url.set_query(None);
+            Some(url)
+        }
+    }
+}
+
 /// Judges the run whose records are in `dir`: aggregates in one streaming pass, the plan's SLA,
 /// the comparison with a baseline, and the status.
 pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     let records_path = dir.join("records.jsonl");
     // One streaming pass: memory does not grow with the length of the run.
-    let (log, aggregates) = metrics::compute_file(&records_path, plan.slo.as_ref())?;
+    let (log, mut aggregates) =
+        metrics::compute_file_with(&records_path, plan.slo.as_ref(), plan.report.interval)?;
     refuse_shard(&log, dir)?;
+    if let Some(telemetry) = crate::telemetry::read(dir)? {
+        metrics::server::attach(&mut aggregates, &log, &telemetry);
+    }
     let verdicts = verdict::evaluate_plan(plan, &aggregates);
     let mut status = status(&aggregates, &verdicts, None, gate);
     let comparison = match &gate.baseline {

@@ -30,7 +30,12 @@ const KNOWN: [&str; 9] = [
 ];
 
 /// The inputs of a report, which `llmload report DIR` keeps.
-const INPUTS: [&str; 3] = ["plan.kdl", "records.jsonl", "plan-sources.json"];
+const INPUTS: [&str; 4] = [
+    "plan.kdl",
+    "records.jsonl",
+    "plan-sources.json",
+    crate::telemetry::FILE,
+];
 
 /// Makes `dir` ready for a new run: created, or emptied of an earlier run's files; refused if
 /// it holds anything else.

@@ -220,7 +220,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
 
     outdir::prepare(out)?;
     let first = &shards[0].0;
-    for name in ["plan.kdl", "plan-sources.json"] {
+    // Every shard scraped the same server: the first shard's telemetry speaks for the run.
+    for name in ["plan.kdl", "plan-sources.json", crate::telemetry::FILE] {
         let from = first.join(name);
         if from.is_file() {
             std::fs::copy(&from, out.join(name))

@@ -263,6 +263,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 serde_json::json!({"status": "ok"}),
             ))
         }
+        // As vLLM's: what a report shows as the server's version.
+        (&Method::GET, "/version") => {
+            return Ok(json_response(
+                StatusCode::OK,
+                serde_json::json!({"version": format!("llmload-sim {}", env!("CARGO_PKG_VERSION"))}),
+            ))
+        }
         (&Method::GET, "/metrics") => {
             return Ok(full(
                 StatusCode::OK,

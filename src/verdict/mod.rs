@@ -81,7 +81,7 @@ pub fn display(kind: MetricKind, value: f64) -> String {
         }
         MetricKind::Fraction => format!("{:.2}%", value * 100.0),
         MetricKind::Throughput | MetricKind::TokenRate => format!("{value:.2}/s"),
-        MetricKind::Capacity => format!("{value:.2}"),
+        MetricKind::Capacity | MetricKind::Count => format!("{value:.2}"),
     }
 }
 
@@ -236,6 +236,7 @@ pub fn judge(
     let kind = assertion.metric.kind();
     let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
     let observed = metrics.and_then(|m| match assertion.stat {
+        _ if assertion.metric.is_server() => m.server_value(assertion.metric, assertion.stat),
         Some(stat) => distribution.and_then(|d| d.stat(stat)),
         None => m.scalar(assertion.metric),
     });
@@ -267,11 +268,15 @@ pub fn judge(
             assertion.op.symbol(),
             display(kind, assertion.threshold)
         ),
-        observed_display: observed
-            .map(|v| display(kind, v))
-            .unwrap_or_else(|| "no data".into()),
+        observed_display: observed.map(|v| display(kind, v)).unwrap_or_else(|| {
+            if assertion.metric.is_server() {
+                "no server telemetry".into()
+            } else {
+                "no data".into()
+            }
+        }),
         passed,
-        samples,
+        samples: samples.filter(|_| !assertion.metric.is_server()),
     }
 }
 
@@ -307,6 +312,10 @@ mod tests {
             aborted: None,
             client_peak_rss_bytes: None,
             search_end: None,
+            server: None,
+            timeseries: Default::default(),
+            by_input: Vec::new(),
+            error_samples: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ mod cx;
 mod phase;
 #[cfg(test)]
 mod proptests;
+mod report;
 mod scan;
 mod sim;
 mod sla;
@@ -660,9 +661,11 @@ const HEADER: &[(&str, Handler<Header>)] = &[
     }),
 ];
 
-const TOP_LEVEL: &str = "plan, include, target, workload, phase, sla, slo, regression, abort, sim";
+const TOP_LEVEL: &str =
+    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, report";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 8] = [
+const ONCE: [&str; 9] = [
+    "report",
     "search",
     "plan",
     "target",
@@ -688,6 +691,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut judging: Vec<Placed> = Vec::new();
     let mut search = None;
     let mut search_at = None;
+    let mut report = crate::plan::ReportSettings::default();
     let mut seen: Vec<&str> = Vec::new();
     let has = |name: &str| {
         placed.iter().any(|p| p.node.name().value() == name)
@@ -832,6 +836,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             "sla" | "regression" | "abort" => judging.push(*p),
             "slo" => slo = sla::slo(cx, node),
             "sim" => sim = Some(sim::sim(cx, node)),
+            "report" => report = report::report(cx, node),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
     }
@@ -949,6 +954,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             }),
         search,
         sim,
+        report,
         source: PlanSource {
             file_name: cx.files[0].name.clone(),
             text: cx.files[0].text.clone(),

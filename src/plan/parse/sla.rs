@@ -212,6 +212,15 @@ pub(super) fn slo(cx: &mut Cx, node: &KdlNode) -> Option<Slo> {
 fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
     let metric = metric(cx, node, scope)?;
     cx.no_children(node);
+    if metric.is_server() {
+        cx.error(
+            node.name().span(),
+            format!("`{}` is not compared between runs", metric.name()),
+            "server metric",
+            "compare what the client measured (ttft, itl, e2e...); assert on the server's own numbers in `sla`",
+        );
+        return None;
+    }
     let name = metric.name();
     let sign = if metric.higher_is_better() { '-' } else { '+' };
     let usage = if metric.is_distribution() {
@@ -343,18 +352,49 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
     let metric_name = node.name().value();
     let metric = metric(cx, node, scope)?;
     cx.no_children(node);
-    let usage = if metric.is_distribution() {
-        format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
-    } else if metric.kind() == MetricKind::Fraction {
-        format!("{metric_name} < \"1%\"")
-    } else {
-        format!("{metric_name} > 10")
+    let usage = match metric {
+        Metric::ServerKvCache => format!("{metric_name} max < \"95%\" phase=\"steady\""),
+        Metric::ServerRunning | Metric::ServerWaiting => {
+            format!("{metric_name} max < 64 phase=\"steady\"")
+        }
+        Metric::ServerPreemptions => format!("{metric_name} < 1 phase=\"steady\""),
+        _ if metric.kind() == MetricKind::Latency => {
+            format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
+        }
+        _ if metric.is_distribution() => format!("{metric_name} p50 > 100"),
+        _ if metric.kind() == MetricKind::Fraction => format!("{metric_name} < \"1%\""),
+        _ => format!("{metric_name} > 10"),
     };
     let args: Vec<&KdlEntry> = positional(node).collect();
     let mut rest = &args[..];
     let mut stat = None;
-    if metric.is_distribution() {
-        stat = Some(statistic(cx, node, &usage)?);
+    if metric.takes_stat() {
+        let read = statistic(cx, node, &usage)?;
+        // A gauge sampled now and then has a mean and a largest value, not percentiles.
+        let gauge = matches!(
+            metric,
+            Metric::ServerRunning | Metric::ServerWaiting | Metric::ServerKvCache
+        );
+        let histogram = matches!(metric, Metric::ServerTtft | Metric::ServerQueueTime);
+        let allowed = match read {
+            Stat::Mean | Stat::Max => true,
+            Stat::Percentile(_) => !gauge,
+            Stat::Min => !gauge && !histogram,
+        };
+        if !allowed {
+            cx.error(
+                positional(node).next().map_or(node.span(), |e| e.span()),
+                format!("`{metric_name}` has no {read}"),
+                "no such statistic",
+                if gauge {
+                    format!("a server gauge is sampled: its mean or max, e.g. {usage}")
+                } else {
+                    format!("a server histogram has percentiles and a mean, e.g. {usage}")
+                },
+            );
+            return None;
+        }
+        stat = Some(read);
         rest = &rest[1..];
     }
     // `<` and `>` are bare identifiers in KDL 2.0, but `<=` and `>=` followed by a value read
@@ -404,7 +444,10 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
             .read(cx, value_entry, &usage)
             .map(|d| d.as_secs_f64() * 1000.0),
         MetricKind::Fraction => Percent.read(cx, value_entry, &usage),
-        MetricKind::Throughput | MetricKind::TokenRate | MetricKind::Capacity => {
+        MetricKind::Throughput
+        | MetricKind::TokenRate
+        | MetricKind::Capacity
+        | MetricKind::Count => {
             let number = Number {
                 positive: false,
                 max: 1e12,

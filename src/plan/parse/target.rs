@@ -6,7 +6,7 @@ use kdl::KdlNode;
 
 use super::cx::{positional, property, Cx, Handler};
 use super::values::{ByteSize, Flag, Text, DURATION};
-use crate::plan::{Api, Endpoint, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE};
+use crate::plan::{Api, Endpoint, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE};
 
 struct Fields {
     api: Api,
@@ -17,6 +17,8 @@ struct Fields {
     continuous_usage: bool,
     max_line: u64,
     max_body: u64,
+    metrics: MetricsSource,
+    metrics_interval: Duration,
 }
 
 const CHILDREN: &[(&str, Handler<Fields>)] = &[
@@ -72,7 +74,49 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             t.max_body = n;
         }
     }),
+    ("metrics", metrics),
 ];
+
+/// `metrics "http://host:8000/metrics" interval="1s"`, `metrics #false`: the server telemetry.
+fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "metrics \"http://host:8000/metrics\" interval=\"1s\" (or metrics #false)";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["interval"], usage);
+    match positional(node).next().map(|e| e.value()) {
+        Some(kdl::KdlValue::Bool(false)) => t.metrics = MetricsSource::Off,
+        Some(kdl::KdlValue::Bool(true)) | None => t.metrics = MetricsSource::Auto,
+        Some(kdl::KdlValue::String(url)) => {
+            if url.starts_with("http://") || url.starts_with("https://") {
+                t.metrics = MetricsSource::Url(url.clone());
+            } else {
+                cx.error(
+                    positional(node).next().map_or(node.span(), |e| e.span()),
+                    format!("\"{url}\" is not an http:// or https:// URL"),
+                    "not a URL",
+                    format!("write it as: {usage}"),
+                );
+            }
+        }
+        Some(_) => cx.error(
+            node.name().span(),
+            "`metrics` takes a URL or a flag",
+            "not a URL",
+            format!("write it as: {usage}"),
+        ),
+    }
+    if let Ok(Some(interval)) = cx.prop(node, "interval", usage, DURATION) {
+        if interval < Duration::from_millis(100) {
+            cx.error(
+                node.name().span(),
+                "scraping more often than every 100ms loads the server being measured",
+                "too often",
+                format!("write it as: {usage}"),
+            );
+        } else {
+            t.metrics_interval = interval;
+        }
+    }
+}
 
 /// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
 fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
@@ -125,6 +169,8 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         continuous_usage: false,
         max_line: DEFAULT_MAX_LINE,
         max_body: DEFAULT_MAX_BODY,
+        metrics: MetricsSource::Auto,
+        metrics_interval: Duration::from_secs(1),
     };
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
@@ -151,5 +197,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         continuous_usage: fields.continuous_usage,
         max_line: fields.max_line,
         max_body: fields.max_body,
+        metrics: fields.metrics,
+        metrics_interval: fields.metrics_interval,
     })
 }

@@ -1,0 +1,343 @@
+//! The run over time: per window (a second by default), requests sent, completed and failed,
+//! requests in flight, output tokens per second, and TTFT, ITL and E2E percentiles, with the
+//! phases' bands. What a chart of "when did it break, and what was the load then" is drawn
+//! from; `timeseries.csv` and summary.json carry it.
+//!
+//! Each event counts in the window it happened in: a send when it was sent, a completion or a
+//! failure when it ended, a token when its chunk arrived, a TTFT when the first token arrived,
+//! an ITL gap when it closed. Percentiles per window come from DDSketch (sketches-ddsketch,
+//! within 1% of the exact value), which keeps each window's memory small however many requests
+//! it holds; requests in flight are the exact time integral over the window
+//! ([`super::profile::ProfileBuilder`]). A long run gets wider windows, so that a run holds at
+//! most [`crate::plan::MAX_SERIES_WINDOWS`].
+
+use serde::Serialize;
+use sketches_ddsketch::{Config, DDSketch};
+
+use super::profile::ProfileBuilder;
+use super::ttft_ms;
+use crate::records::{ErrorClass, PhaseEnd, PhaseStart, RequestRecord};
+
+/// One window of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// Its start, seconds from the run's start.
+    pub t_s: f64,
+    /// Requests sent in it.
+    pub sent: u64,
+    /// Requests that succeeded in it.
+    pub completed: u64,
+    /// Requests that failed in it (cancelled ones and the client's own failures aside).
+    pub failed: u64,
+    /// Requests in flight, on average over the window.
+    pub in_flight: f64,
+    /// Output tokens that arrived in it, per second.
+    pub output_tokens_per_s: f64,
+    /// TTFT p50 of the first tokens that arrived in it, ms.
+    pub ttft_p50_ms: Option<f64>,
+    /// TTFT p99, ms.
+    pub ttft_p99_ms: Option<f64>,
+    /// ITL p50 of the gaps that closed in it, ms.
+    pub itl_p50_ms: Option<f64>,
+    /// ITL p99, ms.
+    pub itl_p99_ms: Option<f64>,
+    /// E2E p50 of the requests that ended in it, ms.
+    pub e2e_p50_ms: Option<f64>,
+    /// E2E p99, ms.
+    pub e2e_p99_ms: Option<f64>,
+}
+
+/// A phase's time on the run's time line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseBand {
+    /// Its name.
+    pub name: String,
+    /// Whether it counts in metrics.
+    pub recorded: bool,
+    /// When it started, seconds from the run's start.
+    pub from_s: f64,
+    /// When it stopped sending.
+    pub to_s: f64,
+}
+
+/// The run over time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TimeSeries {
+    /// Each window's width, seconds.
+    pub interval_s: f64,
+    /// The windows, in order.
+    pub points: Vec<SeriesPoint>,
+    /// The phases' bands.
+    pub phases: Vec<PhaseBand>,
+}
+
+#[derive(Clone)]
+struct Window {
+    sent: u64,
+    completed: u64,
+    failed: u64,
+    output_tokens: u64,
+    ttft: DDSketch,
+    itl: DDSketch,
+    e2e: DDSketch,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            sent: 0,
+            completed: 0,
+            failed: 0,
+            output_tokens: 0,
+            ttft: DDSketch::new(Config::defaults()),
+            itl: DDSketch::new(Config::defaults()),
+            e2e: DDSketch::new(Config::defaults()),
+        }
+    }
+
+    fn merge(&mut self, other: &Window) {
+        self.sent += other.sent;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.output_tokens += other.output_tokens;
+        // Sketches with one configuration always merge.
+        let _ = self.ttft.merge(&other.ttft);
+        let _ = self.itl.merge(&other.itl);
+        let _ = self.e2e.merge(&other.e2e);
+    }
+}
+
+/// Builds a run's time series as its records stream by.
+pub struct SeriesBuilder {
+    interval_us: u64,
+    max_windows: usize,
+    windows: Vec<Window>,
+    in_flight: ProfileBuilder,
+    bands: Vec<PhaseBand>,
+    last_us: u64,
+}
+
+impl SeriesBuilder {
+    /// Windows of `interval_us`, widened to keep at most `max_windows`.
+    pub fn new(interval_us: u64, max_windows: usize) -> SeriesBuilder {
+        SeriesBuilder {
+            interval_us: interval_us.max(1),
+            max_windows: max_windows.max(2),
+            windows: Vec::new(),
+            in_flight: ProfileBuilder::new(0),
+            bands: Vec::new(),
+            last_us: 0,
+        }
+    }
+
+    /// The window of `at_us`, made (and the windows widened) as needed.
+    fn window(&mut self, at_us: u64) -> &mut Window {
+        let mut index = (at_us / self.interval_us) as usize;
+        while index >= self.max_windows {
+            // Twice as wide: neighbours merged.
+            let merged: Vec<Window> = self
+                .windows
+                .chunks(2)
+                .map(|pair| {
+                    let mut w = pair[0].clone();
+                    if let Some(second) = pair.get(1) {
+                        w.merge(second);
+                    }
+                    w
+                })
+                .collect();
+            self.windows = merged;
+            self.interval_us *= 2;
+            index = (at_us / self.interval_us) as usize;
+        }
+        if self.windows.len() <= index {
+            self.windows.resize_with(index + 1, Window::new);
+        }
+        &mut self.windows[index]
+    }
+
+    /// A phase started.
+    pub fn phase_start(&mut self, start: &PhaseStart) {
+        self.bands.push(PhaseBand {
+            name: start.name.clone(),
+            recorded: start.record,
+            from_s: start.at_us as f64 / 1e6,
+            to_s: start.at_us as f64 / 1e6,
+        });
+        self.last_us = self.last_us.max(start.at_us);
+    }
+
+    /// A phase stopped sending.
+    pub fn phase_end(&mut self, end: &PhaseEnd, name: &str) {
+        if let Some(band) = self.bands.iter_mut().rev().find(|b| b.name == name) {
+            band.to_s = end.at_us as f64 / 1e6;
+        }
+        self.last_us = self.last_us.max(end.at_us);
+    }
+
+    /// Adds one request.
+    pub fn record(&mut self, record: &RequestRecord) {
+        let send = record.actual_send_us;
+        let end = record.end_us().unwrap_or(send);
+        self.last_us = self.last_us.max(end);
+        self.window(send).sent += 1;
+        self.in_flight.add_in_flight(send, end, 1.0);
+        match record.error {
+            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(_) => self.window(end).failed += 1,
+            None => {
+                let w = self.window(end);
+                w.completed += 1;
+                w.e2e.add((end - send) as f64 / 1000.0);
+            }
+        }
+        if let (Some(ttft), Some(first)) = (ttft_ms(record), record.ttft_us) {
+            self.window(send + first).ttft.add(ttft);
+        }
+        // Tokens when they arrived; each gap when it closed, a chunk of k tokens as k gaps of
+        // gap/k (as the ITL distribution counts them).
+        let mut previous: Option<u64> = None;
+        for &(at, tokens) in &record.chunks {
+            let w = self.window(send + at);
+            w.output_tokens += tokens as u64;
+            if let Some(before) = previous {
+                if tokens > 0 && record.ok() {
+                    let gap = (at.saturating_sub(before)) as f64 / 1000.0 / tokens as f64;
+                    for _ in 0..tokens {
+                        w.itl.add(gap);
+                    }
+                }
+            }
+            previous = Some(at);
+        }
+    }
+
+    /// The series, windows up to the run's last event.
+    pub fn finish(mut self) -> TimeSeries {
+        let count = (self.last_us / self.interval_us + 1) as usize;
+        if self.windows.len() < count {
+            self.windows.resize_with(count, Window::new);
+        }
+        let width_s = self.interval_us as f64 / 1e6;
+        let q = |sketch: &DDSketch, q: f64| sketch.quantile(q).ok().flatten();
+        let points = self
+            .windows
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let from = i as u64 * self.interval_us;
+                SeriesPoint {
+                    t_s: from as f64 / 1e6,
+                    sent: w.sent,
+                    completed: w.completed,
+                    failed: w.failed,
+                    in_flight: self.in_flight.mean_in_flight(from, from + self.interval_us),
+                    output_tokens_per_s: w.output_tokens as f64 / width_s,
+                    ttft_p50_ms: q(&w.ttft, 0.5),
+                    ttft_p99_ms: q(&w.ttft, 0.99),
+                    itl_p50_ms: q(&w.itl, 0.5),
+                    itl_p99_ms: q(&w.itl, 0.99),
+                    e2e_p50_ms: q(&w.e2e, 0.5),
+                    e2e_p99_ms: q(&w.e2e, 0.99),
+                }
+            })
+            .collect();
+        TimeSeries {
+            interval_s: width_s,
+            points,
+            phases: self.bands,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(
+        send_us: u64,
+        ttft_us: u64,
+        gaps_us: &[u64],
+        error: Option<ErrorClass>,
+    ) -> RequestRecord {
+        let mut chunks = vec![(ttft_us, 1u32)];
+        let mut at = ttft_us;
+        for gap in gaps_us {
+            at += gap;
+            chunks.push((at, 1));
+        }
+        RequestRecord {
+            phase: 0,
+            shard: None,
+            seq: 0,
+            intended_send_us: send_us,
+            actual_send_us: send_us,
+            input_tokens_planned: 10,
+            output_tokens_planned: chunks.len() as u32,
+            prompt_seed: 0,
+            error,
+            error_detail: None,
+            http_status: Some(200),
+            ttft_us: Some(ttft_us),
+            e2e_us: Some(at),
+            chunks,
+            chunk_tokens: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            token_source: None,
+            completion_tokens_tokenizer: None,
+            cached_tokens: None,
+            finish_reason: None,
+            connection_retries: 0,
+            usage_problem: None,
+        }
+    }
+
+    #[test]
+    fn events_count_in_the_window_they_happened_in() {
+        let mut series = SeriesBuilder::new(1_000_000, 100);
+        // Sent at 0.9 s, first token at 1.1 s, ends at 2.3 s.
+        series.record(&record(900_000, 200_000, &[600_000, 600_000], None));
+        // Fails at 0.5 s.
+        series.record(&record(
+            100_000,
+            100_000,
+            &[300_000],
+            Some(ErrorClass::Http5xx),
+        ));
+        let ts = series.finish();
+        assert_eq!(ts.points.len(), 3);
+        assert_eq!(ts.points[0].sent, 2);
+        assert_eq!(ts.points[0].failed, 1);
+        assert_eq!(ts.points[2].completed, 1);
+        let ttft = ts.points[1].ttft_p50_ms.unwrap();
+        assert!((ttft - 200.0).abs() < 2.0, "{ttft}");
+        assert!(
+            ts.points[0].ttft_p50_ms.is_some(),
+            "the failed request's first token at 0.2 s"
+        );
+        // Tokens at 1.1 s, 1.7 s (window 1) and 2.3 s (window 2).
+        assert_eq!(ts.points[1].output_tokens_per_s, 2.0);
+        assert_eq!(ts.points[2].output_tokens_per_s, 1.0);
+        // In flight: the first request from 0.9 s to 2.3 s, the second from 0.1 s to 0.5 s.
+        assert!(
+            (ts.points[0].in_flight - 0.5).abs() < 1e-9,
+            "{:?}",
+            ts.points[0]
+        );
+        assert!((ts.points[1].in_flight - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn long_runs_get_wider_windows() {
+        let mut series = SeriesBuilder::new(1_000_000, 10);
+        for s in 0..40u64 {
+            series.record(&record(s * 1_000_000, 1_000, &[], None));
+        }
+        let ts = series.finish();
+        assert!(ts.points.len() <= 10, "{}", ts.points.len());
+        assert_eq!(ts.interval_s, 4.0);
+        assert_eq!(ts.points.iter().map(|p| p.sent).sum::<u64>(), 40);
+        assert_eq!(ts.points.iter().map(|p| p.completed).sum::<u64>(), 40);
+    }
+}

@@ -1,0 +1,336 @@
+//! Seeing what happened: server telemetry scraped during a run (the simulator's vLLM names, and
+//! SGLang, TGI and llama.cpp names from a hand-written server), assertions on it, the time
+//! series, the per-input table, error samples, labels, and report.html (parsed; rendered to a
+//! screenshot where Chromium is installed).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use common::{run_plan, sim_plan};
+
+fn engine_sim() -> &'static str {
+    "engine { max-seqs 4; step-base \"2ms\"; decode-per-seq \"1ms\" }"
+}
+
+#[test]
+fn the_simulators_metrics_are_scraped_summarised_and_asserted() {
+    let plan = sim_plan(
+        engine_sim(),
+        "input { bucket 32 weight=1; bucket 256 weight=1 }; output 16 ignore-eos=#true",
+        "phase \"steady\" { rate 40; duration \"2500ms\" }",
+        "server-kv-cache max < \"95%\" phase=\"steady\"\nserver-preemptions < 1 phase=\"steady\"\nserver-running max <= 4 phase=\"steady\"\nserver-ttft p99 < \"10s\"",
+    )
+    .replace("target \"sim\" {", "target \"sim\" { metrics interval=\"200ms\";");
+    let run = run_plan(&plan, &["--label", "commit=abc123", "--label", "gpu=none"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let server = &summary["server"];
+    assert_eq!(server["engine"], "vLLM", "{server}");
+    assert!(server["samples"].as_u64().unwrap() >= 8, "{server}");
+    assert!(server["server_version"]
+        .as_str()
+        .unwrap()
+        .contains("llmload-sim"));
+    let steady = summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "steady")
+        .unwrap();
+    let signals = &steady["server"]["signals"];
+    assert!(
+        signals["running"]["max"].as_f64().unwrap() <= 4.0,
+        "{signals}"
+    );
+    assert!(
+        signals["running"]["mean"].as_f64().unwrap() > 0.0,
+        "{signals}"
+    );
+    assert!(
+        signals["generation_tokens"]["delta"].as_f64().unwrap() > 0.0,
+        "{signals}"
+    );
+    // The server's TTFT histogram counted the phase's requests.
+    let observations = signals["ttft"]["delta"].as_f64().unwrap();
+    let ok = steady["requests"]["ok"].as_f64().unwrap();
+    assert!(observations >= ok * 0.8, "{observations} against {ok}");
+    // Every server assertion was judged on numbers, not "no data".
+    for v in summary["verdicts"].as_array().unwrap() {
+        assert!(v["observed"].is_number(), "{v}");
+    }
+    // The run over time covers it, and every request sent is in one window.
+    let series = &summary["timeseries"];
+    let sent: u64 = series["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["sent"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        sent,
+        summary["overall"]["requests"]["sent"].as_u64().unwrap()
+    );
+    let csv = std::fs::read_to_string(run.out().join("timeseries.csv")).unwrap();
+    assert!(csv
+        .starts_with("t_s,phase,sent,completed,failed,in_flight,output_tokens_per_s,ttft_p50_ms"));
+    assert!(csv.lines().count() >= 3, "{csv}");
+    // By input length, and the labels, in every report.
+    assert_eq!(summary["by_input"].as_array().unwrap().len(), 2);
+    assert_eq!(summary["context"]["labels"]["commit"], "abc123");
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    for expected in [
+        "## By input length",
+        "## The server's own numbers",
+        "## Over time",
+        "xychart-beta",
+        "| Label `commit` | abc123 |",
+        "| Server version | llmload-sim",
+    ] {
+        assert!(
+            report.contains(expected),
+            "{expected} missing from\n{report}"
+        );
+    }
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(html.contains("commit=abc123"));
+
+    // A server assertion that cannot hold fails the run like any other.
+    let strict = plan.replace("server-running max <= 4", "server-running max < 1");
+    let run = run_plan(&strict, &[]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.summary()["verdict"]["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("server-running max < 1"));
+}
+
+#[test]
+fn a_server_without_metrics_is_a_note_and_an_assertion_on_it_fails() {
+    let plan = sim_plan(
+        "ttft \"5ms\"; itl \"1ms\"",
+        "input 16; output 4",
+        "phase \"p\" { rate 20; duration \"500ms\" }",
+        "error-rate < \"1%\"",
+    )
+    .replace(
+        "target \"sim\" {",
+        "target \"sim\" { metrics \"http://127.0.0.1:1/metrics\";",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let warnings = run.summary()["warnings"].to_string();
+    assert!(warnings.contains("no-telemetry"), "{warnings}");
+    assert!(warnings.contains("cannot connect"), "{warnings}");
+    let asserted = plan.replace("error-rate < \"1%\"", "server-waiting max < 10");
+    let run = run_plan(&asserted, &[]);
+    assert_eq!(run.code(), 1);
+    assert_eq!(
+        run.summary()["verdicts"][0]["observed_display"],
+        "no server telemetry"
+    );
+    // `metrics #false`: not even tried.
+    let off = plan.replace("metrics \"http://127.0.0.1:1/metrics\"", "metrics #false");
+    let run = run_plan(&off, &[]);
+    assert!(!run.out().join("telemetry.jsonl").exists());
+}
+
+/// A server that speaks `engine`'s metric names, answers chat completions with a short stream,
+/// and fails one request in five with a 503 and a message.
+fn serve(metrics: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (count, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            let n = count as u64 + 1;
+            std::thread::spawn(move || answer(stream, metrics, n));
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+fn answer(mut stream: TcpStream, metrics: &str, n: u64) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    let _ = reader.read_exact(&mut body);
+    let respond = |stream: &mut TcpStream, status: &str, kind: &str, body: &str| {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    };
+    if request_line.starts_with("GET /metrics") {
+        respond(&mut stream, "200 OK", "text/plain", metrics);
+    } else if request_line.starts_with("GET") {
+        respond(&mut stream, "404 Not Found", "text/plain", "not found");
+    } else if n % 5 == 0 {
+        respond(
+            &mut stream,
+            "503 Service Unavailable",
+            "application/json",
+            "{\"error\":{\"message\":\"the engine is overloaded, retry later\"}}",
+        );
+    } else {
+        let chunk = |text: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+            )
+        };
+        let events = format!(
+            "{}{}data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}],\"usage\":{{\"prompt_tokens\":16,\"completion_tokens\":2}}}}\n\ndata: [DONE]\n\n",
+            chunk("hello"),
+            chunk(" world")
+        );
+        respond(&mut stream, "200 OK", "text/event-stream", &events);
+    }
+    let _ = stream.flush();
+}
+
+#[test]
+fn sglang_tgi_and_llama_cpp_names_are_known_and_errors_are_sampled() {
+    let engines = [
+        (
+            "SGLang",
+            "sglang:num_running_reqs{model_name=\"m\"} 3\nsglang:num_queue_reqs{model_name=\"m\"} 1\nsglang:token_usage{model_name=\"m\"} 0.42\nsglang:time_to_first_token_seconds_bucket{le=\"0.1\"} 10\nsglang:time_to_first_token_seconds_bucket{le=\"+Inf\"} 12\nsglang:time_to_first_token_seconds_sum 1.0\nsglang:time_to_first_token_seconds_count 12\n",
+        ),
+        (
+            "TGI",
+            "tgi_batch_current_size 3\ntgi_queue_size 1\ntgi_request_queue_duration_bucket{le=\"0.01\"} 5\ntgi_request_queue_duration_bucket{le=\"+Inf\"} 6\ntgi_request_queue_duration_sum 0.05\ntgi_request_queue_duration_count 6\n",
+        ),
+        (
+            "llama.cpp",
+            "# HELP llamacpp:requests_processing Number of requests processing.\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\nllamacpp:requests_deferred 1\nllamacpp:tokens_predicted_total 100\n",
+        ),
+    ];
+    for (engine, metrics) in engines {
+        let url = serve(metrics);
+        let plan = format!(
+            "plan \"t\" {{ seed 1 }}\ntarget \"{url}\" {{ model \"m\"; timeout \"5s\"; metrics interval=\"200ms\" }}\nworkload {{ input 16; output 2 }}\nphase \"p\" {{ rate 20; duration \"1s\" }}\nsla {{ server-running max < 10 }}\n"
+        );
+        let run = run_plan(&plan, &[]);
+        // One request in five failed, so the run is judged and the error rate shows; the gate
+        // is only the server assertion.
+        assert_eq!(run.code(), 0, "{engine}: {}", run.stderr());
+        let summary = run.summary();
+        assert_eq!(summary["server"]["engine"], engine);
+        assert_eq!(
+            summary["phases"][0]["server"]["signals"]["running"]["max"], 3.0,
+            "{engine}"
+        );
+        assert_eq!(
+            summary["phases"][0]["server"]["signals"]["waiting"]["mean"], 1.0,
+            "{engine}"
+        );
+        let errors = summary["error_samples"].as_array().unwrap();
+        assert_eq!(errors[0]["class"], "http_5xx", "{errors:?}");
+        assert_eq!(errors[0]["http_status"], 503);
+        assert!(errors[0]["sample"]
+            .as_str()
+            .unwrap()
+            .contains("the engine is overloaded"));
+        let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+        assert!(
+            report.contains("## Errors") && report.contains("the engine is overloaded"),
+            "{report}"
+        );
+    }
+}
+
+/// report.html: one file, every chart there, nothing fetched from anywhere.
+#[test]
+fn the_html_report_is_self_contained() {
+    let plan = sim_plan(
+        engine_sim(),
+        "input { bucket 32 weight=1; bucket 128 weight=1 }; output 8 ignore-eos=#true",
+        "phase \"warm\" { concurrency 2; requests 4; record #false }\nphase \"steady\" { rate 30; duration \"2s\" }",
+        "ttft p99 < \"1s\"",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    // The verdict comes before any chart.
+    assert!(html.find("id=\"verdict\"").unwrap() < html.find("<svg").unwrap());
+    for id in [
+        "latency-over-time",
+        "load-over-time",
+        "throughput-over-time",
+        "latency-cdf",
+        "by-input",
+        "server-over-time",
+    ] {
+        let at = html
+            .find(&format!("<figure id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no chart {id}"));
+        assert!(html[at..].contains("<svg"), "{id} has no SVG");
+    }
+    assert!(html.matches("<svg").count() >= 6);
+    for forbidden in ["<script", "<link", "<img", "@import", "url("] {
+        assert!(!html.contains(forbidden), "report.html holds {forbidden}");
+    }
+    // Nothing to fetch: every http(s) address is an XML namespace or text.
+    for (at, _) in html.match_indices("http") {
+        let before = &html[at.saturating_sub(8)..at];
+        assert!(
+            !before.contains("src=\"") && !before.contains("href=\""),
+            "an external reference at {}",
+            &html[at.saturating_sub(20)..(at + 40).min(html.len())]
+        );
+    }
+    // Rendered by a browser, where one is installed.
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(chromium) = chromium else {
+        eprintln!(
+            "SKIPPED: no Chromium (apt-get install chromium) to render report.html to a screenshot"
+        );
+        return;
+    };
+    let shot = run.dir.path().join("report.png");
+    let profile = run.dir.path().join("chromium-profile");
+    let status = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1100,2400",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!(
+            "file://{}",
+            run.out().join("report.html").display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(png.len() > 50_000, "a blank page? {} bytes", png.len());
+}
