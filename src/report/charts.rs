@@ -4,6 +4,7 @@
 //! Each chart is a function of the report's [`Summary`]; a chart without data is left out. What
 //! a chart shows is its caption; what its numbers mean is docs/metrics.md.
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
 use super::Summary;
@@ -252,31 +253,19 @@ fn time_chart(
             let mut chart = builder
                 .build_cartesian_2d(x_range, y_range.log_scale())
                 .map_err(error)?;
-            chart
-                .configure_mesh()
-                .x_desc("seconds from the start")
-                .y_desc(unit)
-                .light_line_style(RGBColor(235, 235, 235))
-                .draw()
-                .map_err(error)?;
-            draw_bands(&mut chart, bands, y0.max(0.01) * 0.8, y1.max(0.02) * 1.25)?;
-            draw_lines(&mut chart, series)?;
-            legend(&mut chart)
+            over_time(
+                &mut chart,
+                unit,
+                bands,
+                series,
+                (y0.max(0.01) * 0.8, y1.max(0.02) * 1.25),
+            )
         } else {
             let top = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
             let mut chart = builder
                 .build_cartesian_2d(x_range, 0.0..top)
                 .map_err(error)?;
-            chart
-                .configure_mesh()
-                .x_desc("seconds from the start")
-                .y_desc(unit)
-                .light_line_style(RGBColor(235, 235, 235))
-                .draw()
-                .map_err(error)?;
-            draw_bands(&mut chart, bands, 0.0, top)?;
-            draw_lines(&mut chart, series)?;
-            legend(&mut chart)
+            over_time(&mut chart, unit, bands, series, (0.0, top))
         }?;
         root.present().map_err(error)
     })?;
@@ -286,6 +275,40 @@ fn time_chart(
         caption: caption.into(),
         svg,
     })
+}
+
+/// A time chart's axes, phase bands, lines and legend, whatever its y scale.
+fn over_time<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    unit: &str,
+    bands: &[PhaseBand],
+    series: &[Series],
+    (bottom, top): (f64, f64),
+) -> Result<(), String> {
+    mesh(chart, "seconds from the start", unit)?;
+    draw_bands(chart, bands, bottom, top)?;
+    draw_lines(chart, series)?;
+    legend(chart)
+}
+
+/// The grid and the axes' descriptions.
+fn mesh<
+    'a,
+    DB: DrawingBackend + 'a,
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    x_desc: &str,
+    y_desc: &str,
+) -> Result<(), String> {
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 fn draw_bands<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
@@ -369,13 +392,7 @@ fn cdf_chart(id: &'static str, title: &str, caption: &str, series: &[Series]) ->
             .y_label_area_size(64)
             .build_cartesian_2d(x_range.log_scale(), 0.0..100.0)
             .map_err(error)?;
-        chart
-            .configure_mesh()
-            .x_desc("ms (log scale)")
-            .y_desc("percentile")
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(error)?;
+        mesh(&mut chart, "ms (log scale)", "percentile")?;
         draw_lines(&mut chart, series)?;
         chart
             .configure_series_labels()
@@ -415,13 +432,7 @@ fn xy_chart(
                 0.0..(y1 * 1.1).max(1.0),
             )
             .map_err(error)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(error)?;
+        mesh(&mut chart, x_desc, y_desc)?;
         for (i, (name, points)) in series.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             chart
