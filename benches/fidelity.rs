@@ -692,8 +692,10 @@ mod baseline {
                 stream: true,
                 continuous_usage: false,
                 ignore_eos: plan.workload.ignore_eos,
+                extra: Default::default(),
             },
             auth: None,
+            headers: Default::default(),
             timeout: plan.target.timeout,
             request_id_prefix: "baseline".into(),
             max_line: 1 << 20,
@@ -777,7 +779,7 @@ mod baseline {
                         }
                     });
                 }
-                Load::Rate { .. } | Load::AtOnce(_) => {
+                Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
                     let handle = runtime.handle().clone();
                     let index = phase.index;
                     let mut seq = 0u64;

@@ -197,6 +197,8 @@ fn main() {
                 input_tokens: 128,
                 output_tokens: TOKENS as u32,
                 prompt_seed: 7,
+                prefix_group: None,
+                origin: Default::default(),
             };
             let time = measure(|| {
                 let copy = Exchange {

@@ -372,7 +372,8 @@ fn value(
         | Metric::ServerKvCache
         | Metric::ServerPreemptions
         | Metric::ServerTtft
-        | Metric::ServerQueueTime => None,
+        | Metric::ServerQueueTime
+        | Metric::PrefixCacheHitRate => None,
     }
 }
 

@@ -293,7 +293,7 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
         .iter()
         .map(|load| match load {
             Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
-            Load::Rate { .. } => 0,
+            Load::Rate { .. } | Load::Trace(_) => 0,
         })
         .max()
         .unwrap_or(0);
@@ -328,6 +328,7 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
                 };
                 peak * timeout.as_secs_f64().min(60.0)
             }
+            Load::Trace(trace) => trace.peak_rate() * timeout.as_secs_f64().min(60.0),
         })
         .fold(1.0, f64::max);
     (most.ceil() as usize).clamp(1, 4096)

@@ -93,7 +93,7 @@ async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Rec
     let deadline = phase.duration.map(|d| phase_start + d);
 
     match phase.load_model {
-        Load::Rate { .. } | Load::AtOnce(_) => {
+        Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
             while let Some((request, body)) = bodies.recv().await {
                 let intended =
                     phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));

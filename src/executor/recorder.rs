@@ -318,6 +318,8 @@ mod tests {
                 input_tokens: 10,
                 output_tokens: 4,
                 prompt_seed: 1,
+                prefix_group: None,
+                origin: Default::default(),
             },
             intended_send_us: 0,
             actual_send_us: 0,

@@ -29,6 +29,8 @@ pub struct RequestTemplate {
     pub options: BodyOptions,
     /// `Authorization: Bearer …`, marked sensitive so it never prints.
     pub auth: Option<HeaderValue>,
+    /// The plan's extra headers (secret ones marked sensitive).
+    pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
     /// Per request, from the send to the end of the response.
     pub timeout: Duration,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
@@ -230,6 +232,9 @@ pub async fn exchange(
             .body(body.clone());
         if let Some(auth) = &template.auth {
             request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in template.headers.iter() {
+            request = request.header(name.clone(), value.clone());
         }
         match request.send().await {
             Ok(response) => break response,

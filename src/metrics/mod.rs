@@ -72,8 +72,11 @@ pub struct Aggregates {
 /// The recorded requests of one input length.
 #[derive(Debug, Clone, Serialize)]
 pub struct InputBucket {
-    /// Prompt tokens planned.
+    /// Prompt tokens planned (the range's lowest, when lengths are grouped into ranges).
     pub input_tokens: u32,
+    /// The range's highest: equal to `input_tokens` unless a run has so many distinct lengths
+    /// (a dataset, a trace) that they are grouped, in ranges that double.
+    pub input_tokens_max: u32,
     /// Requests sent.
     pub sent: u64,
     /// Requests that succeeded.
@@ -204,6 +207,26 @@ pub struct TokenStats {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// The server's prefix cache as its answers report it (`usage.prompt_tokens_details.cached_tokens`):
+/// only requests whose usage carries the field count.
+pub struct PrefixCache {
+    /// Successful requests whose usage said how many prompt tokens were cached.
+    pub requests: u64,
+    /// Of those, requests with at least one cached token.
+    pub hits: u64,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// Of those, tokens served from the cache.
+    pub cached_tokens: u64,
+    /// `cached_tokens / prompt_tokens`: the prefix-cache hit rate.
+    pub hit_rate: f64,
+    /// TTFT of requests that hit the cache, ms.
+    pub ttft_hit_ms: Summary,
+    /// TTFT of requests that did not, ms.
+    pub ttft_miss_ms: Summary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
 /// Requests meeting every objective of the plan's `slo`.
 pub struct Goodput {
     /// Successful requests that met every objective.
@@ -272,6 +295,8 @@ pub struct PhaseMetrics {
     pub tokens: TokenStats,
     /// Requests meeting every objective of the plan's `slo`; absent without one.
     pub goodput: Option<Goodput>,
+    /// The prefix cache, where the server reports cached tokens.
+    pub prefix_cache: Option<PrefixCache>,
     /// From the phase's start to its last response, in seconds.
     pub wall_s: f64,
     /// How busy the client process was while the phase sent (absent where not measured).
@@ -357,6 +382,7 @@ impl PhaseMetrics {
                 .as_ref()
                 .filter(|_| attempted > 0)
                 .map(|g| g.ratio),
+            Metric::PrefixCacheHitRate => self.prefix_cache.as_ref().map(|c| c.hit_rate),
             _ => None,
         }
     }
@@ -538,10 +564,24 @@ pub struct Aggregator<'s> {
     first_client_error: Option<String>,
     series: timeseries::SeriesBuilder,
     by_input: BTreeMap<u32, BucketAccumulator>,
+    /// `by_input` holds ranges of lengths (keyed by their top), not lengths.
+    by_input_ranged: bool,
     error_samples: BTreeMap<String, ErrorSample>,
 }
 
 /// What one input length gathers.
+/// Distinct input lengths listed one by one; beyond, they are grouped in ranges.
+const MAX_EXACT_INPUT_LENGTHS: usize = 16;
+
+/// The range of input lengths `tokens` falls in, when lengths are grouped: (2^(k-1), 2^k].
+fn input_range(tokens: u32) -> (u32, u32) {
+    let high = tokens
+        .max(1)
+        .checked_next_power_of_two()
+        .unwrap_or(u32::MAX);
+    (high / 2 + 1, high)
+}
+
 struct BucketAccumulator {
     sent: u64,
     ok: u64,
@@ -566,6 +606,7 @@ impl<'s> Aggregator<'s> {
             first_client_error: None,
             series: timeseries::SeriesBuilder::new(1_000_000, crate::plan::MAX_SERIES_WINDOWS),
             by_input: BTreeMap::new(),
+            by_input_ranged: false,
             error_samples: BTreeMap::new(),
         }
     }
@@ -627,9 +668,40 @@ impl<'s> Aggregator<'s> {
     }
 
     fn by_input_add(&mut self, record: &RequestRecord) {
+        let exact = record.input_tokens_planned;
+        if !self.by_input_ranged
+            && !self.by_input.contains_key(&exact)
+            && self.by_input.len() >= MAX_EXACT_INPUT_LENGTHS
+        {
+            // Too many lengths to list one by one (and to hold three histograms each): from
+            // now on, ranges that double.
+            self.by_input_ranged = true;
+            let exact_buckets = std::mem::take(&mut self.by_input);
+            for (length, bucket) in exact_buckets {
+                match self.by_input.entry(input_range(length).1) {
+                    std::collections::btree_map::Entry::Vacant(slot) => {
+                        slot.insert(bucket);
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut slot) => {
+                        let into = slot.get_mut();
+                        into.sent += bucket.sent;
+                        into.ok += bucket.ok;
+                        into.failed += bucket.failed;
+                        into.ttft.merge(&bucket.ttft);
+                        into.e2e.merge(&bucket.e2e);
+                        into.tpot.merge(&bucket.tpot);
+                    }
+                }
+            }
+        }
+        let key = if self.by_input_ranged {
+            input_range(exact).1
+        } else {
+            exact
+        };
         let bucket = self
             .by_input
-            .entry(record.input_tokens_planned)
+            .entry(key)
             .or_insert_with(|| BucketAccumulator {
                 sent: 0,
                 ok: 0,
@@ -679,6 +751,8 @@ impl<'s> Aggregator<'s> {
 
     /// The aggregates, and the log without its records.
     pub fn finish(self) -> (RunLog, Aggregates) {
+        let ranged = self.by_input_ranged;
+        let by_input = self.by_input;
         let log = self.log;
         let run_end = log.end.as_ref().map(|e| e.at_us);
         let mut phases = Vec::new();
@@ -737,11 +811,11 @@ impl<'s> Aggregator<'s> {
             search_end: log.search_end.clone(),
             server: None,
             timeseries: self.series.finish(),
-            by_input: self
-                .by_input
+            by_input: by_input
                 .into_iter()
-                .map(|(input_tokens, b)| InputBucket {
-                    input_tokens,
+                .map(|(key, b)| InputBucket {
+                    input_tokens: if ranged { input_range(key).0 } else { key },
+                    input_tokens_max: key,
                     sent: b.sent,
                     ok: b.ok,
                     failed: b.failed,
@@ -851,6 +925,9 @@ struct Accumulator<'s> {
     last_end_us: Option<u64>,
     /// A phase's load through its window (not kept for all phases together).
     profile: Option<ProfileBuilder>,
+    cache: PrefixCache,
+    ttft_hit: Distribution,
+    ttft_miss: Distribution,
 }
 
 impl<'s> Accumulator<'s> {
@@ -873,6 +950,9 @@ impl<'s> Accumulator<'s> {
             last_send_us: None,
             last_end_us: None,
             profile: None,
+            cache: PrefixCache::default(),
+            ttft_hit: Distribution::milliseconds(),
+            ttft_miss: Distribution::milliseconds(),
         }
     }
 
@@ -954,6 +1034,20 @@ impl<'s> Accumulator<'s> {
             None => {}
         }
         m.tokens.cached_prompt_tokens += record.cached_tokens.unwrap_or(0);
+        if let Some(cached) = record.cached_tokens {
+            self.cache.requests += 1;
+            self.cache.prompt_tokens += prompt;
+            self.cache.cached_tokens += cached;
+            let ttft = ttft_ms(record);
+            if cached > 0 {
+                self.cache.hits += 1;
+                if let Some(ttft) = ttft {
+                    self.ttft_hit.record(ttft);
+                }
+            } else if let Some(ttft) = ttft {
+                self.ttft_miss.record(ttft);
+            }
+        }
         if record.token_source == Some(TokenSource::Usage) {
             if let Some(observed) = record.prompt_tokens {
                 self.observed_in += observed as f64;
@@ -1051,6 +1145,13 @@ impl<'s> Accumulator<'s> {
                 .collect();
             m.tokens.input_overhead = Some(overhead);
             m.tokens.input_mismatch = median(&mut off);
+        }
+        if self.cache.requests > 0 {
+            let mut cache = self.cache;
+            cache.hit_rate = cache.cached_tokens as f64 / cache.prompt_tokens.max(1) as f64;
+            cache.ttft_hit_ms = self.ttft_hit.summary();
+            cache.ttft_miss_ms = self.ttft_miss.summary();
+            m.prefix_cache = Some(cache);
         }
         let mut usage_vs_tokenizer = self.usage_vs_tokenizer;
         m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);

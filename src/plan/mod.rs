@@ -7,6 +7,7 @@
 //! Every mistake found is reported, not only the first: [`load`] returns all diagnostics so that
 //! `llmload check` can print them together.
 
+pub mod data;
 mod diagnostic;
 pub mod fmt;
 pub mod limits;
@@ -99,6 +100,28 @@ pub struct Target {
     pub metrics: MetricsSource,
     /// How often they are scraped.
     pub metrics_interval: Duration,
+    /// Fields merged into every request's body: sampling parameters and server-specific knobs.
+    pub body: serde_json::Map<String, serde_json::Value>,
+    /// Extra HTTP headers on every request.
+    pub headers: Vec<Header>,
+}
+
+/// An extra HTTP header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: HeaderValue,
+}
+
+/// Where a header's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    /// Written in the plan: shown in reports.
+    Text(String),
+    /// A secret, read from this environment variable at run time and never written anywhere.
+    Secret(String),
 }
 
 /// The longest SSE line (or event) a response may hold unless the plan says otherwise.
@@ -175,6 +198,47 @@ pub struct Workload {
     pub output_tokens: u32,
     /// Ask the server for exactly the output length (`ignore_eos` and `min_tokens`).
     pub ignore_eos: bool,
+    /// Output lengths drawn per request from a distribution, instead of `output_tokens`.
+    pub output_spread: Option<OutputSpread>,
+    /// A system message sent first in every chat.
+    pub system: Option<String>,
+    /// Shared prefixes: each request starts with one group's prefix (by weight).
+    pub prefix: Vec<PrefixGroup>,
+    /// Prompts taken from a dataset file instead of synthetic text.
+    pub dataset: Option<data::Dataset>,
+}
+
+/// Output lengths drawn per request (as peers' `--random-output-len` with a range ratio, or a
+/// normal distribution), always within `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OutputSpread {
+    /// Every length in `min..=max` equally likely.
+    Uniform {
+        /// The shortest.
+        min: u32,
+        /// The longest.
+        max: u32,
+    },
+    /// Normal around `mean`, cut to `min..=max`.
+    Normal {
+        /// Its mean.
+        mean: f64,
+        /// Its standard deviation.
+        stddev: f64,
+        /// The shortest.
+        min: u32,
+        /// The longest.
+        max: u32,
+    },
+}
+
+/// One shared prefix: requests of its group start with the same text of `tokens` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixGroup {
+    /// The prefix's length in tokens.
+    pub tokens: u32,
+    /// The group's share of requests, relative to the other groups'.
+    pub weight: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +291,24 @@ pub struct Phase {
     /// The next phase waits until this phase's requests in flight have finished (a burst, a
     /// sweep's step): its latency is its own, and the next one's is not shifted by it.
     pub drain: bool,
+}
+
+impl Plan {
+    /// The data files the plan reads (a dataset, traces): the path as written, and its SHA-256.
+    pub fn data_files(&self) -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = Vec::new();
+        if let Some(dataset) = &self.workload.dataset {
+            files.push((dataset.shown.clone(), dataset.sha256.clone()));
+        }
+        for phase in &self.phases {
+            if let Load::Trace(trace) = &phase.load {
+                if !files.iter().any(|(path, _)| *path == trace.shown) {
+                    files.push((trace.shown.clone(), trace.sha256.clone()));
+                }
+            }
+        }
+        files
+    }
 }
 
 impl Phase {
@@ -383,6 +465,8 @@ pub enum Load {
     },
     /// A burst: this many requests released together.
     AtOnce(u32),
+    /// An open loop whose arrivals (and request lengths) replay a trace file.
+    Trace(data::Trace),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -496,11 +580,14 @@ pub enum Metric {
     ServerTtft,
     /// Time requests waited in the server's queue (its histogram), by percentile or mean.
     ServerQueueTime,
+    /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
+    /// usage reports them.
+    PrefixCacheHitRate,
 }
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 20] = [
+    pub const ALL: [Metric; 21] = [
         Metric::Ttft,
         Metric::Itl,
         Metric::Tpot,
@@ -521,6 +608,7 @@ impl Metric {
         Metric::ServerPreemptions,
         Metric::ServerTtft,
         Metric::ServerQueueTime,
+        Metric::PrefixCacheHitRate,
     ];
 
     /// The metric's name in plans and reports.
@@ -546,6 +634,7 @@ impl Metric {
             Metric::ServerPreemptions => "server-preemptions",
             Metric::ServerTtft => "server-ttft",
             Metric::ServerQueueTime => "server-queue-time",
+            Metric::PrefixCacheHitRate => "prefix-cache-hit-rate",
         }
     }
 
@@ -600,7 +689,7 @@ impl Metric {
             Metric::ServerRunning | Metric::ServerWaiting | Metric::ServerPreemptions => {
                 MetricKind::Count
             }
-            Metric::ServerKvCache => MetricKind::Fraction,
+            Metric::ServerKvCache | Metric::PrefixCacheHitRate => MetricKind::Fraction,
             Metric::ServerTtft | Metric::ServerQueueTime => MetricKind::Latency,
         }
     }
@@ -773,7 +862,7 @@ impl Metric {
         matches!(
             self.kind(),
             MetricKind::Throughput | MetricKind::TokenRate | MetricKind::Capacity
-        ) || self == Metric::GoodputRatio
+        ) || matches!(self, Metric::GoodputRatio | Metric::PrefixCacheHitRate)
     }
 }
 
@@ -823,6 +912,9 @@ pub struct EngineSettings {
     pub kv_cache_tokens: u64,
     /// KV cache block size in tokens.
     pub block_size: u32,
+    /// Reuse the KV blocks of prompt prefixes seen before (vLLM's automatic prefix caching, on
+    /// by default in vLLM V1): a request whose leading blocks are cached skips their prefill.
+    pub prefix_cache: bool,
     /// prompt + max_tokens above this gets HTTP 400.
     pub max_model_len: u32,
     /// Requests waiting beyond this get `queue_full_status`.

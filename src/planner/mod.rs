@@ -9,6 +9,7 @@
 //! its requests are drawn on demand from the same deterministic function ([`Schedule::request`]).
 
 mod arrivals;
+pub mod catalogue;
 mod prompts;
 pub mod search;
 mod shard;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use rand::distr::weighted::WeightedIndex;
 use rand::distr::Distribution;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
@@ -27,7 +28,7 @@ use crate::seed;
 
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
-pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts};
+pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts, WorkloadPrompts};
 pub use shard::{Shard, MAX_SHARDS};
 
 use crate::error::{Error, Result};
@@ -136,14 +137,45 @@ pub struct ScheduledRequest {
     pub output_tokens: u32,
     /// The seed its prompt is built from.
     pub prompt_seed: u64,
+    /// The shared prefix its prompt starts with: the workload's `prefix` group.
+    pub prefix_group: Option<u32>,
+    /// Where its prompt comes from besides synthetic text.
+    pub origin: Origin,
+}
+
+/// Where a request's prompt comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Synthetic text of the planned length.
+    #[default]
+    Synthetic,
+    /// An entry of the dataset (its index in the [`Catalogue`](catalogue::Catalogue)).
+    Dataset(u32),
+    /// A row of the trace a phase replays.
+    Trace {
+        /// The phase (whose load is the trace).
+        phase: u32,
+        /// The trace's row.
+        row: u32,
+    },
 }
 
 #[derive(Debug, Clone)]
 struct RequestMix {
     seed: u64,
     inputs: Vec<u32>,
-    outputs: Vec<u32>,
+    outputs: Vec<Option<u32>>,
+    output: u32,
     weights: Vec<f64>,
+    spread: Option<crate::plan::OutputSpread>,
+    /// Tokens of the system message, part of every request's input.
+    system_tokens: u32,
+    prefix_tokens: Vec<u32>,
+    prefix_weights: Vec<f64>,
+    catalogue: Option<Arc<catalogue::Catalogue>>,
+    /// Where each phase starts in the dataset's order: the requests scheduled before it.
+    phase_starts: Vec<u64>,
 }
 
 impl RequestMix {
@@ -158,17 +190,100 @@ impl RequestMix {
                 .map(|dist| dist.sample(&mut rng))
                 .unwrap_or(0)
         };
+        // Draws added since the first version come from a stream of their own, so that plans
+        // without them keep their schedules.
+        let mut more = ChaCha8Rng::seed_from_u64(seed::mix64(request_seed ^ 0x6d6f_7265));
+        let mut input_tokens = self.inputs[bucket];
+        let mut output_tokens = self.outputs[bucket].unwrap_or_else(|| self.draw_output(&mut more));
+        let mut origin = Origin::Synthetic;
+        if let Some(catalogue) = &self.catalogue {
+            let n = catalogue.entries.len() as u64;
+            let start = self.phase_starts.get(phase_index).copied().unwrap_or(0);
+            let at = match catalogue.order {
+                crate::plan::data::DatasetOrder::Random => more.random_range(0..n),
+                _ => (start + seq) % n,
+            };
+            let entry = catalogue.entries[at as usize];
+            input_tokens = entry.input_tokens;
+            if let Some(answer) = entry.output_tokens {
+                output_tokens = answer;
+            }
+            origin = Origin::Dataset(at as u32);
+        }
+        let prefix_group = match self.prefix_tokens.len() {
+            0 => None,
+            1 => Some(0),
+            _ => WeightedIndex::new(&self.prefix_weights)
+                .map(|dist| dist.sample(&mut more) as u32)
+                .ok(),
+        };
+        if let Some(group) = prefix_group {
+            input_tokens = input_tokens.saturating_add(self.prefix_tokens[group as usize]);
+        }
         ScheduledRequest {
             seq,
             intended_offset_us: None,
-            input_tokens: self.inputs[bucket],
-            output_tokens: self.outputs[bucket],
+            input_tokens: input_tokens.saturating_add(self.system_tokens),
+            output_tokens,
             prompt_seed: seed::prompt_seed(request_seed),
+            prefix_group,
+            origin,
+        }
+    }
+
+    /// A request replaying `row` of a trace: its lengths are the trace's.
+    fn trace_request(
+        &self,
+        phase_index: usize,
+        seq: u64,
+        row: usize,
+        trace: &crate::plan::data::Trace,
+    ) -> ScheduledRequest {
+        let request_seed = seed::request_seed(self.seed, phase_index, seq);
+        let (input, output) = trace
+            .rows
+            .get(row)
+            .map_or((1, 1), |r| (r.input_tokens, r.output_tokens));
+        ScheduledRequest {
+            seq,
+            intended_offset_us: None,
+            input_tokens: input.saturating_add(self.system_tokens),
+            output_tokens: output,
+            prompt_seed: seed::prompt_seed(request_seed),
+            prefix_group: None,
+            origin: Origin::Trace {
+                phase: phase_index as u32,
+                row: row as u32,
+            },
+        }
+    }
+
+    fn draw_output(&self, rng: &mut ChaCha8Rng) -> u32 {
+        use crate::plan::OutputSpread;
+        match self.spread {
+            None => self.output,
+            Some(OutputSpread::Uniform { min, max }) => rng.random_range(min..=max),
+            Some(OutputSpread::Normal {
+                mean,
+                stddev,
+                min,
+                max,
+            }) => {
+                let drawn = rand_distr::Normal::new(mean, stddev)
+                    .map(|normal| normal.sample(rng))
+                    .unwrap_or(mean);
+                (drawn.round().max(0.0) as u64).clamp(min as u64, max as u64) as u32
+            }
         }
     }
 }
 
 impl Schedule {
+    /// The dataset's usable entries, measured, when the plan reads a dataset.
+    pub fn catalogue(&self) -> Option<Arc<catalogue::Catalogue>> {
+        self.mix.catalogue.clone()
+    }
+
     /// The request at `seq` of phase `phase_index`, materialized or not.
     pub fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
         match self.phases.get(phase_index) {
@@ -205,26 +320,41 @@ impl Schedule {
 
 /// Compiles `plan` with `seed` (the plan's own unless overridden).
 pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
-    let mix = RequestMix {
+    let workload = &plan.workload;
+    // Datasets and system messages are measured under the plan's tokenizer.
+    let tokenizer = if workload.dataset.is_some() || workload.system.is_some() {
+        Some(crate::tokens::Tokenizer::load(&workload.tokenizer)?)
+    } else {
+        None
+    };
+    let catalogue = match (&workload.dataset, &tokenizer) {
+        (Some(dataset), Some(tokenizer)) => Some(Arc::new(catalogue::Catalogue::build(
+            dataset, tokenizer, seed,
+        )?)),
+        _ => None,
+    };
+    let system_tokens = match (&workload.system, &tokenizer) {
+        (Some(system), Some(tokenizer)) => tokenizer.count(system) as u32,
+        _ => 0,
+    };
+    let mut mix = RequestMix {
         seed,
-        inputs: plan
-            .workload
-            .buckets
-            .iter()
-            .map(|b| b.input_tokens)
-            .collect(),
-        outputs: plan
-            .workload
-            .buckets
-            .iter()
-            .map(|b| b.output_tokens.unwrap_or(plan.workload.output_tokens))
-            .collect(),
-        weights: plan.workload.buckets.iter().map(|b| b.weight).collect(),
+        inputs: workload.buckets.iter().map(|b| b.input_tokens).collect(),
+        outputs: workload.buckets.iter().map(|b| b.output_tokens).collect(),
+        output: workload.output_tokens,
+        weights: workload.buckets.iter().map(|b| b.weight).collect(),
+        spread: workload.output_spread,
+        system_tokens,
+        prefix_tokens: workload.prefix.iter().map(|p| p.tokens).collect(),
+        prefix_weights: workload.prefix.iter().map(|p| p.weight).collect(),
+        catalogue,
+        phase_starts: Vec::new(),
     };
     let mut phases: Vec<Arc<PhaseSchedule>> = Vec::new();
     let mut total = 0usize;
     let mut groups = 0usize;
     for (index, phase) in plan.phases.iter().enumerate() {
+        mix.phase_starts.push(total as u64);
         let mut compiled = compile_phase(&mix, seed, index, phase, MAX_SCHEDULED_REQUESTS - total)?;
         total += compiled.requests.len();
         // A phase `with` an earlier one joins its group, at an offset from that one's start.
@@ -301,6 +431,24 @@ fn compile_phase(
         }
         Load::AtOnce(n) => Some(vec![0; *n as usize]),
         Load::Concurrency(_) => None,
+        Load::Trace(trace) => {
+            let rows: Vec<(usize, u64)> = trace
+                .window(phase.duration, phase.max_requests)
+                .take(budget.saturating_add(1))
+                .collect();
+            if rows.len() > budget {
+                return Err(too_many(&phase.name));
+            }
+            let requests = rows
+                .iter()
+                .enumerate()
+                .map(|(seq, &(row, offset))| ScheduledRequest {
+                    intended_offset_us: Some(offset),
+                    ..mix.trace_request(index, seq as u64, row, trace)
+                })
+                .collect();
+            return Ok(phase_schedule(index, phase, requests, false));
+        }
     };
     let (requests, open_ended) = match offsets {
         Some(offsets) => (
@@ -322,18 +470,40 @@ fn compile_phase(
             None => (Vec::new(), true),
         },
     };
-    Ok(PhaseSchedule {
+    Ok(phase_schedule(index, phase, requests, open_ended))
+}
+
+/// A phase's schedule around its requests.
+fn phase_schedule(
+    index: usize,
+    phase: &Phase,
+    requests: Vec<ScheduledRequest>,
+    open_ended: bool,
+) -> PhaseSchedule {
+    let mut duration = phase.duration;
+    let mut planned_rate = match &phase.load {
+        Load::Rate { rate, .. } => Some(rate.mean()),
+        _ => None,
+    };
+    if let Load::Trace(_) = &phase.load {
+        // A replay without a duration lasts until its last arrival.
+        let last_us = requests
+            .last()
+            .and_then(|r| r.intended_offset_us)
+            .unwrap_or(0);
+        let span = duration.unwrap_or(Duration::from_micros(last_us.div_ceil(1000) * 1000 + 1000));
+        duration = Some(span);
+        planned_rate = Some(requests.len() as f64 / span.as_secs_f64().max(1e-3));
+    }
+    PhaseSchedule {
         index,
         name: phase.name.clone(),
         record: phase.record,
         load: describe_load(&phase.load),
         load_model: phase.load.clone(),
-        duration: phase.duration,
+        duration,
         max_requests: phase.max_requests,
-        planned_rate: match &phase.load {
-            Load::Rate { rate, .. } => Some(rate.mean()),
-            _ => None,
-        },
+        planned_rate,
         open_ended,
         requests,
         group: 0,
@@ -348,7 +518,7 @@ fn compile_phase(
             warmup: step.warmup,
             probe: false,
         }),
-    })
+    }
 }
 
 impl Schedule {
@@ -432,6 +602,15 @@ pub fn describe_load(load: &Load) -> String {
         } => {
             format!("rate {from}→{to}/s {arrivals}")
         }
+        Load::Trace(trace) => format!(
+            "trace {}{}",
+            trace.shown,
+            if trace.speed == 1.0 {
+                String::new()
+            } else {
+                format!(" ×{}", crate::plan::units::format_load(trace.speed))
+            }
+        ),
     }
 }
 

@@ -8,9 +8,11 @@
 //! only makes text; it never decides when a request is sent or how it is spoken (that is the
 //! executor's API dialect).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use super::ScheduledRequest;
+use super::catalogue::Catalogue;
+use super::{Origin, ScheduledRequest};
+use crate::plan::data::{DataPrompt, Dataset, Trace};
 use crate::tokens::Tokenizer;
 
 /// A request's prompt, before an API dialect puts it into a body.
@@ -22,14 +24,7 @@ pub enum Prompt {
     Messages(Vec<Message>),
 }
 
-/// One turn of a chat conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// What the turn says.
-    pub content: String,
-}
+pub use crate::plan::data::Message;
 
 /// Makes the prompt of each scheduled request. Called once per request, off the I/O path, and
 /// must be deterministic: the same request always gets the same prompt.
@@ -59,6 +54,164 @@ impl PromptSource for SyntheticPrompts {
     }
 }
 
+/// The prompts a plan's workload describes: synthetic text, a dataset's entries, a trace's
+/// shared blocks; each behind its shared prefix (if any) and after the system message (if any).
+pub struct WorkloadPrompts {
+    tokenizer: Arc<Tokenizer>,
+    system: Option<String>,
+    system_tokens: u32,
+    /// Each prefix group's length, and its text once built (the same for every request of it).
+    prefixes: Vec<(u32, OnceLock<String>)>,
+    prefix_seed: u64,
+    dataset: Option<(Arc<Dataset>, Arc<Catalogue>)>,
+    /// The trace each phase replays, by phase index.
+    traces: Vec<Option<Trace>>,
+    trace_seed: u64,
+}
+
+impl WorkloadPrompts {
+    /// The prompts of `plan`'s workload as `schedule` (compiled from it with `seed`) asks for them.
+    pub fn new(
+        tokenizer: Arc<Tokenizer>,
+        plan: &crate::plan::Plan,
+        schedule: &super::Schedule,
+    ) -> WorkloadPrompts {
+        let workload = &plan.workload;
+        WorkloadPrompts {
+            tokenizer: tokenizer.clone(),
+            system_tokens: workload
+                .system
+                .as_ref()
+                .map_or(0, |system| tokenizer.count(system) as u32),
+            system: workload.system.clone(),
+            prefixes: workload
+                .prefix
+                .iter()
+                .map(|group| (group.tokens, OnceLock::new()))
+                .collect(),
+            prefix_seed: crate::seed::derived(schedule.seed, 0x7072_6566),
+            dataset: match (&workload.dataset, schedule.catalogue()) {
+                (Some(dataset), Some(catalogue)) => Some((Arc::new(dataset.clone()), catalogue)),
+                _ => None,
+            },
+            traces: plan
+                .phases
+                .iter()
+                .map(|phase| match &phase.load {
+                    crate::plan::Load::Trace(trace) => Some(trace.clone()),
+                    _ => None,
+                })
+                .collect(),
+            // Blocks are the trace's, not the run's: the same hash id is the same text in every
+            // run of every plan replaying it, whatever the seed.
+            trace_seed: 0x7472_6163_6562_6c6b,
+        }
+    }
+
+    fn prefix(&self, group: u32) -> Option<&str> {
+        let (tokens, text) = self.prefixes.get(group as usize)?;
+        Some(text.get_or_init(|| {
+            let seed = crate::seed::mix64(self.prefix_seed ^ group as u64);
+            self.tokenizer.prompt(*tokens, seed)
+        }))
+    }
+
+    /// A trace row's prompt: its blocks (text shared by every row naming the same hash id), cut
+    /// to its input length, then unique text for what its blocks do not cover.
+    fn trace_prompt(&self, trace: &Trace, row: usize, request: &ScheduledRequest) -> String {
+        let Some(row) = trace.rows.get(row) else {
+            return self
+                .tokenizer
+                .prompt(request.input_tokens, request.prompt_seed);
+        };
+        let mut remaining = row.input_tokens;
+        let mut text = String::new();
+        for &hash in &row.hash_ids {
+            if remaining == 0 {
+                break;
+            }
+            let tokens = remaining.min(trace.block_tokens);
+            // A block's first n tokens are the same text whatever n is (prompts grow by words),
+            // so a row that ends inside a block still shares that block's start.
+            text.push_str(
+                &self
+                    .tokenizer
+                    .prompt(tokens, crate::seed::mix64(self.trace_seed ^ hash)),
+            );
+            remaining -= tokens;
+        }
+        if remaining > 0 {
+            text.push_str(&self.tokenizer.prompt(remaining, request.prompt_seed));
+        }
+        text
+    }
+}
+
+impl PromptSource for WorkloadPrompts {
+    fn prompt(&self, request: &ScheduledRequest) -> Prompt {
+        let prefix_tokens = request
+            .prefix_group
+            .and_then(|group| self.prefixes.get(group as usize))
+            .map_or(0, |(tokens, _)| *tokens);
+        // What the request's own part is: the planned input less the system message and prefix.
+        let own_tokens = request
+            .input_tokens
+            .saturating_sub(self.system_tokens)
+            .saturating_sub(prefix_tokens);
+        let own = match request.origin {
+            Origin::Dataset(at) => self.dataset.as_ref().and_then(|(dataset, catalogue)| {
+                let entry = catalogue.entries.get(at as usize)?;
+                let data = dataset.entries.get(entry.source as usize)?;
+                Some(match (&data.prompt, entry.truncate_to) {
+                    (DataPrompt::Text(text), Some(tokens)) => {
+                        DataPrompt::Text(self.tokenizer.truncate(text, tokens))
+                    }
+                    (prompt, _) => prompt.clone(),
+                })
+            }),
+            Origin::Trace { phase, row } => self
+                .traces
+                .get(phase as usize)
+                .and_then(Option::as_ref)
+                .map(|trace| DataPrompt::Text(self.trace_prompt(trace, row as usize, request))),
+            Origin::Synthetic => None,
+        };
+        let own = own.unwrap_or_else(|| {
+            DataPrompt::Text(self.tokenizer.prompt(own_tokens, request.prompt_seed))
+        });
+        let prefix = request.prefix_group.and_then(|group| self.prefix(group));
+        let mut messages = match own {
+            DataPrompt::Text(text) if self.system.is_none() => {
+                return Prompt::Text(match prefix {
+                    Some(prefix) => format!("{prefix}{text}"),
+                    None => text,
+                });
+            }
+            DataPrompt::Text(text) => vec![Message {
+                role: "user".into(),
+                content: text,
+            }],
+            DataPrompt::Messages(messages) => messages,
+        };
+        if let Some(prefix) = prefix {
+            // The shared prefix opens the first user turn.
+            if let Some(first) = messages.iter_mut().find(|m| m.role == "user") {
+                first.content.insert_str(0, prefix);
+            }
+        }
+        if let Some(system) = &self.system {
+            messages.insert(
+                0,
+                Message {
+                    role: "system".into(),
+                    content: system.clone(),
+                },
+            );
+        }
+        Prompt::Messages(messages)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +226,8 @@ mod tests {
             input_tokens: 50,
             output_tokens: 8,
             prompt_seed,
+            prefix_group: None,
+            origin: Default::default(),
         };
         let (Prompt::Text(a), Prompt::Text(b)) =
             (source.prompt(&request(1)), source.prompt(&request(2)))

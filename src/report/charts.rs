@@ -119,7 +119,11 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
             .iter()
             .map(|b| {
                 (
-                    format!("{} tokens", b.input_tokens),
+                    if b.input_tokens_max == b.input_tokens {
+                        format!("{} tokens", b.input_tokens)
+                    } else {
+                        format!("{}–{} tokens", b.input_tokens, b.input_tokens_max)
+                    },
                     vec![
                         b.ttft_ms.p50.unwrap_or(0.0),
                         b.ttft_ms.p99.unwrap_or(0.0),

@@ -75,7 +75,21 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
         for r in &phase.requests {
             *mix.entry((r.input_tokens, r.output_tokens)).or_default() += 1;
         }
-        let mix_text = if phase.requests.is_empty() {
+        let mix_text = if mix.len() > 6 {
+            // Lengths from a dataset, a trace or a distribution: their ranges.
+            let range = |values: Vec<u32>| {
+                let min = values.iter().min().copied().unwrap_or(0);
+                let max = values.iter().max().copied().unwrap_or(0);
+                let mean =
+                    values.iter().map(|&v| v as f64).sum::<f64>() / values.len().max(1) as f64;
+                format!("{min}–{max} (mean {mean:.0})")
+            };
+            format!(
+                "in {} → out {}",
+                range(phase.requests.iter().map(|r| r.input_tokens).collect()),
+                range(phase.requests.iter().map(|r| r.output_tokens).collect())
+            )
+        } else if phase.requests.is_empty() {
             plan.workload
                 .buckets
                 .iter()
@@ -126,6 +140,7 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
             alongside
         ));
     }
+    out.push_str(&workload_lines(plan, schedule));
     if let Some(search) = &schedule.search {
         out.push_str(&search_lines(plan, search));
     }
@@ -145,6 +160,135 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
         ));
     }
     out
+}
+
+/// Where prompts come from and what every request asks for, beyond input and output lengths.
+fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
+    use crate::plan::{HeaderValue, Load, OutputSpread};
+    let workload = &plan.workload;
+    let mut lines: Vec<String> = Vec::new();
+    if let Some(system) = &workload.system {
+        let shown: String = system.chars().take(60).collect();
+        let more = if system.chars().count() > 60 {
+            "..."
+        } else {
+            ""
+        };
+        lines.push(format!("system message: \"{shown}{more}\""));
+    }
+    if !workload.prefix.is_empty() {
+        let total: f64 = workload.prefix.iter().map(|g| g.weight).sum();
+        let groups: Vec<String> = workload
+            .prefix
+            .iter()
+            .take(8)
+            .enumerate()
+            .map(|(i, g)| {
+                format!(
+                    "#{i} {} tokens ({:.0}%)",
+                    g.tokens,
+                    g.weight * 100.0 / total
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "shared prefixes: {} group(s): {}{}; each request's own text follows its group's prefix",
+            workload.prefix.len(),
+            groups.join(", "),
+            if workload.prefix.len() > 8 { ", ..." } else { "" }
+        ));
+    }
+    if let (Some(dataset), Some(catalogue)) = (&workload.dataset, schedule.catalogue()) {
+        let bounds = match (dataset.min_input, dataset.max_input) {
+            (None, None) => String::new(),
+            (min, max) => format!(
+                ", prompts of {}–{} tokens{}",
+                min.unwrap_or(1),
+                max.map_or("any".into(), |n| n.to_string()),
+                if dataset.truncate {
+                    " (longer ones cut)"
+                } else {
+                    ""
+                }
+            ),
+        };
+        lines.push(format!(
+            "dataset: {} ({}), order {}: {} usable entr{} of {}{}{}{}",
+            dataset.shown,
+            dataset.format.name(),
+            dataset.order.name(),
+            catalogue.entries.len(),
+            if catalogue.entries.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            },
+            catalogue.entries.len() + catalogue.left_out,
+            bounds,
+            if catalogue.truncated > 0 {
+                format!(", {} cut", catalogue.truncated)
+            } else {
+                String::new()
+            },
+            if dataset.output_from_answer {
+                "; output lengths from its answers"
+            } else {
+                ""
+            },
+        ));
+    }
+    match workload.output_spread {
+        Some(OutputSpread::Uniform { min, max }) => {
+            lines.push(format!("output lengths: uniform in {min}–{max} tokens"))
+        }
+        Some(OutputSpread::Normal {
+            mean,
+            stddev,
+            min,
+            max,
+        }) => lines.push(format!(
+            "output lengths: normal, mean {mean} sd {stddev}, within {min}–{max} tokens"
+        )),
+        None => {}
+    }
+    for phase in &plan.phases {
+        if let Load::Trace(trace) = &phase.load {
+            let span_s = trace.rows.last().map_or(0.0, |r| r.at_ms as f64 / 1000.0);
+            let blocks = trace.rows.iter().filter(|r| !r.hash_ids.is_empty()).count();
+            lines.push(format!(
+                "trace of \"{}\": {} ({} rows over {span_s:.1} s; {} with shared blocks of {} tokens), from {} at {}× speed",
+                phase.name,
+                trace.shown,
+                trace.rows.len(),
+                blocks,
+                trace.block_tokens,
+                crate::plan::units::format_duration(trace.from),
+                crate::plan::units::format_load(trace.speed)
+            ));
+        }
+    }
+    if !plan.target.body.is_empty() {
+        lines.push(format!(
+            "body fields: {}",
+            serde_json::Value::Object(plan.target.body.clone())
+        ));
+    }
+    if !plan.target.headers.is_empty() {
+        let headers: Vec<String> = plan
+            .target
+            .headers
+            .iter()
+            .map(|h| match &h.value {
+                HeaderValue::Text(value) => format!("{}: {value}", h.name),
+                HeaderValue::Secret(var) => format!("{}: ${var} (secret)", h.name),
+            })
+            .collect();
+        lines.push(format!("headers: {}", headers.join(", ")));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!("\n{}\n", lines.join("\n"))
 }
 
 /// What a search will do, before any result is known.

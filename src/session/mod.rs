@@ -32,7 +32,7 @@ use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS, EXIT_RUN};
 use crate::executor::{self, Observer, RequestTemplate, RunConfig, Stop};
 use crate::metrics::{self, Aggregates, Severity};
 use crate::plan::{self, Endpoint, Plan};
-use crate::planner::{self, SyntheticPrompts};
+use crate::planner::{self, WorkloadPrompts};
 use crate::records::{self, ErrorClass, RunHeader, RunLog};
 use crate::report::{Judged, Records, ReportContext, RunVerdict, VerdictStatus};
 use crate::secrets::Secrets;
@@ -322,6 +322,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
     let mut secrets = Secrets::new();
     let auth = target::authorization(plan, &*options.observer, &mut secrets)?;
+    let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
     outdir::prepare(out)?;
     keep_sources(plan, out)?;
@@ -365,6 +366,11 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                     path: path.clone(),
                     sha256: sha256(text),
                 })
+                .chain(
+                    plan.data_files()
+                        .into_iter()
+                        .map(|(path, sha256)| records::PlanFile { path, sha256 }),
+                )
                 .collect(),
             env: plan.source.env.iter().cloned().collect(),
             seed,
@@ -399,8 +405,10 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 stream: plan.target.stream,
                 continuous_usage: plan.target.continuous_usage,
                 ignore_eos: plan.workload.ignore_eos,
+                extra: Arc::new(plan.target.body.clone()),
             },
             auth,
+            headers: Arc::new(headers),
             timeout: plan.target.timeout,
             request_id_prefix,
             max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
@@ -427,7 +435,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         };
         let config = RunConfig {
             template,
-            prompts: Arc::new(SyntheticPrompts::new(tokenizer.clone())),
+            prompts: Arc::new(WorkloadPrompts::new(tokenizer.clone(), plan, &schedule)),
             tokenizer,
             header,
             secrets: Arc::new(secrets),

@@ -65,6 +65,54 @@ pub(super) fn authorization(
     Ok(Some(value))
 }
 
+/// The plan's extra headers; a secret one's value read from its variable now, added to
+/// `secrets` and marked sensitive. A secret header whose variable is unset is left out, with a
+/// notice (as an unset API key is).
+pub(super) fn extra_headers(
+    plan: &Plan,
+    observer: &dyn Observer,
+    secrets: &mut Secrets,
+) -> Result<Vec<(reqwest::header::HeaderName, HeaderValue)>> {
+    use crate::plan::HeaderValue as Planned;
+    let mut headers = Vec::new();
+    for header in &plan.target.headers {
+        let name = reqwest::header::HeaderName::from_bytes(header.name.as_bytes())
+            .map_err(|_| Error::usage(format!("\"{}\" is not an HTTP header name", header.name)))?;
+        let value = match &header.value {
+            Planned::Text(text) => HeaderValue::from_str(text).map_err(|_| {
+                Error::usage(format!(
+                    "the value of header {} cannot go in an HTTP header",
+                    header.name
+                ))
+            })?,
+            Planned::Secret(var) => {
+                let secret = match std::env::var(var) {
+                    Ok(value) if !value.is_empty() => value,
+                    _ => {
+                        let notice = format!(
+                            "${var} is not set (or not UTF-8); requests go without header {}",
+                            header.name
+                        );
+                        observer.on_event(Event::Note(&notice));
+                        continue;
+                    }
+                };
+                secrets.add(&secret);
+                let mut value = HeaderValue::from_str(&secret).map_err(|_| {
+                    Error::usage(format!(
+                        "${var} (header {}) holds characters that cannot go in an HTTP header",
+                        header.name
+                    ))
+                })?;
+                value.set_sensitive(true);
+                value
+            }
+        };
+        headers.push((name, value));
+    }
+    Ok(headers)
+}
+
 /// This machine's name, for the run header.
 pub(super) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

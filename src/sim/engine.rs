@@ -12,8 +12,9 @@
 //! attention_per_token`, and tokens are released at its end, so ITL rises with batch size and
 //! TTFT with queueing.
 
+use std::collections::HashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,10 @@ pub struct Rejection {
 
 struct Submission {
     prompt: u32,
+    /// The prompt's full KV blocks, as chained hashes (each names its block and all before it).
+    blocks: Vec<u64>,
+    /// Where the engine writes how many prompt tokens its prefix cache served.
+    cached: Arc<AtomicU32>,
     max_tokens: u32,
     arrived: Instant,
     events: mpsc::UnboundedSender<EngineEvent>,
@@ -61,6 +66,8 @@ pub struct Engine {
 
 struct Sequence {
     prompt: u32,
+    prefix_blocks: Vec<u64>,
+    cached: Arc<AtomicU32>,
     max_tokens: u32,
     generated: u32,
     /// Tokens whose KV is computed.
@@ -97,6 +104,8 @@ impl Engine {
     pub fn submit(
         &self,
         prompt: u32,
+        blocks: Vec<u64>,
+        cached: Arc<AtomicU32>,
         max_tokens: u32,
     ) -> Result<mpsc::UnboundedReceiver<EngineEvent>, Rejection> {
         let total = prompt as u64 + max_tokens as u64;
@@ -137,6 +146,8 @@ impl Engine {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let submitted = self.submissions.send(Submission {
             prompt,
+            blocks,
+            cached,
             max_tokens: max_tokens.max(1),
             arrived: Instant::now(),
             events,
@@ -150,6 +161,41 @@ impl Engine {
             });
         }
         Ok(receiver)
+    }
+}
+
+/// The prompt blocks whose KV the engine keeps after their requests end, least recently used
+/// first out: vLLM's automatic prefix caching, as a cache of its own size (the KV cache's) beside
+/// the blocks running sequences hold.
+struct PrefixCache {
+    capacity: usize,
+    last_used: HashMap<u64, u64>,
+    clock: u64,
+}
+
+impl PrefixCache {
+    /// How many of `blocks` lead the prompt from the cache; all of them are then kept (used now).
+    fn lookup_and_keep(&mut self, blocks: &[u64]) -> usize {
+        let hits = blocks
+            .iter()
+            .take_while(|hash| self.last_used.contains_key(hash))
+            .count();
+        for hash in blocks {
+            self.clock += 1;
+            self.last_used.insert(*hash, self.clock);
+        }
+        if self.last_used.len() > self.capacity {
+            // Evict the oldest blocks, a tenth of the cache at a time so that eviction stays
+            // rare (sorting the cache is the cost here, not the eviction itself).
+            let mut by_age: Vec<(u64, u64)> =
+                self.last_used.iter().map(|(h, t)| (*t, *h)).collect();
+            by_age.sort_unstable();
+            let excess = self.last_used.len() - self.capacity + self.capacity / 10;
+            for (_, hash) in by_age.into_iter().take(excess) {
+                self.last_used.remove(&hash);
+            }
+        }
+        hits
     }
 }
 
@@ -169,8 +215,15 @@ async fn run(
     let mut waiting: VecDeque<Sequence> = VecDeque::new();
     let mut running: Vec<Sequence> = Vec::new();
     let mut admissions = 0u64;
+    let mut prefix_cache = settings.prefix_cache.then(|| PrefixCache {
+        capacity: total_blocks as usize,
+        last_used: HashMap::new(),
+        clock: 0,
+    });
     let new_sequence = |s: Submission| Sequence {
         prompt: s.prompt,
+        prefix_blocks: s.blocks,
+        cached: s.cached,
         max_tokens: s.max_tokens,
         generated: 0,
         computed: 0,
@@ -291,6 +344,17 @@ async fn run(
             seq.admitted_order = admissions;
             if seq.first_admitted.is_none() {
                 seq.first_admitted = Some(step_start);
+                if let Some(cache) = prefix_cache.as_mut() {
+                    let hits = cache.lookup_and_keep(&seq.prefix_blocks) as u64;
+                    // The last prompt token is always computed: its logits give the first token.
+                    let cached = (hits * settings.block_size as u64)
+                        .min(seq.prompt.saturating_sub(1) as u64)
+                        as u32;
+                    seq.prefill_remaining -= cached.min(seq.prefill_remaining.saturating_sub(1));
+                    seq.computed += cached;
+                    seq.cached.store(cached, Ordering::Relaxed);
+                    metrics.on_prefix_lookup(seq.prompt, cached);
+                }
                 waiting_count.fetch_sub(1, Ordering::SeqCst);
                 metrics.on_admitted(
                     step_start.saturating_duration_since(seq.arrived),
@@ -363,6 +427,7 @@ mod tests {
             max_batched_tokens: 64,
             kv_cache_tokens: 256,
             block_size: 16,
+            prefix_cache: true,
             max_model_len: 1024,
             max_waiting: 1,
             queue_full_status: 503,
@@ -380,12 +445,13 @@ mod tests {
             PreciseTimer::start().unwrap(),
             Arc::new(SimMetrics::new("m")),
         );
-        let too_long = engine.submit(1000, 100).unwrap_err();
+        let cell = || Arc::new(AtomicU32::new(0));
+        let too_long = engine.submit(1000, vec![], cell(), 100).unwrap_err();
         assert_eq!(too_long.status, 400);
-        let beyond_kv = engine.submit(200, 100).unwrap_err();
+        let beyond_kv = engine.submit(200, vec![], cell(), 100).unwrap_err();
         assert_eq!(beyond_kv.status, 400);
         assert!(beyond_kv.message.contains("KV cache"));
-        let mut events = engine.submit(20, 5).unwrap();
+        let mut events = engine.submit(20, vec![], cell(), 5).unwrap();
         let mut tokens = 0;
         while let Some(event) = events.recv().await {
             match event {
@@ -394,5 +460,37 @@ mod tests {
             }
         }
         assert_eq!(tokens, 5);
+    }
+
+    async fn run_to_end(mut events: mpsc::UnboundedReceiver<EngineEvent>) {
+        while let Some(event) = events.recv().await {
+            if event == EngineEvent::Finished {
+                break;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeated_prefix_is_served_from_the_cache() {
+        let engine = Engine::start(
+            settings(),
+            PreciseTimer::start().unwrap(),
+            Arc::new(SimMetrics::new("m")),
+        );
+        // 40 tokens: two full blocks of 16 and a partial one.
+        let first = Arc::new(AtomicU32::new(99));
+        run_to_end(engine.submit(40, vec![1, 2], first.clone(), 2).unwrap()).await;
+        assert_eq!(first.load(Ordering::Relaxed), 0);
+        let second = Arc::new(AtomicU32::new(0));
+        run_to_end(engine.submit(40, vec![1, 2], second.clone(), 2).unwrap()).await;
+        assert_eq!(second.load(Ordering::Relaxed), 32);
+        // Only the leading blocks count: a different first block misses everything.
+        let third = Arc::new(AtomicU32::new(0));
+        run_to_end(engine.submit(40, vec![3, 2], third.clone(), 2).unwrap()).await;
+        assert_eq!(third.load(Ordering::Relaxed), 0);
+        // A prompt that is all cached blocks still computes its last token.
+        let whole = Arc::new(AtomicU32::new(0));
+        run_to_end(engine.submit(32, vec![1, 2], whole.clone(), 2).unwrap()).await;
+        assert_eq!(whole.load(Ordering::Relaxed), 31);
     }
 }

@@ -61,6 +61,8 @@ struct State {
     preemptions: u64,
     prompt_tokens: u64,
     generation_tokens: u64,
+    prefix_queries: u64,
+    prefix_hits: u64,
     ttft: Histogram,
     itl: Histogram,
     queue: Histogram,
@@ -83,6 +85,8 @@ impl SimMetrics {
                 preemptions: 0,
                 prompt_tokens: 0,
                 generation_tokens: 0,
+                prefix_queries: 0,
+                prefix_hits: 0,
                 ttft: Histogram::new(&TTFT_BUCKETS),
                 itl: Histogram::new(&ITL_BUCKETS),
                 queue: Histogram::new(&REQUEST_BUCKETS),
@@ -110,6 +114,15 @@ impl SimMetrics {
         self.with(|s| {
             s.queue.observe(queued);
             s.prompt_tokens += prompt_tokens as u64;
+        });
+    }
+
+    /// A prefix-cache lookup: `prompt` tokens asked for, `hit` of them found (vLLM counts both
+    /// in tokens).
+    pub fn on_prefix_lookup(&self, prompt: u32, hit: u32) {
+        self.with(|s| {
+            s.prefix_queries += prompt as u64;
+            s.prefix_hits += hit as u64;
         });
     }
 
@@ -183,6 +196,18 @@ impl SimMetrics {
             "Number of generation tokens processed.",
             "counter",
             s.generation_tokens.to_string(),
+        );
+        gauge(
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            "counter",
+            s.prefix_queries.to_string(),
+        );
+        gauge(
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            "counter",
+            s.prefix_hits.to_string(),
         );
         s.ttft.write(
             &mut out,

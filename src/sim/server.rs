@@ -316,15 +316,24 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     // Counting a long prompt's tokens takes a while: off the runtime's threads, so that other
     // connections are read (and their arrival times taken) meanwhile, as a real server's HTTP
     // front end does while its tokenizer works.
+    // Only the engine model keeps a prefix cache.
+    let prefix_block = shared
+        .settings
+        .engine
+        .as_ref()
+        .filter(|engine| engine.prefix_cache && shared.engine.is_some())
+        .map(|engine| engine.block_size);
     let parsed = if body.len() > INLINE_PARSE_BYTES {
         let tokenizer = shared.tokenizer.clone();
-        tokio::task::spawn_blocking(move || SimRequest::parse(&body, chat, &tokenizer))
-            .await
-            .unwrap_or_else(|_| Err("the request could not be read".into()))
+        tokio::task::spawn_blocking(move || {
+            SimRequest::parse(&body, chat, &tokenizer, prefix_block)
+        })
+        .await
+        .unwrap_or_else(|_| Err("the request could not be read".into()))
     } else {
-        SimRequest::parse(&body, chat, &shared.tokenizer)
+        SimRequest::parse(&body, chat, &shared.tokenizer, prefix_block)
     };
-    let request = match parsed {
+    let mut request = match parsed {
         Ok(request) => request,
         Err(message) => {
             return Ok(json_response(
@@ -350,7 +359,14 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
     let mut tokens = match &shared.engine {
         Some(engine) => {
-            match engine.submit(request.prompt_tokens as u32, request.max_tokens as u32) {
+            let blocks = std::mem::take(&mut request.blocks);
+            let cached = request.cached.clone().unwrap_or_default();
+            match engine.submit(
+                request.prompt_tokens as u32,
+                blocks,
+                cached,
+                request.max_tokens as u32,
+            ) {
                 Ok(events) => Tokens::Engine {
                     events,
                     words: shared.tokenizer.clone(),
@@ -466,7 +482,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             }
             let mut value = chunk(&request, &id, Some(&text), false, None);
             if request.continuous_usage {
-                value["usage"] = usage(request.prompt_tokens, completion);
+                value["usage"] = usage(&request, completion);
             }
             if tx.send(event(value, true)).await.is_err() {
                 return;
@@ -477,12 +493,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let mut finish = chunk(&request, &id, None, false, Some("length"));
         if request.continuous_usage {
-            finish["usage"] = usage(request.prompt_tokens, completion);
+            finish["usage"] = usage(&request, completion);
         }
         let _ = tx.send(event(finish, false)).await;
         if request.include_usage {
             let value = serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": 0,
-                "model": request.model, "choices": [], "usage": usage(request.prompt_tokens, completion)});
+                "model": request.model, "choices": [], "usage": usage(&request, completion)});
             let _ = tx.send(event(value, false)).await;
         }
         let _ = tx

@@ -1,5 +1,7 @@
 //! What the simulator generates for one request: token text, timings and the JSON of each chunk.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -19,6 +21,27 @@ pub struct SimRequest {
     pub continuous_usage: bool,
     pub prompt_tokens: usize,
     pub max_tokens: usize,
+    /// The prompt's full blocks as chained hashes (with a prefix cache).
+    pub blocks: Vec<u64>,
+    /// Prompt tokens the prefix cache served, once the engine has admitted the request (with a
+    /// prefix cache; usage then reports `prompt_tokens_details.cached_tokens`, as vLLM does).
+    pub cached: Option<Arc<AtomicU32>>,
+}
+
+/// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
+/// every block before it, so equal hashes mean equal prefixes (as vLLM's block hashes do).
+pub fn block_hashes(ids: &[u32], size: usize) -> Vec<u64> {
+    let mut previous = 0xcbf2_9ce4_8422_2325u64;
+    ids.chunks_exact(size.max(1))
+        .map(|block| {
+            let mut hash = previous;
+            for &id in block {
+                hash = crate::seed::mix64(hash ^ id as u64);
+            }
+            previous = hash;
+            hash
+        })
+        .collect()
 }
 
 impl SimRequest {
@@ -27,9 +50,24 @@ impl SimRequest {
         body: &[u8],
         chat: bool,
         tokenizer: &Tokenizer,
+        prefix_block: Option<u32>,
     ) -> Result<SimRequest, String> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
+        // With a prefix cache the prompt's token ids are needed (its blocks are hashed);
+        // without one, a count is enough.
+        let mut ids: Vec<u32> = Vec::new();
+        let mut measure = |text: &str| -> usize {
+            match prefix_block {
+                Some(_) => {
+                    let piece = tokenizer.ids(text);
+                    let n = piece.len();
+                    ids.extend(piece);
+                    n
+                }
+                None => tokenizer.count(text),
+            }
+        };
         let prompt_tokens = if chat {
             let messages = value
                 .get("messages")
@@ -38,25 +76,29 @@ impl SimRequest {
             messages
                 .iter()
                 .map(|m| match m.get("content") {
-                    Some(Value::String(s)) => tokenizer.count(s),
+                    Some(Value::String(s)) => measure(s),
                     Some(Value::Array(parts)) => parts
                         .iter()
                         .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .map(|t| tokenizer.count(t))
+                        .map(&mut measure)
                         .sum(),
                     _ => 0,
                 })
                 .sum()
         } else {
             match value.get("prompt") {
-                Some(Value::String(s)) => tokenizer.count(s),
+                Some(Value::String(s)) => measure(s),
                 Some(Value::Array(parts)) => parts
                     .iter()
                     .filter_map(Value::as_str)
-                    .map(|t| tokenizer.count(t))
+                    .map(&mut measure)
                     .sum(),
                 _ => return Err("`prompt` is required and must be a string".into()),
             }
+        };
+        let blocks = match prefix_block {
+            Some(size) => block_hashes(&ids, size as usize),
+            None => Vec::new(),
         };
         let max_tokens = value
             .get("max_completion_tokens")
@@ -85,6 +127,8 @@ impl SimRequest {
             continuous_usage: flag("continuous_usage_stats"),
             prompt_tokens,
             max_tokens: max_tokens.max(1),
+            blocks,
+            cached: prefix_block.map(|_| Arc::new(AtomicU32::new(0))),
         })
     }
 }
@@ -133,8 +177,13 @@ pub fn generate(
     Generation { chunks }
 }
 
-pub fn usage(prompt: usize, completion: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+pub fn usage(request: &SimRequest, completion: usize) -> Value {
+    let prompt = request.prompt_tokens;
+    let mut usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+    if let Some(cached) = &request.cached {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": cached.load(Ordering::Relaxed)});
+    }
+    usage
 }
 
 /// A streamed chunk carrying `text` (or only the role, or only a finish_reason).
@@ -179,7 +228,7 @@ pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usi
         "text_completion"
     };
     json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice],
-           "usage": usage(request.prompt_tokens, completion)})
+           "usage": usage(request, completion)})
 }
 
 pub fn error_body(message: &str, kind: &str) -> Value {

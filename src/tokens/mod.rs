@@ -182,6 +182,50 @@ impl Tokenizer {
         }
     }
 
+    /// The token ids of `text` (no special tokens), for as much of it as the tokenizer can
+    /// encode in pieces (see [`Tokenizer::count`]): the simulator's prefix cache hashes them.
+    pub fn ids(&self, text: &str) -> Vec<u32> {
+        let mut ids = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let cut = piece_end(rest, COUNT_PIECE_BYTES);
+            let (piece, tail) = rest.split_at(cut);
+            let encoded =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &self.backend {
+                    Backend::Tiktoken(bpe) => bpe.encode_ordinary(piece),
+                    Backend::HuggingFace(inner) => inner
+                        .encode(piece, false)
+                        .map(|e| e.get_ids().to_vec())
+                        .unwrap_or_default(),
+                }));
+            ids.extend(encoded.unwrap_or_default());
+            rest = tail;
+        }
+        ids
+    }
+
+    /// `text` cut to its first `tokens` tokens (the whole text when it is no longer).
+    pub fn truncate(&self, text: &str, tokens: u32) -> String {
+        let ids = self.ids(text);
+        if ids.len() <= tokens as usize {
+            return text.to_string();
+        }
+        // A cut inside a multi-byte character does not decode: give back up to three tokens.
+        let mut keep = tokens as usize;
+        loop {
+            let kept = &ids[..keep];
+            let decoded = match &self.backend {
+                Backend::Tiktoken(bpe) => bpe.decode(kept.to_vec()).ok(),
+                Backend::HuggingFace(inner) => inner.decode(kept, false).ok(),
+            };
+            match decoded {
+                Some(text) => return text,
+                None if keep > 0 && tokens as usize - keep < 3 => keep -= 1,
+                None => return String::new(),
+            }
+        }
+    }
+
     /// Words that are one token each (with a leading space).
     pub fn single_token_words(&self) -> &[String] {
         &self.single_token_words

@@ -271,6 +271,8 @@ pub fn judge(
         observed_display: observed.map(|v| display(kind, v)).unwrap_or_else(|| {
             if assertion.metric.is_server() {
                 "no server telemetry".into()
+            } else if assertion.metric == crate::plan::Metric::PrefixCacheHitRate {
+                "the server reported no cached tokens".into()
             } else {
                 "no data".into()
             }

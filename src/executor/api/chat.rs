@@ -83,6 +83,7 @@ mod tests {
             stream: true,
             continuous_usage: false,
             ignore_eos,
+            extra: Default::default(),
         }
     }
 

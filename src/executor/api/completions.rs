@@ -67,6 +67,7 @@ mod tests {
             stream: false,
             continuous_usage: false,
             ignore_eos: false,
+            extra: Default::default(),
         };
         let body: serde_json::Value =
             serde_json::from_slice(&Completions.body(&Prompt::Text("hi".into()), 8, &options))

@@ -27,6 +27,8 @@ pub struct BodyOptions {
     pub continuous_usage: bool,
     /// Ask for exactly `max_tokens` (`ignore_eos`, `min_tokens`).
     pub ignore_eos: bool,
+    /// The plan's own fields (sampling parameters, server knobs), merged into every body.
+    pub extra: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Token counts a server reports.

@@ -28,6 +28,10 @@ pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, 
         body.insert("ignore_eos".into(), true.into());
         body.insert("min_tokens".into(), max_tokens.into());
     }
+    // The plan checked that none of its fields is one written above.
+    for (key, value) in options.extra.iter() {
+        body.entry(key.clone()).or_insert_with(|| value.clone());
+    }
     Value::Object(body).to_string().into_bytes()
 }
 

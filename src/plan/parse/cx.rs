@@ -44,6 +44,9 @@ pub(super) struct Cx {
     pub diagnostics: Vec<(usize, PlanDiagnostic)>,
     /// Look for files the plan names (a tokenizer); off when a kept plan is judged again.
     pub check_files: bool,
+    /// Every phase replays a trace (which gives every request's lengths): the workload then
+    /// needs no `input` or `output`.
+    pub replay_only: bool,
     pub env: EnvSource,
     /// Every `(env)` value read: name and value (none of them secret: keys are named, not read).
     pub env_used: Vec<(String, String)>,
@@ -102,6 +105,7 @@ impl Cx {
             current: 0,
             diagnostics: Vec::new(),
             check_files,
+            replay_only: false,
             env: EnvSource::Process,
             env_used: Vec::new(),
         }
@@ -138,6 +142,25 @@ impl Cx {
                 span,
                 label: label.into(),
                 help: Some(help.into()),
+            },
+        ));
+    }
+
+    /// A mistake in another file the plan reads (a dataset, a trace), quoted from that file.
+    pub fn error_in_data(
+        &mut self,
+        file_name: &str,
+        text: Arc<String>,
+        error: crate::plan::data::DataError,
+    ) {
+        self.diagnostics.push((
+            self.current,
+            PlanDiagnostic {
+                message: format!("{file_name}: {}", error.message),
+                source_code: NamedSource::new(file_name, text),
+                span: error.span.into(),
+                label: error.label,
+                help: Some(error.help),
             },
         ));
     }

@@ -8,6 +8,7 @@
 //! misplaced quote does not hide every other mistake.
 
 mod cx;
+mod datafile;
 mod phase;
 #[cfg(test)]
 mod proptests;
@@ -733,6 +734,15 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         return None;
     }
 
+    cx.replay_only = !phase_nodes.is_empty()
+        && !placed
+            .iter()
+            .any(|p| matches!(p.node.name().value(), "sweep" | "search"))
+        && phase_nodes.iter().all(|p| {
+            cx::children(p.node)
+                .iter()
+                .any(|c| c.name().value() == "trace")
+        });
     let mut expected_requests = 0.0;
     for p in placed {
         let node = p.node;

@@ -61,6 +61,10 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         let n = cx.single(node, "at-once 64", Count::positive(MAX_BURST));
         p.load(n.map(|n| Load::AtOnce(n as u32)), node);
     }),
+    ("trace", |cx, node, p| {
+        let trace = trace(cx, node);
+        p.load(trace.map(Load::Trace), node);
+    }),
     ("arrivals", |cx, node, p| match arrivals(cx, node) {
         Some(a) => p.arrivals = Some((a, node.name().span())),
         None => p.broken = true,
@@ -209,6 +213,62 @@ pub(super) struct CheckedPhase {
     pub with_span: Option<SourceSpan>,
 }
 
+/// `trace "mooncake.jsonl" speed=2 from="10m" block=512`: an open loop replaying a trace.
+fn trace(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::data::Trace> {
+    let usage = "trace \"trace.jsonl\" speed=2.0 from=\"0s\" block=512";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["speed", "from", "block"], usage);
+    let name = cx.arg(node, usage, Text);
+    let speed = cx.prop_or(
+        node,
+        "speed",
+        1.0,
+        usage,
+        Number {
+            positive: true,
+            max: 1000.0,
+        },
+    );
+    let from = cx.prop_or(node, "from", Duration::ZERO, usage, DURATION_OR_ZERO);
+    let block = cx.prop_or(node, "block", 512, usage, Count::positive(1 << 20));
+    let (name, speed, from, block) = (name?, speed?, from?, block?);
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let mut trace = crate::plan::data::Trace {
+        shown: name.clone(),
+        speed,
+        from,
+        block_tokens: block as u32,
+        rows: std::sync::Arc::new(Vec::new()),
+        sha256: String::new(),
+    };
+    if cx.check_files {
+        let (path, text, sha) = super::datafile::read(cx, span, &name, "trace")?;
+        match crate::plan::data::read_trace(&text) {
+            Ok(rows) if rows.is_empty() => {
+                cx.error(
+                    span,
+                    format!("trace {} has no rows", path.display()),
+                    "empty",
+                    usage,
+                );
+                return None;
+            }
+            Ok(rows) => {
+                trace.rows = std::sync::Arc::new(rows);
+                trace.sha256 = sha;
+            }
+            Err(errors) => {
+                let shown = path.display().to_string();
+                for error in errors.into_iter().take(5) {
+                    cx.error_in_data(&shown, text.clone(), error);
+                }
+                return None;
+            }
+        }
+    }
+    Some(trace)
+}
+
 /// The `phase` node.
 pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     let usage = "phase \"steady\" { rate 16; duration \"3m\" }";
@@ -293,6 +353,8 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             );
             ok = false;
         }
+        // A replay ends with its trace.
+        Load::Trace(_) => {}
         _ if duration.is_none() && max_requests.is_none() && ok => {
             cx.error(
                 node.name().span(),
@@ -310,6 +372,19 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     let expected_requests = match &load {
         Load::AtOnce(n) => *n as f64,
         Load::Concurrency(_) => max_requests.map_or(0.0, |n| n as f64),
+        Load::Trace(trace) => {
+            let rows = trace.window(duration, max_requests).count();
+            if rows == 0 && cx.check_files {
+                cx.error(
+                    load_span,
+                    format!("phase \"{name}\" replays no row of its trace"),
+                    "empty window",
+                    "the trace has no row after `from` within the phase's duration; move `from` or lengthen the phase",
+                );
+                return None;
+            }
+            rows as f64
+        }
         Load::Rate { rate, .. } => {
             let mean = rate.mean();
             match duration {

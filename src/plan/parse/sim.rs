@@ -103,6 +103,11 @@ const ENGINE: &[(&str, Handler<EngineSettings>)] = &[
     ),
     ("kv-cache-tokens", count_knob!(kv_cache_tokens, 1, 1 << 40)),
     ("block-size", count_knob!(block_size, 1, 1 << 20)),
+    ("prefix-cache", |cx, node, engine| {
+        if let Some(on) = cx.single(node, "prefix-cache #false", super::values::Flag) {
+            engine.prefix_cache = on;
+        }
+    }),
     ("max-model-len", count_knob!(max_model_len, 1, 1 << 24)),
     ("max-waiting", count_knob!(max_waiting, 0, 10_000_000)),
     ("queue-full-status", |cx, node, engine| {

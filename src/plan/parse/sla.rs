@@ -212,7 +212,7 @@ pub(super) fn slo(cx: &mut Cx, node: &KdlNode) -> Option<Slo> {
 fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
     let metric = metric(cx, node, scope)?;
     cx.no_children(node);
-    if metric.is_server() {
+    if metric.is_server() || metric == Metric::PrefixCacheHitRate {
         cx.error(
             node.name().span(),
             format!("`{}` is not compared between runs", metric.name()),

@@ -5,8 +5,10 @@ use std::time::Duration;
 use kdl::KdlNode;
 
 use super::cx::{positional, property, Cx, Handler};
-use super::values::{ByteSize, Flag, Text, DURATION};
-use crate::plan::{Api, Endpoint, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE};
+use super::values::{ByteSize, Flag, Kind, Text, DURATION};
+use crate::plan::{
+    Api, Endpoint, Header, HeaderValue, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE,
+};
 
 struct Fields {
     api: Api,
@@ -19,7 +21,49 @@ struct Fields {
     max_body: u64,
     metrics: MetricsSource,
     metrics_interval: Duration,
+    body: serde_json::Map<String, serde_json::Value>,
+    headers: Vec<Header>,
 }
+
+/// Body fields llmload writes itself: a plan may not set them through `sampling` or `body`.
+const OWN_FIELDS: &[(&str, &str)] = &[
+    ("model", "set it with `model` in the target"),
+    ("messages", "prompts come from the workload"),
+    ("prompt", "prompts come from the workload"),
+    (
+        "max_tokens",
+        "set output lengths with `output` in the workload",
+    ),
+    (
+        "max_completion_tokens",
+        "set output lengths with `output` in the workload",
+    ),
+    (
+        "min_tokens",
+        "ask for exact lengths with output N ignore-eos=#true",
+    ),
+    (
+        "ignore_eos",
+        "ask for exact lengths with output N ignore-eos=#true",
+    ),
+    ("stream", "set it with `stream` in the target"),
+    (
+        "stream_options",
+        "llmload asks for usage itself; see `continuous-usage`",
+    ),
+];
+
+/// Headers llmload (or HTTP) sets itself.
+const OWN_HEADERS: &[&str] = &[
+    "authorization",
+    "content-type",
+    "content-length",
+    "host",
+    "x-request-id",
+    "transfer-encoding",
+    "connection",
+    "accept",
+];
 
 const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("api", |cx, node, t| {
@@ -75,7 +119,165 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
     ("metrics", metrics),
+    ("sampling", sampling),
+    ("body", body),
+    ("header", header),
 ];
+
+/// Adds `key` to the body unless llmload writes it itself.
+fn add_field(
+    cx: &mut Cx,
+    span: miette::SourceSpan,
+    t: &mut Fields,
+    key: String,
+    value: serde_json::Value,
+) {
+    if let Some((_, why)) = OWN_FIELDS.iter().find(|(own, _)| *own == key) {
+        cx.error(
+            span,
+            format!("llmload sets `{key}` in every body itself"),
+            "set by llmload",
+            why.to_string(),
+        );
+        return;
+    }
+    t.body.insert(key, value);
+}
+
+/// `sampling temperature=0.7 top-p=0.95 seed=1 stop="\n\n"`: sampling parameters, each property
+/// a body field (dashes become underscores).
+fn sampling(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    cx.no_children(node);
+    for entry in node.entries() {
+        let Some(key) = entry.name() else {
+            cx.error(
+                entry.span(),
+                "`sampling` takes properties only",
+                "argument",
+                "write it as: sampling temperature=0.7 top-p=0.95 seed=1",
+            );
+            continue;
+        };
+        let value = match entry.value() {
+            kdl::KdlValue::Integer(n) => serde_json::Value::from(*n as i64),
+            kdl::KdlValue::Float(f) => match serde_json::Number::from_f64(*f) {
+                Some(n) => serde_json::Value::Number(n),
+                None => {
+                    cx.error(
+                        entry.span(),
+                        "not a finite number",
+                        "not finite",
+                        "write a number",
+                    );
+                    continue;
+                }
+            },
+            kdl::KdlValue::Bool(b) => serde_json::Value::Bool(*b),
+            kdl::KdlValue::String(text) => serde_json::Value::String(text.clone()),
+            kdl::KdlValue::Null => serde_json::Value::Null,
+        };
+        add_field(cx, entry.span(), t, key.value().replace('-', "_"), value);
+    }
+}
+
+/// `body r#"{"chat_template_kwargs": {"enable_thinking": false}}"#`: a JSON object merged into
+/// every body.
+fn body(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "body #\"{\"chat_template_kwargs\": {\"enable_thinking\": false}}\"#";
+    let Some(text) = cx.single(node, usage, Text) else {
+        return;
+    };
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Object(fields)) => {
+            for (key, value) in fields {
+                add_field(cx, span, t, key, value);
+            }
+        }
+        Ok(_) => cx.error(
+            span,
+            "`body` must be a JSON object",
+            "not an object",
+            format!("write it as: {usage}"),
+        ),
+        Err(e) => cx.error(
+            span,
+            format!("`body` is not JSON: {e}"),
+            "not JSON",
+            format!("write it as: {usage}"),
+        ),
+    }
+}
+
+/// `header "X-Tenant" "team-a"`, or `header "X-Gateway-Key" env="GATEWAY_KEY"` for a secret
+/// (read at run time, never written anywhere).
+fn header(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage =
+        "header \"X-Tenant\" \"team-a\" (or, for a secret, header \"X-Key\" env=\"VARIABLE\")";
+    cx.no_children(node);
+    cx.check_entries(node, 2, &["env"], usage);
+    let name = cx.arg(node, usage, Text);
+    let name_span = positional(node).next().map_or(node.span(), |e| e.span());
+    let value = positional(node).nth(1);
+    let env = cx.prop(node, "env", usage, Text).ok().flatten();
+    let Some(name) = name else { return };
+    let valid = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok();
+    if !valid {
+        cx.error(
+            name_span,
+            format!("\"{name}\" is not an HTTP header name"),
+            "not a header",
+            usage,
+        );
+        return;
+    }
+    if OWN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        cx.error(
+            name_span,
+            format!("llmload sets `{name}` itself"),
+            "set by llmload",
+            "the API key goes in api-key env=\"VARIABLE\"; other headers are yours to add",
+        );
+        return;
+    }
+    let value = match (value, env) {
+        (Some(entry), None) => {
+            let Some(text) = Text.read(cx, entry, usage) else {
+                return;
+            };
+            if reqwest::header::HeaderValue::from_str(&text).is_err() {
+                cx.error(
+                    entry.span(),
+                    "not a valid header value",
+                    "invalid",
+                    "header values are visible ASCII text",
+                );
+                return;
+            }
+            HeaderValue::Text(text)
+        }
+        (None, Some(variable)) => HeaderValue::Secret(variable),
+        (Some(entry), Some(_)) => {
+            cx.error(
+                entry.span(),
+                "a header takes a value or env=, not both",
+                "both",
+                usage,
+            );
+            return;
+        }
+        (None, None) => {
+            cx.error(
+                node.name().span(),
+                "the header has no value",
+                "no value",
+                usage,
+            );
+            return;
+        }
+    };
+    t.headers.push(Header { name, value });
+}
 
 /// `metrics "http://host:8000/metrics" interval="1s"`, `metrics #false`: the server telemetry.
 fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
@@ -171,6 +373,8 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         max_body: DEFAULT_MAX_BODY,
         metrics: MetricsSource::Auto,
         metrics_interval: Duration::from_secs(1),
+        body: serde_json::Map::new(),
+        headers: Vec::new(),
     };
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
@@ -199,5 +403,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         max_body: fields.max_body,
         metrics: fields.metrics,
         metrics_interval: fields.metrics_interval,
+        body: fields.body,
+        headers: fields.headers,
     })
 }

@@ -2,10 +2,17 @@
 
 use kdl::KdlNode;
 
-use super::cx::{children, positional, Cx, Handler};
-use super::values::{Count, Flag, Number, Text};
+use std::sync::Arc;
+
+use super::cx::{children, positional, property, Cx, Handler};
+use super::datafile;
+use super::values::{Count, Flag, Kind, Number, Text};
+use crate::plan::data::{self, Dataset, DatasetFormat, DatasetOrder};
 use crate::plan::limits::{MAX_TOKENS, MAX_WEIGHT};
-use crate::plan::{Bucket, TokenizerSpec, Workload};
+use crate::plan::{Bucket, OutputSpread, PrefixGroup, TokenizerSpec, Workload};
+
+/// Shared-prefix groups a plan may have.
+const MAX_PREFIX_GROUPS: u64 = 10_000;
 
 const BUILTIN_TOKENIZERS: [&str; 2] = ["cl100k_base", "o200k_base"];
 const TOKENS: Count = Count::positive(MAX_TOKENS);
@@ -13,7 +20,10 @@ const TOKENS: Count = Count::positive(MAX_TOKENS);
 struct Fields {
     tokenizer: TokenizerSpec,
     buckets: Option<Vec<Bucket>>,
-    output: Option<(u32, bool)>,
+    output: Option<(u32, bool, Option<OutputSpread>)>,
+    system: Option<String>,
+    prefix: Vec<PrefixGroup>,
+    dataset: Option<Dataset>,
     /// A child was present but wrong (already reported).
     broken: bool,
 }
@@ -24,18 +34,344 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         w.buckets = input(cx, node);
         w.broken |= w.buckets.is_none();
     }),
-    ("output", |cx, node, w| {
-        let usage = "output 256 ignore-eos=#true";
-        cx.no_children(node);
-        cx.check_entries(node, 1, &["ignore-eos"], usage);
-        let tokens = cx.arg(node, usage, TOKENS);
-        let ignore_eos = cx.prop_or(node, "ignore-eos", false, usage, Flag);
-        match (tokens, ignore_eos) {
-            (Some(tokens), Some(ignore_eos)) => w.output = Some((tokens as u32, ignore_eos)),
-            _ => w.broken = true,
-        }
+    ("output", output),
+    ("system", |cx, node, w| {
+        w.system = cx.single(node, "system \"You are a helpful assistant.\"", Text);
+        w.broken |= w.system.is_none();
     }),
+    ("prefix", prefix),
+    ("dataset", dataset),
 ];
+
+/// `output 256`, `output min=64 max=256` (uniform), `output mean=128 stddev=32` (normal); each
+/// with `ignore-eos=#true`.
+fn output(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
+    let usage =
+        "output 256 ignore-eos=#true (or output min=64 max=256, or output mean=128 stddev=32)";
+    cx.no_children(node);
+    cx.check_entries(
+        node,
+        1,
+        &["ignore-eos", "min", "max", "mean", "stddev"],
+        usage,
+    );
+    let ignore_eos = cx.prop_or(node, "ignore-eos", false, usage, Flag);
+    let min = cx.prop(node, "min", usage, TOKENS);
+    let max = cx.prop(node, "max", usage, TOKENS);
+    let mean = cx.prop(
+        node,
+        "mean",
+        usage,
+        Number {
+            positive: true,
+            max: MAX_TOKENS as f64,
+        },
+    );
+    let stddev = cx.prop(
+        node,
+        "stddev",
+        usage,
+        Number {
+            positive: true,
+            max: MAX_TOKENS as f64,
+        },
+    );
+    let fixed = match positional(node).next() {
+        Some(entry) => TOKENS.read(cx, entry, usage).map(Some),
+        None => Some(None),
+    };
+    let (Some(ignore_eos), Ok(min), Ok(max), Ok(mean), Ok(stddev), Some(fixed)) =
+        (ignore_eos, min, max, mean, stddev, fixed)
+    else {
+        w.broken = true;
+        return;
+    };
+    let wrong = |cx: &mut Cx, message: &str| {
+        cx.error(
+            node.name().span(),
+            message.to_string(),
+            "output lengths",
+            format!("write it as: {usage}"),
+        );
+    };
+    let spread = match (fixed, min, max, mean, stddev) {
+        (Some(tokens), None, None, None, None) => {
+            w.output = Some((tokens as u32, ignore_eos, None));
+            return;
+        }
+        (None, Some(min), Some(max), None, None) if min <= max => OutputSpread::Uniform {
+            min: min as u32,
+            max: max as u32,
+        },
+        (None, min, max, Some(mean), Some(stddev)) => {
+            let min = min.unwrap_or(1);
+            let max = max.unwrap_or(((mean + 4.0 * stddev).ceil() as u64).min(MAX_TOKENS));
+            if min as f64 > mean || mean > max as f64 {
+                wrong(cx, "the mean output length lies outside min..max");
+                w.broken = true;
+                return;
+            }
+            OutputSpread::Normal {
+                mean,
+                stddev,
+                min: min as u32,
+                max: max as u32,
+            }
+        }
+        (None, Some(_), Some(_), None, None) => {
+            wrong(cx, "`min` is above `max`");
+            w.broken = true;
+            return;
+        }
+        (None, None, None, None, None) => {
+            wrong(cx, "`output` needs a length");
+            w.broken = true;
+            return;
+        }
+        _ => {
+            wrong(
+                cx,
+                "`output` takes one length, a uniform range (min and max), or a normal distribution (mean and stddev, optionally min and max)",
+            );
+            w.broken = true;
+            return;
+        }
+    };
+    let nominal = match spread {
+        OutputSpread::Uniform { min, max } => (min + max) / 2,
+        OutputSpread::Normal { mean, .. } => mean.round() as u32,
+    };
+    w.output = Some((nominal.max(1), ignore_eos, Some(spread)));
+}
+
+/// `prefix 1024 groups=8`, or `prefix { group 2048 weight=3; group 512 }`.
+fn prefix(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
+    let usage = "prefix 1024 groups=8, or prefix { group 2048 weight=3; group 512 weight=1 }";
+    cx.check_entries(node, 1, &["groups"], usage);
+    let groups_kind = Count::positive(MAX_PREFIX_GROUPS);
+    match (positional(node).next(), children(node).is_empty()) {
+        (Some(entry), true) => {
+            let tokens = TOKENS.read(cx, entry, usage);
+            let groups = cx.prop_or(node, "groups", 1, usage, groups_kind);
+            match (tokens, groups) {
+                (Some(tokens), Some(groups)) => {
+                    w.prefix = (0..groups)
+                        .map(|_| PrefixGroup {
+                            tokens: tokens as u32,
+                            weight: 1.0,
+                        })
+                        .collect()
+                }
+                _ => w.broken = true,
+            }
+        }
+        (None, false) => {
+            if let Some(groups) = property(node, "groups") {
+                cx.error(
+                    groups.span(),
+                    "`groups` is for a prefix of one length",
+                    "groups",
+                    usage,
+                );
+            }
+            let mut groups = Some(Vec::new());
+            cx.walk(node, "in `prefix`", PREFIX_GROUPS, &mut groups);
+            match groups {
+                Some(groups) if groups.len() as u64 <= MAX_PREFIX_GROUPS => w.prefix = groups,
+                Some(_) => {
+                    cx.error(
+                        node.name().span(),
+                        "too many prefix groups",
+                        "too many",
+                        format!("at most {MAX_PREFIX_GROUPS}"),
+                    );
+                    w.broken = true;
+                }
+                None => w.broken = true,
+            }
+        }
+        (Some(entry), false) => {
+            cx.error(
+                entry.span(),
+                "`prefix` has both a length and groups",
+                "length",
+                usage,
+            );
+            w.broken = true;
+        }
+        (None, true) => {
+            cx.error(node.name().span(), "`prefix` is empty", "no length", usage);
+            w.broken = true;
+        }
+    }
+}
+
+const PREFIX_GROUPS: &[(&str, Handler<Option<Vec<PrefixGroup>>>)] =
+    &[("group", |cx, node, groups| {
+        let usage = "group 2048 weight=3";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["weight"], usage);
+        let tokens = cx.arg(node, usage, TOKENS);
+        let weight = cx.prop_or(
+            node,
+            "weight",
+            1.0,
+            usage,
+            Number {
+                positive: true,
+                max: MAX_WEIGHT,
+            },
+        );
+        match (tokens, weight, groups.as_mut()) {
+            (Some(tokens), Some(weight), Some(list)) => list.push(PrefixGroup {
+                tokens: tokens as u32,
+                weight,
+            }),
+            _ => *groups = None,
+        }
+    })];
+
+/// `dataset "prompts.jsonl" field="prompt" order="shuffle" ...`.
+fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
+    let usage = "dataset \"prompts.jsonl\" order=\"shuffle\" min-input=16 max-input=2048 output-from-answer=#true";
+    const PROPS: &[&str] = &[
+        "format",
+        "field",
+        "answer-field",
+        "order",
+        "min-input",
+        "max-input",
+        "truncate",
+        "output-from-answer",
+    ];
+    cx.no_children(node);
+    cx.check_entries(node, 1, PROPS, usage);
+    let name = cx.arg(node, usage, Text);
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let text_prop = |cx: &mut Cx, key: &str| cx.prop(node, key, usage, Text).ok().flatten();
+    let format = match text_prop(cx, "format").as_deref() {
+        None => {
+            if name.as_deref().is_some_and(|n| n.ends_with(".jsonl")) {
+                Some(DatasetFormat::Jsonl)
+            } else {
+                Some(DatasetFormat::ShareGpt)
+            }
+        }
+        Some("jsonl") => Some(DatasetFormat::Jsonl),
+        Some("sharegpt") => Some(DatasetFormat::ShareGpt),
+        Some(other) => {
+            let at = property(node, "format").map_or(span, |e| e.span());
+            cx.error(
+                at,
+                format!("unknown dataset format \"{other}\""),
+                "unknown format",
+                "use format=\"jsonl\" or format=\"sharegpt\"",
+            );
+            None
+        }
+    };
+    let order = match text_prop(cx, "order").as_deref() {
+        None | Some("shuffle") => Some(DatasetOrder::Shuffle),
+        Some("sequential") => Some(DatasetOrder::Sequential),
+        Some("random") => Some(DatasetOrder::Random),
+        Some(other) => {
+            let at = property(node, "order").map_or(span, |e| e.span());
+            cx.error(
+                at,
+                format!("unknown order \"{other}\""),
+                "unknown order",
+                "use order=\"sequential\" (the file's order), \"shuffle\" (shuffled with the seed) or \"random\" (with replacement)",
+            );
+            None
+        }
+    };
+    let field = text_prop(cx, "field").unwrap_or_else(|| "prompt".into());
+    let answer_field = text_prop(cx, "answer-field").unwrap_or_else(|| "completion".into());
+    let min_input = cx.prop(node, "min-input", usage, TOKENS);
+    let max_input = cx.prop(node, "max-input", usage, TOKENS);
+    let truncate = cx.prop_or(node, "truncate", false, usage, Flag);
+    let output_from_answer = cx.prop_or(node, "output-from-answer", false, usage, Flag);
+    let (
+        Some(name),
+        Some(format),
+        Some(order),
+        Ok(min_input),
+        Ok(max_input),
+        Some(truncate),
+        Some(output_from_answer),
+    ) = (
+        name,
+        format,
+        order,
+        min_input,
+        max_input,
+        truncate,
+        output_from_answer,
+    )
+    else {
+        w.broken = true;
+        return;
+    };
+    if let (Some(min), Some(max)) = (min_input, max_input) {
+        if min > max {
+            cx.error(span, "min-input is above max-input", "bounds", usage);
+            w.broken = true;
+            return;
+        }
+    }
+    let mut dataset = Dataset {
+        shown: name.clone(),
+        format,
+        field,
+        answer_field,
+        order,
+        min_input: min_input.map(|n| n as u32),
+        max_input: max_input.map(|n| n as u32),
+        truncate,
+        output_from_answer,
+        entries: Arc::new(Vec::new()),
+        skipped: 0,
+        sha256: String::new(),
+    };
+    if cx.check_files {
+        let Some((path, text, sha)) = datafile::read(cx, span, &name, "dataset") else {
+            w.broken = true;
+            return;
+        };
+        let read = match format {
+            DatasetFormat::Jsonl => data::read_jsonl(&text, &dataset.field, &dataset.answer_field),
+            DatasetFormat::ShareGpt => data::read_sharegpt(&text),
+        };
+        let shown = path.display().to_string();
+        match read {
+            Ok((entries, _)) if entries.is_empty() => {
+                cx.error(
+                    span,
+                    format!("dataset {shown} has no entry with a prompt"),
+                    "nothing to send",
+                    match format {
+                        DatasetFormat::Jsonl => format!("each line needs a \"{}\" field holding text or chat messages (field= names another)", dataset.field),
+                        DatasetFormat::ShareGpt => "each conversation needs a turn from \"human\"".to_string(),
+                    },
+                );
+                w.broken = true;
+            }
+            Ok((entries, skipped)) => {
+                dataset.entries = Arc::new(entries);
+                dataset.skipped = skipped;
+                dataset.sha256 = sha;
+            }
+            Err(errors) => {
+                // The first few mistakes are enough to see what is wrong with a file.
+                for error in errors.into_iter().take(5) {
+                    cx.error_in_data(&shown, text.clone(), error);
+                }
+                w.broken = true;
+            }
+        }
+    }
+    w.dataset = Some(dataset);
+}
 
 fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
     let usage = "tokenizer \"cl100k_base\" (or \"o200k_base\", or a path to tokenizer.json)";
@@ -145,19 +481,40 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         tokenizer: TokenizerSpec::Builtin("cl100k_base".into()),
         buckets: None,
         output: None,
+        system: None,
+        prefix: Vec::new(),
+        dataset: None,
         broken: false,
     };
     cx.walk(node, "in `workload`", CHILDREN, &mut fields);
     let has = |name: &str| children(node).iter().any(|c| c.name().value() == name);
-    if !has("input") {
+    let from_dataset = fields.dataset.is_some();
+    if from_dataset && has("input") {
+        let span = children(node)
+            .iter()
+            .find(|c| c.name().value() == "input")
+            .map_or(node.name().span(), |c| c.name().span());
+        cx.error(
+            span,
+            "the workload has both a dataset and `input` lengths",
+            "input lengths",
+            "a dataset's prompts have their own lengths: remove `input` (bound them with min-input= and max-input= on `dataset`)",
+        );
+        return None;
+    }
+    if !has("input") && !from_dataset && !cx.replay_only {
         cx.error(
             node.name().span(),
             "the workload has no `input`",
             "input missing",
-            "add input lengths: input 512, or input { bucket 128 weight=5; bucket 2048 weight=1 }",
+            "add input lengths: input 512, or input { bucket 128 weight=5; bucket 2048 weight=1 }, or a dataset \"prompts.jsonl\"",
         );
     }
-    if !has("output") {
+    let answers = fields
+        .dataset
+        .as_ref()
+        .is_some_and(|d| d.output_from_answer);
+    if !has("output") && !answers && !cx.replay_only {
         cx.error(
             node.name().span(),
             "the workload has no `output`",
@@ -165,14 +522,34 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
             "add the output length in tokens: output 256 (ignore-eos=#true asks for exactly that many)",
         );
     }
-    let (output_tokens, ignore_eos) = fields.output?;
+    let (output_tokens, ignore_eos, output_spread) = match fields.output {
+        Some(output) => output,
+        None if (answers || cx.replay_only) && !fields.broken => (256, false, None),
+        None => return None,
+    };
     if fields.broken {
         return None;
     }
+    let buckets = match fields.buckets {
+        Some(buckets) => buckets,
+        // A dataset's entries have their own lengths; the one bucket is not used.
+        None if from_dataset || cx.replay_only => {
+            vec![Bucket {
+                input_tokens: 1,
+                weight: 1.0,
+                output_tokens: None,
+            }]
+        }
+        None => return None,
+    };
     Some(Workload {
         tokenizer: fields.tokenizer,
-        buckets: fields.buckets?,
+        buckets,
         output_tokens,
         ignore_eos,
+        output_spread,
+        system: fields.system,
+        prefix: fields.prefix,
+        dataset: fields.dataset,
     })
 }

@@ -1,0 +1,406 @@
+//! Real traffic, not only synthetic text: dataset prompts (sent verbatim, with the plan's
+//! request options and headers), shared prefixes against the simulator's prefix cache, trace
+//! replay timed at the server, output-length distributions, and the diagnostics a bad data file
+//! gets.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use common::{llmload, run_file, run_plan, sim_plan, write_plan, SimProcess};
+
+/// What a capturing server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    head: String,
+    body: serde_json::Value,
+}
+
+/// A loopback server that keeps every request and answers each with a short non-streamed chat
+/// completion (usage included).
+fn capture_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let (head, body) = loop {
+                    let n = stream.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buffer[..end]).to_string();
+                        let length: usize = head
+                            .to_lowercase()
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buffer.len() >= end + 4 + length {
+                            break (head, buffer[end + 4..end + 4 + length].to_vec());
+                        }
+                    }
+                };
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                kept.lock().unwrap().push(Seen { head, body });
+                let answer = r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok then"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn dataset_prompts_go_verbatim_with_the_plans_options_and_headers() {
+    let (port, seen) = capture_server();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // Text with characters a careless client would mangle, and a chat conversation.
+    let prompts = [
+        "Résumé: «quote» — and a tab\there, then \"quotes\" and \\ backslash",
+        "日本語のプロンプト、そして emoji 🚀",
+        "plain words only",
+    ];
+    let mut lines: Vec<String> = prompts
+        .iter()
+        .map(|p| serde_json::json!({"text": p, "completion": "x"}).to_string())
+        .collect();
+    lines.insert(
+        1,
+        serde_json::json!({"text": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "an answer"}, {"role": "user", "content": "second"}]})
+            .to_string(),
+    );
+    // A line without the field is skipped, not fatal.
+    lines.push(r#"{"other": "no prompt here"}"#.to_string());
+    std::fs::write(data.join("p.jsonl"), lines.join("\n") + "\n").unwrap();
+    let plan = format!(
+        r##"plan "verbatim" {{ seed 1 }}
+target "http://127.0.0.1:{port}" {{
+    model "m"
+    stream #false
+    metrics #false
+    sampling temperature=0.25 top-p=0.9 seed=7 stop="END"
+    body #"{{"chat_template_kwargs": {{"enable_thinking": false}}}}"#
+    header "X-Tenant" "team-a"
+    header "X-Gateway-Key" env="LLMLOAD_TEST_GATEWAY_KEY"
+}}
+workload {{
+    system "Be brief."
+    dataset "data/p.jsonl" field="text" order="sequential"
+    output 8
+}}
+phase "all" {{ concurrency 1; requests 8 }}
+"##
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let secret = "gw-secret-0d9f8e7c";
+    let output = run_file(
+        &path,
+        &out,
+        &[],
+        &[("LLMLOAD_TEST_GATEWAY_KEY", std::ffi::OsStr::new(secret))],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8);
+    // In the file's order, twice round: each prompt exactly as the file has it.
+    let expected: Vec<serde_json::Value> = vec![
+        serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompts[0]}]),
+        serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "first"}, {"role": "assistant", "content": "an answer"}, {"role": "user", "content": "second"}]),
+        serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompts[1]}]),
+        serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompts[2]}]),
+    ];
+    let mut bodies: Vec<&Seen> = seen.iter().collect();
+    // Requests go one at a time (one user), so arrival order is send order.
+    bodies.truncate(8);
+    for (i, request) in bodies.iter().enumerate() {
+        assert_eq!(request.body["messages"], expected[i % 4], "request {i}");
+        assert_eq!(request.body["temperature"], 0.25);
+        assert_eq!(request.body["top_p"], 0.9);
+        assert_eq!(request.body["seed"], 7);
+        assert_eq!(request.body["stop"], "END");
+        assert_eq!(
+            request.body["chat_template_kwargs"]["enable_thinking"],
+            false
+        );
+        assert_eq!(request.body["max_tokens"], 8);
+        let head = request.head.to_lowercase();
+        assert!(head.contains("x-tenant: team-a"), "{head}");
+        assert!(head.contains(&format!("x-gateway-key: {secret}")), "{head}");
+    }
+    // The secret header's value is nowhere in what the run kept or printed.
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            !text.contains(secret),
+            "{} holds the secret",
+            path.display()
+        );
+    }
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(secret));
+    // The run keeps the dataset's hash, so a report says what was sent.
+    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
+    let header: serde_json::Value = serde_json::from_str(records.lines().next().unwrap()).unwrap();
+    assert_eq!(header["plan_files"][0]["path"], "data/p.jsonl", "{header}");
+    assert_eq!(
+        header["plan_files"][0]["sha256"].as_str().unwrap().len(),
+        64
+    );
+}
+
+fn prefix_hit_rate(workload: &str) -> serde_json::Value {
+    let plan = sim_plan(
+        "engine { max-seqs 4; step-base \"1ms\"; prefill-per-token \"20us\"; decode-per-seq \"200us\" }",
+        workload,
+        "phase \"steady\" { concurrency 2; requests 24 }",
+        "error-rate < \"1%\"",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let steady = summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "steady")
+        .unwrap()
+        .clone();
+    steady["prefix_cache"].clone()
+}
+
+#[test]
+fn shared_prefixes_hit_the_prefix_cache_and_unique_prompts_do_not() {
+    let shared = prefix_hit_rate("prefix 512 groups=2; input 64; output 4 ignore-eos=#true");
+    assert_eq!(shared["requests"], 24, "{shared}");
+    // Each group's first request misses; every later one finds its 512-token prefix cached.
+    let hit_rate = shared["hit_rate"].as_f64().unwrap();
+    assert!(hit_rate > 0.6, "{shared}");
+    assert!(shared["hits"].as_u64().unwrap() >= 20, "{shared}");
+    // Hits skip most of their prefill: their TTFT is below the misses'.
+    assert!(
+        shared["ttft_hit_ms"]["p50"].as_f64().unwrap()
+            < shared["ttft_miss_ms"]["p50"].as_f64().unwrap(),
+        "{shared}"
+    );
+
+    let unique = prefix_hit_rate("input 576; output 4 ignore-eos=#true");
+    assert_eq!(unique["requests"], 24, "{unique}");
+    assert_eq!(unique["hits"], 0, "{unique}");
+    assert_eq!(unique["hit_rate"], 0.0, "{unique}");
+}
+
+#[test]
+fn a_trace_is_replayed_at_its_times_with_its_shared_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    // An engine with a prefix cache, fast enough that nothing queues.
+    let profile = dir.path().join("engine.kdl");
+    std::fs::write(
+        &profile,
+        "sim { engine { max-seqs 64; max-batched-tokens 8192; kv-cache-tokens 65536; block-size 16; \
+         step-base \"1ms\"; prefill-per-token \"1us\"; decode-per-seq \"10us\" } }",
+    )
+    .unwrap();
+    let sim = SimProcess::start_with(&["--record-writes", "--profile", profile.to_str().unwrap()]);
+    // 40 rows over 2 s, some naming the same blocks.
+    let mut rows = Vec::new();
+    let mut at = 0u64;
+    for i in 0..40u64 {
+        at += 20 + (i * 37) % 80;
+        let blocks: Vec<u64> = if i % 2 == 0 { vec![7, 8] } else { vec![9] };
+        rows.push(serde_json::json!({"timestamp": at, "input_length": blocks.len() as u64 * 64 + 10, "output_length": 3 + i % 4, "hash_ids": blocks}).to_string());
+    }
+    std::fs::write(dir.path().join("trace.jsonl"), rows.join("\n")).unwrap();
+    let plan = format!(
+        r#"plan "replay" {{ seed 1 }}
+target "{}" {{ model "m"; api "completions"; metrics #false }}
+workload {{ }}
+phase "replay" {{ trace "trace.jsonl" speed=2 block=64 }}
+"#,
+        sim.url
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let output = run_file(&path, &out, &[], &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let records = common::read_records(&out);
+    assert_eq!(records.len(), 40);
+    for (i, record) in records.iter().enumerate() {
+        let seq = record["seq"].as_u64().unwrap() as usize;
+        let row: serde_json::Value = serde_json::from_str(&rows[seq]).unwrap();
+        assert_eq!(record["input_tokens_planned"], row["input_length"], "{i}");
+        assert_eq!(record["output_tokens_planned"], row["output_length"]);
+        // The simulator counted exactly the planned prompt.
+        assert_eq!(record["prompt_tokens"], row["input_length"], "{record}");
+    }
+    // Rows naming the same blocks share their text: the server's prefix cache serves them.
+    let run = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(out.join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    let cache = &run["overall"]["prefix_cache"];
+    assert!(cache["hit_rate"].as_f64().unwrap() > 0.5, "{cache}");
+    // At the server: arrivals at the trace's times, halved (speed 2), within a few ms.
+    let writes: Vec<serde_json::Value> = sim
+        .get("/llmload/writes")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(writes.len(), 40);
+    let received = |seq: usize| -> f64 {
+        let suffix = format!("-0-{seq}");
+        let w = writes
+            .iter()
+            .find(|w| w["request_id"].as_str().unwrap().ends_with(&suffix))
+            .unwrap_or_else(|| panic!("no request {seq}"));
+        w["received_ns"].as_f64().unwrap() / 1e6
+    };
+    let first_ms = received(0);
+    let trace_ms = |seq: usize| -> f64 {
+        let row: serde_json::Value = serde_json::from_str(&rows[seq]).unwrap();
+        let row0: serde_json::Value = serde_json::from_str(&rows[0]).unwrap();
+        (row["timestamp"].as_f64().unwrap() - row0["timestamp"].as_f64().unwrap()) / 2.0
+    };
+    let mut worst: f64 = 0.0;
+    for seq in 0..40 {
+        worst = worst.max(((received(seq) - first_ms) - trace_ms(seq)).abs());
+    }
+    // The schedule-lag budget's order (a busy 2-core CI machine gets a wide margin).
+    assert!(
+        worst < 25.0,
+        "arrivals off the trace by up to {worst:.2} ms"
+    );
+}
+
+#[test]
+fn output_lengths_follow_their_distribution() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = sim_plan(
+        "",
+        "input 16; output min=10 max=40",
+        "phase \"a\" { concurrency 1; requests 400 }",
+        "error-rate < \"1%\"",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let output = llmload()
+        .args(["plan", "--format", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let schedule: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outputs: Vec<u64> = schedule["phases"][0]["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["output_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(outputs.len(), 400);
+    assert!(outputs.iter().all(|&n| (10..=40).contains(&n)));
+    assert!(
+        outputs.contains(&10) && outputs.contains(&40),
+        "both ends are drawn"
+    );
+    let mean = outputs.iter().sum::<u64>() as f64 / 400.0;
+    assert!((mean - 25.0).abs() < 2.0, "mean {mean}");
+}
+
+#[test]
+fn a_bad_data_file_is_a_diagnostic_pointing_into_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.jsonl"),
+        "{\"prompt\": \"fine\"}\n{\"prompt\": broken}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("empty.jsonl"), "{\"other\": 1}\n").unwrap();
+    let check = |workload: &str| {
+        let plan = sim_plan(
+            "",
+            workload,
+            "phase \"a\" { concurrency 1; requests 1 }",
+            "",
+        );
+        let path = write_plan(dir.path(), &plan);
+        let output = llmload().arg("check").arg(&path).output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let (code, stderr) = check("dataset \"bad.jsonl\"; output 8");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("line 2 is not JSON"), "{stderr}");
+    assert!(stderr.contains("bad.jsonl"), "{stderr}");
+    assert!(
+        stderr.contains("{\"prompt\": broken}"),
+        "the line is quoted: {stderr}"
+    );
+
+    let (code, stderr) = check("dataset \"missing.jsonl\"; output 8");
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("missing.jsonl") && stderr.contains("file not found"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = check("dataset \"empty.jsonl\"; output 8");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no entry with a prompt"), "{stderr}");
+
+    let (code, stderr) = check("dataset \"bad.jsonl\"; input 128; output 8");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("both a dataset and `input`"), "{stderr}");
+
+    std::fs::write(
+        dir.path().join("short.jsonl"),
+        "{\"prompt\": \"two words\"}\n",
+    )
+    .unwrap();
+    let plan = sim_plan(
+        "",
+        "dataset \"short.jsonl\" min-input=100; output 8",
+        "phase \"a\" { concurrency 1; requests 1 }",
+        "",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let output = llmload().arg("plan").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("none of its 1 entries is usable"),
+        "{stderr}"
+    );
+}
