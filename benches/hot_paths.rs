@@ -107,6 +107,8 @@ fn record(tokens: usize, seq: u64) -> RequestRecord {
         shard: None,
         phase: 0,
         seq,
+        turn: None,
+        conversation: None,
         intended_send_us: seq * 1000,
         actual_send_us: seq * 1000 + 150,
         input_tokens_planned: 128,
@@ -199,6 +201,8 @@ fn main() {
                 prompt_seed: 7,
                 prefix_group: None,
                 origin: Default::default(),
+                turn: None,
+                conversation: None,
             };
             let time = measure(|| {
                 let copy = Exchange {

@@ -404,3 +404,106 @@ fn a_bad_data_file_is_a_diagnostic_pointing_into_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn conversations_send_their_history_with_the_actual_answers() {
+    let (port, seen) = capture_server();
+    let plan = format!(
+        r#"plan "talk" {{ seed 2 }}
+target "http://127.0.0.1:{port}" {{ model "m"; stream #false; metrics #false }}
+workload {{
+    system "Sys."
+    conversation turns=3 think="20ms"
+    input 5
+    output 4
+}}
+phase "chat" {{ concurrency 1; requests 2 }}
+"#
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6, "2 conversations of 3 turns");
+    let messages = |i: usize| seen[i].body["messages"].as_array().unwrap().clone();
+    for conversation in 0..2 {
+        let first = messages(conversation * 3);
+        let second = messages(conversation * 3 + 1);
+        let third = messages(conversation * 3 + 2);
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[0]["role"], "system");
+        // Each later turn is the one before, the server's answer, and a new user message.
+        assert_eq!(second.len(), 4);
+        assert_eq!(second[..2], first[..]);
+        assert_eq!(
+            second[2],
+            serde_json::json!({"role": "assistant", "content": "ok then"})
+        );
+        assert_eq!(second[3]["role"], "user");
+        assert_ne!(second[3], first[1]);
+        assert_eq!(third.len(), 6);
+        assert_eq!(third[..4], second[..]);
+    }
+    // The records say which turn of which conversation each request was, in order.
+    let records = run.records();
+    let mut turns: Vec<(u64, u64, u64, u64)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["conversation"].as_u64().unwrap(),
+                r["turn"].as_u64().unwrap(),
+                r["actual_send_us"].as_u64().unwrap(),
+                r["actual_send_us"].as_u64().unwrap() + r["e2e_us"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    turns.sort();
+    for pair in turns.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.0 == b.0 {
+            assert_eq!(b.1, a.1 + 1);
+            // One at a time, after the think time.
+            assert!(
+                b.2 >= a.3 + 20_000,
+                "turn {} sent before turn {} ended + think",
+                b.1,
+                a.1
+            );
+        }
+    }
+}
+
+#[test]
+fn turns_grow_their_prompts_and_the_cache_serves_the_history() {
+    let plan = sim_plan(
+        "engine { max-seqs 8; step-base \"1ms\"; prefill-per-token \"10us\"; decode-per-seq \"200us\" }",
+        "conversation turns=4; input 32; output 16 ignore-eos=#true",
+        "phase \"chat\" { concurrency 3; requests 6 }",
+        "error-rate < \"1%\"",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let turns = summary["by_turn"].as_array().unwrap();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    let mut previous = 0.0;
+    for (i, turn) in turns.iter().enumerate() {
+        assert_eq!(turn["turn"], i as u64 + 1);
+        assert_eq!(turn["sent"], 6);
+        let planned = turn["input_tokens_planned_mean"].as_f64().unwrap();
+        // Each turn adds the answer before it (16) and a new message (32), exactly as the
+        // server counts them.
+        assert_eq!(planned, 32.0 + 48.0 * i as f64, "{turn}");
+        assert_eq!(turn["prompt_tokens_mean"].as_f64().unwrap(), planned);
+        assert!(planned > previous);
+        previous = planned;
+        let cached = turn["cached_tokens_mean"].as_f64().unwrap();
+        if i == 0 {
+            assert_eq!(cached, 0.0);
+        } else {
+            // The history the server saw last turn is served from its prefix cache.
+            assert!(cached >= planned - 48.0 - 16.0, "{turn}");
+        }
+    }
+    let md = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(md.contains("## By turn"), "{md}");
+}

@@ -27,6 +27,8 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
                 phase: 0,
                 shard: None,
                 seq: i as u64,
+                turn: None,
+                conversation: None,
                 intended_send_us: i as u64 * 10_000,
                 actual_send_us: i as u64 * 10_000,
                 input_tokens_planned: 10,

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::observe::stopped;
-use super::send::execute;
+use super::send::dispatch;
 use super::{resources, Context, Event, InFlight, PhaseRun, BODIES_AHEAD};
 use crate::plan::Load;
 use crate::planner::{PhaseSchedule, ScheduledRequest};
@@ -107,7 +107,7 @@ async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Rec
                 context.in_flight.enter();
                 state.in_flight.enter();
                 tokio::spawn(async move {
-                    execute(&context, &state, request, body, Some(intended)).await;
+                    dispatch(&context, &state, request, body, Some(intended), deadline).await;
                 });
             }
             if matches!(phase.load_model, Load::AtOnce(_)) {
@@ -153,7 +153,7 @@ async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Rec
                         let Some((request, body)) = next else { break };
                         context.in_flight.enter();
                         state.in_flight.enter();
-                        execute(&context, &state, request, body, None).await;
+                        dispatch(&context, &state, request, body, None, deadline).await;
                     }
                 });
             }

@@ -15,15 +15,106 @@ use super::{Context, Event};
 use crate::planner::ScheduledRequest;
 use crate::records::ErrorClass;
 
-/// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
-/// result to the recorder. The caller has already counted it in `in_flight`.
-pub(super) async fn execute(
+/// Sends a request, or (for the first turn of a conversation) the whole conversation, one turn
+/// after another. The caller has already counted the request in `in_flight`.
+pub(super) async fn dispatch(
     context: &Arc<Context>,
     state: &Arc<PhaseState>,
     request: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
+    deadline: Option<Instant>,
 ) {
+    match (request.turn, context.schedule.conversation()) {
+        (Some(1), Some(conversation)) if conversation.turns > 1 => {
+            converse(context, state, request, body, intended, deadline).await
+        }
+        _ => {
+            execute(context, state, request, body, intended, false).await;
+        }
+    }
+}
+
+/// A conversation: each turn after the first waits for the answer to the one before and the
+/// user's think time, then sends the history with a new message. It ends early when a turn
+/// fails (there is no answer to go on from), when the phase's sending ends, or on a stop.
+async fn converse(
+    context: &Arc<Context>,
+    state: &Arc<PhaseState>,
+    first: ScheduledRequest,
+    body: Bytes,
+    intended: Option<Instant>,
+    deadline: Option<Instant>,
+) {
+    // The conversation counts as in flight while it thinks, so that a burst (or a phase that
+    // drains) waits for its last turn.
+    context.in_flight.enter();
+    state.in_flight.enter();
+    let _hold = ConversationHold { context, state };
+    let turns = context.schedule.conversation().map_or(1, |c| c.turns);
+    let mut answer = execute(context, state, first, body, intended, true).await;
+    // Rebuilt rather than kept from the body builder: it is cheap, and only conversations need it.
+    let mut history = crate::planner::as_messages(context.prompts.prompt(&first));
+    let mut input = first.input_tokens;
+    let mut abort = context.abort.clone();
+    let mut ended = state.ended.clone();
+    for turn in 2..=turns {
+        let Some(previous) = answer.take() else { break };
+        let mut request = context.schedule.turn(state.index, &first, turn);
+        let think_until = Instant::now() + context.schedule.think_time(&request);
+        if deadline.is_some_and(|d| think_until >= d) {
+            break;
+        }
+        let deadline_passed = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(think_until) => {}
+            _ = stopped(&mut abort) => break,
+            _ = ended_early(&mut ended) => break,
+            _ = deadline_passed => break,
+        }
+        let (prompt, input_tokens) =
+            context
+                .prompts
+                .next_turn(&mut history, previous, &request, input);
+        input = input_tokens;
+        request.input_tokens = input_tokens;
+        let body = context.template.body(&prompt, request.output_tokens);
+        context.in_flight.enter();
+        state.in_flight.enter();
+        answer = execute(context, state, request, body, None, true).await;
+    }
+}
+
+/// A conversation's own place in the in-flight counts, left when it ends (however it ends).
+struct ConversationHold<'a> {
+    context: &'a Arc<Context>,
+    state: &'a Arc<PhaseState>,
+}
+
+impl Drop for ConversationHold<'_> {
+    fn drop(&mut self) {
+        self.state.in_flight.leave();
+        self.context.in_flight.leave();
+    }
+}
+
+/// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
+/// result to the recorder. The caller has already counted it in `in_flight`. Returns the
+/// answer's text when `keep_answer` asks and the request succeeded (a conversation goes on
+/// from it).
+async fn execute(
+    context: &Arc<Context>,
+    state: &Arc<PhaseState>,
+    request: ScheduledRequest,
+    body: Bytes,
+    intended: Option<Instant>,
+    keep_answer: bool,
+) -> Option<String> {
     let phase = state.index;
     let request_id = context.template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
@@ -98,6 +189,7 @@ pub(super) async fn execute(
     }
     let actual_send_us = context.micros(sent_at);
     guard.pending = None;
+    let answer = (keep_answer && exchange.error.is_none()).then(|| exchange.text.clone());
     let finished = Finished {
         phase,
         request,
@@ -110,6 +202,7 @@ pub(super) async fn execute(
         exchange,
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
+    answer
 }
 
 /// A request in flight: leaves the count when dropped, and records the request as the

@@ -65,6 +65,8 @@ pub struct Aggregates {
     pub timeseries: timeseries::TimeSeries,
     /// The recorded requests by input length (the plan's buckets).
     pub by_input: Vec<InputBucket>,
+    /// The recorded requests by turn, in a multi-turn workload (empty otherwise).
+    pub by_turn: Vec<TurnBucket>,
     /// Each error class of the recorded phases: how many, when, and what the first said.
     pub error_samples: Vec<ErrorSample>,
 }
@@ -566,6 +568,7 @@ pub struct Aggregator<'s> {
     by_input: BTreeMap<u32, BucketAccumulator>,
     /// `by_input` holds ranges of lengths (keyed by their top), not lengths.
     by_input_ranged: bool,
+    by_turn: BTreeMap<u32, TurnAccumulator>,
     error_samples: BTreeMap<String, ErrorSample>,
 }
 
@@ -591,6 +594,72 @@ struct BucketAccumulator {
     tpot: Distribution,
 }
 
+impl BucketAccumulator {
+    fn new() -> BucketAccumulator {
+        BucketAccumulator {
+            sent: 0,
+            ok: 0,
+            failed: 0,
+            ttft: Distribution::milliseconds(),
+            e2e: Distribution::milliseconds(),
+            tpot: Distribution::milliseconds(),
+        }
+    }
+
+    fn add(&mut self, record: &RequestRecord) {
+        self.sent += 1;
+        if let Some(ttft) = ttft_ms(record) {
+            self.ttft.record(ttft);
+        }
+        match record.error {
+            None => {
+                self.ok += 1;
+                let values = RequestValues::of(record);
+                if let Some(e2e) = values.e2e_ms {
+                    self.e2e.record(e2e);
+                }
+                if let Some(tpot) = values.tpot_ms {
+                    self.tpot.record(tpot);
+                }
+            }
+            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(_) => self.failed += 1,
+        }
+    }
+}
+
+/// One turn index of a multi-turn workload, over every conversation.
+struct TurnAccumulator {
+    input: BucketAccumulator,
+    planned_in: u64,
+    observed_in: u64,
+    observed_n: u64,
+    cached: u64,
+}
+
+/// The recorded requests of one turn of the conversations (turn 1 opens each).
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnBucket {
+    /// The turn, from 1.
+    pub turn: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Mean prompt tokens planned (the history so far and the new message).
+    pub input_tokens_planned_mean: f64,
+    /// Mean prompt tokens the server counted (chat template included), where it said.
+    pub prompt_tokens_mean: Option<f64>,
+    /// Mean prompt tokens served from the server's prefix cache, where it said.
+    pub cached_tokens_mean: Option<f64>,
+    /// TTFT of the turn's requests.
+    pub ttft_ms: Summary,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+}
+
 impl<'s> Aggregator<'s> {
     /// An aggregator; `slo` (the plan's) defines goodput.
     pub fn new(slo: Option<&'s Slo>) -> Aggregator<'s> {
@@ -607,6 +676,7 @@ impl<'s> Aggregator<'s> {
             series: timeseries::SeriesBuilder::new(1_000_000, crate::plan::MAX_SERIES_WINDOWS),
             by_input: BTreeMap::new(),
             by_input_ranged: false,
+            by_turn: BTreeMap::new(),
             error_samples: BTreeMap::new(),
         }
     }
@@ -652,6 +722,9 @@ impl<'s> Aggregator<'s> {
         if self.log.phases[position].record {
             self.overall.add(record);
             self.by_input_add(record);
+            if let Some(turn) = record.turn {
+                self.by_turn_add(turn, record);
+            }
             let first = |slot: &mut Option<String>, value: &Option<String>| {
                 if slot.is_none() {
                     slot.clone_from(value);
@@ -664,6 +737,23 @@ impl<'s> Aggregator<'s> {
                 Some(_) => first(&mut self.first_error, &record.error_detail),
                 None => first(&mut self.first_usage_problem, &record.usage_problem),
             }
+        }
+    }
+
+    fn by_turn_add(&mut self, turn: u32, record: &RequestRecord) {
+        let bucket = self.by_turn.entry(turn).or_insert_with(|| TurnAccumulator {
+            input: BucketAccumulator::new(),
+            planned_in: 0,
+            observed_in: 0,
+            observed_n: 0,
+            cached: 0,
+        });
+        bucket.input.add(record);
+        bucket.planned_in += record.input_tokens_planned as u64;
+        if let Some(prompt) = record.prompt_tokens.filter(|_| record.ok()) {
+            bucket.observed_in += prompt;
+            bucket.observed_n += 1;
+            bucket.cached += record.cached_tokens.unwrap_or(0);
         }
     }
 
@@ -699,58 +789,46 @@ impl<'s> Aggregator<'s> {
         } else {
             exact
         };
-        let bucket = self
-            .by_input
+        self.by_input
             .entry(key)
-            .or_insert_with(|| BucketAccumulator {
-                sent: 0,
-                ok: 0,
-                failed: 0,
-                ttft: Distribution::milliseconds(),
-                e2e: Distribution::milliseconds(),
-                tpot: Distribution::milliseconds(),
-            });
-        bucket.sent += 1;
-        if let Some(ttft) = ttft_ms(record) {
-            bucket.ttft.record(ttft);
-        }
-        match record.error {
-            None => {
-                bucket.ok += 1;
-                let values = RequestValues::of(record);
-                if let Some(e2e) = values.e2e_ms {
-                    bucket.e2e.record(e2e);
-                }
-                if let Some(tpot) = values.tpot_ms {
-                    bucket.tpot.record(tpot);
-                }
-            }
-            Some(ErrorClass::Cancelled) => {}
-            Some(class) => {
-                if class != ErrorClass::Client {
-                    bucket.failed += 1;
-                }
-                let at_s = record.end_us().unwrap_or(record.actual_send_us) as f64 / 1e6;
-                let sample = self
-                    .error_samples
-                    .entry(class.as_str().to_string())
-                    .or_insert_with(|| ErrorSample {
-                        class: class.as_str().to_string(),
-                        count: 0,
-                        first_s: at_s,
-                        last_s: at_s,
-                        sample: record.error_detail.clone().unwrap_or_default(),
-                        http_status: record.http_status,
-                    });
-                sample.count += 1;
-                sample.first_s = sample.first_s.min(at_s);
-                sample.last_s = sample.last_s.max(at_s);
-            }
+            .or_insert_with(BucketAccumulator::new)
+            .add(record);
+        if let Some(class) = record.error.filter(|c| *c != ErrorClass::Cancelled) {
+            let at_s = record.end_us().unwrap_or(record.actual_send_us) as f64 / 1e6;
+            let sample = self
+                .error_samples
+                .entry(class.as_str().to_string())
+                .or_insert_with(|| ErrorSample {
+                    class: class.as_str().to_string(),
+                    count: 0,
+                    first_s: at_s,
+                    last_s: at_s,
+                    sample: record.error_detail.clone().unwrap_or_default(),
+                    http_status: record.http_status,
+                });
+            sample.count += 1;
+            sample.first_s = sample.first_s.min(at_s);
+            sample.last_s = sample.last_s.max(at_s);
         }
     }
 
     /// The aggregates, and the log without its records.
     pub fn finish(self) -> (RunLog, Aggregates) {
+        let by_turn = self
+            .by_turn
+            .into_iter()
+            .map(|(turn, t)| TurnBucket {
+                turn,
+                sent: t.input.sent,
+                ok: t.input.ok,
+                failed: t.input.failed,
+                input_tokens_planned_mean: t.planned_in as f64 / t.input.sent.max(1) as f64,
+                prompt_tokens_mean: mean(t.observed_in as f64, t.observed_n),
+                cached_tokens_mean: mean(t.cached as f64, t.observed_n),
+                ttft_ms: t.input.ttft.summary(),
+                e2e_ms: t.input.e2e.summary(),
+            })
+            .collect();
         let ranged = self.by_input_ranged;
         let by_input = self.by_input;
         let log = self.log;
@@ -825,6 +903,7 @@ impl<'s> Aggregator<'s> {
                 })
                 .collect(),
             error_samples: self.error_samples.into_values().collect(),
+            by_turn,
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)

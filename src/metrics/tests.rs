@@ -52,6 +52,8 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
         phase,
         shard: None,
         seq: 0,
+        turn: None,
+        conversation: None,
         intended_send_us: send_us,
         actual_send_us: send_us,
         input_tokens_planned: 100,

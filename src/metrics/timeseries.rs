@@ -270,6 +270,8 @@ mod tests {
             phase: 0,
             shard: None,
             seq: 0,
+            turn: None,
+            conversation: None,
             intended_send_us: send_us,
             actual_send_us: send_us,
             input_tokens_planned: 10,

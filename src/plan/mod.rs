@@ -206,6 +206,20 @@ pub struct Workload {
     pub prefix: Vec<PrefixGroup>,
     /// Prompts taken from a dataset file instead of synthetic text.
     pub dataset: Option<data::Dataset>,
+    /// Multi-turn conversations: each scheduled request starts one.
+    pub conversation: Option<Conversation>,
+}
+
+/// Multi-turn conversations: every turn sends the history so far (earlier user turns and the
+/// assistant's actual answers) and a new user message, one turn at a time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Conversation {
+    /// Turns per conversation.
+    pub turns: u32,
+    /// The user's think time between an answer and the next turn (the least, with `think_max`).
+    pub think: Duration,
+    /// Think times drawn uniformly from `think..=think_max`.
+    pub think_max: Option<Duration>,
 }
 
 /// Output lengths drawn per request (as peers' `--random-output-len` with a range ratio, or a

@@ -28,7 +28,7 @@ use crate::seed;
 
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
-pub use prompts::{Message, Prompt, PromptSource, SyntheticPrompts, WorkloadPrompts};
+pub use prompts::{as_messages, Message, Prompt, PromptSource, SyntheticPrompts, WorkloadPrompts};
 pub use shard::{Shard, MAX_SHARDS};
 
 use crate::error::{Error, Result};
@@ -141,6 +141,12 @@ pub struct ScheduledRequest {
     pub prefix_group: Option<u32>,
     /// Where its prompt comes from besides synthetic text.
     pub origin: Origin,
+    /// Its turn in its conversation (from 1), in a multi-turn workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// The conversation it belongs to (its position among the phase's conversations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u64>,
 }
 
 /// Where a request's prompt comes from.
@@ -176,10 +182,39 @@ struct RequestMix {
     catalogue: Option<Arc<catalogue::Catalogue>>,
     /// Where each phase starts in the dataset's order: the requests scheduled before it.
     phase_starts: Vec<u64>,
+    /// Turns per conversation (1 without conversations).
+    turns: u32,
+    conversation: Option<crate::plan::Conversation>,
 }
 
 impl RequestMix {
-    fn request(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
+    /// The `position`-th request of a phase: in a multi-turn workload, the first turn of its
+    /// `position`-th conversation (whose turns take the sequence numbers after it).
+    fn request(&self, phase_index: usize, position: u64) -> ScheduledRequest {
+        match self.conversation {
+            Some(_) => ScheduledRequest {
+                turn: Some(1),
+                conversation: Some(position),
+                ..self.request_at_seq(phase_index, position * self.turns as u64)
+            },
+            None => self.request_at_seq(phase_index, position),
+        }
+    }
+
+    /// Turn `turn` (from 2) of the conversation `first` opens: a new user message of its own
+    /// length, after the history (the executor adds the history's tokens to its input).
+    fn turn(&self, phase_index: usize, first: &ScheduledRequest, turn: u32) -> ScheduledRequest {
+        let seq = first.seq + (turn as u64).saturating_sub(1);
+        ScheduledRequest {
+            turn: Some(turn),
+            conversation: first.conversation,
+            // The prefix opens the conversation's first message only.
+            prefix_group: None,
+            ..self.request_at_seq(phase_index, seq)
+        }
+    }
+
+    fn request_at_seq(&self, phase_index: usize, seq: u64) -> ScheduledRequest {
         let request_seed = seed::request_seed(self.seed, phase_index, seq);
         let bucket = if self.inputs.len() == 1 {
             0
@@ -228,6 +263,8 @@ impl RequestMix {
             prompt_seed: seed::prompt_seed(request_seed),
             prefix_group,
             origin,
+            turn: None,
+            conversation: None,
         }
     }
 
@@ -255,6 +292,8 @@ impl RequestMix {
                 phase: phase_index as u32,
                 row: row as u32,
             },
+            turn: None,
+            conversation: None,
         }
     }
 
@@ -279,6 +318,38 @@ impl RequestMix {
 }
 
 impl Schedule {
+    /// The plan's conversations, when its workload has them.
+    pub fn conversation(&self) -> Option<crate::plan::Conversation> {
+        self.mix.conversation
+    }
+
+    /// Turn `turn` (from 2) of the conversation that `first` (its first turn, in phase
+    /// `phase_index`) opened.
+    pub fn turn(
+        &self,
+        phase_index: usize,
+        first: &ScheduledRequest,
+        turn: u32,
+    ) -> ScheduledRequest {
+        self.mix.turn(phase_index, first, turn)
+    }
+
+    /// The user's think time before `request` (a turn after the first), drawn from its seed.
+    pub fn think_time(&self, request: &ScheduledRequest) -> Duration {
+        let Some(conversation) = self.mix.conversation else {
+            return Duration::ZERO;
+        };
+        match conversation.think_max {
+            Some(max) if max > conversation.think => {
+                let mut rng =
+                    ChaCha8Rng::seed_from_u64(seed::mix64(request.prompt_seed ^ 0x7468_696e));
+                let span = (max - conversation.think).as_micros() as u64;
+                conversation.think + Duration::from_micros(rng.random_range(0..=span))
+            }
+            _ => conversation.think,
+        }
+    }
+
     /// The dataset's usable entries, measured, when the plan reads a dataset.
     pub fn catalogue(&self) -> Option<Arc<catalogue::Catalogue>> {
         self.mix.catalogue.clone()
@@ -349,12 +420,14 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
         prefix_weights: workload.prefix.iter().map(|p| p.weight).collect(),
         catalogue,
         phase_starts: Vec::new(),
+        turns: workload.conversation.map_or(1, |c| c.turns.max(1)),
+        conversation: workload.conversation,
     };
     let mut phases: Vec<Arc<PhaseSchedule>> = Vec::new();
     let mut total = 0usize;
     let mut groups = 0usize;
     for (index, phase) in plan.phases.iter().enumerate() {
-        mix.phase_starts.push(total as u64);
+        mix.phase_starts.push(total as u64 * mix.turns as u64);
         let mut compiled = compile_phase(&mix, seed, index, phase, MAX_SCHEDULED_REQUESTS - total)?;
         total += compiled.requests.len();
         // A phase `with` an earlier one joins its group, at an offset from that one's start.

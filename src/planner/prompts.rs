@@ -31,6 +31,52 @@ pub use crate::plan::data::Message;
 pub trait PromptSource: Send + Sync {
     /// The prompt of `request`.
     fn prompt(&self, request: &ScheduledRequest) -> Prompt;
+
+    /// The next turn of a conversation: `answer` (the assistant's to the turn before) and
+    /// `request`'s new user message appended to `history`, which then is the prompt. Returns the
+    /// turn's prompt tokens: `input_before` (the turn before's) plus the answer's and the new
+    /// message's.
+    fn next_turn(
+        &self,
+        history: &mut Vec<Message>,
+        answer: String,
+        request: &ScheduledRequest,
+        input_before: u32,
+    ) -> (Prompt, u32);
+}
+
+/// A prompt as chat messages (text is one user message).
+pub fn as_messages(prompt: Prompt) -> Vec<Message> {
+    match prompt {
+        Prompt::Text(content) => vec![Message {
+            role: "user".into(),
+            content,
+        }],
+        Prompt::Messages(messages) => messages,
+    }
+}
+
+/// Appends an answer and a new message to a conversation, counting what they add.
+fn append_turn(
+    tokenizer: &Tokenizer,
+    history: &mut Vec<Message>,
+    answer: String,
+    message: String,
+    input_before: u32,
+) -> (Prompt, u32) {
+    let added = tokenizer.count(&answer) + tokenizer.count(&message);
+    history.push(Message {
+        role: "assistant".into(),
+        content: answer,
+    });
+    history.push(Message {
+        role: "user".into(),
+        content: message,
+    });
+    (
+        Prompt::Messages(history.clone()),
+        input_before.saturating_add(added as u32),
+    )
 }
 
 /// Synthetic text of exactly the planned input length under the plan's tokenizer.
@@ -51,6 +97,19 @@ impl PromptSource for SyntheticPrompts {
             self.tokenizer
                 .prompt(request.input_tokens, request.prompt_seed),
         )
+    }
+
+    fn next_turn(
+        &self,
+        history: &mut Vec<Message>,
+        answer: String,
+        request: &ScheduledRequest,
+        input_before: u32,
+    ) -> (Prompt, u32) {
+        let message = self
+            .tokenizer
+            .prompt(request.input_tokens, request.prompt_seed);
+        append_turn(&self.tokenizer, history, answer, message, input_before)
     }
 }
 
@@ -147,13 +206,14 @@ impl WorkloadPrompts {
     }
 }
 
-impl PromptSource for WorkloadPrompts {
-    fn prompt(&self, request: &ScheduledRequest) -> Prompt {
+impl WorkloadPrompts {
+    /// The request's own part: a dataset entry, a trace row's blocks, or synthetic text of its
+    /// planned length less the system message and prefix.
+    fn own(&self, request: &ScheduledRequest) -> DataPrompt {
         let prefix_tokens = request
             .prefix_group
             .and_then(|group| self.prefixes.get(group as usize))
             .map_or(0, |(tokens, _)| *tokens);
-        // What the request's own part is: the planned input less the system message and prefix.
         let own_tokens = request
             .input_tokens
             .saturating_sub(self.system_tokens)
@@ -176,11 +236,16 @@ impl PromptSource for WorkloadPrompts {
                 .map(|trace| DataPrompt::Text(self.trace_prompt(trace, row as usize, request))),
             Origin::Synthetic => None,
         };
-        let own = own.unwrap_or_else(|| {
+        own.unwrap_or_else(|| {
             DataPrompt::Text(self.tokenizer.prompt(own_tokens, request.prompt_seed))
-        });
+        })
+    }
+}
+
+impl PromptSource for WorkloadPrompts {
+    fn prompt(&self, request: &ScheduledRequest) -> Prompt {
         let prefix = request.prefix_group.and_then(|group| self.prefix(group));
-        let mut messages = match own {
+        let mut messages = match self.own(request) {
             DataPrompt::Text(text) if self.system.is_none() => {
                 return Prompt::Text(match prefix {
                     Some(prefix) => format!("{prefix}{text}"),
@@ -210,6 +275,27 @@ impl PromptSource for WorkloadPrompts {
         }
         Prompt::Messages(messages)
     }
+
+    fn next_turn(
+        &self,
+        history: &mut Vec<Message>,
+        answer: String,
+        request: &ScheduledRequest,
+        input_before: u32,
+    ) -> (Prompt, u32) {
+        // A later turn says only its new message: a dataset entry's (its last user turn, for a
+        // conversation), or synthetic text of its length.
+        let message = match self.own(request) {
+            DataPrompt::Text(text) => text,
+            DataPrompt::Messages(messages) => messages
+                .into_iter()
+                .rev()
+                .find(|m| m.role == "user")
+                .map(|m| m.content)
+                .unwrap_or_default(),
+        };
+        append_turn(&self.tokenizer, history, answer, message, input_before)
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +314,8 @@ mod tests {
             prompt_seed,
             prefix_group: None,
             origin: Default::default(),
+            turn: None,
+            conversation: None,
         };
         let (Prompt::Text(a), Prompt::Text(b)) =
             (source.prompt(&request(1)), source.prompt(&request(2)))

@@ -368,6 +368,12 @@ pub struct RequestRecord {
     pub shard: Option<u32>,
     /// The request's position in its phase, from 0.
     pub seq: u64,
+    /// Its turn in its conversation (from 1), in a multi-turn workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// The conversation it belongs to (its position among the phase's conversations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u64>,
     /// When it was meant to go out (µs from the run's start); its actual send in a closed loop.
     pub intended_send_us: u64,
     /// When it went out (µs from the run's start).

@@ -67,6 +67,8 @@ pub struct Summary {
     pub timeseries: crate::metrics::timeseries::TimeSeries,
     /// The recorded requests by input length.
     pub by_input: Vec<crate::metrics::InputBucket>,
+    /// The recorded requests by turn, in a multi-turn workload.
+    pub by_turn: Vec<crate::metrics::TurnBucket>,
     /// Each error class: how many, when, and what the first said.
     pub error_samples: Vec<crate::metrics::ErrorSample>,
     /// The server's telemetry over the run, when it was scraped.
@@ -278,6 +280,7 @@ impl<'a> ReportContext<'a> {
                 over_time: OverTime::of(&aggregates.timeseries),
                 timeseries: aggregates.timeseries,
                 by_input: aggregates.by_input,
+                by_turn: aggregates.by_turn,
                 error_samples: aggregates.error_samples,
                 server: aggregates.server,
                 passed: verdict.status == VerdictStatus::Pass,

@@ -237,6 +237,21 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             },
         ));
     }
+    if let Some(conversation) = workload.conversation {
+        let think = match conversation.think_max {
+            Some(max) if max > conversation.think => format!(
+                "{}–{}",
+                crate::plan::units::format_duration(conversation.think),
+                crate::plan::units::format_duration(max)
+            ),
+            _ => crate::plan::units::format_duration(conversation.think),
+        };
+        lines.push(format!(
+            "conversations: {} turns each, think time {think}; a phase's requests (and an open loop's rate) count conversations, \
+             and each later turn sends the history with the assistant's actual answers",
+            conversation.turns
+        ));
+    }
     match workload.output_spread {
         Some(OutputSpread::Uniform { min, max }) => {
             lines.push(format!("output lengths: uniform in {min}–{max} tokens"))

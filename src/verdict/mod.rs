@@ -317,6 +317,7 @@ mod tests {
             server: None,
             timeseries: Default::default(),
             by_input: Vec::new(),
+            by_turn: Vec::new(),
             error_samples: Vec::new(),
         }
     }

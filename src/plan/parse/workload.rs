@@ -24,6 +24,7 @@ struct Fields {
     system: Option<String>,
     prefix: Vec<PrefixGroup>,
     dataset: Option<Dataset>,
+    conversation: Option<crate::plan::Conversation>,
     /// A child was present but wrong (already reported).
     broken: bool,
 }
@@ -41,7 +42,54 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     }),
     ("prefix", prefix),
     ("dataset", dataset),
+    ("conversation", conversation),
 ];
+
+/// `conversation turns=5 think="2s" think-max="8s"`.
+fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
+    use super::values::DURATION_OR_ZERO;
+    let usage = "conversation turns=5 think=\"2s\" (think-max=\"8s\" draws think times up to it)";
+    cx.no_children(node);
+    cx.check_entries(node, 0, &["turns", "think", "think-max"], usage);
+    let turns = cx.prop(node, "turns", usage, Count { min: 1, max: 1000 });
+    let think = cx.prop_or(
+        node,
+        "think",
+        std::time::Duration::ZERO,
+        usage,
+        DURATION_OR_ZERO,
+    );
+    let think_max = cx.prop(node, "think-max", usage, DURATION_OR_ZERO);
+    match (turns, think, think_max) {
+        (Ok(Some(turns)), Some(think), Ok(think_max)) => {
+            if think_max.is_some_and(|max| max < think) {
+                cx.error(
+                    node.name().span(),
+                    "think-max is below think",
+                    "think times",
+                    usage,
+                );
+                w.broken = true;
+                return;
+            }
+            w.conversation = Some(crate::plan::Conversation {
+                turns: turns as u32,
+                think,
+                think_max,
+            });
+        }
+        (Ok(None), ..) => {
+            cx.error(
+                node.name().span(),
+                "`conversation` needs turns=N",
+                "turns missing",
+                usage,
+            );
+            w.broken = true;
+        }
+        _ => w.broken = true,
+    }
+}
 
 /// `output 256`, `output min=64 max=256` (uniform), `output mean=128 stddev=32` (normal); each
 /// with `ignore-eos=#true`.
@@ -484,6 +532,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         system: None,
         prefix: Vec::new(),
         dataset: None,
+        conversation: None,
         broken: false,
     };
     cx.walk(node, "in `workload`", CHILDREN, &mut fields);
@@ -551,5 +600,6 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         system: fields.system,
         prefix: fields.prefix,
         dataset: fields.dataset,
+        conversation: fields.conversation,
     })
 }
