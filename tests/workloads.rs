@@ -507,3 +507,107 @@ fn turns_grow_their_prompts_and_the_cache_serves_the_history() {
     let md = std::fs::read_to_string(run.out().join("report.md")).unwrap();
     assert!(md.contains("## By turn"), "{md}");
 }
+
+#[test]
+fn phases_may_name_their_own_model_and_server_and_model_overrides_the_plan() {
+    let (first, seen_first) = capture_server();
+    let (second, seen_second) = capture_server();
+    let plan = format!(
+        r#"plan "two" {{ seed 2 }}
+target "http://127.0.0.1:{first}" {{ model "small"; stream #false; metrics #false }}
+workload {{ input 8; output 4 }}
+phase "a" {{ concurrency 1; requests 2 }}
+phase "b" {{ concurrency 1; requests 3; model "large"; target "http://127.0.0.1:{second}" }}
+"#
+    );
+    let run = run_plan(&plan, &["--model", "override"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let first = seen_first.lock().unwrap().clone();
+    let second = seen_second.lock().unwrap().clone();
+    assert_eq!(first.len(), 2);
+    assert_eq!(second.len(), 3);
+    // --model replaces the target's model; a phase's own model stays its own.
+    assert!(first.iter().all(|s| s.body["model"] == "override"));
+    assert!(second.iter().all(|s| s.body["model"] == "large"));
+    // Reports say which phase spoke to what.
+    let md = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(
+        md.contains(&format!(
+            "model large · http://127.0.0.1:{}",
+            second_port(&plan)
+        )),
+        "{md}"
+    );
+}
+
+fn second_port(plan: &str) -> String {
+    plan.rsplit("http://127.0.0.1:")
+        .next()
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_model_id_finds_its_tokenizer_in_the_hugging_face_cache() {
+    let home = tempfile::tempdir().unwrap();
+    let model = home.path().join("hub/models--acme--tiny-words");
+    let snapshot = model.join("snapshots/0123abc");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(model.join("refs")).unwrap();
+    std::fs::write(model.join("refs/main"), "0123abc").unwrap();
+    std::fs::copy(
+        "tests/fixtures/word-level-tokenizer.json",
+        snapshot.join("tokenizer.json"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = sim_plan(
+        "",
+        "tokenizer \"acme/tiny-words\"; input 12; output 4",
+        "phase \"a\" { concurrency 1; requests 3 }",
+        "error-rate < \"1%\"",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let output = run_file(&path, &out, &[], &[("HF_HOME", home.path().as_os_str())]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Prompts were built under that tokenizer: the simulator (which counts with the same one)
+    // saw exactly the planned length.
+    for record in common::read_records(&out) {
+        assert_eq!(record["prompt_tokens"], 12, "{record}");
+    }
+    // Not cached: a diagnostic that says where it looked, and never a download.
+    let plan = sim_plan(
+        "",
+        "tokenizer \"acme/absent\"; input 12; output 4",
+        "phase \"a\" { concurrency 1; requests 3 }",
+        "",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let output = llmload()
+        .arg("check")
+        .arg(&path)
+        .env("HF_HOME", home.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // miette wraps long lines: compare without the wrapping.
+    let flat: String = stderr
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '│')
+        .collect();
+    assert!(flat.contains("models--acme--absent/snapshots"), "{stderr}");
+    assert!(
+        flat.contains("huggingface-clidownloadacme/absent"),
+        "{stderr}"
+    );
+}

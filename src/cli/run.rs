@@ -18,6 +18,9 @@ pub(super) struct RunArgs {
     /// the embedded simulator.
     #[arg(long, value_name = "URL")]
     target: Option<String>,
+    /// Ask for this model instead of the plan's target's (phases that name their own keep it).
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
     /// Report directory [default: reports/<plan>-<UTC timestamp>/].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -129,7 +132,13 @@ pub(super) fn path_safe(name: &str) -> String {
 }
 
 pub(super) fn run(args: RunArgs) -> Result<u8> {
-    let plan = load_plan(&args.plan)?;
+    let mut plan = load_plan(&args.plan)?;
+    if let Some(model) = &args.model {
+        if model.trim().is_empty() {
+            return Err(crate::error::Error::usage("--model: give the model's name"));
+        }
+        plan.target.model = model.clone();
+    }
     let target = args.target.as_deref().map(parse_target).transpose()?;
     let templates = output::load_templates(&args.gate)?;
     output::check_paths(&args.gate)?;

@@ -51,6 +51,8 @@ const BODIES_AHEAD: usize = 512;
 pub struct RunConfig {
     /// How each request is spoken.
     pub template: RequestTemplate,
+    /// How the requests of phases with a model or endpoint of their own are spoken, by phase.
+    pub phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
     /// Where each request's prompt comes from.
     pub prompts: Arc<dyn PromptSource>,
     /// Counts tokens where the server gives no usage.
@@ -104,6 +106,7 @@ impl InFlight {
 struct Context {
     client: reqwest::Client,
     template: RequestTemplate,
+    phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
     prompts: Arc<dyn PromptSource>,
     schedule: Arc<Schedule>,
     run_start: Instant,
@@ -121,6 +124,11 @@ struct Context {
 }
 
 impl Context {
+    /// How the requests of phase `phase` are spoken: its own model or endpoint, or the run's.
+    fn template(&self, phase: usize) -> &RequestTemplate {
+        self.phase_templates.get(&phase).unwrap_or(&self.template)
+    }
+
     fn micros(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.run_start).as_micros() as u64
     }
@@ -185,6 +193,7 @@ pub async fn run_from(
     let context = Arc::new(Context {
         client,
         template: config.template.clone(),
+        phase_templates: config.phase_templates.clone(),
         prompts: config.prompts.clone(),
         schedule: schedule.clone(),
         run_start: Instant::now(),

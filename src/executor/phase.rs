@@ -222,7 +222,7 @@ fn spawn_body_builder(
     let (tx, rx) = mpsc::channel(BODIES_AHEAD);
     let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
     let prompts = context.prompts.clone();
-    let template = context.template.clone();
+    let template = context.template(phase.index).clone();
     // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
     let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
     let schedule = context.schedule.clone();

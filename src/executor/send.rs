@@ -83,7 +83,9 @@ async fn converse(
                 .next_turn(&mut history, previous, &request, input);
         input = input_tokens;
         request.input_tokens = input_tokens;
-        let body = context.template.body(&prompt, request.output_tokens);
+        let body = context
+            .template(state.index)
+            .body(&prompt, request.output_tokens);
         context.in_flight.enter();
         state.in_flight.enter();
         answer = execute(context, state, request, body, None, true).await;
@@ -116,7 +118,8 @@ async fn execute(
     keep_answer: bool,
 ) -> Option<String> {
     let phase = state.index;
-    let request_id = context.template.request_id(phase, request.seq);
+    let template = context.template(phase);
+    let request_id = template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
     let intended_send_us = context.micros(intended.unwrap_or(sent_at));
     // Until the record is handed over, a panic in this task still records the request (as the
@@ -132,7 +135,7 @@ async fn execute(
         live_chunks: Some(context.live.chunks.clone()),
         ..Exchange::default()
     };
-    let timeout = context.template.timeout;
+    let timeout = template.timeout;
     enum End {
         Complete,
         TimedOut,
@@ -146,7 +149,7 @@ async fn execute(
             timeout,
             request::exchange(
                 &context.client,
-                &context.template,
+                template,
                 body,
                 request_id,
                 &mut sent_at,

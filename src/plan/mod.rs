@@ -305,6 +305,10 @@ pub struct Phase {
     /// The next phase waits until this phase's requests in flight have finished (a burst, a
     /// sweep's step): its latency is its own, and the next one's is not shifted by it.
     pub drain: bool,
+    /// The model its requests ask for, instead of the target's.
+    pub model: Option<String>,
+    /// The server its requests go to (a base URL), instead of the target's.
+    pub endpoint: Option<String>,
 }
 
 impl Plan {
@@ -339,6 +343,8 @@ impl Phase {
             with: None,
             step: None,
             drain,
+            model: None,
+            endpoint: None,
         }
     }
 }
@@ -1033,6 +1039,95 @@ mod tests {
             .iter()
             .map(|d| d.message.clone())
             .collect()
+    }
+
+    fn plan_with(target: &str, workload: &str) -> Result<Plan, PlanErrors> {
+        parse_plan(
+            "t.kdl",
+            format!("target \"sim\" {{ {target} }}\nworkload {{ {workload} }}\nphase \"a\" {{ concurrency 1; requests 2 }}\n"),
+        )
+    }
+
+    fn errors_of(result: Result<Plan, PlanErrors>) -> Vec<String> {
+        result
+            .unwrap_err()
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect()
+    }
+
+    #[test]
+    fn request_options_are_read_and_llmloads_own_fields_refused() {
+        let plan = plan_with(
+            "sampling temperature=0.5 top-k=40 stop=\"x\"; body #\"{\"chat_template_kwargs\": {\"a\": 1}}\"#; header \"X-Team\" \"a\"; header \"X-Key\" env=\"K\"",
+            "input 8; output min=4 max=12; system \"hi\"; prefix 64 groups=3",
+        )
+        .unwrap();
+        assert_eq!(plan.target.body["temperature"], 0.5);
+        assert_eq!(plan.target.body["top_k"], 40);
+        assert_eq!(plan.target.body["chat_template_kwargs"]["a"], 1);
+        assert_eq!(
+            plan.target.headers[1].value,
+            HeaderValue::Secret("K".into())
+        );
+        assert_eq!(
+            plan.workload.output_spread,
+            Some(OutputSpread::Uniform { min: 4, max: 12 })
+        );
+        assert_eq!(plan.workload.prefix.len(), 3);
+        assert_eq!(plan.workload.system.as_deref(), Some("hi"));
+
+        let errors = errors_of(plan_with(
+            "sampling max-tokens=5; body #\"{\"stream\": false}\"#; body \"[1]\"; header \"Authorization\" \"x\"; header \"X-A\"",
+            "input 8; output min=9 max=3; prefix { group 0 }; conversation think=\"1s\"",
+        ));
+        let all = errors.join("\n");
+        for expected in [
+            "llmload sets `max_tokens`",
+            "llmload sets `stream`",
+            "`body` must be a JSON object",
+            "llmload sets `Authorization` itself",
+            "the header has no value",
+            "`min` is above `max`",
+            "out of range",
+            "`conversation` needs turns=N",
+        ] {
+            assert!(all.contains(expected), "{expected} not in {all}");
+        }
+    }
+
+    #[test]
+    fn a_replay_only_plan_needs_no_lengths_but_others_do() {
+        let dir = std::env::temp_dir().join(format!("llmload-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("t.jsonl"),
+            "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n{\"timestamp\": 500, \"input_length\": 20, \"output_length\": 3}\n",
+        )
+        .unwrap();
+        let file = dir.join("plan.kdl");
+        let text = "target \"sim\"\nworkload { }\nphase \"r\" { trace \"t.jsonl\" speed=0.5 }\n";
+        let plan = parse_plan(file.to_str().unwrap(), text.into()).unwrap();
+        let Load::Trace(trace) = &plan.phases[0].load else {
+            panic!("a trace")
+        };
+        assert_eq!(trace.rows.len(), 2);
+        assert_eq!(trace.speed, 0.5);
+        let schedule = crate::planner::compile(&plan, 1).unwrap();
+        let offsets: Vec<_> = schedule.phases[0]
+            .requests
+            .iter()
+            .map(|r| (r.intended_offset_us, r.input_tokens))
+            .collect();
+        assert_eq!(offsets, vec![(Some(0), 10), (Some(1_000_000), 20)]);
+        let text = "target \"sim\"\nworkload { }\nphase \"r\" { trace \"t.jsonl\" }\nphase \"s\" { concurrency 1; requests 1 }\n";
+        let errors = errors_of(parse_plan(file.to_str().unwrap(), text.into()));
+        assert!(
+            errors.iter().any(|e| e.contains("no `input`")),
+            "{errors:?}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -87,6 +87,12 @@ pub struct PhaseSchedule {
     #[serde(skip)]
     /// Its load model.
     pub load_model: Load,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The model its requests ask for, when not the target's.
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The server its requests go to, when not the target's.
+    pub endpoint: Option<String>,
     #[serde(serialize_with = "serialize_secs")]
     /// When it stops sending.
     pub duration: Option<Duration>,
@@ -568,12 +574,22 @@ fn phase_schedule(
         duration = Some(span);
         planned_rate = Some(requests.len() as f64 / span.as_secs_f64().max(1e-3));
     }
+    // A phase with a model or server of its own says so wherever its load is shown.
+    let mut load = describe_load(&phase.load);
+    if let Some(model) = &phase.model {
+        load.push_str(&format!(" · model {model}"));
+    }
+    if let Some(endpoint) = &phase.endpoint {
+        load.push_str(&format!(" · {endpoint}"));
+    }
     PhaseSchedule {
         index,
         name: phase.name.clone(),
         record: phase.record,
-        load: describe_load(&phase.load),
+        load,
         load_model: phase.load.clone(),
+        model: phase.model.clone(),
+        endpoint: phase.endpoint.clone(),
         duration,
         max_requests: phase.max_requests,
         planned_rate,

@@ -414,6 +414,28 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
             max_body: plan.target.max_body,
         };
+        // Phases with a model or a server of their own speak the same way, to them.
+        let mut phase_templates = std::collections::BTreeMap::new();
+        for (index, phase) in plan.phases.iter().enumerate() {
+            if phase.model.is_none() && phase.endpoint.is_none() {
+                continue;
+            }
+            let mut own = template.clone();
+            if let Some(model) = &phase.model {
+                own.options.model = model.clone();
+            }
+            if let Some(endpoint) = &phase.endpoint {
+                let url = format!("{}{}", api_root(endpoint), own.dialect.path());
+                own.url = reqwest::Url::parse(&url).map_err(|e| {
+                    Error::usage(format!(
+                        "phase \"{}\": {} is not a URL: {e}",
+                        phase.name,
+                        redact_url(&url)
+                    ))
+                })?;
+            }
+            phase_templates.insert(index, own);
+        }
         // The plan's abort conditions watch the run between the executor and the caller.
         let observer: Arc<dyn Observer> = if plan.abort.is_empty() {
             options.observer.clone()
@@ -435,6 +457,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         };
         let config = RunConfig {
             template,
+            phase_templates,
             prompts: Arc::new(WorkloadPrompts::new(tokenizer.clone(), plan, &schedule)),
             tokenizer,
             header,

@@ -70,6 +70,51 @@ way white wind window word young green blue red black gold silver train ship pla
 dog cat king queen army force sun moon rain snow fire earth air food bread milk tea wine glass door floor \
 garden field farm market bank church club court camp post fort port bay lake hill mountain valley island";
 
+/// Where the Hugging Face cache keeps models, as the `huggingface_hub` library looks for it:
+/// `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else
+/// `~/.cache/huggingface/hub`.
+pub fn hf_hub_cache() -> Option<std::path::PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    var("HF_HUB_CACHE")
+        .or_else(|| var("HF_HOME").map(|home| home.join("hub")))
+        .or_else(|| var("XDG_CACHE_HOME").map(|cache| cache.join("huggingface").join("hub")))
+        .or_else(|| var("HOME").map(|home| home.join(".cache").join("huggingface").join("hub")))
+}
+
+/// The `tokenizer.json` of model `id` (`org/name`) in the Hugging Face cache under `hub`: the
+/// snapshot `refs/main` names, else the newest snapshot that has one. Never downloads; `Err`
+/// holds where it looked.
+pub fn hf_cached_tokenizer(
+    hub: &Path,
+    id: &str,
+) -> std::result::Result<std::path::PathBuf, Vec<std::path::PathBuf>> {
+    let model = hub.join(format!("models--{}", id.replace('/', "--")));
+    let snapshots = model.join("snapshots");
+    let main = std::fs::read_to_string(model.join("refs").join("main"))
+        .ok()
+        .map(|rev| snapshots.join(rev.trim()).join("tokenizer.json"));
+    if let Some(path) = main.as_ref().filter(|p| p.is_file()) {
+        return Ok(path.clone());
+    }
+    let newest = std::fs::read_dir(&snapshots).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .map(|entry| entry.path().join("tokenizer.json"))
+            .filter(|path| path.is_file())
+            .max_by_key(|path| std::fs::metadata(path).and_then(|m| m.modified()).ok())
+    });
+    newest.ok_or_else(|| {
+        let mut looked = Vec::new();
+        looked.extend(main);
+        looked.push(snapshots.join("*").join("tokenizer.json"));
+        looked
+    })
+}
+
 impl Tokenizer {
     /// A built-in encoding (`cl100k_base`, `o200k_base`).
     pub fn builtin(name: &str) -> Result<Tokenizer> {

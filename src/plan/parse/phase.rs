@@ -23,6 +23,8 @@ const RATE_OR_ZERO: Number = Number {
 };
 
 struct Fields {
+    model: Option<String>,
+    endpoint: Option<String>,
     with: Option<(StartWith, SourceSpan)>,
     loads: Vec<(Load, SourceSpan)>,
     arrivals: Option<(Arrivals, SourceSpan)>,
@@ -60,6 +62,43 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("at-once", |cx, node, p| {
         let n = cx.single(node, "at-once 64", Count::positive(MAX_BURST));
         p.load(n.map(|n| Load::AtOnce(n as u32)), node);
+    }),
+    ("model", |cx, node, p| {
+        p.model = cx.single(node, "model \"meta-llama/Llama-3.1-70B-Instruct\"", Text);
+        p.broken |= p.model.is_none();
+    }),
+    ("target", |cx, node, p| {
+        let usage = "target \"http://10.0.0.2:8000\" (a phase's own server; the plan's target says how to speak to it)";
+        let Some(url) = cx.single(node, usage, Text) else {
+            p.broken = true;
+            return;
+        };
+        let span = positional(node).next().map_or(node.span(), |e| e.span());
+        match reqwest::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+                if !parsed.username().is_empty() || parsed.password().is_some() {
+                    cx.secret(span);
+                    cx.error(
+                        span,
+                        "a phase's target holds credentials",
+                        "credentials in the URL",
+                        "name the credential instead: api-key env=\"VARIABLE\" in the target, or header \"...\" env=\"VARIABLE\"",
+                    );
+                    p.broken = true;
+                } else {
+                    p.endpoint = Some(url);
+                }
+            }
+            _ => {
+                cx.error(
+                    span,
+                    format!("\"{url}\" is not an http:// or https:// URL"),
+                    "not a URL",
+                    usage,
+                );
+                p.broken = true;
+            }
+        }
     }),
     ("trace", |cx, node, p| {
         let trace = trace(cx, node);
@@ -275,6 +314,8 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     cx.check_entries(node, 1, &[], usage);
     let name = cx.arg(node, usage, Text);
     let mut fields = Fields {
+        model: None,
+        endpoint: None,
         with: None,
         loads: Vec::new(),
         arrivals: None,
@@ -439,6 +480,8 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             max_requests,
             record: fields.record,
             with,
+            model: fields.model,
+            endpoint: fields.endpoint,
             ..Phase::new(name, load)
         },
         expected_requests,

@@ -422,26 +422,54 @@ fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
 }
 
 fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
-    let usage = "tokenizer \"cl100k_base\" (or \"o200k_base\", or a path to tokenizer.json)";
+    let usage = "tokenizer \"cl100k_base\" (or \"o200k_base\", a cached Hugging Face model id, or a path to tokenizer.json)";
     let Some(name) = cx.single(node, usage, Text) else {
         w.broken = true;
         return;
     };
     let span = positional(node).next().map_or(node.span(), |e| e.span());
+    // A Hugging Face model id: `org/name`, not a path that exists and not a .json file.
+    let looks_like_id = name.matches('/').count() == 1
+        && !name.ends_with(".json")
+        && !name.starts_with(['.', '/', '~'])
+        && !name.contains(char::is_whitespace)
+        && !datafile::resolve(cx, &name).exists();
     if BUILTIN_TOKENIZERS.contains(&name.as_str()) {
         w.tokenizer = TokenizerSpec::Builtin(name);
-    } else if name.ends_with(".json") || name.contains('/') {
-        // A relative path is relative to the plan file, so a plan and its tokenizer can live
-        // together in a repository.
-        let path = std::path::Path::new(&name);
-        let resolved = if path.is_relative() {
-            std::path::Path::new(cx.file_name())
-                .parent()
-                .map(|dir| dir.join(path))
-                .unwrap_or_else(|| path.to_path_buf())
-        } else {
-            path.to_path_buf()
+    } else if looks_like_id {
+        if !cx.check_files {
+            // A kept plan is judged without its files; the tokenizer is not needed for that.
+            w.tokenizer = TokenizerSpec::File(name.into());
+            return;
+        }
+        let Some(hub) = crate::tokens::hf_hub_cache() else {
+            w.broken = true;
+            cx.error(
+                span,
+                format!("cannot find the Hugging Face cache to look for {name}'s tokenizer"),
+                "no cache",
+                "set HF_HOME (or HF_HUB_CACHE), or give the path of a tokenizer.json",
+            );
+            return;
         };
+        match crate::tokens::hf_cached_tokenizer(&hub, &name) {
+            Ok(path) => w.tokenizer = TokenizerSpec::File(path),
+            Err(looked) => {
+                w.broken = true;
+                let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+                cx.error(
+                    span,
+                    format!("{name}'s tokenizer is not in the Hugging Face cache (looked for {})", looked.join(" and ")),
+                    "not cached",
+                    format!(
+                        "llmload never downloads: fetch it once with `huggingface-cli download {name} tokenizer.json` \
+                         (or set HF_HOME to where it is), or give the path of a tokenizer.json"
+                    ),
+                );
+            }
+        }
+    } else if name.ends_with(".json") || name.contains('/') {
+        let resolved = datafile::resolve(cx, &name);
         if resolved.is_file() || !cx.check_files {
             w.tokenizer = TokenizerSpec::File(resolved);
         } else {
@@ -459,7 +487,7 @@ fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
             span,
             format!("unknown tokenizer \"{name}\""),
             "unknown tokenizer",
-            "built in: \"cl100k_base\", \"o200k_base\"; or give the path of a Hugging Face tokenizer.json",
+            "built in: \"cl100k_base\", \"o200k_base\"; a Hugging Face model id in the local cache (\"org/name\"); or the path of a tokenizer.json",
         );
     }
 }
