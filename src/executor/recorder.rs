@@ -202,6 +202,40 @@ fn usage_problem(exchange: &Exchange, request: &ScheduledRequest) -> Option<Stri
     })
 }
 
+/// `total` tokens over chunks the tokenizer counted as `counts`: one each, and the rest in
+/// proportion to each chunk's count beyond one (largest remainders first; by count when the
+/// tokenizer saw no chunk of more than one). Re-tokenizing a chunk's text alone can count it
+/// differently from the server (a UTF-8 character split across tokens, a word cut in two), so
+/// the counts are only weights; the sum is the server's.
+fn spread_total(counts: &[u32], total: u64) -> Vec<u32> {
+    let chunks = counts.len() as u64;
+    let mut spread = vec![1u32; counts.len()];
+    let extra = total.saturating_sub(chunks);
+    if extra == 0 || counts.is_empty() {
+        return spread;
+    }
+    let excess: Vec<u64> = counts.iter().map(|&c| c.saturating_sub(1) as u64).collect();
+    let weights: Vec<u64> = if excess.iter().any(|&e| e > 0) {
+        excess
+    } else {
+        counts.iter().map(|&c| c.max(1) as u64).collect()
+    };
+    let weight_sum: u64 = weights.iter().sum::<u64>().max(1);
+    let mut given = 0u64;
+    let mut remainders: Vec<(u64, usize)> = Vec::with_capacity(counts.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let share = extra * w / weight_sum;
+        spread[i] += share as u32;
+        given += share;
+        remainders.push((extra * w % weight_sum, i));
+    }
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders.iter().take((extra - given) as usize) {
+        spread[i] += 1;
+    }
+    spread
+}
+
 /// Counts tokens and builds the record of one finished request.
 pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let Finished {
@@ -250,8 +284,15 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
                 start = end;
                 tokenizer.count(text).max(1) as u32
             })
-            .collect();
-        (counts, Some(TokenSource::Tokenizer))
+            .collect::<Vec<u32>>();
+        match usage_completion {
+            // The server's total is the truth; the tokenizer only says where its tokens fell.
+            Some(total) if total >= chunk_count as u64 => (
+                spread_total(&counts, total),
+                Some(TokenSource::UsageByTokenizer),
+            ),
+            _ => (counts, Some(TokenSource::Tokenizer)),
+        }
     };
 
     let (completion_tokens, token_source) = match usage_completion {
@@ -353,10 +394,26 @@ mod tests {
         };
         let record = finalize(finished(exchange), &tokenizer);
         assert_eq!(record.chunks, vec![(100, 2), (200, 1)]);
-        assert_eq!(record.chunk_tokens, Some(TokenSource::Tokenizer));
+        assert_eq!(record.chunk_tokens, Some(TokenSource::UsageByTokenizer));
         assert_eq!(record.completion_tokens, Some(3));
         assert_eq!(record.token_source, Some(TokenSource::Usage));
         assert_eq!(record.ttft_us, Some(100));
+    }
+
+    #[test]
+    fn the_servers_total_is_spread_over_chunks_by_the_tokenizers_counts() {
+        // llama.cpp holds back a split UTF-8 character: 24 tokens in 23 chunks, and the
+        // tokenizer, counting each chunk's text alone, sees 3 where the server had 2.
+        let mut counts = vec![1u32; 23];
+        counts[14] = 3;
+        let spread = spread_total(&counts, 24);
+        assert_eq!(spread.iter().sum::<u32>(), 24);
+        assert_eq!(spread[14], 2);
+        // Weighted by the excess, remainders to the largest.
+        assert_eq!(spread_total(&[1, 4, 2, 1], 7), vec![1, 3, 2, 1]);
+        // No chunk looked like more than one: by count, first ones first.
+        assert_eq!(spread_total(&[1, 1, 1], 5), vec![2, 2, 1]);
+        assert_eq!(spread_total(&[5, 5], 2), vec![1, 1]);
     }
 
     #[test]

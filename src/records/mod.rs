@@ -356,6 +356,9 @@ pub enum TokenSource {
     Tokenizer,
     /// Every chunk carried exactly one token: the usage total equals the number of chunks.
     OnePerChunk,
+    /// The server's usage total, spread over the chunks by the plan's tokenizer's counts of
+    /// each (at least one per chunk), so the chunks add up to the server's count.
+    UsageByTokenizer,
 }
 
 /// One finished request (successful or not).

@@ -242,6 +242,7 @@ impl Exporter for RequestsCsv {
                     TokenSource::Usage => "usage",
                     TokenSource::Tokenizer => "tokenizer",
                     TokenSource::OnePerChunk => "one_per_chunk",
+                    TokenSource::UsageByTokenizer => "usage_by_tokenizer",
                 }),
                 ttft_ms,
                 e2e_ms,

@@ -1,0 +1,434 @@
+//! Against a real inference engine: llama.cpp's `llama-server`, built from source by
+//! tests/engines/llama-server.sh and serving the tiny random-weight model that
+//! tests/engines/tiny-model.py makes (both run by `.ci/run`, or by hand: docs/real-engines.md).
+//!
+//! The simulator and the hand-written servers agree with llmload's reading of the protocol by
+//! construction; a real engine does not. These tests assert what llama.cpp's server actually
+//! does: a role-only first chat chunk with `"content": null`, usage in the finish chunk, tokens
+//! merged into one chunk where a UTF-8 character spans them, `ignore_eos` honoured, a chat
+//! template's tokens added to the prompt, `--parallel` slots that queue the rest, `llamacpp:*`
+//! metrics, keep-alive connections it closes when idle, and a run stopped with Ctrl-C.
+//!
+//! Without the engine (a plain `cargo test` on a fresh clone) every test here says loudly that it
+//! was skipped and passes; with `LLMLOAD_REQUIRE_ENGINE=1` (as CI sets it) a missing engine fails.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{llmload, read_records, run_file, write_plan};
+
+/// Where the scripts put the engine and the model, unless the environment says otherwise.
+fn engine_paths() -> Option<(PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let server = std::env::var_os("LLMLOAD_LLAMA_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/engines/llama.cpp-0.3.36/build/bin/llama-server"));
+    let model = std::env::var_os("LLMLOAD_TINY_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/engines/tiny-model"));
+    if server.is_file() && model.join("tiny-llama.gguf").is_file() {
+        return Some((server, model));
+    }
+    let message = format!(
+        "\nSKIPPED: llama-server or the tiny model is not built ({} / {}); build them with \
+         tests/engines/llama-server.sh and tests/engines/tiny-model.py (see docs/real-engines.md)\n",
+        server.display(),
+        model.display()
+    );
+    if std::env::var_os("LLMLOAD_REQUIRE_ENGINE").is_some_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("{message}");
+    None
+}
+
+/// A running llama-server, stopped when dropped.
+struct Engine {
+    child: Child,
+    url: String,
+    model_dir: PathBuf,
+}
+
+impl Engine {
+    /// Starts llama-server with `slots` parallel slots, waits until it is ready.
+    fn start(slots: u32) -> Option<Engine> {
+        let (server, model_dir) = engine_paths()?;
+        let port = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let child = Command::new(server)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--model")
+            .arg(model_dir.join("tiny-llama.gguf"))
+            .args(["--ctx-size", &(2048 * slots).to_string()])
+            .args(["--parallel", &slots.to_string()])
+            .args(["--threads", "1", "--threads-batch", "1"])
+            .args(["--seed", "1", "--metrics", "--no-webui"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("llama-server starts");
+        let engine = Engine {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            model_dir,
+        };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            if engine
+                .get("/health")
+                .is_some_and(|(status, _)| status == 200)
+            {
+                return Some(engine);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("llama-server did not become ready in 60 s");
+    }
+
+    /// GET `path`: the status and the body.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let authority = self.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(authority).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+        Some((status, body))
+    }
+
+    fn tokenizer(&self) -> String {
+        self.model_dir
+            .join("tokenizer.json")
+            .display()
+            .to_string()
+            .replace('\\', "/")
+    }
+
+    /// A plan against this server.
+    fn plan(&self, target: &str, workload: &str, phases: &str, sla: &str) -> String {
+        format!(
+            "plan \"engine\" {{ seed 1 }}\ntarget \"{}\" {{ model \"tiny\"; timeout \"60s\"; {target} }}\n\
+             workload {{ {workload} }}\n{phases}\nsla {{ {sla} }}\n",
+            self.url
+        )
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `plan` in a fresh directory; returns the summary and the records.
+fn run(plan: &str, args: &[&str]) -> (i32, serde_json::Value, Vec<serde_json::Value>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(dir.path(), plan);
+    let out = dir.path().join("out");
+    let output = run_file(&path, &out, args, &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    let summary = std::fs::read_to_string(out.join("summary.json"))
+        .map(|s| serde_json::from_str(&s).unwrap())
+        .unwrap_or(serde_json::Value::Null);
+    let records = if out.join("records.jsonl").exists() {
+        read_records(&out)
+    } else {
+        Vec::new()
+    };
+    (output.status.code().unwrap_or(-1), summary, records, stderr)
+}
+
+fn warning_codes(summary: &serde_json::Value) -> Vec<String> {
+    summary["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .map(|w| w["code"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn exact_lengths_on_chat_and_completions_streamed_and_not() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let workload = format!(
+        "tokenizer \"{}\"; input 40; output 24 ignore-eos=#true",
+        engine.tokenizer()
+    );
+    for api in ["chat", "completions"] {
+        for stream in ["#true", "#false"] {
+            let plan = engine.plan(
+                &format!("api \"{api}\"; stream {stream}"),
+                &workload,
+                "phase \"a\" { concurrency 2; requests 6 }",
+                "error-rate < \"1%\"",
+            );
+            let (code, summary, records, stderr) = run(&plan, &[]);
+            let what = format!("{api}, stream {stream}");
+            assert_eq!(code, 0, "{what}: {stderr}");
+            assert_eq!(records.len(), 6, "{what}");
+            for record in &records {
+                assert!(record["error"].is_null(), "{what}: {record}");
+                // ignore_eos is honoured: exactly the planned length, ended by the length.
+                assert_eq!(record["completion_tokens"], 24, "{what}: {record}");
+                assert_eq!(record["finish_reason"], "length", "{what}: {record}");
+                // Usage comes in the finish chunk (no separate usage chunk): it is found.
+                assert_eq!(record["token_source"], "usage", "{what}: {record}");
+                if stream == "#true" {
+                    // The role-only first chunk ("content": null) is not a token: TTFT is the
+                    // first generated text's, and the chunks hold every token.
+                    assert!(record["ttft_us"].as_u64().unwrap() > 0, "{what}");
+                    let in_chunks: u64 = record["chunks"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c[1].as_u64().unwrap())
+                        .sum();
+                    assert_eq!(in_chunks, 24, "{what}: {record}");
+                }
+            }
+            let tokens = &summary["overall"]["tokens"];
+            // With the model's own tokenizer, prompts are exactly as long as planned, once the
+            // constant the server adds (BOS; a chat template's tokens) is taken out.
+            assert_eq!(
+                tokens["input_mismatch"].as_f64(),
+                Some(0.0),
+                "{what}: {tokens}"
+            );
+            let overhead = tokens["input_overhead"].as_f64().unwrap();
+            let codes = warning_codes(&summary);
+            assert!(
+                !codes.contains(&"input-tokens".to_string()),
+                "{what}: {codes:?}"
+            );
+            if api == "chat" {
+                // The chat template wraps the prompt: noted, not an error.
+                assert!(overhead >= 3.0, "{what}: {tokens}");
+                assert!(
+                    codes.contains(&"prompt-overhead".to_string()),
+                    "{what}: {codes:?}"
+                );
+            } else {
+                assert!(overhead <= 1.0, "{what}: {tokens}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tokenizer_that_is_not_the_models_is_warned() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    // Synthetic prompts are common English words, one token each under most tokenizers; real
+    // text is where tokenizers part. Here: long numbers, one word each to a word-level
+    // tokenizer, split in groups of three digits by Llama 3's.
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = (1..=12u64)
+        .map(|i| {
+            let numbers: Vec<String> = (0..(4 + i % 5))
+                .map(|j| format!("{}", 1_000_000_007u64 * (i + 1) + 7919 * j))
+                .collect();
+            serde_json::json!({ "prompt": numbers.join(" ") }).to_string()
+        })
+        .collect();
+    std::fs::write(dir.path().join("numbers.jsonl"), lines.join("\n")).unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json");
+    let plan = engine.plan(
+        "api \"completions\"",
+        &format!(
+            "tokenizer \"{}\"; dataset \"numbers.jsonl\" order=\"sequential\"; output 4 ignore-eos=#true",
+            fixture.display()
+        ),
+        "phase \"a\" { concurrency 2; requests 12 }",
+        "",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let output = run_file(&path, &out, &[], &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let codes = warning_codes(&summary);
+    assert!(codes.contains(&"input-tokens".to_string()), "{codes:?}");
+}
+
+#[test]
+fn requests_beyond_the_slots_queue_and_it_shows_in_ttft() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let plan = engine.plan(
+        "api \"completions\"",
+        &format!(
+            "tokenizer \"{}\"; input 32; output 96 ignore-eos=#true",
+            engine.tokenizer()
+        ),
+        "phase \"within\" { concurrency 2; requests 6 }\nphase \"beyond\" { concurrency 8; requests 16 }",
+        "",
+    );
+    let (code, summary, _, stderr) = run(&plan, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let phase = |name: &str| {
+        summary["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let within = phase("within");
+    let beyond = phase("beyond");
+    let ttft_within = within["metrics"]["ttft_ms"]["p50"].as_f64().unwrap();
+    let ttft_beyond = beyond["metrics"]["ttft_ms"]["p50"].as_f64().unwrap();
+    let e2e_within = within["metrics"]["e2e_ms"]["p50"].as_f64().unwrap();
+    // With 8 users on 2 slots, most requests wait for a whole answer before theirs starts.
+    assert!(
+        ttft_beyond > ttft_within + 0.5 * e2e_within,
+        "TTFT p50 {ttft_beyond:.1} ms beyond the slots against {ttft_within:.1} within (E2E {e2e_within:.1})"
+    );
+}
+
+#[test]
+fn the_servers_own_metrics_are_scraped() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let plan = engine.plan(
+        "api \"completions\"; metrics interval=\"200ms\"",
+        &format!(
+            "tokenizer \"{}\"; input 32; output 64 ignore-eos=#true",
+            engine.tokenizer()
+        ),
+        "phase \"a\" { concurrency 2; requests 8 }",
+        "server-running max <= 2",
+    );
+    let (code, summary, _, stderr) = run(&plan, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let server = &summary["server"];
+    assert_eq!(server["engine"], "llama.cpp", "{server}");
+    assert!(server["samples"].as_u64().unwrap() >= 2, "{server}");
+    let signals = &summary["overall"]["server"]["signals"];
+    assert!(
+        signals["generation_tokens"]["delta"].as_f64().unwrap() >= 8.0 * 64.0 * 0.9,
+        "{signals}"
+    );
+    assert!(
+        signals["running"]["max"].as_f64().unwrap() <= 2.0,
+        "{signals}"
+    );
+}
+
+#[test]
+fn connections_the_server_closes_when_idle_are_not_failures() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    // llama.cpp's HTTP server closes a keep-alive connection after 5 s idle: the gaps here
+    // leave the pooled connections idle longer than that before they are used again.
+    let plan = engine.plan(
+        "api \"completions\"",
+        &format!("tokenizer \"{}\"; input 16; output 4", engine.tokenizer()),
+        "phase \"first\" { concurrency 2; requests 4 }\n\
+         phase \"after-idle\" { rate 0.15; arrivals \"constant\"; duration \"14s\" }",
+        "error-rate < \"1%\"",
+    );
+    let (code, summary, records, stderr) = run(&plan, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(records.len() >= 5);
+    assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
+    // A request that met a connection closed under it was sent again, and counted.
+    let retries: u64 = records
+        .iter()
+        .map(|r| r["connection_retries"].as_u64().unwrap_or(0))
+        .sum();
+    if retries > 0 {
+        assert!(warning_codes(&summary).contains(&"connection-retries".to_string()));
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_run_with_a_report_and_the_server_goes_on() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = engine.plan(
+        "api \"completions\"",
+        &format!(
+            "tokenizer \"{}\"; input 16; output 2000 ignore-eos=#true",
+            engine.tokenizer()
+        ),
+        "phase \"long\" { concurrency 2; duration \"60s\" }",
+        "",
+    );
+    let path = write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let mut child = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .args(["--quiet", "--grace", "200ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    sigint(child.id());
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the run stopped promptly"
+    );
+    assert_eq!(status.code(), Some(3), "an interrupted run exits 3");
+    let records = read_records(&out);
+    assert!(!records.is_empty());
+    assert!(
+        records.iter().any(|r| r["error"] == "cancelled"),
+        "requests in flight were cancelled: {records:?}"
+    );
+    assert!(out.join("report.md").is_file());
+    // The server keeps serving once the client has gone.
+    let plan = engine.plan(
+        "api \"completions\"",
+        &format!("tokenizer \"{}\"; input 8; output 4", engine.tokenizer()),
+        "phase \"after\" { concurrency 1; requests 2 }",
+        "error-rate < \"1%\"",
+    );
+    let (code, _, _, stderr) = run(&plan, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// SIGINT, as Ctrl-C sends it.
+fn sigint(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
