@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{llmload, read_records, run_file, write_plan};
+use common::{llmload, read_records, write_plan};
 
 /// Where the scripts put the engine and the model, unless the environment says otherwise.
 fn engine_paths() -> Option<(PathBuf, PathBuf)> {
@@ -133,22 +133,19 @@ impl Drop for Engine {
     }
 }
 
-/// Runs `plan` in a fresh directory; returns the summary and the records.
+/// Runs `plan` in a fresh directory; returns the exit code, the summary, the records and
+/// stderr.
 fn run(plan: &str, args: &[&str]) -> (i32, serde_json::Value, Vec<serde_json::Value>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_plan(dir.path(), plan);
-    let out = dir.path().join("out");
-    let output = run_file(&path, &out, args, &[]);
-    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-    let summary = std::fs::read_to_string(out.join("summary.json"))
+    let run = common::run_plan(plan, args);
+    let summary = std::fs::read_to_string(run.out().join("summary.json"))
         .map(|s| serde_json::from_str(&s).unwrap())
         .unwrap_or(serde_json::Value::Null);
-    let records = if out.join("records.jsonl").exists() {
-        read_records(&out)
+    let records = if run.out().join("records.jsonl").exists() {
+        run.records()
     } else {
         Vec::new()
     };
-    (output.status.code().unwrap_or(-1), summary, records, stderr)
+    (run.code(), summary, records, run.stderr())
 }
 
 fn warning_codes(summary: &serde_json::Value) -> Vec<String> {
@@ -260,17 +257,9 @@ fn a_tokenizer_that_is_not_the_models_is_warned() {
         "phase \"a\" { concurrency 2; requests 12 }",
         "",
     );
-    let path = write_plan(dir.path(), &plan);
-    let out = dir.path().join("out");
-    let output = run_file(&path, &out, &[], &[]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
     let codes = warning_codes(&summary);
     assert!(codes.contains(&"input-tokens".to_string()), "{codes:?}");
 }

@@ -32,10 +32,11 @@ fn multi_token_chunks_spread_their_gap() {
         assert!((itl - 5.0).abs() <= 1.0, "itl p50 {itl}");
         let records = run.records();
         let source = &records[0]["chunk_tokens"];
+        // Without per-chunk usage, the final usage total is spread by the tokenizer's counts.
         let expected = if continuous == "#true" {
             "usage"
         } else {
-            "tokenizer"
+            "usage_by_tokenizer"
         };
         assert_eq!(source, expected);
         assert!(records
@@ -448,16 +449,10 @@ fn a_tokenizer_json_beside_the_plan() {
         "phase \"c\" { concurrency 1; requests 3 }",
         "error-rate < \"1%\"",
     );
-    let path = write_plan(dir.path(), &plan);
-    let out = dir.path().join("out");
-    let output = run_file(&path, &out, &[], &[]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let records = read_records(&out);
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let out = run.out();
+    let records = run.records();
     assert!(records
         .iter()
         .all(|r| r["prompt_tokens"] == 40 && r["completion_tokens"] == 5));
@@ -471,7 +466,7 @@ fn a_tokenizer_json_beside_the_plan() {
     );
     // A missing file is a plan error pointing at the path.
     let bad = write_plan(
-        dir.path(),
+        run.dir.path(),
         &plan.replace("\"tokenizer.json\"", "\"missing/tokenizer.json\""),
     );
     let output = llmload().arg("check").arg(&bad).output().unwrap();

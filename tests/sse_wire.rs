@@ -61,10 +61,10 @@ fn split_events_crlf_comments_multi_token_chunks_and_usage_only_chunk() {
         "the split event is timed by its completing read: {}",
         second - ttft
     );
-    // " cat sat" is two tokens: usage says 3 in all, the tokenizer attributes them per chunk.
+    // " cat sat" is two tokens: usage says 3 in all, spread over the chunks by the tokenizer.
     assert_eq!(chunks[0][1], 1);
     assert_eq!(chunks[1][1], 2);
-    assert_eq!(r["chunk_tokens"], "tokenizer");
+    assert_eq!(r["chunk_tokens"], "usage_by_tokenizer");
     assert_eq!(r["completion_tokens"], 3);
     assert_eq!(r["prompt_tokens"], 9);
     assert_eq!(r["token_source"], "usage");

@@ -241,16 +241,10 @@ phase "replay" {{ trace "trace.jsonl" speed=2 block=64 }}
 "#,
         sim.url
     );
-    let path = write_plan(dir.path(), &plan);
-    let out = dir.path().join("out");
-    let output = run_file(&path, &out, &[], &[]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let records = common::read_records(&out);
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let out = run.out();
+    let records = run.records();
     assert_eq!(records.len(), 40);
     for (i, record) in records.iter().enumerate() {
         let seq = record["seq"].as_u64().unwrap() as usize;

@@ -147,6 +147,28 @@ fn line_spans(text: &str) -> impl Iterator<Item = (usize, usize, &str)> {
     })
 }
 
+/// The non-blank lines of a JSONL file: their number (from 1), their span, and their JSON (or
+/// the mistake, with `help`).
+fn json_lines<'a>(
+    text: &'a str,
+    help: &'a str,
+) -> impl Iterator<Item = (usize, (usize, usize), Result<Value, DataError>)> + 'a {
+    line_spans(text)
+        .filter(|(_, _, line)| !line.trim().is_empty())
+        .map(move |(number, at, line)| {
+            let span = (at, line.len().max(1));
+            let value = serde_json::from_str::<Value>(line).map_err(|e| {
+                error_at(
+                    span,
+                    format!("line {number} is not JSON: {e}"),
+                    "not JSON",
+                    help,
+                )
+            });
+            (number, span, value)
+        })
+}
+
 fn error_at(
     span: (usize, usize),
     message: String,
@@ -192,20 +214,12 @@ pub fn read_jsonl(
     let mut entries = Vec::new();
     let mut errors = Vec::new();
     let mut skipped = 0;
-    for (number, at, line) in line_spans(text) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let span = (at, line.len().max(1));
-        let value: Value = match serde_json::from_str(line) {
+    let help = "each line of a JSONL dataset is one JSON object, e.g. {\"prompt\": \"...\"}";
+    for (number, span, value) in json_lines(text, help) {
+        let value = match value {
             Ok(value) => value,
-            Err(e) => {
-                errors.push(error_at(
-                    span,
-                    format!("line {number} is not JSON: {e}"),
-                    "not JSON",
-                    "each line of a JSONL dataset is one JSON object, e.g. {\"prompt\": \"...\"}",
-                ));
+            Err(error) => {
+                errors.push(error);
                 continue;
             }
         };
@@ -357,20 +371,11 @@ pub fn read_trace(text: &str) -> Result<Vec<TraceRow>, Vec<DataError>> {
     let mut rows = Vec::new();
     let mut errors = Vec::new();
     let help = "each line is {\"timestamp\": ms, \"input_length\": N, \"output_length\": N, \"hash_ids\": [...]}";
-    for (number, at, line) in line_spans(text) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let span = (at, line.len().max(1));
-        let value: Value = match serde_json::from_str(line) {
+    for (number, span, value) in json_lines(text, help) {
+        let value = match value {
             Ok(value) => value,
-            Err(e) => {
-                errors.push(error_at(
-                    span,
-                    format!("line {number} is not JSON: {e}"),
-                    "not JSON",
-                    help,
-                ));
+            Err(error) => {
+                errors.push(error);
                 continue;
             }
         };

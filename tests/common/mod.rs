@@ -75,7 +75,12 @@ pub fn run_file(
 
 /// Writes `plan` in a fresh directory and runs `llmload run` on it with `args`.
 pub fn run_plan(plan: &str, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
+    run_in(tempfile::tempdir().unwrap(), plan, args)
+}
+
+/// Writes `plan` in `dir` (beside the files a test put there: a dataset, a trace, a tokenizer)
+/// and runs `llmload run` on it with `args`; the report goes to `dir/out`.
+pub fn run_in(dir: tempfile::TempDir, plan: &str, args: &[&str]) -> Run {
     let path = write_plan(dir.path(), plan);
     let output = run_file(&path, &dir.path().join("out"), args, &[]);
     Run { dir, output }
