@@ -16,7 +16,7 @@ const REQUESTS: usize = 3;
 
 fn plan(timeout: &str, target_extra: &str, workload_extra: &str) -> String {
     format!(
-        "plan \"faults\" {{ seed 1 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"{timeout}\"; api-key env=\"FAULTS_KEY\"; metrics #false; {target_extra} }}\nworkload {{ input 8; output 8 {workload_extra} }}\nphase \"p\" {{ concurrency 1; requests {REQUESTS} }}\nsla {{ error-rate < \"100%\" }}\n"
+        "plan \"faults\" {{ seed 1 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"{timeout}\"; api-key env=\"FAULTS_KEY\"; metrics #false; connections \"cold\"; {target_extra} }}\nworkload {{ input 8; output 8 {workload_extra} }}\nphase \"p\" {{ concurrency 1; requests {REQUESTS} }}\nsla {{ error-rate < \"100%\" }}\n"
     )
 }
 
@@ -462,7 +462,7 @@ fn running_out_of_file_descriptors_is_the_clients_failure() {
     let sim = SimProcess::start_with(&["--ttft", "1s", "--itl", "1ms"]);
     let path = write_plan(
         dir.path(),
-        "target \"http://127.0.0.1:9\" { model \"m\"; timeout \"10s\"; metrics #false }\nworkload { input 8; output 2 }\nphase \"a\" { rate 400; arrivals \"constant\"; duration \"1s\" }\nsla { error-rate < \"1%\" }\n",
+        "target \"http://127.0.0.1:9\" { model \"m\"; timeout \"10s\"; metrics #false; connections \"cold\" }\nworkload { input 8; output 2 }\nphase \"a\" { rate 400; arrivals \"constant\"; duration \"1s\" }\nsla { error-rate < \"1%\" }\n",
     );
     let out = dir.path().join("out");
     let output = {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 fn plan(requests: u32, timeout: &str) -> String {
     format!(
-        "plan \"wire\" {{ seed 1 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"{timeout}\"; metrics #false }}\nworkload {{ input 8; output 3 }}\nphase \"p\" {{ concurrency 1; requests {requests} }}\nsla {{ error-rate < \"100%\" }}\n"
+        "plan \"wire\" {{ seed 1 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"{timeout}\"; metrics #false; connections \"cold\" }}\nworkload {{ input 8; output 3 }}\nphase \"p\" {{ concurrency 1; requests {requests} }}\nsla {{ error-rate < \"100%\" }}\n"
     )
 }
 

@@ -51,6 +51,16 @@ fn capture_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
                         }
                     }
                 };
+                if head.starts_with("GET ") {
+                    // The client opens its connections before a phase with GET /models.
+                    let list = r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{list}",
+                        list.len()
+                    );
+                    return;
+                }
                 let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 kept.lock().unwrap().push(Seen { head, body });
                 let answer = r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok then"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
@@ -604,4 +614,32 @@ fn a_model_id_finds_its_tokenizer_in_the_hugging_face_cache() {
         flat.contains("huggingface-clidownloadacme/absent"),
         "{stderr}"
     );
+}
+
+#[test]
+fn connections_are_opened_before_the_clock_unless_cold_starts_are_measured() {
+    let connections = |mode: &str| {
+        let plan = sim_plan(
+            "ttft \"20ms\"; itl \"2ms\"",
+            "input 16; output 4",
+            "phase \"burst\" { at-once 32 }",
+            "error-rate < \"1%\"",
+        )
+        .replace(
+            "target \"sim\" {",
+            &format!("target \"sim\" {{ connections \"{mode}\";"),
+        );
+        let run = run_plan(&plan, &[]);
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let summary = run.summary();
+        summary["phases"][0]["connections"].clone()
+    };
+    let warm = connections("warm");
+    // All 32 were open before the burst's clock started: none was opened during it.
+    assert!(warm["warmed"].as_u64().unwrap() >= 32, "{warm}");
+    assert_eq!(warm["opened"], 0, "{warm}");
+    let cold = connections("cold");
+    assert_eq!(cold["warmed"], 0, "{cold}");
+    assert!(cold["opened"].as_u64().unwrap() >= 32, "{cold}");
+    assert!(cold["connect_ms_max"].as_f64().unwrap() > 0.0, "{cold}");
 }

@@ -74,6 +74,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             sent: n as u64,
             client: None,
             ended_early: None,
+            connections: None,
         }],
         records,
         search_end: None,

@@ -15,6 +15,7 @@
 //! nor does it choose loads: a search's policy is [`crate::planner::search`].
 
 pub mod api;
+mod connections;
 mod observe;
 mod phase;
 pub mod recorder;
@@ -53,6 +54,8 @@ pub struct RunConfig {
     pub template: RequestTemplate,
     /// How the requests of phases with a model or endpoint of their own are spoken, by phase.
     pub phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
+    /// Open the connections each group of phases needs before its clock starts.
+    pub warm_connections: bool,
     /// Where each request's prompt comes from.
     pub prompts: Arc<dyn PromptSource>,
     /// Counts tokens where the server gives no usage.
@@ -107,6 +110,9 @@ struct Context {
     client: reqwest::Client,
     template: RequestTemplate,
     phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
+    /// Every connection the client opened.
+    connects: Arc<connections::ConnectLog>,
+    warm_connections: bool,
     prompts: Arc<dyn PromptSource>,
     schedule: Arc<Schedule>,
     run_start: Instant,
@@ -159,7 +165,11 @@ pub async fn run_from(
     if let Some(notice) = check_open_files(&schedule, pool)? {
         config.observer.on_event(Event::Warning(&notice));
     }
+    let connects = Arc::new(connections::ConnectLog::default());
     let client = reqwest::Client::builder()
+        .connector_layer(connections::ConnectLayer {
+            log: connects.clone(),
+        })
         .tcp_nodelay(true)
         .pool_max_idle_per_host(pool)
         .connect_timeout(config.template.timeout.min(Duration::from_secs(10)))
@@ -194,6 +204,8 @@ pub async fn run_from(
         client,
         template: config.template.clone(),
         phase_templates: config.phase_templates.clone(),
+        connects,
+        warm_connections: config.warm_connections,
         prompts: config.prompts.clone(),
         schedule: schedule.clone(),
         run_start: Instant::now(),

@@ -36,9 +36,41 @@ pub(super) async fn run_group(
     group: Vec<PhaseRun>,
     sending: watch::Receiver<bool>,
 ) {
+    // Connections first, so that the phases' clocks measure the server, not the handshakes.
+    let mut warming = tokio::task::JoinSet::new();
+    if context.warm_connections {
+        for (position, run) in group.iter().enumerate() {
+            let context = context.clone();
+            let need = super::connections::needed(&run.phase);
+            let index = run.phase.index;
+            warming.spawn(async move {
+                let template = context.template(index).clone();
+                let (ok, error) = super::connections::warm(&context.client, &template, need).await;
+                (position, ok, error)
+            });
+        }
+    }
+    let mut warmed = vec![0u64; group.len()];
+    let mut cancel_warming = sending.clone();
+    loop {
+        tokio::select! {
+            done = warming.join_next() => match done {
+                Some(Ok((position, ok, error))) => {
+                    warmed[position] = ok;
+                    if let Some(error) = error {
+                        let note = format!("could not open every connection before phase \"{}\": {error}", group[position].phase.name);
+                        context.observer.on_event(Event::Note(&note));
+                    }
+                }
+                Some(Err(_)) => {}
+                None => break,
+            },
+            _ = stopped(&mut cancel_warming) => return,
+        }
+    }
     let group_start = Instant::now();
     let mut phases = tokio::task::JoinSet::new();
-    for run in group {
+    for (run, warmed) in group.into_iter().zip(warmed) {
         let context = context.clone();
         let mut cancel = sending.clone();
         phases.spawn(async move {
@@ -47,7 +79,7 @@ pub(super) async fn run_group(
                 _ = tokio::time::sleep_until(starts) => {}
                 _ = stopped(&mut cancel) => return,
             }
-            run_phase(&context, run, cancel).await;
+            run_phase(&context, run, cancel, warmed).await;
         });
     }
     while phases.join_next().await.is_some() {}
@@ -61,7 +93,12 @@ pub(super) async fn ended_early(ended: &mut watch::Receiver<Option<String>>) {
     }
 }
 
-async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Receiver<bool>) {
+async fn run_phase(
+    context: &Arc<Context>,
+    run: PhaseRun,
+    mut cancel: watch::Receiver<bool>,
+    warmed: u64,
+) {
     let phase = run.phase;
     let state = Arc::new(PhaseState {
         index: phase.index,
@@ -193,6 +230,11 @@ async fn run_phase(context: &Arc<Context>, run: PhaseRun, mut cancel: watch::Rec
         sent: state.sent.load(Ordering::Relaxed),
         client,
         ended_early: run.control.reason(),
+        connections: Some(
+            context
+                .connects
+                .between(phase_start, Instant::now(), warmed),
+        ),
     };
     context.observer.on_event(Event::PhaseEnded(&end));
     context.log(LogLine::PhaseEnd(end));

@@ -309,6 +309,8 @@ pub struct PhaseMetrics {
     /// Why it was ended before its planned end, if it was (a probe that had already failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_early: Option<String>,
+    /// The connections opened before the phase's clock started, and while it ran.
+    pub connections: Option<crate::records::Connections>,
     /// Why its window shows a server that was not keeping up, if it does (see
     /// [`profile::saturation`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -856,6 +858,7 @@ impl<'s> Aggregator<'s> {
             metrics.client = phase_end.and_then(|e| e.client);
             metrics.step = start.step.clone();
             metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
+            metrics.connections = phase_end.and_then(|e| e.connections);
             metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));

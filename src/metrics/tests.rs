@@ -107,6 +107,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 sent: 1,
                 client: None,
                 ended_early: None,
+                connections: None,
             },
             PhaseEnd {
                 index: 1,
@@ -114,6 +115,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 sent: 3,
                 client: None,
                 ended_early: None,
+                connections: None,
             },
         ],
         records,

@@ -140,6 +140,29 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
         ));
     }
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
+        // On loopback a connection opens in a fraction of a millisecond: only slower ones can
+        // show in TTFT.
+        if let Some(c) = phase
+            .connections
+            .filter(|c| c.opened > 0 && c.connect_ms_max.unwrap_or(0.0) >= 1.0)
+        {
+            out.push(note(
+                "connections-opened",
+                format!(
+                    "phase \"{}\": {} connection(s) opened while it ran{} (connect p50 {:.2} ms, max {:.2} ms); \
+                     a request that waited for one counts that in its TTFT",
+                    phase.name,
+                    c.opened,
+                    if c.warmed > 0 {
+                        format!(", beyond the {} opened before it", c.warmed)
+                    } else {
+                        String::new()
+                    },
+                    c.connect_ms_p50.unwrap_or(0.0),
+                    c.connect_ms_max.unwrap_or(0.0)
+                ),
+            ));
+        }
         if let Some(p99) = phase.metrics.schedule_lag_ms.p99 {
             if p99 > LAG_P99_LIMIT_MS {
                 out.push(warning(

@@ -104,6 +104,9 @@ pub struct Target {
     pub body: serde_json::Map<String, serde_json::Value>,
     /// Extra HTTP headers on every request.
     pub headers: Vec<Header>,
+    /// Open the connections each group of phases needs before its clock starts (`connections
+    /// "warm"`, the default), or let requests open them and measure that (`"cold"`).
+    pub warm_connections: bool,
 }
 
 /// An extra HTTP header.

@@ -278,6 +278,24 @@ pub struct PhaseEnd {
     /// its requests still in flight were cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_early: Option<String>,
+    /// The connections opened before it started and while it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<Connections>,
+}
+
+/// A phase's connections: opened before its clock started, and while it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Connections {
+    /// Connections opened (or found idle) and checked before the phase's clock started.
+    pub warmed: u64,
+    /// Connections opened while it ran (by its requests, or by phases running beside it).
+    pub opened: u64,
+    /// Connection attempts that failed while it ran.
+    pub failed: u64,
+    /// Median time to open one of them (TCP and TLS), ms.
+    pub connect_ms_p50: Option<f64>,
+    /// The longest, ms.
+    pub connect_ms_max: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -458,6 +458,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         let config = RunConfig {
             template,
             phase_templates,
+            warm_connections: plan.target.warm_connections,
             prompts: Arc::new(WorkloadPrompts::new(tokenizer.clone(), plan, &schedule)),
             tokenizer,
             header,

@@ -178,6 +178,20 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                     if merged.ended_early.is_none() {
                         merged.ended_early.clone_from(&end.ended_early);
                     }
+                    // Every shard opened its own: counts add up, the slowest is the slowest.
+                    merged.connections = match (merged.connections, end.connections) {
+                        (Some(a), Some(b)) => Some(crate::records::Connections {
+                            warmed: a.warmed + b.warmed,
+                            opened: a.opened + b.opened,
+                            failed: a.failed + b.failed,
+                            connect_ms_p50: a.connect_ms_p50.or(b.connect_ms_p50),
+                            connect_ms_max: match (a.connect_ms_max, b.connect_ms_max) {
+                                (Some(x), Some(y)) => Some(x.max(y)),
+                                (x, y) => x.or(y),
+                            },
+                        }),
+                        (a, b) => a.or(b),
+                    };
                 })
                 .or_insert_with(|| PhaseEnd {
                     at_us,

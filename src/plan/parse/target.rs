@@ -23,6 +23,7 @@ struct Fields {
     metrics_interval: Duration,
     body: serde_json::Map<String, serde_json::Value>,
     headers: Vec<Header>,
+    warm_connections: bool,
 }
 
 /// Body fields llmload writes itself: a plan may not set them through `sampling` or `body`.
@@ -122,6 +123,20 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("sampling", sampling),
     ("body", body),
     ("header", header),
+    ("connections", |cx, node, t| {
+        let usage = "connections \"warm\" (opened before each phase's clock) or \"cold\" (opened by the requests, and measured)";
+        match cx.single(node, usage, Text).as_deref() {
+            Some("warm") => t.warm_connections = true,
+            Some("cold") => t.warm_connections = false,
+            Some(other) => cx.error(
+                positional(node).next().map_or(node.span(), |e| e.span()),
+                format!("unknown connections \"{other}\""),
+                "warm or cold",
+                usage,
+            ),
+            None => {}
+        }
+    }),
 ];
 
 /// Adds `key` to the body unless llmload writes it itself.
@@ -375,6 +390,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         metrics_interval: Duration::from_secs(1),
         body: serde_json::Map::new(),
         headers: Vec::new(),
+        warm_connections: true,
     };
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
@@ -405,5 +421,6 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         metrics_interval: fields.metrics_interval,
         body: fields.body,
         headers: fields.headers,
+        warm_connections: fields.warm_connections,
     })
 }

@@ -1,0 +1,213 @@
+//! Connections are the client's business, not the measurement's: they are opened before a
+//! phase's clock starts, and every one opened while a phase runs is counted and timed.
+//!
+//! Under HTTP/1.1 a request in flight holds a connection of its own, and opening one (TCP, TLS)
+//! takes from a fraction of a millisecond on loopback to tens of milliseconds across a network,
+//! queued behind the others when hundreds open at once. A first wave that opens its connections
+//! reports TTFT tails that are the client's. So before each group of phases the executor opens
+//! (and checks) as many connections as the phases will hold at once, unless the plan asks to
+//! measure cold starts. It is not for choosing or limiting connections: the pool does that.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::request::RequestTemplate;
+use crate::plan::Load;
+use crate::planner::PhaseSchedule;
+use crate::records::Connections;
+
+/// Every connection the client opened: when it was ready, how long it took, whether it worked.
+#[derive(Default)]
+pub struct ConnectLog {
+    opened: Mutex<Vec<(Instant, Duration, bool)>>,
+}
+
+impl ConnectLog {
+    fn record(&self, took: Duration, ok: bool) {
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.push((Instant::now(), took, ok));
+        }
+    }
+
+    /// The connections that were ready between `from` and `to`, and how long they took.
+    pub fn between(&self, from: Instant, to: Instant, warmed: u64) -> Connections {
+        let mut took: Vec<f64> = Vec::new();
+        let mut failed = 0;
+        if let Ok(opened) = self.opened.lock() {
+            for &(at, duration, ok) in opened.iter() {
+                if at >= from && at <= to {
+                    if ok {
+                        took.push(duration.as_secs_f64() * 1000.0);
+                    } else {
+                        failed += 1;
+                    }
+                }
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        Connections {
+            warmed,
+            opened: took.len() as u64,
+            failed,
+            connect_ms_p50: took.get(took.len() / 2).copied(),
+            connect_ms_max: took.last().copied(),
+        }
+    }
+}
+
+/// Wraps the HTTP client's connector so that each connection it opens is logged.
+#[derive(Clone)]
+pub struct ConnectLayer {
+    pub log: Arc<ConnectLog>,
+}
+
+impl<S> tower::Layer<S> for ConnectLayer {
+    type Service = Logged<S>;
+    fn layer(&self, inner: S) -> Logged<S> {
+        Logged {
+            inner,
+            log: self.log.clone(),
+        }
+    }
+}
+
+/// The connector, logging each connection it opens.
+#[derive(Clone)]
+pub struct Logged<S> {
+    inner: S,
+    log: Arc<ConnectLog>,
+}
+
+impl<S, R> tower::Service<R> for Logged<S>
+where
+    S: tower::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let started = Instant::now();
+        let connecting = self.inner.call(request);
+        let log = self.log.clone();
+        Box::pin(async move {
+            let result = connecting.await;
+            log.record(started.elapsed(), result.is_ok());
+            result
+        })
+    }
+}
+
+/// How many connections a phase holds at once: a closed loop's users, a burst's requests, an
+/// open loop's arrivals in its busiest second (it needs more when its answers take longer, and
+/// opens them as it goes: those are counted).
+pub fn needed(phase: &PhaseSchedule) -> u64 {
+    match &phase.load_model {
+        Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
+        Load::Rate { rate, .. } => {
+            let peak = match rate {
+                crate::plan::RateShape::Constant(r) => *r,
+                crate::plan::RateShape::Ramp { from, to } => from.max(*to),
+            };
+            peak.ceil() as u64
+        }
+        Load::Trace(trace) => trace.peak_rate().ceil() as u64,
+    }
+}
+
+/// Opens (or finds idle in the pool) `count` connections to `template`'s server by sending
+/// that many `GET /models` at once (every OpenAI-compatible server answers it; any answer
+/// proves the connection), with the run's credentials. Each answer's body is read only once
+/// every request has its answer, so that each holds a connection of its own meanwhile: `count`
+/// distinct connections, not a few reused. Returns how many got an answer, and the first
+/// failure.
+pub async fn warm(
+    client: &reqwest::Client,
+    template: &RequestTemplate,
+    count: u64,
+) -> (u64, Option<String>) {
+    if count == 0 {
+        return (0, None);
+    }
+    let root = template
+        .url
+        .as_str()
+        .strip_suffix(template.dialect.path())
+        .unwrap_or(template.url.as_str())
+        .to_string();
+    let url = format!("{root}/models");
+    let mut requests = tokio::task::JoinSet::new();
+    let all_answered = Arc::new(tokio::sync::Barrier::new(count as usize));
+    for _ in 0..count {
+        let all_answered = all_answered.clone();
+        let mut request = client.get(&url).timeout(Duration::from_secs(10));
+        if let Some(auth) = &template.auth {
+            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in template.headers.iter() {
+            request = request.header(name.clone(), value.clone());
+        }
+        requests.spawn(async move {
+            let answer = request.send().await;
+            // Every request reaches the barrier, answered or not, so none waits forever.
+            all_answered.wait().await;
+            match answer {
+                // The body is read so that the connection goes back to the pool.
+                Ok(response) => response
+                    .bytes()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+    }
+    let mut ok = 0;
+    let mut first_error = None;
+    while let Some(done) = requests.join_next().await {
+        match done {
+            Ok(Ok(())) => ok += 1,
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
+            }
+            Err(_) => {}
+        }
+    }
+    (ok, first_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_are_counted_in_their_window() {
+        let log = ConnectLog::default();
+        let before = Instant::now();
+        log.record(Duration::from_millis(3), true);
+        log.record(Duration::from_millis(9), true);
+        log.record(Duration::from_millis(1), false);
+        let after = Instant::now();
+        let c = log.between(before, after, 4);
+        assert_eq!((c.warmed, c.opened, c.failed), (4, 2, 1));
+        assert_eq!(c.connect_ms_max, Some(9.0));
+        assert_eq!(c.connect_ms_p50, Some(9.0));
+        let none = log.between(
+            after + Duration::from_secs(1),
+            after + Duration::from_secs(2),
+            0,
+        );
+        assert_eq!(none.opened, 0);
+        assert_eq!(none.connect_ms_max, None);
+    }
+}
