@@ -24,12 +24,17 @@ use common::{llmload, read_records, write_plan};
 /// Where the scripts put the engine and the model, unless the environment says otherwise.
 fn engine_paths() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let server = std::env::var_os("LLMLOAD_LLAMA_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/engines/llama.cpp-0.3.36/build/bin/llama-server"));
-    let model = std::env::var_os("LLMLOAD_TINY_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/engines/tiny-model"));
+    // Relative paths are the repository's (plans in temporary directories name them).
+    let server = root.join(
+        std::env::var_os("LLMLOAD_LLAMA_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "target/engines/llama.cpp-0.3.36/build/bin/llama-server".into()),
+    );
+    let model = root.join(
+        std::env::var_os("LLMLOAD_TINY_MODEL")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "target/engines/tiny-model".into()),
+    );
     if server.is_file() && model.join("tiny-llama.gguf").is_file() {
         return Some((server, model));
     }
