@@ -285,17 +285,8 @@ fn requests_beyond_the_slots_queue_and_it_shows_in_ttft() {
     );
     let (code, summary, _, stderr) = run(&plan, &[]);
     assert_eq!(code, 0, "{stderr}");
-    let phase = |name: &str| {
-        summary["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap()
-            .clone()
-    };
-    let within = phase("within");
-    let beyond = phase("beyond");
+    let within = common::phase(&summary, "within");
+    let beyond = common::phase(&summary, "beyond");
     let ttft_within = within["metrics"]["ttft_ms"]["p50"].as_f64().unwrap();
     let ttft_beyond = beyond["metrics"]["ttft_ms"]["p50"].as_f64().unwrap();
     let e2e_within = within["metrics"]["e2e_ms"]["p50"].as_f64().unwrap();

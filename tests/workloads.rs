@@ -190,15 +190,7 @@ fn prefix_hit_rate(workload: &str) -> serde_json::Value {
     );
     let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let summary = run.summary();
-    let steady = summary["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "steady")
-        .unwrap()
-        .clone();
-    steady["prefix_cache"].clone()
+    common::phase(&run.summary(), "steady")["prefix_cache"].clone()
 }
 
 #[test]

@@ -93,6 +93,17 @@ pub fn sim_plan(sim: &str, workload: &str, phases: &str, sla: &str) -> String {
     )
 }
 
+/// The phase called `name` in a summary.
+pub fn phase(summary: &serde_json::Value, name: &str) -> serde_json::Value {
+    summary["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no phase {name}"))
+        .clone()
+}
+
 pub fn stat(summary: &serde_json::Value, scope: &str, metric: &str, stat: &str) -> f64 {
     let node = if scope == "overall" {
         &summary["overall"]
