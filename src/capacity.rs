@@ -63,10 +63,10 @@ pub struct Trial {
 pub fn peak(load: &Load) -> Load {
     match load {
         Load::Rate {
-            rate: RateShape::Ramp { from, to },
+            rate: rate @ RateShape::Ramp { .. },
             arrivals,
         } => Load::Rate {
-            rate: RateShape::Constant(from.max(*to)),
+            rate: RateShape::Constant(rate.peak()),
             arrivals: *arrivals,
         },
         other => other.clone(),

@@ -114,14 +114,7 @@ where
 pub fn needed(phase: &PhaseSchedule) -> u64 {
     match &phase.load_model {
         Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
-        Load::Rate { rate, .. } => {
-            let peak = match rate {
-                crate::plan::RateShape::Constant(r) => *r,
-                crate::plan::RateShape::Ramp { from, to } => from.max(*to),
-            };
-            peak.ceil() as u64
-        }
-        Load::Trace(trace) => trace.peak_rate().ceil() as u64,
+        open => open.peak_rate().unwrap_or(1.0).ceil() as u64,
     }
 }
 
@@ -150,13 +143,7 @@ pub async fn warm(
     let all_answered = Arc::new(tokio::sync::Barrier::new(count as usize));
     for _ in 0..count {
         let all_answered = all_answered.clone();
-        let mut request = client.get(&url).timeout(Duration::from_secs(10));
-        if let Some(auth) = &template.auth {
-            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
-        }
-        for (name, value) in template.headers.iter() {
-            request = request.header(name.clone(), value.clone());
-        }
+        let request = template.authorize(client.get(&url).timeout(Duration::from_secs(10)));
         requests.spawn(async move {
             let answer = request.send().await;
             // Every request reaches the barrier, answered or not, so none waits forever.

@@ -342,14 +342,7 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
         .iter()
         .map(|load| match load {
             Load::Concurrency(n) | Load::AtOnce(n) => *n as f64,
-            Load::Rate { rate, .. } => {
-                let peak = match rate {
-                    crate::plan::RateShape::Constant(r) => *r,
-                    crate::plan::RateShape::Ramp { from, to } => from.max(*to),
-                };
-                peak * timeout.as_secs_f64().min(60.0)
-            }
-            Load::Trace(trace) => trace.peak_rate() * timeout.as_secs_f64().min(60.0),
+            open => open.peak_rate().unwrap_or(1.0) * timeout.as_secs_f64().min(60.0),
         })
         .fold(1.0, f64::max);
     (most.ceil() as usize).clamp(1, 4096)

@@ -58,6 +58,17 @@ impl RequestTemplate {
         Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
     }
 
+    /// `request` with the run's credentials and extra headers.
+    pub fn authorize(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if let Some(auth) = &self.auth {
+            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in self.headers.iter() {
+            request = request.header(name.clone(), value.clone());
+        }
+        request
+    }
+
     /// Whether answers are streamed.
     pub fn stream(&self) -> bool {
         self.options.stream
@@ -225,17 +236,13 @@ pub async fn exchange(
     exchange: &mut Exchange,
 ) {
     let response = loop {
-        let mut request = client
-            .post(template.url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(X_REQUEST_ID, request_id.clone())
-            .body(body.clone());
-        if let Some(auth) = &template.auth {
-            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
-        }
-        for (name, value) in template.headers.iter() {
-            request = request.header(name.clone(), value.clone());
-        }
+        let request = template.authorize(
+            client
+                .post(template.url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(X_REQUEST_ID, request_id.clone())
+                .body(body.clone()),
+        );
         match request.send().await {
             Ok(response) => break response,
             // A server may close a keep-alive connection it advertised as open (llama.cpp's

@@ -515,6 +515,26 @@ impl RateShape {
             RateShape::Ramp { from, to } => (from + to) / 2.0,
         }
     }
+
+    /// The highest rate over the phase.
+    pub fn peak(self) -> f64 {
+        match self {
+            RateShape::Constant(rate) => rate,
+            RateShape::Ramp { from, to } => from.max(to),
+        }
+    }
+}
+
+impl Load {
+    /// An open loop's (or a replay's) highest arrival rate, per second; `None` for a closed
+    /// loop or a burst, whose load is a number of requests in flight.
+    pub fn peak_rate(&self) -> Option<f64> {
+        match self {
+            Load::Rate { rate, .. } => Some(rate.peak()),
+            Load::Trace(trace) => Some(trace.peak_rate()),
+            Load::Concurrency(_) | Load::AtOnce(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -324,6 +324,11 @@ impl RequestMix {
 }
 
 impl Schedule {
+    /// Tokens of the workload's system message (part of every request's input).
+    pub fn system_tokens(&self) -> u32 {
+        self.mix.system_tokens
+    }
+
     /// The plan's conversations, when its workload has them.
     pub fn conversation(&self) -> Option<crate::plan::Conversation> {
         self.mix.conversation

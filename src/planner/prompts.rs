@@ -138,10 +138,8 @@ impl WorkloadPrompts {
         let workload = &plan.workload;
         WorkloadPrompts {
             tokenizer: tokenizer.clone(),
-            system_tokens: workload
-                .system
-                .as_ref()
-                .map_or(0, |system| tokenizer.count(system) as u32),
+            // Counted once, by the planner, which added it to every request's input.
+            system_tokens: schedule.system_tokens(),
             system: workload.system.clone(),
             prefixes: workload
                 .prefix

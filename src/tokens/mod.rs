@@ -54,6 +54,18 @@ fn piece_end(text: &str, max: usize) -> usize {
     }
 }
 
+/// `text` in pieces of at most [`COUNT_PIECE_BYTES`], cut where [`piece_end`] says.
+fn pieces(mut rest: &str) -> impl Iterator<Item = &str> {
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (piece, tail) = rest.split_at(piece_end(rest, COUNT_PIECE_BYTES));
+        rest = tail;
+        Some(piece)
+    })
+}
+
 /// Common English words; the ones that are a single token under the chosen tokenizer are kept.
 const WORDS: &str = "the of and to in is was for that with as on by at from his her an are be this which \
 or had it not but were have their one all they has been would new more other first its after when who \
@@ -198,15 +210,7 @@ impl Tokenizer {
     /// add a token or two per piece), and a piece the tokenizer still cannot count is estimated
     /// at one token per four bytes rather than lose the record.
     pub fn count(&self, text: &str) -> usize {
-        let mut total = 0;
-        let mut rest = text;
-        while !rest.is_empty() {
-            let cut = piece_end(rest, COUNT_PIECE_BYTES);
-            let (piece, tail) = rest.split_at(cut);
-            total += self.count_piece(piece);
-            rest = tail;
-        }
-        total
+        pieces(text).map(|piece| self.count_piece(piece)).sum()
     }
 
     fn count_piece(&self, piece: &str) -> usize {
@@ -231,10 +235,7 @@ impl Tokenizer {
     /// encode in pieces (see [`Tokenizer::count`]): the simulator's prefix cache hashes them.
     pub fn ids(&self, text: &str) -> Vec<u32> {
         let mut ids = Vec::new();
-        let mut rest = text;
-        while !rest.is_empty() {
-            let cut = piece_end(rest, COUNT_PIECE_BYTES);
-            let (piece, tail) = rest.split_at(cut);
+        for piece in pieces(text) {
             let encoded =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &self.backend {
                     Backend::Tiktoken(bpe) => bpe.encode_ordinary(piece),
@@ -244,7 +245,6 @@ impl Tokenizer {
                         .unwrap_or_default(),
                 }));
             ids.extend(encoded.unwrap_or_default());
-            rest = tail;
         }
         ids
     }
