@@ -343,7 +343,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
     };
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
-    let id = format!("sim-{number}");
+    // Shaped like vLLM's ids: a prefix and 32 hex digits.
+    let id = format!(
+        "{}-{:016x}{:016x}",
+        if request.chat { "chatcmpl" } else { "cmpl" },
+        crate::seed::mix64(number),
+        number
+    );
     let faults = plan_faults(&shared.settings, number, request.max_tokens);
     if let Some(delay) = faults.header_delay {
         shared.timer.sleep_until(arrived + delay).await;
@@ -497,8 +503,9 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let _ = tx.send(event(finish, false)).await;
         if request.include_usage {
-            let value = serde_json::json!({"id": id, "object": "chat.completion.chunk", "created": 0,
-                "model": request.model, "choices": [], "usage": usage(&request, completion)});
+            let mut value = chunk(&request, &id, None, false, None);
+            value["choices"] = serde_json::json!([]);
+            value["usage"] = usage(&request, completion);
             let _ = tx.send(event(value, false)).await;
         }
         let _ = tx

@@ -26,6 +26,8 @@ pub struct SimRequest {
     /// Prompt tokens the prefix cache served, once the engine has admitted the request (with a
     /// prefix cache; usage then reports `prompt_tokens_details.cached_tokens`, as vLLM does).
     pub cached: Option<Arc<AtomicU32>>,
+    /// When it arrived, Unix seconds (the chunks' `created`).
+    pub created: u64,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -113,6 +115,9 @@ impl SimRequest {
                 .unwrap_or(false)
         };
         Ok(SimRequest {
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             chat,
             model: value
                 .get("model")
@@ -186,7 +191,9 @@ pub fn usage(request: &SimRequest, completion: usize) -> Value {
     usage
 }
 
-/// A streamed chunk carrying `text` (or only the role, or only a finish_reason).
+/// A streamed chunk carrying `text` (or only the role, or only a finish_reason), shaped as
+/// vLLM's OpenAI server sends it, null fields included, so that a client's cost of reading the
+/// simulator's chunks is its cost of reading vLLM's.
 pub fn chunk(
     request: &SimRequest,
     id: &str,
@@ -208,11 +215,13 @@ pub fn chunk(
         if let Some(text) = text {
             delta.insert("content".into(), json!(text));
         }
-        json!({"index": 0, "delta": delta, "finish_reason": finish})
+        json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
     } else {
-        json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish})
+        json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
+               "stop_reason": null})
     };
-    json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice]})
+    json!({"id": id, "object": object, "created": request.created, "model": request.model,
+           "system_fingerprint": null, "choices": [choice], "usage": null})
 }
 
 /// A whole non-streamed response.
@@ -227,7 +236,7 @@ pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usi
     } else {
         "text_completion"
     };
-    json!({"id": id, "object": object, "created": 0, "model": request.model, "choices": [choice],
+    json!({"id": id, "object": object, "created": request.created, "model": request.model, "choices": [choice],
            "usage": usage(request, completion)})
 }
 
