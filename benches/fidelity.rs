@@ -53,12 +53,15 @@ fn main() {
         runs: 0,
     };
     bench.say(&format!("# llmload fidelity benchmark\n\n{}\n", machine()));
-    let all = ["timing", "schedule", "cost", "memory", "ceiling", "long"];
+    let all = [
+        "wave", "timing", "schedule", "cost", "memory", "ceiling", "long",
+    ];
     for scenario in all {
         if !wanted.is_empty() && !wanted.iter().any(|w| scenario.contains(w.as_str())) {
             continue;
         }
         match scenario {
+            "wave" => bench.first_wave(),
             "timing" => bench.timing(),
             "schedule" => bench.schedule(),
             "cost" => bench.cost(),
@@ -113,6 +116,8 @@ struct Bench {
 #[derive(Debug, Clone, Default)]
 struct Outcome {
     errors: TimingErrors,
+    /// The first wave's errors (requests with seq below the wave's size), when asked.
+    first_wave: Option<TimingErrors>,
     lag: Option<ErrorSummary>,
     /// Coefficient of variation of the arrival gaps the server saw.
     arrival_cv: Option<f64>,
@@ -153,6 +158,9 @@ struct Setup {
     plan: String,
     /// Runtime worker threads of the client (both clients), and of the simulator.
     client_threads: Option<usize>,
+    /// The first wave's size (a closed loop's streams, with no warmup): its requests' timing
+    /// errors are kept apart.
+    first_wave: Option<u64>,
 }
 
 /// A plan: an unrecorded warmup of the same load, then the measured phase.
@@ -183,6 +191,31 @@ fn open_plan(output: u32, rate: u32, seconds: u64) -> String {
         "duration \"2s\"",
         &format!("duration \"{seconds}s\""),
     )
+}
+
+/// A closed loop of `streams` from a cold start: no warmup, `requests` in all, so that the
+/// first wave (the first `streams` requests) opens the run.
+fn cold_plan(streams: u32, requests: u32) -> String {
+    format!(
+        "plan \"bench\" {{ seed 11 }}\ntarget \"sim\" {{ api \"completions\"; timeout \"300s\" }}\n\
+         workload {{ input 128; output 64 ignore-eos=#true }}\n\
+         phase \"measure\" {{ concurrency {streams}; requests {requests} }}\n"
+    )
+}
+
+/// The streams whose request's position in its phase (the id's last part) is below `wave`.
+fn in_first_wave(streams: &[MeasuredStream], wave: u64) -> Vec<MeasuredStream> {
+    streams
+        .iter()
+        .filter(|s| {
+            s.request_id
+                .rsplit('-')
+                .next()
+                .and_then(|seq| seq.parse::<u64>().ok())
+                .is_some_and(|seq| seq < wave)
+        })
+        .cloned()
+        .collect()
 }
 
 /// `llmload sim` with write recording, as its own process.
@@ -269,9 +302,13 @@ impl Bench {
             .iter()
             .filter(|r| Some(r.phase) == measured_phase)
             .collect();
-        let streams = measured
+        let streams: Vec<MeasuredStream> = measured
             .iter()
-            .filter_map(|r| MeasuredStream::of_record(r, header.as_ref()));
+            .filter_map(|r| MeasuredStream::of_record(r, header.as_ref()))
+            .collect();
+        let first_wave = setup
+            .first_wave
+            .map(|wave| timing_errors(in_first_wave(&streams, wave), &writes));
         let errors = timing_errors(streams, &writes);
         let phase = &summary["phases"][1];
         let mut lags: Vec<f64> = measured
@@ -285,6 +322,7 @@ impl Bench {
             .unwrap_or(0);
         Outcome {
             errors,
+            first_wave,
             lag: open_loop.then(|| ErrorSummary::of(&mut lags)),
             arrival_cv: arrival_cv(
                 &writes,
@@ -349,10 +387,14 @@ impl Bench {
                 sent_monotonic_ns: s.sent_monotonic_ns,
             })
             .collect();
+        let first_wave = setup
+            .first_wave
+            .map(|wave| timing_errors(in_first_wave(&streams, wave), &writes));
         let errors = timing_errors(streams, &writes);
         let mut lags = report.lags_ms.clone();
         Outcome {
             errors,
+            first_wave,
             lag: (!lags.is_empty()).then(|| ErrorSummary::of(&mut lags)),
             arrival_cv: arrival_cv(&writes, "baseline-1-"),
             requests: report.requests,
@@ -363,6 +405,70 @@ impl Bench {
             peak_rss_mb: report.peak_rss_bytes as f64 / 1024.0 / 1024.0,
             record_bytes_per_request: None,
         }
+    }
+
+    /// A cold start: the first wave of a closed loop (every stream's first request, the
+    /// connections not open yet) measured apart from the rest of the run.
+    fn first_wave(&mut self) {
+        self.say("## The first wave (cold start)\n");
+        self.say(
+            "Closed loop of N streams from a cold start (no warmup; the client process just started), \
+             128-token prompts, 64 output tokens, completions API, simulator TTFT 50 ms and ITL 10 ms, \
+             chunks shaped like vLLM's. The first wave is the first N requests (every stream's first); the \
+             whole run is every request. Error = measured − true TTFT, ms. llmload opens its connections \
+             before the phase's clock starts (the default); `cold` is llmload with `connections \"cold\"`, \
+             opening each connection inside its first request as the baseline does.\n",
+        );
+        self.say("| streams | client | requests | first wave TTFT err p50 | p99 | max | whole run TTFT err p50 | p99 | max | ITL err p99 | verdict |");
+        self.say("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for (streams, requests) in [(64u32, 1280u32), (256, 2000)] {
+            let setup = Setup {
+                ttft: "50ms",
+                itl: "10ms",
+                plan: cold_plan(streams, requests),
+                client_threads: None,
+                first_wave: Some(streams as u64),
+            };
+            let cold_setup = Setup {
+                plan: setup
+                    .plan
+                    .replace("timeout \"300s\"", "timeout \"300s\"; connections \"cold\""),
+                ttft: setup.ttft,
+                itl: setup.itl,
+                client_threads: None,
+                first_wave: setup.first_wave,
+            };
+            let ours = self.llmload(&format!("wave-{streams}"), &setup);
+            let cold = self.llmload(&format!("wave-cold-{streams}"), &cold_setup);
+            let base = self.baseline(&format!("wave-{streams}"), &setup);
+            let wave = |o: &Outcome| o.first_wave.clone().unwrap_or_default();
+            let wave_limit = (1.5 * wave(&base).ttft.p99_ms).max(2.0);
+            let whole_limit = (1.5 * base.errors.ttft.p99_ms).max(1.0);
+            let verdict = |o: &Outcome| {
+                if wave(o).ttft.p99_ms <= wave_limit && o.errors.ttft.p99_ms <= whole_limit {
+                    "meets target".to_string()
+                } else {
+                    format!(
+                        "misses (limits: first wave p99 {wave_limit:.2}, whole run p99 {whole_limit:.2})"
+                    )
+                }
+            };
+            let (ours_verdict, cold_verdict) = (verdict(&ours), verdict(&cold));
+            for (client, o, verdict) in [
+                ("llmload", &ours, ours_verdict.as_str()),
+                ("llmload cold", &cold, cold_verdict.as_str()),
+                ("baseline", &base, ""),
+            ] {
+                let w = wave(o);
+                let e = &o.errors;
+                self.say(&format!(
+                    "| {streams} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {verdict} |",
+                    e.matched, w.ttft.p50_ms, w.ttft.p99_ms, w.ttft.max_ms, e.ttft.p50_ms, e.ttft.p99_ms,
+                    e.ttft.max_ms, e.itl.p99_ms
+                ));
+            }
+        }
+        self.say("");
     }
 
     fn timing(&mut self) {
@@ -381,6 +487,7 @@ impl Bench {
                 itl: "10ms",
                 plan: closed_plan(128, 64, streams, self.seconds),
                 client_threads: None,
+                first_wave: None,
             };
             let ours = self.llmload(&format!("timing-{streams}"), &setup);
             let base = self.baseline(&format!("timing-{streams}"), &setup);
@@ -428,6 +535,7 @@ impl Bench {
                 itl: "1ms",
                 plan: open_plan(4, rate, self.seconds),
                 client_threads: None,
+                first_wave: None,
             };
             let ours = self.llmload(&format!("schedule-{rate}"), &setup);
             let base = self.baseline(&format!("schedule-{rate}"), &setup);
@@ -463,35 +571,63 @@ impl Bench {
              user + system time over the measured phase.\n",
             self.seconds
         ));
-        self.say("| workload | client | requests | output tokens | tokens/s | CPU-s | tokens per CPU-s | CPU-s per 1M tokens | CPU-s per 1k requests | records bytes/request |");
-        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-        let tokens_setup = Setup {
+        self.say("| workload | client | requests | output tokens | tokens/s | CPU-s | tokens per CPU-s | CPU-s per 1M tokens | CPU-s per 1k requests | records bytes/request | verdict |");
+        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        let zero_delay = |output: u32, streams: u32, threads: Option<usize>| Setup {
             ttft: "0ms",
             itl: "0ms",
-            plan: closed_plan(128, 512, 64, self.seconds),
-            client_threads: None,
+            plan: closed_plan(128, output, streams, self.seconds),
+            client_threads: threads,
+            first_wave: None,
         };
         let requests_setup = Setup {
             ttft: "1ms",
             itl: "1ms",
             plan: open_plan(4, 1000, self.seconds),
             client_threads: None,
+            first_wave: None,
         };
-        for (workload, setup) in [
-            ("64 × 512 tokens, zero delay", tokens_setup),
-            ("1,000 req/s × 4 tokens", requests_setup),
+        // Short answers put the cost per request first: judged against the baseline, with one
+        // runtime thread each (one client core).
+        for (workload, setup, judged) in [
+            (
+                "64 × 512 tokens, zero delay",
+                zero_delay(512, 64, None),
+                false,
+            ),
+            (
+                "64 × 64 tokens, zero delay, 1 thread",
+                zero_delay(64, 64, Some(1)),
+                true,
+            ),
+            (
+                "256 × 64 tokens, zero delay, 1 thread",
+                zero_delay(64, 256, Some(1)),
+                true,
+            ),
+            ("1,000 req/s × 4 tokens", requests_setup, false),
         ] {
             let ours = self.llmload("cost", &setup);
             let base = self.baseline("cost", &setup);
-            for (client, o) in [("llmload", &ours), ("baseline", &base)] {
+            let per_cpu = |o: &Outcome| o.tokens as f64 / o.cpu_s;
+            let ratio = per_cpu(&ours) / per_cpu(&base);
+            let verdict = match judged {
+                false => String::new(),
+                true if ratio >= 0.6 => format!("meets ≥ 0.6× ({ratio:.2}×)"),
+                true => format!("misses ≥ 0.6× ({ratio:.2}×)"),
+            };
+            for (client, o, verdict) in [
+                ("llmload", &ours, verdict.as_str()),
+                ("baseline", &base, ""),
+            ] {
                 let tokens_per_s = o.tokens as f64 / o.seconds.max(1e-9);
                 self.say(&format!(
-                    "| {workload} | {client} | {} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.3} | {} |",
+                    "| {workload} | {client} | {} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.3} | {} | {verdict} |",
                     o.requests,
                     o.tokens,
                     tokens_per_s,
                     o.cpu_s,
-                    o.tokens as f64 / o.cpu_s,
+                    per_cpu(o),
                     o.cpu_s / (o.tokens as f64 / 1e6),
                     o.cpu_s / (o.requests as f64 / 1e3),
                     o.record_bytes_per_request.map_or("-".into(), |b| format!("{b:.0}")),
@@ -520,6 +656,7 @@ impl Bench {
                 itl,
                 plan: closed_plan(128, output, streams, self.seconds.max(10)),
                 client_threads: None,
+                first_wave: None,
             };
             let ours = self.llmload(&format!("memory-{streams}"), &setup);
             let base = self.baseline(&format!("memory-{streams}"), &setup);
@@ -528,11 +665,19 @@ impl Bench {
                 10_000 => Some(200.0),
                 _ => None,
             };
-            let verdict = match target {
+            let mut verdict = match target {
                 Some(t) if ours.peak_rss_mb <= t => format!("meets ≤ {t} MB"),
                 Some(t) => format!("misses ≤ {t} MB"),
                 None => String::new(),
             };
+            if streams == 10_000 {
+                let limit = 1.2 * base.peak_rss_mb;
+                verdict.push_str(&if ours.peak_rss_mb <= limit {
+                    format!("; meets ≤ 1.2× baseline ({limit:.0} MB)")
+                } else {
+                    format!("; misses ≤ 1.2× baseline ({limit:.0} MB)")
+                });
+            }
             for (client, o, v) in [
                 ("llmload", &ours, verdict.as_str()),
                 ("baseline", &base, ""),
@@ -563,6 +708,7 @@ impl Bench {
                 itl,
                 plan: closed_plan(128, 256, 64, self.seconds),
                 client_threads: Some(1),
+                first_wave: None,
             };
             let ours = self.llmload(&format!("ceiling-itl-{itl}"), &setup);
             let base = self.baseline(&format!("ceiling-itl-{itl}"), &setup);
@@ -592,6 +738,7 @@ impl Bench {
                 itl: "1ms",
                 plan: open_plan(4, rate, self.seconds),
                 client_threads: Some(1),
+                first_wave: None,
             };
             let ours = self.llmload(&format!("ceiling-rate-{rate}"), &setup);
             let lag = ours.lag.unwrap_or_default();
@@ -623,6 +770,7 @@ impl Bench {
                 itl: "10ms",
                 plan: closed_plan(input, output, 16, self.seconds.max(15)),
                 client_threads: None,
+                first_wave: None,
             };
             let ours = self.llmload(&format!("long-{input}"), &setup);
             let base = self.baseline(&format!("long-{input}"), &setup);

@@ -130,6 +130,7 @@ fn record(tokens: usize, seq: u64) -> RequestRecord {
         cached_tokens: None,
         finish_reason: Some("length".into()),
         connection_retries: 0,
+        connect_us: None,
         usage_problem: None,
     }
 }

@@ -176,7 +176,7 @@ struct Sample {
     ok: bool,
     timed_out: bool,
     good: bool,
-    values: [Option<f64>; 5],
+    values: [Option<f64>; 6],
     itl: Vec<(f64, u32)>,
 }
 
@@ -185,6 +185,7 @@ const TPOT: usize = 1;
 const E2E: usize = 2;
 const PREFILL: usize = 3;
 const DECODE: usize = 4;
+const CONNECT: usize = 5;
 
 struct Side {
     samples: Vec<Sample>,
@@ -277,10 +278,24 @@ fn side(
                 timed_out: r.error == Some(ErrorClass::Timeout),
                 good: slo.is_some_and(|slo| metrics::meets(slo, r)),
                 values: if ok {
-                    [v.ttft_ms, v.tpot_ms, v.e2e_ms, v.prefill_tps, v.decode_tps]
+                    [
+                        v.ttft_ms,
+                        v.tpot_ms,
+                        v.e2e_ms,
+                        v.prefill_tps,
+                        v.decode_tps,
+                        metrics::connect_ms(r),
+                    ]
                 } else {
                     // As in the report: a request that failed after its first token had one.
-                    [metrics::ttft_ms(r), None, None, None, None]
+                    [
+                        metrics::ttft_ms(r),
+                        None,
+                        None,
+                        None,
+                        None,
+                        metrics::connect_ms(r),
+                    ]
                 },
                 itl: if ok {
                     v.itl_gaps().collect()
@@ -317,9 +332,15 @@ fn value(
     let completed = pick.len() as f64;
     let fraction = |count: usize| (completed > 0.0).then(|| count as f64 / completed);
     match tolerance.metric {
-        Metric::Ttft | Metric::Tpot | Metric::E2e | Metric::PrefillTps | Metric::DecodeTps => {
+        Metric::Ttft
+        | Metric::Tpot
+        | Metric::E2e
+        | Metric::PrefillTps
+        | Metric::DecodeTps
+        | Metric::Connect => {
             let index = match tolerance.metric {
                 Metric::Ttft => TTFT,
+                Metric::Connect => CONNECT,
                 Metric::Tpot => TPOT,
                 Metric::E2e => E2E,
                 Metric::PrefillTps => PREFILL,

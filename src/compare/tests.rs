@@ -49,6 +49,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
                 cached_tokens: None,
                 finish_reason: Some("length".into()),
                 connection_retries: 0,
+                connect_us: None,
                 usage_problem: None,
             }
         })

@@ -8,15 +8,13 @@
 //! (and checks) as many connections as the phases will hold at once, unless the plan asks to
 //! measure cold starts. It is not for choosing or limiting connections: the pool does that.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::request::RequestTemplate;
+use super::transport::{Outgoing, Transport};
 use crate::plan::Load;
 use crate::planner::PhaseSchedule;
 use crate::records::Connections;
@@ -28,7 +26,7 @@ pub struct ConnectLog {
 }
 
 impl ConnectLog {
-    fn record(&self, took: Duration, ok: bool) {
+    pub(super) fn record(&self, took: Duration, ok: bool) {
         if let Ok(mut opened) = self.opened.lock() {
             opened.push((Instant::now(), took, ok));
         }
@@ -60,54 +58,6 @@ impl ConnectLog {
     }
 }
 
-/// Wraps the HTTP client's connector so that each connection it opens is logged.
-#[derive(Clone)]
-pub struct ConnectLayer {
-    pub log: Arc<ConnectLog>,
-}
-
-impl<S> tower::Layer<S> for ConnectLayer {
-    type Service = Logged<S>;
-    fn layer(&self, inner: S) -> Logged<S> {
-        Logged {
-            inner,
-            log: self.log.clone(),
-        }
-    }
-}
-
-/// The connector, logging each connection it opens.
-#[derive(Clone)]
-pub struct Logged<S> {
-    inner: S,
-    log: Arc<ConnectLog>,
-}
-
-impl<S, R> tower::Service<R> for Logged<S>
-where
-    S: tower::Service<R>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> Self::Future {
-        let started = Instant::now();
-        let connecting = self.inner.call(request);
-        let log = self.log.clone();
-        Box::pin(async move {
-            let result = connecting.await;
-            log.record(started.elapsed(), result.is_ok());
-            result
-        })
-    }
-}
-
 /// How many connections a phase holds at once: a closed loop's users, a burst's requests, an
 /// open loop's arrivals in its busiest second (it needs more when its answers take longer, and
 /// opens them as it goes: those are counted).
@@ -125,7 +75,7 @@ pub fn needed(phase: &PhaseSchedule) -> u64 {
 /// distinct connections, not a few reused. Returns how many got an answer, and the first
 /// failure.
 pub async fn warm(
-    client: &reqwest::Client,
+    transport: &Arc<Transport>,
     template: &RequestTemplate,
     count: u64,
 ) -> (u64, Option<String>) {
@@ -138,24 +88,44 @@ pub async fn warm(
         .strip_suffix(template.dialect.path())
         .unwrap_or(template.url.as_str())
         .to_string();
-    let url = format!("{root}/models");
+    let Ok(url) = reqwest::Url::parse(&format!("{root}/models")) else {
+        return (0, Some(format!("{root}/models is not a URL")));
+    };
+    let url = Arc::new(url);
     let mut requests = tokio::task::JoinSet::new();
     let all_answered = Arc::new(tokio::sync::Barrier::new(count as usize));
     for _ in 0..count {
-        let all_answered = all_answered.clone();
-        let request = template.authorize(client.get(&url).timeout(Duration::from_secs(10)));
+        let (all_answered, transport, template, url) = (
+            all_answered.clone(),
+            transport.clone(),
+            template.clone(),
+            url.clone(),
+        );
         requests.spawn(async move {
-            let answer = request.send().await;
+            let outgoing = Outgoing {
+                url: &url,
+                body: None,
+                headers: &[],
+                template: &template,
+            };
+            let answer = tokio::time::timeout(WARM_TIMEOUT, transport.send(outgoing)).await;
             // Every request reaches the barrier, answered or not, so none waits forever.
             all_answered.wait().await;
             match answer {
-                // The body is read so that the connection goes back to the pool.
-                Ok(response) => response
-                    .bytes()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                // The body is read to its end so that the connection goes back to the pool.
+                Ok(Ok(mut response)) => {
+                    let reading = async {
+                        while let Some(read) = response.body.next().await {
+                            read?;
+                        }
+                        Ok(())
+                    };
+                    tokio::time::timeout(WARM_TIMEOUT, reading)
+                        .await
+                        .unwrap_or_else(|_| Err("no answer to GET /models within 10 s".into()))
+                }
+                Ok(Err(error)) => Err(error.detail),
+                Err(_) => Err("no answer to GET /models within 10 s".into()),
             }
         });
     }
@@ -172,6 +142,9 @@ pub async fn warm(
     }
     (ok, first_error)
 }
+
+/// How long a warm-up request may take.
+const WARM_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,7 @@ pub mod resources;
 mod send;
 mod source;
 pub mod sse;
+pub mod transport;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,7 +108,7 @@ impl InFlight {
 }
 
 struct Context {
-    client: reqwest::Client,
+    transport: Arc<transport::Transport>,
     template: RequestTemplate,
     phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
     /// Every connection the client opened.
@@ -166,15 +167,12 @@ pub async fn run_from(
         config.observer.on_event(Event::Warning(&notice));
     }
     let connects = Arc::new(connections::ConnectLog::default());
-    let client = reqwest::Client::builder()
-        .connector_layer(connections::ConnectLayer {
-            log: connects.clone(),
-        })
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(pool)
-        .connect_timeout(config.template.timeout.min(Duration::from_secs(10)))
-        .build()
-        .map_err(|e| Error::run(format!("cannot build the HTTP client: {e}")))?;
+    let transport = transport::Transport::new(
+        connects.clone(),
+        pool,
+        config.template.timeout.min(Duration::from_secs(10)),
+    )
+    .map_err(Error::run)?;
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),
@@ -201,7 +199,7 @@ pub async fn run_from(
         }
     }
     let context = Arc::new(Context {
-        client,
+        transport: Arc::new(transport),
         template: config.template.clone(),
         phase_templates: config.phase_templates.clone(),
         connects,

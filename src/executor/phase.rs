@@ -45,7 +45,8 @@ pub(super) async fn run_group(
             let index = run.phase.index;
             warming.spawn(async move {
                 let template = context.template(index).clone();
-                let (ok, error) = super::connections::warm(&context.client, &template, need).await;
+                let (ok, error) =
+                    super::connections::warm(&context.transport, &template, need).await;
                 (position, ok, error)
             });
         }

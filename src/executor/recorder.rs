@@ -174,6 +174,7 @@ fn finalize_safely(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         cached_tokens: None,
         finish_reason: None,
         connection_retries: 0,
+        connect_us: None,
         usage_problem: None,
     })
 }
@@ -345,6 +346,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         cached_tokens: usage.and_then(|u| u.cached),
         finish_reason: exchange.finish_reason,
         connection_retries: exchange.connection_retries,
+        connect_us: exchange.connect_us,
         usage_problem,
     }
 }

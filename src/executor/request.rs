@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
 use super::api::{BodyOptions, Dialect, Usage};
 use super::sse::SseParser;
+use super::transport::{Outgoing, ResponseBody, SendFailure, Transport};
 use crate::planner::Prompt;
 use crate::records::{request_id_text, ErrorClass};
 
@@ -59,14 +59,20 @@ impl RequestTemplate {
     }
 
     /// `request` with the run's credentials and extra headers.
-    pub fn authorize(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    pub fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let mut headers = reqwest::header::HeaderMap::new();
+        self.add_credentials(&mut headers);
+        request.headers(headers)
+    }
+
+    /// Adds the run's credentials and extra headers to `headers`.
+    pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
         if let Some(auth) = &self.auth {
-            request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
+            headers.insert(reqwest::header::AUTHORIZATION, auth.clone());
         }
         for (name, value) in self.headers.iter() {
-            request = request.header(name.clone(), value.clone());
+            headers.append(name.clone(), value.clone());
         }
-        request
     }
 
     /// Whether answers are streamed.
@@ -100,6 +106,8 @@ pub struct Exchange {
     pub done: bool,
     /// Re-sends after the server closed a pooled connection before answering.
     pub connection_retries: u32,
+    /// How long opening a new connection for it took, µs; `None` when it reused one.
+    pub connect_us: Option<u64>,
     /// The run's live count of chunks, bumped as each arrives (for a progress line).
     pub live_chunks: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
@@ -228,22 +236,28 @@ impl RequestTemplate {
 /// Returns when the response is complete or has failed; the caller applies the timeout and can
 /// drop this future at any point, keeping what `exchange` holds so far.
 pub async fn exchange(
-    client: &reqwest::Client,
+    transport: &Transport,
     template: &RequestTemplate,
     body: Bytes,
     request_id: HeaderValue,
     sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) {
-    let response = loop {
-        let request = template.authorize(
-            client
-                .post(template.url.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header(X_REQUEST_ID, request_id.clone())
-                .body(body.clone()),
-        );
-        match request.send().await {
+    let headers = [
+        (
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ),
+        (X_REQUEST_ID, request_id),
+    ];
+    let mut response = loop {
+        let outgoing = Outgoing {
+            url: &template.url,
+            body: Some(body.clone()),
+            headers: &headers,
+            template,
+        };
+        match transport.send(outgoing).await {
             Ok(response) => break response,
             // A server may close a keep-alive connection it advertised as open (llama.cpp's
             // server does when a request lands on one of its short-lived threads). The request
@@ -252,63 +266,51 @@ pub async fn exchange(
             // it; the send time becomes the re-send's, so the lost time shows as schedule lag.
             Err(err)
                 if exchange.connection_retries < MAX_CONNECTION_RETRIES
-                    && closed_before_response(&err) =>
+                    && err.kind == SendFailure::ClosedBeforeResponse =>
             {
                 exchange.connection_retries += 1;
                 *sent_at = Instant::now();
             }
             Err(err) => {
                 exchange.end_us = micros_since(*sent_at, Instant::now());
-                if let Some(limit) = client_limit(&err) {
-                    exchange.fail(ErrorClass::Client, limit);
-                } else if err.is_connect() {
-                    exchange.fail(
-                        ErrorClass::Connect,
-                        format!("cannot connect to the target: {}", root_cause(&err)),
-                    );
-                } else if err.is_timeout() {
-                    exchange.fail(ErrorClass::Timeout, "the request timed out");
-                } else {
-                    exchange.fail(
-                        ErrorClass::StreamBroken,
-                        format!(
-                            "the connection failed before a response: {}",
-                            root_cause(&err)
-                        ),
-                    );
-                }
+                exchange.connect_us = err.connect.map(|d| d.as_micros() as u64);
+                let class = match err.kind {
+                    SendFailure::ClientLimit => ErrorClass::Client,
+                    SendFailure::Connect => ErrorClass::Connect,
+                    SendFailure::Timeout => ErrorClass::Timeout,
+                    SendFailure::ClosedBeforeResponse | SendFailure::Broken => {
+                        ErrorClass::StreamBroken
+                    }
+                };
+                exchange.fail(class, err.detail);
                 return;
             }
         }
     };
+    exchange.connect_us = response.connect.map(|d| d.as_micros() as u64);
     let sent_at = *sent_at;
-    let status = response.status();
-    exchange.http_status = Some(status.as_u16());
-    if !status.is_success() {
+    let status = response.status;
+    exchange.http_status = Some(status);
+    if !(200..300).contains(&status) {
         // An error's message is in its first bytes; the rest of a huge body is not read.
-        let body = read_capped(response, ERROR_BODY_BYTES)
+        let body = read_capped(&mut response.body, ERROR_BODY_BYTES)
             .await
             .unwrap_or_default();
         exchange.end_us = micros_since(sent_at, Instant::now());
-        let class = match status.as_u16() {
+        let class = match status {
             429 => ErrorClass::Http429,
             400..=499 => ErrorClass::Http4xx,
             _ => ErrorClass::Http5xx,
         };
-        exchange.fail(
-            class,
-            format!("HTTP {}: {}", status.as_u16(), error_message(&body)),
-        );
+        exchange.fail(class, format!("HTTP {status}: {}", error_message(&body)));
         return;
     }
     let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("none")
-        .to_string();
+        .content_type
+        .take()
+        .unwrap_or_else(|| "none".to_string());
     if !template.stream() {
-        match read_capped(response, template.max_body).await {
+        match read_capped(&mut response.body, template.max_body).await {
             Ok(body) if body.len() as u64 > template.max_body => {
                 exchange.end_us = micros_since(sent_at, Instant::now());
                 exchange.fail(
@@ -347,14 +349,14 @@ pub async fn exchange(
                 exchange.end_us = micros_since(sent_at, Instant::now());
                 exchange.fail(
                     ErrorClass::StreamBroken,
-                    format!("the response body broke off: {}", root_cause(&err)),
+                    format!("the response body broke off: {err}"),
                 );
             }
         }
         return;
     }
     let mut parser = SseParser::with_max_line(template.max_line);
-    let mut stream = response.bytes_stream();
+    let stream = &mut response.body;
     let mut last_usage_completion = 0u64;
     let mut received = 0u64;
     let mut events = 0u64;
@@ -406,7 +408,7 @@ pub async fn exchange(
                 exchange.end_us = at_us;
                 exchange.fail(
                     ErrorClass::StreamBroken,
-                    format!("the stream broke off: {}", root_cause(&err)),
+                    format!("the stream broke off: {err}"),
                 );
                 return;
             }
@@ -454,62 +456,19 @@ const HEAD_BYTES: usize = 160;
 
 /// The body, read until it ends or passes `cap` bytes (then a little past `cap`, which the
 /// caller sees as too large).
-async fn read_capped(response: reqwest::Response, cap: u64) -> reqwest::Result<Vec<u8>> {
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(read) = stream.next().await {
-        body.extend_from_slice(&read?);
-        if body.len() as u64 > cap {
+async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, String> {
+    let mut whole = Vec::new();
+    while let Some(read) = body.next().await {
+        whole.extend_from_slice(&read?);
+        if whole.len() as u64 > cap {
             break;
         }
     }
-    Ok(body)
-}
-
-/// When a request failed because the client itself ran out of something (file descriptors,
-/// ephemeral ports, buffers), what; such failures are the client's, never the server's.
-fn client_limit(err: &reqwest::Error) -> Option<String> {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            #[cfg(unix)]
-            {
-                let what = match io.raw_os_error()? {
-                    libc::EMFILE => "the client ran out of file descriptors (EMFILE): raise `ulimit -n`",
-                    libc::ENFILE => "the system ran out of file descriptors (ENFILE)",
-                    libc::EADDRNOTAVAIL => {
-                        "the client ran out of local ports (EADDRNOTAVAIL): too many connections opened and closed"
-                    }
-                    libc::ENOBUFS | libc::ENOMEM => "the client ran out of memory for sockets",
-                    _ => return None,
-                };
-                return Some(what.to_string());
-            }
-            #[cfg(not(unix))]
-            {
-                let _ = io;
-                return None;
-            }
-        }
-        current = e.source();
-    }
-    None
+    Ok(whole)
 }
 
 /// How many times a request is re-sent after a pooled connection was found closed.
 const MAX_CONNECTION_RETRIES: u32 = 1;
-
-/// The server closed the connection before sending any of the response.
-fn closed_before_response(err: &reqwest::Error) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        if let Some(hyper_error) = e.downcast_ref::<hyper::Error>() {
-            return hyper_error.is_incomplete_message();
-        }
-        current = e.source();
-    }
-    false
-}
 
 /// The innermost error's text: reqwest's outer message repeats the URL, which says nothing new.
 /// The innermost cause of a transport error, as people read it.

@@ -148,7 +148,7 @@ async fn execute(
         let work = tokio::time::timeout(
             timeout,
             request::exchange(
-                &context.client,
+                &context.transport,
                 template,
                 body,
                 request_id,

@@ -128,6 +128,8 @@ pub struct RequestCounts {
     pub client_failed: u64,
     /// Re-sends after the server closed a pooled keep-alive connection before answering.
     pub connection_retries: u64,
+    /// Requests that opened a new connection (the others reused an open one).
+    pub new_connections: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -173,6 +175,9 @@ pub struct MetricSummaries {
     pub decode_tps: Summary,
     /// Actual − intended send time, open-loop phases only.
     pub schedule_lag_ms: Summary,
+    /// Connection setup (TCP connect, TLS handshake) of the requests that opened a new
+    /// connection, ms; inside their TTFT.
+    pub connect_ms: Summary,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -256,6 +261,8 @@ pub struct Distributions {
     pub decode: Distribution,
     /// Schedule lag, ms.
     pub lag: Distribution,
+    /// Connection setup of the requests that opened one, ms.
+    pub connect: Distribution,
 }
 
 impl Default for Distributions {
@@ -268,6 +275,7 @@ impl Default for Distributions {
             prefill: Distribution::per_second(),
             decode: Distribution::per_second(),
             lag: Distribution::milliseconds(),
+            connect: Distribution::milliseconds(),
         }
     }
 }
@@ -337,6 +345,7 @@ impl PhaseMetrics {
             Metric::E2e => Some(&d.e2e),
             Metric::PrefillTps => Some(&d.prefill),
             Metric::DecodeTps => Some(&d.decode),
+            Metric::Connect => Some(&d.connect),
             _ => None,
         }
     }
@@ -390,6 +399,12 @@ impl PhaseMetrics {
             _ => None,
         }
     }
+}
+
+/// How long a request spent opening a new connection, ms; `None` when it reused one. Counted
+/// for every request that opened one, whatever became of it.
+pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
+    record.connect_us.map(|us| us as f64 / 1000.0)
 }
 
 /// Send → first token of a streamed request, in ms, whatever became of the request after it
@@ -1052,6 +1067,10 @@ impl<'s> Accumulator<'s> {
         }
         m.requests.sent += 1;
         m.requests.connection_retries += record.connection_retries as u64;
+        if let Some(connect) = connect_ms(record) {
+            m.requests.new_connections += 1;
+            d.connect.record(connect);
+        }
         if self.open_loop {
             d.lag.record(
                 record
@@ -1246,6 +1265,7 @@ impl<'s> Accumulator<'s> {
             prefill_tps: d.prefill.summary(),
             decode_tps: d.decode.summary(),
             schedule_lag_ms: d.lag.summary(),
+            connect_ms: d.connect.summary(),
         };
         m
     }

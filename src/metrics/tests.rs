@@ -73,6 +73,7 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
         cached_tokens: None,
         finish_reason: Some("length".into()),
         connection_retries: 0,
+        connect_us: None,
         usage_problem: None,
     }
 }

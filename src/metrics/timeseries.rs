@@ -291,6 +291,7 @@ mod tests {
             cached_tokens: None,
             finish_reason: None,
             connection_retries: 0,
+            connect_us: None,
             usage_problem: None,
         }
     }

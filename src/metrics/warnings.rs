@@ -142,22 +142,39 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
         // On loopback a connection opens in a fraction of a millisecond: only slower ones can
         // show in TTFT.
-        if let Some(c) = phase
-            .connections
-            .filter(|c| c.opened > 0 && c.connect_ms_max.unwrap_or(0.0) >= 1.0)
-        {
+        let connect = &phase.metrics.connect_ms;
+        if phase.requests.new_connections > 0 && connect.max.unwrap_or(0.0) >= 1.0 {
+            let warmed = phase.connections.map_or(0, |c| c.warmed);
             out.push(note(
                 "connections-opened",
                 format!(
-                    "phase \"{}\": {} connection(s) opened while it ran{} (connect p50 {:.2} ms, max {:.2} ms); \
-                     a request that waited for one counts that in its TTFT",
+                    "phase \"{}\": {} request(s) opened a new connection{} (connect p50 {:.2} ms, p99 {:.2} ms, \
+                     max {:.2} ms); their TTFT includes it",
                     phase.name,
-                    c.opened,
-                    if c.warmed > 0 {
-                        format!(", beyond the {} opened before it", c.warmed)
+                    phase.requests.new_connections,
+                    if warmed > 0 {
+                        format!(", beyond the {warmed} opened before it")
                     } else {
                         String::new()
                     },
+                    connect.p50.unwrap_or(0.0),
+                    connect.p99.unwrap_or(0.0),
+                    connect.max.unwrap_or(0.0)
+                ),
+            ));
+        } else if let Some(c) = phase.connections.filter(|c| {
+            // Logs written before connect times were per request.
+            phase.requests.new_connections == 0
+                && c.opened > 0
+                && c.connect_ms_max.unwrap_or(0.0) >= 1.0
+        }) {
+            out.push(note(
+                "connections-opened",
+                format!(
+                    "phase \"{}\": {} connection(s) opened while it ran (connect p50 {:.2} ms, max {:.2} ms); \
+                     a request that waited for one counts that in its TTFT",
+                    phase.name,
+                    c.opened,
                     c.connect_ms_p50.unwrap_or(0.0),
                     c.connect_ms_max.unwrap_or(0.0)
                 ),

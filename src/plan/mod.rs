@@ -626,11 +626,14 @@ pub enum Metric {
     /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
     /// usage reports them.
     PrefixCacheHitRate,
+    /// Time to open a new connection (TCP connect, TLS handshake), over the requests that
+    /// opened one.
+    Connect,
 }
 
 impl Metric {
     /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 21] = [
+    pub const ALL: [Metric; 22] = [
         Metric::Ttft,
         Metric::Itl,
         Metric::Tpot,
@@ -652,6 +655,7 @@ impl Metric {
         Metric::ServerTtft,
         Metric::ServerQueueTime,
         Metric::PrefixCacheHitRate,
+        Metric::Connect,
     ];
 
     /// The metric's name in plans and reports.
@@ -678,6 +682,7 @@ impl Metric {
             Metric::ServerTtft => "server-ttft",
             Metric::ServerQueueTime => "server-queue-time",
             Metric::PrefixCacheHitRate => "prefix-cache-hit-rate",
+            Metric::Connect => "connect",
         }
     }
 
@@ -721,7 +726,9 @@ impl Metric {
     /// What kind of value the metric is, which decides its unit and threshold syntax.
     pub fn kind(self) -> MetricKind {
         match self {
-            Metric::Ttft | Metric::Itl | Metric::Tpot | Metric::E2e => MetricKind::Latency,
+            Metric::Ttft | Metric::Itl | Metric::Tpot | Metric::E2e | Metric::Connect => {
+                MetricKind::Latency
+            }
             Metric::PrefillTps | Metric::DecodeTps => MetricKind::TokenRate,
             Metric::ErrorRate | Metric::TimeoutRate | Metric::GoodputRatio => MetricKind::Fraction,
             Metric::RequestThroughput

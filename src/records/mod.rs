@@ -435,6 +435,10 @@ pub struct RequestRecord {
     /// before answering; its send time is the last re-send's.
     #[serde(default)]
     pub connection_retries: u32,
+    /// How long opening a new connection for this request took (TCP connect, and the TLS
+    /// handshake over HTTPS), µs, within its TTFT; absent when it reused an open connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_us: Option<u64>,
     /// Why the server's usage was not believed (a negative count, more tokens than the answer
     /// could hold): the counts then come from the tokenizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -186,6 +186,8 @@ struct Row<'a> {
     ttft_ms: Option<f64>,
     e2e_ms: Option<f64>,
     tpot_ms: Option<f64>,
+    /// Opening its connection, inside its TTFT; empty when it reused one.
+    connect_ms: Option<f64>,
     chunks: usize,
     finish_reason: Option<&'a str>,
     http_status: Option<u16>,
@@ -247,6 +249,7 @@ impl Exporter for RequestsCsv {
                 ttft_ms,
                 e2e_ms,
                 tpot_ms,
+                connect_ms: record.connect_us.map(ms),
                 chunks: record.chunks.len(),
                 finish_reason: record.finish_reason.as_deref(),
                 http_status: record.http_status,

@@ -1,0 +1,584 @@
+//! How a request reaches the server: an HTTP/1.1 connection of its own, taken from a pool or
+//! opened for it, and timed.
+//!
+//! Two transports speak for the executor. Plain `http://` targets (every self-hosted engine,
+//! and every test and benchmark) go through [`Direct`]: hyper's HTTP/1.1 client connection API
+//! driven directly, one pooled connection per request in flight, IP literals connected without
+//! a resolver, each connection's setup timed for the request that opened it. It exists because
+//! the general-purpose client cost about 2.5× a bare hyper connection per request (request
+//! building, pool bookkeeping and a dispatch channel sized for its request type: measured in
+//! docs/performance.md), and that cost lands on the first wave's TTFT when hundreds of streams
+//! start at once. `https://` targets, and any target while an HTTP proxy is configured in the
+//! environment, go through reqwest, which brings TLS and proxies; its connector is wrapped to
+//! time the connections it opens, and a task-local slot gives each request the setup time of
+//! the connection it opened.
+//!
+//! It is not for reading responses (see [`super::request`]) nor for deciding how many
+//! connections a phase needs (see [`super::connections`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::Url;
+use tokio::time::Instant;
+
+use super::connections::ConnectLog;
+use super::request::{root_cause, RequestTemplate};
+
+/// What a request asks of the transport.
+pub struct Outgoing<'a> {
+    /// Where it goes.
+    pub url: &'a Url,
+    /// The body to POST; `None` for a GET.
+    pub body: Option<Bytes>,
+    /// Headers besides the run's credentials and extra headers (which the template adds).
+    pub headers: &'a [(HeaderName, HeaderValue)],
+    /// The run's credentials and extra headers.
+    pub template: &'a RequestTemplate,
+}
+
+/// The head of a response, and its body to read.
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `content-type` header, if any.
+    pub content_type: Option<String>,
+    /// The body, read frame by frame as it arrives.
+    pub body: ResponseBody,
+    /// How long opening a new connection for this request took (TCP connect, and the TLS
+    /// handshake over HTTPS); `None` when it reused an open one.
+    pub connect: Option<Duration>,
+}
+
+/// Why a request got no response.
+#[derive(Debug)]
+pub struct SendError {
+    /// What kind of failure.
+    pub kind: SendFailure,
+    /// What happened, in a sentence (never a header).
+    pub detail: String,
+    /// How long opening the connection took, if one was opened.
+    pub connect: Option<Duration>,
+}
+
+/// The kinds of [`SendError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendFailure {
+    /// The client ran out of something (file descriptors, ports): the client's failure.
+    ClientLimit,
+    /// No connection could be made.
+    Connect,
+    /// The connection attempt timed out.
+    Timeout,
+    /// A reused keep-alive connection was closed by the server before any of the response: a
+    /// transport race, worth one re-send on another connection.
+    ClosedBeforeResponse,
+    /// The connection failed before a response.
+    Broken,
+}
+
+/// A response body, read frame by frame.
+pub enum ResponseBody {
+    /// From [`Direct`]: the connection goes back to the pool once the body has been read to
+    /// its end.
+    Direct(DirectBody),
+    /// From reqwest.
+    Reqwest(Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>),
+}
+
+impl ResponseBody {
+    /// The next piece of the body; `None` at its end; an error (as people read it) when it
+    /// broke off.
+    pub async fn next(&mut self) -> Option<Result<Bytes, String>> {
+        match self {
+            ResponseBody::Direct(body) => body.next().await,
+            ResponseBody::Reqwest(stream) => stream
+                .next()
+                .await
+                .map(|read| read.map_err(|e| root_cause(&e))),
+        }
+    }
+}
+
+/// The executor's HTTP client: [`Direct`] or reqwest, chosen per target URL.
+pub struct Transport {
+    direct: Direct,
+    reqwest: reqwest::Client,
+    /// reqwest for `http://` too: an HTTP proxy is configured in the environment.
+    proxied: bool,
+}
+
+impl Transport {
+    /// A transport whose every connection is logged in `log`, keeping up to `max_idle` idle
+    /// connections per server.
+    pub fn new(
+        log: Arc<ConnectLog>,
+        max_idle: usize,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let reqwest = reqwest::Client::builder()
+            .connector_layer(Timed { log: log.clone() })
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(max_idle)
+            .connect_timeout(connect_timeout)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Transport {
+            direct: Direct {
+                pool: Arc::new(Pool {
+                    idle: Mutex::new(HashMap::new()),
+                    max_idle,
+                }),
+                log,
+                connect_timeout,
+            },
+            reqwest,
+            proxied: http_proxy_configured(),
+        })
+    }
+
+    /// Sends `outgoing` and returns the response's head once it arrives.
+    pub async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        if outgoing.url.scheme() == "http" && !self.proxied {
+            self.direct.send(outgoing).await
+        } else {
+            send_reqwest(&self.reqwest, outgoing).await
+        }
+    }
+}
+
+/// Whether the environment configures a proxy for plain HTTP (reqwest honours it; the direct
+/// transport does not speak to proxies).
+fn http_proxy_configured() -> bool {
+    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+}
+
+/// The direct HTTP/1.1 transport.
+struct Direct {
+    pool: Arc<Pool>,
+    log: Arc<ConnectLog>,
+    connect_timeout: Duration,
+}
+
+/// Idle connections, per server (`host:port`), the most recently used first out.
+struct Pool {
+    idle: Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>,
+    max_idle: usize,
+}
+
+impl Pool {
+    fn take(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.lock().ok()?;
+        let connections = idle.get_mut(key)?;
+        while let Some(connection) = connections.pop() {
+            if !connection.is_closed() {
+                return Some(connection);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, key: &str, connection: SendRequest<Full<Bytes>>) {
+        if connection.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            let connections = idle.entry(key.to_string()).or_default();
+            if connections.len() < self.max_idle {
+                connections.push(connection);
+            }
+        }
+    }
+}
+
+/// A body from [`Direct`], holding its connection until the body ends.
+pub struct DirectBody {
+    body: hyper::body::Incoming,
+    /// The connection and its pool key, returned to the pool at the body's clean end.
+    connection: Option<(Arc<Pool>, String, SendRequest<Full<Bytes>>)>,
+}
+
+impl DirectBody {
+    async fn next(&mut self) -> Option<Result<Bytes, String>> {
+        loop {
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                    // Trailers carry nothing a reader wants.
+                }
+                Some(Err(err)) => {
+                    self.connection = None;
+                    return Some(Err(root_cause(&err)));
+                }
+                None => {
+                    if let Some((pool, key, connection)) = self.connection.take() {
+                        pool.give_back(&key, connection);
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Direct {
+    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        let url = outgoing.url;
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let key = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        let mut request = hyper::Request::builder()
+            .method(if outgoing.body.is_some() {
+                hyper::Method::POST
+            } else {
+                hyper::Method::GET
+            })
+            .uri(match url.query() {
+                Some(query) => format!("{}?{query}", url.path()),
+                None => url.path().to_string(),
+            })
+            .body(Full::new(outgoing.body.clone().unwrap_or_default()))
+            .map_err(|e| SendError {
+                kind: SendFailure::Broken,
+                detail: format!("cannot build the request: {e}"),
+                connect: None,
+            })?;
+        let headers = request.headers_mut();
+        if let Ok(host_value) = HeaderValue::from_str(&key) {
+            headers.insert(hyper::header::HOST, host_value);
+        }
+        for (name, value) in outgoing.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        outgoing.template.add_credentials(headers);
+
+        // An idle connection whose server has closed it since is dropped, and the next tried.
+        let (mut connection, connect) = loop {
+            match self.pool.take(&key) {
+                Some(mut connection) => {
+                    if connection.ready().await.is_ok() {
+                        break (connection, None);
+                    }
+                }
+                None => {
+                    let started = Instant::now();
+                    let opened = self.connect(host, port).await;
+                    let took = started.elapsed();
+                    self.log.record(took, opened.is_ok());
+                    match opened {
+                        Ok(connection) => break (connection, Some(took)),
+                        Err((kind, detail)) => {
+                            return Err(SendError {
+                                kind,
+                                detail,
+                                connect: None,
+                            })
+                        }
+                    }
+                }
+            }
+        };
+        let response = connection
+            .send_request(request)
+            .await
+            .map_err(|err| SendError {
+                kind: if connect.is_none()
+                    && (err.is_incomplete_message() || err.is_canceled() || err.is_closed())
+                {
+                    SendFailure::ClosedBeforeResponse
+                } else {
+                    SendFailure::Broken
+                },
+                detail: format!(
+                    "the connection failed before a response: {}",
+                    root_cause(&err)
+                ),
+                connect,
+            })?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(Response {
+            status,
+            content_type,
+            body: ResponseBody::Direct(DirectBody {
+                body: response.into_body(),
+                connection: Some((self.pool.clone(), key, connection)),
+            }),
+            connect,
+        })
+    }
+
+    /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
+    /// the HTTP/1.1 handshake, and the connection's own task.
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<SendRequest<Full<Bytes>>, (SendFailure, String)> {
+        let literal = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>();
+        let addresses: Vec<SocketAddr> = match literal {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => match tokio::net::lookup_host((host, port)).await {
+                Ok(found) => found.collect(),
+                Err(err) => {
+                    return Err((
+                        SendFailure::Connect,
+                        format!("cannot connect to the target: cannot resolve {host}: {err}"),
+                    ))
+                }
+            },
+        };
+        let attempt = async {
+            let mut last_error = None;
+            for address in &addresses {
+                match tokio::net::TcpStream::connect(address).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(err) => last_error = Some(err),
+                }
+            }
+            Err(last_error.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no address found")
+            }))
+        };
+        let stream = match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => {
+                return Err(match client_limit(&err) {
+                    Some(limit) => (SendFailure::ClientLimit, limit),
+                    None => (
+                        SendFailure::Connect,
+                        format!("cannot connect to the target: {err}"),
+                    ),
+                })
+            }
+            Err(_) => {
+                return Err((
+                    SendFailure::Connect,
+                    format!(
+                        "cannot connect to the target: no connection within {} s",
+                        self.connect_timeout.as_secs_f64()
+                    ),
+                ))
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = hyper::client::conn::http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|err| {
+                (
+                    SendFailure::Connect,
+                    format!("cannot connect to the target: {}", root_cause(&err)),
+                )
+            })?;
+        // The connection's I/O runs on its own task; it ends when the sender is dropped or the
+        // server closes the connection. Its error, if any, reaches the request reading it.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+}
+
+tokio::task_local! {
+    /// The connection setup time (µs + 1; 0: none) of the request being sent through reqwest.
+    static OPENED_FOR_REQUEST: Arc<AtomicU64>;
+}
+
+async fn send_reqwest(
+    client: &reqwest::Client,
+    outgoing: Outgoing<'_>,
+) -> Result<Response, SendError> {
+    let mut request = match outgoing.body {
+        Some(body) => client.post(outgoing.url.clone()).body(body),
+        None => client.get(outgoing.url.clone()),
+    };
+    for (name, value) in outgoing.headers {
+        request = request.header(name.clone(), value.clone());
+    }
+    let request = outgoing.template.authorize(request);
+    let opened = Arc::new(AtomicU64::new(0));
+    let sent = OPENED_FOR_REQUEST
+        .scope(opened.clone(), request.send())
+        .await;
+    let connect = match opened.load(Ordering::Relaxed) {
+        0 => None,
+        us => Some(Duration::from_micros(us - 1)),
+    };
+    match sent {
+        Ok(response) => Ok(Response {
+            status: response.status().as_u16(),
+            content_type: response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
+            connect,
+        }),
+        Err(err) => {
+            let (kind, detail) = if let Some(limit) = reqwest_client_limit(&err) {
+                (SendFailure::ClientLimit, limit)
+            } else if err.is_connect() {
+                (
+                    SendFailure::Connect,
+                    format!("cannot connect to the target: {}", root_cause(&err)),
+                )
+            } else if err.is_timeout() {
+                (SendFailure::Timeout, "the request timed out".to_string())
+            } else if connect.is_none() && closed_before_response(&err) {
+                (
+                    SendFailure::ClosedBeforeResponse,
+                    format!(
+                        "the connection failed before a response: {}",
+                        root_cause(&err)
+                    ),
+                )
+            } else {
+                (
+                    SendFailure::Broken,
+                    format!(
+                        "the connection failed before a response: {}",
+                        root_cause(&err)
+                    ),
+                )
+            };
+            Err(SendError {
+                kind,
+                detail,
+                connect,
+            })
+        }
+    }
+}
+
+/// The server closed the connection before sending any of the response.
+fn closed_before_response(err: &reqwest::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(hyper_error) = e.downcast_ref::<hyper::Error>() {
+            return hyper_error.is_incomplete_message();
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// A reqwest failure that was the client's own running out of something.
+fn reqwest_client_limit(err: &reqwest::Error) -> Option<String> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return client_limit(io);
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// When an I/O failure is the client itself running out of something (file descriptors,
+/// ephemeral ports, buffers), what; such failures are the client's, never the server's.
+fn client_limit(io: &std::io::Error) -> Option<String> {
+    #[cfg(unix)]
+    {
+        let what = match io.raw_os_error()? {
+            libc::EMFILE => "the client ran out of file descriptors (EMFILE): raise `ulimit -n`",
+            libc::ENFILE => "the system ran out of file descriptors (ENFILE)",
+            libc::EADDRNOTAVAIL => {
+                "the client ran out of local ports (EADDRNOTAVAIL): too many connections opened and closed"
+            }
+            libc::ENOBUFS | libc::ENOMEM => "the client ran out of memory for sockets",
+            _ => return None,
+        };
+        Some(what.to_string())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = io;
+        None
+    }
+}
+
+/// Wraps reqwest's connector so that each connection it opens is logged, and its setup time
+/// given to the request that opened it.
+#[derive(Clone)]
+struct Timed {
+    log: Arc<ConnectLog>,
+}
+
+impl<S> tower::Layer<S> for Timed {
+    type Service = TimedConnector<S>;
+    fn layer(&self, inner: S) -> TimedConnector<S> {
+        TimedConnector {
+            inner,
+            log: self.log.clone(),
+        }
+    }
+}
+
+/// reqwest's connector, timing each connection it opens.
+#[derive(Clone)]
+struct TimedConnector<S> {
+    inner: S,
+    log: Arc<ConnectLog>,
+}
+
+impl<S, R> tower::Service<R> for TimedConnector<S>
+where
+    S: tower::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let started = Instant::now();
+        // The connector is called while the request that needs the connection is polled; a
+        // connection finished in the background after another request freed one is logged
+        // but given to no request.
+        let for_request = OPENED_FOR_REQUEST.try_with(Arc::clone).ok();
+        let connecting = self.inner.call(request);
+        let log = self.log.clone();
+        Box::pin(async move {
+            let result = connecting.await;
+            let took = started.elapsed();
+            log.record(took, result.is_ok());
+            if let (Some(slot), true) = (for_request, result.is_ok()) {
+                slot.store(took.as_micros() as u64 + 1, Ordering::Relaxed);
+            }
+            result
+        })
+    }
+}
