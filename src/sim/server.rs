@@ -96,6 +96,21 @@ pub async fn serve(
     serve_with(addr, settings, tokenizer, ServeOptions::default()).await
 }
 
+/// A listening socket with a backlog of 4,096 (the kernel caps it at `net.core.somaxconn`), as
+/// vLLM's server (uvicorn: 2,048) has. The default, 128, overflows when a client opens hundreds
+/// of connections at once: the kernel drops the SYNs past it and the client retries a second
+/// later, a one-second TTFT that would be the simulator's, not the engine's it models.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
 /// [`serve`], with options.
 pub async fn serve_with(
     addr: SocketAddr,
@@ -103,7 +118,7 @@ pub async fn serve_with(
     tokenizer: Arc<Tokenizer>,
     options: ServeOptions,
 ) -> std::io::Result<SimServer> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = listen(addr)?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
     let timer = PreciseTimer::start()?;
