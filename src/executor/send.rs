@@ -131,8 +131,14 @@ async fn execute(
     };
     state.sent.fetch_add(1, Ordering::Relaxed);
     context.observer.on_event(Event::RequestSent { phase });
+    // Sized for the answer the plan asks for, so that reading it does not reallocate as it grows.
+    let expected_chunks = (request.output_tokens as usize).min(4096);
     let mut exchange = Exchange {
         live_chunks: Some(context.live.chunks.clone()),
+        chunk_times: Vec::with_capacity(expected_chunks),
+        chunk_usage_tokens: Vec::with_capacity(expected_chunks),
+        chunk_ends: Vec::with_capacity(expected_chunks),
+        text: String::with_capacity(expected_chunks * 4),
         ..Exchange::default()
     };
     let timeout = template.timeout;

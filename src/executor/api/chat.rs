@@ -6,6 +6,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::fast::Shape;
 use super::openai::{self, Choice};
 use super::{BodyOptions, DecodeError, Decoded, Dialect};
 use crate::planner::Prompt;
@@ -25,7 +26,7 @@ struct Text<'a> {
 }
 
 #[derive(Deserialize)]
-struct ChatChoice<'a> {
+pub(super) struct ChatChoice<'a> {
     #[serde(borrow, default)]
     delta: Option<Text<'a>>,
     #[serde(borrow, default)]
@@ -68,7 +69,7 @@ impl Dialect for Chat {
     }
 
     fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
-        openai::decode::<ChatChoice>(data, text)
+        openai::decode::<ChatChoice>(data, text, Shape::Chat)
     }
 }
 

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::fast::Shape;
 use super::openai::{self, Choice};
 use super::{BodyOptions, DecodeError, Decoded, Dialect};
 use crate::planner::Prompt;
@@ -14,7 +15,7 @@ use crate::planner::Prompt;
 pub(super) struct Completions;
 
 #[derive(Deserialize)]
-struct TextChoice<'a> {
+pub(super) struct TextChoice<'a> {
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -52,7 +53,7 @@ impl Dialect for Completions {
     }
 
     fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
-        openai::decode::<TextChoice>(data, text)
+        openai::decode::<TextChoice>(data, text, Shape::Completions)
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod chat;
 mod completions;
+mod fast;
 mod openai;
 
 use std::sync::Arc;

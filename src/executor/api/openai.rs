@@ -7,6 +7,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::fast::Shape;
 use super::{BodyOptions, DecodeError, Decoded, Usage};
 
 /// The fields every OpenAI-style body has, around the dialect's own (`messages` or `prompt`).
@@ -127,8 +128,21 @@ struct Chunk<C> {
     error: Option<Value>,
 }
 
-/// Decodes one OpenAI-style chunk (or body) whose choices are `C`.
+/// Decodes one OpenAI-style chunk (or body) whose choices are `C`, `shape` telling the fast
+/// path which they are.
 pub(super) fn decode<'a, C: Choice + Deserialize<'a>>(
+    data: &'a str,
+    text: &mut String,
+    shape: Shape,
+) -> Result<Decoded, DecodeError> {
+    match super::fast::decode(data, text, shape) {
+        Some(decoded) => Ok(decoded),
+        None => decode_with_serde::<C>(data, text),
+    }
+}
+
+/// [`decode`] without the fast path: the reference.
+pub(super) fn decode_with_serde<'a, C: Choice + Deserialize<'a>>(
     data: &'a str,
     text: &mut String,
 ) -> Result<Decoded, DecodeError> {
