@@ -108,7 +108,8 @@ pub async fn warm(
                 headers: &[],
                 template: &template,
             };
-            let answer = tokio::time::timeout(WARM_TIMEOUT, transport.send(outgoing)).await;
+            let answer =
+                tokio::time::timeout(WARM_TIMEOUT, Box::pin(transport.send(outgoing))).await;
             // Every request reaches the barrier, answered or not, so none waits forever.
             all_answered.wait().await;
             match answer {

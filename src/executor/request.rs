@@ -257,7 +257,9 @@ pub async fn exchange(
             headers: &headers,
             template,
         };
-        match transport.send(outgoing).await {
+        // Boxed: sending's state (request building, the pool, hyper's dispatch) lives only
+        // until the response's head, not for the whole stream.
+        match Box::pin(transport.send(outgoing)).await {
             Ok(response) => break response,
             // A server may close a keep-alive connection it advertised as open (llama.cpp's
             // server does when a request lands on one of its short-lived threads). The request

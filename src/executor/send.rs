@@ -26,8 +26,9 @@ pub(super) async fn dispatch(
     deadline: Option<Instant>,
 ) {
     match (request.turn, context.schedule.conversation()) {
+        // Boxed, so that single requests do not carry a conversation's state.
         (Some(1), Some(conversation)) if conversation.turns > 1 => {
-            converse(context, state, request, body, intended, deadline).await
+            Box::pin(converse(context, state, request, body, intended, deadline)).await
         }
         _ => {
             execute(context, state, request, body, intended, false).await;
