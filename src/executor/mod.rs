@@ -333,7 +333,10 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
     Ok(None)
 }
 
-/// Idle connections to keep per host: the most requests the plan may have in flight, bounded.
+/// Idle connections to keep per host: the most requests the plan may have in flight, bounded
+/// by the most a plan may hold at once. A smaller bound would close, at every request's end,
+/// connections the next request must open again (a closed loop of 10,000 users churned 5,904
+/// connections per wave with the former bound of 4,096).
 fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
     let most = schedule
         .loads()
@@ -343,5 +346,5 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
             open => open.peak_rate().unwrap_or(1.0) * timeout.as_secs_f64().min(60.0),
         })
         .fold(1.0, f64::max);
-    (most.ceil() as usize).clamp(1, 4096)
+    (most.ceil() as usize).clamp(1, crate::plan::limits::MAX_CONCURRENCY as usize)
 }

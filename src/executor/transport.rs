@@ -590,3 +590,108 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Api, SimSettings};
+
+    fn template(url: &Url) -> RequestTemplate {
+        RequestTemplate {
+            url: url.clone(),
+            dialect: super::super::api::dialect(Api::Completions),
+            options: super::super::api::BodyOptions {
+                model: "m".into(),
+                stream: true,
+                continuous_usage: false,
+                ignore_eos: false,
+                extra: Default::default(),
+            },
+            auth: None,
+            headers: Default::default(),
+            timeout: Duration::from_secs(10),
+            request_id_prefix: "t".into(),
+            max_line: 1 << 20,
+            max_body: 1 << 20,
+        }
+    }
+
+    /// Both transports, over loopback to the simulator: a first request opens a connection and
+    /// says how long that took; the next reuses it and says none; the body is whole.
+    #[test]
+    fn each_transport_times_the_connections_its_requests_open() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tokenizer = Arc::new(crate::tokens::Tokenizer::builtin("cl100k_base").unwrap());
+            let sim = crate::sim::serve(
+                "127.0.0.1:0".parse().unwrap(),
+                SimSettings::default(),
+                tokenizer,
+            )
+            .await
+            .unwrap();
+            let url: Url = format!("http://{}/v1/models", sim.addr).parse().unwrap();
+            let template = template(&url);
+            for proxied in [false, true] {
+                let log = Arc::new(ConnectLog::default());
+                let mut transport = Transport::new(log.clone(), 4, Duration::from_secs(5)).unwrap();
+                // As if a proxy were configured: reqwest carries plain HTTP too.
+                transport.proxied = proxied;
+                for attempt in 0..2 {
+                    let outgoing = Outgoing {
+                        url: &url,
+                        body: None,
+                        headers: &[],
+                        template: &template,
+                    };
+                    let mut response = transport.send(outgoing).await.unwrap();
+                    assert_eq!(response.status, 200);
+                    let mut body = Vec::new();
+                    while let Some(read) = response.body.next().await {
+                        body.extend_from_slice(&read.unwrap());
+                    }
+                    assert!(String::from_utf8_lossy(&body).contains("\"data\""));
+                    assert_eq!(
+                        response.connect.is_some(),
+                        attempt == 0,
+                        "proxied {proxied}, attempt {attempt}"
+                    );
+                }
+                let from = tokio::time::Instant::now() - Duration::from_secs(60);
+                let opened = log.between(from, tokio::time::Instant::now(), 0);
+                assert_eq!(opened.opened, 1, "proxied {proxied}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_refused_connection_is_a_connect_failure() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // Port 9 (discard) is closed on loopback.
+            let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
+            let template = template(&url);
+            let transport =
+                Transport::new(Arc::new(ConnectLog::default()), 4, Duration::from_secs(5)).unwrap();
+            let outgoing = Outgoing {
+                url: &url,
+                body: None,
+                headers: &[],
+                template: &template,
+            };
+            let error = transport.send(outgoing).await.err().unwrap();
+            assert_eq!(error.kind, SendFailure::Connect);
+            assert!(
+                error.detail.starts_with("cannot connect to the target"),
+                "{}",
+                error.detail
+            );
+        });
+    }
+}

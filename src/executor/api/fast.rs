@@ -208,25 +208,36 @@ impl<'a> Scanner<'a> {
     fn plain_string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let length = memchr::memchr2(b'"', b'\\', &self.bytes[start..])?;
-        let end = start + length;
-        if self.bytes[end] == b'\\' || self.bytes[start..end].iter().any(|&b| b < 0x20) {
+        let (end, escaped) = self.string_run(start)?;
+        if escaped {
             return None;
         }
         self.at = end + 1;
         self.data.get(start..end)
     }
 
+    /// From `from`, where the string's run of plain characters ends: at its closing quote
+    /// (false) or at an escape (true); `None` at a control character or the end of the data.
+    /// A plain loop: keys and tokens are a few bytes long, shorter than a vectorised search
+    /// takes to set up.
+    fn string_run(&self, from: usize) -> Option<(usize, bool)> {
+        let mut at = from;
+        loop {
+            match *self.bytes.get(at)? {
+                b'"' => return Some((at, false)),
+                b'\\' => return Some((at, true)),
+                0..=0x1f => return None,
+                _ => at += 1,
+            }
+        }
+    }
+
     /// Any string, escapes checked as JSON has them.
     fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"')?;
         loop {
-            let length = memchr::memchr2(b'"', b'\\', &self.bytes[self.at..])?;
-            let end = self.at + length;
-            if self.bytes[self.at..end].iter().any(|&b| b < 0x20) {
-                return None;
-            }
-            if self.bytes[end] == b'"' {
+            let (end, escaped) = self.string_run(self.at)?;
+            if !escaped {
                 self.at = end + 1;
                 return Some(());
             }
