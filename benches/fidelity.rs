@@ -2,7 +2,7 @@
 //! long-context behaviour, each beside a bare baseline client, against `llmload sim` running as
 //! its own process on this machine.
 //!
-//! `cargo bench --bench fidelity` runs every scenario (about ten minutes on 2 cores);
+//! `cargo bench --bench fidelity` runs every scenario (about sixteen minutes on 2 cores);
 //! `cargo bench --bench fidelity -- timing schedule` runs some. `LLMLOAD_BENCH_SECONDS` sets the
 //! measured seconds per run (default 10). Results print as Markdown tables and are written to
 //! target/tmp/fidelity/results.md; docs/performance.md holds a copy with the machine's

@@ -46,23 +46,25 @@ fn report(name: &str, per_iteration: Duration, tokens: usize) {
     );
 }
 
-/// The bytes of a streamed chat completion as vLLM sends it: a role chunk, one chunk per
-/// token, a finish chunk, a usage chunk and [DONE].
+/// The bytes of a streamed chat completion as vLLM sends it (its fields, nulls included): a
+/// role chunk, one chunk per token, a finish chunk, a usage chunk and [DONE].
 fn stream_bytes() -> Vec<u8> {
     let mut out = String::new();
-    let head = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":"#;
+    let head = r#"{"id":"chatcmpl-5d0e6b1f9c2a4e8b8f3a7c1d2e4f6a8b","object":"chat.completion.chunk","created":1764560000,"model":"meta-llama/Llama-3.1-8B-Instruct","system_fingerprint":null,"choices":[{"index":0,"delta":"#;
+    let tail =
+        |finish: &str| format!(",\"logprobs\":null,\"finish_reason\":{finish}}}],\"usage\":null}}");
     out.push_str(&format!(
-        "data: {head}{{\"role\":\"assistant\",\"content\":\"\"}},\"finish_reason\":null}}]}}\n\n"
+        "data: {head}{{\"role\":\"assistant\",\"content\":\"\"}}{}\n\n",
+        tail("null")
     ));
     for i in 0..TOKENS {
         out.push_str(&format!(
-            "data: {head}{{\"content\":\" word{}\"}},\"finish_reason\":null}}]}}\n\n",
-            i % 97
+            "data: {head}{{\"content\":\" word{}\"}}{}\n\n",
+            i % 97,
+            tail("null")
         ));
     }
-    out.push_str(&format!(
-        "data: {head}{{}},\"finish_reason\":\"length\"}}]}}\n\n"
-    ));
+    out.push_str(&format!("data: {head}{{}}{}\n\n", tail("\"length\"")));
     out.push_str(&format!(
         "data: {{\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{{\"prompt_tokens\":128,\"completion_tokens\":{TOKENS}}}}}\n\n"
     ));
