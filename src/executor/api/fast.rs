@@ -86,14 +86,25 @@ impl<'a> Scanner<'a> {
             let key = self.plain_string()?;
             self.eat(b':')?;
             field(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closes(b'}')? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a member of an object or an array: a comma (false: more follow) or the closing
+    /// bracket (true); `None` for anything else.
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(false)
+            }
+            byte if byte == close => {
+                self.at += 1;
+                Some(true)
+            }
+            _ => None,
         }
     }
 
@@ -307,13 +318,8 @@ impl<'a> Scanner<'a> {
                 }
                 loop {
                     self.skip_value(depth + 1)?;
-                    match self.peek()? {
-                        b',' => self.at += 1,
-                        b']' => {
-                            self.at += 1;
-                            return Some(());
-                        }
-                        _ => return None,
+                    if self.closes(b']')? {
+                        return Some(());
                     }
                 }
             }
