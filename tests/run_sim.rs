@@ -526,3 +526,53 @@ fn check_capacity_runs_a_trial_per_distinct_peak_load() {
     };
     assert!(stdout.contains(verdict), "{stdout}");
 }
+
+/// Cold connections: every request of a burst opens its own and records how long that took;
+/// warm ones are opened before the clock and no request does. `connect` gates like any
+/// metric, and every output says the same.
+#[test]
+fn connect_time_is_per_request_and_gates_the_run() {
+    let plan = |connections: &str| {
+        sim_plan(
+            "ttft \"5ms\"; itl \"1ms\"",
+            "input 16; output 4",
+            "phase \"burst\" { at-once 16 }",
+            "connect max < \"1us\"",
+        )
+        .replace(
+            "timeout \"10s\"",
+            &format!("timeout \"10s\"; connections \"{connections}\""),
+        )
+    };
+    let cold = run_plan(&plan("cold"), &[]);
+    assert_eq!(cold.code(), 1, "{}", cold.stderr());
+    let burst = phase(&cold.summary(), "burst");
+    assert_eq!(burst["requests"]["new_connections"], 16);
+    assert_eq!(burst["metrics"]["connect_ms"]["count"], 16);
+    assert!(burst["metrics"]["connect_ms"]["max"].as_f64().unwrap() > 0.0);
+    let connected: Vec<u64> = cold
+        .records()
+        .iter()
+        .filter_map(|r| r["connect_us"].as_u64())
+        .collect();
+    assert_eq!(connected.len(), 16);
+    assert!(cold.stdout().contains("FAIL: 1 of 1 assertions failed"));
+    let report = std::fs::read_to_string(cold.out().join("report.md")).unwrap();
+    assert!(report.contains("**Verdict: FAIL**"), "{report}");
+    assert!(
+        report.contains("16 requests opened a new connection"),
+        "{report}"
+    );
+    let csv = std::fs::read_to_string(cold.out().join("requests.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains("connect_ms"));
+
+    // Warm: the burst's connections exist before its clock; no request opens one, and an
+    // assertion on a metric with no data fails as any does.
+    let warm = run_plan(&plan("warm"), &[]);
+    let burst = phase(&warm.summary(), "burst");
+    assert_eq!(burst["requests"]["new_connections"], 0, "{burst}");
+    assert_eq!(burst["connections"]["warmed"], 16);
+    assert!(warm.records().iter().all(|r| r["connect_us"].is_null()));
+    assert_eq!(warm.code(), 1, "{}", warm.stdout());
+    assert!(warm.stdout().contains("no data"), "{}", warm.stdout());
+}
