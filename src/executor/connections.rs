@@ -123,10 +123,10 @@ pub async fn warm(
                     };
                     tokio::time::timeout(WARM_TIMEOUT, reading)
                         .await
-                        .unwrap_or_else(|_| Err("no answer to GET /models within 10 s".into()))
+                        .unwrap_or_else(|_| Err(too_slow()))
                 }
                 Ok(Err(error)) => Err(error.detail),
-                Err(_) => Err("no answer to GET /models within 10 s".into()),
+                Err(_) => Err(too_slow()),
             }
         });
     }
@@ -146,6 +146,14 @@ pub async fn warm(
 
 /// How long a warm-up request may take.
 const WARM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a warm-up request that took longer than [`WARM_TIMEOUT`] says.
+fn too_slow() -> String {
+    format!(
+        "no answer to GET /models within {} s",
+        WARM_TIMEOUT.as_secs()
+    )
+}
 
 #[cfg(test)]
 mod tests {

@@ -58,13 +58,6 @@ impl RequestTemplate {
         Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
     }
 
-    /// `request` with the run's credentials and extra headers.
-    pub fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        let mut headers = reqwest::header::HeaderMap::new();
-        self.add_credentials(&mut headers);
-        request.headers(headers)
-    }
-
     /// Adds the run's credentials and extra headers to `headers`.
     pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
         if let Some(auth) = &self.auth {
@@ -472,8 +465,8 @@ async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, Strin
 /// How many times a request is re-sent after a pooled connection was found closed.
 const MAX_CONNECTION_RETRIES: u32 = 1;
 
-/// The innermost error's text: reqwest's outer message repeats the URL, which says nothing new.
-/// The innermost cause of a transport error, as people read it.
+/// The innermost cause of a transport error, as people read it (reqwest's outer message
+/// repeats the URL, which says nothing new).
 pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut current = err;
     while let Some(next) = current.source() {

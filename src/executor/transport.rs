@@ -47,6 +47,18 @@ pub struct Outgoing<'a> {
     pub template: &'a RequestTemplate,
 }
 
+impl Outgoing<'_> {
+    /// Its headers, then the run's credentials and extra headers.
+    fn header_map(&self) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::with_capacity(self.headers.len() + 2);
+        for (name, value) in self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        self.template.add_credentials(&mut headers);
+        headers
+    }
+}
+
 /// The head of a response, and its body to read.
 pub struct Response {
     /// The HTTP status.
@@ -261,13 +273,11 @@ impl Direct {
                 connect: None,
             })?;
         let headers = request.headers_mut();
+        *headers = outgoing.header_map();
+        // As reqwest does: a Host the plan sets itself is kept.
         if let Ok(host_value) = HeaderValue::from_str(&key) {
-            headers.insert(hyper::header::HOST, host_value);
+            headers.entry(hyper::header::HOST).or_insert(host_value);
         }
-        for (name, value) in outgoing.headers {
-            headers.insert(name.clone(), value.clone());
-        }
-        outgoing.template.add_credentials(headers);
 
         // An idle connection whose server has closed it since is dropped, and the next tried.
         let (mut connection, connect) = loop {
@@ -421,14 +431,12 @@ async fn send_reqwest(
     client: &reqwest::Client,
     outgoing: Outgoing<'_>,
 ) -> Result<Response, SendError> {
-    let mut request = match outgoing.body {
+    let headers = outgoing.header_map();
+    let request = match outgoing.body {
         Some(body) => client.post(outgoing.url.clone()).body(body),
         None => client.get(outgoing.url.clone()),
-    };
-    for (name, value) in outgoing.headers {
-        request = request.header(name.clone(), value.clone());
     }
-    let request = outgoing.template.authorize(request);
+    .headers(headers);
     let opened = Arc::new(AtomicU64::new(0));
     let sent = OPENED_FOR_REQUEST
         .scope(opened.clone(), request.send())
