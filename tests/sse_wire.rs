@@ -173,21 +173,29 @@ fn every_failure_is_classified_and_recorded() {
 }
 
 /// A server that keeps connections alive, but drops the second request it reads without
-/// answering, as llama.cpp's server does when a request lands on a short-lived thread.
+/// answering, as llama.cpp's server does when a request lands on a short-lived thread. The
+/// request is sent again, with the same body.
 #[test]
 fn a_keep_alive_connection_closed_before_answering_is_retried_once_and_counted() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let served = Arc::new(AtomicUsize::new(0));
+    let bodies = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let received = bodies.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
-            let served = served.clone();
+            let bodies = bodies.clone();
             std::thread::spawn(move || loop {
-                read_request(&mut stream);
-                if served.fetch_add(1, Ordering::SeqCst) == 1 {
+                let Some(body) = read_request(&mut stream) else {
+                    return;
+                };
+                let served = {
+                    let mut bodies = bodies.lock().unwrap();
+                    bodies.push(body);
+                    bodies.len() - 1
+                };
+                if served == 1 {
                     return; // drop the connection with the request unanswered
                 }
                 let body = "data: {\"choices\":[{\"delta\":{\"content\":\" a b c\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
@@ -212,6 +220,20 @@ fn a_keep_alive_connection_closed_before_answering_is_retried_once_and_counted()
         .map(|r| r["connection_retries"].as_u64().unwrap())
         .sum();
     assert_eq!(retries, 1);
+    // The dropped request's body came again, byte for byte, and each request was answered once.
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), 4);
+    assert!(
+        received[1].starts_with(b"{"),
+        "{:?}",
+        String::from_utf8_lossy(&received[1])
+    );
+    assert!(received[2..].contains(&received[1]));
+    let mut answered = received.clone();
+    answered.remove(1);
+    answered.sort();
+    answered.dedup();
+    assert_eq!(answered.len(), 3, "three distinct requests answered");
     let s = run.summary();
     assert_eq!(s["overall"]["requests"]["connection_retries"], 1);
     assert!(s["warnings"]

@@ -8,13 +8,13 @@
 //! (and checks) as many connections as the phases will hold at once, unless the plan asks to
 //! measure cold starts. It is not for choosing or limiting connections: the pool does that.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::request::RequestTemplate;
-use super::transport::{Outgoing, Transport};
+use super::transport::Transport;
 use crate::plan::Load;
 use crate::planner::PhaseSchedule;
 use crate::records::Connections;
@@ -68,91 +68,23 @@ pub fn needed(phase: &PhaseSchedule) -> u64 {
     }
 }
 
-/// Opens (or finds idle in the pool) `count` connections to `template`'s server by sending
-/// that many `GET /models` at once (every OpenAI-compatible server answers it; any answer
-/// proves the connection), with the run's credentials. Each answer's body is read only once
-/// every request has its answer, so that each holds a connection of its own meanwhile: `count`
-/// distinct connections, not a few reused. Returns how many got an answer, and the first
-/// failure.
+/// Leaves `count` connections to `template`'s server open and idle in the pool, each having
+/// answered a `GET /models` (every OpenAI-compatible server answers it; any answer proves the
+/// connection) with the run's credentials. Returns how many, and the first failure.
 pub async fn warm(
-    transport: &Arc<Transport>,
+    transport: &Transport,
     template: &RequestTemplate,
     count: u64,
 ) -> (u64, Option<String>) {
-    if count == 0 {
-        return (0, None);
-    }
     let root = template
         .url
         .as_str()
         .strip_suffix(template.dialect.path())
-        .unwrap_or(template.url.as_str())
-        .to_string();
-    let Ok(url) = reqwest::Url::parse(&format!("{root}/models")) else {
-        return (0, Some(format!("{root}/models is not a URL")));
-    };
-    let url = Arc::new(url);
-    let mut requests = tokio::task::JoinSet::new();
-    let all_answered = Arc::new(tokio::sync::Barrier::new(count as usize));
-    for _ in 0..count {
-        let (all_answered, transport, template, url) = (
-            all_answered.clone(),
-            transport.clone(),
-            template.clone(),
-            url.clone(),
-        );
-        requests.spawn(async move {
-            let outgoing = Outgoing {
-                url: &url,
-                body: None,
-                headers: &[],
-                template: &template,
-            };
-            let answer =
-                tokio::time::timeout(WARM_TIMEOUT, Box::pin(transport.send(outgoing))).await;
-            // Every request reaches the barrier, answered or not, so none waits forever.
-            all_answered.wait().await;
-            match answer {
-                // The body is read to its end so that the connection goes back to the pool.
-                Ok(Ok(mut response)) => {
-                    let reading = async {
-                        while let Some(read) = response.body.next().await {
-                            read?;
-                        }
-                        Ok(())
-                    };
-                    tokio::time::timeout(WARM_TIMEOUT, reading)
-                        .await
-                        .unwrap_or_else(|_| Err(too_slow()))
-                }
-                Ok(Err(error)) => Err(error.detail),
-                Err(_) => Err(too_slow()),
-            }
-        });
+        .unwrap_or(template.url.as_str());
+    match reqwest::Url::parse(&format!("{root}/models")) {
+        Ok(models) => transport.warm(&models, template, count).await,
+        Err(_) => (0, Some(format!("{root}/models is not a URL"))),
     }
-    let mut ok = 0;
-    let mut first_error = None;
-    while let Some(done) = requests.join_next().await {
-        match done {
-            Ok(Ok(())) => ok += 1,
-            Ok(Err(error)) => {
-                first_error.get_or_insert(error);
-            }
-            Err(_) => {}
-        }
-    }
-    (ok, first_error)
-}
-
-/// How long a warm-up request may take.
-const WARM_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a warm-up request that took longer than [`WARM_TIMEOUT`] says.
-fn too_slow() -> String {
-    format!(
-        "no answer to GET /models within {} s",
-        WARM_TIMEOUT.as_secs()
-    )
 }
 
 #[cfg(test)]

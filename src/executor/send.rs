@@ -151,6 +151,16 @@ async fn execute(
     }
     let mut abort = context.abort.clone();
     let mut ended = state.ended.clone();
+    // A re-send needs the body again: a request's own is built once more from its prompt, as
+    // the body builder built it; a later turn's comes from its conversation, so it is kept.
+    let kept = request
+        .turn
+        .is_some_and(|turn| turn > 1)
+        .then(|| body.clone());
+    let body_again = || match &kept {
+        Some(body) => body.clone(),
+        None => template.body(&context.prompts.prompt(&request), request.output_tokens),
+    };
     let end = {
         let work = tokio::time::timeout(
             timeout,
@@ -158,6 +168,7 @@ async fn execute(
                 &context.transport,
                 template,
                 body,
+                &body_again,
                 request_id,
                 &mut sent_at,
                 &mut exchange,

@@ -204,14 +204,15 @@ pub mod wire {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
 
-    /// Reads one HTTP request (headers and a Content-Length body).
-    pub fn read_request(stream: &mut TcpStream) {
+    /// Reads one HTTP request (headers and a Content-Length body); returns its body, or `None`
+    /// when the connection ended first.
+    pub fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
         let mut buffer = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
             let n = stream.read(&mut chunk).unwrap_or(0);
             if n == 0 {
-                return;
+                return None;
             }
             buffer.extend_from_slice(&chunk[..n]);
             if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -222,7 +223,7 @@ pub mod wire {
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(0);
                 if buffer.len() >= end + 4 + length {
-                    return;
+                    return Some(buffer.split_off(end + 4));
                 }
             }
         }
