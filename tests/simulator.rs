@@ -205,8 +205,11 @@ fn sustained_load_past_the_kv_limit_spikes_itl_p99_and_max() {
     let (roomy, tight) = (results[0], results[1]);
     assert_eq!(roomy.0, 0.0, "{results:?}");
     assert!(tight.0 >= 3.0, "{results:?}");
+    // A step of 12 sequences takes 5.4 ms (3 ms + 12 × 200 µs); a recomputed prefill of 300+
+    // tokens adds 12 ms or more to the step it lands in. Judged against both the nominal step
+    // and the roomy run, which a busy machine (a parallel test run on 2 cores) inflates too.
     assert!(
-        tight.1 > 2.0 * roomy.1,
+        tight.1 > 2.0 * 5.4 && tight.1 > 1.5 * roomy.1,
         "ITL p99 did not spike: {results:?}"
     );
     assert!(

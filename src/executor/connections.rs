@@ -6,7 +6,8 @@
 //! queued behind the others when hundreds open at once. A first wave that opens its connections
 //! reports TTFT tails that are the client's. So before each group of phases the executor opens
 //! (and checks) as many connections as the phases will hold at once, unless the plan asks to
-//! measure cold starts. It is not for choosing or limiting connections: the pool does that.
+//! measure cold starts. It is not for choosing or limiting connections (the pool does that), nor
+//! for how they are opened and checked (the transport's `warm`).
 
 use std::sync::Mutex;
 use std::time::Duration;
