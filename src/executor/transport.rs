@@ -445,7 +445,9 @@ impl Direct {
 
     /// [`Transport::warm`] over the direct pool: the idle connections to the server are each
     /// checked with a `GET` of `models` (one that fails is replaced), and new ones opened and
-    /// checked until there are `count`, [`WARM_AT_ONCE`] at a time.
+    /// checked until there are `count`, [`WARM_AT_ONCE`] at a time. After the first failure no
+    /// more are begun, so that a server that cannot be reached costs one round of attempts
+    /// (at most [`WARM_TIMEOUT`]), not one round per [`WARM_AT_ONCE`] connections.
     async fn warm(
         &self,
         models: &Url,
@@ -458,24 +460,35 @@ impl Direct {
         for spare in idle {
             self.pool.give_back(&server.key, spare);
         }
-        let server = &server;
+        let (server, failed) = (&server, &std::sync::atomic::AtomicBool::new(false));
         let mut checks = futures_util::stream::iter(jobs)
             .map(|idle| async move {
+                if failed.load(Ordering::Relaxed) {
+                    if let Some(connection) = idle {
+                        self.pool.give_back(&server.key, connection);
+                    }
+                    return None;
+                }
                 let checked = tokio::time::timeout(
                     WARM_TIMEOUT,
                     Box::pin(self.check(server, models, template, idle)),
                 );
-                checked.await.unwrap_or_else(|_| Err(too_slow()))
+                let checked = checked.await.unwrap_or_else(|_| Err(too_slow()));
+                if checked.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                Some(checked)
             })
             .buffer_unordered(WARM_AT_ONCE);
         let mut ok = 0;
         let mut first_error = None;
         while let Some(checked) = checks.next().await {
             match checked {
-                Ok(()) => ok += 1,
-                Err(error) => {
+                Some(Ok(())) => ok += 1,
+                Some(Err(error)) => {
                     first_error.get_or_insert(error);
                 }
+                None => {}
             }
         }
         (ok, first_error)
@@ -934,6 +947,29 @@ mod tests {
                     assert_eq!(transport.direct.pool.take_all(&key).len(), 9);
                 }
             }
+        });
+    }
+
+    /// A server that cannot be reached costs the warm-up one round of attempts, not one per
+    /// 256 connections asked for.
+    #[test]
+    fn warming_stops_beginning_connections_after_a_failure() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // Port 9 (discard) is closed on loopback.
+            let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
+            let template = template(&url);
+            let log = Arc::new(ConnectLog::default());
+            let transport = Transport::new(log.clone(), 64, Duration::from_secs(5)).unwrap();
+            let since = tokio::time::Instant::now();
+            let (ok, error) = transport.warm(&url, &template, 5_000).await;
+            assert_eq!(ok, 0);
+            assert!(error.unwrap().starts_with("cannot connect to the target"));
+            let attempts = log.between(since, tokio::time::Instant::now(), 0).failed;
+            assert!((1..=WARM_AT_ONCE as u64).contains(&attempts), "{attempts}");
         });
     }
 
