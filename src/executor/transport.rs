@@ -167,9 +167,7 @@ impl Transport {
             send_reqwest(&self.reqwest, outgoing).await
         }
     }
-}
 
-impl Transport {
     /// Leaves `count` connections to the server of `models` (its `GET /models` URL) open,
     /// checked and idle in the pool, each having answered a `GET` of `models` with the run's
     /// credentials (any answer proves the connection; the `GET` also restarts the server's
@@ -260,8 +258,8 @@ fn too_slow() -> String {
 
 /// How many connections the direct transport's warm-up opens or checks at once: 10,000 open in
 /// well under a second on loopback, a server's accept queue (128 to 4,096 in common servers)
-/// is not flooded, and the warm-up's own state stays small (10,000 requests at once left about
-/// 20 MB of the allocator's memory behind).
+/// is not flooded, and the warm-up's own state stays small (10,000 requests at once raised the
+/// client's peak memory by 10–15 MB).
 const WARM_AT_ONCE: usize = 256;
 
 /// Whether the environment configures a proxy for plain HTTP (reqwest honours it; the direct
@@ -643,6 +641,7 @@ fn request(outgoing: Outgoing<'_>, key: &str) -> Result<hyper::Request<Full<Byte
     Ok(request)
 }
 
+/// What a request that the connection failed before any response says.
 fn failed_before_response(err: &hyper::Error) -> String {
     format!(
         "the connection failed before a response: {}",
@@ -857,24 +856,36 @@ mod tests {
         }
     }
 
+    /// Runs `test` to its end on a single-threaded runtime.
+    fn on_a_runtime(test: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(test)
+    }
+
+    /// The simulator on a loopback port (serving while the first is kept), and its `GET
+    /// /models` URL.
+    async fn simulator() -> (crate::sim::SimServer, Url) {
+        let tokenizer = Arc::new(crate::tokens::Tokenizer::builtin("cl100k_base").unwrap());
+        let sim = crate::sim::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            SimSettings::default(),
+            tokenizer,
+        )
+        .await
+        .unwrap();
+        let url = format!("http://{}/v1/models", sim.addr).parse().unwrap();
+        (sim, url)
+    }
+
     /// Both transports, over loopback to the simulator: a first request opens a connection and
     /// says how long that took; the next reuses it and says none; the body is whole.
     #[test]
     fn each_transport_times_the_connections_its_requests_open() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let tokenizer = Arc::new(crate::tokens::Tokenizer::builtin("cl100k_base").unwrap());
-            let sim = crate::sim::serve(
-                "127.0.0.1:0".parse().unwrap(),
-                SimSettings::default(),
-                tokenizer,
-            )
-            .await
-            .unwrap();
-            let url: Url = format!("http://{}/v1/models", sim.addr).parse().unwrap();
+        on_a_runtime(async {
+            let (_sim, url) = simulator().await;
             let template = template(&url);
             for proxied in [false, true] {
                 let log = Arc::new(ConnectLog::default());
@@ -913,20 +924,8 @@ mod tests {
     /// direct transport they are left idle in its pool.
     #[test]
     fn warming_opens_only_the_connections_missing_from_the_pool() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let tokenizer = Arc::new(crate::tokens::Tokenizer::builtin("cl100k_base").unwrap());
-            let sim = crate::sim::serve(
-                "127.0.0.1:0".parse().unwrap(),
-                SimSettings::default(),
-                tokenizer,
-            )
-            .await
-            .unwrap();
-            let url: Url = format!("http://{}/v1/models", sim.addr).parse().unwrap();
+        on_a_runtime(async {
+            let (_sim, url) = simulator().await;
             let template = template(&url);
             for proxied in [false, true] {
                 let log = Arc::new(ConnectLog::default());
@@ -954,11 +953,7 @@ mod tests {
     /// 256 connections asked for.
     #[test]
     fn warming_stops_beginning_connections_after_a_failure() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_runtime(async {
             // Port 9 (discard) is closed on loopback.
             let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
             let template = template(&url);
@@ -975,11 +970,7 @@ mod tests {
 
     #[test]
     fn a_refused_connection_is_a_connect_failure() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_runtime(async {
             // Port 9 (discard) is closed on loopback.
             let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
             let template = template(&url);
