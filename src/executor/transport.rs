@@ -880,6 +880,15 @@ mod tests {
         (sim, url)
     }
 
+    /// A transport keeping up to `max_idle` idle connections, its log, and whether it goes
+    /// through reqwest for plain HTTP as it does when a proxy is configured.
+    fn logged_transport(max_idle: usize, proxied: bool) -> (Arc<ConnectLog>, Transport) {
+        let log = Arc::new(ConnectLog::default());
+        let mut transport = Transport::new(log.clone(), max_idle, Duration::from_secs(5)).unwrap();
+        transport.proxied = proxied;
+        (log, transport)
+    }
+
     /// Both transports, over loopback to the simulator: a first request opens a connection and
     /// says how long that took; the next reuses it and says none; the body is whole.
     #[test]
@@ -888,10 +897,8 @@ mod tests {
             let (_sim, url) = simulator().await;
             let template = template(&url);
             for proxied in [false, true] {
-                let log = Arc::new(ConnectLog::default());
-                let mut transport = Transport::new(log.clone(), 4, Duration::from_secs(5)).unwrap();
-                // As if a proxy were configured: reqwest carries plain HTTP too.
-                transport.proxied = proxied;
+                // Proxied: as if a proxy were configured, reqwest carries plain HTTP too.
+                let (log, transport) = logged_transport(4, proxied);
                 for attempt in 0..2 {
                     let outgoing = Outgoing {
                         url: &url,
@@ -928,11 +935,8 @@ mod tests {
             let (_sim, url) = simulator().await;
             let template = template(&url);
             for proxied in [false, true] {
-                let log = Arc::new(ConnectLog::default());
-                let mut transport =
-                    Transport::new(log.clone(), 64, Duration::from_secs(5)).unwrap();
-                // As if a proxy were configured: reqwest's warm-up, all requests at once.
-                transport.proxied = proxied;
+                // Proxied: reqwest's warm-up, all requests at once.
+                let (log, transport) = logged_transport(64, proxied);
                 let since = tokio::time::Instant::now();
                 let opened = || log.between(since, tokio::time::Instant::now(), 0).opened;
                 assert_eq!(transport.warm(&url, &template, 6).await, (6, None));
@@ -957,8 +961,7 @@ mod tests {
             // Port 9 (discard) is closed on loopback.
             let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
             let template = template(&url);
-            let log = Arc::new(ConnectLog::default());
-            let transport = Transport::new(log.clone(), 64, Duration::from_secs(5)).unwrap();
+            let (log, transport) = logged_transport(64, false);
             let since = tokio::time::Instant::now();
             let (ok, error) = transport.warm(&url, &template, 5_000).await;
             assert_eq!(ok, 0);
@@ -974,8 +977,7 @@ mod tests {
             // Port 9 (discard) is closed on loopback.
             let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
             let template = template(&url);
-            let transport =
-                Transport::new(Arc::new(ConnectLog::default()), 4, Duration::from_secs(5)).unwrap();
+            let (_, transport) = logged_transport(4, false);
             let outgoing = Outgoing {
                 url: &url,
                 body: None,
