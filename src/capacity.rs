@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::fidelity::{self, TimingErrors};
-use crate::metrics::{self, PhaseMetrics};
+use crate::metrics::{self, Metric, PhaseMetrics};
 use crate::plan::{Endpoint, Load, Phase, Plan, RateShape, SimSettings};
 use crate::records::{self, LogLine};
 use crate::session::{self, RunOptions};
@@ -244,7 +244,9 @@ pub fn judge(
     errors: &TimingErrors,
 ) -> TrialResult {
     let mut limits = Vec::new();
-    let lag = metrics.metrics.schedule_lag_ms.p99.filter(|_| open_loop);
+    let lag = metrics.metrics[Metric::ScheduleLag]
+        .p99
+        .filter(|_| open_loop);
     if let Some(lag) = lag.filter(|&l| l > LAG_P99_LIMIT_MS) {
         limits.push(format!(
             "schedule lag p99 {lag:.2} ms > {LAG_P99_LIMIT_MS} ms"
@@ -361,7 +363,7 @@ phase "burst" { at-once 64 }
         metrics.requests.ok = 250;
         metrics.rates.planned_per_s = Some(50.0);
         metrics.rates.sent_per_s = 49.8;
-        metrics.metrics.schedule_lag_ms = Summary {
+        metrics.metrics[Metric::ScheduleLag] = Summary {
             p99: Some(0.4),
             ..Summary::default()
         };
@@ -382,7 +384,7 @@ phase "burst" { at-once 64 }
         let good = judge(vec!["steady".into()], &metrics, true, &errors);
         assert!(good.faithful(), "{:?}", good.limits);
 
-        metrics.metrics.schedule_lag_ms.p99 = Some(3.0);
+        metrics.metrics[Metric::ScheduleLag].p99 = Some(3.0);
         metrics.rates.sent_per_s = 40.0;
         metrics.requests.failed = 2;
         errors.itl = ErrorSummary {

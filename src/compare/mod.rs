@@ -15,8 +15,9 @@ mod bootstrap;
 
 use serde::Serialize;
 
+use crate::metrics;
 use crate::metrics::percentile;
-use crate::metrics::{self, RequestValues};
+use crate::metrics::table::{self, Source};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
 use crate::planner::search::Bracket;
 use crate::records::{ErrorClass, RequestRecord, RunHeader, RunLog};
@@ -171,21 +172,15 @@ pub fn comparable(
     Ok(notes)
 }
 
-/// What one completed (ok or failed, not cancelled) request contributes to every compared metric.
+/// What one completed (ok or failed, not cancelled) request contributes to the compared metric.
 struct Sample {
-    ok: bool,
-    timed_out: bool,
-    good: bool,
-    values: [Option<f64>; 6],
-    itl: Vec<(f64, u32)>,
+    /// Its value, for a single-valued distribution (TTFT, TPOT...).
+    value: Option<f64>,
+    /// Its gaps and their weights, for ITL.
+    gaps: Vec<(f64, u64)>,
+    /// Whether a share (error rate, goodput ratio...) counts it.
+    counted: bool,
 }
-
-const TTFT: usize = 0;
-const TPOT: usize = 1;
-const E2E: usize = 2;
-const PREFILL: usize = 3;
-const DECODE: usize = 4;
-const CONNECT: usize = 5;
 
 struct Side {
     samples: Vec<Sample>,
@@ -193,24 +188,17 @@ struct Side {
     /// The scope's time cut into equal windows: what each window's completed requests
     /// returned. Throughputs are resampled by window, so that their interval holds the run's
     /// variation over time, not only which requests succeeded.
-    windows: Vec<WindowTotals>,
+    windows: Vec<f64>,
 }
 
 /// Throughputs' windows per scope.
 const WINDOWS: usize = 20;
 
-#[derive(Debug, Clone, Copy, Default)]
-struct WindowTotals {
-    ok: f64,
-    good: f64,
-    output_tokens: f64,
-    /// Prompt and output tokens, as the report's total throughput counts them.
-    total_tokens: f64,
-}
-
+/// One scope of one run, as the compared `metric` reads it.
 fn side(
     log: &RunLog,
     aggregates: &metrics::Aggregates,
+    metric: Metric,
     phase: Option<&str>,
     slo: Option<&Slo>,
 ) -> Side {
@@ -251,19 +239,13 @@ fn side(
         .collect();
     let first = ends.iter().copied().min().unwrap_or(0);
     let span_us = (ends.iter().copied().max().unwrap_or(0) - first) as f64 + 1.0;
-    let mut windows = vec![WindowTotals::default(); WINDOWS];
-    for r in log.records.iter().filter(included) {
-        let at = (r.end_us().unwrap_or(r.actual_send_us) - first) as f64;
-        let w = &mut windows[((at / span_us * WINDOWS as f64) as usize).min(WINDOWS - 1)];
-        if r.ok() {
-            let output = r.completion_tokens.unwrap_or(0) as f64;
-            let prompt = r.prompt_tokens.unwrap_or(r.input_tokens_planned as u64) as f64;
-            w.ok += 1.0;
-            w.output_tokens += output;
-            w.total_tokens += output + prompt;
-        }
-        if slo.is_some_and(|slo| metrics::meets(slo, r)) {
-            w.good += 1.0;
+    let good = |r: &RequestRecord| slo.is_some_and(|slo| metrics::meets(slo, r));
+    let mut windows = vec![0.0; WINDOWS];
+    if let Source::PerSecond { amount, .. } = metric.def().source {
+        for r in log.records.iter().filter(included) {
+            let at = (r.end_us().unwrap_or(r.actual_send_us) - first) as f64;
+            windows[((at / span_us * WINDOWS as f64) as usize).min(WINDOWS - 1)] +=
+                amount(r, good(r));
         }
     }
     let samples = log
@@ -271,37 +253,21 @@ fn side(
         .iter()
         .filter(included)
         .map(|r| {
-            let v = RequestValues::of(r);
-            let ok = r.ok();
+            let mut gaps = Vec::new();
+            let (mut value, mut counted) = (None, false);
+            match metric.def().source {
+                Source::Distribution {
+                    sample: table::Sample::Gaps,
+                    ..
+                } => metric.samples(r, false, |gap, weight| gaps.push((gap, weight))),
+                Source::Distribution { .. } => value = metric.sample(r, false),
+                Source::Share { counts, .. } => counted = counts(r, good(r)),
+                _ => {}
+            }
             Sample {
-                ok,
-                timed_out: r.error == Some(ErrorClass::Timeout),
-                good: slo.is_some_and(|slo| metrics::meets(slo, r)),
-                values: if ok {
-                    [
-                        v.ttft_ms,
-                        v.tpot_ms,
-                        v.e2e_ms,
-                        v.prefill_tps,
-                        v.decode_tps,
-                        metrics::connect_ms(r),
-                    ]
-                } else {
-                    // As in the report: a request that failed after its first token had one.
-                    [
-                        metrics::ttft_ms(r),
-                        None,
-                        None,
-                        None,
-                        None,
-                        metrics::connect_ms(r),
-                    ]
-                },
-                itl: if ok {
-                    v.itl_gaps().collect()
-                } else {
-                    Vec::new()
-                },
+                value,
+                gaps,
+                counted,
             }
         })
         .collect();
@@ -314,10 +280,11 @@ fn side(
 
 /// Whether a metric is resampled by time window (throughputs) rather than by request.
 fn by_window(metric: Metric) -> bool {
-    metric.kind() == MetricKind::Throughput
+    matches!(metric.def().source, Source::PerSecond { .. })
 }
 
-/// The metric's value over the samples chosen by `pick` (indices into `side.samples`).
+/// The metric's value over the samples chosen by `pick` (indices into `side.samples`, or into
+/// `side.windows` for throughputs), computed as the metric table defines it.
 fn value(
     tolerance: &Tolerance,
     side: &Side,
@@ -325,76 +292,41 @@ fn value(
     scratch: &mut Vec<f64>,
 ) -> Option<f64> {
     let chosen = pick.iter().map(|&i| &side.samples[i]);
-    let per_request = |index: usize, scratch: &mut Vec<f64>| {
-        scratch.clear();
-        scratch.extend(chosen.clone().filter_map(|s| s.values[index]));
-    };
-    let completed = pick.len() as f64;
-    let fraction = |count: usize| (completed > 0.0).then(|| count as f64 / completed);
-    match tolerance.metric {
-        Metric::Ttft
-        | Metric::Tpot
-        | Metric::E2e
-        | Metric::PrefillTps
-        | Metric::DecodeTps
-        | Metric::Connect => {
-            let index = match tolerance.metric {
-                Metric::Ttft => TTFT,
-                Metric::Connect => CONNECT,
-                Metric::Tpot => TPOT,
-                Metric::E2e => E2E,
-                Metric::PrefillTps => PREFILL,
-                _ => DECODE,
-            };
-            per_request(index, scratch);
-            statistic(tolerance.stat?, scratch)
-        }
-        Metric::Itl => {
+    match tolerance.metric.def().source {
+        Source::Distribution {
+            sample: table::Sample::Gaps,
+            ..
+        } => {
             // A chunk of k tokens is k samples of gap/k, as in the report.
             scratch.clear();
             for sample in chosen {
-                for &(gap, k) in &sample.itl {
+                for &(gap, k) in &sample.gaps {
                     scratch.extend(std::iter::repeat_n(gap, k as usize));
                 }
             }
             statistic(tolerance.stat?, scratch)
         }
-        Metric::ErrorRate => fraction(chosen.clone().filter(|s| !s.ok).count()),
-        Metric::TimeoutRate => fraction(chosen.clone().filter(|s| s.timed_out).count()),
-        Metric::GoodputRatio => fraction(chosen.clone().filter(|s| s.good).count()),
-        Metric::RequestThroughput
-        | Metric::OutputThroughput
-        | Metric::TotalThroughput
-        | Metric::Goodput => {
+        Source::Distribution { .. } => {
+            scratch.clear();
+            scratch.extend(chosen.filter_map(|s| s.value));
+            statistic(tolerance.stat?, scratch)
+        }
+        Source::Share { .. } => {
+            let completed = pick.len() as f64;
+            (completed > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / completed)
+        }
+        Source::PerSecond { .. } => {
             // `pick` holds windows here: the mean of their rates (all windows: total / wall).
             if side.wall_s <= 0.0 || pick.is_empty() {
                 return None;
             }
             let window_s = side.wall_s / side.windows.len() as f64;
-            let total: f64 = pick
-                .iter()
-                .map(|&i| {
-                    let w = &side.windows[i];
-                    match tolerance.metric {
-                        Metric::RequestThroughput => w.ok,
-                        Metric::Goodput => w.good,
-                        Metric::TotalThroughput => w.total_tokens,
-                        _ => w.output_tokens,
-                    }
-                })
-                .sum();
+            let total: f64 = pick.iter().map(|&i| side.windows[i]).sum();
             Some(total / (window_s * pick.len() as f64))
         }
         // Capacity is not a statistic of requests: it is compared from the two runs'
         // search brackets, not resampled. The server's own numbers are not compared.
-        Metric::Capacity
-        | Metric::ServerRunning
-        | Metric::ServerWaiting
-        | Metric::ServerKvCache
-        | Metric::ServerPreemptions
-        | Metric::ServerTtft
-        | Metric::ServerQueueTime
-        | Metric::PrefixCacheHitRate => None,
+        Source::Search | Source::Server(_) | Source::Aggregate(_) => None,
     }
 }
 
@@ -489,22 +421,13 @@ pub fn compare(
     let baseline_aggregates = metrics::compute(baseline, slo);
     let current_aggregates = metrics::compute(current, slo);
     for (index, tolerance) in tolerances.iter().enumerate() {
-        if tolerance.metric == Metric::Capacity {
+        if matches!(tolerance.metric.def().source, Source::Search) {
             rows.push(capacity_row(tolerance, capacities));
             continue;
         }
-        let base = side(
-            baseline,
-            &baseline_aggregates,
-            tolerance.phase.as_deref(),
-            slo,
-        );
-        let cur = side(
-            current,
-            &current_aggregates,
-            tolerance.phase.as_deref(),
-            slo,
-        );
+        let (metric, phase) = (tolerance.metric, tolerance.phase.as_deref());
+        let base = side(baseline, &baseline_aggregates, metric, phase, slo);
+        let cur = side(current, &current_aggregates, metric, phase, slo);
         let relative = tolerance.metric.kind() != MetricKind::Fraction;
         let sign = if tolerance.metric.higher_is_better() {
             -1.0
@@ -531,7 +454,13 @@ pub fn compare(
             }
         };
         let change = b.zip(c).and_then(|(b, c)| change_of(b, c));
-        let resamples = if tolerance.metric == Metric::Itl {
+        let resamples = if matches!(
+            metric.def().source,
+            Source::Distribution {
+                sample: table::Sample::Gaps,
+                ..
+            }
+        ) {
             ITL_RESAMPLES
         } else {
             RESAMPLES

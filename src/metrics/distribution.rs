@@ -51,6 +51,15 @@ impl Distribution {
         Distribution::with_resolution(1e6)
     }
 
+    /// A distribution in the unit of a metric of `kind`: token rates per second, anything
+    /// else (latencies) in milliseconds.
+    pub fn for_kind(kind: super::MetricKind) -> Distribution {
+        match kind {
+            super::MetricKind::TokenRate => Distribution::per_second(),
+            _ => Distribution::milliseconds(),
+        }
+    }
+
     /// Token rates, reported in tokens per second and recorded in milli-tokens per second.
     pub fn per_second() -> Distribution {
         Distribution::with_resolution(1e3)

@@ -10,6 +10,7 @@
 mod distribution;
 pub mod profile;
 pub mod server;
+pub mod table;
 pub mod timeseries;
 pub mod warnings;
 
@@ -19,9 +20,10 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use distribution::{Distribution, Summary};
+pub use table::{connect_ms, itl_gaps, ttft_ms, Metric, MetricKind};
 pub use warnings::{Severity, Warning};
 
-use crate::plan::{Metric, Slo};
+use crate::plan::{Slo, Stat};
 use crate::records::{
     ClientLoad, ErrorClass, LogLine, RequestRecord, RunLog, StepInfo, TokenSource,
 };
@@ -158,26 +160,64 @@ pub struct Rates {
     pub timeout_rate: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
-/// The distributions every report shows, summarized.
-pub struct MetricSummaries {
-    /// Time to first token, ms.
-    pub ttft_ms: Summary,
-    /// Inter-token latency, ms, every gap pooled.
-    pub itl_ms: Summary,
-    /// Time per output token, ms.
-    pub tpot_ms: Summary,
-    /// End-to-end latency, ms.
-    pub e2e_ms: Summary,
-    /// Prompt tokens per second of TTFT.
-    pub prefill_tps: Summary,
-    /// Decode tokens per second.
-    pub decode_tps: Summary,
-    /// Actual − intended send time, open-loop phases only.
-    pub schedule_lag_ms: Summary,
-    /// Connection setup (TCP connect, TLS handshake) of the requests that opened a new
-    /// connection, ms; inside their TTFT.
-    pub connect_ms: Summary,
+/// The distributions every report shows, summarized: one per distribution of the metric
+/// table ([`Metric::distributions`]), in its order, written as a map from each one's summary
+/// key (`ttft_ms`) to its [`Summary`].
+#[derive(Debug, Clone)]
+pub struct MetricSummaries(Vec<(Metric, Summary)>);
+
+impl Default for MetricSummaries {
+    fn default() -> Self {
+        MetricSummaries(
+            Metric::distributions()
+                .map(|m| (m, Summary::default()))
+                .collect(),
+        )
+    }
+}
+
+impl MetricSummaries {
+    /// The summary of a distribution metric; `None` for any other.
+    pub fn get(&self, metric: Metric) -> Option<&Summary> {
+        self.0.iter().find(|(m, _)| *m == metric).map(|(_, s)| s)
+    }
+
+    /// Every distribution's summary, in the table's order.
+    pub fn iter(&self) -> impl Iterator<Item = (Metric, &Summary)> {
+        self.0.iter().map(|(m, s)| (*m, s))
+    }
+}
+
+/// `summaries[Metric::Ttft]`: the summary of a distribution metric. Naming any other metric is
+/// a mistake in llmload's own code (the table says which metrics are distributions).
+impl std::ops::Index<Metric> for MetricSummaries {
+    type Output = Summary;
+    fn index(&self, metric: Metric) -> &Summary {
+        match self.get(metric) {
+            Some(summary) => summary,
+            None => panic!("{metric} is not a distribution of the metric table"),
+        }
+    }
+}
+
+impl std::ops::IndexMut<Metric> for MetricSummaries {
+    fn index_mut(&mut self, metric: Metric) -> &mut Summary {
+        match self.0.iter_mut().find(|(m, _)| *m == metric) {
+            Some((_, summary)) => summary,
+            None => panic!("{metric} is not a distribution of the metric table"),
+        }
+    }
+}
+
+impl Serialize for MetricSummaries {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (metric, summary) in &self.0 {
+            map.serialize_entry(metric.summary_key().unwrap_or(metric.name()), summary)?;
+        }
+        map.end()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -244,39 +284,47 @@ pub struct Goodput {
     pub ratio: f64,
 }
 
+/// The full distributions behind [`MetricSummaries`], for any statistic: one HDR histogram per
+/// distribution of the metric table.
 #[derive(Debug, Clone)]
-/// The full distributions behind [`MetricSummaries`], for any statistic.
-pub struct Distributions {
-    /// Time to first token, ms.
-    pub ttft: Distribution,
-    /// Inter-token latency, ms.
-    pub itl: Distribution,
-    /// Time per output token, ms.
-    pub tpot: Distribution,
-    /// End-to-end latency, ms.
-    pub e2e: Distribution,
-    /// Prefill tokens per second.
-    pub prefill: Distribution,
-    /// Decode tokens per second.
-    pub decode: Distribution,
-    /// Schedule lag, ms.
-    pub lag: Distribution,
-    /// Connection setup of the requests that opened one, ms.
-    pub connect: Distribution,
-}
+pub struct Distributions(Vec<(Metric, Distribution)>);
 
 impl Default for Distributions {
     fn default() -> Self {
-        Distributions {
-            ttft: Distribution::milliseconds(),
-            itl: Distribution::milliseconds(),
-            tpot: Distribution::milliseconds(),
-            e2e: Distribution::milliseconds(),
-            prefill: Distribution::per_second(),
-            decode: Distribution::per_second(),
-            lag: Distribution::milliseconds(),
-            connect: Distribution::milliseconds(),
+        Distributions(
+            Metric::distributions()
+                .map(|m| (m, Distribution::for_kind(m.kind())))
+                .collect(),
+        )
+    }
+}
+
+impl Distributions {
+    /// The distribution of a per-request metric; `None` for any other.
+    pub fn get(&self, metric: Metric) -> Option<&Distribution> {
+        self.0.iter().find(|(m, _)| *m == metric).map(|(_, d)| d)
+    }
+
+    /// Its distribution, to record into or merge.
+    pub fn get_mut(&mut self, metric: Metric) -> Option<&mut Distribution> {
+        self.0
+            .iter_mut()
+            .find(|(m, _)| *m == metric)
+            .map(|(_, d)| d)
+    }
+
+    /// Adds what one request (of an open-loop phase or not) gives each distribution.
+    fn add(&mut self, record: &RequestRecord, open_loop: bool) {
+        for (metric, distribution) in &mut self.0 {
+            metric.samples(record, open_loop, |value, weight| {
+                distribution.record_n(value, weight)
+            });
         }
+    }
+
+    /// Their summaries.
+    fn summaries(&self) -> MetricSummaries {
+        MetricSummaries(self.0.iter().map(|(m, d)| (*m, d.summary())).collect())
     }
 }
 
@@ -337,156 +385,43 @@ pub struct PhaseMetrics {
 impl PhaseMetrics {
     /// The distribution of a per-request metric; `None` for rates and throughputs.
     pub fn distribution(&self, metric: Metric) -> Option<&Distribution> {
-        let d = &self.distributions;
-        match metric {
-            Metric::Ttft => Some(&d.ttft),
-            Metric::Itl => Some(&d.itl),
-            Metric::Tpot => Some(&d.tpot),
-            Metric::E2e => Some(&d.e2e),
-            Metric::PrefillTps => Some(&d.prefill),
-            Metric::DecodeTps => Some(&d.decode),
-            Metric::Connect => Some(&d.connect),
-            _ => None,
+        self.distributions.get(metric)
+    }
+
+    /// Whether any request completed (succeeded or failed): rates are shares of those.
+    pub fn completed(&self) -> bool {
+        self.requests.ok + self.requests.failed > 0
+    }
+
+    /// A metric's value over the scope, as the metric table says to read it (`stat` for
+    /// distributions, server gauges and histograms); `None` when the scope has no data for it
+    /// (no request, no telemetry) or the metric is not a scope's (a search's capacity).
+    pub fn value(&self, metric: Metric, stat: Option<Stat>) -> Option<f64> {
+        use table::Source;
+        match metric.def().source {
+            Source::Distribution { .. } => self.distribution(metric)?.stat(stat?),
+            Source::Share { read, .. }
+            | Source::PerSecond { read, .. }
+            | Source::Aggregate(read) => read(self),
+            Source::Server(signal) => self.server_value(signal, stat),
+            Source::Search => None,
         }
     }
 
-    /// A server metric's value over the scope (`stat` for gauges and histograms); `None`
-    /// without telemetry, or for other metrics.
-    pub fn server_value(&self, metric: Metric, stat: Option<crate::plan::Stat>) -> Option<f64> {
-        use crate::plan::Stat;
-        use crate::telemetry::Signal;
+    /// One signal of the server's telemetry over the scope (`stat` for gauges and
+    /// histograms); `None` without telemetry.
+    fn server_value(&self, signal: crate::telemetry::Signal, stat: Option<Stat>) -> Option<f64> {
+        use crate::telemetry::Kind;
         let server = self.server.as_ref()?;
-        let signal = match metric {
-            Metric::ServerRunning => Signal::Running,
-            Metric::ServerWaiting => Signal::Waiting,
-            Metric::ServerKvCache => Signal::KvCache,
-            Metric::ServerPreemptions => Signal::Preemptions,
-            Metric::ServerTtft => Signal::Ttft,
-            Metric::ServerQueueTime => Signal::QueueTime,
-            _ => return None,
-        };
         let summary = server.signal(signal)?;
         match (signal.kind(), stat) {
-            (crate::telemetry::Kind::Gauge, Some(Stat::Max)) => summary.max,
-            (crate::telemetry::Kind::Gauge, _) => summary.mean,
-            (crate::telemetry::Kind::Counter, _) => summary.delta,
-            (crate::telemetry::Kind::Histogram, Some(Stat::Percentile(p))) => {
-                server.percentile_ms(signal, p)
-            }
-            (crate::telemetry::Kind::Histogram, Some(Stat::Max)) => {
-                server.percentile_ms(signal, 100.0)
-            }
-            (crate::telemetry::Kind::Histogram, _) => summary.mean_ms,
+            (Kind::Gauge, Some(Stat::Max)) => summary.max,
+            (Kind::Gauge, _) => summary.mean,
+            (Kind::Counter, _) => summary.delta,
+            (Kind::Histogram, Some(Stat::Percentile(p))) => server.percentile_ms(signal, p),
+            (Kind::Histogram, Some(Stat::Max)) => server.percentile_ms(signal, 100.0),
+            (Kind::Histogram, _) => summary.mean_ms,
         }
-    }
-
-    /// Rates and throughputs; `None` for distributions, or when no request completed.
-    pub fn scalar(&self, metric: Metric) -> Option<f64> {
-        let attempted = self.requests.ok + self.requests.failed;
-        match metric {
-            Metric::ErrorRate => (attempted > 0).then_some(self.rates.error_rate),
-            Metric::TimeoutRate => (attempted > 0).then_some(self.rates.timeout_rate),
-            Metric::RequestThroughput => Some(self.throughput.requests_per_s),
-            Metric::OutputThroughput => Some(self.throughput.output_tokens_per_s),
-            Metric::TotalThroughput => Some(self.throughput.total_tokens_per_s),
-            Metric::Goodput => self.goodput.as_ref().map(|g| g.requests_per_s),
-            Metric::GoodputRatio => self
-                .goodput
-                .as_ref()
-                .filter(|_| attempted > 0)
-                .map(|g| g.ratio),
-            Metric::PrefixCacheHitRate => self.prefix_cache.as_ref().map(|c| c.hit_rate),
-            _ => None,
-        }
-    }
-}
-
-/// How long a request spent opening a new connection, ms; `None` when it reused one. Counted
-/// for every request that opened one, whatever became of it.
-pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
-    record.connect_us.map(|us| us as f64 / 1000.0)
-}
-
-/// Send → first token of a streamed request, in ms, whatever became of the request after it
-/// (see docs/metrics.md: a request that timed out after its first token had one).
-pub fn ttft_ms(record: &RequestRecord) -> Option<f64> {
-    record
-        .ttft_us
-        .filter(|_| record.e2e_us.is_some())
-        .map(|us| us as f64 / 1000.0)
-}
-
-/// The per-request values of one successful request, as every aggregate defines them (see
-/// docs/metrics.md). Shared with [`crate::compare`], which resamples them.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestValues<'a> {
-    /// End-to-end latency, ms.
-    pub e2e_ms: Option<f64>,
-    /// Time to first token, ms (streamed responses only).
-    pub ttft_ms: Option<f64>,
-    /// Time per output token, ms.
-    pub tpot_ms: Option<f64>,
-    /// Prompt tokens per second of TTFT.
-    pub prefill_tps: Option<f64>,
-    /// Decode tokens per second.
-    pub decode_tps: Option<f64>,
-    chunks: &'a [(u64, u32)],
-}
-
-impl<'a> RequestValues<'a> {
-    /// The values of `record` (which must have succeeded).
-    pub fn of(record: &'a RequestRecord) -> RequestValues<'a> {
-        let ms = |us: u64| us as f64 / 1000.0;
-        let completion = record.completion_tokens.unwrap_or(0);
-        let prompt = record
-            .prompt_tokens
-            .unwrap_or(record.input_tokens_planned as u64);
-        let e2e_ms = record.e2e_us.map(ms);
-        // Time to first token exists only for streamed responses.
-        let ttft_ms = ttft_ms(record);
-        let tpot_ms = match (e2e_ms, ttft_ms) {
-            (Some(e2e), Some(ttft)) if completion > 1 => {
-                Some((e2e - ttft).max(0.0) / (completion - 1) as f64)
-            }
-            _ => None,
-        };
-        let prefill_tps = record
-            .ttft_us
-            .filter(|&t| t > 0 && ttft_ms.is_some())
-            .map(|t| prompt as f64 / (t as f64 / 1e6));
-        let decode_tps = match (record.chunks.first(), record.chunks.last()) {
-            (Some(first), Some(last)) if ttft_ms.is_some() => {
-                let span_s = last.0.saturating_sub(first.0) as f64 / 1e6;
-                let decoded = completion.saturating_sub(first.1 as u64);
-                (span_s > 0.0 && decoded > 0).then(|| decoded as f64 / span_s)
-            }
-            _ => None,
-        };
-        RequestValues {
-            e2e_ms,
-            ttft_ms,
-            tpot_ms,
-            prefill_tps,
-            decode_tps,
-            chunks: if ttft_ms.is_some() {
-                &record.chunks
-            } else {
-                &[]
-            },
-        }
-    }
-
-    /// Every gap between consecutive token-bearing chunks, spread over the later chunk's tokens:
-    /// (gap / k in ms, k).
-    pub fn itl_gaps(&self) -> impl Iterator<Item = (f64, u32)> + 'a {
-        self.chunks.windows(2).map(|pair| {
-            let (previous, (at, tokens)) = (pair[0].0, pair[1]);
-            let tokens = tokens.max(1);
-            (
-                at.saturating_sub(previous) as f64 / 1000.0 / tokens as f64,
-                tokens,
-            )
-        })
     }
 }
 
@@ -514,12 +449,11 @@ pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
         Some(limit) => value_ms.is_some_and(|v| v <= limit.as_secs_f64() * 1000.0),
     };
     let ms = |us: u64| us as f64 / 1000.0;
-    let tpot = match (record.ttft_us, record.e2e_us, record.completion_tokens) {
-        (Some(t), Some(e), Some(n)) if n > 1 => Some(ms(e.saturating_sub(t)) / (n - 1) as f64),
-        // One output token has no time per output token: nothing to miss.
-        (Some(_), Some(_), Some(_)) => Some(0.0),
-        _ => None,
-    };
+    // One output token has no time per output token: nothing to miss.
+    let tpot = table::tpot_ms(record).or_else(|| {
+        (record.ttft_us.is_some() && record.e2e_us.is_some() && record.completion_tokens.is_some())
+            .then_some(0.0)
+    });
     record.ok()
         && within(slo.ttft, record.ttft_us.map(ms))
         && within(slo.tpot, tpot)
@@ -631,11 +565,10 @@ impl BucketAccumulator {
         match record.error {
             None => {
                 self.ok += 1;
-                let values = RequestValues::of(record);
-                if let Some(e2e) = values.e2e_ms {
+                if let Some(e2e) = table::e2e_ms(record) {
                     self.e2e.record(e2e);
                 }
-                if let Some(tpot) = values.tpot_ms {
+                if let Some(tpot) = table::tpot_ms(record) {
                     self.tpot.record(tpot);
                 }
             }
@@ -884,13 +817,20 @@ impl<'s> Aggregator<'s> {
         overall.recorded = true;
         overall.load = "-".into();
         // Lag is meaningful only for open-loop phases' records.
-        overall.distributions.lag = Distribution::milliseconds();
+        let mut lag = Distribution::milliseconds();
         for (phase, window) in phases.iter().zip(&windows) {
-            if window.0 && window.1 {
-                overall.distributions.lag.merge(&phase.distributions.lag);
+            if let (true, true, Some(phase_lag)) = (
+                window.0,
+                window.1,
+                phase.distributions.get(Metric::ScheduleLag),
+            ) {
+                lag.merge(phase_lag);
             }
         }
-        overall.metrics.schedule_lag_ms = overall.distributions.lag.summary();
+        if let Some(overall_lag) = overall.distributions.get_mut(Metric::ScheduleLag) {
+            *overall_lag = lag;
+        }
+        overall.metrics = overall.distributions.summaries();
         overall.client = combined_client_load(phases.iter().filter(|p| p.recorded));
 
         let mut aggregates = Aggregates {
@@ -1055,7 +995,8 @@ impl<'s> Accumulator<'s> {
 
     fn add(&mut self, record: &RequestRecord) {
         let m = &mut self.m;
-        let d = &mut m.distributions;
+        // Each distribution takes what the metric table says it takes from this request.
+        m.distributions.add(record, self.open_loop);
         self.last_send_us = self.last_send_us.max(Some(record.actual_send_us));
         self.last_end_us = self.last_end_us.max(record.end_us());
         if let Some(profile) = &mut self.profile {
@@ -1067,17 +1008,8 @@ impl<'s> Accumulator<'s> {
         }
         m.requests.sent += 1;
         m.requests.connection_retries += record.connection_retries as u64;
-        if let Some(connect) = connect_ms(record) {
+        if record.connect_us.is_some() {
             m.requests.new_connections += 1;
-            d.connect.record(connect);
-        }
-        if self.open_loop {
-            d.lag.record(
-                record
-                    .actual_send_us
-                    .saturating_sub(record.intended_send_us) as f64
-                    / 1000.0,
-            );
         }
         match record.error {
             Some(ErrorClass::Cancelled) => {
@@ -1098,8 +1030,7 @@ impl<'s> Accumulator<'s> {
                     self.timeouts += 1;
                 }
                 // A request that failed after its first token still had a time to first token.
-                if let Some(ttft) = ttft_ms(record) {
-                    d.ttft.record(ttft);
+                if ttft_ms(record).is_some() {
                     m.requests.failed_after_first_token += 1;
                 }
                 return;
@@ -1164,21 +1095,6 @@ impl<'s> Accumulator<'s> {
                         .push((usage as f64 - counted as f64).abs() / usage as f64);
                 }
             }
-        }
-
-        let values = RequestValues::of(record);
-        let record_some = |dist: &mut Distribution, value: Option<f64>| {
-            if let Some(value) = value {
-                dist.record(value);
-            }
-        };
-        record_some(&mut d.e2e, values.e2e_ms);
-        record_some(&mut d.ttft, values.ttft_ms);
-        record_some(&mut d.prefill, values.prefill_tps);
-        record_some(&mut d.tpot, values.tpot_ms);
-        record_some(&mut d.decode, values.decode_tps);
-        for (gap_ms, tokens) in values.itl_gaps() {
-            d.itl.record_n(gap_ms, tokens as u64);
         }
     }
 
@@ -1256,17 +1172,7 @@ impl<'s> Accumulator<'s> {
         }
         let mut usage_vs_tokenizer = self.usage_vs_tokenizer;
         m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
-        let d = &m.distributions;
-        m.metrics = MetricSummaries {
-            ttft_ms: d.ttft.summary(),
-            itl_ms: d.itl.summary(),
-            tpot_ms: d.tpot.summary(),
-            e2e_ms: d.e2e.summary(),
-            prefill_tps: d.prefill.summary(),
-            decode_tps: d.decode.summary(),
-            schedule_lag_ms: d.lag.summary(),
-            connect_ms: d.connect.summary(),
-        };
+        m.metrics = m.distributions.summaries();
         m
     }
 }

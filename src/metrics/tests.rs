@@ -149,25 +149,25 @@ fn ttft_tpot_e2e_and_pooled_itl() {
     let steady = &agg.phases[1];
     assert_eq!(steady.requests.ok, 2);
     // TTFT: 100 and 200 ms.
-    assert!(close(steady.metrics.ttft_ms.mean, 150.0));
-    assert!(close(steady.metrics.ttft_ms.max, 200.0));
+    assert!(close(steady.metrics[Metric::Ttft].mean, 150.0));
+    assert!(close(steady.metrics[Metric::Ttft].max, 200.0));
     // ITL pools every gap: A gives 10 and 20; B gives 3 samples of 60/3 = 20.
-    assert_eq!(steady.metrics.itl_ms.count, 5);
-    assert!(close(steady.metrics.itl_ms.min, 10.0));
+    assert_eq!(steady.metrics[Metric::Itl].count, 5);
+    assert!(close(steady.metrics[Metric::Itl].min, 10.0));
     assert!(close(
-        steady.metrics.itl_ms.mean,
+        steady.metrics[Metric::Itl].mean,
         (10.0 + 20.0 + 60.0) / 5.0
     ));
     // TPOT: A (140-100)/2 = 20; B (270-200)/3 = 23.33.
-    assert!(close(steady.metrics.tpot_ms.min, 20.0));
-    assert!(close(steady.metrics.tpot_ms.max, 70.0 / 3.0));
+    assert!(close(steady.metrics[Metric::Tpot].min, 20.0));
+    assert!(close(steady.metrics[Metric::Tpot].max, 70.0 / 3.0));
     // Prefill: 100 tokens / 0.1 s = 1000 tok/s for A, 500 for B.
-    assert!(close(steady.metrics.prefill_tps.max, 1000.0));
+    assert!(close(steady.metrics[Metric::PrefillTps].max, 1000.0));
     // Decode: A 2 tokens over 30 ms; B 3 tokens over 60 ms.
-    assert!(close(steady.metrics.decode_tps.max, 2.0 / 0.030));
-    assert!(close(steady.metrics.decode_tps.min, 3.0 / 0.060));
+    assert!(close(steady.metrics[Metric::DecodeTps].max, 2.0 / 0.030));
+    assert!(close(steady.metrics[Metric::DecodeTps].min, 3.0 / 0.060));
     // E2E.
-    assert!(close(steady.metrics.e2e_ms.min, 140.0));
+    assert!(close(steady.metrics[Metric::E2e].min, 140.0));
 }
 
 #[test]
@@ -186,8 +186,8 @@ fn failures_count_in_rates_but_never_in_latency_or_throughput() {
     assert_eq!(steady.requests.cancelled, 1);
     assert!(close(Some(steady.rates.error_rate), 2.0 / 3.0));
     assert!(close(Some(steady.rates.timeout_rate), 1.0 / 3.0));
-    assert!(close(steady.metrics.ttft_ms.max, 100.0));
-    assert!(close(steady.metrics.e2e_ms.max, 120.0));
+    assert!(close(steady.metrics[Metric::Ttft].max, 100.0));
+    assert!(close(steady.metrics[Metric::E2e].max, 120.0));
     assert_eq!(steady.errors.get("http_5xx"), Some(&1));
 }
 
@@ -227,7 +227,7 @@ fn schedule_lag_and_its_warning() {
     let mut late = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
     late.actual_send_us = late.intended_send_us + 25_000;
     let agg = compute_plain(&log(vec![late]));
-    assert!(close(agg.phases[1].metrics.schedule_lag_ms.max, 25.0));
+    assert!(close(agg.phases[1].metrics[Metric::ScheduleLag].max, 25.0));
     assert!(agg.warnings.iter().any(|w| w.code == "schedule-lag"));
 }
 
@@ -342,7 +342,7 @@ fn goodput_counts_requests_meeting_every_objective() {
     );
     // Wall: 1 s (phase start) to 3 s (sending end; responses end by 2.4 s).
     assert!(close(Some(g.requests_per_s), 1.0 / 2.0));
-    assert_eq!(agg.phases[1].scalar(Metric::GoodputRatio), Some(0.25));
+    assert_eq!(agg.phases[1].value(Metric::GoodputRatio, None), Some(0.25));
     assert!(compute_plain(&log(vec![])).overall.goodput.is_none());
 }
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::Aggregates;
+use super::{Aggregates, Metric};
 use crate::records::RunLog;
 
 /// Schedule lag p99 above this means the client, not the server, limited the run.
@@ -142,7 +142,7 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
         // On loopback a connection opens in a fraction of a millisecond: only slower ones can
         // show in TTFT.
-        let connect = &phase.metrics.connect_ms;
+        let connect = &phase.metrics[Metric::Connect];
         if phase.requests.new_connections > 0 && connect.max.unwrap_or(0.0) >= 1.0 {
             let warmed = phase.connections.map_or(0, |c| c.warmed);
             out.push(note(
@@ -180,7 +180,7 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 ),
             ));
         }
-        if let Some(p99) = phase.metrics.schedule_lag_ms.p99 {
+        if let Some(p99) = phase.metrics[Metric::ScheduleLag].p99 {
             if p99 > LAG_P99_LIMIT_MS {
                 out.push(warning(
                     "schedule-lag",

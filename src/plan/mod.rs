@@ -15,6 +15,9 @@ mod parse;
 pub mod profiles;
 pub mod units;
 
+/// Metrics are named from the metric table, which every stage shares.
+pub use crate::metrics::table::{Metric, MetricKind};
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -579,203 +582,6 @@ pub struct Assertion {
     pub text: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-/// A metric an assertion or a tolerance can name (docs/metrics.md defines each).
-pub enum Metric {
-    /// Time to first token.
-    Ttft,
-    /// Inter-token latency, every gap pooled.
-    Itl,
-    /// Time per output token, per request.
-    Tpot,
-    /// End-to-end latency.
-    E2e,
-    /// Prompt tokens per second of TTFT, per request.
-    PrefillTps,
-    /// Decode tokens per second, per request.
-    DecodeTps,
-    /// Failed / completed requests.
-    ErrorRate,
-    /// Timed-out / completed requests.
-    TimeoutRate,
-    /// Successful requests per second of wall time.
-    RequestThroughput,
-    /// Output tokens per second of wall time.
-    OutputThroughput,
-    /// Input and output tokens per second of wall time.
-    TotalThroughput,
-    /// Requests per second meeting every per-request objective of the plan's `slo`.
-    Goodput,
-    /// The fraction of completed requests meeting every objective of the plan's `slo`.
-    GoodputRatio,
-    /// The highest load the plan's search found the objectives to hold at.
-    Capacity,
-    /// The server's running batch (its telemetry): a gauge, by mean or max.
-    ServerRunning,
-    /// The server's waiting queue: a gauge, by mean or max.
-    ServerWaiting,
-    /// The server's KV-cache usage (a share): a gauge, by mean or max.
-    ServerKvCache,
-    /// The server's preemptions during the scope.
-    ServerPreemptions,
-    /// The server's own time to first token (its histogram), by percentile or mean.
-    ServerTtft,
-    /// Time requests waited in the server's queue (its histogram), by percentile or mean.
-    ServerQueueTime,
-    /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
-    /// usage reports them.
-    PrefixCacheHitRate,
-    /// Time to open a new connection (TCP connect, TLS handshake), over the requests that
-    /// opened one.
-    Connect,
-}
-
-impl Metric {
-    /// Every metric, in the order reports list them.
-    pub const ALL: [Metric; 22] = [
-        Metric::Ttft,
-        Metric::Itl,
-        Metric::Tpot,
-        Metric::E2e,
-        Metric::PrefillTps,
-        Metric::DecodeTps,
-        Metric::ErrorRate,
-        Metric::TimeoutRate,
-        Metric::RequestThroughput,
-        Metric::OutputThroughput,
-        Metric::TotalThroughput,
-        Metric::Goodput,
-        Metric::GoodputRatio,
-        Metric::Capacity,
-        Metric::ServerRunning,
-        Metric::ServerWaiting,
-        Metric::ServerKvCache,
-        Metric::ServerPreemptions,
-        Metric::ServerTtft,
-        Metric::ServerQueueTime,
-        Metric::PrefixCacheHitRate,
-        Metric::Connect,
-    ];
-
-    /// The metric's name in plans and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Ttft => "ttft",
-            Metric::Itl => "itl",
-            Metric::Tpot => "tpot",
-            Metric::E2e => "e2e",
-            Metric::PrefillTps => "prefill-tps",
-            Metric::DecodeTps => "decode-tps",
-            Metric::ErrorRate => "error-rate",
-            Metric::TimeoutRate => "timeout-rate",
-            Metric::RequestThroughput => "request-throughput",
-            Metric::OutputThroughput => "output-throughput",
-            Metric::TotalThroughput => "total-throughput",
-            Metric::Goodput => "goodput",
-            Metric::GoodputRatio => "goodput-ratio",
-            Metric::Capacity => "capacity",
-            Metric::ServerRunning => "server-running",
-            Metric::ServerWaiting => "server-waiting",
-            Metric::ServerKvCache => "server-kv-cache",
-            Metric::ServerPreemptions => "server-preemptions",
-            Metric::ServerTtft => "server-ttft",
-            Metric::ServerQueueTime => "server-queue-time",
-            Metric::PrefixCacheHitRate => "prefix-cache-hit-rate",
-            Metric::Connect => "connect",
-        }
-    }
-
-    /// The metric a plan names.
-    pub fn from_name(name: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    /// Whether the metric is a per-request distribution that takes a statistic (p99, mean...).
-    pub fn is_distribution(self) -> bool {
-        matches!(self.kind(), MetricKind::Latency | MetricKind::TokenRate) && !self.is_server()
-    }
-
-    /// Whether an assertion on it names a statistic: distributions, and the server's gauges
-    /// (mean or max) and histograms.
-    pub fn takes_stat(self) -> bool {
-        self.is_distribution()
-            || matches!(
-                self,
-                Metric::ServerRunning
-                    | Metric::ServerWaiting
-                    | Metric::ServerKvCache
-                    | Metric::ServerTtft
-                    | Metric::ServerQueueTime
-            )
-    }
-
-    /// Whether it is what the server says of itself (its telemetry), not what llmload measured.
-    pub fn is_server(self) -> bool {
-        matches!(
-            self,
-            Metric::ServerRunning
-                | Metric::ServerWaiting
-                | Metric::ServerKvCache
-                | Metric::ServerPreemptions
-                | Metric::ServerTtft
-                | Metric::ServerQueueTime
-        )
-    }
-
-    /// What kind of value the metric is, which decides its unit and threshold syntax.
-    pub fn kind(self) -> MetricKind {
-        match self {
-            Metric::Ttft | Metric::Itl | Metric::Tpot | Metric::E2e | Metric::Connect => {
-                MetricKind::Latency
-            }
-            Metric::PrefillTps | Metric::DecodeTps => MetricKind::TokenRate,
-            Metric::ErrorRate | Metric::TimeoutRate | Metric::GoodputRatio => MetricKind::Fraction,
-            Metric::RequestThroughput
-            | Metric::OutputThroughput
-            | Metric::TotalThroughput
-            | Metric::Goodput => MetricKind::Throughput,
-            Metric::Capacity => MetricKind::Capacity,
-            Metric::ServerRunning | Metric::ServerWaiting | Metric::ServerPreemptions => {
-                MetricKind::Count
-            }
-            Metric::ServerKvCache | Metric::PrefixCacheHitRate => MetricKind::Fraction,
-            Metric::ServerTtft | Metric::ServerQueueTime => MetricKind::Latency,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-/// What kind of value a metric is.
-pub enum MetricKind {
-    /// Milliseconds; thresholds are durations ("500ms").
-    Latency,
-    /// Tokens per second per request; thresholds are numbers.
-    TokenRate,
-    /// A fraction of requests; thresholds are percentages ("1%").
-    Fraction,
-    /// Per second over the phase's wall time; thresholds are numbers.
-    Throughput,
-    /// A load (requests per second, or concurrent requests); thresholds are numbers.
-    Capacity,
-    /// A number of things (requests, preemptions); thresholds are numbers.
-    Count,
-}
-
-impl MetricKind {
-    /// The unit's name in machine-readable outputs (summary.json, comparisons).
-    pub fn unit(self) -> &'static str {
-        match self {
-            MetricKind::Latency => "ms",
-            MetricKind::Fraction => "fraction",
-            MetricKind::Throughput => "per_s",
-            MetricKind::TokenRate => "tokens_per_s",
-            MetricKind::Capacity => "load",
-            MetricKind::Count => "count",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq)]
 /// A statistic of a distribution.
 pub enum Stat {
@@ -879,17 +685,6 @@ pub struct AbortRule {
     pub after: u64,
 }
 
-impl AbortRule {
-    /// The metrics an abort condition may watch while the run goes.
-    pub const METRICS: [Metric; 5] = [
-        Metric::ErrorRate,
-        Metric::TimeoutRate,
-        Metric::Ttft,
-        Metric::E2e,
-        Metric::Tpot,
-    ];
-}
-
 /// How much worse than the baseline a metric may get, e.g. `ttft p99 "+10%"`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tolerance {
@@ -904,16 +699,6 @@ pub struct Tolerance {
     pub phase: Option<String>,
     /// As written, e.g. `ttft p99 +10%`.
     pub text: String,
-}
-
-impl Metric {
-    /// Whether a higher value is better (throughputs, token rates, goodput).
-    pub fn higher_is_better(self) -> bool {
-        matches!(
-            self.kind(),
-            MetricKind::Throughput | MetricKind::TokenRate | MetricKind::Capacity
-        ) || matches!(self, Metric::GoodputRatio | Metric::PrefixCacheHitRate)
-    }
 }
 
 /// The embedded simulator (target `"sim"`, or `llmload sim`): fixed delays, or a model of a

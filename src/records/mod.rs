@@ -380,7 +380,7 @@ pub enum TokenSource {
 }
 
 /// One finished request (successful or not).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// The phase's index.
     pub phase: usize,

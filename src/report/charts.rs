@@ -9,6 +9,7 @@ use plotters::prelude::*;
 
 use super::Summary;
 use crate::metrics::timeseries::{PhaseBand, SeriesPoint};
+use crate::metrics::Metric;
 use crate::plan::Stat;
 
 /// One chart: its title, what it shows, and its SVG.
@@ -109,8 +110,8 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         "TTFT and ITL distributions",
         "The share of values at or below each latency (all recorded phases; ITL pools every gap). The tail is the right end of each curve.",
         &[
-            ("TTFT".into(), cdf(&|s| d.ttft.stat(s))),
-            ("ITL".into(), cdf(&|s| d.itl.stat(s))),
+            ("TTFT".into(), cdf(&|s| d.get(Metric::Ttft)?.stat(s))),
+            ("ITL".into(), cdf(&|s| d.get(Metric::Itl)?.stat(s))),
         ],
     ));
     if summary.by_input.len() > 1 {

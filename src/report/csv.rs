@@ -218,12 +218,8 @@ impl Exporter for RequestsCsv {
             }
             let ttft_ms = record.ttft_us.map(ms);
             let e2e_ms = record.e2e_us.map(ms);
-            let tpot_ms = match (ttft_ms, e2e_ms, record.completion_tokens) {
-                (Some(t), Some(e), Some(n)) if n > 1 && record.ok() => {
-                    Some((e - t) / (n - 1) as f64)
-                }
-                _ => None,
-            };
+            // As the metric table computes it, for the requests it takes it from.
+            let tpot_ms = crate::metrics::Metric::Tpot.sample(record, false);
             let written = writer.serialize(Row {
                 phase: context
                     .phase_names

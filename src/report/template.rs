@@ -75,7 +75,39 @@ pub fn environment() -> Environment<'static> {
     env.add_filter("truncate_text", truncate_text);
     env.add_filter("csv", csv_field);
     env.add_filter("cell", cell);
+    env.add_global("metric_rows", Value::from_serialize(metric_rows()));
     env
+}
+
+/// One distribution of the metric table as templates see it (the global `metric_rows`, in the
+/// table's order): templates loop over these instead of naming metrics.
+#[derive(serde::Serialize)]
+struct MetricRow {
+    /// Its name in plans and summary.csv (`ttft`).
+    name: &'static str,
+    /// Its label in reports (`TTFT`).
+    label: &'static str,
+    /// Its key in a scope's `metrics` (`ttft_ms`).
+    key: &'static str,
+    /// Its unit beside a number (`ms`, `tok/s`).
+    unit: &'static str,
+    /// Its unit in summary.csv (`ms`, `tokens/s`).
+    csv_unit: &'static str,
+}
+
+fn metric_rows() -> Vec<MetricRow> {
+    crate::metrics::Metric::distributions()
+        .filter_map(|metric| {
+            let def = metric.def();
+            Some(MetricRow {
+                name: def.name,
+                label: def.label,
+                key: metric.summary_key()?,
+                unit: def.kind.short_unit(),
+                csv_unit: def.kind.csv_unit(),
+            })
+        })
+        .collect()
 }
 
 /// Renders a built-in template with the report's context.

@@ -1,7 +1,7 @@
 //! What the terminal shows at the end of a run: the verdict table, the key numbers and warnings.
 
 use super::Summary;
-use crate::metrics::Severity;
+use crate::metrics::{Metric, Severity};
 
 /// What the terminal shows at the end of a run.
 pub fn terminal_summary(summary: &Summary) -> String {
@@ -22,10 +22,10 @@ pub fn terminal_summary(summary: &Summary) -> String {
             truncate(&scope.name, 24),
             scope.requests.ok,
             scope.requests.failed,
-            ms(scope.metrics.ttft_ms.p50),
-            ms(scope.metrics.ttft_ms.p99),
-            ms(scope.metrics.itl_ms.p99),
-            ms(scope.metrics.e2e_ms.p99),
+            ms(scope.metrics[Metric::Ttft].p50),
+            ms(scope.metrics[Metric::Ttft].p99),
+            ms(scope.metrics[Metric::Itl].p99),
+            ms(scope.metrics[Metric::E2e].p99),
             scope.throughput.requests_per_s
         ));
     }

@@ -9,9 +9,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::executor::{Event, Observer, Stop};
-use crate::metrics::{ttft_ms, Distribution, RequestValues};
-use crate::plan::{AbortRule, Metric};
-use crate::records::ErrorClass;
+use crate::metrics::table::Source;
+use crate::metrics::{self, Distribution};
+use crate::plan::{AbortRule, Slo};
+use crate::records::{ErrorClass, RequestRecord};
 use crate::verdict::display;
 
 /// Distributions are judged every this many requests (a percentile of a histogram costs more
@@ -21,6 +22,7 @@ const DISTRIBUTION_EVERY: u64 = 16;
 /// Watches the run for the plan's abort conditions.
 pub(super) struct AbortWatch {
     rules: Vec<AbortRule>,
+    slo: Option<Slo>,
     stop: Stop,
     inner: Arc<dyn Observer>,
     state: Mutex<State>,
@@ -30,28 +32,67 @@ struct State {
     /// Whether each phase (by index) is recorded.
     recorded: Vec<bool>,
     completed: u64,
-    failed: u64,
-    timeouts: u64,
-    ttft: Distribution,
-    e2e: Distribution,
-    tpot: Distribution,
+    /// What each rule's metric has gathered so far, in the order of the rules.
+    watched: Vec<Watched>,
     fired: bool,
 }
 
+/// What one abort rule's metric gathers, as the metric table defines it.
+enum Watched {
+    /// The completed requests a share counts.
+    Share(u64),
+    /// A per-request distribution.
+    Distribution(Distribution),
+    /// Nothing the run can watch while it goes (the parser lets no such rule through).
+    Nothing,
+}
+
+impl Watched {
+    fn add(&mut self, rule: &AbortRule, record: &RequestRecord, good: bool) {
+        let metric = rule.condition.metric;
+        match (self, metric.def().source) {
+            (Watched::Share(count), Source::Share { counts, .. }) => {
+                *count += u64::from(counts(record, good));
+            }
+            (Watched::Distribution(distribution), _) => {
+                metric.samples(record, false, |value, weight| {
+                    distribution.record_n(value, weight)
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
 impl AbortWatch {
-    pub fn new(rules: Vec<AbortRule>, stop: Stop, inner: Arc<dyn Observer>) -> AbortWatch {
+    pub fn new(
+        rules: Vec<AbortRule>,
+        slo: Option<Slo>,
+        stop: Stop,
+        inner: Arc<dyn Observer>,
+    ) -> AbortWatch {
+        let watched = rules
+            .iter()
+            .map(|rule| {
+                let metric = rule.condition.metric;
+                match metric.def().source {
+                    Source::Share { .. } => Watched::Share(0),
+                    Source::Distribution { .. } => {
+                        Watched::Distribution(Distribution::for_kind(metric.kind()))
+                    }
+                    _ => Watched::Nothing,
+                }
+            })
+            .collect();
         AbortWatch {
             rules,
+            slo,
             stop,
             inner,
             state: Mutex::new(State {
                 recorded: Vec::new(),
                 completed: 0,
-                failed: 0,
-                timeouts: 0,
-                ttft: Distribution::milliseconds(),
-                e2e: Distribution::milliseconds(),
-                tpot: Distribution::milliseconds(),
+                watched,
                 fired: false,
             }),
         }
@@ -59,29 +100,28 @@ impl AbortWatch {
 
     /// The first rule that holds now, with what was observed.
     fn breached(&self, state: &State, distributions_too: bool) -> Option<String> {
-        self.rules.iter().find_map(|rule| {
-            if state.completed < rule.after {
-                return None;
-            }
-            let condition = &rule.condition;
-            let rate = |n: u64| n as f64 / state.completed as f64;
-            let observed = match condition.metric {
-                Metric::ErrorRate => Some(rate(state.failed)),
-                Metric::TimeoutRate => Some(rate(state.timeouts)),
-                Metric::Ttft if distributions_too => state.ttft.stat(condition.stat?),
-                Metric::E2e if distributions_too => state.e2e.stat(condition.stat?),
-                Metric::Tpot if distributions_too => state.tpot.stat(condition.stat?),
-                _ => None,
-            }?;
-            condition.op.holds(observed, condition.threshold).then(|| {
-                format!(
-                    "{} (observed {} after {} completed requests)",
-                    condition.text,
-                    display(condition.metric.kind(), observed),
-                    state.completed
-                )
+        self.rules
+            .iter()
+            .zip(&state.watched)
+            .find_map(|(rule, watched)| {
+                if state.completed < rule.after {
+                    return None;
+                }
+                let condition = &rule.condition;
+                let observed = match watched {
+                    Watched::Share(count) => Some(*count as f64 / state.completed as f64),
+                    Watched::Distribution(d) if distributions_too => d.stat(condition.stat?),
+                    _ => None,
+                }?;
+                condition.op.holds(observed, condition.threshold).then(|| {
+                    format!(
+                        "{} (observed {} after {} completed requests)",
+                        condition.text,
+                        display(condition.metric.kind(), observed),
+                        state.completed
+                    )
+                })
             })
-        })
     }
 }
 
@@ -109,23 +149,13 @@ impl Observer for AbortWatch {
                         return None;
                     }
                     state.completed += 1;
-                    if record.error.is_some() {
-                        state.failed += 1;
-                    }
-                    if record.error == Some(ErrorClass::Timeout) {
-                        state.timeouts += 1;
-                    }
-                    if let Some(ttft) = ttft_ms(record) {
-                        state.ttft.record(ttft);
-                    }
-                    if record.ok() {
-                        let values = RequestValues::of(record);
-                        if let Some(e2e) = values.e2e_ms {
-                            state.e2e.record(e2e);
-                        }
-                        if let Some(tpot) = values.tpot_ms {
-                            state.tpot.record(tpot);
-                        }
+                    let good = self
+                        .slo
+                        .as_ref()
+                        .is_some_and(|slo| metrics::meets(slo, record));
+                    let state = &mut *state;
+                    for (rule, watched) in self.rules.iter().zip(&mut state.watched) {
+                        watched.add(rule, record, good);
                     }
                     let reason = self.breached(&state, state.completed % DISTRIBUTION_EVERY == 0);
                     state.fired = reason.is_some();

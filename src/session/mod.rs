@@ -442,6 +442,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         } else {
             Arc::new(abort::AbortWatch::new(
                 plan.abort.clone(),
+                plan.slo,
                 options.stop.clone(),
                 options.observer.clone(),
             ))

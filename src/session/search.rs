@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::executor::{Between, Event, Observer, PhaseControl, PhaseRun, PhaseSource};
-use crate::metrics::{self, profile, RequestValues};
-use crate::plan::{Assertion, Metric, Op, Search, Slo, Stat};
+use crate::metrics::table::{Better, Source};
+use crate::metrics::{self, profile};
+use crate::plan::{Assertion, Op, Search, Slo, Stat};
 use crate::planner::search::{self, ProbeResult};
 use crate::planner::Schedule;
 use crate::records::{ErrorClass, LogLine, RequestRecord, SearchEnd, Stopped};
@@ -333,9 +334,8 @@ impl Armed {
             .started
             .map_or(0, |(_, at_us)| record.actual_send_us.saturating_sub(at_us));
         self.profile.add_sent(send_us, metrics::ttft_ms(record));
-        let values = RequestValues::of(record);
         for tally in &mut self.objectives {
-            if misses(&tally.objective, record, &values, self.slo.as_ref()) {
+            if misses(&tally.objective, record, self.slo.as_ref()) {
                 tally.misses += 1;
             }
         }
@@ -343,19 +343,22 @@ impl Armed {
 }
 
 /// How many of `planned` requests may miss `objective` before it cannot hold whatever the rest
-/// do; `None` when misses alone cannot decide it (a mean, a lower bound).
+/// do; `None` when misses alone cannot decide it (a mean, a bound on the good side, a metric
+/// the table does not count request by request).
 fn allowed_misses(objective: &Assertion, planned: u64) -> Option<f64> {
-    if !matches!(objective.op, Op::Lt | Op::Le) && objective.metric != Metric::GoodputRatio {
+    let def = objective.metric.def();
+    if !def.uses.early_end {
         return None;
     }
     let planned = planned as f64;
-    match (objective.metric, objective.stat) {
-        (Metric::Ttft | Metric::E2e | Metric::Tpot, Some(Stat::Percentile(p))) => {
+    let below = matches!(objective.op, Op::Lt | Op::Le);
+    match (def.source, def.better, objective.stat) {
+        (Source::Distribution { .. }, Better::Lower, Some(Stat::Percentile(p))) if below => {
             Some((1.0 - p / 100.0) * planned)
         }
-        (Metric::Ttft | Metric::E2e | Metric::Tpot, Some(Stat::Max)) => Some(0.0),
-        (Metric::ErrorRate | Metric::TimeoutRate, None) => Some(objective.threshold * planned),
-        (Metric::GoodputRatio, None) if objective.op == Op::Ge => {
+        (Source::Distribution { .. }, Better::Lower, Some(Stat::Max)) if below => Some(0.0),
+        (Source::Share { .. }, Better::Lower, None) if below => Some(objective.threshold * planned),
+        (Source::Share { .. }, Better::Higher, None) if objective.op == Op::Ge => {
             Some((1.0 - objective.threshold) * planned)
         }
         _ => None,
@@ -364,20 +367,19 @@ fn allowed_misses(objective: &Assertion, planned: u64) -> Option<f64> {
 
 /// Whether `record` counts against `objective` (a value past its threshold, a failure, a
 /// request that missed the slo). A small margin keeps the histogram's rounding out of it.
-fn misses(
-    objective: &Assertion,
-    record: &RequestRecord,
-    values: &RequestValues,
-    slo: Option<&Slo>,
-) -> bool {
-    let past = |value: Option<f64>| value.is_some_and(|v| v > objective.threshold * 1.002);
-    match objective.metric {
-        Metric::Ttft => past(metrics::ttft_ms(record)),
-        Metric::E2e if record.ok() => past(values.e2e_ms),
-        Metric::Tpot if record.ok() => past(values.tpot_ms),
-        Metric::ErrorRate => record.error.is_some(),
-        Metric::TimeoutRate => record.error == Some(ErrorClass::Timeout),
-        Metric::GoodputRatio => !slo.is_some_and(|slo| metrics::meets(slo, record)),
+fn misses(objective: &Assertion, record: &RequestRecord, slo: Option<&Slo>) -> bool {
+    let def = objective.metric.def();
+    match def.source {
+        Source::Distribution { .. } => objective
+            .metric
+            .sample(record, false)
+            .is_some_and(|v| v > objective.threshold * 1.002),
+        Source::Share { counts, .. } => {
+            let good = slo.is_some_and(|slo| metrics::meets(slo, record));
+            // A share that should stay low is missed by the requests it counts; one that
+            // should stay high, by those it does not.
+            counts(record, good) == (def.better == Better::Lower)
+        }
         _ => false,
     }
 }

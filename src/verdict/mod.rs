@@ -235,11 +235,7 @@ pub fn judge(
 ) -> VerdictResult {
     let kind = assertion.metric.kind();
     let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
-    let observed = metrics.and_then(|m| match assertion.stat {
-        _ if assertion.metric.is_server() => m.server_value(assertion.metric, assertion.stat),
-        Some(stat) => distribution.and_then(|d| d.stat(stat)),
-        None => m.scalar(assertion.metric),
-    });
+    let observed = metrics.and_then(|m| m.value(assertion.metric, assertion.stat));
     let samples = distribution.map(|d| d.count());
     if let (Some(Stat::Percentile(p)), Some(n), Some(notes)) = (assertion.stat, samples, notes) {
         let needed = samples_needed(p);
@@ -294,9 +290,13 @@ mod tests {
             recorded: true,
             ..PhaseMetrics::default()
         };
-        steady.distributions.ttft = Distribution::milliseconds();
+        *steady.distributions.get_mut(Metric::Ttft).unwrap() = Distribution::milliseconds();
         for v in 1..=100 {
-            steady.distributions.ttft.record(v as f64 * 10.0);
+            steady
+                .distributions
+                .get_mut(Metric::Ttft)
+                .unwrap()
+                .record(v as f64 * 10.0);
         }
         steady.requests.ok = 99;
         steady.requests.failed = 1;
@@ -379,9 +379,13 @@ mod tests {
         assert_eq!(samples_needed(50.0), 2);
         assert_eq!(samples_needed(100.0), 1);
         let mut agg = aggregates();
-        agg.overall.distributions.ttft = Distribution::milliseconds();
+        *agg.overall.distributions.get_mut(Metric::Ttft).unwrap() = Distribution::milliseconds();
         for v in 1..=7 {
-            agg.overall.distributions.ttft.record(v as f64);
+            agg.overall
+                .distributions
+                .get_mut(Metric::Ttft)
+                .unwrap()
+                .record(v as f64);
         }
         let p99 = Some(Stat::Percentile(99.0));
         let v = evaluate(&[assertion(Metric::Ttft, p99, Op::Lt, 1e3, None)], &agg);

@@ -243,9 +243,12 @@ mod tests {
             }),
             ..PhaseMetrics::default()
         };
-        m.distributions.ttft = Distribution::milliseconds();
+        *m.distributions.get_mut(Metric::Ttft).unwrap() = Distribution::milliseconds();
         for _ in 0..200 {
-            m.distributions.ttft.record(ttft_ms);
+            m.distributions
+                .get_mut(Metric::Ttft)
+                .unwrap()
+                .record(ttft_ms);
         }
         m
     }

@@ -7,6 +7,7 @@ use kdl::{KdlEntry, KdlNode, KdlValue};
 
 use super::cx::{children, positional, property, Cx};
 use super::values::{trim_float, Count, Kind, Number, Percent, DURATION};
+use crate::metrics::table::{Needs, Stats};
 use crate::plan::limits::MAX_REQUESTS;
 use crate::plan::{AbortRule, Assertion, Metric, MetricKind, Op, Slo, Stat, Tolerance};
 
@@ -66,8 +67,8 @@ pub(super) fn regression(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<Tole
 fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
     let has_slo = scope.has_slo;
     let metric_name = node.name().value();
-    let Some(metric) = Metric::from_name(metric_name) else {
-        let metrics: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+    let Some(metric) = Metric::from_name(metric_name).filter(|m| m.def().uses.assert) else {
+        let metrics: Vec<&str> = Metric::assertable().map(Metric::name).collect();
         cx.error(
             node.name().span(),
             format!("unknown metric `{metric_name}`"),
@@ -76,23 +77,28 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
         );
         return None;
     };
-    if matches!(metric, Metric::Goodput | Metric::GoodputRatio) && !has_slo {
-        cx.error(
-            node.name().span(),
-            format!("`{metric_name}` needs per-request objectives"),
-            "no slo",
-            "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
-        );
-        return None;
-    }
-    if metric == Metric::Capacity && !scope.has_search {
-        cx.error(
-            node.name().span(),
-            "`capacity` is what a search finds",
-            "no search",
-            "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
-        );
-        return None;
+    match metric.def().needs {
+        Needs::Nothing => {}
+        Needs::Slo if has_slo => {}
+        Needs::Search if scope.has_search => {}
+        Needs::Slo => {
+            cx.error(
+                node.name().span(),
+                format!("`{metric_name}` needs per-request objectives"),
+                "no slo",
+                "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
+            );
+            return None;
+        }
+        Needs::Search => {
+            cx.error(
+                node.name().span(),
+                format!("`{metric_name}` is what a search finds"),
+                "no search",
+                "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
+            );
+            return None;
+        }
     }
     Some(metric)
 }
@@ -212,7 +218,7 @@ pub(super) fn slo(cx: &mut Cx, node: &KdlNode) -> Option<Slo> {
 fn tolerance(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Tolerance> {
     let metric = metric(cx, node, scope)?;
     cx.no_children(node);
-    if metric.is_server() || metric == Metric::PrefixCacheHitRate {
+    if !metric.def().uses.compare {
         cx.error(
             node.name().span(),
             format!("`{}` is not compared between runs", metric.name()),
@@ -314,12 +320,16 @@ pub(super) fn abort(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<AbortRule
     cx.no_args(node, "abort { error-rate > \"20%\" after=50 }");
     let mut rules = Vec::new();
     for child in children(node) {
-        let Some(metric) = Metric::from_name(child.name().value()) else {
+        let Some(metric) = Metric::from_name(child.name().value()).filter(|m| m.def().uses.assert)
+        else {
             metric(cx, child, scope);
             continue;
         };
-        if !AbortRule::METRICS.contains(&metric) {
-            let names: Vec<&str> = AbortRule::METRICS.iter().map(|m| m.name()).collect();
+        if !metric.def().uses.abort {
+            let names: Vec<&str> = Metric::all()
+                .filter(|m| m.def().uses.abort)
+                .map(Metric::name)
+                .collect();
             cx.error(
                 child.name().span(),
                 format!("`{}` cannot stop a run while it goes", metric.name()),
@@ -352,30 +362,15 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
     let metric_name = node.name().value();
     let metric = metric(cx, node, scope)?;
     cx.no_children(node);
-    let usage = match metric {
-        Metric::ServerKvCache => format!("{metric_name} max < \"95%\" phase=\"steady\""),
-        Metric::ServerRunning | Metric::ServerWaiting => {
-            format!("{metric_name} max < 64 phase=\"steady\"")
-        }
-        Metric::ServerPreemptions => format!("{metric_name} < 1 phase=\"steady\""),
-        _ if metric.kind() == MetricKind::Latency => {
-            format!("{metric_name} p99 < \"500ms\" phase=\"steady\"")
-        }
-        _ if metric.is_distribution() => format!("{metric_name} p50 > 100"),
-        _ if metric.kind() == MetricKind::Fraction => format!("{metric_name} < \"1%\""),
-        _ => format!("{metric_name} > 10"),
-    };
+    let usage = format!("{metric_name} {}", metric.def().example);
     let args: Vec<&KdlEntry> = positional(node).collect();
     let mut rest = &args[..];
     let mut stat = None;
     if metric.takes_stat() {
         let read = statistic(cx, node, &usage)?;
         // A gauge sampled now and then has a mean and a largest value, not percentiles.
-        let gauge = matches!(
-            metric,
-            Metric::ServerRunning | Metric::ServerWaiting | Metric::ServerKvCache
-        );
-        let histogram = matches!(metric, Metric::ServerTtft | Metric::ServerQueueTime);
+        let gauge = metric.def().stats == Stats::Gauge;
+        let histogram = metric.def().stats == Stats::Histogram;
         let allowed = match read {
             Stat::Mean | Stat::Max => true,
             Stat::Percentile(_) => !gauge,

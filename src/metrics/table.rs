@@ -1,0 +1,982 @@
+//! The metric table: every metric llmload measures or judges, each defined once.
+//!
+//! One [`MetricDef`] per [`Metric`] says everything about it: its keyword in plans, its label
+//! and unit in reports, which way is better, how it is computed (from one request's record, or
+//! from a scope's aggregates, or from the server's telemetry), which statistics it takes, and
+//! what it may be used for (asserted in `sla`, compared with a baseline, watched by `abort`,
+//! used to end a search's probe early). Every other stage reads this table instead of naming
+//! metrics: the plan parser (names, thresholds, allowed statistics, examples in diagnostics),
+//! the aggregator (which distributions to fill, from which requests), the verdict
+//! ([`crate::metrics::PhaseMetrics::value`]), abort conditions, the search's early end, the
+//! comparison's resampling, and the reports' metric rows.
+//!
+//! Adding a metric is one variant of [`Metric`] and one entry of [`METRICS`], in the same
+//! order, plus the formula it needs (a function of a [`RequestRecord`] for a per-request
+//! distribution) — nothing else. What this module is not: the streaming aggregator
+//! ([`crate::metrics::Aggregator`]) or a renderer; it only says what each metric is.
+
+use crate::records::{ErrorClass, RequestRecord};
+use crate::telemetry::Signal;
+
+use super::PhaseMetrics;
+
+/// A metric, by identity. Everything about it is in its [`MetricDef`] ([`Metric::def`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// Time to first token.
+    Ttft,
+    /// Inter-token latency, every gap pooled.
+    Itl,
+    /// Time per output token, per request.
+    Tpot,
+    /// End-to-end latency.
+    E2e,
+    /// Prompt tokens per second of TTFT, per request.
+    PrefillTps,
+    /// Decode tokens per second, per request.
+    DecodeTps,
+    /// Failed / completed requests.
+    ErrorRate,
+    /// Timed-out / completed requests.
+    TimeoutRate,
+    /// Successful requests per second of wall time.
+    RequestThroughput,
+    /// Output tokens per second of wall time.
+    OutputThroughput,
+    /// Input and output tokens per second of wall time.
+    TotalThroughput,
+    /// Requests per second meeting every per-request objective of the plan's `slo`.
+    Goodput,
+    /// The fraction of completed requests meeting every objective of the plan's `slo`.
+    GoodputRatio,
+    /// The highest load the plan's search found the objectives to hold at.
+    Capacity,
+    /// The server's running batch (its telemetry): a gauge, by mean or max.
+    ServerRunning,
+    /// The server's waiting queue: a gauge, by mean or max.
+    ServerWaiting,
+    /// The server's KV-cache usage (a share): a gauge, by mean or max.
+    ServerKvCache,
+    /// The server's preemptions during the scope.
+    ServerPreemptions,
+    /// The server's own time to first token (its histogram), by percentile or mean.
+    ServerTtft,
+    /// Time requests waited in the server's queue (its histogram), by percentile or mean.
+    ServerQueueTime,
+    /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
+    /// usage reports them.
+    PrefixCacheHitRate,
+    /// How late each open-loop request went out: actual − intended send time.
+    ScheduleLag,
+    /// Time to open a new connection (TCP connect, TLS handshake), over the requests that
+    /// opened one.
+    Connect,
+}
+
+/// What kind of value a metric is, which decides its unit and threshold syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Milliseconds; thresholds are durations ("500ms").
+    Latency,
+    /// Tokens per second per request; thresholds are numbers.
+    TokenRate,
+    /// A fraction of requests; thresholds are percentages ("1%").
+    Fraction,
+    /// Per second over the phase's wall time; thresholds are numbers.
+    Throughput,
+    /// A load (requests per second, or concurrent requests); thresholds are numbers.
+    Capacity,
+    /// A number of things (requests, preemptions); thresholds are numbers.
+    Count,
+}
+
+impl MetricKind {
+    /// The unit's name in machine-readable outputs (summary.json, comparisons).
+    pub fn unit(self) -> &'static str {
+        match self {
+            MetricKind::Latency => "ms",
+            MetricKind::Fraction => "fraction",
+            MetricKind::Throughput => "per_s",
+            MetricKind::TokenRate => "tokens_per_s",
+            MetricKind::Capacity => "load",
+            MetricKind::Count => "count",
+        }
+    }
+
+    /// The unit as a person reads it beside a number (report.md's metric rows).
+    pub fn short_unit(self) -> &'static str {
+        match self {
+            MetricKind::Latency => "ms",
+            MetricKind::TokenRate => "tok/s",
+            MetricKind::Throughput => "/s",
+            MetricKind::Fraction | MetricKind::Capacity | MetricKind::Count => "",
+        }
+    }
+
+    /// The unit in summary.csv's `unit` column.
+    pub fn csv_unit(self) -> &'static str {
+        match self {
+            MetricKind::Latency => "ms",
+            MetricKind::TokenRate => "tokens/s",
+            MetricKind::Throughput => "per_s",
+            MetricKind::Fraction => "fraction",
+            MetricKind::Capacity => "load",
+            MetricKind::Count => "count",
+        }
+    }
+}
+
+/// Which way a metric gets better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Latencies, error rates.
+    Lower,
+    /// Throughputs, token rates, capacity.
+    Higher,
+}
+
+/// Which statistics an assertion on the metric names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stats {
+    /// None: the metric is one number (a rate, a throughput, a counter's increase).
+    None,
+    /// Any: mean, min, max, a percentile (a per-request distribution).
+    Any,
+    /// A gauge sampled now and then: its mean or its largest value.
+    Gauge,
+    /// A server histogram: percentiles, mean and max (its buckets have no minimum).
+    Histogram,
+}
+
+/// Which requests feed a per-request distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Population {
+    /// Every request sent, whatever became of it (cancelled ones included).
+    Every,
+    /// Every request of an open-loop phase (closed loops have no intended send time).
+    OpenLoop,
+    /// Requests that completed, successfully or not (not cancelled, not the client's own
+    /// failures).
+    Completed,
+    /// Successful requests only.
+    Succeeded,
+}
+
+impl Population {
+    /// Whether `record`, of a phase that is `open_loop` or not, belongs.
+    pub fn includes(self, record: &RequestRecord, open_loop: bool) -> bool {
+        match self {
+            Population::Every => true,
+            Population::OpenLoop => open_loop,
+            Population::Completed => !matches!(
+                record.error,
+                Some(ErrorClass::Cancelled | ErrorClass::Client)
+            ),
+            Population::Succeeded => record.ok(),
+        }
+    }
+}
+
+/// What one request gives a distribution.
+#[derive(Clone, Copy)]
+pub enum Sample {
+    /// One value, or none.
+    One(fn(&RequestRecord) -> Option<f64>),
+    /// Several values with weights: ITL's gaps (a chunk of k tokens is k samples of gap/k).
+    Gaps,
+}
+
+/// How a metric's value is obtained.
+#[derive(Clone, Copy)]
+pub enum Source {
+    /// A distribution over requests, kept as an HDR histogram per scope; reports name its
+    /// summary `key` (`ttft_ms`).
+    Distribution {
+        /// Its key in summaries (summary.json's `metrics`, templates' `scope.metrics[key]`).
+        key: &'static str,
+        /// Which requests it takes values from.
+        population: Population,
+        /// The value(s) one request gives.
+        sample: Sample,
+    },
+    /// A share of completed requests: those for which `counts(record, good)` holds, where
+    /// `good` says the request met the plan's `slo`.
+    Share {
+        /// Whether a completed request counts.
+        counts: fn(&RequestRecord, bool) -> bool,
+        /// The scope's value, as the aggregates hold it.
+        read: fn(&PhaseMetrics) -> Option<f64>,
+    },
+    /// Per second of a scope's wall time: each completed request adds `amount(record, good)`.
+    PerSecond {
+        /// What one completed request adds.
+        amount: fn(&RequestRecord, bool) -> f64,
+        /// The scope's value, as the aggregates hold it.
+        read: fn(&PhaseMetrics) -> Option<f64>,
+    },
+    /// Computed from a scope's aggregates alone.
+    Aggregate(fn(&PhaseMetrics) -> Option<f64>),
+    /// What the server says of itself: one signal of its telemetry.
+    Server(Signal),
+    /// What a capacity search found (judged from the search's bracket, not a scope).
+    Search,
+}
+
+/// What a metric needs from the plan before a line may name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing.
+    Nothing,
+    /// An `slo` (what a good request is).
+    Slo,
+    /// A `search` (what finds a capacity).
+    Search,
+}
+
+/// What a metric may be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uses {
+    /// Named in `sla` (and as a sweep's or search's objective).
+    pub assert: bool,
+    /// Named in `regression`: compared with a baseline run.
+    pub compare: bool,
+    /// Named in `abort`: watched while the run goes.
+    pub abort: bool,
+    /// Counted request by request while a probe runs, so that a probe that has already failed
+    /// (too many requests past the threshold) ends early.
+    pub early_end: bool,
+}
+
+const JUDGED: Uses = Uses {
+    assert: true,
+    compare: true,
+    abort: false,
+    early_end: false,
+};
+const WATCHED: Uses = Uses {
+    assert: true,
+    compare: true,
+    abort: true,
+    early_end: true,
+};
+const SERVER: Uses = Uses {
+    assert: true,
+    compare: false,
+    abort: false,
+    early_end: false,
+};
+const REPORTED: Uses = Uses {
+    assert: false,
+    compare: false,
+    abort: false,
+    early_end: false,
+};
+
+/// Everything about one metric.
+pub struct MetricDef {
+    /// The metric it defines.
+    pub metric: Metric,
+    /// Its keyword in plans and machine-readable outputs (`ttft`).
+    pub name: &'static str,
+    /// Its label in reports (`TTFT`).
+    pub label: &'static str,
+    /// One line saying what it is (for `llmload plan`, docs and help).
+    pub doc: &'static str,
+    /// Its kind: unit and threshold syntax.
+    pub kind: MetricKind,
+    /// Which way is better.
+    pub better: Better,
+    /// Which statistics a line names.
+    pub stats: Stats,
+    /// How its value is obtained.
+    pub source: Source,
+    /// What a plan must have for a line to name it.
+    pub needs: Needs,
+    /// What it may be used for.
+    pub uses: Uses,
+    /// An example line after its name (diagnostics' "write it as").
+    pub example: &'static str,
+}
+
+/// Every metric, in the order reports list them (and the order of [`Metric`]'s variants).
+pub static METRICS: [MetricDef; 23] = [
+    MetricDef {
+        metric: Metric::Ttft,
+        name: "ttft",
+        label: "TTFT",
+        doc: "time to first token: send to the first chunk carrying a generated token",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "ttft_ms",
+            // A request that failed after its first token still had a time to first token.
+            population: Population::Completed,
+            sample: Sample::One(ttft_ms),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::Itl,
+        name: "itl",
+        label: "ITL",
+        doc: "inter-token latency: every gap between chunks, pooled (a chunk of k tokens is k gaps of gap/k)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "itl_ms",
+            population: Population::Succeeded,
+            sample: Sample::Gaps,
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::Tpot,
+        name: "tpot",
+        label: "TPOT",
+        doc: "time per output token of a request: (e2e − ttft) / (output tokens − 1)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "tpot_ms",
+            population: Population::Succeeded,
+            sample: Sample::One(tpot_ms),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::E2e,
+        name: "e2e",
+        label: "E2E",
+        doc: "end-to-end latency: send to the last byte of the answer",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "e2e_ms",
+            population: Population::Succeeded,
+            sample: Sample::One(e2e_ms),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::PrefillTps,
+        name: "prefill-tps",
+        label: "Prefill",
+        doc: "prompt tokens per second of TTFT, per request",
+        kind: MetricKind::TokenRate,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "prefill_tps",
+            population: Population::Succeeded,
+            sample: Sample::One(prefill_tps),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p50 > 100",
+    },
+    MetricDef {
+        metric: Metric::DecodeTps,
+        name: "decode-tps",
+        label: "Decode",
+        doc: "tokens after the first per second from the first chunk to the last, per request",
+        kind: MetricKind::TokenRate,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "decode_tps",
+            population: Population::Succeeded,
+            sample: Sample::One(decode_tps),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p50 > 100",
+    },
+    MetricDef {
+        metric: Metric::ErrorRate,
+        name: "error-rate",
+        label: "Error rate",
+        doc: "failed / completed requests",
+        kind: MetricKind::Fraction,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Share {
+            counts: |record, _| record.error.is_some(),
+            read: |m| m.completed().then_some(m.rates.error_rate),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "< \"1%\"",
+    },
+    MetricDef {
+        metric: Metric::TimeoutRate,
+        name: "timeout-rate",
+        label: "Timeout rate",
+        doc: "timed-out / completed requests",
+        kind: MetricKind::Fraction,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Share {
+            counts: |record, _| record.error == Some(ErrorClass::Timeout),
+            read: |m| m.completed().then_some(m.rates.timeout_rate),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "< \"1%\"",
+    },
+    MetricDef {
+        metric: Metric::RequestThroughput,
+        name: "request-throughput",
+        label: "Request throughput",
+        doc: "successful requests per second of wall time",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |record, _| if record.ok() { 1.0 } else { 0.0 },
+            read: |m| Some(m.throughput.requests_per_s),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "> 10",
+    },
+    MetricDef {
+        metric: Metric::OutputThroughput,
+        name: "output-throughput",
+        label: "Output throughput",
+        doc: "output tokens of successful requests per second of wall time",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |record, _| {
+                if record.ok() {
+                    output_tokens(record) as f64
+                } else {
+                    0.0
+                }
+            },
+            read: |m| Some(m.throughput.output_tokens_per_s),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "> 10",
+    },
+    MetricDef {
+        metric: Metric::TotalThroughput,
+        name: "total-throughput",
+        label: "Total throughput",
+        doc: "input and output tokens of successful requests per second of wall time",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |record, _| {
+                if record.ok() {
+                    (output_tokens(record) + prompt_tokens(record)) as f64
+                } else {
+                    0.0
+                }
+            },
+            read: |m| Some(m.throughput.total_tokens_per_s),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "> 10",
+    },
+    MetricDef {
+        metric: Metric::Goodput,
+        name: "goodput",
+        label: "Goodput",
+        doc: "requests per second meeting every objective of the plan's slo",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |_, good| if good { 1.0 } else { 0.0 },
+            read: |m| m.goodput.as_ref().map(|g| g.requests_per_s),
+        },
+        needs: Needs::Slo,
+        uses: JUDGED,
+        example: "> 10",
+    },
+    MetricDef {
+        metric: Metric::GoodputRatio,
+        name: "goodput-ratio",
+        label: "Goodput ratio",
+        doc: "the share of completed requests meeting every objective of the plan's slo",
+        kind: MetricKind::Fraction,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::Share {
+            counts: |_, good| good,
+            read: |m| m.goodput.as_ref().filter(|_| m.completed()).map(|g| g.ratio),
+        },
+        needs: Needs::Slo,
+        uses: Uses {
+            abort: false,
+            ..WATCHED
+        },
+        example: "< \"1%\"",
+    },
+    MetricDef {
+        metric: Metric::Capacity,
+        name: "capacity",
+        label: "Capacity",
+        doc: "the highest load at which the search found the objectives to hold",
+        kind: MetricKind::Capacity,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::Search,
+        needs: Needs::Search,
+        uses: JUDGED,
+        example: "> 10",
+    },
+    MetricDef {
+        metric: Metric::ServerRunning,
+        name: "server-running",
+        label: "Server running",
+        doc: "the server's running batch (its telemetry gauge)",
+        kind: MetricKind::Count,
+        better: Better::Lower,
+        stats: Stats::Gauge,
+        source: Source::Server(Signal::Running),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "max < 64 phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::ServerWaiting,
+        name: "server-waiting",
+        label: "Server waiting",
+        doc: "requests waiting in the server's queue (its telemetry gauge)",
+        kind: MetricKind::Count,
+        better: Better::Lower,
+        stats: Stats::Gauge,
+        source: Source::Server(Signal::Waiting),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "max < 64 phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::ServerKvCache,
+        name: "server-kv-cache",
+        label: "Server KV cache",
+        doc: "the server's KV-cache usage, a share (its telemetry gauge)",
+        kind: MetricKind::Fraction,
+        better: Better::Lower,
+        stats: Stats::Gauge,
+        source: Source::Server(Signal::KvCache),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "max < \"95%\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::ServerPreemptions,
+        name: "server-preemptions",
+        label: "Server preemptions",
+        doc: "the server's preemptions during the scope (its telemetry counter)",
+        kind: MetricKind::Count,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Server(Signal::Preemptions),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "< 1 phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::ServerTtft,
+        name: "server-ttft",
+        label: "Server TTFT",
+        doc: "the server's own time to first token (its telemetry histogram)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Histogram,
+        source: Source::Server(Signal::Ttft),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::ServerQueueTime,
+        name: "server-queue-time",
+        label: "Server queue time",
+        doc: "time requests waited in the server's queue (its telemetry histogram)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Histogram,
+        source: Source::Server(Signal::QueueTime),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    MetricDef {
+        metric: Metric::PrefixCacheHitRate,
+        name: "prefix-cache-hit-rate",
+        label: "Prefix-cache hit rate",
+        doc: "prompt tokens served from the server's prefix cache / prompt tokens, from usage",
+        kind: MetricKind::Fraction,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.prefix_cache.as_ref().map(|c| c.hit_rate)),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "< \"1%\"",
+    },
+    MetricDef {
+        metric: Metric::ScheduleLag,
+        name: "schedule-lag",
+        label: "Schedule lag",
+        doc: "actual − intended send time of open-loop requests: how late the client sent",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "schedule_lag_ms",
+            population: Population::OpenLoop,
+            sample: Sample::One(schedule_lag_ms),
+        },
+        needs: Needs::Nothing,
+        // The client's own fidelity, reported and warned about, not a property of the server.
+        uses: REPORTED,
+        example: "p99 < \"5ms\"",
+    },
+    MetricDef {
+        metric: Metric::Connect,
+        name: "connect",
+        label: "Connect",
+        doc: "time to open a new connection (TCP connect, TLS handshake), over the requests that opened one",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "connect_ms",
+            // Counted for every request that opened one, whatever became of it.
+            population: Population::Every,
+            sample: Sample::One(connect_ms),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+];
+
+impl Metric {
+    /// Its definition.
+    pub fn def(self) -> &'static MetricDef {
+        &METRICS[self as usize]
+    }
+
+    /// Every metric, in the order reports list them.
+    pub fn all() -> impl Iterator<Item = Metric> {
+        METRICS.iter().map(|d| d.metric)
+    }
+
+    /// The metrics a plan's `sla` may name, in order.
+    pub fn assertable() -> impl Iterator<Item = Metric> {
+        METRICS.iter().filter(|d| d.uses.assert).map(|d| d.metric)
+    }
+
+    /// The metrics kept as per-request distributions, in the order reports list them.
+    pub fn distributions() -> impl Iterator<Item = Metric> {
+        METRICS
+            .iter()
+            .filter(|d| matches!(d.source, Source::Distribution { .. }))
+            .map(|d| d.metric)
+    }
+
+    /// The metric's name in plans and reports.
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    /// The metric a plan names (any metric of the table, asserted or not).
+    pub fn from_name(name: &str) -> Option<Metric> {
+        METRICS.iter().find(|d| d.name == name).map(|d| d.metric)
+    }
+
+    /// Whether the metric is a per-request distribution that takes a statistic (p99, mean...).
+    pub fn is_distribution(self) -> bool {
+        matches!(self.def().source, Source::Distribution { .. })
+    }
+
+    /// Whether a line naming it names a statistic.
+    pub fn takes_stat(self) -> bool {
+        self.def().stats != Stats::None
+    }
+
+    /// Whether it is what the server says of itself (its telemetry), not what llmload measured.
+    pub fn is_server(self) -> bool {
+        matches!(self.def().source, Source::Server(_))
+    }
+
+    /// What kind of value the metric is, which decides its unit and threshold syntax.
+    pub fn kind(self) -> MetricKind {
+        self.def().kind
+    }
+
+    /// Whether a larger value is better (throughputs, rates of tokens, capacity).
+    pub fn higher_is_better(self) -> bool {
+        self.def().better == Better::Higher
+    }
+
+    /// Its summary key in reports (`ttft_ms`), for a distribution.
+    pub fn summary_key(self) -> Option<&'static str> {
+        match self.def().source {
+            Source::Distribution { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The values `record` (of an open-loop phase or not) gives this metric's distribution,
+    /// each with its weight; nothing for a metric that is not one, or a request outside its
+    /// population.
+    pub fn samples(self, record: &RequestRecord, open_loop: bool, mut add: impl FnMut(f64, u64)) {
+        let Source::Distribution {
+            population, sample, ..
+        } = self.def().source
+        else {
+            return;
+        };
+        if !population.includes(record, open_loop) {
+            return;
+        }
+        match sample {
+            Sample::One(value) => {
+                if let Some(value) = value(record) {
+                    add(value, 1);
+                }
+            }
+            Sample::Gaps => {
+                for (gap_ms, tokens) in itl_gaps(record) {
+                    add(gap_ms, tokens as u64);
+                }
+            }
+        }
+    }
+
+    /// The one value `record` gives a single-valued distribution (TTFT, TPOT, E2E...), within
+    /// its population; `None` for ITL (several values) and metrics that are not per request.
+    pub fn sample(self, record: &RequestRecord, open_loop: bool) -> Option<f64> {
+        match self.def().source {
+            Source::Distribution {
+                population,
+                sample: Sample::One(value),
+                ..
+            } if population.includes(record, open_loop) => value(record),
+            _ => None,
+        }
+    }
+}
+
+/// A metric is written by its name (summary.json's verdicts, comparisons).
+impl serde::Serialize for Metric {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// The per-request formulas: each metric's in one place (docs/metrics.md defines them).
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Output tokens of a request, as counted (usage, or the tokenizer).
+fn output_tokens(record: &RequestRecord) -> u64 {
+    record.completion_tokens.unwrap_or(0)
+}
+
+/// Prompt tokens of a request: the server's count, or the plan's where it gave none.
+fn prompt_tokens(record: &RequestRecord) -> u64 {
+    record
+        .prompt_tokens
+        .unwrap_or(record.input_tokens_planned as u64)
+}
+
+/// Send → first token of a streamed request, in ms, whatever became of the request after it
+/// (see docs/metrics.md: a request that timed out after its first token had one).
+pub fn ttft_ms(record: &RequestRecord) -> Option<f64> {
+    record.ttft_us.filter(|_| record.e2e_us.is_some()).map(ms)
+}
+
+/// End-to-end latency, ms.
+pub fn e2e_ms(record: &RequestRecord) -> Option<f64> {
+    record.e2e_us.map(ms)
+}
+
+/// Time per output token, ms: (e2e − ttft) / (output tokens − 1); none for one token or a
+/// request that was not streamed. The only TPOT formula: the `slo`'s goodput uses it too.
+pub fn tpot_ms(record: &RequestRecord) -> Option<f64> {
+    let completion = output_tokens(record);
+    match (e2e_ms(record), ttft_ms(record)) {
+        (Some(e2e), Some(ttft)) if completion > 1 => {
+            Some((e2e - ttft).max(0.0) / (completion - 1) as f64)
+        }
+        _ => None,
+    }
+}
+
+/// Prompt tokens per second of TTFT.
+pub fn prefill_tps(record: &RequestRecord) -> Option<f64> {
+    ttft_ms(record)?;
+    record
+        .ttft_us
+        .filter(|&t| t > 0)
+        .map(|t| prompt_tokens(record) as f64 / (t as f64 / 1e6))
+}
+
+/// Tokens after the first chunk's per second from the first chunk to the last.
+pub fn decode_tps(record: &RequestRecord) -> Option<f64> {
+    ttft_ms(record)?;
+    let (first, last) = (record.chunks.first()?, record.chunks.last()?);
+    let span_s = last.0.saturating_sub(first.0) as f64 / 1e6;
+    let decoded = output_tokens(record).saturating_sub(first.1 as u64);
+    (span_s > 0.0 && decoded > 0).then(|| decoded as f64 / span_s)
+}
+
+/// How late the request went out, ms.
+pub fn schedule_lag_ms(record: &RequestRecord) -> Option<f64> {
+    Some(ms(record
+        .actual_send_us
+        .saturating_sub(record.intended_send_us)))
+}
+
+/// How long a request spent opening a new connection, ms; `None` when it reused one.
+pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
+    record.connect_us.map(ms)
+}
+
+/// Every gap between consecutive token-bearing chunks of a streamed request, spread over the
+/// later chunk's tokens: (gap / k in ms, k).
+pub fn itl_gaps(record: &RequestRecord) -> impl Iterator<Item = (f64, u32)> + '_ {
+    let chunks: &[(u64, u32)] = if ttft_ms(record).is_some() {
+        &record.chunks
+    } else {
+        &[]
+    };
+    chunks.windows(2).map(|pair| {
+        let (previous, (at, tokens)) = (pair[0].0, pair[1]);
+        let tokens = tokens.max(1);
+        (
+            at.saturating_sub(previous) as f64 / 1000.0 / tokens as f64,
+            tokens,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_the_order_of_the_enum_and_names_are_unique() {
+        for (index, def) in METRICS.iter().enumerate() {
+            assert_eq!(def.metric as usize, index, "{} out of place", def.name);
+            assert_eq!(Metric::from_name(def.name), Some(def.metric));
+            assert!(!def.label.is_empty() && !def.doc.is_empty() && !def.example.is_empty());
+        }
+    }
+
+    #[test]
+    fn capabilities_agree_with_sources() {
+        for def in &METRICS {
+            let m = def.metric;
+            // A distribution takes any statistic; one number takes none.
+            match def.source {
+                Source::Distribution { .. } => assert_eq!(def.stats, Stats::Any, "{m}"),
+                Source::Share { .. } | Source::PerSecond { .. } | Source::Aggregate(_) => {
+                    assert_eq!(def.stats, Stats::None, "{m}")
+                }
+                Source::Server(_) | Source::Search => {}
+            }
+            // Only what the client measures per request can be watched live or compared.
+            if def.uses.abort || def.uses.early_end {
+                assert!(
+                    matches!(
+                        def.source,
+                        Source::Distribution { .. } | Source::Share { .. }
+                    ),
+                    "{m}"
+                );
+            }
+            if def.uses.compare {
+                assert!(!m.is_server(), "{m}");
+            }
+            if matches!(def.source, Source::Search) {
+                assert_eq!(def.needs, Needs::Search);
+            }
+        }
+    }
+
+    fn record(ttft: u64, e2e: u64, tokens: u64, chunks: Vec<(u64, u32)>) -> RequestRecord {
+        RequestRecord {
+            ttft_us: Some(ttft),
+            e2e_us: Some(e2e),
+            completion_tokens: Some(tokens),
+            chunks,
+            input_tokens_planned: 100,
+            intended_send_us: 1_000,
+            actual_send_us: 1_250,
+            ..RequestRecord::default()
+        }
+    }
+
+    #[test]
+    fn per_request_formulas() {
+        let r = record(100_000, 1_090_000, 100, vec![(100_000, 1), (1_090_000, 99)]);
+        assert_eq!(ttft_ms(&r), Some(100.0));
+        assert_eq!(e2e_ms(&r), Some(1090.0));
+        assert_eq!(tpot_ms(&r), Some(10.0));
+        assert_eq!(prefill_tps(&r), Some(1000.0));
+        assert_eq!(decode_tps(&r), Some(100.0));
+        assert_eq!(schedule_lag_ms(&r), Some(0.25));
+        let gaps: Vec<_> = itl_gaps(&r).collect();
+        assert_eq!(gaps, vec![(10.0, 99)]);
+        // One token has no TPOT; an unstreamed answer no TTFT, so no gaps either.
+        assert_eq!(tpot_ms(&record(1, 2, 1, vec![])), None);
+        let unstreamed = RequestRecord {
+            ttft_us: None,
+            ..r.clone()
+        };
+        assert_eq!(itl_gaps(&unstreamed).count(), 0);
+        assert_eq!(Metric::Tpot.sample(&unstreamed, false), None);
+    }
+
+    #[test]
+    fn populations_decide_which_requests_count() {
+        let failed = RequestRecord {
+            error: Some(ErrorClass::Timeout),
+            ..record(100_000, 500_000, 3, vec![])
+        };
+        // A failed request keeps its TTFT, not its E2E; lag only in an open loop.
+        assert_eq!(Metric::Ttft.sample(&failed, false), Some(100.0));
+        assert_eq!(Metric::E2e.sample(&failed, false), None);
+        assert_eq!(Metric::ScheduleLag.sample(&failed, false), None);
+        assert_eq!(Metric::ScheduleLag.sample(&failed, true), Some(0.25));
+        let cancelled = RequestRecord {
+            error: Some(ErrorClass::Cancelled),
+            connect_us: Some(2_000),
+            ..failed
+        };
+        assert_eq!(Metric::Ttft.sample(&cancelled, false), None);
+        assert_eq!(Metric::Connect.sample(&cancelled, false), Some(2.0));
+    }
+}
