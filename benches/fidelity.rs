@@ -834,15 +834,15 @@ mod baseline {
         let tokenizer = Tokenizer::load(&plan.workload.tokenizer).expect("a tokenizer");
         let template = RequestTemplate {
             url: "http://127.0.0.1/v1/completions".parse().expect("a URL"),
-            dialect: llmload::executor::api::dialect(Api::Completions),
-            options: llmload::executor::api::BodyOptions {
+            dialect: Api::Completions.dialect(),
+            options: llmload::api::BodyOptions {
                 model: plan.target.model.clone(),
                 stream: true,
                 continuous_usage: false,
                 ignore_eos: plan.workload.ignore_eos,
                 extra: Default::default(),
             },
-            auth: None,
+            credentials: Default::default(),
             headers: Default::default(),
             timeout: plan.target.timeout,
             request_id_prefix: "baseline".into(),

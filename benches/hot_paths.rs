@@ -10,9 +10,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use llmload::api::sse::SseParser;
 use llmload::executor::recorder::{finalize, Finished};
 use llmload::executor::request::Exchange;
-use llmload::executor::sse::SseParser;
 use llmload::plan::TokenizerSpec;
 use llmload::planner::ScheduledRequest;
 use llmload::records::{LogLine, RequestRecord, RunLog, TokenSource};
@@ -89,11 +89,11 @@ fn read_stream(reads: &[&[u8]]) -> Exchange {
     let mut parser = SseParser::new();
     let mut exchange = Exchange::default();
     let mut last_usage = 0;
-    let dialect = llmload::executor::api::dialect(llmload::plan::Api::Chat);
+    let dialect = llmload::plan::Api::Chat.dialect();
     for (i, read) in reads.iter().enumerate() {
         let _ = parser.feed(read, |event| {
             exchange.on_event(
-                &*dialect,
+                dialect,
                 event.data,
                 event.name,
                 i as u64 * 10,

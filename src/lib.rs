@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod api;
 pub(crate) mod capacity;
 pub mod cli;
 pub mod clock;

@@ -14,7 +14,6 @@
 //! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`];
 //! nor does it choose loads: a search's policy is [`crate::planner::search`].
 
-pub mod api;
 mod connections;
 mod observe;
 mod phase;
@@ -23,7 +22,6 @@ pub mod request;
 pub mod resources;
 mod send;
 mod source;
-pub mod sse;
 pub mod transport;
 
 use std::path::PathBuf;

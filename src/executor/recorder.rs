@@ -360,8 +360,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
 
 #[cfg(test)]
 mod tests {
-    use super::super::api::Usage;
     use super::*;
+    use crate::api::Usage;
 
     fn finished(exchange: Exchange) -> Finished {
         Finished {

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
-use super::api::{BodyOptions, Dialect, Usage};
-use super::sse::SseParser;
 use super::transport::{Outgoing, ResponseBody, SendFailure, Transport};
+use crate::api::sse::SseParser;
+use crate::api::{BodyOptions, Dialect, Generated, ServerError, Usage};
 use crate::planner::Prompt;
 use crate::records::{request_id_text, ErrorClass};
 
@@ -24,11 +24,12 @@ pub struct RequestTemplate {
     /// Parsed once: every request would otherwise parse it again.
     pub url: reqwest::Url,
     /// How requests are spoken and answers read.
-    pub dialect: Arc<dyn Dialect>,
+    pub dialect: &'static dyn Dialect,
     /// What every body asks for besides its prompt.
     pub options: BodyOptions,
-    /// `Authorization: Bearer …`, marked sensitive so it never prints.
-    pub auth: Option<HeaderValue>,
+    /// The headers carrying the API key, as the dialect sends it (`Authorization: Bearer …`),
+    /// marked sensitive so they never print.
+    pub credentials: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
     /// The plan's extra headers (secret ones marked sensitive).
     pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
     /// Per request, from the send to the end of the response.
@@ -60,8 +61,8 @@ impl RequestTemplate {
 
     /// Adds the run's credentials and extra headers to `headers`.
     pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
-        if let Some(auth) = &self.auth {
-            headers.insert(reqwest::header::AUTHORIZATION, auth.clone());
+        for (name, value) in self.credentials.iter() {
+            headers.insert(name.clone(), value.clone());
         }
         for (name, value) in self.headers.iter() {
             headers.append(name.clone(), value.clone());
@@ -154,12 +155,8 @@ impl Exchange {
         at_us: u64,
         last_usage_completion: &mut u64,
     ) {
-        if data == "[DONE]" {
-            self.done = true;
-            return;
-        }
         let before = self.text.len();
-        let decoded = match dialect.decode_event(data, &mut self.text) {
+        let decoded = match dialect.decode_event(name, data, &mut Generated::new(&mut self.text)) {
             Ok(decoded) => decoded,
             Err(err) => {
                 self.text.truncate(before);
@@ -170,20 +167,21 @@ impl Exchange {
                 return;
             }
         };
-        if let Some(message) = decoded.error {
-            self.text.truncate(before);
-            self.fail(
-                ErrorClass::StreamError,
-                format!("the server sent an error mid-stream: {}", shorten(&message)),
-            );
+        if decoded.end {
+            self.done = true;
             return;
         }
-        if name == Some("error") {
+        if let Some(error) = decoded.error {
             self.text.truncate(before);
-            self.fail(
-                ErrorClass::StreamError,
-                format!("the server sent an error event: {}", shorten(data)),
-            );
+            let detail = match error {
+                ServerError::Object(message) => {
+                    format!("the server sent an error mid-stream: {}", shorten(&message))
+                }
+                ServerError::Event(data) => {
+                    format!("the server sent an error event: {}", shorten(&data))
+                }
+            };
+            self.fail(ErrorClass::StreamError, detail);
             return;
         }
         if decoded.finish_reason.is_some() {
@@ -327,9 +325,12 @@ pub async fn exchange(
             Ok(body) => {
                 exchange.end_us = micros_since(sent_at, Instant::now());
                 let text = String::from_utf8_lossy(&body);
-                match template.dialect.decode_body(&text, &mut exchange.text) {
+                let mut generated = Generated::new(&mut exchange.text);
+                match template.dialect.decode_body(&text, &mut generated) {
                     Ok(decoded) => {
-                        if let Some(message) = decoded.error {
+                        if let Some(ServerError::Object(message) | ServerError::Event(message)) =
+                            decoded.error
+                        {
                             exchange.fail(
                                 ErrorClass::StreamError,
                                 format!("the server answered with an error: {}", shorten(&message)),
@@ -374,7 +375,7 @@ pub async fn exchange(
                 if head.len() < HEAD_BYTES {
                     head.extend_from_slice(&bytes[..bytes.len().min(HEAD_BYTES - head.len())]);
                 }
-                let dialect = &*template.dialect;
+                let dialect = template.dialect;
                 let parsed = parser.feed(&bytes, |event| {
                     events += 1;
                     exchange.on_event(
@@ -421,7 +422,7 @@ pub async fn exchange(
     if let Some(event) = parser.finish() {
         events += 1;
         exchange.on_event(
-            &*template.dialect,
+            template.dialect,
             &event.data,
             event.name.as_deref(),
             end,
@@ -447,7 +448,7 @@ pub async fn exchange(
     } else if exchange.error.is_none() && !exchange.done && exchange.finish_reason.is_none() {
         exchange.fail(
             ErrorClass::StreamBroken,
-            "the stream ended without a finish_reason or [DONE]",
+            format!("the stream ended without {}", template.dialect.stream_end()),
         );
     }
 }
@@ -485,16 +486,15 @@ pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::api::dialect;
     use super::*;
     use crate::plan::Api;
 
     fn events(api: Api, events: &[&str]) -> Exchange {
-        let dialect = dialect(api);
+        let dialect = api.dialect();
         let mut ex = Exchange::default();
         let mut last = 0;
         for (at, data) in events.iter().enumerate() {
-            ex.on_event(&*dialect, data, None, at as u64 + 1, &mut last);
+            ex.on_event(dialect, data, None, at as u64 + 1, &mut last);
         }
         ex
     }

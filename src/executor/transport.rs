@@ -839,15 +839,15 @@ mod tests {
     fn template(url: &Url) -> RequestTemplate {
         RequestTemplate {
             url: url.clone(),
-            dialect: super::super::api::dialect(Api::Completions),
-            options: super::super::api::BodyOptions {
+            dialect: Api::Completions.dialect(),
+            options: crate::api::BodyOptions {
                 model: "m".into(),
                 stream: true,
                 continuous_usage: false,
                 ignore_eos: false,
                 extra: Default::default(),
             },
-            auth: None,
+            credentials: Default::default(),
             headers: Default::default(),
             timeout: Duration::from_secs(10),
             request_id_prefix: "t".into(),

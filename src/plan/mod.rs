@@ -15,6 +15,8 @@ mod parse;
 pub mod profiles;
 pub mod units;
 
+/// The API a plan speaks is one of the dialects of [`crate::api`].
+pub use crate::api::Api;
 /// Metrics are named from the metric table, which every stage shares.
 pub use crate::metrics::table::{Metric, MetricKind};
 
@@ -153,42 +155,6 @@ impl Endpoint {
             Some(Endpoint::Url(text.to_string()))
         } else {
             None
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-/// The API a plan speaks (see [`crate::executor::api`] for the dialects).
-pub enum Api {
-    /// `/v1/chat/completions`: the prompt as one user message.
-    Chat,
-    /// `/v1/completions`: the prompt as `prompt`.
-    Completions,
-}
-
-impl Api {
-    /// The API a plan names (`"chat"`, `"completions"`).
-    pub fn from_name(name: &str) -> Option<Api> {
-        match name {
-            "chat" => Some(Api::Chat),
-            "completions" => Some(Api::Completions),
-            _ => None,
-        }
-    }
-
-    /// The path under the API root.
-    pub fn path(self) -> &'static str {
-        match self {
-            Api::Chat => "/chat/completions",
-            Api::Completions => "/completions",
-        }
-    }
-    /// The name plans and reports use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Api::Chat => "chat",
-            Api::Completions => "completions",
         }
     }
 }

@@ -321,7 +321,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     };
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
     let mut secrets = Secrets::new();
-    let auth = target::authorization(plan, &*options.observer, &mut secrets)?;
+    let credentials = target::credentials(plan, &*options.observer, &mut secrets)?;
     let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
     outdir::prepare(out)?;
@@ -348,7 +348,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             Endpoint::Simulator => format!("sim (embedded, {base})"),
             Endpoint::Url(_) => redact_url(&base),
         };
-        let dialect = executor::api::dialect(plan.target.api);
+        let dialect = plan.target.api.dialect();
         let url = format!("{base}{}", dialect.path());
         let url = reqwest::Url::parse(&url)
             .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(&url))))?;
@@ -400,14 +400,14 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         let template = RequestTemplate {
             url,
             dialect,
-            options: executor::api::BodyOptions {
+            options: crate::api::BodyOptions {
                 model: plan.target.model.clone(),
                 stream: plan.target.stream,
                 continuous_usage: plan.target.continuous_usage,
                 ignore_eos: plan.workload.ignore_eos,
                 extra: Arc::new(plan.target.body.clone()),
             },
-            auth,
+            credentials: Arc::new(credentials),
             headers: Arc::new(headers),
             timeout: plan.target.timeout,
             request_id_prefix,

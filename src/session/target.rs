@@ -31,23 +31,23 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// `Authorization: Bearer $KEY` from the variable the plan names, marked sensitive so that it
-/// never prints, and the key added to `secrets`; `None` (with a notice) when the variable is
-/// unset or empty.
-pub(super) fn authorization(
+/// The headers that carry the key from the variable the plan names, as the plan's API sends it
+/// (`Authorization: Bearer $KEY` for OpenAI's), marked sensitive so that they never print, and
+/// the key added to `secrets`; none (with a notice) when the variable is unset or empty.
+pub(super) fn credentials(
     plan: &Plan,
     observer: &dyn Observer,
     secrets: &mut Secrets,
-) -> Result<Option<HeaderValue>> {
+) -> Result<Vec<(reqwest::header::HeaderName, HeaderValue)>> {
     let Some(var) = &plan.target.api_key_env else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let key = match std::env::var(var) {
         Ok(key) if !key.is_empty() => key,
         Ok(_) | Err(std::env::VarError::NotPresent) => {
             let notice = format!("${var} is not set; requests go without an API key");
             observer.on_event(Event::Note(&notice));
-            return Ok(None);
+            return Ok(Vec::new());
         }
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(Error::usage(format!(
@@ -56,13 +56,21 @@ pub(super) fn authorization(
         }
     };
     secrets.add(&key);
-    let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-        Error::usage(format!(
-            "${var} (the plan's api-key) holds characters that cannot go in an HTTP header"
-        ))
-    })?;
-    value.set_sensitive(true);
-    Ok(Some(value))
+    plan.target
+        .api
+        .dialect()
+        .credentials(&key)
+        .into_iter()
+        .map(|(name, text)| {
+            let mut value = HeaderValue::from_str(&text).map_err(|_| {
+                Error::usage(format!(
+                    "${var} (the plan's api-key) holds characters that cannot go in an HTTP header"
+                ))
+            })?;
+            value.set_sensitive(true);
+            Ok((name, value))
+        })
+        .collect()
 }
 
 /// The plan's extra headers; a secret one's value read from its variable now, added to

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use kdl::KdlNode;
 
-use super::cx::{positional, property, Cx, Handler};
+use super::cx::{children, positional, property, Cx, Handler};
 use super::values::{ByteSize, Flag, Kind, Text, DURATION};
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE,
@@ -26,37 +26,9 @@ struct Fields {
     warm_connections: bool,
 }
 
-/// Body fields llmload writes itself: a plan may not set them through `sampling` or `body`.
-const OWN_FIELDS: &[(&str, &str)] = &[
-    ("model", "set it with `model` in the target"),
-    ("messages", "prompts come from the workload"),
-    ("prompt", "prompts come from the workload"),
-    (
-        "max_tokens",
-        "set output lengths with `output` in the workload",
-    ),
-    (
-        "max_completion_tokens",
-        "set output lengths with `output` in the workload",
-    ),
-    (
-        "min_tokens",
-        "ask for exact lengths with output N ignore-eos=#true",
-    ),
-    (
-        "ignore_eos",
-        "ask for exact lengths with output N ignore-eos=#true",
-    ),
-    ("stream", "set it with `stream` in the target"),
-    (
-        "stream_options",
-        "llmload asks for usage itself; see `continuous-usage`",
-    ),
-];
-
-/// Headers llmload (or HTTP) sets itself.
+/// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
+/// are reserved too).
 const OWN_HEADERS: &[&str] = &[
-    "authorization",
     "content-type",
     "content-length",
     "host",
@@ -68,18 +40,28 @@ const OWN_HEADERS: &[&str] = &[
 
 const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("api", |cx, node, t| {
-        let usage = "api \"chat\" (or \"completions\")";
-        let Some(name) = cx.single(node, usage, Text) else {
+        let names: Vec<String> = Api::ALL
+            .iter()
+            .map(|a| format!("\"{}\"", a.as_str()))
+            .collect();
+        let usage = format!("api {} (or {})", names[0], names[1..].join(", "));
+        let Some(name) = cx.single(node, &usage, Text) else {
             return;
         };
         match Api::from_name(&name) {
             Some(api) => t.api = api,
-            None => cx.error(
-                positional(node).next().map_or(node.span(), |e| e.span()),
-                format!("unknown api \"{name}\""),
-                "unknown api",
-                "use \"chat\" for /v1/chat/completions or \"completions\" for /v1/completions",
-            ),
+            None => {
+                let choices: Vec<String> = Api::ALL
+                    .iter()
+                    .map(|a| format!("\"{}\" for {}", a.as_str(), a.dialect().summary()))
+                    .collect();
+                cx.error(
+                    positional(node).next().map_or(node.span(), |e| e.span()),
+                    format!("unknown api \"{name}\""),
+                    "unknown api",
+                    format!("use {}", choices.join(", or ")),
+                )
+            }
         }
     }),
     ("model", |cx, node, t| {
@@ -147,7 +129,8 @@ fn add_field(
     key: String,
     value: serde_json::Value,
 ) {
-    if let Some((_, why)) = OWN_FIELDS.iter().find(|(own, _)| *own == key) {
+    let reserved = t.api.dialect().reserved_fields();
+    if let Some((_, why)) = reserved.iter().find(|(own, _)| *own == key) {
         cx.error(
             span,
             format!("llmload sets `{key}` in every body itself"),
@@ -246,7 +229,13 @@ fn header(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
         );
         return;
     }
-    if OWN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+    let lower = name.to_ascii_lowercase();
+    if OWN_HEADERS.contains(&lower.as_str())
+        || t.api
+            .dialect()
+            .credential_headers()
+            .contains(&lower.as_str())
+    {
         cx.error(
             name_span,
             format!("llmload sets `{name}` itself"),
@@ -392,6 +381,18 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         headers: Vec::new(),
         warm_connections: true,
     };
+    // The API decides which body fields and headers are llmload's own: it is read first,
+    // wherever the block writes it (its mistakes are reported in their place by the walk).
+    if let Some(api) = children(node)
+        .iter()
+        .filter(|child| child.name().value() == "api")
+        .find_map(|child| match positional(child).next().map(|e| e.value()) {
+            Some(kdl::KdlValue::String(name)) => Api::from_name(name),
+            _ => None,
+        })
+    {
+        fields.api = api;
+    }
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
     let model = match (fields.model, &endpoint) {

@@ -96,8 +96,10 @@ impl SseParser {
                 max_line: self.max_line,
             });
         }
-        if self.skip_lf {
-            if bytes.first() == Some(&b'\n') {
+        // An empty read (a transport may hand one over) says nothing of the next byte: the
+        // `\r` that ended the last read is still waiting for its possible `\n`.
+        if self.skip_lf && !bytes.is_empty() {
+            if bytes[0] == b'\n' {
                 bytes = &bytes[1..];
             }
             self.skip_lf = false;
@@ -221,6 +223,20 @@ mod tests {
             let _ = parser.feed(read, |e| out.push((i, e.data.to_string())));
         }
         out
+    }
+
+    #[test]
+    fn a_crlf_split_by_an_empty_read_is_one_line_end() {
+        // Found by the property test below: `\r`, an empty read, then `\n` was read as two
+        // line ends, which dispatched the event early and joined the next lines wrongly.
+        let events = parse_reads(&[b"event: e\r", b"", b"\ndata: x\r", b"", b"\n\r\n"]);
+        assert_eq!(events, vec![(4, "x".to_string())]);
+        let mut parser = SseParser::new();
+        let mut names = Vec::new();
+        for read in [&b"event: e\r"[..], b"", b"\ndata: x\r\n\r\n"] {
+            let _ = parser.feed(read, |e| names.push(e.name.map(str::to_string)));
+        }
+        assert_eq!(names, vec![Some("e".to_string())]);
     }
 
     #[test]

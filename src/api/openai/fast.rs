@@ -11,11 +11,11 @@
 //! which is the reference, reads the chunk instead. A property test holds the two to the same
 //! answers.
 
-use super::Decoded;
+use crate::api::{Decoded, Generated, Part};
 
 /// Which dialect's choice to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Shape {
+pub(in crate::api) enum Shape {
     /// `choices[0].text`.
     Completions,
     /// `choices[0].delta.content`.
@@ -27,7 +27,7 @@ const MAX_DEPTH: usize = 32;
 
 /// The chunk's generated text (appended to `text`) and finish_reason, or `None` to say that
 /// serde must read it.
-pub(super) fn decode(data: &str, text: &mut String, shape: Shape) -> Option<Decoded> {
+pub(in crate::api) fn decode(data: &str, out: &mut Generated, shape: Shape) -> Option<Decoded> {
     let mut scanner = Scanner {
         bytes: data.as_bytes(),
         data,
@@ -39,7 +39,7 @@ pub(super) fn decode(data: &str, text: &mut String, shape: Shape) -> Option<Deco
         return None;
     }
     if let Some(piece) = chunk.text {
-        text.push_str(piece);
+        out.push(Part::Answer, piece);
     }
     Some(Decoded {
         finish_reason: chunk.finish_reason.map(str::to_string),
@@ -351,15 +351,20 @@ mod tests {
     #[test]
     fn the_plain_shapes_are_read() {
         let mut text = String::new();
-        let d = decode(VLLM_COMPLETION, &mut text, Shape::Completions).unwrap();
+        let d = decode(
+            VLLM_COMPLETION,
+            &mut Generated::new(&mut text),
+            Shape::Completions,
+        )
+        .unwrap();
         assert_eq!((text.as_str(), d.finish_reason), (" the", None));
         let mut text = String::new();
-        decode(VLLM_CHAT, &mut text, Shape::Chat).unwrap();
+        decode(VLLM_CHAT, &mut Generated::new(&mut text), Shape::Chat).unwrap();
         assert_eq!(text, " cat");
         let mut text = String::new();
         let d = decode(
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
-            &mut text,
+            &mut Generated::new(&mut text),
             Shape::Chat,
         )
         .unwrap();
@@ -384,7 +389,10 @@ mod tests {
             } else {
                 Shape::Completions
             };
-            assert!(decode(data, &mut String::new(), shape).is_none(), "{data}");
+            assert!(
+                decode(data, &mut Generated::new(&mut String::new()), shape).is_none(),
+                "{data}"
+            );
         }
     }
 
@@ -475,15 +483,15 @@ mod tests {
                 (Shape::Completions, crate::plan::Api::Completions)
             };
             let mut fast_text = String::new();
-            if let Some(fast) = decode(&data, &mut fast_text, shape) {
+            if let Some(fast) = decode(&data, &mut Generated::new(&mut fast_text), shape) {
                 let mut serde_text = String::new();
                 let reference = match api {
-                    crate::plan::Api::Chat => super::super::openai::decode_with_serde::<
-                        super::super::chat::ChatChoice,
-                    >(&data, &mut serde_text),
-                    _ => super::super::openai::decode_with_serde::<
-                        super::super::completions::TextChoice,
-                    >(&data, &mut serde_text),
+                    crate::plan::Api::Chat => crate::api::openai::decode_with_serde::<
+                        crate::api::chat::ChatChoice,
+                    >(&data, &mut Generated::new(&mut serde_text)),
+                    _ => crate::api::openai::decode_with_serde::<
+                        crate::api::completions::TextChoice,
+                    >(&data, &mut Generated::new(&mut serde_text)),
                 };
                 prop_assert!(reference.is_ok(), "fast read {data:?}, serde refused: {reference:?}");
                 let reference = reference.unwrap();

@@ -6,14 +6,14 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fast::Shape;
+use super::openai::fast::Shape;
 use super::openai::{self, Choice};
-use super::{BodyOptions, DecodeError, Decoded, Dialect};
+use super::{BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Generated, Part};
 use crate::planner::Prompt;
 
 /// The chat dialect.
 #[derive(Debug)]
-pub(super) struct Chat;
+pub struct Chat;
 
 #[derive(Deserialize)]
 struct Text<'a> {
@@ -36,13 +36,17 @@ pub(super) struct ChatChoice<'a> {
 }
 
 impl Choice for ChatChoice<'_> {
-    fn generated(&self, out: &mut String) {
+    fn generated(&self, out: &mut Generated) {
         for part in [&self.delta, &self.message].into_iter().flatten() {
-            for piece in [&part.reasoning_content, &part.reasoning, &part.content]
-                .into_iter()
-                .flatten()
-            {
-                out.push_str(piece);
+            // Reasoning comes before the answer, in both of its spellings.
+            for (kind, piece) in [
+                (Part::Reasoning, &part.reasoning_content),
+                (Part::Reasoning, &part.reasoning),
+                (Part::Answer, &part.content),
+            ] {
+                if let Some(piece) = piece {
+                    out.push(kind, piece);
+                }
             }
         }
     }
@@ -53,8 +57,36 @@ impl Choice for ChatChoice<'_> {
 }
 
 impl Dialect for Chat {
+    fn name(&self) -> &'static str {
+        "chat"
+    }
+
+    fn summary(&self) -> &'static str {
+        "/v1/chat/completions (the prompt as messages)"
+    }
+
     fn path(&self) -> &'static str {
         "/chat/completions"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        openai::CAPABILITIES
+    }
+
+    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)] {
+        openai::RESERVED_FIELDS
+    }
+
+    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
+        openai::credentials(key)
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        openai::CREDENTIAL_HEADERS
+    }
+
+    fn stream_end(&self) -> &'static str {
+        openai::STREAM_END
     }
 
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
@@ -68,8 +100,17 @@ impl Dialect for Chat {
         openai::body(options, max_tokens, ("messages", messages))
     }
 
-    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
-        openai::decode::<ChatChoice>(data, text, Shape::Chat)
+    fn decode_event(
+        &self,
+        name: Option<&str>,
+        data: &str,
+        out: &mut Generated,
+    ) -> Result<Decoded, DecodeError> {
+        openai::decode_event::<ChatChoice>(name, data, out, Shape::Chat)
+    }
+
+    fn decode_body(&self, body: &str, out: &mut Generated) -> Result<Decoded, DecodeError> {
+        openai::decode::<ChatChoice>(body, out, Shape::Chat)
     }
 }
 
@@ -121,29 +162,34 @@ mod tests {
         let mut text = String::new();
         let decoded = Chat
             .decode_event(
+                None,
                 r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
-                &mut text,
+                &mut Generated::new(&mut text),
             )
             .unwrap();
         assert_eq!((text.as_str(), decoded), ("", Decoded::default()));
         Chat.decode_event(
+            None,
             r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#,
-            &mut text,
+            &mut Generated::new(&mut text),
         )
         .unwrap();
-        Chat.decode_event(r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#, &mut text)
-            .unwrap();
+        Chat.decode_event(
+            None,
+            r#"{"choices":[{"delta":{"reasoning":"more"}}]}"#,
+            &mut Generated::new(&mut text),
+        )
+        .unwrap();
         let decoded = Chat
-            .decode_event(
-                r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"},"finish_reason":"length"}]}"#,
-                &mut text,
-            )
+            .decode_event(None, r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"},"finish_reason":"length"}]}"#, &mut Generated::new(&mut text))
             .unwrap();
         assert_eq!(text, "thinkmoreab");
         assert_eq!(decoded.finish_reason.as_deref(), Some("length"));
         let body = r#"{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
         let mut text = String::new();
-        let decoded = Chat.decode_body(body, &mut text).unwrap();
+        let decoded = Chat
+            .decode_body(body, &mut Generated::new(&mut text))
+            .unwrap();
         assert_eq!(text, "whole");
         assert_eq!(decoded.usage.and_then(|u| u.completion), Some(1));
     }
@@ -152,11 +198,22 @@ mod tests {
     fn errors_and_bad_json() {
         let mut text = String::new();
         let decoded = Chat
-            .decode_event(r#"{"error":{"message":"overloaded"}}"#, &mut text)
+            .decode_event(
+                None,
+                r#"{"error":{"message":"overloaded"}}"#,
+                &mut Generated::new(&mut text),
+            )
             .unwrap();
-        assert_eq!(decoded.error.as_deref(), Some("overloaded"));
-        assert!(Chat.decode_event("{not json", &mut text).is_err());
-        let decoded = Chat.decode_event(r#"{"choices":null}"#, &mut text).unwrap();
+        assert_eq!(
+            decoded.error,
+            Some(crate::api::ServerError::Object("overloaded".into()))
+        );
+        assert!(Chat
+            .decode_event(None, "{not json", &mut Generated::new(&mut text))
+            .is_err());
+        let decoded = Chat
+            .decode_event(None, r#"{"choices":null}"#, &mut Generated::new(&mut text))
+            .unwrap();
         assert_eq!(decoded, Decoded::default());
     }
 }

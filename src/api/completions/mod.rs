@@ -5,14 +5,14 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fast::Shape;
+use super::openai::fast::Shape;
 use super::openai::{self, Choice};
-use super::{BodyOptions, DecodeError, Decoded, Dialect};
+use super::{BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Generated, Part};
 use crate::planner::Prompt;
 
 /// The completions dialect.
 #[derive(Debug)]
-pub(super) struct Completions;
+pub struct Completions;
 
 #[derive(Deserialize)]
 pub(super) struct TextChoice<'a> {
@@ -23,9 +23,9 @@ pub(super) struct TextChoice<'a> {
 }
 
 impl Choice for TextChoice<'_> {
-    fn generated(&self, out: &mut String) {
+    fn generated(&self, out: &mut Generated) {
         if let Some(text) = &self.text {
-            out.push_str(text);
+            out.push(Part::Answer, text);
         }
     }
 
@@ -35,8 +35,36 @@ impl Choice for TextChoice<'_> {
 }
 
 impl Dialect for Completions {
+    fn name(&self) -> &'static str {
+        "completions"
+    }
+
+    fn summary(&self) -> &'static str {
+        "/v1/completions (the prompt as `prompt`)"
+    }
+
     fn path(&self) -> &'static str {
         "/completions"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        openai::CAPABILITIES
+    }
+
+    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)] {
+        openai::RESERVED_FIELDS
+    }
+
+    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
+        openai::credentials(key)
+    }
+
+    fn credential_headers(&self) -> &'static [&'static str] {
+        openai::CREDENTIAL_HEADERS
+    }
+
+    fn stream_end(&self) -> &'static str {
+        openai::STREAM_END
     }
 
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
@@ -52,8 +80,17 @@ impl Dialect for Completions {
         openai::body(options, max_tokens, ("prompt", text.into()))
     }
 
-    fn decode_event(&self, data: &str, text: &mut String) -> Result<Decoded, DecodeError> {
-        openai::decode::<TextChoice>(data, text, Shape::Completions)
+    fn decode_event(
+        &self,
+        name: Option<&str>,
+        data: &str,
+        out: &mut Generated,
+    ) -> Result<Decoded, DecodeError> {
+        openai::decode_event::<TextChoice>(name, data, out, Shape::Completions)
+    }
+
+    fn decode_body(&self, body: &str, out: &mut Generated) -> Result<Decoded, DecodeError> {
+        openai::decode::<TextChoice>(body, out, Shape::Completions)
     }
 }
 
@@ -77,10 +114,7 @@ mod tests {
         assert!(body.get("stream_options").is_none());
         let mut text = String::new();
         let decoded = Completions
-            .decode_event(
-                r#"{"choices":[{"text":" the","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
-                &mut text,
-            )
+            .decode_event(None, r#"{"choices":[{"text":" the","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#, &mut Generated::new(&mut text))
             .unwrap();
         assert_eq!(text, " the");
         assert_eq!(

@@ -1,14 +1,64 @@
-//! The OpenAI envelope that chat and completions share: the body's common fields, and a chunk's
-//! `choices`, `usage` and `error`.
+//! The OpenAI envelope that chat and completions share: the body's common fields and the ones
+//! it reserves, the bearer key, the stream's grammar (`data:` chunks ending with `[DONE]`, an
+//! `event: error`), and a chunk's `choices`, `usage` and `error`.
 //!
 //! Decoding borrows from the event's text and holds a chunk's one choice inline, so that reading
 //! a token allocates nothing (the read path's cost per token is the client's ceiling).
 
+pub(super) mod fast;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::fast::Shape;
-use super::{BodyOptions, DecodeError, Decoded, Usage};
+use super::{BodyOptions, DecodeError, Decoded, Generated, ServerError, Usage};
+use fast::Shape;
+
+/// The body fields every OpenAI-style dialect writes itself. Both prompt fields are reserved
+/// in both dialects, so that a plan's fields mean the same whichever `api` it names.
+pub(super) const RESERVED_FIELDS: &[(&str, &str)] = &[
+    ("model", "set it with `model` in the target"),
+    ("messages", "prompts come from the workload"),
+    ("prompt", "prompts come from the workload"),
+    (
+        "max_tokens",
+        "set output lengths with `output` in the workload",
+    ),
+    (
+        "max_completion_tokens",
+        "set output lengths with `output` in the workload",
+    ),
+    (
+        "min_tokens",
+        "ask for exact lengths with output N ignore-eos=#true",
+    ),
+    (
+        "ignore_eos",
+        "ask for exact lengths with output N ignore-eos=#true",
+    ),
+    ("stream", "set it with `stream` in the target"),
+    (
+        "stream_options",
+        "llmload asks for usage itself; see `continuous-usage`",
+    ),
+];
+
+/// OpenAI-style servers take the key as a bearer token.
+pub(super) fn credentials(key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
+    vec![(reqwest::header::AUTHORIZATION, format!("Bearer {key}"))]
+}
+
+/// The header [`credentials`] sets.
+pub(super) const CREDENTIAL_HEADERS: &[&str] = &["authorization"];
+
+/// What ends an OpenAI-style stream.
+pub(super) const STREAM_END: &str = "a finish_reason or [DONE]";
+
+/// What OpenAI-style servers can do (vLLM, SGLang and llama.cpp's server honour `ignore_eos`).
+pub(super) const CAPABILITIES: super::Capabilities = super::Capabilities {
+    streaming: true,
+    usage_in_stream: true,
+    exact_lengths: true,
+};
 
 /// The fields every OpenAI-style body has, around the dialect's own (`messages` or `prompt`).
 pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, Value)) -> Vec<u8> {
@@ -78,8 +128,8 @@ impl From<WireUsage> for Usage {
 
 /// A choice of one dialect: the text it generated, and its finish_reason.
 pub(super) trait Choice {
-    /// Appends the choice's generated text to `out`.
-    fn generated(&self, out: &mut String);
+    /// Appends the choice's generated text to `out`, each part as what it is.
+    fn generated(&self, out: &mut Generated);
     /// Takes its finish_reason, if it has one.
     fn finish_reason(&mut self) -> Option<String>;
 }
@@ -128,23 +178,45 @@ struct Chunk<C> {
     error: Option<Value>,
 }
 
+/// Decodes one OpenAI-style streamed event whose choices are `C`, `shape` telling the fast path
+/// which they are: `[DONE]` ends the stream; an event named `error` is the server's error, once
+/// its data is read as JSON.
+pub(super) fn decode_event<'a, C: Choice + Deserialize<'a>>(
+    name: Option<&str>,
+    data: &'a str,
+    out: &mut Generated,
+    shape: Shape,
+) -> Result<Decoded, DecodeError> {
+    if data == "[DONE]" {
+        return Ok(Decoded {
+            end: true,
+            ..Decoded::default()
+        });
+    }
+    let mut decoded = decode::<C>(data, out, shape)?;
+    if decoded.error.is_none() && name == Some("error") {
+        decoded.error = Some(ServerError::Event(data.to_string()));
+    }
+    Ok(decoded)
+}
+
 /// Decodes one OpenAI-style chunk (or body) whose choices are `C`, `shape` telling the fast
 /// path which they are.
 pub(super) fn decode<'a, C: Choice + Deserialize<'a>>(
     data: &'a str,
-    text: &mut String,
+    out: &mut Generated,
     shape: Shape,
 ) -> Result<Decoded, DecodeError> {
-    match super::fast::decode(data, text, shape) {
+    match fast::decode(data, out, shape) {
         Some(decoded) => Ok(decoded),
-        None => decode_with_serde::<C>(data, text),
+        None => decode_with_serde::<C>(data, out),
     }
 }
 
 /// [`decode`] without the fast path: the reference.
 pub(super) fn decode_with_serde<'a, C: Choice + Deserialize<'a>>(
     data: &'a str,
-    text: &mut String,
+    out: &mut Generated,
 ) -> Result<Decoded, DecodeError> {
     let chunk: Chunk<C> = serde_json::from_str(data).map_err(|e| DecodeError(e.to_string()))?;
     if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
@@ -154,7 +226,7 @@ pub(super) fn decode_with_serde<'a, C: Choice + Deserialize<'a>>(
             .map(str::to_string)
             .unwrap_or_else(|| error.to_string());
         return Ok(Decoded {
-            error: Some(message),
+            error: Some(ServerError::Object(message)),
             ..Decoded::default()
         });
     }
@@ -164,7 +236,7 @@ pub(super) fn decode_with_serde<'a, C: Choice + Deserialize<'a>>(
     };
     if let Some(choices) = chunk.choices {
         for mut choice in choices.first.into_iter().chain(choices.rest) {
-            choice.generated(text);
+            choice.generated(out);
             if let Some(reason) = choice.finish_reason() {
                 decoded.finish_reason = Some(reason);
             }

@@ -1,0 +1,220 @@
+//! API dialects: how a request is spoken to one kind of endpoint, and how its answer is read.
+//!
+//! Each dialect is one folder ([`chat`], [`completions`]; the OpenAI envelope they share is
+//! [`openai`]) implementing [`Dialect`]: its name in plans, its path under the API root, the body
+//! for a prompt and the body fields it reserves, how credentials are sent, and its streaming
+//! grammar — each SSE event (its `event:` name included) decoded into typed parts: answer text,
+//! reasoning text, usage, a finish reason, a server error, the end of the stream. The executor,
+//! the recorder and the metrics see only those; pacing, timing, SSE framing ([`sse`]), token
+//! counting and metrics are the same for every dialect.
+//!
+//! Adding a dialect is one folder here, one variant of [`Api`] and its arm in [`Api::dialect`].
+//!
+//! What this module is not: a transport (that is [`crate::executor::transport`]), or the
+//! simulator's encoder of the same wire formats ([`crate::sim`] keeps its own, independent one,
+//! so that the client and the simulator cannot agree on the same bug).
+
+pub mod chat;
+pub mod completions;
+pub mod openai;
+pub mod sse;
+
+use std::sync::Arc;
+
+use crate::planner::Prompt;
+
+/// The API a plan speaks: one dialect each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `/v1/chat/completions`: the prompt as messages ([`chat`]).
+    Chat,
+    /// `/v1/completions`: the prompt as `prompt` ([`completions`]).
+    Completions,
+}
+
+impl Api {
+    /// Every API, in the order help lists them.
+    pub const ALL: [Api; 2] = [Api::Chat, Api::Completions];
+
+    /// Its dialect.
+    pub fn dialect(self) -> &'static dyn Dialect {
+        match self {
+            Api::Chat => &chat::Chat,
+            Api::Completions => &completions::Completions,
+        }
+    }
+
+    /// The API a plan names (`"chat"`, `"completions"`).
+    pub fn from_name(name: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|api| api.as_str() == name)
+    }
+
+    /// The name plans and reports use.
+    pub fn as_str(self) -> &'static str {
+        self.dialect().name()
+    }
+}
+
+/// What every request of a run asks for besides its prompt.
+#[derive(Debug, Clone)]
+pub struct BodyOptions {
+    /// The `model` field.
+    pub model: String,
+    /// Stream the answer (SSE), asking for usage in the stream.
+    pub stream: bool,
+    /// Ask for usage on every streamed chunk (vLLM's `continuous_usage_stats`).
+    pub continuous_usage: bool,
+    /// Ask for exactly `max_tokens` (`ignore_eos`, `min_tokens`).
+    pub ignore_eos: bool,
+    /// The plan's own fields (sampling parameters, server knobs), merged into every body.
+    pub extra: Arc<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Token counts a server reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// Prompt tokens, as the server counted them (chat template included).
+    pub prompt: Option<u64>,
+    /// Generated tokens so far (or in all, in a final usage chunk).
+    pub completion: Option<u64>,
+    /// Prompt tokens served from the server's prefix cache.
+    pub cached: Option<u64>,
+    /// A field that held no count of tokens (negative, fractional): its name and value.
+    pub invalid: Option<(&'static str, f64)>,
+}
+
+/// An error the server sent instead of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerError {
+    /// An error object in a chunk or a body (`{"error": {"message": …}}`): its message.
+    Object(String),
+    /// An SSE event named as an error (`event: error`): its data, as sent.
+    Event(String),
+}
+
+/// What one event (or one non-streamed body) said, besides the text it appended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decoded {
+    /// The finish reason of its choice, where it ends the answer.
+    pub finish_reason: Option<String>,
+    /// Its usage, where it carries one.
+    pub usage: Option<Usage>,
+    /// The error it carries instead of an answer.
+    pub error: Option<ServerError>,
+    /// It ends the stream (`[DONE]`): nothing after it belongs to the answer.
+    pub end: bool,
+}
+
+/// What kind of generated text a part is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The answer itself (`content`, `text`).
+    Answer,
+    /// A reasoning model's thinking before its answer (`reasoning_content`, `reasoning`).
+    Reasoning,
+}
+
+/// Where a dialect writes the generated text of an event: appended to the exchange's one
+/// buffer (no allocation per token), with how much of it was reasoning.
+#[derive(Debug)]
+pub struct Generated<'a> {
+    text: &'a mut String,
+    reasoning_bytes: usize,
+}
+
+impl<'a> Generated<'a> {
+    /// Appends to `text`.
+    pub fn new(text: &'a mut String) -> Generated<'a> {
+        Generated {
+            text,
+            reasoning_bytes: 0,
+        }
+    }
+
+    /// Appends one part of the generated text.
+    pub fn push(&mut self, part: Part, piece: &str) {
+        self.text.push_str(piece);
+        if part == Part::Reasoning {
+            self.reasoning_bytes += piece.len();
+        }
+    }
+
+    /// Bytes of reasoning text appended so far.
+    pub fn reasoning_bytes(&self) -> usize {
+        self.reasoning_bytes
+    }
+}
+
+/// Why an event is not one a dialect understands (it is not the JSON the dialect expects).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+
+/// What a dialect can do, which decides what a plan may ask of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// It streams its answers (SSE).
+    pub streaming: bool,
+    /// It can send usage in the stream (so that output tokens are the server's count).
+    pub usage_in_stream: bool,
+    /// It can be asked for an exact number of output tokens (`ignore_eos`, `min_tokens`).
+    pub exact_lengths: bool,
+}
+
+/// One kind of endpoint: how to ask and how to read.
+pub trait Dialect: Send + Sync + std::fmt::Debug {
+    /// Its name in plans and reports (`api "chat"`).
+    fn name(&self) -> &'static str;
+
+    /// What a plan's `api` help says of it.
+    fn summary(&self) -> &'static str;
+
+    /// The path under the API root, e.g. `/chat/completions`.
+    fn path(&self) -> &'static str;
+
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The body fields it writes itself, each with what a plan should do instead: a plan may
+    /// not set them through `sampling` or `body`.
+    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)];
+
+    /// The headers that carry an API key, with their values for `key`.
+    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)>;
+
+    /// The names of the headers [`Dialect::credentials`] sets (a plan may not set them).
+    fn credential_headers(&self) -> &'static [&'static str];
+
+    /// The JSON body asking for `max_tokens` tokens after `prompt`.
+    fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8>;
+
+    /// Reads one streamed event (its `event:` name, if any, and its data), appending its
+    /// generated text to `out`. `Err` says why the event is not one this dialect understands.
+    fn decode_event(
+        &self,
+        name: Option<&str>,
+        data: &str,
+        out: &mut Generated,
+    ) -> Result<Decoded, DecodeError>;
+
+    /// Reads a whole non-streamed response body, appending the answer to `out`.
+    fn decode_body(&self, body: &str, out: &mut Generated) -> Result<Decoded, DecodeError>;
+
+    /// What ends its stream, as an error message names it ("a finish_reason or [DONE]").
+    fn stream_end(&self) -> &'static str;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_is_found_by_its_name() {
+        for api in Api::ALL {
+            assert_eq!(Api::from_name(api.as_str()), Some(api));
+            assert!(api.dialect().path().starts_with('/'));
+        }
+        assert_eq!(Api::from_name("messages"), None);
+    }
+}
