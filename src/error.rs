@@ -103,6 +103,27 @@ impl Error {
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `text`, trimmed and cut to 200 characters, for error details.
+pub fn shorten(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() > 200 {
+        let cut: String = text.chars().take(200).collect();
+        format!("{cut}…")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The innermost cause of a transport error, as people read it (reqwest's outer message
+/// repeats the URL, which says nothing new).
+pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    shorten(&current.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@
 //! nor does it choose loads: a search's policy is [`crate::planner::search`].
 
 mod connections;
+mod context;
 mod observe;
 mod phase;
 pub mod recorder;
@@ -22,14 +23,13 @@ pub mod request;
 pub mod resources;
 mod send;
 mod source;
+pub mod template;
 pub mod transport;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -38,11 +38,12 @@ use crate::planner::{PromptSource, Schedule};
 use crate::records::{LogLine, RunEnd, RunHeader, RunLine};
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
+use context::{Context, InFlight};
 use observe::stopped;
 pub use observe::{Event, LiveCounters, Observer, Quiet, Stop};
 use recorder::{Message, Recorder};
-pub use request::RequestTemplate;
 pub use source::{Between, PhaseControl, PhaseRun, PhaseSource, ScheduleSource};
+pub use template::RequestTemplate;
 
 /// How many prompt bodies are built ahead of the pacer.
 const BODIES_AHEAD: usize = 512;
@@ -78,71 +79,6 @@ pub struct RunConfig {
     pub start_at: Option<std::time::SystemTime>,
 }
 
-/// Requests in flight, and a way to wait until there are none.
-#[derive(Default)]
-struct InFlight {
-    count: AtomicUsize,
-    drained: Notify,
-}
-
-impl InFlight {
-    fn enter(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
-    fn leave(&self) {
-        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.drained.notify_waiters();
-        }
-    }
-    async fn wait_empty(&self) {
-        loop {
-            let notified = self.drained.notified();
-            if self.count.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-struct Context {
-    transport: Arc<transport::Transport>,
-    template: RequestTemplate,
-    phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
-    /// Every connection the client opened.
-    connects: Arc<connections::ConnectLog>,
-    warm_connections: bool,
-    prompts: Arc<dyn PromptSource>,
-    schedule: Arc<Schedule>,
-    run_start: Instant,
-    records: std::sync::mpsc::Sender<Message>,
-    records_path: PathBuf,
-    observer: Arc<dyn Observer>,
-    abort: watch::Receiver<bool>,
-    /// Every request in flight, whatever its phase.
-    in_flight: InFlight,
-    /// What observers may poll.
-    live: Arc<LiveCounters>,
-    /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
-    timer: PreciseTimer,
-    cpu: Option<resources::CpuMonitor>,
-}
-
-impl Context {
-    /// How the requests of phase `phase` are spoken: its own model or endpoint, or the run's.
-    fn template(&self, phase: usize) -> &RequestTemplate {
-        self.phase_templates.get(&phase).unwrap_or(&self.template)
-    }
-
-    fn micros(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.run_start).as_micros() as u64
-    }
-
-    fn log(&self, line: LogLine) {
-        let _ = self.records.send(Message::Line(Box::new(line)));
-    }
-}
-
 /// Runs every phase of `schedule`, group by group, writing the run's log to
 /// `config.records_path`. Returns once every record is written; an error when the run could
 /// not be carried out (the records could not be written, the HTTP client or a thread could not
@@ -164,7 +100,7 @@ pub async fn run_from(
     if let Some(notice) = check_open_files(&schedule, pool)? {
         config.observer.on_event(Event::Warning(&notice));
     }
-    let connects = Arc::new(connections::ConnectLog::default());
+    let connects = Arc::new(transport::ConnectLog::default());
     let transport = transport::Transport::new(
         connects.clone(),
         pool,

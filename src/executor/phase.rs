@@ -9,25 +9,13 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::context::{ended_early, Context, InFlight, PhaseState};
 use super::observe::stopped;
 use super::send::dispatch;
-use super::{resources, Context, Event, InFlight, PhaseRun, BODIES_AHEAD};
+use super::{resources, Event, PhaseRun, BODIES_AHEAD};
 use crate::plan::Load;
 use crate::planner::{PhaseSchedule, ScheduledRequest};
 use crate::records::{LogLine, PhaseEnd, PhaseStart};
-
-/// One running phase, as its requests see it.
-pub(super) struct PhaseState {
-    /// The phase's index in the run.
-    pub index: usize,
-    /// Requests sent.
-    pub sent: AtomicU64,
-    /// Its requests in flight.
-    pub in_flight: InFlight,
-    /// Set (with the reason) when the phase was ended early: its requests in flight are then
-    /// cancelled.
-    pub ended: watch::Receiver<Option<String>>,
-}
 
 /// Runs the phases of one group together, each from its offset, and returns when every one
 /// has ended (and drained, where it asks).
@@ -86,14 +74,6 @@ pub(super) async fn run_group(
     while phases.join_next().await.is_some() {}
 }
 
-/// Waits until the phase is ended early; never returns otherwise (nor once its control is
-/// gone).
-pub(super) async fn ended_early(ended: &mut watch::Receiver<Option<String>>) {
-    if ended.wait_for(|reason| reason.is_some()).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 async fn run_phase(
     context: &Arc<Context>,
     run: PhaseRun,
@@ -140,12 +120,9 @@ async fn run_phase(
                     _ = stopped(&mut cancel) => break,
                     _ = ended_early(&mut ended) => break,
                 }
-                let context = context.clone();
-                let state = state.clone();
-                context.in_flight.enter();
-                state.in_flight.enter();
+                let ticket = context.enter(&state);
                 tokio::spawn(async move {
-                    dispatch(&context, &state, request, body, Some(intended), deadline).await;
+                    dispatch(ticket, request, body, Some(intended), deadline).await;
                 });
             }
             if matches!(phase.load_model, Load::AtOnce(_)) {
@@ -189,13 +166,12 @@ async fn run_phase(
                             _ = ended_early(&mut ended) => None,
                         };
                         let Some((request, body)) = next else { break };
-                        context.in_flight.enter();
-                        state.in_flight.enter();
+                        let ticket = context.enter(&state);
                         // Boxed: a request's state (2 KB) is allocated and freed by each
                         // request, on the thread running it, rather than held by the user's task
                         // from its spawn to the phase's end (the next phase's users then reuse
                         // it instead of new memory).
-                        Box::pin(dispatch(&context, &state, request, body, None, deadline)).await;
+                        Box::pin(dispatch(ticket, request, body, None, deadline)).await;
                     }
                 });
             }

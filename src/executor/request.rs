@@ -5,75 +5,16 @@
 //! kept (in one buffer, not one allocation per token) and counted later by the recorder, off the
 //! I/O tasks.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
-use super::transport::{Outgoing, ResponseBody, SendFailure, Transport};
+pub use super::template::RequestTemplate;
+use super::transport::{Outgoing, Response, ResponseBody, SendFailure, Transport};
 use crate::api::sse::SseParser;
-use crate::api::{BodyOptions, Dialect, Generated, ServerError, Usage};
-use crate::planner::Prompt;
-use crate::records::{request_id_text, ErrorClass};
-
-/// Everything about requests that does not change from one to the next.
-#[derive(Clone)]
-pub struct RequestTemplate {
-    /// Parsed once: every request would otherwise parse it again.
-    pub url: reqwest::Url,
-    /// How requests are spoken and answers read.
-    pub dialect: &'static dyn Dialect,
-    /// What every body asks for besides its prompt.
-    pub options: BodyOptions,
-    /// The headers carrying the API key, as the dialect sends it (`Authorization: Bearer …`),
-    /// marked sensitive so they never print.
-    pub credentials: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
-    /// The plan's extra headers (secret ones marked sensitive).
-    pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
-    /// Per request, from the send to the end of the response.
-    pub timeout: Duration,
-    /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
-    pub request_id_prefix: String,
-    /// The longest SSE line (or event) a response may hold, in bytes.
-    pub max_line: usize,
-    /// The most bytes a response may hold.
-    pub max_body: u64,
-}
-
-impl std::fmt::Debug for RequestTemplate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The auth header is deliberately left out.
-        f.debug_struct("RequestTemplate")
-            .field("url", &self.url)
-            .field("dialect", &self.dialect)
-            .field("model", &self.options.model)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RequestTemplate {
-    /// The body of a request with this prompt and output length.
-    pub fn body(&self, prompt: &Prompt, max_tokens: u32) -> Bytes {
-        Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
-    }
-
-    /// Adds the run's credentials and extra headers to `headers`.
-    pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
-        for (name, value) in self.credentials.iter() {
-            headers.insert(name.clone(), value.clone());
-        }
-        for (name, value) in self.headers.iter() {
-            headers.append(name.clone(), value.clone());
-        }
-    }
-
-    /// Whether answers are streamed.
-    pub fn stream(&self) -> bool {
-        self.options.stream
-    }
-}
+use crate::api::{Dialect, Generated, ServerError, Usage};
+use crate::error::shorten;
+use crate::records::ErrorClass;
 
 /// What one request produced, before token counting.
 #[derive(Debug, Default)]
@@ -124,17 +65,6 @@ fn error_message(body: &[u8]) -> String {
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     shorten(&message)
-}
-
-/// `text`, trimmed and cut to 200 characters, for error details.
-pub fn shorten(text: &str) -> String {
-    let text = text.trim();
-    if text.chars().count() > 200 {
-        let cut: String = text.chars().take(200).collect();
-        format!("{cut}…")
-    } else {
-        text.to_string()
-    }
 }
 
 impl Exchange {
@@ -213,16 +143,6 @@ impl Exchange {
 const X_REQUEST_ID: reqwest::header::HeaderName =
     reqwest::header::HeaderName::from_static("x-request-id");
 
-impl RequestTemplate {
-    /// The `x-request-id` header of a request: unique to the run, so that the request can be
-    /// found in the server's logs (vLLM and others take it as their request id) and matched with
-    /// the simulator's write times.
-    pub fn request_id(&self, phase: usize, seq: u64) -> HeaderValue {
-        HeaderValue::from_str(&request_id_text(&self.request_id_prefix, phase, seq))
-            .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
-    }
-}
-
 /// Sends `body` and reads the whole response into `exchange`. `sent_at` is the actual send time.
 /// Returns when the response is complete or has failed; the caller applies the timeout and can
 /// drop this future at any point, keeping what `exchange` holds so far.
@@ -239,6 +159,37 @@ pub async fn exchange(
     sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) {
+    let Some(mut response) = send(
+        transport, template, body, body_again, request_id, sent_at, exchange,
+    )
+    .await
+    else {
+        return;
+    };
+    exchange.connect_us = response.connect.map(|d| d.as_micros() as u64);
+    let sent_at = *sent_at;
+    let status = response.status;
+    exchange.http_status = Some(status);
+    if !(200..300).contains(&status) {
+        read_error(&mut response.body, status, sent_at, exchange).await;
+    } else if template.stream() {
+        read_stream(&mut response, template, sent_at, exchange).await;
+    } else {
+        read_whole(&mut response.body, template, sent_at, exchange).await;
+    }
+}
+
+/// Sends the request (once more, on another connection, when a pooled keep-alive connection
+/// turns out closed) and returns the response's head; `None` once a failure is in `exchange`.
+async fn send(
+    transport: &Transport,
+    template: &RequestTemplate,
+    body: Bytes,
+    body_again: &(dyn Fn() -> Bytes + Sync),
+    request_id: HeaderValue,
+    sent_at: &mut Instant,
+    exchange: &mut Exchange,
+) -> Option<Response> {
     let headers = [
         (
             reqwest::header::CONTENT_TYPE,
@@ -247,7 +198,7 @@ pub async fn exchange(
         (X_REQUEST_ID, request_id),
     ];
     let mut body = Some(body);
-    let mut response = loop {
+    loop {
         let outgoing = Outgoing {
             url: &template.url,
             body: Some(body.take().unwrap_or_else(body_again)),
@@ -257,7 +208,7 @@ pub async fn exchange(
         // Boxed: sending's state (request building, the pool, hyper's dispatch) lives only
         // until the response's head, not for the whole stream.
         match Box::pin(transport.send(outgoing)).await {
-            Ok(response) => break response,
+            Ok(response) => return Some(response),
             // A server may close a keep-alive connection it advertised as open (llama.cpp's
             // server does when a request lands on one of its short-lived threads). The request
             // then dies on the pooled connection before any byte of a response: a transport
@@ -282,83 +233,99 @@ pub async fn exchange(
                     }
                 };
                 exchange.fail(class, err.detail);
-                return;
+                return None;
             }
         }
-    };
-    // Not held while the answer streams.
-    drop(headers);
-    exchange.connect_us = response.connect.map(|d| d.as_micros() as u64);
-    let sent_at = *sent_at;
-    let status = response.status;
-    exchange.http_status = Some(status);
-    if !(200..300).contains(&status) {
-        // An error's message is in its first bytes; the rest of a huge body is not read.
-        let body = read_capped(&mut response.body, ERROR_BODY_BYTES)
-            .await
-            .unwrap_or_default();
-        exchange.end_us = micros_since(sent_at, Instant::now());
-        let class = match status {
-            429 => ErrorClass::Http429,
-            400..=499 => ErrorClass::Http4xx,
-            _ => ErrorClass::Http5xx,
-        };
-        exchange.fail(class, format!("HTTP {status}: {}", error_message(&body)));
-        return;
     }
+}
+
+/// Reads an error response's message (its first bytes only: the rest of a huge body is not
+/// read) into `exchange`'s failure, classed by its status.
+async fn read_error(
+    body: &mut ResponseBody,
+    status: u16,
+    sent_at: Instant,
+    exchange: &mut Exchange,
+) {
+    let body = read_capped(body, ERROR_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    exchange.end_us = micros_since(sent_at, Instant::now());
+    let class = match status {
+        429 => ErrorClass::Http429,
+        400..=499 => ErrorClass::Http4xx,
+        _ => ErrorClass::Http5xx,
+    };
+    exchange.fail(class, format!("HTTP {status}: {}", error_message(&body)));
+}
+
+/// Reads a whole non-streamed answer into `exchange`.
+async fn read_whole(
+    body: &mut ResponseBody,
+    template: &RequestTemplate,
+    sent_at: Instant,
+    exchange: &mut Exchange,
+) {
+    match read_capped(body, template.max_body).await {
+        Ok(body) if body.len() as u64 > template.max_body => {
+            exchange.end_us = micros_since(sent_at, Instant::now());
+            exchange.fail(
+                ErrorClass::TooLarge,
+                format!(
+                    "the response is larger than max-body ({} bytes)",
+                    template.max_body
+                ),
+            );
+        }
+        Ok(body) => {
+            exchange.end_us = micros_since(sent_at, Instant::now());
+            let text = String::from_utf8_lossy(&body);
+            let mut generated = Generated::new(&mut exchange.text);
+            match template.dialect.decode_body(&text, &mut generated) {
+                Ok(decoded) => {
+                    if let Some(ServerError::Object(message) | ServerError::Event(message)) =
+                        decoded.error
+                    {
+                        exchange.fail(
+                            ErrorClass::StreamError,
+                            format!("the server answered with an error: {}", shorten(&message)),
+                        );
+                    } else if decoded.finish_reason.is_none() && exchange.text.is_empty() {
+                        exchange.fail(ErrorClass::Malformed, "the response has no choices");
+                    }
+                    exchange.finish_reason = decoded.finish_reason;
+                    exchange.usage = decoded.usage;
+                }
+                Err(err) => exchange.fail(
+                    ErrorClass::Malformed,
+                    format!("the response is not valid JSON: {err}"),
+                ),
+            }
+            // A non-streamed response has no first-token time.
+            exchange.done = true;
+        }
+        Err(err) => {
+            exchange.end_us = micros_since(sent_at, Instant::now());
+            exchange.fail(
+                ErrorClass::StreamBroken,
+                format!("the response body broke off: {err}"),
+            );
+        }
+    }
+}
+
+/// Reads a streamed answer event by event into `exchange`, each read timestamped before it is
+/// parsed.
+async fn read_stream(
+    response: &mut Response,
+    template: &RequestTemplate,
+    sent_at: Instant,
+    exchange: &mut Exchange,
+) {
     let content_type = response
         .content_type
         .take()
         .unwrap_or_else(|| "none".to_string());
-    if !template.stream() {
-        match read_capped(&mut response.body, template.max_body).await {
-            Ok(body) if body.len() as u64 > template.max_body => {
-                exchange.end_us = micros_since(sent_at, Instant::now());
-                exchange.fail(
-                    ErrorClass::TooLarge,
-                    format!(
-                        "the response is larger than max-body ({} bytes)",
-                        template.max_body
-                    ),
-                );
-            }
-            Ok(body) => {
-                exchange.end_us = micros_since(sent_at, Instant::now());
-                let text = String::from_utf8_lossy(&body);
-                let mut generated = Generated::new(&mut exchange.text);
-                match template.dialect.decode_body(&text, &mut generated) {
-                    Ok(decoded) => {
-                        if let Some(ServerError::Object(message) | ServerError::Event(message)) =
-                            decoded.error
-                        {
-                            exchange.fail(
-                                ErrorClass::StreamError,
-                                format!("the server answered with an error: {}", shorten(&message)),
-                            );
-                        } else if decoded.finish_reason.is_none() && exchange.text.is_empty() {
-                            exchange.fail(ErrorClass::Malformed, "the response has no choices");
-                        }
-                        exchange.finish_reason = decoded.finish_reason;
-                        exchange.usage = decoded.usage;
-                    }
-                    Err(err) => exchange.fail(
-                        ErrorClass::Malformed,
-                        format!("the response is not valid JSON: {err}"),
-                    ),
-                }
-                // A non-streamed response has no first-token time.
-                exchange.done = true;
-            }
-            Err(err) => {
-                exchange.end_us = micros_since(sent_at, Instant::now());
-                exchange.fail(
-                    ErrorClass::StreamBroken,
-                    format!("the response body broke off: {err}"),
-                );
-            }
-        }
-        return;
-    }
     let mut parser = SseParser::with_max_line(template.max_line);
     let stream = &mut response.body;
     let mut last_usage_completion = 0u64;
@@ -473,16 +440,6 @@ async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, Strin
 
 /// How many times a request is re-sent after a pooled connection was found closed.
 const MAX_CONNECTION_RETRIES: u32 = 1;
-
-/// The innermost cause of a transport error, as people read it (reqwest's outer message
-/// repeats the URL, which says nothing new).
-pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut current = err;
-    while let Some(next) = current.source() {
-        current = next;
-    }
-    shorten(&current.to_string())
-}
 
 #[cfg(test)]
 mod tests {

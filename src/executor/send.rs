@@ -2,36 +2,34 @@
 //! record to the recorder (never lost, even if its task dies).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::context::{ended_early, InFlightTicket};
 use super::observe::stopped;
-use super::phase::{ended_early, PhaseState};
 use super::recorder::{Finished, Message};
 use super::request::{self, Exchange};
-use super::{Context, Event};
+use super::Event;
 use crate::planner::ScheduledRequest;
 use crate::records::ErrorClass;
 
 /// Sends a request, or (for the first turn of a conversation) the whole conversation, one turn
-/// after another. The caller has already counted the request in `in_flight`.
+/// after another. `ticket` counts the request in flight until its record is handed over.
 pub(super) async fn dispatch(
-    context: &Arc<Context>,
-    state: &Arc<PhaseState>,
+    ticket: InFlightTicket,
     request: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
     deadline: Option<Instant>,
 ) {
-    match (request.turn, context.schedule.conversation()) {
+    match (request.turn, ticket.context.schedule.conversation()) {
         // Boxed, so that single requests do not carry a conversation's state.
         (Some(1), Some(conversation)) if conversation.turns > 1 => {
-            Box::pin(converse(context, state, request, body, intended, deadline)).await
+            Box::pin(converse(ticket, request, body, intended, deadline)).await
         }
         _ => {
-            execute(context, state, request, body, intended, false).await;
+            execute(ticket, request, body, intended, false).await;
         }
     }
 }
@@ -40,8 +38,7 @@ pub(super) async fn dispatch(
 /// user's think time, then sends the history with a new message. It ends early when a turn
 /// fails (there is no answer to go on from), when the phase's sending ends, or on a stop.
 async fn converse(
-    context: &Arc<Context>,
-    state: &Arc<PhaseState>,
+    ticket: InFlightTicket,
     first: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
@@ -49,11 +46,10 @@ async fn converse(
 ) {
     // The conversation counts as in flight while it thinks, so that a burst (or a phase that
     // drains) waits for its last turn.
-    context.in_flight.enter();
-    state.in_flight.enter();
-    let _hold = ConversationHold { context, state };
+    let hold = ticket.context.enter(&ticket.state);
+    let (context, state) = (&hold.context, &hold.state);
     let turns = context.schedule.conversation().map_or(1, |c| c.turns);
-    let mut answer = execute(context, state, first, body, intended, true).await;
+    let mut answer = execute(ticket, first, body, intended, true).await;
     // Rebuilt rather than kept from the body builder: it is cheap, and only conversations need it.
     let mut history = crate::planner::as_messages(context.prompts.prompt(&first));
     let mut input = first.input_tokens;
@@ -87,22 +83,7 @@ async fn converse(
         let body = context
             .template(state.index)
             .body(&prompt, request.output_tokens);
-        context.in_flight.enter();
-        state.in_flight.enter();
-        answer = execute(context, state, request, body, None, true).await;
-    }
-}
-
-/// A conversation's own place in the in-flight counts, left when it ends (however it ends).
-struct ConversationHold<'a> {
-    context: &'a Arc<Context>,
-    state: &'a Arc<PhaseState>,
-}
-
-impl Drop for ConversationHold<'_> {
-    fn drop(&mut self) {
-        self.state.in_flight.leave();
-        self.context.in_flight.leave();
+        answer = execute(context.enter(state), request, body, None, true).await;
     }
 }
 
@@ -111,25 +92,26 @@ impl Drop for ConversationHold<'_> {
 /// answer's text when `keep_answer` asks and the request succeeded (a conversation goes on
 /// from it).
 async fn execute(
-    context: &Arc<Context>,
-    state: &Arc<PhaseState>,
+    ticket: InFlightTicket,
     request: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
     keep_answer: bool,
 ) -> Option<String> {
+    // Until the record is handed over, a panic in this task still records the request (as the
+    // client's failure), and the ticket leaves the in-flight counts: a run never hangs on a
+    // dead task.
+    let mut guard = InFlightGuard {
+        ticket,
+        pending: None,
+    };
+    let (context, state) = (&guard.ticket.context, &guard.ticket.state);
     let phase = state.index;
     let template = context.template(phase);
     let request_id = template.request_id(phase, request.seq);
     let mut sent_at = Instant::now();
     let intended_send_us = context.micros(intended.unwrap_or(sent_at));
-    // Until the record is handed over, a panic in this task still records the request (as the
-    // client's failure) and leaves the in-flight count: a run never hangs on a dead task.
-    let mut guard = InFlightGuard {
-        context,
-        state,
-        pending: Some((phase, request, intended_send_us)),
-    };
+    guard.pending = Some((phase, request, intended_send_us));
     state.sent.fetch_add(1, Ordering::Relaxed);
     context.observer.on_event(Event::RequestSent { phase });
     // Sized for the answer the plan asks for, so that reading it does not reallocate as it grows.
@@ -226,16 +208,15 @@ async fn execute(
     answer
 }
 
-/// A request in flight: leaves the count when dropped, and records the request as the
-/// client's failure if its task died before handing the record over.
-struct InFlightGuard<'a> {
-    context: &'a Arc<Context>,
-    state: &'a Arc<PhaseState>,
+/// A request in flight: records the request as the client's failure if its task died before
+/// handing the record over; its ticket then leaves the in-flight counts.
+struct InFlightGuard {
+    ticket: InFlightTicket,
     /// (phase, request, intended send µs) until the record is handed over.
     pending: Option<(usize, ScheduledRequest, u64)>,
 }
 
-impl Drop for InFlightGuard<'_> {
+impl Drop for InFlightGuard {
     fn drop(&mut self) {
         if let Some((phase, request, intended_send_us)) = self.pending.take() {
             let mut exchange = Exchange::default();
@@ -251,11 +232,10 @@ impl Drop for InFlightGuard<'_> {
                 exchange,
             };
             let _ = self
+                .ticket
                 .context
                 .records
                 .send(Message::Finished(Box::new(finished)));
         }
-        self.state.in_flight.leave();
-        self.context.in_flight.leave();
     }
 }

@@ -144,14 +144,11 @@ async fn scrape(
 ) -> std::result::Result<String, String> {
     let response = client.get(url.clone()).send().await.map_err(|e| {
         if e.is_connect() {
-            format!(
-                "cannot connect: {}",
-                crate::executor::request::root_cause(&e)
-            )
+            format!("cannot connect: {}", crate::error::root_cause(&e))
         } else if e.is_timeout() {
             format!("no answer within {}s", SCRAPE_TIMEOUT.as_secs())
         } else {
-            crate::executor::request::root_cause(&e)
+            crate::error::root_cause(&e)
         }
     })?;
     let status = response.status();

@@ -1,0 +1,80 @@
+//! What every request of a run has in common: where it goes, how it is spoken (the dialect and
+//! the body's options), its credentials and extra headers, its limits, and its `x-request-id`.
+//! Shared by the transport (which adds the headers) and the exchange (which builds the body).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::HeaderValue;
+
+use crate::api::{BodyOptions, Dialect};
+use crate::planner::Prompt;
+use crate::records::request_id_text;
+
+/// Everything about requests that does not change from one to the next.
+#[derive(Clone)]
+pub struct RequestTemplate {
+    /// Parsed once: every request would otherwise parse it again.
+    pub url: reqwest::Url,
+    /// How requests are spoken and answers read.
+    pub dialect: &'static dyn Dialect,
+    /// What every body asks for besides its prompt.
+    pub options: BodyOptions,
+    /// The headers carrying the API key, as the dialect sends it (`Authorization: Bearer …`),
+    /// marked sensitive so they never print.
+    pub credentials: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
+    /// The plan's extra headers (secret ones marked sensitive).
+    pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
+    /// Per request, from the send to the end of the response.
+    pub timeout: Duration,
+    /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
+    pub request_id_prefix: String,
+    /// The longest SSE line (or event) a response may hold, in bytes.
+    pub max_line: usize,
+    /// The most bytes a response may hold.
+    pub max_body: u64,
+}
+
+impl std::fmt::Debug for RequestTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The auth header is deliberately left out.
+        f.debug_struct("RequestTemplate")
+            .field("url", &self.url)
+            .field("dialect", &self.dialect)
+            .field("model", &self.options.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RequestTemplate {
+    /// The body of a request with this prompt and output length.
+    pub fn body(&self, prompt: &Prompt, max_tokens: u32) -> Bytes {
+        Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
+    }
+
+    /// Adds the run's credentials and extra headers to `headers`.
+    pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
+        for (name, value) in self.credentials.iter() {
+            headers.insert(name.clone(), value.clone());
+        }
+        for (name, value) in self.headers.iter() {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+
+    /// Whether answers are streamed.
+    pub fn stream(&self) -> bool {
+        self.options.stream
+    }
+}
+
+impl RequestTemplate {
+    /// The `x-request-id` header of a request: unique to the run, so that the request can be
+    /// found in the server's logs (vLLM and others take it as their request id) and matched with
+    /// the simulator's write times.
+    pub fn request_id(&self, phase: usize, seq: u64) -> HeaderValue {
+        HeaderValue::from_str(&request_id_text(&self.request_id_prefix, phase, seq))
+            .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
+    }
+}

@@ -1,0 +1,427 @@
+//! The direct HTTP/1.1 transport: hyper's client connection API driven directly, one pooled
+//! connection per request in flight (see the module above for why it exists).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use reqwest::header::HeaderValue;
+use reqwest::Url;
+use tokio::time::Instant;
+
+use super::{
+    client_limit, too_slow, Client, ConnectLog, Outgoing, Response, ResponseBody, SendError,
+    SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
+};
+use crate::error::root_cause;
+use crate::executor::template::RequestTemplate;
+
+/// The direct HTTP/1.1 transport.
+pub(super) struct Direct {
+    pool: Arc<Pool>,
+    log: Arc<ConnectLog>,
+    connect_timeout: Duration,
+}
+
+/// Idle connections, per server (`host:port`), the most recently used first out.
+struct Pool {
+    idle: Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>,
+    max_idle: usize,
+}
+
+impl Pool {
+    fn take(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.lock().ok()?;
+        let connections = idle.get_mut(key)?;
+        while let Some(connection) = connections.pop() {
+            if !connection.is_closed() {
+                return Some(connection);
+            }
+        }
+        None
+    }
+
+    /// Every idle connection to `key` still open, taken out of the pool.
+    fn take_all(&self, key: &str) -> Vec<SendRequest<Full<Bytes>>> {
+        let Ok(mut idle) = self.idle.lock() else {
+            return Vec::new();
+        };
+        let mut connections = idle.remove(key).unwrap_or_default();
+        connections.retain(|connection| !connection.is_closed());
+        connections
+    }
+
+    fn give_back(&self, key: &str, connection: SendRequest<Full<Bytes>>) {
+        if connection.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            let connections = idle.entry(key.to_string()).or_default();
+            if connections.len() < self.max_idle {
+                connections.push(connection);
+            }
+        }
+    }
+}
+
+/// A body from [`Direct`], holding its connection until the body ends.
+pub struct DirectBody {
+    body: hyper::body::Incoming,
+    /// The connection and its pool key, returned to the pool at the body's clean end.
+    connection: Option<(Arc<Pool>, String, SendRequest<Full<Bytes>>)>,
+}
+
+impl DirectBody {
+    pub(super) async fn next(&mut self) -> Option<Result<Bytes, String>> {
+        loop {
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                    // Trailers carry nothing a reader wants.
+                }
+                Some(Err(err)) => {
+                    self.connection = None;
+                    return Some(Err(root_cause(&err)));
+                }
+                None => {
+                    if let Some((pool, key, connection)) = self.connection.take() {
+                        pool.give_back(&key, connection);
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// A server as the direct transport reaches it.
+struct Server<'a> {
+    /// Its pool key, and the `Host` header: `host:port`, or `host` for the scheme's port.
+    key: String,
+    host: &'a str,
+    port: u16,
+}
+
+impl<'a> Server<'a> {
+    fn of(url: &'a Url) -> Self {
+        let host = url.host_str().unwrap_or_default();
+        Server {
+            key: match url.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            },
+            host,
+            port: url.port_or_known_default().unwrap_or(80),
+        }
+    }
+}
+
+impl Client for Direct {
+    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        let server = Server::of(outgoing.url);
+        let request = request(outgoing, &server.key)?;
+        // An idle connection whose server has closed it since is dropped, and the next tried.
+        let (mut connection, connect) = loop {
+            match self.pool.take(&server.key) {
+                Some(mut connection) => {
+                    if connection.ready().await.is_ok() {
+                        break (connection, None);
+                    }
+                }
+                None => {
+                    let (connection, took) = self.open(&server).await?;
+                    break (connection, Some(took));
+                }
+            }
+        };
+        let response = connection
+            .send_request(request)
+            .await
+            .map_err(|err| SendError {
+                kind: if connect.is_none()
+                    && (err.is_incomplete_message() || err.is_canceled() || err.is_closed())
+                {
+                    SendFailure::ClosedBeforeResponse
+                } else {
+                    SendFailure::Broken
+                },
+                detail: failed_before_response(&err),
+                connect,
+            })?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(Response {
+            status,
+            content_type,
+            body: ResponseBody::Direct(DirectBody {
+                body: response.into_body(),
+                connection: Some((self.pool.clone(), server.key, connection)),
+            }),
+            connect,
+        })
+    }
+
+    /// [`super::Transport::warm`] over the direct pool: the idle connections to the server are each
+    /// checked with a `GET` of `models` (one that fails is replaced), and new ones opened and
+    /// checked until there are `count`, [`WARM_AT_ONCE`] at a time. After the first failure no
+    /// more are begun, so that a server that cannot be reached costs one round of attempts
+    /// (at most [`WARM_TIMEOUT`]), not one round per [`WARM_AT_ONCE`] connections.
+    async fn warm(
+        &self,
+        models: &Url,
+        template: &RequestTemplate,
+        count: u64,
+    ) -> (u64, Option<String>) {
+        let server = Server::of(models);
+        let mut idle = self.pool.take_all(&server.key);
+        let jobs: Vec<_> = (0..count).map(|_| idle.pop()).collect();
+        for spare in idle {
+            self.pool.give_back(&server.key, spare);
+        }
+        let (server, failed) = (&server, &std::sync::atomic::AtomicBool::new(false));
+        let mut checks = futures_util::stream::iter(jobs)
+            .map(|idle| async move {
+                if failed.load(Ordering::Relaxed) {
+                    if let Some(connection) = idle {
+                        self.pool.give_back(&server.key, connection);
+                    }
+                    return None;
+                }
+                let checked = tokio::time::timeout(
+                    WARM_TIMEOUT,
+                    Box::pin(self.check(server, models, template, idle)),
+                );
+                let checked = checked.await.unwrap_or_else(|_| Err(too_slow()));
+                if checked.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                Some(checked)
+            })
+            .buffer_unordered(WARM_AT_ONCE);
+        let mut ok = 0;
+        let mut first_error = None;
+        while let Some(checked) = checks.next().await {
+            match checked {
+                Some(Ok(())) => ok += 1,
+                Some(Err(error)) => {
+                    first_error.get_or_insert(error);
+                }
+                None => {}
+            }
+        }
+        (ok, first_error)
+    }
+}
+
+impl Direct {
+    /// The open idle connections to `url`'s server, taken out of the pool (for tests).
+    #[cfg(test)]
+    pub(super) fn idle_to(&self, url: &Url) -> usize {
+        self.pool.take_all(&Server::of(url).key).len()
+    }
+
+    pub(super) fn new(log: Arc<ConnectLog>, max_idle: usize, connect_timeout: Duration) -> Direct {
+        Direct {
+            pool: Arc::new(Pool {
+                idle: Mutex::new(HashMap::new()),
+                max_idle,
+            }),
+            log,
+            connect_timeout,
+        }
+    }
+
+    /// Opens a connection to `server`, timed and logged.
+    async fn open(
+        &self,
+        server: &Server<'_>,
+    ) -> Result<(SendRequest<Full<Bytes>>, Duration), SendError> {
+        let started = Instant::now();
+        // Boxed: the connect's state would otherwise sit in every request's future for its
+        // whole life (10,000 streams hold 10,000 of them).
+        let opened = Box::pin(self.connect(server.host, server.port)).await;
+        let took = started.elapsed();
+        self.log.record(took, opened.is_ok());
+        opened
+            .map(|connection| (connection, took))
+            .map_err(|(kind, detail)| SendError {
+                kind,
+                detail,
+                connect: None,
+            })
+    }
+
+    /// Sends a `GET` of `models` on `idle` (or, when there is none or it fails, on a new
+    /// connection), reads the answer to its end and leaves the connection idle in the pool.
+    async fn check(
+        &self,
+        server: &Server<'_>,
+        models: &Url,
+        template: &RequestTemplate,
+        mut idle: Option<SendRequest<Full<Bytes>>>,
+    ) -> Result<(), String> {
+        loop {
+            let reused = idle.is_some();
+            let mut connection = match idle.take() {
+                Some(connection) => connection,
+                None => self.open(server).await.map_err(|e| e.detail)?.0,
+            };
+            let outgoing = Outgoing {
+                url: models,
+                body: None,
+                headers: &[],
+                template,
+            };
+            let request = request(outgoing, &server.key).map_err(|e| e.detail)?;
+            let answered = async {
+                connection.ready().await?;
+                let response = connection.send_request(request).await?;
+                let mut body = response.into_body();
+                while let Some(frame) = body.frame().await {
+                    frame?;
+                }
+                Ok::<(), hyper::Error>(())
+            };
+            match answered.await {
+                Ok(()) => {
+                    self.pool.give_back(&server.key, connection);
+                    return Ok(());
+                }
+                // The server closed it while it was idle: a new one takes its place.
+                Err(_) if reused => {}
+                Err(err) => return Err(failed_before_response(&err)),
+            }
+        }
+    }
+
+    /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
+    /// the HTTP/1.1 handshake, and the connection's own task.
+    async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<SendRequest<Full<Bytes>>, (SendFailure, String)> {
+        let literal = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>();
+        let addresses: Vec<SocketAddr> = match literal {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => match tokio::net::lookup_host((host, port)).await {
+                Ok(found) => found.collect(),
+                Err(err) => {
+                    return Err((
+                        SendFailure::Connect,
+                        format!("cannot connect to the target: cannot resolve {host}: {err}"),
+                    ))
+                }
+            },
+        };
+        let attempt = async {
+            let mut last_error = None;
+            for address in &addresses {
+                match tokio::net::TcpStream::connect(address).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(err) => last_error = Some(err),
+                }
+            }
+            Err(last_error.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no address found")
+            }))
+        };
+        let stream = match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => {
+                return Err(match client_limit(&err) {
+                    Some(limit) => (SendFailure::ClientLimit, limit),
+                    None => (
+                        SendFailure::Connect,
+                        format!("cannot connect to the target: {err}"),
+                    ),
+                })
+            }
+            Err(_) => {
+                return Err((
+                    SendFailure::Connect,
+                    format!(
+                        "cannot connect to the target: no connection within {} s",
+                        self.connect_timeout.as_secs_f64()
+                    ),
+                ))
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = hyper::client::conn::http1::Builder::new()
+            .read_buf_exact_size(Some(READ_BUFFER))
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|err| {
+                (
+                    SendFailure::Connect,
+                    format!("cannot connect to the target: {}", root_cause(&err)),
+                )
+            })?;
+        // The connection's I/O runs on its own task; it ends when the sender is dropped or the
+        // server closes the connection. Its error, if any, reaches the request reading it.
+        // Spawned as it is: an `async move` block around it would hold it twice (1,352 bytes
+        // instead of 672 per connection).
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+}
+
+/// `outgoing` as a request to `key` (`host:port`) for the direct transport: a `POST` of its
+/// body, or a `GET`.
+fn request(outgoing: Outgoing<'_>, key: &str) -> Result<hyper::Request<Full<Bytes>>, SendError> {
+    let url = outgoing.url;
+    let mut headers = outgoing.header_map();
+    // As reqwest does: a Host the plan sets itself is kept.
+    if let Ok(host_value) = HeaderValue::from_str(key) {
+        headers.entry(hyper::header::HOST).or_insert(host_value);
+    }
+    let mut request = hyper::Request::builder()
+        .method(if outgoing.body.is_some() {
+            hyper::Method::POST
+        } else {
+            hyper::Method::GET
+        })
+        .uri(match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        })
+        // The body is moved, not shared: hyper lets go of it once written.
+        .body(Full::new(outgoing.body.unwrap_or_default()))
+        .map_err(|e| SendError {
+            kind: SendFailure::Broken,
+            detail: format!("cannot build the request: {e}"),
+            connect: None,
+        })?;
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// What a request that the connection failed before any response says.
+fn failed_before_response(err: &hyper::Error) -> String {
+    format!(
+        "the connection failed before a response: {}",
+        root_cause(err)
+    )
+}
+
+/// Each connection's read buffer. A streamed chunk is a few hundred bytes, so 4 KiB holds
+/// several per read, while hyper's adaptive default (8 KiB, growing to 400 KiB under bursts) is
+/// most of a client's memory at 10,000 streams; a larger body simply takes more reads.
+const READ_BUFFER: usize = 4096;

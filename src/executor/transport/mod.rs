@@ -1,0 +1,472 @@
+//! How a request reaches the server: an HTTP/1.1 connection of its own, taken from a pool or
+//! opened for it, and timed.
+//!
+//! Two transports speak for the executor. Plain `http://` targets (every self-hosted engine,
+//! and every test and benchmark) go through [`Direct`]: hyper's HTTP/1.1 client connection API
+//! driven directly, one pooled connection per request in flight, IP literals connected without
+//! a resolver, each connection's setup timed for the request that opened it. It exists because
+//! the general-purpose client cost about 2.5× a bare hyper connection per request (request
+//! building, pool bookkeeping and a dispatch channel sized for its request type: measured in
+//! docs/performance.md), and that cost lands on the first wave's TTFT when hundreds of streams
+//! start at once. `https://` targets, and any target while an HTTP proxy is configured in the
+//! environment, go through reqwest, which brings TLS and proxies; its connector is wrapped to
+//! time the connections it opens, and a task-local slot gives each request the setup time of
+//! the connection it opened.
+//!
+//! Each transport is a file of its own behind one trait, [`Client`]: [`direct`] and
+//! [`via_reqwest`]; [`Transport`] picks one per URL. Every connection either opens is logged in
+//! a [`ConnectLog`].
+//!
+//! It is not for reading responses (see [`super::request`]) nor for deciding how many
+//! connections a phase needs (see [`super::connections`]).
+
+mod direct;
+mod via_reqwest;
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::Url;
+use tokio::time::Instant;
+
+use super::template::RequestTemplate;
+use crate::error::root_cause;
+use crate::records::Connections;
+use direct::{Direct, DirectBody};
+use via_reqwest::ViaReqwest;
+
+/// What a request asks of the transport.
+pub struct Outgoing<'a> {
+    /// Where it goes.
+    pub url: &'a Url,
+    /// The body to POST; `None` for a GET.
+    pub body: Option<Bytes>,
+    /// Headers besides the run's credentials and extra headers (which the template adds).
+    pub headers: &'a [(HeaderName, HeaderValue)],
+    /// The run's credentials and extra headers.
+    pub template: &'a RequestTemplate,
+}
+
+impl Outgoing<'_> {
+    /// Its headers, then the run's credentials and extra headers.
+    fn header_map(&self) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::with_capacity(self.headers.len() + 2);
+        for (name, value) in self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        self.template.add_credentials(&mut headers);
+        headers
+    }
+}
+
+/// The head of a response, and its body to read.
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `content-type` header, if any.
+    pub content_type: Option<String>,
+    /// The body, read frame by frame as it arrives.
+    pub body: ResponseBody,
+    /// How long opening a new connection for this request took (TCP connect, and the TLS
+    /// handshake over HTTPS); `None` when it reused an open one.
+    pub connect: Option<Duration>,
+}
+
+/// Why a request got no response.
+#[derive(Debug)]
+pub struct SendError {
+    /// What kind of failure.
+    pub kind: SendFailure,
+    /// What happened, in a sentence (never a header).
+    pub detail: String,
+    /// How long opening the connection took, if one was opened.
+    pub connect: Option<Duration>,
+}
+
+/// The kinds of [`SendError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendFailure {
+    /// The client ran out of something (file descriptors, ports): the client's failure.
+    ClientLimit,
+    /// No connection could be made.
+    Connect,
+    /// The connection attempt timed out.
+    Timeout,
+    /// A reused keep-alive connection was closed by the server before any of the response: a
+    /// transport race, worth one re-send on another connection.
+    ClosedBeforeResponse,
+    /// The connection failed before a response.
+    Broken,
+}
+
+/// A response body, read frame by frame.
+pub enum ResponseBody {
+    /// From [`Direct`]: the connection goes back to the pool once the body has been read to
+    /// its end.
+    Direct(DirectBody),
+    /// From reqwest.
+    Reqwest(Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>),
+}
+
+impl ResponseBody {
+    /// The next piece of the body; `None` at its end; an error (as people read it) when it
+    /// broke off.
+    pub async fn next(&mut self) -> Option<Result<Bytes, String>> {
+        match self {
+            ResponseBody::Direct(body) => body.next().await,
+            ResponseBody::Reqwest(stream) => stream
+                .next()
+                .await
+                .map(|read| read.map_err(|e| root_cause(&e))),
+        }
+    }
+}
+
+/// Every connection the client opened: when it was ready, how long it took, whether it worked.
+#[derive(Default)]
+pub struct ConnectLog {
+    opened: Mutex<Vec<(Instant, Duration, bool)>>,
+}
+
+impl ConnectLog {
+    pub(crate) fn record(&self, took: Duration, ok: bool) {
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.push((Instant::now(), took, ok));
+        }
+    }
+
+    /// The connections that were ready between `from` and `to`, and how long they took.
+    pub fn between(&self, from: Instant, to: Instant, warmed: u64) -> Connections {
+        let mut took: Vec<f64> = Vec::new();
+        let mut failed = 0;
+        if let Ok(opened) = self.opened.lock() {
+            for &(at, duration, ok) in opened.iter() {
+                if at >= from && at <= to {
+                    if ok {
+                        took.push(duration.as_secs_f64() * 1000.0);
+                    } else {
+                        failed += 1;
+                    }
+                }
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        Connections {
+            warmed,
+            opened: took.len() as u64,
+            failed,
+            connect_ms_p50: took.get(took.len() / 2).copied(),
+            connect_ms_max: took.last().copied(),
+        }
+    }
+}
+
+/// One way of carrying requests: how it sends one, and how it leaves connections open and
+/// checked before a phase's clock starts.
+pub(super) trait Client {
+    /// Sends `outgoing` and returns the response's head once it arrives.
+    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError>;
+
+    /// Leaves `count` connections to the server of `models` open, checked and idle in its pool.
+    /// Returns how many, and the first failure.
+    async fn warm(
+        &self,
+        models: &Url,
+        template: &RequestTemplate,
+        count: u64,
+    ) -> (u64, Option<String>);
+}
+
+/// The executor's HTTP client: [`Direct`] or reqwest, chosen per target URL.
+pub struct Transport {
+    direct: Direct,
+    reqwest: ViaReqwest,
+    /// reqwest for `http://` too: an HTTP proxy is configured in the environment.
+    proxied: bool,
+}
+
+impl Transport {
+    /// A transport whose every connection is logged in `log`, keeping up to `max_idle` idle
+    /// connections per server.
+    pub fn new(
+        log: Arc<ConnectLog>,
+        max_idle: usize,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        Ok(Transport {
+            reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout)?,
+            direct: Direct::new(log, max_idle, connect_timeout),
+            proxied: http_proxy_configured(),
+        })
+    }
+
+    /// Whether `url` goes over the direct transport.
+    fn direct_for(&self, url: &Url) -> bool {
+        url.scheme() == "http" && !self.proxied
+    }
+
+    /// Sends `outgoing` and returns the response's head once it arrives.
+    pub async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        if self.direct_for(outgoing.url) {
+            self.direct.send(outgoing).await
+        } else {
+            self.reqwest.send(outgoing).await
+        }
+    }
+
+    /// Leaves `count` connections to the server of `models` (its `GET /models` URL) open,
+    /// checked and idle in the pool, each having answered a `GET` of `models` with the run's
+    /// credentials (any answer proves the connection; the `GET` also restarts the server's
+    /// keep-alive timer). Returns how many, and the first failure.
+    pub async fn warm(
+        &self,
+        models: &Url,
+        template: &RequestTemplate,
+        count: u64,
+    ) -> (u64, Option<String>) {
+        if count == 0 {
+            return (0, None);
+        }
+        if self.direct_for(models) {
+            self.direct.warm(models, template, count).await
+        } else {
+            self.reqwest.warm(models, template, count).await
+        }
+    }
+}
+
+/// How long a warm-up request may take.
+pub(super) const WARM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a warm-up request that took longer than [`WARM_TIMEOUT`] says.
+pub(super) fn too_slow() -> String {
+    format!(
+        "no answer to GET /models within {} s",
+        WARM_TIMEOUT.as_secs()
+    )
+}
+
+/// How many connections the direct transport's warm-up opens or checks at once: 10,000 open in
+/// well under a second on loopback, a server's accept queue (128 to 4,096 in common servers)
+/// is not flooded, and the warm-up's own state stays small (10,000 requests at once raised the
+/// client's peak memory by 10–15 MB).
+pub(super) const WARM_AT_ONCE: usize = 256;
+
+/// Whether the environment configures a proxy for plain HTTP (reqwest honours it; the direct
+/// transport does not speak to proxies).
+fn http_proxy_configured() -> bool {
+    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+}
+
+/// When an I/O failure is the client itself running out of something (file descriptors,
+/// ephemeral ports, buffers), what; such failures are the client's, never the server's.
+pub(super) fn client_limit(io: &std::io::Error) -> Option<String> {
+    #[cfg(unix)]
+    {
+        let what = match io.raw_os_error()? {
+            libc::EMFILE => "the client ran out of file descriptors (EMFILE): raise `ulimit -n`",
+            libc::ENFILE => "the system ran out of file descriptors (ENFILE)",
+            libc::EADDRNOTAVAIL => {
+                "the client ran out of local ports (EADDRNOTAVAIL): too many connections opened and closed"
+            }
+            libc::ENOBUFS | libc::ENOMEM => "the client ran out of memory for sockets",
+            _ => return None,
+        };
+        Some(what.to_string())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = io;
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Api, SimSettings};
+
+    fn template(url: &Url) -> RequestTemplate {
+        RequestTemplate {
+            url: url.clone(),
+            dialect: Api::Completions.dialect(),
+            options: crate::api::BodyOptions {
+                model: "m".into(),
+                stream: true,
+                continuous_usage: false,
+                ignore_eos: false,
+                extra: Default::default(),
+            },
+            credentials: Default::default(),
+            headers: Default::default(),
+            timeout: Duration::from_secs(10),
+            request_id_prefix: "t".into(),
+            max_line: 1 << 20,
+            max_body: 1 << 20,
+        }
+    }
+
+    /// Runs `test` to its end on a single-threaded runtime.
+    fn on_a_runtime(test: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(test)
+    }
+
+    /// The simulator on a loopback port (serving while the first is kept), and its `GET
+    /// /models` URL.
+    async fn simulator() -> (crate::sim::SimServer, Url) {
+        let tokenizer = Arc::new(crate::tokens::Tokenizer::builtin("cl100k_base").unwrap());
+        let sim = crate::sim::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            SimSettings::default(),
+            tokenizer,
+        )
+        .await
+        .unwrap();
+        let url = format!("http://{}/v1/models", sim.addr).parse().unwrap();
+        (sim, url)
+    }
+
+    /// A transport keeping up to `max_idle` idle connections, its log, and whether it goes
+    /// through reqwest for plain HTTP as it does when a proxy is configured.
+    fn logged_transport(max_idle: usize, proxied: bool) -> (Arc<ConnectLog>, Transport) {
+        let log = Arc::new(ConnectLog::default());
+        let mut transport = Transport::new(log.clone(), max_idle, Duration::from_secs(5)).unwrap();
+        transport.proxied = proxied;
+        (log, transport)
+    }
+
+    /// Both transports, over loopback to the simulator: a first request opens a connection and
+    /// says how long that took; the next reuses it and says none; the body is whole.
+    #[test]
+    fn each_transport_times_the_connections_its_requests_open() {
+        on_a_runtime(async {
+            let (_sim, url) = simulator().await;
+            let template = template(&url);
+            for proxied in [false, true] {
+                // Proxied: as if a proxy were configured, reqwest carries plain HTTP too.
+                let (log, transport) = logged_transport(4, proxied);
+                for attempt in 0..2 {
+                    let outgoing = Outgoing {
+                        url: &url,
+                        body: None,
+                        headers: &[],
+                        template: &template,
+                    };
+                    let mut response = transport.send(outgoing).await.unwrap();
+                    assert_eq!(response.status, 200);
+                    let mut body = Vec::new();
+                    while let Some(read) = response.body.next().await {
+                        body.extend_from_slice(&read.unwrap());
+                    }
+                    assert!(String::from_utf8_lossy(&body).contains("\"data\""));
+                    assert_eq!(
+                        response.connect.is_some(),
+                        attempt == 0,
+                        "proxied {proxied}, attempt {attempt}"
+                    );
+                }
+                let from = tokio::time::Instant::now() - Duration::from_secs(60);
+                let opened = log.between(from, tokio::time::Instant::now(), 0);
+                assert_eq!(opened.opened, 1, "proxied {proxied}");
+            }
+        });
+    }
+
+    /// A warm-up opens what is missing and checks what is idle: 6 new connections, then none
+    /// for 6 again (the idle ones are reused, each answering once), then 3 for 9; over the
+    /// direct transport they are left idle in its pool.
+    #[test]
+    fn warming_opens_only_the_connections_missing_from_the_pool() {
+        on_a_runtime(async {
+            let (_sim, url) = simulator().await;
+            let template = template(&url);
+            for proxied in [false, true] {
+                // Proxied: reqwest's warm-up, all requests at once.
+                let (log, transport) = logged_transport(64, proxied);
+                let since = tokio::time::Instant::now();
+                let opened = || log.between(since, tokio::time::Instant::now(), 0).opened;
+                assert_eq!(transport.warm(&url, &template, 6).await, (6, None));
+                assert_eq!(opened(), 6, "proxied {proxied}");
+                assert_eq!(transport.warm(&url, &template, 6).await, (6, None));
+                assert_eq!(opened(), 6, "proxied {proxied}");
+                assert_eq!(transport.warm(&url, &template, 9).await, (9, None));
+                assert_eq!(opened(), 9, "proxied {proxied}");
+                if !proxied {
+                    assert_eq!(transport.direct.idle_to(&url), 9);
+                }
+            }
+        });
+    }
+
+    /// A server that cannot be reached costs the warm-up one round of attempts, not one per
+    /// 256 connections asked for.
+    #[test]
+    fn warming_stops_beginning_connections_after_a_failure() {
+        on_a_runtime(async {
+            // Port 9 (discard) is closed on loopback.
+            let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
+            let template = template(&url);
+            let (log, transport) = logged_transport(64, false);
+            let since = tokio::time::Instant::now();
+            let (ok, error) = transport.warm(&url, &template, 5_000).await;
+            assert_eq!(ok, 0);
+            assert!(error.unwrap().starts_with("cannot connect to the target"));
+            let attempts = log.between(since, tokio::time::Instant::now(), 0).failed;
+            assert!((1..=WARM_AT_ONCE as u64).contains(&attempts), "{attempts}");
+        });
+    }
+
+    #[test]
+    fn a_refused_connection_is_a_connect_failure() {
+        on_a_runtime(async {
+            // Port 9 (discard) is closed on loopback.
+            let url: Url = "http://127.0.0.1:9/v1/models".parse().unwrap();
+            let template = template(&url);
+            let (_, transport) = logged_transport(4, false);
+            let outgoing = Outgoing {
+                url: &url,
+                body: None,
+                headers: &[],
+                template: &template,
+            };
+            let error = transport.send(outgoing).await.err().unwrap();
+            assert_eq!(error.kind, SendFailure::Connect);
+            assert!(
+                error.detail.starts_with("cannot connect to the target"),
+                "{}",
+                error.detail
+            );
+        });
+    }
+
+    #[test]
+    fn connections_are_counted_in_their_window() {
+        let log = ConnectLog::default();
+        let before = Instant::now();
+        log.record(Duration::from_millis(3), true);
+        log.record(Duration::from_millis(9), true);
+        log.record(Duration::from_millis(1), false);
+        let after = Instant::now();
+        let c = log.between(before, after, 4);
+        assert_eq!((c.warmed, c.opened, c.failed), (4, 2, 1));
+        assert_eq!(c.connect_ms_max, Some(9.0));
+        assert_eq!(c.connect_ms_p50, Some(9.0));
+        let none = log.between(
+            after + Duration::from_secs(1),
+            after + Duration::from_secs(2),
+            0,
+        );
+        assert_eq!(none.opened, 0);
+        assert_eq!(none.connect_ms_max, None);
+    }
+}
