@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::fidelity::{self, TimingErrors};
 use crate::metrics::{self, Metric, PhaseMetrics};
-use crate::plan::{Endpoint, Load, Phase, Plan, RateShape, SimSettings};
+use crate::plan::{Endpoint, Load, Phase, Plan, SimSettings};
 use crate::records::{self, LogLine};
 use crate::session::{self, RunOptions};
 
@@ -59,20 +59,6 @@ pub struct Trial {
     pub plan: Plan,
 }
 
-/// The peak of a load: a ramp's highest rate, other loads as they are.
-pub fn peak(load: &Load) -> Load {
-    match load {
-        Load::Rate {
-            rate: rate @ RateShape::Ramp { .. },
-            arrivals,
-        } => Load::Rate {
-            rate: RateShape::Constant(rate.peak()),
-            arrivals: *arrivals,
-        },
-        other => other.clone(),
-    }
-}
-
 /// The trials for `plan`: one per distinct peak load (every step of a sweep, and a search's
 /// highest load), each `duration` long (a burst sends its requests once), against the
 /// in-process simulator.
@@ -81,7 +67,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
     let mut loads: Vec<(String, Load)> = plan
         .phases
         .iter()
-        .map(|phase| (phase.name.clone(), peak(&phase.load)))
+        .map(|phase| (phase.name.clone(), phase.load.at_peak()))
         .collect();
     if let Some(search) = &plan.search {
         // The highest load the search may probe, whatever it finds.
@@ -106,7 +92,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             engine: None,
             faults: Default::default(),
         };
-        let burst = matches!(load, Load::AtOnce(_));
+        let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the
         // measured phase starts, as after a plan's own warmup.
         // A closed loop's warmup ends by count, so that it drains before the measured phase
@@ -309,7 +295,7 @@ mod tests {
     use super::*;
     use crate::fidelity::ErrorSummary;
     use crate::metrics::Summary;
-    use crate::plan::parse_plan;
+    use crate::plan::{parse_plan, RateShape};
 
     const PLAN: &str = r#"
 plan "p" { seed 9 }

@@ -11,17 +11,16 @@
 
 use super::request::RequestTemplate;
 use super::transport::Transport;
-use crate::plan::Load;
 use crate::planner::PhaseSchedule;
 
 /// How many connections a phase holds at once: a closed loop's users, a burst's requests, an
 /// open loop's arrivals in its busiest second (it needs more when its answers take longer, and
 /// opens them as it goes: those are counted).
 pub fn needed(phase: &PhaseSchedule) -> u64 {
-    match &phase.load_model {
-        Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
-        open => open.peak_rate().unwrap_or(1.0).ceil() as u64,
-    }
+    phase
+        .load_model
+        .in_flight_within(std::time::Duration::from_secs(1))
+        .ceil() as u64
 }
 
 /// Leaves `count` connections to `template`'s server open and idle in the pool, each having

@@ -33,7 +33,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::plan::Load;
 use crate::planner::{PromptSource, Schedule};
 use crate::records::{LogLine, RunEnd, RunHeader, RunLine};
 use crate::timer::PreciseTimer;
@@ -244,10 +243,7 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
     let certain = schedule
         .loads()
         .iter()
-        .map(|load| match load {
-            Load::Concurrency(n) | Load::AtOnce(n) => *n as u64,
-            Load::Rate { .. } | Load::Trace(_) => 0,
-        })
+        .map(|load| load.fixed_in_flight().unwrap_or(0) as u64)
         .max()
         .unwrap_or(0);
     if certain + SPARE > limit {
@@ -275,10 +271,7 @@ fn pool_size(schedule: &Schedule, timeout: Duration) -> usize {
     let most = schedule
         .loads()
         .iter()
-        .map(|load| match load {
-            Load::Concurrency(n) | Load::AtOnce(n) => *n as f64,
-            open => open.peak_rate().unwrap_or(1.0) * timeout.as_secs_f64().min(60.0),
-        })
+        .map(|load| load.in_flight_within(timeout.min(Duration::from_secs(60))))
         .fold(1.0, f64::max);
     (most.ceil() as usize).clamp(1, crate::plan::limits::MAX_CONCURRENCY as usize)
 }

@@ -11,6 +11,7 @@ pub mod data;
 mod diagnostic;
 pub mod fmt;
 pub mod limits;
+mod load;
 mod parse;
 pub mod profiles;
 pub mod units;
@@ -19,6 +20,7 @@ pub mod units;
 pub use crate::api::Api;
 /// Metrics are named from the metric table, which every stage shares.
 pub use crate::metrics::table::{Metric, MetricKind};
+pub use load::{Arrivals, Load, LoadUnit, RateShape};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -305,7 +307,7 @@ impl Phase {
     /// A phase of `load` that starts after the ones before it and does not wait for its
     /// requests to drain (bursts do).
     pub fn new(name: impl Into<String>, load: Load) -> Phase {
-        let drain = matches!(load, Load::AtOnce(_));
+        let drain = load.drains();
         Phase {
             name: name.into(),
             load,
@@ -360,37 +362,6 @@ pub struct StartWith {
     pub offset: Duration,
 }
 
-/// What a load is counted in: a sweep's or a search's axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LoadUnit {
-    /// Requests per second (an open loop).
-    RequestsPerSecond,
-    /// Concurrent requests (a closed loop's users).
-    Concurrency,
-}
-
-impl LoadUnit {
-    /// The unit as reports write it.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            LoadUnit::RequestsPerSecond => "req/s",
-            LoadUnit::Concurrency => "concurrent",
-        }
-    }
-
-    /// The load of `value` in this unit.
-    pub fn load(self, value: f64, arrivals: Arrivals) -> Load {
-        match self {
-            LoadUnit::RequestsPerSecond => Load::Rate {
-                rate: RateShape::Constant(value),
-                arrivals,
-            },
-            LoadUnit::Concurrency => Load::Concurrency(value.round().max(1.0) as u32),
-        }
-    }
-}
-
 /// A phase that is one step of a sweep (or one probe of a search).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -440,95 +411,6 @@ pub enum Objective {
     Sla,
     /// At least this share of requests meet the plan's `slo` (DistServe's goodput attainment).
     Attainment(f64),
-}
-
-/// The load model of a phase: exactly one per phase.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Load {
-    /// Closed loop: this many workers, each sending its next request when the previous finishes.
-    Concurrency(u32),
-    /// Open loop: requests arrive on a schedule, whatever the server does.
-    /// Open loop: requests arrive on a schedule, whatever the server does.
-    Rate {
-        /// Requests per second, constant or ramped.
-        rate: RateShape,
-        /// How arrivals are spread.
-        arrivals: Arrivals,
-    },
-    /// A burst: this many requests released together.
-    AtOnce(u32),
-    /// An open loop whose arrivals (and request lengths) replay a trace file.
-    Trace(data::Trace),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-/// How an open loop's rate moves over its phase.
-pub enum RateShape {
-    /// Requests per second, constant over the phase.
-    Constant(f64),
-    /// Requests per second rising (or falling) linearly from `from` to `to` over the phase.
-    /// Requests per second rising (or falling) linearly from `from` to `to` over the phase.
-    Ramp {
-        /// The rate at the phase's start.
-        from: f64,
-        /// The rate at the phase's end.
-        to: f64,
-    },
-}
-
-impl RateShape {
-    /// The mean rate over the phase.
-    pub fn mean(self) -> f64 {
-        match self {
-            RateShape::Constant(rate) => rate,
-            RateShape::Ramp { from, to } => (from + to) / 2.0,
-        }
-    }
-
-    /// The highest rate over the phase.
-    pub fn peak(self) -> f64 {
-        match self {
-            RateShape::Constant(rate) => rate,
-            RateShape::Ramp { from, to } => from.max(to),
-        }
-    }
-}
-
-impl Load {
-    /// An open loop's (or a replay's) highest arrival rate, per second; `None` for a closed
-    /// loop or a burst, whose load is a number of requests in flight.
-    pub fn peak_rate(&self) -> Option<f64> {
-        match self {
-            Load::Rate { rate, .. } => Some(rate.peak()),
-            Load::Trace(trace) => Some(trace.peak_rate()),
-            Load::Concurrency(_) | Load::AtOnce(_) => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-/// How an open loop's arrivals are spread in time.
-pub enum Arrivals {
-    /// Exponential gaps, as independent users produce.
-    Poisson,
-    /// Evenly spaced; the first at once.
-    Constant,
-    /// Gamma-distributed inter-arrival times with this coefficient of variation (1 = Poisson,
-    /// above 1 burstier, below 1 smoother).
-    Gamma {
-        /// The coefficient of variation of the gaps.
-        cv: f64,
-    },
-}
-
-impl std::fmt::Display for Arrivals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Arrivals::Poisson => f.write_str("poisson"),
-            Arrivals::Constant => f.write_str("constant"),
-            Arrivals::Gamma { cv } => write!(f, "gamma cv={cv}"),
-        }
-    }
 }
 
 /// One SLA assertion, such as `ttft p99 < "500ms" phase="steady"`.

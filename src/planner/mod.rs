@@ -580,7 +580,7 @@ fn phase_schedule(
         planned_rate = Some(requests.len() as f64 / span.as_secs_f64().max(1e-3));
     }
     // A phase with a model or server of its own says so wherever its load is shown.
-    let mut load = describe_load(&phase.load);
+    let mut load = phase.load.describe();
     if let Some(model) = &phase.model {
         load.push_str(&format!(" · model {model}"));
     }
@@ -678,34 +678,6 @@ fn too_many(phase: &str) -> Error {
         "phase \"{phase}\" would schedule more than {MAX_SCHEDULED_REQUESTS} requests in all; \
          lower its rate, duration or requests"
     ))
-}
-
-/// A load model as people read it, e.g. `rate 1→16/s poisson`.
-pub fn describe_load(load: &Load) -> String {
-    use crate::plan::RateShape;
-    match load {
-        Load::Concurrency(n) => format!("concurrency {n}"),
-        Load::AtOnce(n) => format!("at-once {n}"),
-        Load::Rate {
-            rate: RateShape::Constant(r),
-            arrivals,
-        } => format!("rate {r}/s {arrivals}"),
-        Load::Rate {
-            rate: RateShape::Ramp { from, to },
-            arrivals,
-        } => {
-            format!("rate {from}→{to}/s {arrivals}")
-        }
-        Load::Trace(trace) => format!(
-            "trace {}{}",
-            trace.shown,
-            if trace.speed == 1.0 {
-                String::new()
-            } else {
-                format!(" ×{}", crate::plan::units::format_load(trace.speed))
-            }
-        ),
-    }
 }
 
 fn serialize_secs_plain<S: serde::Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -133,7 +133,7 @@ impl SearchSource {
             .schedule
             .probe(self.next_index, number, load, false)
             .map_err(|_| Stopped::Interrupted)?;
-        let closed_loop = matches!(measured.load_model, crate::plan::Load::Concurrency(_));
+        let closed_loop = !measured.load_model.is_open_loop();
         measured.group = group_number + usize::from(closed_loop && !group.is_empty());
         measured.offset = if closed_loop {
             std::time::Duration::ZERO
@@ -252,7 +252,7 @@ impl ProbeWatch {
             control,
             window_us: phase.duration.map(|d| d.as_micros() as u64),
             planned: (!phase.open_ended).then_some(phase.requests.len() as u64),
-            open_loop: !matches!(phase.load_model, crate::plan::Load::Concurrency(_)),
+            open_loop: phase.load_model.is_open_loop(),
             objectives: objectives
                 .iter()
                 .map(|o| Tally {

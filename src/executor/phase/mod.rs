@@ -1,21 +1,39 @@
 //! Running a group of phases: each phase's driver (open-loop pacer, closed-loop workers,
-//! burst), its offset within the group, its drain, and its early end.
+//! burst), its offset within the group, its drain, and its early end. Each driver is a file of
+//! its own: [`open_loop`] (rates, trace replays, bursts) and [`closed_loop`] (users).
+
+mod closed_loop;
+mod open_loop;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::context::{ended_early, Context, InFlight, PhaseState};
+use super::context::{Context, InFlight, PhaseState};
 use super::observe::stopped;
-use super::send::dispatch;
 use super::{resources, Event, PhaseRun, BODIES_AHEAD};
-use crate::plan::Load;
 use crate::planner::{PhaseSchedule, ScheduledRequest};
 use crate::records::{LogLine, PhaseEnd, PhaseStart};
+
+/// What a phase's driver is handed: the phase, its state and bodies, its clock, and the signals
+/// that end it.
+struct Drive<'a> {
+    context: &'a Arc<Context>,
+    state: &'a Arc<PhaseState>,
+    phase: &'a PhaseSchedule,
+    /// Request bodies, built ahead.
+    bodies: mpsc::Receiver<(ScheduledRequest, Bytes)>,
+    phase_start: Instant,
+    /// When the phase's duration ends, if it has one.
+    deadline: Option<Instant>,
+    /// Sending stops (the run is stopped).
+    cancel: watch::Receiver<bool>,
+    /// The phase is ended early.
+    ended: watch::Receiver<Option<String>>,
+}
 
 /// Runs the phases of one group together, each from its offset, and returns when every one
 /// has ended (and drained, where it asks).
@@ -87,12 +105,11 @@ async fn run_phase(
         in_flight: InFlight::default(),
         ended: run.control.subscribe(),
     });
-    let mut ended = state.ended.clone();
-    let (mut bodies, primed) = spawn_body_builder(context, &phase);
+    let (bodies, primed) = spawn_body_builder(context, &phase);
     let _ = primed.await;
     let phase_start = Instant::now();
     let phase_start_cpu = resources::cpu_seconds();
-    let open_loop = !matches!(phase.load_model, Load::Concurrency(_));
+    let open_loop = phase.load_model.is_open_loop();
     let start = PhaseStart {
         index: phase.index,
         name: phase.name.clone(),
@@ -108,98 +125,21 @@ async fn run_phase(
     };
     context.observer.on_event(Event::PhaseStarted(&start));
     context.log(LogLine::PhaseStart(start));
-    let deadline = phase.duration.map(|d| phase_start + d);
-
-    match phase.load_model {
-        Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
-            while let Some((request, body)) = bodies.recv().await {
-                let intended =
-                    phase_start + Duration::from_micros(request.intended_offset_us.unwrap_or(0));
-                tokio::select! {
-                    _ = context.timer.sleep_until(intended) => {}
-                    _ = stopped(&mut cancel) => break,
-                    _ = ended_early(&mut ended) => break,
-                }
-                let ticket = context.enter(&state);
-                tokio::spawn(async move {
-                    dispatch(ticket, request, body, Some(intended), deadline).await;
-                });
-            }
-            if matches!(phase.load_model, Load::AtOnce(_)) {
-                // A burst ends when it has drained, so its latency is its own.
-                tokio::select! {
-                    _ = state.in_flight.wait_empty() => {}
-                    _ = stopped(&mut cancel) => {}
-                    _ = ended_early(&mut ended) => {}
-                }
-            } else if let Some(deadline) = deadline.filter(|_| !phase.ended_by_count()) {
-                // Ended by its duration: the phase lasts its whole duration (arrivals simply
-                // fell short of its end). Ended by its request count first: it ends now, so
-                // that idle time is not counted as the phase's.
-                tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => {}
-                    _ = stopped(&mut cancel) => {}
-                    _ = ended_early(&mut ended) => {}
-                }
-            }
+    let drive = Drive {
+        context,
+        state: &state,
+        phase: &phase,
+        bodies,
+        phase_start,
+        deadline: phase.duration.map(|d| phase_start + d),
+        cancel: cancel.clone(),
+        ended: state.ended.clone(),
+    };
+    match phase.load_model.fixed_in_flight() {
+        Some(workers) if !phase.load_model.is_open_loop() => {
+            closed_loop::drive(drive, workers).await
         }
-        Load::Concurrency(workers) => {
-            let queue = Arc::new(tokio::sync::Mutex::new(bodies));
-            let mut tasks = tokio::task::JoinSet::new();
-            for _ in 0..workers {
-                let queue = queue.clone();
-                let context = context.clone();
-                let state = state.clone();
-                let mut cancel = cancel.clone();
-                let mut ended = ended.clone();
-                tasks.spawn(async move {
-                    loop {
-                        if *cancel.borrow()
-                            || ended.borrow().is_some()
-                            || deadline.is_some_and(|d| Instant::now() >= d)
-                        {
-                            break;
-                        }
-                        let next = tokio::select! {
-                            next = async { queue.lock().await.recv().await } => next,
-                            _ = stopped(&mut cancel) => None,
-                            _ = ended_early(&mut ended) => None,
-                        };
-                        let Some((request, body)) = next else { break };
-                        let ticket = context.enter(&state);
-                        // Boxed: a request's state (2 KB) is allocated and freed by each
-                        // request, on the thread running it, rather than held by the user's task
-                        // from its spawn to the phase's end (the next phase's users then reuse
-                        // it instead of new memory).
-                        Box::pin(dispatch(ticket, request, body, None, deadline)).await;
-                    }
-                });
-            }
-            // A shard may have no user of a small closed loop: it still lasts the phase's
-            // duration, so that its next phase starts when the other shards' do.
-            let all_done = async {
-                while tasks.join_next().await.is_some() {}
-                if workers == 0 {
-                    std::future::pending::<()>().await;
-                }
-            };
-            let deadline = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let no_deadline = phase.duration.is_none();
-            tokio::select! {
-                _ = all_done => {}
-                _ = deadline => {}
-                _ = stopped(&mut cancel) => {}
-                _ = ended_early(&mut ended) => {}
-                _ = async {}, if workers == 0 && no_deadline => {}
-            }
-            // Workers still holding a request finish it in the background and then stop.
-            tasks.detach_all();
-        }
+        _ => open_loop::drive(drive).await,
     }
     let client = match (&context.cpu, phase_start_cpu) {
         (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
