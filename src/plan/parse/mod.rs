@@ -18,6 +18,8 @@ mod sim;
 mod sla;
 mod steps;
 mod target;
+#[cfg(test)]
+mod tests;
 mod values;
 mod workload;
 

@@ -1,0 +1,547 @@
+//! The parser's tests over whole plans: every section, every diagnostic, includes and sweeps.
+
+use std::time::Duration;
+
+use crate::plan::*;
+
+const BASE: &str = "target \"sim\"\nworkload { input 64; output 8 }\nphase \"steady\" { rate 2; duration \"10s\" }\nphase \"warm\" { concurrency 1; requests 2; record #false }\n";
+
+fn parse(extra: &str) -> Result<Plan, PlanErrors> {
+    parse_plan("t.kdl", format!("{BASE}{extra}"))
+}
+
+fn messages(extra: &str) -> Vec<String> {
+    parse(extra)
+        .unwrap_err()
+        .diagnostics
+        .iter()
+        .map(|d| d.message.clone())
+        .collect()
+}
+
+fn plan_with(target: &str, workload: &str) -> Result<Plan, PlanErrors> {
+    parse_plan(
+        "t.kdl",
+        format!("target \"sim\" {{ {target} }}\nworkload {{ {workload} }}\nphase \"a\" {{ concurrency 1; requests 2 }}\n"),
+    )
+}
+
+fn errors_of(result: Result<Plan, PlanErrors>) -> Vec<String> {
+    result
+        .unwrap_err()
+        .diagnostics
+        .iter()
+        .map(|d| d.message.clone())
+        .collect()
+}
+
+#[test]
+fn request_options_are_read_and_llmloads_own_fields_refused() {
+    let plan = plan_with(
+        "sampling temperature=0.5 top-k=40 stop=\"x\"; body #\"{\"chat_template_kwargs\": {\"a\": 1}}\"#; header \"X-Team\" \"a\"; header \"X-Key\" env=\"K\"",
+        "input 8; output min=4 max=12; system \"hi\"; prefix 64 groups=3",
+    )
+    .unwrap();
+    assert_eq!(plan.target.body["temperature"], 0.5);
+    assert_eq!(plan.target.body["top_k"], 40);
+    assert_eq!(plan.target.body["chat_template_kwargs"]["a"], 1);
+    assert_eq!(
+        plan.target.headers[1].value,
+        HeaderValue::Secret("K".into())
+    );
+    assert_eq!(
+        plan.workload.output_spread,
+        Some(OutputSpread::Uniform { min: 4, max: 12 })
+    );
+    assert_eq!(plan.workload.prefix.len(), 3);
+    assert_eq!(plan.workload.system.as_deref(), Some("hi"));
+
+    let errors = errors_of(plan_with(
+        "sampling max-tokens=5; body #\"{\"stream\": false}\"#; body \"[1]\"; header \"Authorization\" \"x\"; header \"X-A\"",
+        "input 8; output min=9 max=3; prefix { group 0 }; conversation think=\"1s\"",
+    ));
+    let all = errors.join("\n");
+    for expected in [
+        "llmload sets `max_tokens`",
+        "llmload sets `stream`",
+        "`body` must be a JSON object",
+        "llmload sets `Authorization` itself",
+        "the header has no value",
+        "`min` is above `max`",
+        "out of range",
+        "`conversation` needs turns=N",
+    ] {
+        assert!(all.contains(expected), "{expected} not in {all}");
+    }
+}
+
+#[test]
+fn a_replay_only_plan_needs_no_lengths_but_others_do() {
+    let dir = std::env::temp_dir().join(format!("llmload-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.jsonl"),
+        "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n{\"timestamp\": 500, \"input_length\": 20, \"output_length\": 3}\n",
+    )
+    .unwrap();
+    let file = dir.join("plan.kdl");
+    let text = "target \"sim\"\nworkload { }\nphase \"r\" { trace \"t.jsonl\" speed=0.5 }\n";
+    let plan = parse_plan(file.to_str().unwrap(), text.into()).unwrap();
+    let Load::Trace(trace) = &plan.phases[0].load else {
+        panic!("a trace")
+    };
+    assert_eq!(trace.rows.len(), 2);
+    assert_eq!(trace.speed, 0.5);
+    let schedule = crate::planner::compile(&plan, 1).unwrap();
+    let offsets: Vec<_> = schedule.phases[0]
+        .requests
+        .iter()
+        .map(|r| (r.intended_offset_us, r.input_tokens))
+        .collect();
+    assert_eq!(offsets, vec![(Some(0), 10), (Some(1_000_000), 20)]);
+    let text = "target \"sim\"\nworkload { }\nphase \"r\" { trace \"t.jsonl\" }\nphase \"s\" { concurrency 1; requests 1 }\n";
+    let errors = errors_of(parse_plan(file.to_str().unwrap(), text.into()));
+    assert!(
+        errors.iter().any(|e| e.contains("no `input`")),
+        "{errors:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_shipped_chat_sla_plan_is_accepted() {
+    let text = include_str!("../../../plans/chat-sla.kdl");
+    let plan = parse_plan("chat-sla.kdl", text.to_string()).unwrap();
+    assert_eq!(plan.phases.len(), 4);
+    assert_eq!(plan.sla.len(), 4);
+    assert_eq!(plan.seed, 42);
+    assert_eq!(plan.workload.buckets.len(), 3);
+    assert!(plan.workload.ignore_eos);
+    assert_eq!(
+        plan.phases[1].load,
+        Load::Rate {
+            rate: RateShape::Ramp {
+                from: 1.0,
+                to: 16.0
+            },
+            arrivals: Arrivals::Poisson
+        }
+    );
+    assert_eq!(plan.phases[3].load, Load::AtOnce(64));
+    assert!(!plan.phases[0].record);
+    assert_eq!(plan.sla[0].phase.as_deref(), Some("steady"));
+    assert_eq!(plan.sla[0].threshold, 500.0);
+    assert_eq!(plan.sla[3].threshold, 0.01);
+}
+
+#[test]
+fn all_four_comparisons_including_the_property_spellings() {
+    for (text, op) in [
+        ("ttft p99 < \"500ms\"", Op::Lt),
+        ("ttft p99 <= \"500ms\"", Op::Le),
+        ("ttft p99 <=\"500ms\"", Op::Le),
+        ("ttft p99 > \"500ms\"", Op::Gt),
+        ("ttft p99 >= \"500ms\"", Op::Ge),
+        ("ttft p99 \"<=\" \"500ms\"", Op::Le),
+    ] {
+        let plan = parse(&format!("sla {{ {text} }}")).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(plan.sla[0].op, op, "{text}");
+        assert_eq!(plan.sla[0].threshold, 500.0, "{text}");
+    }
+}
+
+#[test]
+fn statistics_and_scalar_metrics() {
+    let plan = parse("sla { itl p99.9 < \"80ms\"; tpot mean < \"40ms\"; e2e max < \"2m\"; ttft p999 < \"1s\"; request-throughput > 1.5; output-throughput >= 100; error-rate < \"0.5%\"; timeout-rate <= \"0%\" }").unwrap();
+    assert_eq!(plan.sla[0].stat, Some(Stat::Percentile(99.9)));
+    assert_eq!(plan.sla[1].stat, Some(Stat::Mean));
+    assert_eq!(plan.sla[2].threshold, 120_000.0);
+    assert_eq!(plan.sla[3].stat, Some(Stat::Percentile(99.9)));
+    assert_eq!(plan.sla[4].threshold, 1.5);
+    assert_eq!(plan.sla[6].threshold, 0.005);
+    assert_eq!(plan.sla[0].text, "itl p99.9 < 80ms");
+}
+
+#[test]
+fn assertion_mistakes() {
+    assert_eq!(messages("sla { ttft q99 < \"1s\" }"), ["unknown statistic"]);
+    assert_eq!(
+        messages("sla { latency p99 < \"1s\" }"),
+        ["unknown metric `latency`"]
+    );
+    assert_eq!(
+        messages("sla { ttft p99 < \"1s\" phase=\"nope\" }"),
+        ["no phase is named \"nope\""]
+    );
+    assert_eq!(
+        messages("sla { ttft p99 < \"1s\" phase=\"warm\" }"),
+        ["phase \"warm\" is not recorded (record #false)"]
+    );
+    assert_eq!(
+        messages("sla { ttft p99 < 500 }"),
+        ["a bare number has no unit"]
+    );
+    assert_eq!(
+        messages("sla { error-rate < 0.01 }"),
+        ["expected a percentage string, found a number"]
+    );
+    assert_eq!(
+        messages("sla { ttft p99 \"500ms\" }"),
+        ["`ttft` needs a comparison and a threshold"]
+    );
+}
+
+#[test]
+fn every_mistake_is_reported_not_only_the_first() {
+    let errors = parse_plan(
+        "t.kdl",
+        "target \"sim\" { frob 1 }\nworkload { input 0; output 8 }\nphase \"a\" { rate -1; duration \"1s\" }\nphase \"b\" { rate 1; concurrency 2; duration \"1s\" }\nphase \"c\" { duration \"1s\" }\n".into(),
+    )
+    .unwrap_err();
+    let text: Vec<_> = errors
+        .diagnostics
+        .iter()
+        .map(|d| d.message.as_str())
+        .collect();
+    assert_eq!(text.len(), 5, "{text:?}");
+    assert!(text.contains(&"unknown node `frob` in `target`"));
+    assert!(text.contains(&"0 is out of range: it must be at least 1"));
+    assert!(text.contains(&"-1 is out of range: it must be greater than zero"));
+    assert!(text.contains(&"phase \"b\" has more than one load model"));
+    assert!(text.contains(&"phase \"c\" has no load model"));
+    assert!(errors.diagnostics.iter().all(|d| d.help.is_some()));
+}
+
+#[test]
+fn phase_rules() {
+    assert_eq!(
+        messages("phase \"r\" { rate from=1 to=5 ; requests 10 }"),
+        ["a ramp needs a `duration` to ramp over"]
+    );
+    assert_eq!(
+        messages("phase \"n\" { rate 1 }"),
+        ["phase \"n\" never ends"]
+    );
+    assert_eq!(
+        messages("phase \"b\" { at-once 4; duration \"1s\" }"),
+        ["an at-once phase has no duration or request limit"]
+    );
+    assert_eq!(
+        messages("phase \"g\" { rate 1; arrivals \"gamma\"; duration \"1s\" }"),
+        ["gamma arrivals need cv="]
+    );
+    assert_eq!(
+        messages("phase \"g\" { concurrency 1; arrivals \"poisson\"; duration \"1s\" }"),
+        ["`arrivals` applies only to open-loop phases"]
+    );
+    assert_eq!(
+        messages("phase \"steady\" { rate 1; duration \"1s\" }"),
+        ["phase \"steady\" is defined twice"]
+    );
+    assert_eq!(
+        messages("phase \"x\" { rate 0; duration \"1s\" }"),
+        ["0 is out of range: it must be greater than zero"]
+    );
+    let plan = parse("phase \"g\" { rate 3; arrivals \"gamma\" cv=2.5; duration \"1s\" }").unwrap();
+    assert_eq!(
+        plan.phases[2].load,
+        Load::Rate {
+            rate: RateShape::Constant(3.0),
+            arrivals: Arrivals::Gamma { cv: 2.5 }
+        }
+    );
+}
+
+#[test]
+fn target_and_workload_rules() {
+    let bad = |text: &str| {
+        parse_plan("t.kdl", text.to_string())
+            .unwrap_err()
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+    };
+    let phases = "phase \"a\" { rate 1; duration \"1s\" }";
+    assert_eq!(
+        bad(&format!("target \"http://h:1\" {{ api-key \"sk-123\" ; model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}")),
+        ["an API key is never written in a plan"]
+    );
+    assert_eq!(
+        bad(&format!(
+            "target \"http://h:1\"\nworkload {{ input 1; output 1 }}\n{phases}"
+        )),
+        ["the target has no `model`"]
+    );
+    assert_eq!(
+        bad(&format!(
+            "target \"ftp://h\" {{ model \"m\" }}\nworkload {{ input 1; output 1 }}\n{phases}"
+        )),
+        ["\"ftp://h\" is not an http:// or https:// URL"]
+    );
+    assert_eq!(
+        bad(&format!(
+            "target \"sim\" {{ stream \"yes\" }}\nworkload {{ input 1; output 1 }}\n{phases}"
+        )),
+        ["expected #true or #false, found a string"]
+    );
+    assert_eq!(
+        bad(&format!("target \"sim\"\nworkload {{ input 1 }}\n{phases}")),
+        ["the workload has no `output`"]
+    );
+    assert_eq!(
+        bad(&format!(
+            "target \"sim\"\nworkload {{ tokenizer \"gpt9\"; input 1; output 1 }}\n{phases}"
+        )),
+        ["unknown tokenizer \"gpt9\""]
+    );
+    assert_eq!(
+        bad(&format!(
+            "target \"sim\"\nworkload {{ input 1; output 1 weight=2 }}\n{phases}"
+        )),
+        ["unknown property `weight` on `output`"]
+    );
+    assert_eq!(
+        bad("workload { input 1; output 1 }"),
+        ["the plan has no `target`", "the plan has no `phase`"]
+    );
+}
+
+#[test]
+fn simulator_profiles_engines_and_faults() {
+    let plan = parse("sim { profile \"tiny\"; engine { max-seqs 8; step-base \"2ms\" }; faults { http-5xx \"2%\"; stall \"1s\" at-token=4 rate=\"10%\" } }").unwrap();
+    let engine = plan.sim.engine.unwrap();
+    assert_eq!(engine.max_seqs, 8);
+    assert_eq!(engine.step_base, Duration::from_millis(2));
+    assert_eq!(
+        engine.kv_cache_tokens,
+        profiles::builtin("tiny").unwrap().kv_cache_tokens
+    );
+    assert_eq!(plan.sim.faults.http_5xx, 0.02);
+    assert_eq!(
+        plan.sim.faults.stall,
+        Some(Stall {
+            duration: Duration::from_secs(1),
+            at_token: 4,
+            rate: 0.1
+        })
+    );
+    assert_eq!(
+        messages("sim { profile \"h200-magic\" }"),
+        ["no built-in profile is named \"h200-magic\""]
+    );
+    assert_eq!(
+        messages("sim { engine { warp-drive 9 } }"),
+        ["unknown node `warp-drive` in `engine`"]
+    );
+    assert_eq!(
+        messages("sim { engine { queue-full-status 500 } }"),
+        ["a full queue answers 429 or 503"]
+    );
+    assert_eq!(
+        messages("sim { faults { http-5xx 0.5 } }"),
+        ["expected a percentage string, found a number"]
+    );
+    assert_eq!(
+        messages("sim { engine { max-seqs 64; max-batched-tokens 32 } }"),
+        ["max-batched-tokens is below max-seqs: running sequences could not all decode in one step"]
+    );
+    let profile = parse_sim_profile("p.kdl", "sim { profile \"qwen2.5-7b-l4\" }".into()).unwrap();
+    assert_eq!(profile.engine.unwrap().max_seqs, 128);
+    assert!(parse_sim_profile("p.kdl", "target \"sim\"".into()).is_err());
+}
+
+#[test]
+fn kdl_syntax_errors_are_diagnostics_too() {
+    let errors = parse_plan("t.kdl", "target \"sim\" {\n timeout 60s\n}\n".into()).unwrap_err();
+    assert!(!errors.diagnostics.is_empty());
+    assert!(errors.render().contains("t.kdl"));
+}
+
+#[test]
+fn absurd_values_are_diagnostics_at_the_value() {
+    let cases = [
+        (
+            "target \"sim\" { timeout \"99999999999999999999h\" }",
+            "longest duration allowed",
+        ),
+        (
+            "target \"sim\" { timeout (h)1e300 }",
+            "longest duration allowed",
+        ),
+        ("target \"sim\" { timeout (s)-1 }", "is not a duration"),
+        (
+            "phase \"x\" { at-once 4000000000 }",
+            "it must be at most 100000",
+        ),
+        (
+            "phase \"x\" { concurrency 100001; duration \"1s\" }",
+            "it must be at most 100000",
+        ),
+        (
+            "phase \"x\" { rate 1e-300; duration \"1s\" }",
+            "fewer than one",
+        ),
+        (
+            "phase \"x\" { rate 1e-300; requests 5 }",
+            "longer than the longest phase",
+        ),
+        (
+            "phase \"x\" { rate 2e6; duration \"1s\" }",
+            "it must be at most 1000000",
+        ),
+        (
+            "phase \"x\" { rate 1e9; duration \"1h\" }",
+            "it must be at most 1000000",
+        ),
+        (
+            "phase \"x\" { rate 1000; duration \"10h\" }",
+            "more than a plan may",
+        ),
+        (
+            "phase \"x\" { rate 5; arrivals \"gamma\" cv=1e308; duration \"1s\" }",
+            "at most 10",
+        ),
+        (
+            "phase \"x\" { rate 5; arrivals \"gamma\" cv=0.001; duration \"1s\" }",
+            "from 0.01 to 10",
+        ),
+        (
+            "phase \"x\" { requests 30000000; concurrency 1 }",
+            "at most 20000000",
+        ),
+        (
+            "phase \"x\" { rate 5; duration \"31d\" }",
+            "longest duration allowed",
+        ),
+        (
+            "workload { input 999999999; output 1 }",
+            "it must be at most 4194304",
+        ),
+        (
+            "sim { engine { max-seqs 99999999999 } }",
+            "it must be at most 100000",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let text = if extra.starts_with("target") {
+            format!("{extra}\nworkload {{ input 1; output 1 }}\nphase \"p\" {{ rate 1; duration \"1s\" }}")
+        } else if extra.starts_with("workload") {
+            format!("target \"sim\"\n{extra}\nphase \"p\" {{ rate 1; duration \"1s\" }}")
+        } else {
+            format!("{BASE}{extra}")
+        };
+        let errors = parse_plan("t.kdl", text.clone()).unwrap_err();
+        let messages: Vec<_> = errors
+            .diagnostics
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect();
+        assert!(
+            messages.iter().any(|m| m.contains(expected)),
+            "{extra}: {messages:?}"
+        );
+        // Every diagnostic points into the plan, never at the whole file.
+        assert!(
+            errors.diagnostics.iter().all(|d| d.span.offset() > 0),
+            "{extra}"
+        );
+    }
+}
+
+#[test]
+fn plans_too_large_or_too_deep_are_refused_before_parsing() {
+    let deep = format!("{BASE}{}{}", "a {".repeat(5000), "}".repeat(5000));
+    let errors = parse_plan("t.kdl", deep).unwrap_err();
+    assert_eq!(errors.diagnostics.len(), 1);
+    assert!(errors.diagnostics[0]
+        .message
+        .contains("nest deeper than 32"));
+    let large = format!("{BASE}// {}\n", "x".repeat(limits::MAX_PLAN_BYTES as usize));
+    let errors = parse_plan("t.kdl", large).unwrap_err();
+    assert!(errors.diagnostics[0]
+        .message
+        .contains("more than the largest plan"));
+    let many: String = (0..1001)
+        .map(|i| format!("phase \"p{i}\" {{ rate 1; duration \"1s\" }}\n"))
+        .collect();
+    let errors = parse_plan(
+        "t.kdl",
+        format!("target \"sim\"\nworkload {{ input 1; output 1 }}\n{many}"),
+    )
+    .unwrap_err();
+    assert!(errors.diagnostics[0]
+        .message
+        .contains("more than 1000 phases"));
+}
+
+#[test]
+fn new_users_mistakes_get_the_hint_they_need() {
+    // A duration without quotes is a KDL syntax error: say durations are strings.
+    let errors = parse("phase \"d\" { rate 1; duration 2m }").unwrap_err();
+    let help = errors.diagnostics[0].help.clone().unwrap_or_default();
+    assert!(help.contains("write \"2m\""), "{help}");
+    let errors = parse("sla { error-rate < 1% }").unwrap_err();
+    let help = errors.diagnostics[0].help.clone().unwrap_or_default();
+    assert!(help.contains("write \"1%\""), "{help}");
+    // A statistic left out.
+    assert_eq!(
+        messages("sla { itl < \"50ms\" }"),
+        ["`itl` needs a statistic before the comparison"]
+    );
+    assert_eq!(
+        messages("sla { ttft <= \"50ms\" }"),
+        ["`ttft` needs a statistic"]
+    );
+    // A duplicate name is found whatever else is wrong with the phase.
+    let found = messages("phase \"steady\" { rate -1; duration \"1s\" }");
+    assert!(
+        found.contains(&"phase \"steady\" is defined twice".to_string()),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|m| m.contains("out of range")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_syntax_error_does_not_hide_the_mistakes_in_the_rest_of_the_plan() {
+    let text = "target \"sim\" { frob 1 }\nworkload { input 1; output 1 }\nphase \"a\" { rate 1; duration 5s }\nphase \"b\" { rate 0; duration \"1s\" }\nsla { ttft p99 < \"1s\" phase=\"a\"; e2e p99 < \"1s\" phase=\"zzz\" }\n";
+    let errors = parse_plan("t.kdl", text.into()).unwrap_err();
+    let found: Vec<_> = errors
+        .diagnostics
+        .iter()
+        .map(|d| d.message.clone())
+        .collect();
+    assert!(
+        found.iter().any(|m| m.contains("unknown node `frob`")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|m| m.contains("0 is out of range")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("no phase is named \"zzz\"")),
+        "{found:?}"
+    );
+    // Phase "a" could not be read, but it exists: naming it is not a mistake.
+    assert!(!found.iter().any(|m| m.contains("\"a\"")), "{found:?}");
+    assert!(
+        !found.iter().any(|m| m.contains("has no `phase`")),
+        "{found:?}"
+    );
+    // Diagnostics stay in file order, the syntax error among them.
+    let offsets: Vec<_> = errors.diagnostics.iter().map(|d| d.span.offset()).collect();
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "{offsets:?}");
+    // A broken target block is not "missing".
+    let errors = parse_plan("t.kdl", "target \"sim\" { timeout 60s }\nworkload { input 1; output 1 }\nphase \"a\" { rate 1; duration \"1s\" }\n".into()).unwrap_err();
+    assert!(
+        !errors.render().contains("has no `target`"),
+        "{}",
+        errors.render()
+    );
+}

@@ -1,0 +1,106 @@
+//! `sim`: the embedded simulator's settings (fixed delays or an engine model, and faults).
+
+use std::time::Duration;
+
+/// The embedded simulator (target `"sim"`, or `llmload sim`): fixed delays, or a model of a
+/// continuous-batching engine when `engine` is set; faults either way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSettings {
+    /// Fixed-delay mode: time to first token.
+    pub ttft: Duration,
+    /// Fixed-delay mode: time between tokens.
+    pub itl: Duration,
+    /// Each delay is stretched by a uniform random amount in [0, jitter].
+    pub jitter: Duration,
+    /// Fixed-delay mode: tokens per streamed chunk.
+    pub tokens_per_chunk: u32,
+    /// Seeds jitter, faults and generated text; the plan's seed unless the `sim` block sets one.
+    pub seed: u64,
+    /// The engine model; `None` serves every request alone with fixed delays.
+    pub engine: Option<EngineSettings>,
+    /// Injected failures.
+    pub faults: Faults,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        SimSettings {
+            ttft: Duration::from_millis(50),
+            itl: Duration::from_millis(10),
+            jitter: Duration::ZERO,
+            tokens_per_chunk: 1,
+            seed: 0,
+            engine: None,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A continuous-batching engine, after vLLM's scheduler (see docs/simulator.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// Most sequences running at once (vLLM's max_num_seqs).
+    pub max_seqs: u32,
+    /// Tokens one engine step may process (vLLM's max_num_batched_tokens): decodes first, then
+    /// chunks of prefill.
+    pub max_batched_tokens: u32,
+    /// KV cache capacity in tokens, allocated in blocks of `block_size`.
+    pub kv_cache_tokens: u64,
+    /// KV cache block size in tokens.
+    pub block_size: u32,
+    /// Reuse the KV blocks of prompt prefixes seen before (vLLM's automatic prefix caching, on
+    /// by default in vLLM V1): a request whose leading blocks are cached skips their prefill.
+    pub prefix_cache: bool,
+    /// prompt + max_tokens above this gets HTTP 400.
+    pub max_model_len: u32,
+    /// Requests waiting beyond this get `queue_full_status`.
+    pub max_waiting: u32,
+    /// The HTTP status a full queue answers (429 or 503).
+    pub queue_full_status: u16,
+    /// Step time = step_base + prefill tokens × prefill_per_token + decoding sequences ×
+    /// decode_per_seq + context tokens × attention_per_token.
+    pub step_base: Duration,
+    /// Step time per prefill token.
+    pub prefill_per_token: Duration,
+    /// Step time per decoding sequence.
+    pub decode_per_seq: Duration,
+    /// Step time per context token attended.
+    pub attention_per_token: Duration,
+}
+
+/// Faults the simulator injects, each at a rate (a fraction of requests).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Faults {
+    /// Share of requests answered with HTTP 500.
+    pub http_5xx: f64,
+    /// Share of requests answered with HTTP 429.
+    pub http_429: f64,
+    /// The connection is cut after a random token.
+    pub drop_mid_stream: f64,
+    /// One chunk of the stream is not valid JSON.
+    pub malformed_chunk: f64,
+    /// The stream stalls this long before the given token.
+    pub stall: Option<Stall>,
+    /// Response headers come this late.
+    pub slow_headers: Option<SlowHeaders>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+/// A stall injected into streams.
+pub struct Stall {
+    /// How long the stream stalls.
+    pub duration: Duration,
+    /// Before which token (from 1).
+    pub at_token: u32,
+    /// The share of requests it strikes.
+    pub rate: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+/// Response headers sent late.
+pub struct SlowHeaders {
+    /// How late.
+    pub delay: Duration,
+    /// The share of requests it strikes.
+    pub rate: f64,
+}

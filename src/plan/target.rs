@@ -1,0 +1,97 @@
+//! `target`: where requests go and how they are spoken (the endpoint, the API, credentials,
+//! streaming, limits, extra body fields and headers, the server's telemetry).
+
+use std::time::Duration;
+
+use super::Api;
+
+/// Where requests go and how they are spoken.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The server, or the embedded simulator.
+    pub endpoint: Endpoint,
+    /// The API dialect requests speak.
+    pub api: Api,
+    /// The `model` field of every request.
+    pub model: String,
+    /// Name of the environment variable that holds the API key. The key itself never enters the plan.
+    pub api_key_env: Option<String>,
+    /// Stream responses (SSE); without it only E2E latency can be measured.
+    pub stream: bool,
+    /// Per request, from the send to the end of the response.
+    pub timeout: Duration,
+    /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
+    /// gives exact tokens per chunk.
+    pub continuous_usage: bool,
+    /// The longest line (one SSE event) a response may hold, in bytes.
+    pub max_line: u64,
+    /// The most bytes a response may hold.
+    pub max_body: u64,
+    /// Where the server's Prometheus metrics are scraped from during the run.
+    pub metrics: MetricsSource,
+    /// How often they are scraped.
+    pub metrics_interval: Duration,
+    /// Fields merged into every request's body: sampling parameters and server-specific knobs.
+    pub body: serde_json::Map<String, serde_json::Value>,
+    /// Extra HTTP headers on every request.
+    pub headers: Vec<Header>,
+    /// Open the connections each group of phases needs before its clock starts (`connections
+    /// "warm"`, the default), or let requests open them and measure that (`"cold"`).
+    pub warm_connections: bool,
+}
+
+/// An extra HTTP header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: HeaderValue,
+}
+
+/// Where a header's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    /// Written in the plan: shown in reports.
+    Text(String),
+    /// A secret, read from this environment variable at run time and never written anywhere.
+    Secret(String),
+}
+
+/// The longest SSE line (or event) a response may hold unless the plan says otherwise.
+pub const DEFAULT_MAX_LINE: u64 = 1 << 20;
+/// The most bytes a response may hold unless the plan says otherwise.
+pub const DEFAULT_MAX_BODY: u64 = 256 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a run's requests go.
+pub enum Endpoint {
+    /// An OpenAI-compatible server at this base URL.
+    Url(String),
+    /// The embedded simulator, started in-process on a loopback port.
+    Simulator,
+}
+
+impl Endpoint {
+    /// `"sim"`, or an http:// or https:// base URL; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Endpoint> {
+        if text == "sim" {
+            Some(Endpoint::Simulator)
+        } else if text.starts_with("http://") || text.starts_with("https://") {
+            Some(Endpoint::Url(text.to_string()))
+        } else {
+            None
+        }
+    }
+}
+
+/// Where the target's server telemetry comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsSource {
+    /// The target's own `/metrics` (its base URL's, `/v1` left out), if it answers.
+    Auto,
+    /// This URL.
+    Url(String),
+    /// Not scraped.
+    Off,
+}

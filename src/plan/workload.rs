@@ -1,0 +1,103 @@
+//! `workload`: what each request asks for (the tokenizer, input-length buckets, output lengths,
+//! a dataset, shared prefixes, conversations, request options).
+
+use std::time::Duration;
+
+use super::data;
+
+/// What each request asks for.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Builds prompts of exact lengths, and counts tokens where the server sends no usage.
+    pub tokenizer: TokenizerSpec,
+    /// Input-length buckets, sampled by weight. A fixed length is one bucket.
+    pub buckets: Vec<Bucket>,
+    /// Output tokens asked for (`max_tokens`), unless a bucket says otherwise.
+    pub output_tokens: u32,
+    /// Ask the server for exactly the output length (`ignore_eos` and `min_tokens`).
+    pub ignore_eos: bool,
+    /// Output lengths drawn per request from a distribution, instead of `output_tokens`.
+    pub output_spread: Option<OutputSpread>,
+    /// A system message sent first in every chat.
+    pub system: Option<String>,
+    /// Shared prefixes: each request starts with one group's prefix (by weight).
+    pub prefix: Vec<PrefixGroup>,
+    /// Prompts taken from a dataset file instead of synthetic text.
+    pub dataset: Option<data::Dataset>,
+    /// Multi-turn conversations: each scheduled request starts one.
+    pub conversation: Option<Conversation>,
+}
+
+/// Multi-turn conversations: every turn sends the history so far (earlier user turns and the
+/// assistant's actual answers) and a new user message, one turn at a time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Conversation {
+    /// Turns per conversation.
+    pub turns: u32,
+    /// The user's think time between an answer and the next turn (the least, with `think_max`).
+    pub think: Duration,
+    /// Think times drawn uniformly from `think..=think_max`.
+    pub think_max: Option<Duration>,
+}
+
+/// Output lengths drawn per request (as peers' `--random-output-len` with a range ratio, or a
+/// normal distribution), always within `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OutputSpread {
+    /// Every length in `min..=max` equally likely.
+    Uniform {
+        /// The shortest.
+        min: u32,
+        /// The longest.
+        max: u32,
+    },
+    /// Normal around `mean`, cut to `min..=max`.
+    Normal {
+        /// Its mean.
+        mean: f64,
+        /// Its standard deviation.
+        stddev: f64,
+        /// The shortest.
+        min: u32,
+        /// The longest.
+        max: u32,
+    },
+}
+
+/// One shared prefix: requests of its group start with the same text of `tokens` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixGroup {
+    /// The prefix's length in tokens.
+    pub tokens: u32,
+    /// The group's share of requests, relative to the other groups'.
+    pub weight: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+/// The plan's tokenizer.
+pub enum TokenizerSpec {
+    /// A tokenizer built into the binary (`cl100k_base`, `o200k_base`).
+    Builtin(String),
+    /// A Hugging Face `tokenizer.json` on disk.
+    File(std::path::PathBuf),
+}
+
+impl std::fmt::Display for TokenizerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenizerSpec::Builtin(name) => f.write_str(name),
+            TokenizerSpec::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+/// One input length of the workload's mix.
+pub struct Bucket {
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Relative weight in the mix (> 0).
+    pub weight: f64,
+    /// Output length for requests of this bucket; the workload's `output` when absent.
+    pub output_tokens: Option<u32>,
+}
