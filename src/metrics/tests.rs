@@ -1,7 +1,9 @@
 //! Metric math on hand-made records.
 
 use super::*;
-use crate::records::{PhaseEnd, PhaseStart, RunEnd, RunHeader};
+use crate::records::{
+    ClientLoad, ErrorClass, PhaseEnd, PhaseStart, RunEnd, RunHeader, TokenSource,
+};
 
 fn header(exact: bool) -> RunHeader {
     RunHeader {

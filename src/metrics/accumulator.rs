@@ -1,0 +1,329 @@
+//! One scope's accumulator (a phase, or all recorded phases together): what it gathers from
+//! each record as it streams by, and the [`PhaseMetrics`] it finishes into over its windows of
+//! wall time.
+
+use super::aggregates::*;
+use super::profile::ProfileBuilder;
+use super::table::ttft_ms;
+use super::{meets, Distribution};
+use crate::plan::Slo;
+use crate::records::{ClientLoad, ErrorClass, RequestRecord, TokenSource};
+
+/// A phase's time window in µs from the start of the run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Window {
+    pub(super) start: u64,
+    pub(super) sending_end: u64,
+    pub(super) end: u64,
+}
+
+/// The client's load over several phases: CPU and seconds add up; utilization is over their
+/// combined sending time.
+pub(super) fn combined_client_load<'a>(
+    phases: impl Iterator<Item = &'a PhaseMetrics>,
+) -> Option<ClientLoad> {
+    let mut total: Option<(ClientLoad, f64)> = None;
+    for load in phases.filter_map(|p| p.client) {
+        let capacity_s = if load.utilization > 0.0 {
+            load.cpu_s / load.utilization
+        } else {
+            0.0
+        };
+        let (sum, capacity) = total.get_or_insert((
+            ClientLoad {
+                cores: load.cores,
+                cpu_s: 0.0,
+                utilization: 0.0,
+                seconds: 0,
+                saturated_seconds: 0,
+            },
+            0.0,
+        ));
+        sum.cpu_s += load.cpu_s;
+        sum.seconds += load.seconds;
+        sum.saturated_seconds += load.saturated_seconds;
+        *capacity += capacity_s;
+    }
+    total.map(|(mut sum, capacity)| {
+        sum.utilization = if capacity > 0.0 {
+            sum.cpu_s / capacity
+        } else {
+            0.0
+        };
+        sum
+    })
+}
+
+/// Total length of the union of windows (they may overlap where in-flight requests of one phase
+/// finish during the next).
+fn union_seconds(windows: &[Window], end: impl Fn(&Window) -> u64) -> f64 {
+    let mut spans: Vec<(u64, u64)> = windows
+        .iter()
+        .map(|w| (w.start, end(w).max(w.start)))
+        .collect();
+    spans.sort();
+    let mut total = 0u64;
+    let mut current: Option<(u64, u64)> = None;
+    for (start, stop) in spans {
+        current = match current {
+            Some((a, b)) if start <= b => Some((a, b.max(stop))),
+            Some((a, b)) => {
+                total += b - a;
+                Some((start, stop))
+            }
+            None => Some((start, stop)),
+        };
+    }
+    if let Some((a, b)) = current {
+        total += b - a;
+    }
+    total as f64 / 1e6
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}
+
+pub(super) fn mean(sum: f64, count: u64) -> Option<f64> {
+    (count > 0).then(|| sum / count as f64)
+}
+
+/// What one scope (a phase, or all recorded phases) gathers from its records.
+pub(super) struct Accumulator<'s> {
+    pub(super) m: PhaseMetrics,
+    pub(super) open_loop: bool,
+    pub(super) slo: Option<&'s Slo>,
+    pub(super) good: u64,
+    pub(super) output_tokens: u64,
+    pub(super) total_tokens: u64,
+    pub(super) timeouts: u64,
+    pub(super) planned_in: f64,
+    pub(super) observed_in: f64,
+    pub(super) observed_in_n: u64,
+    pub(super) planned_out: f64,
+    pub(super) observed_out: f64,
+    /// (planned, observed) prompt tokens of requests counted by the server's usage.
+    pub(super) input_pairs: Vec<(f64, f64)>,
+    pub(super) usage_vs_tokenizer: Vec<f64>,
+    pub(super) last_send_us: Option<u64>,
+    pub(super) last_end_us: Option<u64>,
+    /// A phase's load through its window (not kept for all phases together).
+    pub(super) profile: Option<ProfileBuilder>,
+    pub(super) cache: PrefixCache,
+    pub(super) ttft_hit: Distribution,
+    pub(super) ttft_miss: Distribution,
+}
+
+impl<'s> Accumulator<'s> {
+    pub(super) fn new(open_loop: bool, slo: Option<&'s Slo>) -> Accumulator<'s> {
+        Accumulator {
+            m: PhaseMetrics::default(),
+            open_loop,
+            slo,
+            good: 0,
+            output_tokens: 0,
+            total_tokens: 0,
+            timeouts: 0,
+            planned_in: 0.0,
+            observed_in: 0.0,
+            observed_in_n: 0,
+            planned_out: 0.0,
+            observed_out: 0.0,
+            input_pairs: Vec::new(),
+            usage_vs_tokenizer: Vec::new(),
+            last_send_us: None,
+            last_end_us: None,
+            profile: None,
+            cache: PrefixCache::default(),
+            ttft_hit: Distribution::milliseconds(),
+            ttft_miss: Distribution::milliseconds(),
+        }
+    }
+
+    pub(super) fn add(&mut self, record: &RequestRecord) {
+        let m = &mut self.m;
+        // Each distribution takes what the metric table says it takes from this request.
+        m.distributions.add(record, self.open_loop);
+        self.last_send_us = self.last_send_us.max(Some(record.actual_send_us));
+        self.last_end_us = self.last_end_us.max(record.end_us());
+        if let Some(profile) = &mut self.profile {
+            let end = record.end_us().unwrap_or(record.actual_send_us);
+            profile.add_request(record.actual_send_us, end, ttft_ms(record));
+        }
+        if self.slo.is_some_and(|slo| meets(slo, record)) {
+            self.good += 1;
+        }
+        m.requests.sent += 1;
+        m.requests.connection_retries += record.connection_retries as u64;
+        if record.connect_us.is_some() {
+            m.requests.new_connections += 1;
+        }
+        match record.error {
+            Some(ErrorClass::Cancelled) => {
+                m.requests.cancelled += 1;
+                return;
+            }
+            Some(ErrorClass::Client) => {
+                m.requests.client_failed += 1;
+                *m.errors
+                    .entry(ErrorClass::Client.as_str().to_string())
+                    .or_default() += 1;
+                return;
+            }
+            Some(class) => {
+                m.requests.failed += 1;
+                *m.errors.entry(class.as_str().to_string()).or_default() += 1;
+                if class == ErrorClass::Timeout {
+                    self.timeouts += 1;
+                }
+                // A request that failed after its first token still had a time to first token.
+                if ttft_ms(record).is_some() {
+                    m.requests.failed_after_first_token += 1;
+                }
+                return;
+            }
+            None => m.requests.ok += 1,
+        }
+        if record.usage_problem.is_some() {
+            m.tokens.usage_problems += 1;
+        }
+        if let Some(reason) = &record.finish_reason {
+            *m.finish_reasons.entry(reason.clone()).or_default() += 1;
+        }
+        let completion = record.completion_tokens.unwrap_or(0);
+        let prompt = record
+            .prompt_tokens
+            .unwrap_or(record.input_tokens_planned as u64);
+        self.output_tokens += completion;
+        self.total_tokens += completion + prompt;
+        self.planned_in += record.input_tokens_planned as f64;
+        self.planned_out += record.output_tokens_planned as f64;
+        self.observed_out += completion as f64;
+        if completion != record.output_tokens_planned as u64 {
+            m.tokens.output_off_plan += 1;
+        }
+        if record.finish_reason.as_deref() == Some("stop")
+            && completion < record.output_tokens_planned as u64
+        {
+            m.tokens.stopped_short += 1;
+        }
+        match record.token_source {
+            Some(TokenSource::Usage) => m.tokens.counted_by_usage += 1,
+            Some(_) => m.tokens.counted_by_tokenizer += 1,
+            None => {}
+        }
+        m.tokens.cached_prompt_tokens += record.cached_tokens.unwrap_or(0);
+        if let Some(cached) = record.cached_tokens {
+            self.cache.requests += 1;
+            self.cache.prompt_tokens += prompt;
+            self.cache.cached_tokens += cached;
+            let ttft = ttft_ms(record);
+            if cached > 0 {
+                self.cache.hits += 1;
+                if let Some(ttft) = ttft {
+                    self.ttft_hit.record(ttft);
+                }
+            } else if let Some(ttft) = ttft {
+                self.ttft_miss.record(ttft);
+            }
+        }
+        if record.token_source == Some(TokenSource::Usage) {
+            if let Some(observed) = record.prompt_tokens {
+                self.observed_in += observed as f64;
+                self.observed_in_n += 1;
+                self.input_pairs
+                    .push((record.input_tokens_planned as f64, observed as f64));
+            }
+            if let (Some(usage), Some(counted)) =
+                (record.completion_tokens, record.completion_tokens_tokenizer)
+            {
+                if usage > 0 {
+                    self.usage_vs_tokenizer
+                        .push((usage as f64 - counted as f64).abs() / usage as f64);
+                }
+            }
+        }
+    }
+
+    pub(super) fn finish(self, windows: &[Window]) -> PhaseMetrics {
+        let mut m = self.m;
+        if let (Some(profile), [window]) = (&self.profile, windows) {
+            m.load_profile = profile.windows(window.sending_end);
+        }
+        let wall = union_seconds(windows, |w| w.end);
+        let sending = union_seconds(windows, |w| w.sending_end);
+        m.wall_s = wall;
+        if wall > 0.0 {
+            m.throughput = Throughput {
+                requests_per_s: m.requests.ok as f64 / wall,
+                output_tokens_per_s: self.output_tokens as f64 / wall,
+                total_tokens_per_s: self.total_tokens as f64 / wall,
+            };
+        }
+        let attempted = m.requests.ok + m.requests.failed;
+        let share = |n: u64| {
+            if attempted > 0 {
+                n as f64 / attempted as f64
+            } else {
+                0.0
+            }
+        };
+        m.rates = Rates {
+            planned_per_s: None,
+            sent_per_s: if sending > 0.0 {
+                m.requests.sent as f64 / sending
+            } else {
+                0.0
+            },
+            success_rate: share(m.requests.ok),
+            error_rate: share(m.requests.failed),
+            timeout_rate: share(self.timeouts),
+        };
+        if self.slo.is_some() {
+            m.goodput = Some(Goodput {
+                good: self.good,
+                requests_per_s: if wall > 0.0 {
+                    self.good as f64 / wall
+                } else {
+                    0.0
+                },
+                ratio: share(self.good),
+            });
+        }
+        let ok = m.requests.ok;
+        m.tokens.input_planned_mean = mean(self.planned_in, ok);
+        m.tokens.input_observed_mean = mean(self.observed_in, self.observed_in_n);
+        m.tokens.output_planned_mean = mean(self.planned_out, ok);
+        m.tokens.output_observed_mean = mean(self.observed_out, ok);
+        if !self.input_pairs.is_empty() {
+            let overhead = self
+                .input_pairs
+                .iter()
+                .map(|(p, o)| o - p)
+                .fold(f64::INFINITY, f64::min);
+            let mut off: Vec<f64> = self
+                .input_pairs
+                .iter()
+                .filter(|(p, _)| *p > 0.0)
+                .map(|(p, o)| (o - p - overhead).abs() / p)
+                .collect();
+            m.tokens.input_overhead = Some(overhead);
+            m.tokens.input_mismatch = median(&mut off);
+        }
+        if self.cache.requests > 0 {
+            let mut cache = self.cache;
+            cache.hit_rate = cache.cached_tokens as f64 / cache.prompt_tokens.max(1) as f64;
+            cache.ttft_hit_ms = self.ttft_hit.summary();
+            cache.ttft_miss_ms = self.ttft_miss.summary();
+            m.prefix_cache = Some(cache);
+        }
+        let mut usage_vs_tokenizer = self.usage_vs_tokenizer;
+        m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
+        m.metrics = m.distributions.summaries();
+        m
+    }
+}

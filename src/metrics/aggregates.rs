@@ -1,0 +1,436 @@
+//! What a run's aggregates are: the types every report renders (per phase and overall), their
+//! per-metric summaries and distributions keyed by the metric table, and how one metric's value
+//! is read from a scope ([`PhaseMetrics::value`]). Nothing here computes from records: that is
+//! [`super::aggregator`] and [`super::accumulator`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::profile::ProfileWindow;
+use super::server;
+use super::table::{self, Metric};
+use super::timeseries;
+use super::warnings::Warning;
+use super::{Distribution, Summary};
+use crate::plan::Stat;
+use crate::records::{ClientLoad, RequestRecord, StepInfo};
+
+/// Everything computed from one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Aggregates {
+    /// Each phase, recorded or not, in order.
+    pub phases: Vec<PhaseMetrics>,
+    /// All recorded phases together.
+    pub overall: PhaseMetrics,
+    /// What makes numbers untrustworthy, and context a reader should have.
+    pub warnings: Vec<Warning>,
+    /// The run was stopped before its plan finished.
+    pub interrupted: bool,
+    /// When the last response ended, µs from the start of the run.
+    #[serde(skip)]
+    pub last_response_us: Option<u64>,
+    /// What the first failed request of a recorded phase said.
+    #[serde(skip)]
+    pub first_error: Option<String>,
+    /// What the first usage that could not be believed was, in a recorded phase.
+    #[serde(skip)]
+    pub first_usage_problem: Option<String>,
+    /// What the first of the client's own failures said, in a recorded phase.
+    #[serde(skip)]
+    pub first_client_error: Option<String>,
+    /// Why the plan's abort conditions stopped the run, if they did.
+    pub aborted: Option<String>,
+    /// The client process's peak resident memory over the run.
+    #[serde(skip)]
+    pub client_peak_rss_bytes: Option<u64>,
+    /// How the run's capacity search ended, if it had one that ended.
+    #[serde(skip)]
+    pub search_end: Option<crate::records::SearchEnd>,
+    /// The server's telemetry over the run, when it was scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<server::ServerTelemetry>,
+    /// The run over time.
+    pub timeseries: timeseries::TimeSeries,
+    /// The recorded requests by input length (the plan's buckets).
+    pub by_input: Vec<InputBucket>,
+    /// The recorded requests by turn, in a multi-turn workload (empty otherwise).
+    pub by_turn: Vec<TurnBucket>,
+    /// Each error class of the recorded phases: how many, when, and what the first said.
+    pub error_samples: Vec<ErrorSample>,
+}
+
+/// The recorded requests of one input length.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputBucket {
+    /// Prompt tokens planned (the range's lowest, when lengths are grouped into ranges).
+    pub input_tokens: u32,
+    /// The range's highest: equal to `input_tokens` unless a run has so many distinct lengths
+    /// (a dataset, a trace) that they are grouped, in ranges that double.
+    pub input_tokens_max: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// TTFT of the bucket's requests.
+    pub ttft_ms: Summary,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+    /// TPOT of its successful requests.
+    pub tpot_ms: Summary,
+}
+
+/// One error class of a run: how many, when, and a sample of what the server said.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorSample {
+    /// The class (`http_5xx`, `timeout`...).
+    pub class: String,
+    /// Requests that failed so.
+    pub count: u64,
+    /// When the first of them ended, seconds from the run's start.
+    pub first_s: f64,
+    /// When the last of them ended.
+    pub last_s: f64,
+    /// What the first of them said (the error's detail, the server's message).
+    pub sample: String,
+    /// Its HTTP status, if it had one.
+    pub http_status: Option<u16>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Requests of a scope, by outcome.
+pub struct RequestCounts {
+    /// Requests sent (cancelled ones included).
+    pub sent: u64,
+    /// Succeeded.
+    pub ok: u64,
+    /// Failed requests, cancelled ones and the client's own failures excluded.
+    pub failed: u64,
+    /// Of the failed, those that had received their first token (they count in TTFT).
+    pub failed_after_first_token: u64,
+    /// In flight when an interrupted run gave up on them; in no rate.
+    pub cancelled: u64,
+    /// Failed in the client itself (out of file descriptors or ports, an internal error): the
+    /// client's failures, in no rate and no latency, and a warning.
+    pub client_failed: u64,
+    /// Re-sends after the server closed a pooled keep-alive connection before answering.
+    pub connection_retries: u64,
+    /// Requests that opened a new connection (the others reused an open one).
+    pub new_connections: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Per second of the scope's wall time (its start to its last response).
+pub struct Throughput {
+    /// Successful requests.
+    pub requests_per_s: f64,
+    /// Output tokens of successful requests.
+    pub output_tokens_per_s: f64,
+    /// Input and output tokens of successful requests.
+    pub total_tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Rates of a scope.
+pub struct Rates {
+    /// The mean request rate the plan asked for (open loop only).
+    pub planned_per_s: Option<f64>,
+    /// Requests actually sent per second over the phase's sending window.
+    pub sent_per_s: f64,
+    /// Succeeded / completed (ok + failed).
+    pub success_rate: f64,
+    /// Failed / completed.
+    pub error_rate: f64,
+    /// Timed out / completed.
+    pub timeout_rate: f64,
+}
+
+/// The distributions every report shows, summarized: one per distribution of the metric
+/// table ([`Metric::distributions`]), in its order, written as a map from each one's summary
+/// key (`ttft_ms`) to its [`Summary`].
+#[derive(Debug, Clone)]
+pub struct MetricSummaries(Vec<(Metric, Summary)>);
+
+impl Default for MetricSummaries {
+    fn default() -> Self {
+        MetricSummaries(
+            Metric::distributions()
+                .map(|m| (m, Summary::default()))
+                .collect(),
+        )
+    }
+}
+
+impl MetricSummaries {
+    /// The summary of a distribution metric; `None` for any other.
+    pub fn get(&self, metric: Metric) -> Option<&Summary> {
+        self.0.iter().find(|(m, _)| *m == metric).map(|(_, s)| s)
+    }
+
+    /// Every distribution's summary, in the table's order.
+    pub fn iter(&self) -> impl Iterator<Item = (Metric, &Summary)> {
+        self.0.iter().map(|(m, s)| (*m, s))
+    }
+}
+
+/// `summaries[Metric::Ttft]`: the summary of a distribution metric. Naming any other metric is
+/// a mistake in llmload's own code (the table says which metrics are distributions).
+impl std::ops::Index<Metric> for MetricSummaries {
+    type Output = Summary;
+    fn index(&self, metric: Metric) -> &Summary {
+        match self.get(metric) {
+            Some(summary) => summary,
+            None => panic!("{metric} is not a distribution of the metric table"),
+        }
+    }
+}
+
+impl std::ops::IndexMut<Metric> for MetricSummaries {
+    fn index_mut(&mut self, metric: Metric) -> &mut Summary {
+        match self.0.iter_mut().find(|(m, _)| *m == metric) {
+            Some((_, summary)) => summary,
+            None => panic!("{metric} is not a distribution of the metric table"),
+        }
+    }
+}
+
+impl Serialize for MetricSummaries {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (metric, summary) in &self.0 {
+            map.serialize_entry(metric.summary_key().unwrap_or(metric.name()), summary)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Token counts against the plan.
+pub struct TokenStats {
+    /// Mean prompt tokens planned.
+    pub input_planned_mean: Option<f64>,
+    /// Mean prompt tokens the server counted.
+    pub input_observed_mean: Option<f64>,
+    /// The constant the server adds to every prompt (a chat template), estimated as the smallest
+    /// observed − planned difference.
+    pub input_overhead: Option<f64>,
+    /// Median of |observed − planned − overhead| / planned: how far the server's tokenizer
+    /// disagrees with the plan's, once the constant overhead is taken out.
+    pub input_mismatch: Option<f64>,
+    /// Mean output tokens planned.
+    pub output_planned_mean: Option<f64>,
+    /// Mean output tokens received.
+    pub output_observed_mean: Option<f64>,
+    /// Successful requests whose output length differs from the planned one.
+    pub output_off_plan: u64,
+    /// Successful requests whose completion tokens came from the server's usage / the tokenizer.
+    pub counted_by_usage: u64,
+    /// Successful requests whose counts came from the plan's tokenizer.
+    pub counted_by_tokenizer: u64,
+    /// Median of |usage − tokenizer| / usage over requests that have both.
+    pub usage_vs_tokenizer: Option<f64>,
+    /// Prompt tokens the server served from its prefix cache.
+    pub cached_prompt_tokens: u64,
+    /// Successful requests that ended with finish_reason "stop" before the planned length.
+    pub stopped_short: u64,
+    /// Successful requests whose usage could not be believed (counted by the tokenizer).
+    pub usage_problems: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// The server's prefix cache as its answers report it (`usage.prompt_tokens_details.cached_tokens`):
+/// only requests whose usage carries the field count.
+pub struct PrefixCache {
+    /// Successful requests whose usage said how many prompt tokens were cached.
+    pub requests: u64,
+    /// Of those, requests with at least one cached token.
+    pub hits: u64,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// Of those, tokens served from the cache.
+    pub cached_tokens: u64,
+    /// `cached_tokens / prompt_tokens`: the prefix-cache hit rate.
+    pub hit_rate: f64,
+    /// TTFT of requests that hit the cache, ms.
+    pub ttft_hit_ms: Summary,
+    /// TTFT of requests that did not, ms.
+    pub ttft_miss_ms: Summary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Requests meeting every objective of the plan's `slo`.
+pub struct Goodput {
+    /// Successful requests that met every objective.
+    pub good: u64,
+    /// Good requests per second of wall time.
+    pub requests_per_s: f64,
+    /// Good requests / completed (ok + failed) requests.
+    pub ratio: f64,
+}
+
+/// The full distributions behind [`MetricSummaries`], for any statistic: one HDR histogram per
+/// distribution of the metric table.
+#[derive(Debug, Clone)]
+pub struct Distributions(Vec<(Metric, Distribution)>);
+
+impl Default for Distributions {
+    fn default() -> Self {
+        Distributions(
+            Metric::distributions()
+                .map(|m| (m, Distribution::for_kind(m.kind())))
+                .collect(),
+        )
+    }
+}
+
+impl Distributions {
+    /// The distribution of a per-request metric; `None` for any other.
+    pub fn get(&self, metric: Metric) -> Option<&Distribution> {
+        self.0.iter().find(|(m, _)| *m == metric).map(|(_, d)| d)
+    }
+
+    /// Its distribution, to record into or merge.
+    pub fn get_mut(&mut self, metric: Metric) -> Option<&mut Distribution> {
+        self.0
+            .iter_mut()
+            .find(|(m, _)| *m == metric)
+            .map(|(_, d)| d)
+    }
+
+    /// Adds what one request (of an open-loop phase or not) gives each distribution.
+    pub(super) fn add(&mut self, record: &RequestRecord, open_loop: bool) {
+        for (metric, distribution) in &mut self.0 {
+            metric.samples(record, open_loop, |value, weight| {
+                distribution.record_n(value, weight)
+            });
+        }
+    }
+
+    /// Their summaries.
+    pub(super) fn summaries(&self) -> MetricSummaries {
+        MetricSummaries(self.0.iter().map(|(m, d)| (*m, d.summary())).collect())
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+/// Everything measured in one scope: a phase, or all recorded phases.
+pub struct PhaseMetrics {
+    /// The phase's name (or "all recorded phases").
+    pub name: String,
+    /// Whether it counts in verdicts.
+    pub recorded: bool,
+    /// Its load model, as people read it.
+    pub load: String,
+    /// Requests by outcome.
+    pub requests: RequestCounts,
+    /// Throughputs.
+    pub throughput: Throughput,
+    /// Rates.
+    pub rates: Rates,
+    /// Latency and token-rate summaries.
+    pub metrics: MetricSummaries,
+    /// Failed requests by error class.
+    pub errors: BTreeMap<String, u64>,
+    /// Successful requests by finish_reason.
+    pub finish_reasons: BTreeMap<String, u64>,
+    /// Token counts against the plan.
+    pub tokens: TokenStats,
+    /// Requests meeting every objective of the plan's `slo`; absent without one.
+    pub goodput: Option<Goodput>,
+    /// The prefix cache, where the server reports cached tokens.
+    pub prefix_cache: Option<PrefixCache>,
+    /// From the phase's start to its last response, in seconds.
+    pub wall_s: f64,
+    /// How busy the client process was while the phase sent (absent where not measured).
+    pub client: Option<ClientLoad>,
+    /// The step of a sweep (or probe of a search) it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepInfo>,
+    /// Why it was ended before its planned end, if it was (a probe that had already failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_early: Option<String>,
+    /// The connections opened before the phase's clock started, and while it ran.
+    pub connections: Option<crate::records::Connections>,
+    /// Why its window shows a server that was not keeping up, if it does (see
+    /// [`profile::saturation`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saturation: Option<String>,
+    /// Requests in flight and TTFT through its sending window, in ten windows (a phase only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub load_profile: Vec<ProfileWindow>,
+    /// What the server said of itself over the scope (its telemetry), when it was scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<server::PhaseServer>,
+    #[serde(skip)]
+    /// The distributions, for statistics beyond the summaries.
+    pub distributions: Distributions,
+}
+
+impl PhaseMetrics {
+    /// The distribution of a per-request metric; `None` for rates and throughputs.
+    pub fn distribution(&self, metric: Metric) -> Option<&Distribution> {
+        self.distributions.get(metric)
+    }
+
+    /// Whether any request completed (succeeded or failed): rates are shares of those.
+    pub fn completed(&self) -> bool {
+        self.requests.ok + self.requests.failed > 0
+    }
+
+    /// A metric's value over the scope, as the metric table says to read it (`stat` for
+    /// distributions, server gauges and histograms); `None` when the scope has no data for it
+    /// (no request, no telemetry) or the metric is not a scope's (a search's capacity).
+    pub fn value(&self, metric: Metric, stat: Option<Stat>) -> Option<f64> {
+        use table::Source;
+        match metric.def().source {
+            Source::Distribution { .. } => self.distribution(metric)?.stat(stat?),
+            Source::Share { read, .. }
+            | Source::PerSecond { read, .. }
+            | Source::Aggregate(read) => read(self),
+            Source::Server(signal) => self.server_value(signal, stat),
+            Source::Search => None,
+        }
+    }
+
+    /// One signal of the server's telemetry over the scope (`stat` for gauges and
+    /// histograms); `None` without telemetry.
+    fn server_value(&self, signal: crate::telemetry::Signal, stat: Option<Stat>) -> Option<f64> {
+        use crate::telemetry::Kind;
+        let server = self.server.as_ref()?;
+        let summary = server.signal(signal)?;
+        match (signal.kind(), stat) {
+            (Kind::Gauge, Some(Stat::Max)) => summary.max,
+            (Kind::Gauge, _) => summary.mean,
+            (Kind::Counter, _) => summary.delta,
+            (Kind::Histogram, Some(Stat::Percentile(p))) => server.percentile_ms(signal, p),
+            (Kind::Histogram, Some(Stat::Max)) => server.percentile_ms(signal, 100.0),
+            (Kind::Histogram, _) => summary.mean_ms,
+        }
+    }
+}
+
+/// The recorded requests of one turn of the conversations (turn 1 opens each).
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnBucket {
+    /// The turn, from 1.
+    pub turn: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Mean prompt tokens planned (the history so far and the new message).
+    pub input_tokens_planned_mean: f64,
+    /// Mean prompt tokens the server counted (chat template included), where it said.
+    pub prompt_tokens_mean: Option<f64>,
+    /// Mean prompt tokens served from the server's prefix cache, where it said.
+    pub cached_tokens_mean: Option<f64>,
+    /// TTFT of the turn's requests.
+    pub ttft_ms: Summary,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+}

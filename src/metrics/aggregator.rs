@@ -1,0 +1,356 @@
+//! The streaming aggregator: a run's log lines in, one pass, [`Aggregates`] out — each phase's
+//! and the overall scope's accumulators, the time series, requests by input length and by
+//! turn, and samples of each error class.
+
+use std::collections::BTreeMap;
+
+use super::accumulator::{combined_client_load, mean, Accumulator, Window};
+use super::aggregates::*;
+use super::profile::{self, ProfileBuilder};
+use super::table::{self, ttft_ms, Metric};
+use super::{timeseries, warnings, Distribution};
+use crate::plan::Slo;
+use crate::records::{ErrorClass, LogLine, RequestRecord, RunLog};
+
+/// Aggregates a run as its log lines stream by. A phase's records must come after its
+/// `phase_start` line, as the executor writes them.
+pub struct Aggregator<'s> {
+    slo: Option<&'s Slo>,
+    /// The log without records.
+    pub(super) log: RunLog,
+    /// One per phase, in the order of `log.phases`.
+    phases: Vec<Accumulator<'s>>,
+    overall: Accumulator<'s>,
+    last_response_us: Option<u64>,
+    first_error: Option<String>,
+    first_usage_problem: Option<String>,
+    first_client_error: Option<String>,
+    series: timeseries::SeriesBuilder,
+    by_input: BTreeMap<u32, BucketAccumulator>,
+    /// `by_input` holds ranges of lengths (keyed by their top), not lengths.
+    by_input_ranged: bool,
+    by_turn: BTreeMap<u32, TurnAccumulator>,
+    error_samples: BTreeMap<String, ErrorSample>,
+}
+
+/// What one input length gathers.
+/// Distinct input lengths listed one by one; beyond, they are grouped in ranges.
+const MAX_EXACT_INPUT_LENGTHS: usize = 16;
+
+/// The range of input lengths `tokens` falls in, when lengths are grouped: (2^(k-1), 2^k].
+fn input_range(tokens: u32) -> (u32, u32) {
+    let high = tokens
+        .max(1)
+        .checked_next_power_of_two()
+        .unwrap_or(u32::MAX);
+    (high / 2 + 1, high)
+}
+
+struct BucketAccumulator {
+    sent: u64,
+    ok: u64,
+    failed: u64,
+    ttft: Distribution,
+    e2e: Distribution,
+    tpot: Distribution,
+}
+
+impl BucketAccumulator {
+    fn new() -> BucketAccumulator {
+        BucketAccumulator {
+            sent: 0,
+            ok: 0,
+            failed: 0,
+            ttft: Distribution::milliseconds(),
+            e2e: Distribution::milliseconds(),
+            tpot: Distribution::milliseconds(),
+        }
+    }
+
+    fn add(&mut self, record: &RequestRecord) {
+        self.sent += 1;
+        if let Some(ttft) = ttft_ms(record) {
+            self.ttft.record(ttft);
+        }
+        match record.error {
+            None => {
+                self.ok += 1;
+                if let Some(e2e) = table::e2e_ms(record) {
+                    self.e2e.record(e2e);
+                }
+                if let Some(tpot) = table::tpot_ms(record) {
+                    self.tpot.record(tpot);
+                }
+            }
+            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(_) => self.failed += 1,
+        }
+    }
+}
+
+/// One turn index of a multi-turn workload, over every conversation.
+struct TurnAccumulator {
+    input: BucketAccumulator,
+    planned_in: u64,
+    observed_in: u64,
+    observed_n: u64,
+    cached: u64,
+}
+
+impl<'s> Aggregator<'s> {
+    /// An aggregator; `slo` (the plan's) defines goodput.
+    pub fn new(slo: Option<&'s Slo>) -> Aggregator<'s> {
+        Aggregator {
+            slo,
+            log: RunLog::default(),
+            phases: Vec::new(),
+            // Lag is merged from the open-loop phases at the end.
+            overall: Accumulator::new(false, slo),
+            last_response_us: None,
+            first_error: None,
+            first_usage_problem: None,
+            first_client_error: None,
+            series: timeseries::SeriesBuilder::new(1_000_000, crate::plan::MAX_SERIES_WINDOWS),
+            by_input: BTreeMap::new(),
+            by_input_ranged: false,
+            by_turn: BTreeMap::new(),
+            error_samples: BTreeMap::new(),
+        }
+    }
+
+    /// Time-series windows of `interval` (the plan's `report { interval }`), not a second.
+    pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
+        self.series = timeseries::SeriesBuilder::new(
+            interval.as_micros() as u64,
+            crate::plan::MAX_SERIES_WINDOWS,
+        );
+        self
+    }
+
+    /// Adds one line of the log.
+    pub fn push(&mut self, line: LogLine) {
+        match line {
+            LogLine::Request(record) => self.record(&record),
+            LogLine::PhaseStart(start) => {
+                self.series.phase_start(&start);
+                let mut accumulator = Accumulator::new(start.open_loop, self.slo);
+                accumulator.profile = Some(ProfileBuilder::new(start.at_us));
+                self.phases.push(accumulator);
+                self.log.phases.push(start);
+            }
+            LogLine::PhaseEnd(end) => {
+                if let Some(start) = self.log.phases.iter().find(|p| p.index == end.index) {
+                    self.series.phase_end(&end, &start.name);
+                }
+                self.log.push(LogLine::PhaseEnd(end));
+            }
+            other => self.log.push(other),
+        }
+    }
+
+    /// Adds one request.
+    pub fn record(&mut self, record: &RequestRecord) {
+        self.last_response_us = self.last_response_us.max(record.end_us());
+        let Some(position) = self.log.phases.iter().position(|p| p.index == record.phase) else {
+            return;
+        };
+        self.phases[position].add(record);
+        self.series.record(record);
+        if self.log.phases[position].record {
+            self.overall.add(record);
+            self.by_input_add(record);
+            if let Some(turn) = record.turn {
+                self.by_turn_add(turn, record);
+            }
+            let first = |slot: &mut Option<String>, value: &Option<String>| {
+                if slot.is_none() {
+                    slot.clone_from(value);
+                }
+            };
+            match record.error {
+                Some(ErrorClass::Client) => {
+                    first(&mut self.first_client_error, &record.error_detail)
+                }
+                Some(_) => first(&mut self.first_error, &record.error_detail),
+                None => first(&mut self.first_usage_problem, &record.usage_problem),
+            }
+        }
+    }
+
+    fn by_turn_add(&mut self, turn: u32, record: &RequestRecord) {
+        let bucket = self.by_turn.entry(turn).or_insert_with(|| TurnAccumulator {
+            input: BucketAccumulator::new(),
+            planned_in: 0,
+            observed_in: 0,
+            observed_n: 0,
+            cached: 0,
+        });
+        bucket.input.add(record);
+        bucket.planned_in += record.input_tokens_planned as u64;
+        if let Some(prompt) = record.prompt_tokens.filter(|_| record.ok()) {
+            bucket.observed_in += prompt;
+            bucket.observed_n += 1;
+            bucket.cached += record.cached_tokens.unwrap_or(0);
+        }
+    }
+
+    fn by_input_add(&mut self, record: &RequestRecord) {
+        let exact = record.input_tokens_planned;
+        if !self.by_input_ranged
+            && !self.by_input.contains_key(&exact)
+            && self.by_input.len() >= MAX_EXACT_INPUT_LENGTHS
+        {
+            // Too many lengths to list one by one (and to hold three histograms each): from
+            // now on, ranges that double.
+            self.by_input_ranged = true;
+            let exact_buckets = std::mem::take(&mut self.by_input);
+            for (length, bucket) in exact_buckets {
+                match self.by_input.entry(input_range(length).1) {
+                    std::collections::btree_map::Entry::Vacant(slot) => {
+                        slot.insert(bucket);
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut slot) => {
+                        let into = slot.get_mut();
+                        into.sent += bucket.sent;
+                        into.ok += bucket.ok;
+                        into.failed += bucket.failed;
+                        into.ttft.merge(&bucket.ttft);
+                        into.e2e.merge(&bucket.e2e);
+                        into.tpot.merge(&bucket.tpot);
+                    }
+                }
+            }
+        }
+        let key = if self.by_input_ranged {
+            input_range(exact).1
+        } else {
+            exact
+        };
+        self.by_input
+            .entry(key)
+            .or_insert_with(BucketAccumulator::new)
+            .add(record);
+        if let Some(class) = record.error.filter(|c| *c != ErrorClass::Cancelled) {
+            let at_s = record.end_us().unwrap_or(record.actual_send_us) as f64 / 1e6;
+            let sample = self
+                .error_samples
+                .entry(class.as_str().to_string())
+                .or_insert_with(|| ErrorSample {
+                    class: class.as_str().to_string(),
+                    count: 0,
+                    first_s: at_s,
+                    last_s: at_s,
+                    sample: record.error_detail.clone().unwrap_or_default(),
+                    http_status: record.http_status,
+                });
+            sample.count += 1;
+            sample.first_s = sample.first_s.min(at_s);
+            sample.last_s = sample.last_s.max(at_s);
+        }
+    }
+
+    /// The aggregates, and the log without its records.
+    pub fn finish(self) -> (RunLog, Aggregates) {
+        let by_turn = self
+            .by_turn
+            .into_iter()
+            .map(|(turn, t)| TurnBucket {
+                turn,
+                sent: t.input.sent,
+                ok: t.input.ok,
+                failed: t.input.failed,
+                input_tokens_planned_mean: t.planned_in as f64 / t.input.sent.max(1) as f64,
+                prompt_tokens_mean: mean(t.observed_in as f64, t.observed_n),
+                cached_tokens_mean: mean(t.cached as f64, t.observed_n),
+                ttft_ms: t.input.ttft.summary(),
+                e2e_ms: t.input.e2e.summary(),
+            })
+            .collect();
+        let ranged = self.by_input_ranged;
+        let by_input = self.by_input;
+        let log = self.log;
+        let run_end = log.end.as_ref().map(|e| e.at_us);
+        let mut phases = Vec::new();
+        let mut windows = Vec::new();
+        for (start, accumulator) in log.phases.iter().zip(self.phases) {
+            let phase_end = log.phase_ends.iter().find(|e| e.index == start.index);
+            let sending_end = phase_end
+                .map(|e| e.at_us)
+                .or(accumulator.last_send_us)
+                .or(run_end)
+                .unwrap_or(start.at_us);
+            let last_response = accumulator.last_end_us.unwrap_or(sending_end);
+            let window = Window {
+                start: start.at_us,
+                sending_end,
+                end: last_response.max(sending_end),
+            };
+            let mut metrics = accumulator.finish(&[window]);
+            metrics.name = start.name.clone();
+            metrics.recorded = start.record;
+            metrics.load = start.load.clone();
+            metrics.rates.planned_per_s = start.planned_rate;
+            metrics.client = phase_end.and_then(|e| e.client);
+            metrics.step = start.step.clone();
+            metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
+            metrics.connections = phase_end.and_then(|e| e.connections);
+            metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
+            phases.push(metrics);
+            windows.push((start.record, start.open_loop, window));
+        }
+        let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
+        let mut overall = self.overall.finish(&overall_windows);
+        overall.name = "all recorded phases".into();
+        overall.recorded = true;
+        overall.load = "-".into();
+        // Lag is meaningful only for open-loop phases' records.
+        let mut lag = Distribution::milliseconds();
+        for (phase, window) in phases.iter().zip(&windows) {
+            if let (true, true, Some(phase_lag)) = (
+                window.0,
+                window.1,
+                phase.distributions.get(Metric::ScheduleLag),
+            ) {
+                lag.merge(phase_lag);
+            }
+        }
+        if let Some(overall_lag) = overall.distributions.get_mut(Metric::ScheduleLag) {
+            *overall_lag = lag;
+        }
+        overall.metrics = overall.distributions.summaries();
+        overall.client = combined_client_load(phases.iter().filter(|p| p.recorded));
+
+        let mut aggregates = Aggregates {
+            phases,
+            overall,
+            warnings: Vec::new(),
+            interrupted: log.interrupted(),
+            last_response_us: self.last_response_us,
+            first_error: self.first_error,
+            first_usage_problem: self.first_usage_problem,
+            first_client_error: self.first_client_error,
+            aborted: log.end.as_ref().and_then(|e| e.aborted.clone()),
+            client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
+            search_end: log.search_end.clone(),
+            server: None,
+            timeseries: self.series.finish(),
+            by_input: by_input
+                .into_iter()
+                .map(|(key, b)| InputBucket {
+                    input_tokens: if ranged { input_range(key).0 } else { key },
+                    input_tokens_max: key,
+                    sent: b.sent,
+                    ok: b.ok,
+                    failed: b.failed,
+                    ttft_ms: b.ttft.summary(),
+                    e2e_ms: b.e2e.summary(),
+                    tpot_ms: b.tpot.summary(),
+                })
+                .collect(),
+            error_samples: self.error_samples.into_values().collect(),
+            by_turn,
+        };
+        aggregates.warnings = warnings::assess(&log, &aggregates);
+        (log, aggregates)
+    }
+}
