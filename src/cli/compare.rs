@@ -43,7 +43,7 @@ pub(super) fn compare(args: &CompareArgs) -> Result<u8> {
         } else {
             Status::Passed
         };
-        let verdict = session::verdict_of(&status, &verdicts, Some(&comparison), &aggregates);
+        let verdict = session::RunVerdict::of(&status, &verdicts, Some(&comparison), &aggregates);
         let judged = Judged {
             aggregates,
             verdicts,

@@ -25,6 +25,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::metrics::{Aggregates, PhaseMetrics, Warning};
 use crate::records::{LogLine, RequestRecord, RunHeader, RunLog};
+pub use crate::verdict::{RunVerdict, VerdictStatus};
 use crate::verdict::{VerdictResult, Verdicts};
 
 /// The version of summary.json's layout (schemas/summary.schema.json).
@@ -133,47 +134,6 @@ impl OverTime {
             e2e_p99_ms: e2e,
             max_ms: (max_ms * 1.1).ceil(),
         })
-    }
-}
-
-/// Where a run's verdict lands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictStatus {
-    /// Every assertion held and nothing else failed the gate (exit 0).
-    Pass,
-    /// An assertion failed, a metric regressed, a warning under `--fail-on-warning`, or an
-    /// abort condition held (exit 1).
-    Fail,
-    /// The run was stopped from outside before its plan finished (exit 3).
-    Interrupted,
-    /// The run could not be carried out: the target unreachable, every request failed (exit 3).
-    NotCarriedOut,
-}
-
-/// The one verdict of a run, as its exit code says it.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunVerdict {
-    /// Pass, fail, or not carried out.
-    pub status: VerdictStatus,
-    /// The process's exit code for it.
-    pub exit_code: u8,
-    /// Why, in sentences (empty for a pass).
-    pub reasons: Vec<String>,
-}
-
-impl RunVerdict {
-    /// The verdict's headline, as the terminal's last line and the reports say it.
-    pub fn headline(&self, assertions: usize) -> String {
-        match self.status {
-            VerdictStatus::Pass if assertions == 0 => {
-                "PASS: no assertion gates this run".to_string()
-            }
-            VerdictStatus::Pass => format!("PASS: {assertions} of {assertions} assertions held"),
-            VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
-            VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
-            VerdictStatus::NotCarriedOut => format!("NOT CARRIED OUT: {}", self.reasons.join("; ")),
-        }
     }
 }
 

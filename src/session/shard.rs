@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{execute, outdir, Gate, RunOptions, Status};
+use super::{execute, outdir, RunOptions, Status};
 use crate::error::{Error, Result};
 use crate::metrics;
 use crate::plan::Plan;
@@ -52,7 +52,7 @@ pub fn run_shard(plan: &Plan, options: &RunOptions) -> Result<ShardOutcome> {
         series: Vec::new(),
         capacity: None,
     };
-    let status = super::status(&aggregates, &nothing, None, &Gate::default());
+    let status = Status::decide(&aggregates, &nothing, None, false);
     outdir::write_manifest(&options.out_dir, &[])?;
     let requests = &aggregates.overall.requests;
     Ok(ShardOutcome {

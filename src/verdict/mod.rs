@@ -8,10 +8,12 @@
 
 use serde::Serialize;
 
+mod status;
 mod steps;
 
 use crate::metrics::{Aggregates, PhaseMetrics, Severity, Warning};
 use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Plan, Stat};
+pub use status::{Failure, NotCarriedOut, RunVerdict, Status, VerdictStatus};
 pub use steps::{judge_step, objectives, CapacityResult, SeriesResult, StepResult};
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,0 +1,102 @@
+//! A run compared with a baseline run directory: refused when the two do not measure the same
+//! thing, or when either has too few requests to compare.
+
+use std::path::Path;
+
+use super::*;
+
+/// Compares `current` with the run in `baseline_dir`, under `plan`'s tolerances (or the
+/// defaults); runs of different plans, seeds or models are refused unless `force`.
+pub fn compare_with(
+    baseline_dir: &Path,
+    current: &RunLog,
+    plan: &Plan,
+    force: bool,
+) -> Result<Comparison> {
+    let (baseline, _) = read_run_dir(baseline_dir)?;
+    comparable_data("baseline", &baseline)?;
+    comparable_data("current", current)?;
+    let notes = compare::comparable(
+        &baseline.header.clone().unwrap_or_default(),
+        &current.header.clone().unwrap_or_default(),
+        force,
+    )?;
+    let tolerances = match (plan.regression.is_empty(), &plan.search) {
+        (true, Some(_)) => compare::default_search_tolerances(),
+        (true, None) => compare::default_tolerances(),
+        (false, _) => plan.regression.clone(),
+    };
+    // Each run's search judged on the current plan's objectives, replayed from its records.
+    let capacity = |log: &RunLog| {
+        plan.search.as_ref()?;
+        let aggregates = metrics::compute(log, plan.slo.as_ref());
+        verdict::evaluate_plan(plan, &aggregates)
+            .capacity
+            .map(|c| c.bracket)
+    };
+    let (base_capacity, current_capacity) = (capacity(&baseline), capacity(current));
+    Ok(compare::compare(
+        &baseline,
+        current,
+        &tolerances,
+        plan.slo.as_ref(),
+        base_capacity.as_ref().zip(current_capacity.as_ref()),
+        notes,
+        plan.seed,
+    ))
+}
+
+/// The fewest successful recorded requests a run needs to be compared.
+pub const MIN_COMPARED_REQUESTS: usize = 10;
+
+/// Refuses a run that cannot be compared: interrupted, aborted, or with too few successful
+/// requests (an empty or broken run must never compare clean).
+fn comparable_data(which: &str, log: &RunLog) -> Result<()> {
+    let cannot = |why: String| Error::run(format!("cannot compare: the {which} run {why}"));
+    if let Some(reason) = log.end.as_ref().and_then(|e| e.aborted.as_deref()) {
+        return Err(cannot(format!("was aborted ({reason})")));
+    }
+    if log.interrupted() {
+        return Err(cannot(
+            "was interrupted before its plan finished, and a partial run never compares clean"
+                .into(),
+        ));
+    }
+    let recorded: Vec<usize> = log
+        .phases
+        .iter()
+        .filter(|p| p.record)
+        .map(|p| p.index)
+        .collect();
+    let ok = log
+        .records
+        .iter()
+        .filter(|r| r.ok() && recorded.contains(&r.phase))
+        .count();
+    if ok < MIN_COMPARED_REQUESTS {
+        return Err(cannot(format!(
+            "has {ok} successful recorded request(s); a comparison needs at least {MIN_COMPARED_REQUESTS} on each side"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks, before anything is sent, that `dir` holds a run this plan can be compared with:
+/// the same plan, seed, model, API and streaming, and data to compare.
+pub fn check_baseline(dir: &Path, plan: &Plan, seed: Option<u64>) -> Result<()> {
+    let (baseline, _) = read_run_dir(dir)?;
+    comparable_data("baseline", &baseline)?;
+    let header = baseline.header.unwrap_or_default();
+    let planned = RunHeader {
+        plan: plan.name.clone(),
+        seed: seed.unwrap_or(plan.seed),
+        model: plan.target.model.clone(),
+        api: plan.target.api.as_str().to_string(),
+        stream: plan.target.stream,
+        plan_sha256: header.plan_sha256.clone(),
+        ..RunHeader::default()
+    };
+    compare::comparable(&header, &planned, false)
+        .map(|_| ())
+        .map_err(|e| Error::usage(format!("--baseline {}: {e}", dir.display())))
+}

@@ -1,0 +1,268 @@
+//! Sending a plan: the schedule compiled (and sharded), the simulator started for a "sim"
+//! target, the requests' templates and the records' header made, the observers that watch the
+//! run (abort conditions, a search's probes) put in place, the server's telemetry scraped
+//! beside it, and the executor run.
+
+use std::sync::Arc;
+
+use super::archive::{keep_sources, sha256};
+use super::*;
+
+/// Sends `plan` and writes its records (and a copy of the plan) into `options.out_dir`.
+pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
+    let seed = options.seed.unwrap_or(plan.seed);
+    let schedule = planner::compile(plan, seed)?;
+    let schedule = match options.shard {
+        Some(shard) => schedule.shard(shard)?,
+        None => schedule,
+    };
+    let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
+    let mut secrets = Secrets::new();
+    let credentials = target::credentials(plan, &*options.observer, &mut secrets)?;
+    let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
+    let out = &options.out_dir;
+    outdir::prepare(out)?;
+    keep_sources(plan, out)?;
+    let runtime = runtime(options.threads)?;
+    let records_path = out.join("records.jsonl");
+    let sim_writes = runtime.block_on(async {
+        // A "sim" target starts the simulator in-process, on a loopback port of its own.
+        let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
+        let (base, simulator) = match endpoint {
+            Endpoint::Url(url) => (api_root(url), None),
+            Endpoint::Simulator => {
+                let addr = ([127, 0, 0, 1], 0).into();
+                let serve = sim::ServeOptions {
+                    record_writes: options.record_writes,
+                };
+                let server = sim::serve_with(addr, plan.sim.clone(), tokenizer.clone(), serve)
+                    .await
+                    .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
+                (server.base_url(), Some(server))
+            }
+        };
+        let target_display = match endpoint {
+            Endpoint::Simulator => format!("sim (embedded, {base})"),
+            Endpoint::Url(_) => redact_url(&base),
+        };
+        let dialect = plan.target.api.dialect();
+        let url = format!("{base}{}", dialect.path());
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(&url))))?;
+        let request_id_prefix = records::new_request_id_prefix();
+        let header = run_header(
+            plan,
+            options,
+            seed,
+            &tokenizer,
+            target_display,
+            &request_id_prefix,
+        );
+        let (template, phase_templates) =
+            templates(plan, url, credentials, headers, request_id_prefix)?;
+        let (observer, watch) = observers(plan, options, &schedule);
+        let config = RunConfig {
+            template,
+            phase_templates,
+            warm_connections: plan.target.warm_connections,
+            prompts: Arc::new(WorkloadPrompts::new(tokenizer.clone(), plan, &schedule)),
+            tokenizer,
+            header,
+            secrets: Arc::new(secrets),
+            records_path: records_path.clone(),
+            grace: options.grace,
+            worker_threads: options.threads,
+            observer,
+            stop: options.stop.clone(),
+            start_at: options.start_at,
+        };
+        let schedule = Arc::new(schedule);
+        let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
+            search::SearchSource::new(schedule.clone(), verdict::objectives(plan), plan.slo, watch)
+        }) {
+            Some(search) => Box::new(search),
+            None => Box::new(executor::ScheduleSource::new(schedule.clone())),
+        };
+        // The server's own metrics, scraped beside the run on a thread and connection of its own.
+        let scraper = match telemetry_url(&plan.target.metrics, &base) {
+            Some(metrics) => {
+                let shown = redact_url(metrics.as_str());
+                Some(crate::telemetry::scrape::Scraper::start(
+                    metrics,
+                    shown,
+                    plan.target.metrics_interval,
+                    out,
+                )?)
+            }
+            None => None,
+        };
+        let ran = executor::run_from(schedule, source, config).await;
+        if let Some(scraper) = scraper {
+            tokio::task::spawn_blocking(move || scraper.finish())
+                .await
+                .ok();
+        }
+        ran?;
+        Ok::<_, Error>(simulator.and_then(|server| server.writes()))
+    })?;
+    Ok(Execution {
+        records_path,
+        sim_writes,
+    })
+}
+
+/// Where the server's metrics are scraped: the plan's URL, or the target's own `/metrics` (its
+/// base URL's host, the API's path left out); none when the plan turns it off.
+fn telemetry_url(source: &plan::MetricsSource, base: &str) -> Option<reqwest::Url> {
+    match source {
+        plan::MetricsSource::Off => None,
+        plan::MetricsSource::Url(url) => reqwest::Url::parse(url).ok(),
+        plan::MetricsSource::Auto => {
+            let mut url = reqwest::Url::parse(base).ok()?;
+            url.set_path("/metrics");
+            url.set_query(None);
+            Some(url)
+        }
+    }
+}
+
+/// The records' first line: what the run is (tool, plan and its files' SHA-256, seed, target,
+/// model, API, tokenizer, when and where it started, its shard and labels).
+fn run_header(
+    plan: &Plan,
+    options: &RunOptions,
+    seed: u64,
+    tokenizer: &Tokenizer,
+    target_display: String,
+    request_id_prefix: &str,
+) -> RunHeader {
+    RunHeader {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        plan: plan.name.clone(),
+        plan_file: plan.source.file_name.clone(),
+        plan_sha256: sha256(&plan.source.text),
+        plan_files: plan
+            .source
+            .includes
+            .iter()
+            .map(|(path, text)| records::PlanFile {
+                path: path.clone(),
+                sha256: sha256(text),
+            })
+            .chain(
+                plan.data_files()
+                    .into_iter()
+                    .map(|(path, sha256)| records::PlanFile { path, sha256 }),
+            )
+            .collect(),
+        env: plan.source.env.iter().cloned().collect(),
+        seed,
+        target: target_display,
+        model: plan.target.model.clone(),
+        api: plan.target.api.as_str().to_string(),
+        stream: plan.target.stream,
+        exact_output: plan.workload.ignore_eos,
+        tokenizer: tokenizer.name().to_string(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        client_host: target::host_name(),
+        clock_origin_ns: None,
+        request_id_prefix: Some(request_id_prefix.to_string()),
+        started_unix_ns: None,
+        shard: options.shard.map(|shard| records::ShardRun {
+            index: shard.index,
+            count: shard.count,
+            start_at: options.start_at.map(|at| {
+                chrono::DateTime::<chrono::Utc>::from(at)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            }),
+            start_late_ms: None,
+        }),
+        merged: Vec::new(),
+        labels: options.labels.clone(),
+    }
+}
+
+/// How the run's requests are spoken (to `url`), and the templates of phases with a model or a
+/// server of their own.
+fn templates(
+    plan: &Plan,
+    url: reqwest::Url,
+    credentials: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    request_id_prefix: String,
+) -> Result<(
+    RequestTemplate,
+    std::collections::BTreeMap<usize, RequestTemplate>,
+)> {
+    let dialect = plan.target.api.dialect();
+    let template = RequestTemplate {
+        url,
+        dialect,
+        options: crate::api::BodyOptions {
+            model: plan.target.model.clone(),
+            stream: plan.target.stream,
+            continuous_usage: plan.target.continuous_usage,
+            ignore_eos: plan.workload.ignore_eos,
+            extra: Arc::new(plan.target.body.clone()),
+        },
+        credentials: Arc::new(credentials),
+        headers: Arc::new(headers),
+        timeout: plan.target.timeout,
+        request_id_prefix,
+        max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
+        max_body: plan.target.max_body,
+    };
+    // Phases with a model or a server of their own speak the same way, to them.
+    let mut phase_templates = std::collections::BTreeMap::new();
+    for (index, phase) in plan.phases.iter().enumerate() {
+        if phase.model.is_none() && phase.endpoint.is_none() {
+            continue;
+        }
+        let mut own = template.clone();
+        if let Some(model) = &phase.model {
+            own.options.model = model.clone();
+        }
+        if let Some(endpoint) = &phase.endpoint {
+            let url = format!("{}{}", api_root(endpoint), own.dialect.path());
+            own.url = reqwest::Url::parse(&url).map_err(|e| {
+                Error::usage(format!(
+                    "phase \"{}\": {} is not a URL: {e}",
+                    phase.name,
+                    redact_url(&url)
+                ))
+            })?;
+        }
+        phase_templates.insert(index, own);
+    }
+    Ok((template, phase_templates))
+}
+
+/// What watches the run between the executor and the caller's observer: the plan's abort
+/// conditions, and a search's probe watch (returned too: the search's source needs it).
+fn observers(
+    plan: &Plan,
+    options: &RunOptions,
+    schedule: &planner::Schedule,
+) -> (Arc<dyn Observer>, Option<Arc<search::ProbeWatch>>) {
+    // The plan's abort conditions watch the run between the executor and the caller.
+    let observer: Arc<dyn Observer> = if plan.abort.is_empty() {
+        options.observer.clone()
+    } else {
+        Arc::new(abort::AbortWatch::new(
+            plan.abort.clone(),
+            plan.slo,
+            options.stop.clone(),
+            options.observer.clone(),
+        ))
+    };
+    // A search probes from what its earlier probes' records say, and watches each probe.
+    let watch = schedule
+        .search
+        .as_ref()
+        .map(|_| Arc::new(search::ProbeWatch::new(observer.clone())));
+    let observer: Arc<dyn Observer> = match &watch {
+        Some(watch) => watch.clone(),
+        None => observer,
+    };
+    (observer, watch)
+}

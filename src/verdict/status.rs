@@ -1,0 +1,266 @@
+//! The run's one verdict: its [`Status`] (passed, failed and why, or not carried out and why),
+//! decided from the judged assertions, the comparison with a baseline and the warnings, and its
+//! wording ([`RunVerdict`]): the exit code, the reasons in sentences and the headline that every
+//! output of a run (terminal, report.md, summary.json, JUnit, the step summary) states.
+
+use serde::Serialize;
+
+use super::Verdicts;
+use crate::compare::{self, Comparison};
+use crate::error::{EXIT_FAIL, EXIT_PASS, EXIT_RUN};
+use crate::metrics::{Aggregates, Severity};
+use crate::records::ErrorClass;
+
+/// Why a run failed its gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// An abort condition held: the run was stopped early as clearly failing.
+    Aborted(String),
+    /// An SLA assertion failed.
+    Assertions,
+    /// A metric regressed against the baseline beyond the noise.
+    Regression,
+    /// The run is not trustworthy and `fail_on_warning` is set.
+    Untrustworthy,
+}
+
+/// Why a run could not be judged at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotCarriedOut {
+    /// It was stopped before its plan finished.
+    Interrupted,
+    /// No connection could be made to the target.
+    Unreachable,
+    /// Every recorded request failed; what the first said.
+    EveryRequestFailed(String),
+    /// No recorded request was sent.
+    NothingSent,
+    /// The comparison with the baseline could not be made (why).
+    NotComparable(String),
+}
+
+impl std::fmt::Display for NotCarriedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotCarriedOut::Interrupted => f.write_str("the run was interrupted"),
+            NotCarriedOut::Unreachable => f.write_str(
+                "the target is unreachable: no connection could be made (is the server running? \
+                 check the URL or --target)",
+            ),
+            NotCarriedOut::EveryRequestFailed(first) => {
+                write!(f, "every request failed; the first said: {first}")
+            }
+            NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
+            NotCarriedOut::NotComparable(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// The one verdict of a run: what its exit code says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Every assertion held (and nothing else failed the gate).
+    Passed,
+    /// The run failed its gate, for these reasons (at least one).
+    Failed(Vec<Failure>),
+    /// The run could not be carried out or judged.
+    NotCarriedOut(NotCarriedOut),
+}
+
+impl Status {
+    /// The status of a judged run: not carried out (interrupted, unreachable, every request
+    /// failed, nothing sent), failed (aborted, an assertion, a regression, a warning when
+    /// `fail_on_warning`), or passed.
+    pub fn decide(
+        aggregates: &Aggregates,
+        verdicts: &Verdicts,
+        comparison: Option<&Comparison>,
+        fail_on_warning: bool,
+    ) -> Status {
+        let recorded = &aggregates.overall.requests;
+        let mut failures = Vec::new();
+        if let Some(reason) = &aggregates.aborted {
+            failures.push(Failure::Aborted(reason.clone()));
+        } else if aggregates.interrupted {
+            return Status::NotCarriedOut(NotCarriedOut::Interrupted);
+        }
+        if recorded.sent > 0 && recorded.ok == 0 {
+            let connect_failures = aggregates
+                .overall
+                .errors
+                .get(ErrorClass::Connect.as_str())
+                .copied()
+                .unwrap_or(0);
+            return Status::NotCarriedOut(if connect_failures == recorded.sent {
+                NotCarriedOut::Unreachable
+            } else {
+                NotCarriedOut::EveryRequestFailed(
+                    aggregates
+                        .first_error
+                        .clone()
+                        .or_else(|| aggregates.first_client_error.clone())
+                        .unwrap_or_default(),
+                )
+            });
+        }
+        if recorded.sent == 0 && failures.is_empty() {
+            return Status::NotCarriedOut(NotCarriedOut::NothingSent);
+        }
+        if !verdicts.passed {
+            failures.push(Failure::Assertions);
+        }
+        if comparison.is_some_and(|c| c.regressed) {
+            failures.push(Failure::Regression);
+        }
+        if fail_on_warning
+            && aggregates
+                .warnings
+                .iter()
+                .any(|w| w.severity == Severity::Warning)
+        {
+            failures.push(Failure::Untrustworthy);
+        }
+        if failures.is_empty() {
+            Status::Passed
+        } else {
+            Status::Failed(failures)
+        }
+    }
+
+    /// The exit code: 0 passed, 1 failed, 3 not carried out.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Status::Passed => EXIT_PASS,
+            Status::Failed(_) => EXIT_FAIL,
+            Status::NotCarriedOut(_) => EXIT_RUN,
+        }
+    }
+}
+
+/// Where a run's verdict lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictStatus {
+    /// Every assertion held and nothing else failed the gate (exit 0).
+    Pass,
+    /// An assertion failed, a metric regressed, a warning under `--fail-on-warning`, or an
+    /// abort condition held (exit 1).
+    Fail,
+    /// The run was stopped from outside before its plan finished (exit 3).
+    Interrupted,
+    /// The run could not be carried out: the target unreachable, every request failed (exit 3).
+    NotCarriedOut,
+}
+
+/// The one verdict of a run, as its exit code says it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunVerdict {
+    /// Pass, fail, or not carried out.
+    pub status: VerdictStatus,
+    /// The process's exit code for it.
+    pub exit_code: u8,
+    /// Why, in sentences (empty for a pass).
+    pub reasons: Vec<String>,
+}
+
+impl RunVerdict {
+    /// The verdict of a status: the exit code, and why in sentences.
+    pub fn of(
+        status: &Status,
+        verdicts: &Verdicts,
+        comparison: Option<&Comparison>,
+        aggregates: &Aggregates,
+    ) -> RunVerdict {
+        let (status_kind, reasons) = match status {
+            Status::Passed => (VerdictStatus::Pass, Vec::new()),
+            Status::NotCarriedOut(NotCarriedOut::Interrupted) => (
+                VerdictStatus::Interrupted,
+                vec![
+                    "the run was interrupted before its plan finished: no verdict on a partial run"
+                        .into(),
+                ],
+            ),
+            Status::NotCarriedOut(reason) => {
+                (VerdictStatus::NotCarriedOut, vec![reason.to_string()])
+            }
+            Status::Failed(failures) => {
+                let reasons = failures
+                    .iter()
+                    .map(|failure| match failure {
+                        Failure::Aborted(reason) => format!("aborted early: {reason}"),
+                        Failure::Assertions => {
+                            let failed: Vec<String> = verdicts
+                                .results
+                                .iter()
+                                .filter(|v| !v.passed)
+                                .map(|v| {
+                                    format!("{} ({}: {})", v.assertion, v.phase, v.observed_display)
+                                })
+                                .collect();
+                            format!(
+                                "{} of {} assertions failed: {}",
+                                failed.len(),
+                                verdicts.results.len(),
+                                failed.join(", ")
+                            )
+                        }
+                        Failure::Regression => {
+                            let regressed: Vec<String> = comparison
+                                .map(|c| {
+                                    c.rows
+                                        .iter()
+                                        .filter(|r| r.verdict == compare::Change::Regression)
+                                        .map(|r| match r.change {
+                                            Some(change) if r.relative => {
+                                                format!("{} ({:+.1}%)", r.metric, change * 100.0)
+                                            }
+                                            Some(change) => {
+                                                format!("{} ({:+.2} pts)", r.metric, change * 100.0)
+                                            }
+                                            None => r.metric.clone(),
+                                        })
+                                        .collect()
+                                })
+                                .unwrap_or_default();
+                            format!(
+                                "a regression against the baseline: {}",
+                                regressed.join(", ")
+                            )
+                        }
+                        Failure::Untrustworthy => {
+                            let codes: Vec<&str> = aggregates
+                                .warnings
+                                .iter()
+                                .filter(|w| w.severity == Severity::Warning)
+                                .map(|w| w.code)
+                                .collect();
+                            format!(
+                                "the run is not trustworthy and --fail-on-warning is set ({})",
+                                codes.join(", ")
+                            )
+                        }
+                    })
+                    .collect();
+                (VerdictStatus::Fail, reasons)
+            }
+        };
+        RunVerdict {
+            status: status_kind,
+            exit_code: status.exit_code(),
+            reasons,
+        }
+    }
+
+    /// The verdict's headline, as the terminal's last line and the reports say it.
+    pub fn headline(&self, assertions: usize) -> String {
+        match self.status {
+            VerdictStatus::Pass if assertions == 0 => {
+                "PASS: no assertion gates this run".to_string()
+            }
+            VerdictStatus::Pass => format!("PASS: {assertions} of {assertions} assertions held"),
+            VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
+            VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
+            VerdictStatus::NotCarriedOut => format!("NOT CARRIED OUT: {}", self.reasons.join("; ")),
+        }
+    }
+}
