@@ -9,7 +9,7 @@
 //! description.
 //!
 //! The truth is the simulator's record of when it wrote each token (`--record-writes`); see
-//! `llmload::fidelity`. The baseline client is this same executable run as a child process with
+//! `llmload::selfcheck::fidelity`. The baseline client is this same executable run as a child process with
 //! `LLMLOAD_BENCH_ROLE=baseline`: a bare hyper HTTP/1.1 client, one connection per stream, that
 //! sends the very requests llmload sends (the same plan, compiled by llmload's planner), reads
 //! each body frame, timestamps it and counts its token chunks with a byte search: no SSE or JSON
@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use llmload::fidelity::{timing_errors, ErrorSummary, MeasuredStream, TimingErrors};
 use llmload::records::RunLog;
+use llmload::selfcheck::fidelity::{timing_errors, ErrorSummary, MeasuredStream, TimingErrors};
 use llmload::sim::writes::RequestWrites;
 use serde::{Deserialize, Serialize};
 

@@ -11,13 +11,11 @@
 #![warn(missing_docs)]
 
 pub mod api;
-pub(crate) mod capacity;
 pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod error;
 pub mod executor;
-pub mod fidelity;
 pub mod metrics;
 pub mod plan;
 pub mod planner;
@@ -25,6 +23,7 @@ pub mod records;
 pub mod report;
 pub mod secrets;
 pub mod seed;
+pub mod selfcheck;
 pub mod session;
 pub mod sim;
 pub mod telemetry;

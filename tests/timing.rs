@@ -46,8 +46,8 @@ fn ttft_and_itl_are_recovered_within_2ms() {
 /// with sub-millisecond error at low load, and every request is matched by its x-request-id.
 #[test]
 fn measured_times_match_the_servers_write_times() {
-    use llmload::fidelity::{timing_errors, MeasuredStream};
     use llmload::records::RunLog;
+    use llmload::selfcheck::fidelity::{timing_errors, MeasuredStream};
     use llmload::sim::writes::RequestWrites;
     let _serial = serial();
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{load_plan, parse_duration_arg, plan_files, say};
-use crate::capacity::{self, TrialResult};
 use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS, EXIT_USAGE};
 use crate::plan::{self, Checked, Plan};
+use crate::selfcheck::{self, TrialResult};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum Format {
@@ -195,11 +195,11 @@ fn github_annotation(d: &Located) -> String {
 /// One short trial per distinct peak load of the plan; exit 1 when this machine cannot generate
 /// one of them faithfully.
 fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
-    let server = capacity::TrialServer {
+    let server = selfcheck::TrialServer {
         ttft: args.sim_ttft,
         itl: args.sim_itl,
     };
-    let trials = capacity::trials(plan, args.duration, server);
+    let trials = selfcheck::trials(plan, args.duration, server);
     let threads = args.threads.map(usize::from);
     let cores = crate::executor::resources::client_cores(threads);
     say!(
@@ -214,7 +214,7 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
     for (number, trial) in trials.iter().enumerate() {
         let dir =
             std::env::temp_dir().join(format!("llmload-capacity-{}-{number}", std::process::id()));
-        let result = capacity::run_trial(trial, &dir, threads);
+        let result = selfcheck::run_trial(trial, &dir, threads);
         let _ = std::fs::remove_dir_all(&dir);
         let result = result?;
         say!("{}", line(&result))?;
@@ -231,7 +231,7 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
             say!(
                 "sizing: with the client over {:.0}% busy at its peak, {shards} shards of this machine's size \
                  (run --shard K/{shards}) keep each under it (docs/distributed.md)",
-                capacity::SHARD_UTILIZATION * 100.0
+                selfcheck::SHARD_UTILIZATION * 100.0
             )?;
         }
         Ok(EXIT_PASS)
@@ -241,7 +241,7 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
         say!(
             "sizing: about {shards} shards of this machine's size (run --shard K/{shards} on each, then llmload \
              merge; each kept under {:.0}% busy; docs/distributed.md)",
-            capacity::SHARD_UTILIZATION * 100.0
+            selfcheck::SHARD_UTILIZATION * 100.0
         )?;
         Ok(EXIT_FAIL)
     }

@@ -1,7 +1,7 @@
 //! The command line: one file per command, and the exit codes CI gates on.
 //!
 //! Each command parses its arguments, calls the library ([`crate::session`] to run or judge a
-//! plan, [`crate::capacity`], [`crate::compare`], [`crate::sim`]) and prints what it returns.
+//! plan, [`crate::selfcheck`], [`crate::compare`], [`crate::sim`]) and prints what it returns.
 //! Nothing here computes a metric, builds a schedule or decides a verdict; what a run prints
 //! while it goes is an observer ([`progress`]), and what it leaves behind is written from the
 //! outcome ([`output`]).

@@ -1,5 +1,5 @@
 //! The simulator's own record of when it wrote each token: the truth llmload's measurements are
-//! checked against (see docs/performance.md and [`crate::fidelity`]).
+//! checked against (see docs/performance.md and [`crate::selfcheck::fidelity`]).
 //!
 //! Off unless asked for (`llmload sim --record-writes`, or [`super::ServeOptions`]), because it
 //! keeps one entry per streamed request for the life of the server. A write time is taken when

@@ -94,7 +94,7 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
         .iter()
         .map(|assertion| {
             let metrics = scope(aggregates, assertion.phase.as_deref());
-            judge(assertion, metrics, Some(&mut notes))
+            judge_assertion(assertion, metrics, Some(&mut notes))
         })
         .collect();
     Verdicts {
@@ -152,7 +152,7 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
                 return judge_capacity(assertion, capacity.as_ref());
             }
             let metrics = scope(aggregates, assertion.phase.as_deref());
-            judge(assertion, metrics, Some(&mut notes))
+            judge_assertion(assertion, metrics, Some(&mut notes))
         })
         .collect();
     Verdicts {
@@ -230,7 +230,7 @@ fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> V
 
 /// One assertion judged on one scope's metrics (`None`: the scope has no data). A percentile
 /// of too few values adds a note to `notes`, when given.
-pub fn judge(
+pub fn judge_assertion(
     assertion: &Assertion,
     metrics: Option<&PhaseMetrics>,
     notes: Option<&mut Vec<Warning>>,

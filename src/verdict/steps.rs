@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::{judge, VerdictResult};
+use super::{judge_assertion, VerdictResult};
 use crate::metrics::PhaseMetrics;
 use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Objective, Op, Plan};
 use crate::planner::search::{self, Bracket, ProbeResult};
@@ -104,7 +104,7 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
     let results: Vec<VerdictResult> = objectives
         .iter()
         .map(|objective| {
-            let mut result = judge(objective, Some(phase), None);
+            let mut result = judge_assertion(objective, Some(phase), None);
             result.phase = phase.name.clone();
             result
         })

@@ -1,4 +1,5 @@
-//! Capacity: can this machine generate a plan's load faithfully?
+//! The client's self-check: can this machine generate a plan's load faithfully? (Not the
+//! server's capacity, which a plan's `search` finds.)
 //!
 //! `llmload check --capacity PLAN` runs, for each distinct load of the plan, a short trial at
 //! that load's peak (a ramp's top rate, a closed loop's concurrency, a burst) with the plan's own
@@ -6,7 +7,7 @@
 //! its write times. Each trial is then judged on what only the client is answerable for:
 //! schedule lag, how late it read each token after the simulator wrote it (the read delay), its
 //! ITL error, its CPU, and whether every request succeeded at the asked rate
-//! ([`crate::fidelity`]).
+//! ([`fidelity`]).
 //!
 //! The TTFT error is shown but not judged: it also holds the send delay, which includes any wait
 //! before the simulator's handler ran, and here the simulator shares the client's cores (a burst
@@ -14,17 +15,19 @@
 //! passes here passes against a remote server. This module builds the trials, runs each through
 //! [`crate::session`] and judges it; printing is the caller's.
 
+pub mod fidelity;
+
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::fidelity::{self, TimingErrors};
 use crate::metrics::{self, Metric, PhaseMetrics};
 use crate::plan::{Endpoint, Load, Phase, Plan, SimSettings};
 use crate::records::{self, LogLine};
 use crate::session::{self, RunOptions};
+use fidelity::TimingErrors;
 
 /// Schedule lag p99 above this is not faithful pacing.
 pub const LAG_P99_LIMIT_MS: f64 = 1.0;
@@ -162,7 +165,7 @@ pub fn run_trial(trial: &Trial, dir: &Path, threads: Option<usize>) -> Result<Tr
         .find(|p| p.recorded)
         .ok_or_else(|| Error::run("the capacity trial ran no measured phase"))?;
     let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
-    Ok(judge(trial.phases.clone(), phase, open_loop, &errors))
+    Ok(judge_trial(trial.phases.clone(), phase, open_loop, &errors))
 }
 
 /// What a trial measured and what it says.
@@ -223,7 +226,7 @@ impl TrialResult {
 }
 
 /// Judges one trial from its phase's metrics and its timing errors.
-pub fn judge(
+pub fn judge_trial(
     phases: Vec<String>,
     metrics: &PhaseMetrics,
     open_loop: bool,
@@ -292,8 +295,8 @@ pub fn judge(
 
 #[cfg(test)]
 mod tests {
+    use super::fidelity::ErrorSummary;
     use super::*;
-    use crate::fidelity::ErrorSummary;
     use crate::metrics::Summary;
     use crate::plan::{parse_plan, RateShape};
 
@@ -367,7 +370,7 @@ phase "burst" { at-once 64 }
             },
             ..TimingErrors::default()
         };
-        let good = judge(vec!["steady".into()], &metrics, true, &errors);
+        let good = judge_trial(vec!["steady".into()], &metrics, true, &errors);
         assert!(good.faithful(), "{:?}", good.limits);
 
         metrics.metrics[Metric::ScheduleLag].p99 = Some(3.0);
@@ -379,12 +382,12 @@ phase "burst" { at-once 64 }
             ..ErrorSummary::default()
         };
         errors.read_delay.p99_ms = 1.5;
-        let bad = judge(vec!["steady".into()], &metrics, true, &errors);
+        let bad = judge_trial(vec!["steady".into()], &metrics, true, &errors);
         assert_eq!(bad.limits.len(), 5, "{:?}", bad.limits);
         assert!(bad.limits[1].starts_with("tokens read 1.50 ms after their write"));
         assert!(bad.limits[0].starts_with("schedule lag p99 3.00 ms"));
         // A closed loop has no schedule to lag behind.
-        let closed = judge(vec!["c".into()], &metrics, false, &errors);
+        let closed = judge_trial(vec!["c".into()], &metrics, false, &errors);
         assert!(closed.schedule_lag_p99_ms.is_none());
     }
 }
