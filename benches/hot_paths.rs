@@ -106,18 +106,12 @@ fn read_stream(reads: &[&[u8]]) -> Exchange {
 
 fn record(tokens: usize, seq: u64) -> RequestRecord {
     RequestRecord {
-        shard: None,
-        phase: 0,
         seq,
-        turn: None,
-        conversation: None,
         intended_send_us: seq * 1000,
         actual_send_us: seq * 1000 + 150,
         input_tokens_planned: 128,
         output_tokens_planned: tokens as u32,
         prompt_seed: seq,
-        error: None,
-        error_detail: None,
         http_status: Some(200),
         ttft_us: Some(50_000),
         e2e_us: Some(50_000 + 10_000 * tokens as u64),
@@ -129,11 +123,8 @@ fn record(tokens: usize, seq: u64) -> RequestRecord {
         completion_tokens: Some(tokens as u64),
         token_source: Some(TokenSource::Usage),
         completion_tokens_tokenizer: Some(tokens as u64),
-        cached_tokens: None,
         finish_reason: Some("length".into()),
-        connection_retries: 0,
-        connect_us: None,
-        usage_problem: None,
+        ..RequestRecord::default()
     }
 }
 

@@ -6,14 +6,6 @@ use common::*;
 
 /// Comparisons judge timings: run these tests one at a time, so that they do not load the 2
 /// cores for each other and stretch one run's latencies against another's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn gate_plan(sim: &str, extra: &str) -> String {
     sim_plan(
         sim,

@@ -10,14 +10,6 @@ const ENGINE: &str = "engine { max-seqs 16; max-batched-tokens 2048; kv-cache-to
 
 /// The engine's timings are the subject of these tests: run them one at a time, so that they do
 /// not compete with each other for the 2 cores.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn engine_plan(engine: &str, workload: &str, phases: &str, sla: &str) -> String {
     format!(
         "plan \"engine\" {{ seed 5 }}\ntarget \"sim\" {{ timeout \"30s\" }}\nsim {{ {engine} }}\nworkload {{ {workload} }}\n{phases}\nsla {{ {sla} }}\n"

@@ -7,16 +7,8 @@
 
 mod common;
 
-use std::sync::Mutex;
-
-use common::{llmload, run_plan, Run};
+use common::{llmload, run_plan, serial, Run};
 use serde_json::Value;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// max-seqs S = 8, output O = 16, input 32: a step with 8 sequences lasts about
 /// 2 + 8 × 0.5 + (8 / 16) × 32 × 0.01 = 6.16 ms, and the engine completes at most

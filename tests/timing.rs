@@ -5,14 +5,6 @@ mod common;
 use common::*;
 
 /// Its tests measure time: they run one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// TTFT and ITL come back within 2 ms of the simulator's known delays.
 #[test]
 fn ttft_and_itl_are_recovered_within_2ms() {

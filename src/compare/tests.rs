@@ -24,19 +24,13 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             let ttft = ((ttft_ms + rng.random_range(-0.3..0.3) * ttft_ms) * 1000.0) as u64;
             let gap = 10_000 + rng.random_range(0..2_000);
             RequestRecord {
-                phase: 0,
-                shard: None,
                 seq: i as u64,
-                turn: None,
-                conversation: None,
                 intended_send_us: i as u64 * 10_000,
                 actual_send_us: i as u64 * 10_000,
                 input_tokens_planned: 10,
                 output_tokens_planned: 4,
-                prompt_seed: 0,
                 // Failures spread evenly over the run, as a steady fault rate spreads them.
                 error: (failures > 0 && i % (n / failures) == 0).then_some(ErrorClass::Http5xx),
-                error_detail: None,
                 http_status: Some(200),
                 ttft_us: Some(ttft),
                 e2e_us: Some(ttft + 3 * gap),
@@ -46,11 +40,8 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
                 completion_tokens: Some(4),
                 token_source: Some(TokenSource::Usage),
                 completion_tokens_tokenizer: Some(4),
-                cached_tokens: None,
                 finish_reason: Some("length".into()),
-                connection_retries: 0,
-                connect_us: None,
-                usage_problem: None,
+                ..RequestRecord::default()
             }
         })
         .collect();

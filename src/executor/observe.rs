@@ -111,11 +111,6 @@ impl Stop {
         self.aborted.lock().ok().and_then(|a| a.clone())
     }
 
-    /// Whether sending has been stopped.
-    pub fn is_stopped(&self) -> bool {
-        *self.sending.borrow()
-    }
-
     pub(super) fn sending(&self) -> watch::Receiver<bool> {
         self.sending.subscribe()
     }

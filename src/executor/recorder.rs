@@ -155,35 +155,33 @@ fn finalize_safely(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         finalize(finished, tokenizer)
     }))
     .unwrap_or_else(|_| RequestRecord {
-        phase,
-        shard: None,
-        seq: request.seq,
-        turn: request.turn,
-        conversation: request.conversation,
-        intended_send_us,
-        actual_send_us,
-        input_tokens_planned: request.input_tokens,
-        output_tokens_planned: request.output_tokens,
-        prompt_seed: request.prompt_seed,
         error: Some(ErrorClass::Client),
         error_detail: Some(
             "llmload could not count this response's tokens (an internal error)".into(),
         ),
         http_status,
-        ttft_us: None,
         e2e_us: Some(end_us),
-        chunks: Vec::new(),
-        chunk_tokens: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        token_source: None,
-        completion_tokens_tokenizer: None,
-        cached_tokens: None,
-        finish_reason: None,
-        connection_retries: 0,
-        connect_us: None,
-        usage_problem: None,
+        ..planned(phase, &request, intended_send_us, actual_send_us)
     })
+}
+
+/// A request's record with its plan and send times, nothing of its answer yet.
+fn planned(
+    phase: usize,
+    request: &ScheduledRequest,
+    intended_send_us: u64,
+    actual_send_us: u64,
+) -> RequestRecord {
+    RequestRecord::planned(
+        phase,
+        request.seq,
+        request.turn,
+        request.conversation,
+        (request.input_tokens, request.output_tokens),
+        request.prompt_seed,
+        intended_send_us,
+        actual_send_us,
+    )
 }
 
 /// When the server reports usage, one request in this many also has its completion counted by
@@ -324,16 +322,6 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     };
     let ttft_us = exchange.chunk_times.first().copied();
     RequestRecord {
-        phase,
-        shard: None,
-        seq: request.seq,
-        turn: request.turn,
-        conversation: request.conversation,
-        intended_send_us,
-        actual_send_us,
-        input_tokens_planned: request.input_tokens,
-        output_tokens_planned: request.output_tokens,
-        prompt_seed: request.prompt_seed,
         e2e_us: (error != Some(ErrorClass::Connect)).then_some(exchange.end_us),
         error,
         error_detail,
@@ -355,6 +343,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
         usage_problem,
+        ..planned(phase, &request, intended_send_us, actual_send_us)
     }
 }
 

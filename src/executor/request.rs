@@ -10,7 +10,7 @@ use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
 pub use super::template::RequestTemplate;
-use super::transport::{Outgoing, Response, ResponseBody, SendFailure, Transport};
+use super::transport::{BrokenBody, Outgoing, Response, ResponseBody, SendFailure, Transport};
 use crate::api::sse::SseParser;
 use crate::api::{Dialect, Generated, ServerError, Usage};
 use crate::error::shorten;
@@ -427,7 +427,7 @@ const HEAD_BYTES: usize = 160;
 
 /// The body, read until it ends or passes `cap` bytes (then a little past `cap`, which the
 /// caller sees as too large).
-async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, String> {
+async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, BrokenBody> {
     let mut whole = Vec::new();
     while let Some(read) = body.next().await {
         whole.extend_from_slice(&read?);

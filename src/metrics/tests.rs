@@ -52,17 +52,10 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
     let completion: u64 = chunks.iter().map(|c| c.1 as u64).sum();
     RequestRecord {
         phase,
-        shard: None,
-        seq: 0,
-        turn: None,
-        conversation: None,
         intended_send_us: send_us,
         actual_send_us: send_us,
         input_tokens_planned: 100,
         output_tokens_planned: completion as u32,
-        prompt_seed: 0,
-        error: None,
-        error_detail: None,
         http_status: Some(200),
         ttft_us: chunks.first().map(|c| c.0),
         e2e_us: Some(e2e_us),
@@ -72,11 +65,8 @@ fn ok(phase: usize, send_us: u64, chunks: &[(u64, u32)], e2e_us: u64) -> Request
         completion_tokens: Some(completion),
         token_source: Some(TokenSource::Usage),
         completion_tokens_tokenizer: Some(completion),
-        cached_tokens: None,
         finish_reason: Some("length".into()),
-        connection_retries: 0,
-        connect_us: None,
-        usage_problem: None,
+        ..RequestRecord::default()
     }
 }
 

@@ -267,32 +267,16 @@ mod tests {
             chunks.push((at, 1));
         }
         RequestRecord {
-            phase: 0,
-            shard: None,
-            seq: 0,
-            turn: None,
-            conversation: None,
             intended_send_us: send_us,
             actual_send_us: send_us,
             input_tokens_planned: 10,
             output_tokens_planned: chunks.len() as u32,
-            prompt_seed: 0,
             error,
-            error_detail: None,
             http_status: Some(200),
             ttft_us: Some(ttft_us),
             e2e_us: Some(at),
             chunks,
-            chunk_tokens: None,
-            prompt_tokens: None,
-            completion_tokens: None,
-            token_source: None,
-            completion_tokens_tokenizer: None,
-            cached_tokens: None,
-            finish_reason: None,
-            connection_retries: 0,
-            connect_us: None,
-            usage_problem: None,
+            ..RequestRecord::default()
         }
     }
 

@@ -446,6 +446,34 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// The record of a request before anything of its answer is known: its phase, its place
+    /// and plan (sequence number, turn, conversation, lengths, prompt seed) and its send times;
+    /// every measured field empty, for the caller to fill.
+    #[allow(clippy::too_many_arguments)]
+    pub fn planned(
+        phase: usize,
+        seq: u64,
+        turn: Option<u32>,
+        conversation: Option<u64>,
+        (input_tokens_planned, output_tokens_planned): (u32, u32),
+        prompt_seed: u64,
+        intended_send_us: u64,
+        actual_send_us: u64,
+    ) -> RequestRecord {
+        RequestRecord {
+            phase,
+            seq,
+            turn,
+            conversation,
+            input_tokens_planned,
+            output_tokens_planned,
+            prompt_seed,
+            intended_send_us,
+            actual_send_us,
+            ..RequestRecord::default()
+        }
+    }
+
     /// Whether it succeeded.
     pub fn ok(&self) -> bool {
         self.error.is_none()

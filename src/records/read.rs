@@ -43,7 +43,8 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
             .and_then(|text| serde_json::from_str::<LogLine>(text).map_err(|e| e.to_string()));
         match parsed {
             Ok(LogLine::Run(run)) => {
-                check_format(run.records_format).map_err(|message| bad(number, message))?;
+                check_format(run.records_format)
+                    .map_err(|unknown| bad(number, unknown.to_string()))?;
                 on_line(LogLine::Run(run));
             }
             Ok(LogLine::Request(record)) => {
@@ -89,18 +90,27 @@ impl SeenRequests {
     }
 }
 
-fn check_format(format: u32) -> std::result::Result<(), String> {
+/// A records file this llmload cannot read: written in a format it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum UnknownFormat {
+    #[error(
+        "written in records format {0} by a newer llmload; this one reads formats \
+         {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: upgrade llmload to read it"
+    )]
+    Newer(u32),
+    #[error(
+        "written in records format {0} by an older llmload; this one reads formats \
+         {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: report it with the llmload that ran it"
+    )]
+    Older(u32),
+}
+
+fn check_format(format: u32) -> std::result::Result<(), UnknownFormat> {
     if format > RECORDS_FORMAT {
-        return Err(format!(
-            "written in records format {format} by a newer llmload; this one reads formats \
-             {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: upgrade llmload to read it"
-        ));
+        return Err(UnknownFormat::Newer(format));
     }
     if format < OLDEST_RECORDS_FORMAT {
-        return Err(format!(
-            "written in records format {format} by an older llmload; this one reads formats \
-             {OLDEST_RECORDS_FORMAT} to {RECORDS_FORMAT}: report it with the llmload that ran it"
-        ));
+        return Err(UnknownFormat::Older(format));
     }
     Ok(())
 }

@@ -157,7 +157,7 @@ impl Observer for AbortWatch {
                     for (rule, watched) in self.rules.iter().zip(&mut state.watched) {
                         watched.add(rule, record, good);
                     }
-                    let reason = self.breached(&state, state.completed % DISTRIBUTION_EVERY == 0);
+                    let reason = self.breached(state, state.completed % DISTRIBUTION_EVERY == 0);
                     state.fired = reason.is_some();
                     reason
                 });

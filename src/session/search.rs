@@ -84,21 +84,22 @@ impl SearchSource {
     }
 
     /// Judges the probe that ran last, from the records.
-    fn judge_pending(&mut self, between: &Between) -> Result<(), String> {
+    fn judge_pending(&mut self, between: &Between) -> crate::error::Result<()> {
         let Some((index, load)) = self.pending.take() else {
             return Ok(());
         };
-        let (log, aggregates) = metrics::compute_file(between.records_path(), self.slo.as_ref())
-            .map_err(|e| e.to_string())?;
+        let (log, aggregates) = metrics::compute_file(between.records_path(), self.slo.as_ref())?;
         // The aggregates' phases are in the order the log's phases started.
         let phase = log
             .phases
             .iter()
             .position(|p| p.index == index)
             .and_then(|position| aggregates.phases.get(position))
-            .ok_or_else(|| format!("the records of probe phase {index} are missing"))?;
+            .ok_or_else(|| {
+                crate::error::Error::run(format!("the records of probe phase {index} are missing"))
+            })?;
         let judged = verdict::judge_step(&self.objectives, phase)
-            .ok_or_else(|| format!("phase {index} is not a probe"))?;
+            .ok_or_else(|| crate::error::Error::run(format!("phase {index} is not a probe")))?;
         self.results.push(ProbeResult {
             load,
             passed: judged.passed,

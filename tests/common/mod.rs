@@ -266,3 +266,13 @@ pub mod wire {
     pub const SSE_HEAD: &str =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 }
+
+/// Tests that measure time take turns: one at a time, so that none is measured on a machine
+/// the others keep busy. Held for the test's length; a test that panicked does not block the
+/// rest.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

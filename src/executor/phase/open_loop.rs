@@ -29,7 +29,7 @@ pub(super) async fn drive(drive: Drive<'_>) {
             _ = stopped(&mut cancel) => break,
             _ = ended_early(&mut ended) => break,
         }
-        let ticket = context.enter(&state);
+        let ticket = context.enter(state);
         tokio::spawn(async move {
             dispatch(ticket, request, body, Some(intended), deadline).await;
         });

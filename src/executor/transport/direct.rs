@@ -17,8 +17,8 @@ use reqwest::Url;
 use tokio::time::Instant;
 
 use super::{
-    client_limit, too_slow, Client, ConnectLog, Outgoing, Response, ResponseBody, SendError,
-    SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
+    client_limit, too_slow, BrokenBody, Client, ConnectLog, Outgoing, Response, ResponseBody,
+    SendError, SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
 };
 use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
@@ -79,7 +79,7 @@ pub struct DirectBody {
 }
 
 impl DirectBody {
-    pub(super) async fn next(&mut self) -> Option<Result<Bytes, String>> {
+    pub(super) async fn next(&mut self) -> Option<Result<Bytes, BrokenBody>> {
         loop {
             match self.body.frame().await {
                 Some(Ok(frame)) => {
@@ -90,7 +90,7 @@ impl DirectBody {
                 }
                 Some(Err(err)) => {
                     self.connection = None;
-                    return Some(Err(root_cause(&err)));
+                    return Some(Err(BrokenBody::from_error(&err)));
                 }
                 None => {
                     if let Some((pool, key, connection)) = self.connection.take() {

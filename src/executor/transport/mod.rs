@@ -103,6 +103,18 @@ pub enum SendFailure {
     Broken,
 }
 
+/// A response body that broke off while it was read: its innermost cause, as people read it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokenBody(String);
+
+impl BrokenBody {
+    /// The body broke off because of `err`.
+    pub(super) fn from_error(err: &(dyn std::error::Error + 'static)) -> BrokenBody {
+        BrokenBody(root_cause(err))
+    }
+}
+
 /// A response body, read frame by frame.
 pub enum ResponseBody {
     /// From [`Direct`]: the connection goes back to the pool once the body has been read to
@@ -115,13 +127,13 @@ pub enum ResponseBody {
 impl ResponseBody {
     /// The next piece of the body; `None` at its end; an error (as people read it) when it
     /// broke off.
-    pub async fn next(&mut self) -> Option<Result<Bytes, String>> {
+    pub async fn next(&mut self) -> Option<Result<Bytes, BrokenBody>> {
         match self {
             ResponseBody::Direct(body) => body.next().await,
             ResponseBody::Reqwest(stream) => stream
                 .next()
                 .await
-                .map(|read| read.map_err(|e| root_cause(&e))),
+                .map(|read| read.map_err(|e| BrokenBody::from_error(&e))),
         }
     }
 }

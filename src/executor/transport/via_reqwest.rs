@@ -76,7 +76,7 @@ impl Client for ViaReqwest {
                     Ok(Ok(mut response)) => {
                         let reading = async {
                             while let Some(read) = response.body.next().await {
-                                read?;
+                                read.map_err(|broken| broken.to_string())?;
                             }
                             Ok(())
                         };

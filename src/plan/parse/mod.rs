@@ -353,7 +353,7 @@ fn load_file(
             Sources::Kept(files) => files
                 .get(&key)
                 .cloned()
-                .ok_or_else(|| format!("the run kept no file {key}")),
+                .ok_or_else(|| IncludeUnreadable::NotKept(key.clone())),
         };
         let text = match text {
             Ok(text) => text,
@@ -383,16 +383,27 @@ fn load_file(
     chain.pop();
 }
 
+/// Why an included file could not be read.
+#[derive(Debug, thiserror::Error)]
+enum IncludeUnreadable {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("it is {0} bytes, more than a plan file may be ({MAX_PLAN_BYTES})")]
+    TooLarge(u64),
+    #[error("it is not text (invalid UTF-8)")]
+    NotText,
+    #[error("the run kept no file {0}")]
+    NotKept(String),
+}
+
 /// An included file's text, refusing one too large to be a plan fragment.
-fn read_included(path: &std::path::Path) -> Result<String, String> {
-    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+fn read_included(path: &std::path::Path) -> Result<String, IncludeUnreadable> {
+    let size = std::fs::metadata(path)?.len();
     if size > MAX_PLAN_BYTES {
-        return Err(format!(
-            "it is {size} bytes, more than a plan file may be ({MAX_PLAN_BYTES})"
-        ));
+        return Err(IncludeUnreadable::TooLarge(size));
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    String::from_utf8(bytes).map_err(|_| "it is not text (invalid UTF-8)".to_string())
+    let bytes = std::fs::read(path)?;
+    String::from_utf8(bytes).map_err(|_| IncludeUnreadable::NotText)
 }
 
 /// Blocks of which a plan holds one; an included file contributes them unless the including

@@ -313,16 +313,31 @@ pub(super) struct ByteSize {
     pub max: u64,
 }
 
+/// Why a text is not a size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotASize {
+    #[error("\"{0}\" has no unit (B, KiB, MiB, GiB, KB, MB, GB)")]
+    NoUnit(String),
+    #[error("\"{0}\" does not start with a number")]
+    NoNumber(String),
+    #[error("\"{0}\" is not a size unit (B, KiB, MiB, GiB, KB, MB, GB)")]
+    UnknownUnit(String),
+    #[error("\"{0}\" is too large")]
+    TooLarge(String),
+    #[error("expected a size such as \"1MiB\", found {0}")]
+    NotText(&'static str),
+}
+
 /// Parses "1MiB", "512 KiB", "64MB", "2GB", "4096B" into bytes.
-pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, NotASize> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("\"{text}\" has no unit (B, KiB, MiB, GiB, KB, MB, GB)"))?;
+        .ok_or_else(|| NotASize::NoUnit(text.to_string()))?;
     let (number, unit) = text.split_at(split);
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("\"{text}\" does not start with a number"))?;
+        .map_err(|_| NotASize::NoNumber(text.to_string()))?;
     let scale = match unit.trim() {
         "B" => 1.0,
         "KB" | "kB" => 1e3,
@@ -331,15 +346,11 @@ pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "\"{other}\" is not a size unit (B, KiB, MiB, GiB, KB, MB, GB)"
-            ))
-        }
+        other => return Err(NotASize::UnknownUnit(other.to_string())),
     };
     let bytes = value * scale;
     if !bytes.is_finite() || bytes > 1e15 {
-        return Err(format!("\"{text}\" is too large"));
+        return Err(NotASize::TooLarge(text.to_string()));
     }
     Ok(bytes.round() as u64)
 }
@@ -349,10 +360,7 @@ impl Kind for ByteSize {
     fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<u64> {
         let parsed = match entry.value() {
             KdlValue::String(s) => parse_bytes(s),
-            other => Err(format!(
-                "expected a size such as \"1MiB\", found {}",
-                type_name(other)
-            )),
+            other => Err(NotASize::NotText(type_name(other))),
         };
         match parsed {
             Ok(n) if (self.min..=self.max).contains(&n) => Some(n),
@@ -368,10 +376,10 @@ impl Kind for ByteSize {
                 );
                 None
             }
-            Err(message) => {
+            Err(not_a_size) => {
                 cx.error(
                     entry.span(),
-                    message,
+                    not_a_size.to_string(),
                     "not a size",
                     format!("sizes are strings with a unit: \"64KiB\", \"1MiB\", \"256MiB\"; write it as: {usage}"),
                 );
