@@ -699,6 +699,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut header_ok = true;
     let mut target = None;
     let mut workload = None;
+    let mut workload_at = None;
     let mut sim = None;
     let mut slo = None;
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
@@ -782,7 +783,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 cx.walk(node, "in `plan`", HEADER, &mut header);
             }
             "target" => target = target::target(cx, node),
-            "workload" => workload = workload::workload(cx, node),
+            "workload" => {
+                workload = workload::workload(cx, node);
+                workload_at = Some((p.file, node.name().span()));
+            }
             "phase" => {
                 let Some(checked) = phase::phase(cx, node) else {
                     continue;
@@ -889,6 +893,24 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             "phase missing",
             "add at least one phase, e.g. phase \"steady\" { rate 4; duration \"30s\" }",
         );
+    }
+
+    // Exact output lengths are asked of the API's dialect: one that cannot give them is refused.
+    if let (Some(target), Some(workload), Some((file, span))) = (&target, &workload, workload_at) {
+        let api: &crate::plan::Target = target;
+        if workload.ignore_eos && !api.api.dialect().capabilities().exact_lengths {
+            cx.current = file;
+            cx.error(
+                span,
+                format!(
+                    "api \"{}\" cannot be asked for an exact number of output tokens",
+                    api.api.as_str()
+                ),
+                "no exact lengths",
+                "remove ignore-eos=#true from `output`, and judge lengths by finish_reason",
+            );
+            cx.current = 0;
+        }
     }
 
     let unrecorded: Vec<String> = phases

@@ -6,6 +6,7 @@ use kdl::KdlNode;
 
 use super::cx::{children, positional, property, Cx, Handler};
 use super::values::{ByteSize, Flag, Kind, Text, DURATION};
+use crate::api::Capabilities;
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE,
 };
@@ -71,6 +72,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("stream", |cx, node, t| {
         if let Some(b) = cx.single(node, "stream #true", Flag) {
             t.stream = b;
+            refuse_beyond(cx, node, t.api, b.then_some(Need::Streaming));
         }
     }),
     ("timeout", |cx, node, t| {
@@ -81,6 +83,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("continuous-usage", |cx, node, t| {
         if let Some(b) = cx.single(node, "continuous-usage #true", Flag) {
             t.continuous_usage = b;
+            refuse_beyond(cx, node, t.api, b.then_some(Need::UsageInStream));
         }
     }),
     ("max-line", |cx, node, t| {
@@ -120,6 +123,37 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
 ];
+
+/// What a target node asks of its API's dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Streaming,
+    UsageInStream,
+}
+
+/// Why `capabilities` cannot give `need`, if they cannot.
+fn lacking(capabilities: Capabilities, need: Need) -> Option<&'static str> {
+    match need {
+        Need::Streaming if !capabilities.streaming => Some("does not stream its answers"),
+        Need::UsageInStream if !capabilities.usage_in_stream => {
+            Some("does not send usage in its stream")
+        }
+        _ => None,
+    }
+}
+
+/// A diagnostic on `node` when the plan's API cannot do what it asks.
+fn refuse_beyond(cx: &mut Cx, node: &KdlNode, api: Api, need: Option<Need>) {
+    let Some(why) = need.and_then(|need| lacking(api.dialect().capabilities(), need)) else {
+        return;
+    };
+    cx.error(
+        node.span(),
+        format!("api \"{}\" {why}", api.as_str()),
+        "not with this api",
+        format!("remove `{}` or choose another api", node.name().value()),
+    );
+}
 
 /// Adds `key` to the body unless llmload writes it itself.
 fn add_field(
@@ -424,4 +458,38 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         headers: fields.headers,
         warm_connections: fields.warm_connections,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dialect_that_cannot_is_named_for_what_it_cannot() {
+        let all = Capabilities {
+            streaming: true,
+            usage_in_stream: true,
+            exact_lengths: true,
+        };
+        assert_eq!(lacking(all, Need::Streaming), None);
+        let unstreamed = Capabilities {
+            streaming: false,
+            usage_in_stream: false,
+            ..all
+        };
+        assert_eq!(
+            lacking(unstreamed, Need::Streaming),
+            Some("does not stream its answers")
+        );
+        assert_eq!(
+            lacking(unstreamed, Need::UsageInStream),
+            Some("does not send usage in its stream")
+        );
+        // Every dialect today streams with usage: no plan of theirs is refused.
+        for api in Api::ALL {
+            let capabilities = api.dialect().capabilities();
+            assert_eq!(lacking(capabilities, Need::Streaming), None);
+            assert_eq!(lacking(capabilities, Need::UsageInStream), None);
+        }
+    }
 }
