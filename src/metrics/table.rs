@@ -10,68 +10,15 @@
 //! ([`crate::metrics::PhaseMetrics::value`]), abort conditions, the search's early end, the
 //! comparison's resampling, and the reports' metric rows.
 //!
-//! Adding a metric is one variant of [`Metric`] and one entry of [`METRICS`], in the same
-//! order, plus the formula it needs (a function of a [`RequestRecord`] for a per-request
-//! distribution) — nothing else. What this module is not: the streaming aggregator
+//! Adding a metric is one entry of the `metric_table!` list below (which declares both its
+//! [`Metric`] variant and its [`METRICS`] entry, so the two cannot drift apart), plus the formula
+//! it needs (a function of a [`RequestRecord`] for a per-request distribution) — nothing else. What this module is not: the streaming aggregator
 //! ([`crate::metrics::Aggregator`]) or a renderer; it only says what each metric is.
 
 use crate::records::{ErrorClass, RequestRecord};
 use crate::telemetry::Signal;
 
 use super::PhaseMetrics;
-
-/// A metric, by identity. Everything about it is in its [`MetricDef`] ([`Metric::def`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Metric {
-    /// Time to first token.
-    Ttft,
-    /// Inter-token latency, every gap pooled.
-    Itl,
-    /// Time per output token, per request.
-    Tpot,
-    /// End-to-end latency.
-    E2e,
-    /// Prompt tokens per second of TTFT, per request.
-    PrefillTps,
-    /// Decode tokens per second, per request.
-    DecodeTps,
-    /// Failed / completed requests.
-    ErrorRate,
-    /// Timed-out / completed requests.
-    TimeoutRate,
-    /// Successful requests per second of wall time.
-    RequestThroughput,
-    /// Output tokens per second of wall time.
-    OutputThroughput,
-    /// Input and output tokens per second of wall time.
-    TotalThroughput,
-    /// Requests per second meeting every per-request objective of the plan's `slo`.
-    Goodput,
-    /// The fraction of completed requests meeting every objective of the plan's `slo`.
-    GoodputRatio,
-    /// The highest load the plan's search found the objectives to hold at.
-    Capacity,
-    /// The server's running batch (its telemetry): a gauge, by mean or max.
-    ServerRunning,
-    /// The server's waiting queue: a gauge, by mean or max.
-    ServerWaiting,
-    /// The server's KV-cache usage (a share): a gauge, by mean or max.
-    ServerKvCache,
-    /// The server's preemptions during the scope.
-    ServerPreemptions,
-    /// The server's own time to first token (its histogram), by percentile or mean.
-    ServerTtft,
-    /// Time requests waited in the server's queue (its histogram), by percentile or mean.
-    ServerQueueTime,
-    /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
-    /// usage reports them.
-    PrefixCacheHitRate,
-    /// How late each open-loop request went out: actual − intended send time.
-    ScheduleLag,
-    /// Time to open a new connection (TCP connect, TLS handshake), over the requests that
-    /// opened one.
-    Connect,
-}
 
 /// What kind of value a metric is, which decides its unit and threshold syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,10 +245,28 @@ pub struct MetricDef {
     pub example: &'static str,
 }
 
-/// Every metric, in the order reports list them (and the order of [`Metric`]'s variants).
-pub static METRICS: [MetricDef; 23] = [
-    MetricDef {
-        metric: Metric::Ttft,
+/// Declares [`Metric`] and [`METRICS`] from one list, so that a metric's identity and its
+/// definition cannot drift apart: each entry is a variant's doc, its name, and its [`MetricDef`]
+/// fields (all but `metric`, which the macro fills).
+macro_rules! metric_table {
+    ($( $(#[$doc:meta])* $variant:ident { $($field:ident : $value:expr),* $(,)? } ),* $(,)?) => {
+        /// A metric, by identity. Everything about it is in its [`MetricDef`] ([`Metric::def`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Metric {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        /// Every metric, in the order reports list them (and the order of [`Metric`]'s
+        /// variants).
+        pub static METRICS: &[MetricDef] = &[
+            $( MetricDef { metric: Metric::$variant, $($field: $value),* }, )*
+        ];
+    };
+}
+
+metric_table! {
+    /// Time to first token.
+    Ttft {
         name: "ttft",
         label: "TTFT",
         doc: "time to first token: send to the first chunk carrying a generated token",
@@ -318,8 +283,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::Itl,
+    /// Inter-token latency, every gap pooled.
+    Itl {
         name: "itl",
         label: "ITL",
         doc: "inter-token latency: every gap between chunks, pooled (a chunk of k tokens is k gaps of gap/k)",
@@ -335,8 +300,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::Tpot,
+    /// Time per output token, per request.
+    Tpot {
         name: "tpot",
         label: "TPOT",
         doc: "time per output token of a request: (e2e − ttft) / (output tokens − 1)",
@@ -352,8 +317,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::E2e,
+    /// End-to-end latency.
+    E2e {
         name: "e2e",
         label: "E2E",
         doc: "end-to-end latency: send to the last byte of the answer",
@@ -369,8 +334,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::PrefillTps,
+    /// Prompt tokens per second of TTFT, per request.
+    PrefillTps {
         name: "prefill-tps",
         label: "Prefill",
         doc: "prompt tokens per second of TTFT, per request",
@@ -386,8 +351,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "p50 > 100",
     },
-    MetricDef {
-        metric: Metric::DecodeTps,
+    /// Decode tokens per second, per request.
+    DecodeTps {
         name: "decode-tps",
         label: "Decode",
         doc: "tokens after the first per second from the first chunk to the last, per request",
@@ -403,8 +368,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "p50 > 100",
     },
-    MetricDef {
-        metric: Metric::ErrorRate,
+    /// Failed / completed requests.
+    ErrorRate {
         name: "error-rate",
         label: "Error rate",
         doc: "failed / completed requests",
@@ -419,8 +384,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: WATCHED,
         example: "< \"1%\"",
     },
-    MetricDef {
-        metric: Metric::TimeoutRate,
+    /// Timed-out / completed requests.
+    TimeoutRate {
         name: "timeout-rate",
         label: "Timeout rate",
         doc: "timed-out / completed requests",
@@ -435,8 +400,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: WATCHED,
         example: "< \"1%\"",
     },
-    MetricDef {
-        metric: Metric::RequestThroughput,
+    /// Successful requests per second of wall time.
+    RequestThroughput {
         name: "request-throughput",
         label: "Request throughput",
         doc: "successful requests per second of wall time",
@@ -451,8 +416,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "> 10",
     },
-    MetricDef {
-        metric: Metric::OutputThroughput,
+    /// Output tokens per second of wall time.
+    OutputThroughput {
         name: "output-throughput",
         label: "Output throughput",
         doc: "output tokens of successful requests per second of wall time",
@@ -473,8 +438,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "> 10",
     },
-    MetricDef {
-        metric: Metric::TotalThroughput,
+    /// Input and output tokens per second of wall time.
+    TotalThroughput {
         name: "total-throughput",
         label: "Total throughput",
         doc: "input and output tokens of successful requests per second of wall time",
@@ -495,8 +460,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "> 10",
     },
-    MetricDef {
-        metric: Metric::Goodput,
+    /// Requests per second meeting every per-request objective of the plan's `slo`.
+    Goodput {
         name: "goodput",
         label: "Goodput",
         doc: "requests per second meeting every objective of the plan's slo",
@@ -511,8 +476,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "> 10",
     },
-    MetricDef {
-        metric: Metric::GoodputRatio,
+    /// The fraction of completed requests meeting every objective of the plan's `slo`.
+    GoodputRatio {
         name: "goodput-ratio",
         label: "Goodput ratio",
         doc: "the share of completed requests meeting every objective of the plan's slo",
@@ -530,8 +495,8 @@ pub static METRICS: [MetricDef; 23] = [
         },
         example: "< \"1%\"",
     },
-    MetricDef {
-        metric: Metric::Capacity,
+    /// The highest load the plan's search found the objectives to hold at.
+    Capacity {
         name: "capacity",
         label: "Capacity",
         doc: "the highest load at which the search found the objectives to hold",
@@ -543,8 +508,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "> 10",
     },
-    MetricDef {
-        metric: Metric::ServerRunning,
+    /// The server's running batch (its telemetry): a gauge, by mean or max.
+    ServerRunning {
         name: "server-running",
         label: "Server running",
         doc: "the server's running batch (its telemetry gauge)",
@@ -556,8 +521,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "max < 64 phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::ServerWaiting,
+    /// The server's waiting queue: a gauge, by mean or max.
+    ServerWaiting {
         name: "server-waiting",
         label: "Server waiting",
         doc: "requests waiting in the server's queue (its telemetry gauge)",
@@ -569,8 +534,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "max < 64 phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::ServerKvCache,
+    /// The server's KV-cache usage (a share): a gauge, by mean or max.
+    ServerKvCache {
         name: "server-kv-cache",
         label: "Server KV cache",
         doc: "the server's KV-cache usage, a share (its telemetry gauge)",
@@ -582,8 +547,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "max < \"95%\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::ServerPreemptions,
+    /// The server's preemptions during the scope.
+    ServerPreemptions {
         name: "server-preemptions",
         label: "Server preemptions",
         doc: "the server's preemptions during the scope (its telemetry counter)",
@@ -595,8 +560,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "< 1 phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::ServerTtft,
+    /// The server's own time to first token (its histogram), by percentile or mean.
+    ServerTtft {
         name: "server-ttft",
         label: "Server TTFT",
         doc: "the server's own time to first token (its telemetry histogram)",
@@ -608,8 +573,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::ServerQueueTime,
+    /// Time requests waited in the server's queue (its histogram), by percentile or mean.
+    ServerQueueTime {
         name: "server-queue-time",
         label: "Server queue time",
         doc: "time requests waited in the server's queue (its telemetry histogram)",
@@ -621,8 +586,9 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-    MetricDef {
-        metric: Metric::PrefixCacheHitRate,
+    /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
+    /// usage reports them.
+    PrefixCacheHitRate {
         name: "prefix-cache-hit-rate",
         label: "Prefix-cache hit rate",
         doc: "prompt tokens served from the server's prefix cache / prompt tokens, from usage",
@@ -634,8 +600,8 @@ pub static METRICS: [MetricDef; 23] = [
         uses: SERVER,
         example: "< \"1%\"",
     },
-    MetricDef {
-        metric: Metric::ScheduleLag,
+    /// How late each open-loop request went out: actual − intended send time.
+    ScheduleLag {
         name: "schedule-lag",
         label: "Schedule lag",
         doc: "actual − intended send time of open-loop requests: how late the client sent",
@@ -652,8 +618,9 @@ pub static METRICS: [MetricDef; 23] = [
         uses: REPORTED,
         example: "p99 < \"5ms\"",
     },
-    MetricDef {
-        metric: Metric::Connect,
+    /// Time to open a new connection (TCP connect, TLS handshake), over the requests that
+    /// opened one.
+    Connect {
         name: "connect",
         label: "Connect",
         doc: "time to open a new connection (TCP connect, TLS handshake), over the requests that opened one",
@@ -670,7 +637,7 @@ pub static METRICS: [MetricDef; 23] = [
         uses: JUDGED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
-];
+}
 
 impl Metric {
     /// Its definition.
@@ -897,7 +864,7 @@ mod tests {
 
     #[test]
     fn capabilities_agree_with_sources() {
-        for def in &METRICS {
+        for def in METRICS {
             let m = def.metric;
             // A distribution takes any statistic; one number takes none.
             match def.source {
