@@ -141,6 +141,7 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
         ));
     }
     out.push_str(&workload_lines(plan, schedule));
+    out.push_str(&metric_lines(plan));
     if let Some(search) = &schedule.search {
         out.push_str(&search_lines(plan, search));
     }
@@ -158,6 +159,35 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
                 objectives.join(", ")
             }
         ));
+    }
+    out
+}
+
+/// What each metric the plan names (in `sla`, `regression`, `abort`) is, from the metric table:
+/// a reader of `llmload plan` sees what will be judged before anything is sent.
+fn metric_lines(plan: &Plan) -> String {
+    let named: Vec<crate::plan::Metric> = plan
+        .sla
+        .iter()
+        .map(|a| a.metric)
+        .chain(plan.regression.iter().map(|t| t.metric))
+        .chain(plan.abort.iter().map(|r| r.condition.metric))
+        .collect();
+    let mut out = String::new();
+    for metric in crate::plan::Metric::all().filter(|m| named.contains(m)) {
+        if out.is_empty() {
+            out.push_str(
+                "
+metrics judged:
+",
+            );
+        }
+        let def = metric.def();
+        let unit = match def.kind.short_unit() {
+            "" => String::new(),
+            unit => format!(" ({unit})"),
+        };
+        out.push_str(&format!("  {}{unit}: {}\n", def.name, def.doc));
     }
     out
 }
