@@ -162,6 +162,23 @@ pub struct Capabilities {
     pub exact_lengths: bool,
 }
 
+/// What a family of dialects shares beside their bodies and choices (OpenAI's chat and
+/// completions share one, [`openai::ENVELOPE`]): what they can do, the body fields they write
+/// themselves, how they send a key, and what ends their streams.
+#[derive(Debug)]
+pub struct Envelope {
+    /// What its dialects can do.
+    pub capabilities: Capabilities,
+    /// Body fields its dialects write themselves, each with what a plan should do instead.
+    pub reserved_fields: &'static [(&'static str, &'static str)],
+    /// The headers that carry an API key, with their values for the key.
+    pub credentials: fn(&str) -> Vec<(reqwest::header::HeaderName, String)>,
+    /// The names of the headers `credentials` sets.
+    pub credential_headers: &'static [&'static str],
+    /// What ends a stream, as an error message names it.
+    pub stream_end: &'static str,
+}
+
 /// One kind of endpoint: how to ask and how to read.
 pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// Its name in plans and reports (`api "chat"`).
@@ -173,18 +190,29 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// The path under the API root, e.g. `/chat/completions`.
     fn path(&self) -> &'static str;
 
+    /// Its family's envelope: capabilities, reserved fields, credentials, end of stream.
+    fn envelope(&self) -> &'static Envelope;
+
     /// What it can do.
-    fn capabilities(&self) -> Capabilities;
+    fn capabilities(&self) -> Capabilities {
+        self.envelope().capabilities
+    }
 
     /// The body fields it writes itself, each with what a plan should do instead: a plan may
     /// not set them through `sampling` or `body`.
-    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)];
+    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)] {
+        self.envelope().reserved_fields
+    }
 
     /// The headers that carry an API key, with their values for `key`.
-    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)>;
+    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
+        (self.envelope().credentials)(key)
+    }
 
     /// The names of the headers [`Dialect::credentials`] sets (a plan may not set them).
-    fn credential_headers(&self) -> &'static [&'static str];
+    fn credential_headers(&self) -> &'static [&'static str] {
+        self.envelope().credential_headers
+    }
 
     /// The JSON body asking for `max_tokens` tokens after `prompt`.
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8>;
@@ -202,7 +230,9 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     fn decode_body(&self, body: &str, out: &mut Generated) -> Result<Decoded, DecodeError>;
 
     /// What ends its stream, as an error message names it ("a finish_reason or [DONE]").
-    fn stream_end(&self) -> &'static str;
+    fn stream_end(&self) -> &'static str {
+        self.envelope().stream_end
+    }
 }
 
 #[cfg(test)]

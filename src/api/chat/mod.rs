@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::openai::fast::Shape;
 use super::openai::{self, Choice};
-use super::{BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Generated, Part};
+use super::{BodyOptions, DecodeError, Decoded, Dialect, Envelope, Generated, Part};
 use crate::planner::Prompt;
 
 /// The chat dialect.
@@ -69,24 +69,8 @@ impl Dialect for Chat {
         "/chat/completions"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        openai::CAPABILITIES
-    }
-
-    fn reserved_fields(&self) -> &'static [(&'static str, &'static str)] {
-        openai::RESERVED_FIELDS
-    }
-
-    fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
-        openai::credentials(key)
-    }
-
-    fn credential_headers(&self) -> &'static [&'static str] {
-        openai::CREDENTIAL_HEADERS
-    }
-
-    fn stream_end(&self) -> &'static str {
-        openai::STREAM_END
+    fn envelope(&self) -> &'static Envelope {
+        &openai::ENVELOPE
     }
 
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {

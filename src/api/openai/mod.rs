@@ -13,51 +13,44 @@ use serde_json::{Map, Value};
 use super::{BodyOptions, DecodeError, Decoded, Generated, ServerError, Usage};
 use fast::Shape;
 
-/// The body fields every OpenAI-style dialect writes itself. Both prompt fields are reserved
-/// in both dialects, so that a plan's fields mean the same whichever `api` it names.
-pub(super) const RESERVED_FIELDS: &[(&str, &str)] = &[
-    ("model", "set it with `model` in the target"),
-    ("messages", "prompts come from the workload"),
-    ("prompt", "prompts come from the workload"),
-    (
-        "max_tokens",
-        "set output lengths with `output` in the workload",
-    ),
-    (
-        "max_completion_tokens",
-        "set output lengths with `output` in the workload",
-    ),
-    (
-        "min_tokens",
-        "ask for exact lengths with output N ignore-eos=#true",
-    ),
-    (
-        "ignore_eos",
-        "ask for exact lengths with output N ignore-eos=#true",
-    ),
-    ("stream", "set it with `stream` in the target"),
-    (
-        "stream_options",
-        "llmload asks for usage itself; see `continuous-usage`",
-    ),
-];
-
-/// OpenAI-style servers take the key as a bearer token.
-pub(super) fn credentials(key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
-    vec![(reqwest::header::AUTHORIZATION, format!("Bearer {key}"))]
-}
-
-/// The header [`credentials`] sets.
-pub(super) const CREDENTIAL_HEADERS: &[&str] = &["authorization"];
-
-/// What ends an OpenAI-style stream.
-pub(super) const STREAM_END: &str = "a finish_reason or [DONE]";
-
-/// What OpenAI-style servers can do (vLLM, SGLang and llama.cpp's server honour `ignore_eos`).
-pub(super) const CAPABILITIES: super::Capabilities = super::Capabilities {
-    streaming: true,
-    usage_in_stream: true,
-    exact_lengths: true,
+/// The envelope OpenAI's chat and completions share. Both prompt fields are reserved in both
+/// dialects, so that a plan's fields mean the same whichever `api` it names; the key goes as a
+/// bearer token; vLLM, SGLang and llama.cpp's server honour `ignore_eos`.
+pub(super) static ENVELOPE: super::Envelope = super::Envelope {
+    capabilities: super::Capabilities {
+        streaming: true,
+        usage_in_stream: true,
+        exact_lengths: true,
+    },
+    reserved_fields: &[
+        ("model", "set it with `model` in the target"),
+        ("messages", "prompts come from the workload"),
+        ("prompt", "prompts come from the workload"),
+        (
+            "max_tokens",
+            "set output lengths with `output` in the workload",
+        ),
+        (
+            "max_completion_tokens",
+            "set output lengths with `output` in the workload",
+        ),
+        (
+            "min_tokens",
+            "ask for exact lengths with output N ignore-eos=#true",
+        ),
+        (
+            "ignore_eos",
+            "ask for exact lengths with output N ignore-eos=#true",
+        ),
+        ("stream", "set it with `stream` in the target"),
+        (
+            "stream_options",
+            "llmload asks for usage itself; see `continuous-usage`",
+        ),
+    ],
+    credentials: |key| vec![(reqwest::header::AUTHORIZATION, format!("Bearer {key}"))],
+    credential_headers: &["authorization"],
+    stream_end: "a finish_reason or [DONE]",
 };
 
 /// The fields every OpenAI-style body has, around the dialect's own (`messages` or `prompt`).
