@@ -23,12 +23,20 @@ const GOOD: &str = "target \"sim\"\nworkload { input 64; output 8 }\nphase \"ste
 
 #[test]
 fn shipped_plans_are_valid() {
-    for plan in [
-        "plans/chat-sla.kdl",
-        "plans/quickstart.kdl",
-        "plans/mixed-input.kdl",
-    ] {
-        let out = llmload().arg("check").arg(plan).output().unwrap();
+    let mut plans: Vec<std::path::PathBuf> = std::fs::read_dir("plans")
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "kdl"))
+        .collect();
+    plans.sort();
+    assert!(plans.len() >= 10, "{plans:?}");
+    for plan in &plans {
+        let plan = plan.display();
+        let out = llmload()
+            .arg("check")
+            .arg(plan.to_string())
+            .output()
+            .unwrap();
         assert_eq!(
             out.status.code(),
             Some(0),

@@ -80,6 +80,9 @@ pub struct Usage {
     pub completion: Option<u64>,
     /// Prompt tokens served from the server's prefix cache.
     pub cached: Option<u64>,
+    /// Of the generated tokens, those a reasoning model spent thinking
+    /// (`completion_tokens_details.reasoning_tokens`).
+    pub reasoning: Option<u64>,
     /// A field that held no count of tokens (negative, fractional): its name and value.
     pub invalid: Option<(&'static str, f64)>,
 }

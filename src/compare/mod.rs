@@ -257,7 +257,7 @@ fn side(
             let (mut value, mut counted) = (None, false);
             match metric.def().source {
                 Source::Distribution {
-                    sample: table::Sample::Gaps,
+                    sample: table::Sample::Gaps(_),
                     ..
                 } => metric.samples(r, false, |gap, weight| gaps.push((gap, weight))),
                 Source::Distribution { .. } => value = metric.sample(r, false),
@@ -294,7 +294,7 @@ fn value(
     let chosen = pick.iter().map(|&i| &side.samples[i]);
     match tolerance.metric.def().source {
         Source::Distribution {
-            sample: table::Sample::Gaps,
+            sample: table::Sample::Gaps(_),
             ..
         } => {
             // A chunk of k tokens is k samples of gap/k, as in the report.
@@ -457,7 +457,7 @@ pub fn compare(
         let resamples = if matches!(
             metric.def().source,
             Source::Distribution {
-                sample: table::Sample::Gaps,
+                sample: table::Sample::Gaps(_),
                 ..
             }
         ) {

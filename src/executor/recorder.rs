@@ -15,7 +15,7 @@ use super::observe::{Event, Observer, Stop};
 use super::request::Exchange;
 use crate::error::{Error, Result};
 use crate::planner::ScheduledRequest;
-use crate::records::{ErrorClass, LogLine, RequestRecord, TokenSource};
+use crate::records::{ChunkKind, ErrorClass, LogLine, RequestRecord, TokenSource};
 use crate::secrets::Secrets;
 use crate::tokens::Tokenizer;
 
@@ -184,6 +184,42 @@ fn planned(
     )
 }
 
+/// Of a request's output tokens, those spent reasoning, and where the count came from: the
+/// server's `completion_tokens_details.reasoning_tokens` when it sent one; else the reasoning
+/// chunks' token counts (as the chunks were counted); else, for a whole body, the reasoning
+/// text by the tokenizer. `None` for a request that did not reason.
+fn reasoning_tokens(
+    exchange: &Exchange,
+    usage: Option<crate::api::Usage>,
+    chunk_tokens: &[u32],
+    chunk_source: Option<TokenSource>,
+    tokenizer: &Tokenizer,
+) -> (Option<u64>, Option<TokenSource>) {
+    if let Some(reasoning) = usage.and_then(|u| u.reasoning) {
+        return (Some(reasoning), Some(TokenSource::Usage));
+    }
+    if exchange.reasoning_bytes == 0 {
+        return (None, None);
+    }
+    if exchange.chunk_kinds.is_empty() {
+        let text = exchange.text.get(..exchange.reasoning_bytes).unwrap_or("");
+        return (
+            Some(tokenizer.count(text) as u64),
+            Some(TokenSource::Tokenizer),
+        );
+    }
+    let kinds = exchange
+        .chunk_kinds
+        .iter()
+        .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize));
+    let counted = kinds
+        .zip(chunk_tokens)
+        .filter(|(kind, _)| *kind == ChunkKind::Reasoning)
+        .map(|(_, &n)| n as u64)
+        .sum();
+    (Some(counted), chunk_source)
+}
+
 /// When the server reports usage, one request in this many also has its completion counted by
 /// the plan's tokenizer (`completion_tokens_tokenizer`).
 pub const CROSS_CHECK_EVERY: u64 = 16;
@@ -316,6 +352,9 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         .and_then(|u| u.prompt)
         .or((exchange.error.is_none()).then_some(request.input_tokens as u64));
 
+    let (reasoning_tokens, reasoning_token_source) =
+        reasoning_tokens(&exchange, usage, &chunk_tokens, chunk_source, tokenizer);
+
     let (error, error_detail) = match exchange.error {
         Some((class, detail)) => (Some(class), Some(detail)),
         None => (None, None),
@@ -343,6 +382,9 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
         usage_problem,
+        chunk_kinds: (!exchange.chunk_kinds.is_empty()).then_some(exchange.chunk_kinds),
+        reasoning_tokens,
+        reasoning_token_source,
         ..planned(phase, &request, intended_send_us, actual_send_us)
     }
 }

@@ -14,7 +14,7 @@ use super::transport::{BrokenBody, Outgoing, Response, ResponseBody, SendFailure
 use crate::api::sse::SseParser;
 use crate::api::{Dialect, Generated, ServerError, Usage};
 use crate::error::shorten;
-use crate::records::ErrorClass;
+use crate::records::{ChunkKind, ErrorClass};
 
 /// What one request produced, before token counting.
 #[derive(Debug, Default)]
@@ -31,6 +31,11 @@ pub struct Exchange {
     pub text: String,
     /// Where each chunk's text ends in `text`.
     pub chunk_ends: Vec<u32>,
+    /// What the chunks were, in runs of one kind (empty until a reasoning chunk arrives: a
+    /// request that does not reason pays nothing for it).
+    pub chunk_kinds: Vec<(ChunkKind, u32)>,
+    /// How many bytes of `text` were reasoning (in a whole body, they come first).
+    pub reasoning_bytes: usize,
     /// The server's last usage.
     pub usage: Option<Usage>,
     /// The answer's finish_reason.
@@ -68,6 +73,23 @@ fn error_message(body: &[u8]) -> String {
 }
 
 impl Exchange {
+    /// Counts the chunk just added as `kind`, in runs; nothing is kept until a reasoning chunk
+    /// comes (then the answer chunks before it are counted too).
+    fn note_kind(&mut self, kind: ChunkKind) {
+        if self.chunk_kinds.is_empty() && kind == ChunkKind::Answer {
+            return;
+        }
+        let listed: u32 = self.chunk_kinds.iter().map(|&(_, n)| n).sum();
+        let earlier = self.chunk_ends.len() as u32 - 1 - listed;
+        if earlier > 0 {
+            self.chunk_kinds.push((ChunkKind::Answer, earlier));
+        }
+        match self.chunk_kinds.last_mut() {
+            Some((last, n)) if *last == kind => *n += 1,
+            _ => self.chunk_kinds.push((kind, 1)),
+        }
+    }
+
     pub(super) fn fail(&mut self, class: ErrorClass, detail: impl Into<String>) {
         if self.error.is_none() {
             self.error = Some((class, detail.into()));
@@ -86,7 +108,10 @@ impl Exchange {
         last_usage_completion: &mut u64,
     ) {
         let before = self.text.len();
-        let decoded = match dialect.decode_event(name, data, &mut Generated::new(&mut self.text)) {
+        let mut generated = Generated::new(&mut self.text);
+        let decoded = dialect.decode_event(name, data, &mut generated);
+        let reasoning_bytes = generated.reasoning_bytes();
+        let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(err) => {
                 self.text.truncate(before);
@@ -130,6 +155,14 @@ impl Exchange {
             }
             self.chunk_usage_tokens.push(tokens);
             self.chunk_ends.push(self.text.len() as u32);
+            // A chunk with any answer text is an answer chunk: the answer has begun in it.
+            let kind = if reasoning_bytes == self.text.len() - before {
+                ChunkKind::Reasoning
+            } else {
+                ChunkKind::Answer
+            };
+            self.reasoning_bytes += reasoning_bytes;
+            self.note_kind(kind);
         }
         if let Some(usage) = decoded.usage {
             if let Some(completion) = usage.completion {
@@ -281,7 +314,9 @@ async fn read_whole(
             exchange.end_us = micros_since(sent_at, Instant::now());
             let text = String::from_utf8_lossy(&body);
             let mut generated = Generated::new(&mut exchange.text);
-            match template.dialect.decode_body(&text, &mut generated) {
+            let decoded = template.dialect.decode_body(&text, &mut generated);
+            exchange.reasoning_bytes = generated.reasoning_bytes();
+            match decoded {
                 Ok(decoded) => {
                     if let Some(ServerError::Object(message) | ServerError::Event(message)) =
                         decoded.error
@@ -490,6 +525,7 @@ mod tests {
                 prompt: Some(5),
                 completion: Some(4),
                 cached: Some(2),
+                reasoning: None,
                 invalid: None
             })
         );

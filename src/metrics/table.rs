@@ -15,7 +15,7 @@
 //! it needs (a function of a [`RequestRecord`] for a per-request distribution) — nothing else. What this module is not: the streaming aggregator
 //! ([`crate::metrics::Aggregator`]) or a renderer; it only says what each metric is.
 
-use crate::records::{ErrorClass, RequestRecord};
+use crate::records::{ChunkKind, ErrorClass, RequestRecord};
 use crate::telemetry::Signal;
 
 use super::PhaseMetrics;
@@ -35,6 +35,8 @@ pub enum MetricKind {
     Capacity,
     /// A number of things (requests, preemptions); thresholds are numbers.
     Count,
+    /// A number of tokens per request; thresholds are numbers.
+    Tokens,
 }
 
 impl MetricKind {
@@ -47,6 +49,7 @@ impl MetricKind {
             MetricKind::TokenRate => "tokens_per_s",
             MetricKind::Capacity => "load",
             MetricKind::Count => "count",
+            MetricKind::Tokens => "tokens",
         }
     }
 
@@ -56,6 +59,7 @@ impl MetricKind {
             MetricKind::Latency => "ms",
             MetricKind::TokenRate => "tok/s",
             MetricKind::Throughput => "/s",
+            MetricKind::Tokens => "tokens",
             MetricKind::Fraction | MetricKind::Capacity | MetricKind::Count => "",
         }
     }
@@ -69,6 +73,7 @@ impl MetricKind {
             MetricKind::Fraction => "fraction",
             MetricKind::Capacity => "load",
             MetricKind::Count => "count",
+            MetricKind::Tokens => "tokens",
         }
     }
 }
@@ -129,8 +134,9 @@ impl Population {
 pub enum Sample {
     /// One value, or none.
     One(fn(&RequestRecord) -> Option<f64>),
-    /// Several values with weights: ITL's gaps (a chunk of k tokens is k samples of gap/k).
-    Gaps,
+    /// Several values with weights: the gaps between consecutive chunks (a chunk of k tokens
+    /// is k samples of gap/k): all of them (`None`), or those between two chunks of one kind.
+    Gaps(Option<ChunkKind>),
 }
 
 /// How a metric's value is obtained.
@@ -243,7 +249,26 @@ pub struct MetricDef {
     pub uses: Uses,
     /// An example line after its name (diagnostics' "write it as").
     pub example: &'static str,
+    /// Reports show it only where this other metric has values (TTFO beside TTFT only when
+    /// requests reasoned: without reasoning the two are the same); `None`: wherever it has any.
+    pub report_with: Option<Metric>,
 }
+
+/// What an entry of the table leaves out: shown wherever it has values.
+const UNSET: MetricDef = MetricDef {
+    metric: Metric::Ttft,
+    name: "",
+    label: "",
+    doc: "",
+    kind: MetricKind::Count,
+    better: Better::Lower,
+    stats: Stats::None,
+    source: Source::Search,
+    needs: Needs::Nothing,
+    uses: REPORTED,
+    example: "",
+    report_with: None,
+};
 
 /// Declares [`Metric`] and [`METRICS`] from one list, so that a metric's identity and its
 /// definition cannot drift apart: each entry is a variant's doc, its name, and its [`MetricDef`]
@@ -258,8 +283,10 @@ macro_rules! metric_table {
 
         /// Every metric, in the order reports list them (and the order of [`Metric`]'s
         /// variants).
+        // Entries that set `report_with` leave nothing to `UNSET`.
+        #[allow(clippy::needless_update)]
         pub static METRICS: &[MetricDef] = &[
-            $( MetricDef { metric: Metric::$variant, $($field: $value),* }, )*
+            $( MetricDef { metric: Metric::$variant, $($field: $value,)* ..UNSET }, )*
         ];
     };
 }
@@ -283,6 +310,24 @@ metric_table! {
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
+    /// Time to the first answer token: after a reasoning model's thinking.
+    Ttfo {
+        name: "ttfo",
+        label: "TTFO",
+        doc: "time to first output token: send to the first chunk of the answer (after any reasoning; TTFT without reasoning)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "ttfo_ms",
+            population: Population::Completed,
+            sample: Sample::One(ttfo_ms),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "p99 < \"2s\" phase=\"steady\"",
+        report_with: Some(Metric::ReasoningTokens),
+    },
     /// Inter-token latency, every gap pooled.
     Itl {
         name: "itl",
@@ -294,11 +339,46 @@ metric_table! {
         source: Source::Distribution {
             key: "itl_ms",
             population: Population::Succeeded,
-            sample: Sample::Gaps,
+            sample: Sample::Gaps(None),
         },
         needs: Needs::Nothing,
         uses: JUDGED,
         example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    /// Inter-token latency between reasoning chunks.
+    ItlReasoning {
+        name: "itl-reasoning",
+        label: "ITL reasoning",
+        doc: "inter-token latency between consecutive reasoning chunks, pooled",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "itl_reasoning_ms",
+            population: Population::Succeeded,
+            sample: Sample::Gaps(Some(ChunkKind::Reasoning)),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"100ms\" phase=\"steady\"",
+    },
+    /// Inter-token latency between answer chunks.
+    ItlAnswer {
+        name: "itl-answer",
+        label: "ITL answer",
+        doc: "inter-token latency between consecutive answer chunks, pooled (ITL without reasoning)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "itl_answer_ms",
+            population: Population::Succeeded,
+            sample: Sample::Gaps(Some(ChunkKind::Answer)),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"100ms\" phase=\"steady\"",
+        report_with: Some(Metric::ReasoningTokens),
     },
     /// Time per output token, per request.
     Tpot {
@@ -333,6 +413,58 @@ metric_table! {
         needs: Needs::Nothing,
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    /// How long a reasoning model thought: first to last reasoning chunk.
+    ReasoningTime {
+        name: "reasoning-time",
+        label: "Reasoning time",
+        doc: "from the first reasoning chunk to the last, per request that reasoned",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "reasoning_time_ms",
+            population: Population::Succeeded,
+            sample: Sample::One(reasoning_time_ms),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"5s\" phase=\"steady\"",
+    },
+    /// Output tokens spent reasoning, per request that reasoned.
+    ReasoningTokens {
+        name: "reasoning-tokens",
+        label: "Reasoning",
+        doc: "output tokens spent reasoning, per request that reasoned (the server's usage, else the reasoning chunks counted)",
+        kind: MetricKind::Tokens,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "reasoning_tokens",
+            population: Population::Succeeded,
+            sample: Sample::One(reasoning_tokens),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "mean < 2000",
+    },
+    /// Output tokens of the answer itself, per request.
+    AnswerTokens {
+        name: "answer-tokens",
+        label: "Answer",
+        doc: "output tokens of the answer itself (output tokens less reasoning tokens), per request",
+        kind: MetricKind::Tokens,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "answer_tokens",
+            population: Population::Succeeded,
+            sample: Sample::One(answer_tokens),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p50 > 100",
+        report_with: Some(Metric::ReasoningTokens),
     },
     /// Prompt tokens per second of TTFT, per request.
     PrefillTps {
@@ -725,8 +857,8 @@ impl Metric {
                     add(value, 1);
                 }
             }
-            Sample::Gaps => {
-                for (gap_ms, tokens) in itl_gaps(record) {
+            Sample::Gaps(kind) => {
+                for (gap_ms, tokens) in itl_gaps_of(record, kind) {
                     add(gap_ms, tokens as u64);
                 }
             }
@@ -834,19 +966,74 @@ pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
 /// Every gap between consecutive token-bearing chunks of a streamed request, spread over the
 /// later chunk's tokens: (gap / k in ms, k).
 pub fn itl_gaps(record: &RequestRecord) -> impl Iterator<Item = (f64, u32)> + '_ {
+    itl_gaps_of(record, None)
+}
+
+/// [`itl_gaps`], or only the gaps between two consecutive chunks of `kind` (the gap from the
+/// last reasoning chunk to the first answer chunk belongs to neither kind).
+pub fn itl_gaps_of(
+    record: &RequestRecord,
+    kind: Option<ChunkKind>,
+) -> impl Iterator<Item = (f64, u32)> + '_ {
     let chunks: &[(u64, u32)] = if ttft_ms(record).is_some() {
         &record.chunks
     } else {
         &[]
     };
-    chunks.windows(2).map(|pair| {
-        let (previous, (at, tokens)) = (pair[0].0, pair[1]);
-        let tokens = tokens.max(1);
-        (
-            at.saturating_sub(previous) as f64 / 1000.0 / tokens as f64,
-            tokens,
-        )
-    })
+    let kinds = record
+        .chunk_kind_iter()
+        .zip(record.chunk_kind_iter().skip(1));
+    chunks
+        .windows(2)
+        .zip(kinds)
+        .filter(move |(_, pair)| kind.is_none_or(|kind| pair.0 == kind && pair.1 == kind))
+        .map(|(pair, _)| {
+            let (previous, (at, tokens)) = (pair[0].0, pair[1]);
+            let tokens = tokens.max(1);
+            (
+                at.saturating_sub(previous) as f64 / 1000.0 / tokens as f64,
+                tokens,
+            )
+        })
+}
+
+/// Send → the first answer chunk, ms: TTFT for a request that did not reason; none for one
+/// whose stream held only reasoning.
+pub fn ttfo_ms(record: &RequestRecord) -> Option<f64> {
+    ttft_ms(record)?;
+    if record.chunk_kinds.is_none() {
+        return ttft_ms(record);
+    }
+    let first_answer = record
+        .chunk_kind_iter()
+        .position(|kind| kind == ChunkKind::Answer)?;
+    record.chunks.get(first_answer).map(|&(at, _)| ms(at))
+}
+
+/// First to last reasoning chunk, ms, of a streamed request that reasoned.
+pub fn reasoning_time_ms(record: &RequestRecord) -> Option<f64> {
+    ttft_ms(record)?;
+    record.chunk_kinds.as_ref()?;
+    let mut times = record
+        .chunks
+        .iter()
+        .zip(record.chunk_kind_iter())
+        .filter(|(_, kind)| *kind == ChunkKind::Reasoning)
+        .map(|(&(at, _), _)| at);
+    let first = times.next()?;
+    let last = times.last().unwrap_or(first);
+    Some(ms(last.saturating_sub(first)))
+}
+
+/// Output tokens spent reasoning, for a request that reasoned.
+pub fn reasoning_tokens(record: &RequestRecord) -> Option<f64> {
+    record.reasoning_tokens.map(|n| n as f64)
+}
+
+/// Output tokens of the answer: the output less any reasoning.
+pub fn answer_tokens(record: &RequestRecord) -> Option<f64> {
+    let output = record.completion_tokens?;
+    Some(output.saturating_sub(record.reasoning_tokens.unwrap_or(0)) as f64)
 }
 
 #[cfg(test)]

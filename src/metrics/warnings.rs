@@ -139,6 +139,25 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 .into(),
         ));
     }
+    // Reasoning tokens count against max_tokens on most servers: an exact output length then
+    // holds the thinking and the answer together.
+    let reasoning = &overall.metrics[Metric::ReasoningTokens];
+    if let (true, Some(reasoning_mean), Some(planned)) = (
+        exact && reasoning.count > 0,
+        reasoning.mean,
+        overall.tokens.output_planned_mean,
+    ) {
+        out.push(note(
+            "reasoning-in-output",
+            format!(
+                "exact output lengths were asked of a model that reasons: of {planned:.1} output tokens asked \
+                 (mean per request), {reasoning_mean:.1} were reasoning and {:.1} answer ({} request(s) reasoned); \
+                 the thinking leaves the answer shorter than the length asked",
+                overall.metrics[Metric::AnswerTokens].mean.unwrap_or(0.0),
+                reasoning.count
+            ),
+        ));
+    }
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
         // On loopback a connection opens in a fraction of a millisecond: only slower ones can
         // show in TTFT.

@@ -20,6 +20,39 @@ pub struct SimSettings {
     pub engine: Option<EngineSettings>,
     /// Injected failures.
     pub faults: Faults,
+    /// Behave like a reasoning model: each chat answer thinks first.
+    pub reasoning: Option<Reasoning>,
+}
+
+/// `reasoning 200 field="reasoning_content"`: the simulator's chat answers begin with this many
+/// reasoning tokens (within the request's max_tokens, as servers count them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reasoning {
+    /// Reasoning tokens before the answer.
+    pub tokens: u32,
+    /// The delta field they stream in.
+    pub field: ReasoningField,
+    /// Whether usage says how many (`completion_tokens_details.reasoning_tokens`).
+    pub in_usage: bool,
+}
+
+/// The two spellings servers stream reasoning in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningField {
+    /// `reasoning_content` (vLLM up to 0.10, SGLang, DeepSeek's API).
+    ReasoningContent,
+    /// `reasoning` (newer vLLM, gpt-oss through vLLM, Ollama).
+    Reasoning,
+}
+
+impl ReasoningField {
+    /// The JSON field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningField::ReasoningContent => "reasoning_content",
+            ReasoningField::Reasoning => "reasoning",
+        }
+    }
 }
 
 impl Default for SimSettings {
@@ -32,6 +65,7 @@ impl Default for SimSettings {
             seed: 0,
             engine: None,
             faults: Faults::default(),
+            reasoning: None,
         }
     }
 }

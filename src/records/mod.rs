@@ -379,6 +379,16 @@ pub enum TokenSource {
     UsageByTokenizer,
 }
 
+/// What the generated tokens of a chunk are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkKind {
+    /// A reasoning model's thinking (`reasoning_content`, `reasoning`).
+    Reasoning,
+    /// The answer itself (a chunk with any answer text is one).
+    Answer,
+}
+
 /// One finished request (successful or not).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
@@ -443,6 +453,17 @@ pub struct RequestRecord {
     /// could hold): the counts then come from the tokenizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_problem: Option<String>,
+    /// What the chunks were, in runs (`[["reasoning", 10], ["answer", 12]]`: the first 10 chunks
+    /// reasoning, the next 12 answer); absent when every chunk was answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_kinds: Option<Vec<(ChunkKind, u32)>>,
+    /// Of the output tokens, those spent reasoning; absent when the request did not reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Where `reasoning_tokens` came from: the server's usage
+    /// (`completion_tokens_details.reasoning_tokens`), or the reasoning chunks' counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_token_source: Option<TokenSource>,
 }
 
 impl RequestRecord {
@@ -472,6 +493,19 @@ impl RequestRecord {
             actual_send_us,
             ..RequestRecord::default()
         }
+    }
+
+    /// Each chunk's kind, in order (every chunk an answer when the request did not reason).
+    pub fn chunk_kind_iter(&self) -> impl Iterator<Item = ChunkKind> + '_ {
+        let runs: &[(ChunkKind, u32)] = self.chunk_kinds.as_deref().unwrap_or(&[]);
+        let listed: usize = runs.iter().map(|&(_, n)| n as usize).sum();
+        runs.iter()
+            .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize))
+            .chain(std::iter::repeat_n(
+                ChunkKind::Answer,
+                self.chunks.len().saturating_sub(listed),
+            ))
+            .take(self.chunks.len())
     }
 
     /// Whether it succeeded.

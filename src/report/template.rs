@@ -93,6 +93,9 @@ struct MetricRow {
     unit: &'static str,
     /// Its unit in summary.csv (`ms`, `tokens/s`).
     csv_unit: &'static str,
+    /// Shown only where this other row (its key) has values: TTFO beside TTFT only when
+    /// requests reasoned.
+    report_with: Option<&'static str>,
 }
 
 fn metric_rows() -> Vec<MetricRow> {
@@ -105,6 +108,7 @@ fn metric_rows() -> Vec<MetricRow> {
                 key: metric.summary_key()?,
                 unit: def.kind.short_unit(),
                 csv_unit: def.kind.csv_unit(),
+                report_with: def.report_with.and_then(|other| other.summary_key()),
             })
         })
         .collect()

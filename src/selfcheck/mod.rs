@@ -94,6 +94,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             seed: plan.seed,
             engine: None,
             faults: Default::default(),
+            reasoning: None,
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

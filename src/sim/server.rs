@@ -20,7 +20,9 @@ use tokio::time::Instant;
 
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
-use super::stream::{chunk, error_body, full_response, generate, usage, SimRequest};
+use super::stream::{
+    chunk, error_body, full_response, generate, reasoning_chunk, usage, SimRequest,
+};
 use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
@@ -412,19 +414,33 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             }
         }
     };
+    // A reasoning model thinks first: its chat answers' first tokens are reasoning.
+    let reasoning = shared
+        .settings
+        .reasoning
+        .filter(|_| request.chat)
+        .map(|r| (r.tokens as usize, r.field.as_str(), r.in_usage));
     if !request.stream {
-        let mut text = String::new();
-        let mut completion = 0;
+        let (mut text, mut thought) = (String::new(), String::new());
+        let (mut completion, mut thinking) = (0, 0);
         while let Some((piece, n)) = tokens.next().await {
-            text.push_str(&piece);
+            match reasoning {
+                Some((planned, _, _)) if completion < planned => {
+                    thought.push_str(&piece);
+                    thinking += n;
+                }
+                _ => text.push_str(&piece),
+            }
             completion += n;
         }
         if shared.engine.is_none() {
             shared.metrics.on_finished(arrived.elapsed());
         }
+        let said =
+            reasoning.map(|(_, field, in_usage)| (field, thought.as_str(), thinking, in_usage));
         return Ok(json_response(
             StatusCode::OK,
-            full_response(&request, &id, &text, completion),
+            full_response(&request, &id, &text, completion, said),
         ));
     }
 
@@ -455,6 +471,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             return;
         }
         let mut completion = 0;
+        let mut thinking = 0;
+        // Usage says how many tokens were reasoning when the simulator is set to say it.
+        let said = |thinking: usize| {
+            reasoning
+                .filter(|&(_, _, in_usage)| in_usage)
+                .map(|_| thinking)
+        };
         let mut last = None;
         while let Some((text, n)) = tokens.next().await {
             let token_number = completion + 1;
@@ -501,9 +524,15 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 }
                 continue;
             }
-            let mut value = chunk(&request, &id, Some(&text), false, None);
+            let mut value = match reasoning {
+                Some((planned, field, _)) if completion - n < planned => {
+                    thinking += n;
+                    reasoning_chunk(&request, &id, &text, field)
+                }
+                _ => chunk(&request, &id, Some(&text), false, None),
+            };
             if request.continuous_usage {
-                value["usage"] = usage(&request, completion);
+                value["usage"] = usage(&request, completion, said(thinking));
             }
             if tx.send(event(value, true)).await.is_err() {
                 return;
@@ -514,13 +543,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let mut finish = chunk(&request, &id, None, false, Some("length"));
         if request.continuous_usage {
-            finish["usage"] = usage(&request, completion);
+            finish["usage"] = usage(&request, completion, said(thinking));
         }
         let _ = tx.send(event(finish, false)).await;
         if request.include_usage {
             let mut value = chunk(&request, &id, None, false, None);
             value["choices"] = serde_json::json!([]);
-            value["usage"] = usage(&request, completion);
+            value["usage"] = usage(&request, completion, said(thinking));
             let _ = tx.send(event(value, false)).await;
         }
         let _ = tx

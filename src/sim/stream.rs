@@ -182,13 +182,26 @@ pub fn generate(
     Generation { chunks }
 }
 
-pub fn usage(request: &SimRequest, completion: usize) -> Value {
+/// Usage after `completion` tokens, of which `reasoning` were reasoning (said in
+/// `completion_tokens_details` when it is `Some`, as OpenAI's and DeepSeek's APIs say it).
+pub fn usage(request: &SimRequest, completion: usize, reasoning: Option<usize>) -> Value {
     let prompt = request.prompt_tokens;
     let mut usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
     if let Some(cached) = &request.cached {
         usage["prompt_tokens_details"] = json!({"cached_tokens": cached.load(Ordering::Relaxed)});
     }
+    if let Some(reasoning) = reasoning {
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
+    }
     usage
+}
+
+/// A streamed chat chunk carrying reasoning `text` in `field` (`reasoning_content` or
+/// `reasoning`), as vLLM streams a reasoning model's thinking.
+pub fn reasoning_chunk(request: &SimRequest, id: &str, text: &str, field: &str) -> Value {
+    let mut value = chunk(request, id, None, false, None);
+    value["choices"][0]["delta"] = json!({ field: text });
+    value
 }
 
 /// A streamed chunk carrying `text` (or only the role, or only a finish_reason), shaped as
@@ -224,10 +237,21 @@ pub fn chunk(
            "system_fingerprint": null, "choices": [choice], "usage": null})
 }
 
-/// A whole non-streamed response.
-pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usize) -> Value {
+/// A whole non-streamed response; a chat answer's `reasoning` (field, text, tokens), if any,
+/// comes in its message beside the content.
+pub fn full_response(
+    request: &SimRequest,
+    id: &str,
+    text: &str,
+    completion: usize,
+    reasoning: Option<(&str, &str, usize, bool)>,
+) -> Value {
     let choice = if request.chat {
-        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+        let mut message = json!({"role": "assistant", "content": text});
+        if let Some((field, thought, _, _)) = reasoning {
+            message[field] = json!(thought);
+        }
+        json!({"index": 0, "message": message, "finish_reason": "length"})
     } else {
         json!({"index": 0, "text": text, "finish_reason": "length"})
     };
@@ -236,8 +260,9 @@ pub fn full_response(request: &SimRequest, id: &str, text: &str, completion: usi
     } else {
         "text_completion"
     };
+    let in_usage = reasoning.and_then(|(_, _, tokens, said)| said.then_some(tokens));
     json!({"id": id, "object": object, "created": request.created, "model": request.model, "choices": [choice],
-           "usage": usage(request, completion)})
+           "usage": usage(request, completion, in_usage)})
 }
 
 pub fn error_body(message: &str, kind: &str) -> Value {

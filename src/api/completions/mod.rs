@@ -107,6 +107,7 @@ mod tests {
                 prompt: Some(5),
                 completion: Some(4),
                 cached: Some(2),
+                reasoning: None,
                 invalid: None
             })
         );

@@ -86,6 +86,12 @@ struct WireUsage {
     prompt_tokens: Option<serde_json::Number>,
     completion_tokens: Option<serde_json::Number>,
     prompt_tokens_details: Option<WireDetails>,
+    completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct WireCompletionDetails {
+    reasoning_tokens: Option<serde_json::Number>,
 }
 
 #[derive(Deserialize)]
@@ -110,10 +116,15 @@ impl From<WireUsage> for Usage {
             "prompt_tokens_details.cached_tokens",
             u.prompt_tokens_details.and_then(|d| d.cached_tokens),
         );
+        let reasoning = count(
+            "completion_tokens_details.reasoning_tokens",
+            u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        );
         Usage {
             prompt,
             completion,
             cached,
+            reasoning,
             invalid,
         }
     }

@@ -3,10 +3,12 @@
 
 use kdl::KdlNode;
 
-use super::cx::{children, Cx, Handler};
-use super::values::{Count, Percent, Seed, Text, DURATION, DURATION_OR_ZERO};
+use super::cx::{children, property, Cx, Handler};
+use super::values::{Count, Flag, Percent, Seed, Text, DURATION, DURATION_OR_ZERO};
 use crate::plan::profiles;
-use crate::plan::{EngineSettings, Faults, SimSettings, SlowHeaders, Stall};
+use crate::plan::{
+    EngineSettings, Faults, Reasoning, ReasoningField, SimSettings, SlowHeaders, Stall,
+};
 
 struct Fields {
     sim: SimSettings,
@@ -57,6 +59,35 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("tokens-per-chunk", |cx, node, s| {
         if let Some(n) = cx.single(node, "tokens-per-chunk 1", Count::positive(4096)) {
             s.sim.tokens_per_chunk = n as u32;
+        }
+    }),
+    ("reasoning", |cx, node, s| {
+        let usage = "reasoning 200 field=\"reasoning_content\" (or \"reasoning\") in-usage=#true";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["field", "in-usage"], usage);
+        let tokens = cx.arg(node, usage, Count::positive(1_000_000));
+        let field = match cx.prop(node, "field", usage, Text) {
+            Ok(None) => Some(ReasoningField::ReasoningContent),
+            Ok(Some(name)) if name == "reasoning_content" => Some(ReasoningField::ReasoningContent),
+            Ok(Some(name)) if name == "reasoning" => Some(ReasoningField::Reasoning),
+            Ok(Some(name)) => {
+                cx.error(
+                    property(node, "field").map_or(node.span(), |e| e.span()),
+                    format!("unknown reasoning field \"{name}\""),
+                    "unknown field",
+                    "servers stream reasoning as \"reasoning_content\" or \"reasoning\"",
+                );
+                None
+            }
+            Err(_) => None,
+        };
+        let in_usage = cx.prop_or(node, "in-usage", true, usage, Flag);
+        if let (Some(tokens), Some(field), Some(in_usage)) = (tokens, field, in_usage) {
+            s.sim.reasoning = Some(Reasoning {
+                tokens: tokens as u32,
+                field,
+                in_usage,
+            });
         }
     }),
     ("seed", |cx, node, s| {

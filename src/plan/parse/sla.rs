@@ -442,7 +442,8 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
         MetricKind::Throughput
         | MetricKind::TokenRate
         | MetricKind::Capacity
-        | MetricKind::Count => {
+        | MetricKind::Count
+        | MetricKind::Tokens => {
             let number = Number {
                 positive: false,
                 max: 1e12,
