@@ -116,6 +116,8 @@ pub enum Part {
     Answer,
     /// A reasoning model's thinking before its answer (`reasoning_content`, `reasoning`).
     Reasoning,
+    /// A tool call's name and argument fragments (`tool_calls`).
+    ToolCall,
 }
 
 /// Where a dialect writes the generated text of an event: appended to the exchange's one
@@ -124,6 +126,8 @@ pub enum Part {
 pub struct Generated<'a> {
     text: &'a mut String,
     reasoning_bytes: usize,
+    tool_call_bytes: usize,
+    tool_calls: u32,
 }
 
 impl<'a> Generated<'a> {
@@ -132,20 +136,39 @@ impl<'a> Generated<'a> {
         Generated {
             text,
             reasoning_bytes: 0,
+            tool_call_bytes: 0,
+            tool_calls: 0,
         }
     }
 
     /// Appends one part of the generated text.
     pub fn push(&mut self, part: Part, piece: &str) {
         self.text.push_str(piece);
-        if part == Part::Reasoning {
-            self.reasoning_bytes += piece.len();
+        match part {
+            Part::Reasoning => self.reasoning_bytes += piece.len(),
+            Part::ToolCall => self.tool_call_bytes += piece.len(),
+            Part::Answer => {}
         }
+    }
+
+    /// A part of tool call number `index` (from 0) came: the answer has at least `index + 1`.
+    pub fn tool_call(&mut self, index: u32) {
+        self.tool_calls = self.tool_calls.max(index.saturating_add(1));
     }
 
     /// Bytes of reasoning text appended so far.
     pub fn reasoning_bytes(&self) -> usize {
         self.reasoning_bytes
+    }
+
+    /// Bytes of tool calls (names, argument fragments) appended so far.
+    pub fn tool_call_bytes(&self) -> usize {
+        self.tool_call_bytes
+    }
+
+    /// How many tool calls the parts so far belong to.
+    pub fn tool_calls(&self) -> u32 {
+        self.tool_calls
     }
 }
 

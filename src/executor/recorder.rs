@@ -385,6 +385,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         chunk_kinds: (!exchange.chunk_kinds.is_empty()).then_some(exchange.chunk_kinds),
         reasoning_tokens,
         reasoning_token_source,
+        tool_calls: (exchange.tool_calls > 0).then_some(exchange.tool_calls),
         ..planned(phase, &request, intended_send_us, actual_send_us)
     }
 }

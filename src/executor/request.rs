@@ -36,6 +36,8 @@ pub struct Exchange {
     pub chunk_kinds: Vec<(ChunkKind, u32)>,
     /// How many bytes of `text` were reasoning (in a whole body, they come first).
     pub reasoning_bytes: usize,
+    /// How many tool calls the answer made.
+    pub tool_calls: u32,
     /// The server's last usage.
     pub usage: Option<Usage>,
     /// The answer's finish_reason.
@@ -110,7 +112,9 @@ impl Exchange {
         let before = self.text.len();
         let mut generated = Generated::new(&mut self.text);
         let decoded = dialect.decode_event(name, data, &mut generated);
-        let reasoning_bytes = generated.reasoning_bytes();
+        let (reasoning_bytes, tool_call_bytes) =
+            (generated.reasoning_bytes(), generated.tool_call_bytes());
+        self.tool_calls = self.tool_calls.max(generated.tool_calls());
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(err) => {
@@ -156,8 +160,11 @@ impl Exchange {
             self.chunk_usage_tokens.push(tokens);
             self.chunk_ends.push(self.text.len() as u32);
             // A chunk with any answer text is an answer chunk: the answer has begun in it.
-            let kind = if reasoning_bytes == self.text.len() - before {
+            let appended = self.text.len() - before;
+            let kind = if reasoning_bytes == appended {
                 ChunkKind::Reasoning
+            } else if tool_call_bytes == appended {
+                ChunkKind::ToolCall
             } else {
                 ChunkKind::Answer
             };
@@ -316,6 +323,7 @@ async fn read_whole(
             let mut generated = Generated::new(&mut exchange.text);
             let decoded = template.dialect.decode_body(&text, &mut generated);
             exchange.reasoning_bytes = generated.reasoning_bytes();
+            exchange.tool_calls = generated.tool_calls();
             match decoded {
                 Ok(decoded) => {
                     if let Some(ServerError::Object(message) | ServerError::Event(message)) =

@@ -203,7 +203,10 @@ impl<'s> Accumulator<'s> {
         self.planned_in += record.input_tokens_planned as f64;
         self.planned_out += record.output_tokens_planned as f64;
         self.observed_out += completion as f64;
-        if completion != record.output_tokens_planned as u64 {
+        // An answer that ends by calling a tool is as long as its call: not off the plan.
+        if completion != record.output_tokens_planned as u64
+            && record.finish_reason.as_deref() != Some("tool_calls")
+        {
             m.tokens.output_off_plan += 1;
         }
         if record.finish_reason.as_deref() == Some("stop")
@@ -238,9 +241,13 @@ impl<'s> Accumulator<'s> {
                 self.input_pairs
                     .push((record.input_tokens_planned as f64, observed as f64));
             }
-            if let (Some(usage), Some(counted)) =
-                (record.completion_tokens, record.completion_tokens_tokenizer)
-            {
+            // A tool call's streamed text (names, JSON around the arguments) is not the tokens
+            // the model generated for it: its counts are not compared.
+            if let (Some(usage), Some(counted), None) = (
+                record.completion_tokens,
+                record.completion_tokens_tokenizer,
+                record.tool_calls,
+            ) {
                 if usage > 0 {
                     self.usage_vs_tokenizer
                         .push((usage as f64 - counted as f64).abs() / usage as f64);

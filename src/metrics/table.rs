@@ -135,8 +135,19 @@ pub enum Sample {
     /// One value, or none.
     One(fn(&RequestRecord) -> Option<f64>),
     /// Several values with weights: the gaps between consecutive chunks (a chunk of k tokens
-    /// is k samples of gap/k): all of them (`None`), or those between two chunks of one kind.
-    Gaps(Option<ChunkKind>),
+    /// is k samples of gap/k) of the given kind.
+    Gaps(Gaps),
+}
+
+/// Which gaps between chunks an ITL takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gaps {
+    /// Every gap, pooled.
+    All,
+    /// Between two reasoning chunks.
+    Reasoning,
+    /// Between two chunks of output proper (answer text or tool calls).
+    Output,
 }
 
 /// How a metric's value is obtained.
@@ -339,7 +350,7 @@ metric_table! {
         source: Source::Distribution {
             key: "itl_ms",
             population: Population::Succeeded,
-            sample: Sample::Gaps(None),
+            sample: Sample::Gaps(Gaps::All),
         },
         needs: Needs::Nothing,
         uses: JUDGED,
@@ -356,7 +367,7 @@ metric_table! {
         source: Source::Distribution {
             key: "itl_reasoning_ms",
             population: Population::Succeeded,
-            sample: Sample::Gaps(Some(ChunkKind::Reasoning)),
+            sample: Sample::Gaps(Gaps::Reasoning),
         },
         needs: Needs::Nothing,
         uses: JUDGED,
@@ -366,14 +377,14 @@ metric_table! {
     ItlAnswer {
         name: "itl-answer",
         label: "ITL answer",
-        doc: "inter-token latency between consecutive answer chunks, pooled (ITL without reasoning)",
+        doc: "inter-token latency between consecutive chunks of the answer or its tool calls, pooled (ITL without reasoning)",
         kind: MetricKind::Latency,
         better: Better::Lower,
         stats: Stats::Any,
         source: Source::Distribution {
             key: "itl_answer_ms",
             population: Population::Succeeded,
-            sample: Sample::Gaps(Some(ChunkKind::Answer)),
+            sample: Sample::Gaps(Gaps::Output),
         },
         needs: Needs::Nothing,
         uses: JUDGED,
@@ -465,6 +476,40 @@ metric_table! {
         uses: JUDGED,
         example: "p50 > 100",
         report_with: Some(Metric::ReasoningTokens),
+    },
+    /// Time to the first token of a tool call.
+    ToolCallTtft {
+        name: "tool-call-ttft",
+        label: "Tool-call TTFT",
+        doc: "send to the first chunk of a tool call, per answer that called a tool",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "tool_call_ttft_ms",
+            population: Population::Completed,
+            sample: Sample::One(tool_call_ttft_ms),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"1s\" phase=\"steady\"",
+    },
+    /// Tool calls per answer that called one.
+    ToolCalls {
+        name: "tool-calls",
+        label: "Tool calls",
+        doc: "tool calls per answer that made any",
+        kind: MetricKind::Count,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "tool_calls",
+            population: Population::Succeeded,
+            sample: Sample::One(tool_calls),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "mean > 0.9",
     },
     /// Prompt tokens per second of TTFT, per request.
     PrefillTps {
@@ -966,15 +1011,12 @@ pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
 /// Every gap between consecutive token-bearing chunks of a streamed request, spread over the
 /// later chunk's tokens: (gap / k in ms, k).
 pub fn itl_gaps(record: &RequestRecord) -> impl Iterator<Item = (f64, u32)> + '_ {
-    itl_gaps_of(record, None)
+    itl_gaps_of(record, Gaps::All)
 }
 
-/// [`itl_gaps`], or only the gaps between two consecutive chunks of `kind` (the gap from the
-/// last reasoning chunk to the first answer chunk belongs to neither kind).
-pub fn itl_gaps_of(
-    record: &RequestRecord,
-    kind: Option<ChunkKind>,
-) -> impl Iterator<Item = (f64, u32)> + '_ {
+/// The gaps `which` takes (the gap from the last reasoning chunk to the first of the output
+/// belongs to neither reasoning nor output).
+pub fn itl_gaps_of(record: &RequestRecord, which: Gaps) -> impl Iterator<Item = (f64, u32)> + '_ {
     let chunks: &[(u64, u32)] = if ttft_ms(record).is_some() {
         &record.chunks
     } else {
@@ -986,7 +1028,11 @@ pub fn itl_gaps_of(
     chunks
         .windows(2)
         .zip(kinds)
-        .filter(move |(_, pair)| kind.is_none_or(|kind| pair.0 == kind && pair.1 == kind))
+        .filter(move |(_, (before, after))| match which {
+            Gaps::All => true,
+            Gaps::Reasoning => !before.is_output() && !after.is_output(),
+            Gaps::Output => before.is_output() && after.is_output(),
+        })
         .map(|(pair, _)| {
             let (previous, (at, tokens)) = (pair[0].0, pair[1]);
             let tokens = tokens.max(1);
@@ -997,17 +1043,31 @@ pub fn itl_gaps_of(
         })
 }
 
-/// Send → the first answer chunk, ms: TTFT for a request that did not reason; none for one
-/// whose stream held only reasoning.
+/// Send → the first chunk of output proper (answer text or a tool call), ms: TTFT for a request
+/// that did not reason; none for one whose stream held only reasoning.
 pub fn ttfo_ms(record: &RequestRecord) -> Option<f64> {
     ttft_ms(record)?;
     if record.chunk_kinds.is_none() {
         return ttft_ms(record);
     }
-    let first_answer = record
-        .chunk_kind_iter()
-        .position(|kind| kind == ChunkKind::Answer)?;
-    record.chunks.get(first_answer).map(|&(at, _)| ms(at))
+    first_chunk_ms(record, ChunkKind::is_output)
+}
+
+/// Send → the first tool-call chunk, ms, of a streamed answer that called a tool.
+pub fn tool_call_ttft_ms(record: &RequestRecord) -> Option<f64> {
+    ttft_ms(record)?;
+    first_chunk_ms(record, |kind| kind == ChunkKind::ToolCall)
+}
+
+/// When the first chunk whose kind `wanted` accepts arrived, ms after the send.
+fn first_chunk_ms(record: &RequestRecord, wanted: impl Fn(ChunkKind) -> bool) -> Option<f64> {
+    let first = record.chunk_kind_iter().position(wanted)?;
+    record.chunks.get(first).map(|&(at, _)| ms(at))
+}
+
+/// Tool calls the answer made, for one that made any.
+pub fn tool_calls(record: &RequestRecord) -> Option<f64> {
+    record.tool_calls.map(f64::from)
 }
 
 /// First to last reasoning chunk, ms, of a streamed request that reasoned.
@@ -1018,7 +1078,7 @@ pub fn reasoning_time_ms(record: &RequestRecord) -> Option<f64> {
         .chunks
         .iter()
         .zip(record.chunk_kind_iter())
-        .filter(|(_, kind)| *kind == ChunkKind::Reasoning)
+        .filter(|(_, kind)| !kind.is_output())
         .map(|(&(at, _), _)| at);
     let first = times.next()?;
     let last = times.last().unwrap_or(first);

@@ -101,6 +101,9 @@ impl Plan {
         if let Some(dataset) = &self.workload.dataset {
             files.push((dataset.shown.clone(), dataset.sha256.clone()));
         }
+        if let Some((shown, sha256)) = &self.target.tools_file {
+            files.push((shown.clone(), sha256.clone()));
+        }
         for phase in &self.phases {
             if let Load::Trace(trace) = &phase.load {
                 if !files.iter().any(|(path, _)| *path == trace.shown) {

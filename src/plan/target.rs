@@ -38,6 +38,8 @@ pub struct Target {
     /// Open the connections each group of phases needs before its clock starts (`connections
     /// "warm"`, the default), or let requests open them and measure that (`"cold"`).
     pub warm_connections: bool,
+    /// The `tools` file the body's tools came from (as written), and its SHA-256.
+    pub tools_file: Option<(String, String)>,
 }
 
 /// An extra HTTP header.

@@ -387,6 +387,15 @@ pub enum ChunkKind {
     Reasoning,
     /// The answer itself (a chunk with any answer text is one).
     Answer,
+    /// A tool call's name or argument fragments.
+    ToolCall,
+}
+
+impl ChunkKind {
+    /// Whether it is output proper (answer text or a tool call), not thinking.
+    pub fn is_output(self) -> bool {
+        self != ChunkKind::Reasoning
+    }
 }
 
 /// One finished request (successful or not).
@@ -464,6 +473,9 @@ pub struct RequestRecord {
     /// (`completion_tokens_details.reasoning_tokens`), or the reasoning chunks' counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_token_source: Option<TokenSource>,
+    /// How many tool calls the answer made; absent when it made none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u32>,
 }
 
 impl RequestRecord {

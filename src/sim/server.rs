@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
 use super::stream::{
-    chunk, error_body, full_response, generate, reasoning_chunk, usage, SimRequest,
+    chunk, error_body, full_response, generate, reasoning_chunk, tool_call_chunk, usage, SimRequest,
 };
 use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
@@ -472,6 +472,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let mut completion = 0;
         let mut thinking = 0;
+        let mut calling = false;
         // Usage says how many tokens were reasoning when the simulator is set to say it.
         let said = |thinking: usize| {
             reasoning
@@ -529,6 +530,20 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                     thinking += n;
                     reasoning_chunk(&request, &id, &text, field)
                 }
+                // A request that offers tools is answered with a call, its arguments streamed
+                // in fragments (a JSON object around the generated words).
+                _ if request.tool.is_some() => {
+                    let first = !calling;
+                    calling = true;
+                    let last = completion == request.max_tokens;
+                    let fragment = match (first, last) {
+                        (true, true) => format!("{{\"query\":\"{}\"}}", text.trim()),
+                        (true, false) => format!("{{\"query\":\"{}", text.trim_start()),
+                        (false, true) => format!("{text}\"}}"),
+                        (false, false) => text.clone(),
+                    };
+                    tool_call_chunk(&request, &id, &fragment, first)
+                }
                 _ => chunk(&request, &id, Some(&text), false, None),
             };
             if request.continuous_usage {
@@ -541,7 +556,8 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         if fixed {
             metrics.on_finished(arrived.elapsed());
         }
-        let mut finish = chunk(&request, &id, None, false, Some("length"));
+        let finish_reason = if calling { "tool_calls" } else { "length" };
+        let mut finish = chunk(&request, &id, None, false, Some(finish_reason));
         if request.continuous_usage {
             finish["usage"] = usage(&request, completion, said(thinking));
         }

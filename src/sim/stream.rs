@@ -28,6 +28,9 @@ pub struct SimRequest {
     pub cached: Option<Arc<AtomicU32>>,
     /// When it arrived, Unix seconds (the chunks' `created`).
     pub created: u64,
+    /// The function the answer calls, when a chat request offers tools (and does not say
+    /// `tool_choice: "none"`): the first tool's, or the one `tool_choice` names.
+    pub tool: Option<String>,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -114,7 +117,9 @@ impl SimRequest {
                 .and_then(Value::as_bool)
                 .unwrap_or(false)
         };
+        let tool = chat.then(|| tool_called(&value)).flatten();
         Ok(SimRequest {
+            tool,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -136,6 +141,37 @@ impl SimRequest {
             cached: prefix_block.map(|_| Arc::new(AtomicU32::new(0))),
         })
     }
+}
+
+/// The function a chat request's answer calls: `tool_choice`'s, else the first of its `tools`;
+/// none without tools or with `tool_choice: "none"`.
+fn tool_called(body: &Value) -> Option<String> {
+    let tools = body.get("tools")?.as_array()?;
+    let name_of = |tool: &Value| {
+        tool.get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    match body.get("tool_choice") {
+        Some(Value::String(choice)) if choice == "none" => None,
+        Some(choice @ Value::Object(_)) => name_of(choice),
+        _ => tools.first().and_then(name_of),
+    }
+}
+
+/// A streamed chat chunk carrying one fragment of a tool call, as vLLM streams one: the first
+/// fragment (`first`) names the call and its function, the rest add to its arguments.
+pub fn tool_call_chunk(request: &SimRequest, id: &str, arguments: &str, first: bool) -> Value {
+    let mut value = chunk(request, id, None, false, None);
+    let call = if first {
+        json!({"index": 0, "id": format!("call_{id}"), "type": "function",
+               "function": {"name": request.tool.as_deref().unwrap_or("tool"), "arguments": arguments}})
+    } else {
+        json!({"index": 0, "function": {"arguments": arguments}})
+    };
+    value["choices"][0]["delta"] = json!({ "tool_calls": [call] });
+    value
 }
 
 /// The planned output of one request: its chunks' text and when each is due.
@@ -251,7 +287,14 @@ pub fn full_response(
         if let Some((field, thought, _, _)) = reasoning {
             message[field] = json!(thought);
         }
-        json!({"index": 0, "message": message, "finish_reason": "length"})
+        let mut finish = "length";
+        if let Some(tool) = &request.tool {
+            message["content"] = Value::Null;
+            message["tool_calls"] = json!([{"index": 0, "id": format!("call_{id}"), "type": "function",
+                "function": {"name": tool, "arguments": format!("{{\"query\":\"{}\"}}", text.trim())}}]);
+            finish = "tool_calls";
+        }
+        json!({"index": 0, "message": message, "finish_reason": finish})
     } else {
         json!({"index": 0, "text": text, "finish_reason": "length"})
     };

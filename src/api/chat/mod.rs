@@ -23,6 +23,26 @@ struct Text<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+}
+
+/// A fragment of a tool call: its index among the answer's calls, and (first) its function's
+/// name, then pieces of its arguments.
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -46,6 +66,17 @@ impl Choice for ChatChoice<'_> {
             ] {
                 if let Some(piece) = piece {
                     out.push(kind, piece);
+                }
+            }
+            for (position, call) in part.tool_calls.iter().flatten().enumerate() {
+                out.tool_call(call.index.unwrap_or(position as u32));
+                for piece in call
+                    .function
+                    .iter()
+                    .flat_map(|f| [&f.name, &f.arguments])
+                    .flatten()
+                {
+                    out.push(Part::ToolCall, piece);
                 }
             }
         }

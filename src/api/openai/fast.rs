@@ -185,7 +185,7 @@ impl<'a> Scanner<'a> {
                 content = s.optional_plain_string()?;
                 Some(())
             }
-            "reasoning_content" | "reasoning" => None,
+            "reasoning_content" | "reasoning" | "tool_calls" => None,
             _ => s.skip_value(3),
         })?;
         Some(content)

@@ -25,6 +25,7 @@ struct Fields {
     body: serde_json::Map<String, serde_json::Value>,
     headers: Vec<Header>,
     warm_connections: bool,
+    tools_file: Option<(String, String)>,
 }
 
 /// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
@@ -108,6 +109,8 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("sampling", sampling),
     ("body", body),
     ("header", header),
+    ("tools", tools),
+    ("tool-choice", tool_choice),
     ("connections", |cx, node, t| {
         let usage = "connections \"warm\" (opened before each phase's clock) or \"cold\" (opened by the requests, and measured)";
         match cx.single(node, usage, Text).as_deref() {
@@ -239,6 +242,77 @@ fn body(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             format!("write it as: {usage}"),
         ),
     }
+}
+
+/// `tools "tools.json"`: the tools every request offers (a JSON list in OpenAI's function
+/// schema, `[{"type": "function", "function": {"name": ...}}]`), read and checked now.
+fn tools(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "tools \"tools.json\" (a JSON list of {\"type\": \"function\", \"function\": {\"name\": ...}})";
+    let Some(name) = cx.single(node, usage, Text) else {
+        return;
+    };
+    if !cx.check_files {
+        // A kept plan is judged without its files: the tools were in the bodies sent.
+        t.tools_file = Some((name, String::new()));
+        return;
+    }
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let Some((path, text, sha)) = super::datafile::read(cx, span, &name, "tools") else {
+        return;
+    };
+    let problem = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Array(tools)) if tools.is_empty() => Err("it lists no tool".to_string()),
+        Ok(serde_json::Value::Array(tools)) => tools
+            .iter()
+            .enumerate()
+            .find_map(|(i, tool)| {
+                let named = tool.get("type").and_then(|v| v.as_str()) == Some("function")
+                    && tool
+                        .get("function")
+                        .and_then(|f| f.get("name"))
+                        .and_then(|n| n.as_str())
+                        .is_some_and(|n| !n.is_empty());
+                (!named).then(|| {
+                    format!("tool {i} is not {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+                })
+            })
+            .map_or(Ok(serde_json::Value::Array(tools)), Err),
+        Ok(_) => Err("it is not a JSON list".to_string()),
+        Err(e) => Err(format!("it is not JSON: {e}")),
+    };
+    match problem {
+        Ok(tools) if !t.body.contains_key("tools") => {
+            t.body.insert("tools".into(), tools);
+            t.tools_file = Some((name, sha));
+        }
+        Ok(_) => cx.error(
+            span,
+            "the body already sets `tools`",
+            "tools twice",
+            "give the tools once: in a tools file, or in `body`",
+        ),
+        Err(why) => cx.error(
+            span,
+            format!("{}: {why}", path.display()),
+            "not a tools list",
+            format!("write it as: {usage}"),
+        ),
+    }
+}
+
+/// `tool-choice "auto"` (or `"required"`, `"none"`, or a function's name): which tool the
+/// model must call.
+fn tool_choice(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "tool-choice \"auto\" (or \"required\", \"none\", or a function's name)";
+    let Some(choice) = cx.single(node, usage, Text) else {
+        return;
+    };
+    let value = match choice.as_str() {
+        "auto" | "required" | "none" => serde_json::Value::String(choice),
+        name => serde_json::json!({"type": "function", "function": {"name": name}}),
+    };
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    add_field(cx, span, t, "tool_choice".into(), value);
 }
 
 /// `header "X-Tenant" "team-a"`, or `header "X-Gateway-Key" env="GATEWAY_KEY"` for a secret
@@ -414,6 +488,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         body: serde_json::Map::new(),
         headers: Vec::new(),
         warm_connections: true,
+        tools_file: None,
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
@@ -457,6 +532,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         body: fields.body,
         headers: fields.headers,
         warm_connections: fields.warm_connections,
+        tools_file: fields.tools_file,
     })
 }
 

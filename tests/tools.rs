@@ -1,0 +1,145 @@
+//! Tool calls over loopback: a plan's `tools` file reaches the server (the simulator answers a
+//! request that offers tools with a call), streamed `tool_calls` fragments are output (counted,
+//! timed from the send to the first fragment), `finish_reason "tool_calls"` is no false warning,
+//! and a tools file that is not a list of functions is a plan mistake.
+
+mod common;
+
+use std::net::TcpStream;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::wire::{send, serve, SSE_HEAD};
+use common::{run_in, serial, stat};
+
+const TOOLS: &str = r#"[{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}]"#;
+
+fn dir_with_tools(tools: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tools.json"), tools).unwrap();
+    dir
+}
+
+#[test]
+fn the_simulator_calls_the_offered_tool_and_the_call_is_output() {
+    let _serial = serial();
+    let plan = "plan \"tools\" { seed 3; }\n\
+         target \"sim\" { api \"chat\"; stream #true; timeout \"10s\"; tools \"tools.json\"; tool-choice \"auto\"; }\n\
+         sim { ttft \"20ms\"; itl \"5ms\"; }\n\
+         workload { tokenizer \"cl100k_base\"; input 64; output 12 ignore-eos=#true; }\n\
+         phase \"steady\" { concurrency 2; requests 6; }\n\
+         sla { tool-call-ttft p99 < \"1s\"; tool-calls mean >= 1; }\n";
+    let run = run_in(dir_with_tools(TOOLS), plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    for r in run.records() {
+        assert_eq!(r["finish_reason"], "tool_calls", "{r}");
+        assert_eq!(r["tool_calls"], 1, "{r}");
+        assert_eq!(r["completion_tokens"], 12, "{r}");
+        assert_eq!(
+            r["chunk_kinds"],
+            serde_json::json!([["tool_call", 12]]),
+            "{r}"
+        );
+    }
+    let summary = run.summary();
+    assert_eq!(stat(&summary, "overall", "tool_call_ttft_ms", "count"), 6.0);
+    assert_eq!(stat(&summary, "overall", "tool_calls", "mean"), 1.0);
+    // A call is as long as it is: under exact lengths, "tool_calls" is no short answer.
+    let codes: Vec<&str> = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["code"].as_str())
+        .collect();
+    assert!(
+        !codes.contains(&"output-tokens") && !codes.contains(&"usage-vs-tokenizer"),
+        "{codes:?}"
+    );
+    // The tools file is part of what the run measured.
+    let files = summary["context"]["plan_files"].to_string();
+    assert!(files.contains("tools.json"), "{files}");
+}
+
+/// Says a few words at 30 ms, then calls two tools: the first named at 80 ms, its arguments at
+/// 100 ms, the second whole at 120 ms.
+fn answer_then_call_two(s: &mut TcpStream) {
+    send(s, SSE_HEAD);
+    let start = Instant::now();
+    let at = |ms: u64| {
+        if let Some(left) =
+            (start + Duration::from_millis(ms)).checked_duration_since(Instant::now())
+        {
+            sleep(left);
+        }
+    };
+    at(30);
+    send(
+        s,
+        "data: {\"choices\":[{\"delta\":{\"content\":\"let me check\"}}]}\n\n",
+    );
+    at(80);
+    send(s, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"\"}}]}}]}\n\n");
+    at(100);
+    send(s, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"query\\\": \\\"rust\\\"}\"}}]}}]}\n\n");
+    at(120);
+    send(s, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"{\\\"query\\\": \\\"kdl\\\"}\"}}]}}]}\n\n");
+    send(
+        s,
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n\
+         data: {\"choices\":[],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":20}}\n\n\
+         data: [DONE]\n\n",
+    );
+}
+
+#[test]
+fn streamed_tool_call_fragments_are_counted_and_timed_exactly() {
+    let _serial = serial();
+    let port = serve(vec![answer_then_call_two]);
+    let plan = format!(
+        "plan \"calls\" {{ seed 1; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; tools \"tools.json\"; tool-choice \"search\"; metrics #false; connections \"cold\"; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 20; }}\n\
+         phase \"p\" {{ concurrency 1; requests 1; }}\n\
+         sla {{ tool-calls max < 3; }}\n"
+    );
+    let run = run_in(dir_with_tools(TOOLS), &plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let records = run.records();
+    let r = &records[0];
+    assert_eq!(r["tool_calls"], 2, "{r}");
+    assert_eq!(r["finish_reason"], "tool_calls", "{r}");
+    assert_eq!(
+        r["chunk_kinds"],
+        serde_json::json!([["answer", 1], ["tool_call", 3]]),
+        "{r}"
+    );
+    let summary = run.summary();
+    let near = |metric: &str, expected: f64| {
+        let value = stat(&summary, "overall", metric, "p50");
+        assert!((value - expected).abs() <= 5.0, "{metric} {value} ms");
+    };
+    near("ttft_ms", 30.0);
+    // The answer's first words are output: TTFO is TTFT here.
+    near("ttfo_ms", 30.0);
+    near("tool_call_ttft_ms", 80.0);
+}
+
+#[test]
+fn a_tools_file_that_is_not_a_list_of_functions_is_a_plan_mistake() {
+    let plan = "target \"sim\" { tools \"tools.json\"; }\n\
+         workload { input 8; output 4; }\n\
+         phase \"p\" { concurrency 1; requests 1; }\n";
+    for (tools, says) in [
+        (r#"{"name": "search"}"#, "not a JSON list"),
+        (r#"[{"type": "function"}]"#, "tool 0 is not"),
+        ("[]", "lists no tool"),
+    ] {
+        let dir = dir_with_tools(tools);
+        let path = dir.path().join("plan.kdl");
+        std::fs::write(&path, plan).unwrap();
+        let out = common::llmload().arg("check").arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{tools}: {stderr}");
+        assert!(stderr.contains(says), "{tools}: {stderr}");
+    }
+}
