@@ -110,6 +110,45 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("body", body),
     ("header", header),
     ("tools", tools),
+    ("reasoning-effort", |cx, node, t| {
+        let usage = "reasoning-effort \"low\" (or \"minimal\", \"medium\", \"high\")";
+        let Some(effort) = cx.single(node, usage, Text) else {
+            return;
+        };
+        let span = positional(node).next().map_or(node.span(), |e| e.span());
+        if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+            cx.error(
+                span,
+                format!("unknown reasoning effort \"{effort}\""),
+                "unknown effort",
+                usage,
+            );
+            return;
+        }
+        add_field(cx, span, t, "reasoning_effort".into(), effort.into());
+    }),
+    ("thinking", |cx, node, t| {
+        let usage = "thinking #false (Qwen3's enable_thinking, through chat_template_kwargs)";
+        let Some(on) = cx.single(node, usage, Flag) else {
+            return;
+        };
+        let span = positional(node).next().map_or(node.span(), |e| e.span());
+        let kwargs = t
+            .body
+            .entry("chat_template_kwargs")
+            .or_insert_with(|| serde_json::json!({}));
+        match kwargs.as_object_mut() {
+            Some(kwargs) => {
+                kwargs.insert("enable_thinking".into(), on.into());
+            }
+            None => cx.error(
+                span,
+                "the body's chat_template_kwargs is not an object",
+                "not an object",
+                "write chat_template_kwargs as an object in `body`, or leave it to `thinking`",
+            ),
+        }
+    }),
     ("tool-choice", tool_choice),
     ("connections", |cx, node, t| {
         let usage = "connections \"warm\" (opened before each phase's clock) or \"cold\" (opened by the requests, and measured)";

@@ -545,3 +545,26 @@ fn a_syntax_error_does_not_hide_the_mistakes_in_the_rest_of_the_plan() {
         errors.render()
     );
 }
+
+#[test]
+fn reasoning_options_become_body_fields() {
+    let plan = plan_with(
+        "reasoning-effort \"low\"; thinking #false; sampling temperature=0.6",
+        "input 8; output 4",
+    )
+    .unwrap();
+    assert_eq!(plan.target.body["reasoning_effort"], "low");
+    assert_eq!(
+        plan.target.body["chat_template_kwargs"]["enable_thinking"],
+        false
+    );
+    assert_eq!(plan.target.body["temperature"], 0.6);
+    let errors = plan_with("reasoning-effort \"extreme\"", "input 8; output 4").unwrap_err();
+    assert!(
+        errors.diagnostics[0]
+            .message
+            .contains("unknown reasoning effort \"extreme\""),
+        "{:?}",
+        errors.diagnostics
+    );
+}
