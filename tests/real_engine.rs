@@ -61,6 +61,11 @@ struct Engine {
 impl Engine {
     /// Starts llama-server with `slots` parallel slots, waits until it is ready.
     fn start(slots: u32) -> Option<Engine> {
+        Engine::start_with(slots, &[])
+    }
+
+    /// [`Engine::start`], with more of llama-server's options.
+    fn start_with(slots: u32, options: &[&str]) -> Option<Engine> {
         let (server, model_dir) = engine_paths()?;
         let port = {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -74,6 +79,7 @@ impl Engine {
             .args(["--parallel", &slots.to_string()])
             .args(["--threads", "1", "--threads-batch", "1"])
             .args(["--seed", "1", "--metrics", "--no-webui"])
+            .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -410,6 +416,45 @@ fn ctrl_c_stops_the_run_with_a_report_and_the_server_goes_on() {
 }
 
 /// SIGINT, as Ctrl-C sends it.
+/// llama.cpp's server takes a chat request that offers tools only with `--jinja`; the tiny random
+/// model then answers in text (it never calls), which is what this checks: the tools reach the
+/// server through the plan's `tools` file and `tool-choice`, and the exact lengths still hold.
+#[test]
+fn a_request_that_offers_tools_is_served_under_jinja() {
+    let Some(engine) = Engine::start_with(1, &["--jinja"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tools.json"),
+        r#"[{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}]"#,
+    )
+    .unwrap();
+    let plan = engine.plan(
+        "stream #true; tools \"tools.json\"; tool-choice \"auto\"",
+        &format!(
+            "tokenizer \"{}\"; input 32; output 8 ignore-eos=#true",
+            engine.tokenizer()
+        ),
+        "phase \"p\" { concurrency 1; requests 3 }",
+        "error-rate < \"1%\"",
+    );
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let records = run.records();
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["completion_tokens"], 8, "{r}");
+        assert!(
+            r["tool_calls"].is_null(),
+            "the tiny model does not call: {r}"
+        );
+    }
+    let files = run.summary()["context"]["plan_files"].to_string();
+    assert!(files.contains("tools.json"), "{files}");
+}
+
 fn sigint(pid: u32) {
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
