@@ -180,6 +180,8 @@ struct Sample {
     gaps: Vec<(f64, u64)>,
     /// Whether a share (error rate, goodput ratio...) counts it.
     counted: bool,
+    /// Whether it is in the share's denominator.
+    among: bool,
 }
 
 struct Side {
@@ -254,20 +256,24 @@ fn side(
         .filter(included)
         .map(|r| {
             let mut gaps = Vec::new();
-            let (mut value, mut counted) = (None, false);
+            let (mut value, mut counted, mut among_it) = (None, false, true);
             match metric.def().source {
                 Source::Distribution {
                     sample: table::Sample::Gaps(_),
                     ..
                 } => metric.samples(r, false, |gap, weight| gaps.push((gap, weight))),
                 Source::Distribution { .. } => value = metric.sample(r, false),
-                Source::Share { counts, .. } => counted = counts(r, good(r)),
+                Source::Share { among, counts, .. } => {
+                    among_it = among(r);
+                    counted = among_it && counts(r, good(r));
+                }
                 _ => {}
             }
             Sample {
                 value,
                 gaps,
                 counted,
+                among: among_it,
             }
         })
         .collect();
@@ -312,8 +318,8 @@ fn value(
             statistic(tolerance.stat?, scratch)
         }
         Source::Share { .. } => {
-            let completed = pick.len() as f64;
-            (completed > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / completed)
+            let among = chosen.clone().filter(|s| s.among).count() as f64;
+            (among > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / among)
         }
         Source::PerSecond { .. } => {
             // `pick` holds windows here: the mean of their rates (all windows: total / wall).

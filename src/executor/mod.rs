@@ -14,6 +14,7 @@
 //! It does not aggregate or judge anything: that is [`crate::metrics`] and [`crate::verdict`];
 //! nor does it choose loads: a search's policy is [`crate::planner::search`].
 
+pub mod answers;
 mod connections;
 mod context;
 mod observe;
@@ -59,6 +60,8 @@ pub struct RunConfig {
     pub prompts: Arc<dyn PromptSource>,
     /// Counts tokens where the server gives no usage.
     pub tokenizer: Arc<Tokenizer>,
+    /// What every answer must be (the plan's `response-format`), checked by the recorder.
+    pub answers: Option<Arc<answers::AnswerCheck>>,
     /// The run's context, written as the first line of the records.
     pub header: RunHeader,
     /// Where the records go.
@@ -109,6 +112,7 @@ pub async fn run_from(
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),
+        config.answers.clone(),
         config.secrets.clone(),
         config.observer.clone(),
         config.stop.clone(),

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use super::answers::AnswerCheck;
 use super::observe::{Event, Observer, Stop};
 use super::request::Exchange;
 use crate::error::{Error, Result};
@@ -56,6 +57,7 @@ impl Recorder {
     pub fn start(
         path: &Path,
         tokenizer: Arc<Tokenizer>,
+        answers: Option<Arc<AnswerCheck>>,
         secrets: Arc<Secrets>,
         observer: Arc<dyn Observer>,
         stop: Stop,
@@ -70,6 +72,7 @@ impl Recorder {
                     &receiver,
                     BufWriter::new(file),
                     &tokenizer,
+                    answers.as_deref(),
                     &secrets,
                     &*observer,
                 );
@@ -110,6 +113,7 @@ fn write_all(
     receiver: &mpsc::Receiver<Message>,
     mut out: BufWriter<File>,
     tokenizer: &Tokenizer,
+    answers: Option<&AnswerCheck>,
     secrets: &Secrets,
     observer: &dyn Observer,
 ) -> std::io::Result<()> {
@@ -125,7 +129,11 @@ fn write_all(
                 }
                 Message::Line(line) => *line,
                 Message::Finished(finished) => {
+                    let valid = answers
+                        .filter(|_| finished.exchange.error.is_none())
+                        .map(|check| check.holds(&finished.exchange.answer_text()));
                     let mut record = finalize_safely(*finished, tokenizer);
+                    record.answer_valid = valid;
                     if let Some(detail) = &record.error_detail {
                         if let std::borrow::Cow::Owned(clean) = secrets.redact(detail) {
                             record.error_detail = Some(clean);

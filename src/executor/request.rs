@@ -75,6 +75,32 @@ fn error_message(body: &[u8]) -> String {
 }
 
 impl Exchange {
+    /// The answer's own text: its answer chunks (reasoning and tool calls left out), or a
+    /// whole body's text after its reasoning.
+    pub fn answer_text(&self) -> String {
+        if self.chunk_kinds.is_empty() {
+            return self
+                .text
+                .get(self.reasoning_bytes.min(self.text.len())..)
+                .unwrap_or("")
+                .to_string();
+        }
+        let kinds = self
+            .chunk_kinds
+            .iter()
+            .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize));
+        let mut start = 0usize;
+        let mut answer = String::new();
+        for (&end, kind) in self.chunk_ends.iter().zip(kinds) {
+            let end = end as usize;
+            if kind == ChunkKind::Answer {
+                answer.push_str(self.text.get(start..end).unwrap_or(""));
+            }
+            start = end;
+        }
+        answer
+    }
+
     /// Counts the chunk just added as `kind`, in runs; nothing is kept until a reasoning chunk
     /// comes (then the answer chunks before it are counted too).
     fn note_kind(&mut self, kind: ChunkKind) {

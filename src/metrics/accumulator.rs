@@ -191,6 +191,12 @@ impl<'s> Accumulator<'s> {
         if record.usage_problem.is_some() {
             m.tokens.usage_problems += 1;
         }
+        if let Some(valid) = record.answer_valid {
+            let answers = m.answers.get_or_insert_with(AnswerChecks::default);
+            answers.checked += 1;
+            answers.invalid += u64::from(!valid);
+            answers.invalid_rate = answers.invalid as f64 / answers.checked as f64;
+        }
         if let Some(reason) = &record.finish_reason {
             *m.finish_reasons.entry(reason.clone()).or_default() += 1;
         }

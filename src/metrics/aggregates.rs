@@ -261,6 +261,17 @@ pub struct PrefixCache {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
+/// Successful answers checked against the plan's `response-format` (JSON, and its schema).
+pub struct AnswerChecks {
+    /// Answers checked.
+    pub checked: u64,
+    /// Of those, answers that were not what was asked.
+    pub invalid: u64,
+    /// `invalid / checked`.
+    pub invalid_rate: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
 /// Requests meeting every objective of the plan's `slo`.
 pub struct Goodput {
     /// Successful requests that met every objective.
@@ -342,6 +353,9 @@ pub struct PhaseMetrics {
     pub goodput: Option<Goodput>,
     /// The prefix cache, where the server reports cached tokens.
     pub prefix_cache: Option<PrefixCache>,
+    /// Answers checked against the plan's `response-format`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answers: Option<AnswerChecks>,
     /// From the phase's start to its last response, in seconds.
     pub wall_s: f64,
     /// How busy the client process was while the phase sent (absent where not measured).

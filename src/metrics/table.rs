@@ -163,9 +163,11 @@ pub enum Source {
         /// The value(s) one request gives.
         sample: Sample,
     },
-    /// A share of completed requests: those for which `counts(record, good)` holds, where
-    /// `good` says the request met the plan's `slo`.
+    /// A share of completed requests: of those `among` takes, those for which
+    /// `counts(record, good)` holds, where `good` says the request met the plan's `slo`.
     Share {
+        /// Whether a completed request is in the share's denominator.
+        among: fn(&RequestRecord) -> bool,
         /// Whether a completed request counts.
         counts: fn(&RequestRecord, bool) -> bool,
         /// The scope's value, as the aggregates hold it.
@@ -554,6 +556,7 @@ metric_table! {
         better: Better::Lower,
         stats: Stats::None,
         source: Source::Share {
+            among: every,
             counts: |record, _| record.error.is_some(),
             read: |m| m.completed().then_some(m.rates.error_rate),
         },
@@ -570,6 +573,7 @@ metric_table! {
         better: Better::Lower,
         stats: Stats::None,
         source: Source::Share {
+            among: every,
             counts: |record, _| record.error == Some(ErrorClass::Timeout),
             read: |m| m.completed().then_some(m.rates.timeout_rate),
         },
@@ -662,6 +666,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::Share {
+            among: every,
             counts: |_, good| good,
             read: |m| m.goodput.as_ref().filter(|_| m.completed()).map(|g| g.ratio),
         },
@@ -762,6 +767,24 @@ metric_table! {
         needs: Needs::Nothing,
         uses: SERVER,
         example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    /// Answers that are not what the plan's `response-format` asks (not JSON, or not valid
+    /// under its schema) / answers checked.
+    InvalidJsonRate {
+        name: "invalid-json-rate",
+        label: "Invalid JSON rate",
+        doc: "answers that are not valid JSON (or not valid under the plan's schema) / answers checked",
+        kind: MetricKind::Fraction,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Share {
+            among: |record| record.answer_valid.is_some(),
+            counts: |record, _| record.answer_valid == Some(false),
+            read: |m| m.answers.as_ref().map(|a| a.invalid_rate),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "< \"1%\"",
     },
     /// Prompt tokens served from the server's prefix cache / prompt tokens, as its answers'
     /// usage reports them.
@@ -938,6 +961,11 @@ impl std::fmt::Display for Metric {
 }
 
 // The per-request formulas: each metric's in one place (docs/metrics.md defines them).
+
+/// Every completed request (a share's usual denominator).
+fn every(_: &RequestRecord) -> bool {
+    true
+}
 
 fn ms(us: u64) -> f64 {
     us as f64 / 1000.0

@@ -104,6 +104,10 @@ impl Plan {
         if let Some((shown, sha256)) = &self.target.tools_file {
             files.push((shown.clone(), sha256.clone()));
         }
+        if let Some(ResponseFormat::JsonSchema { shown, sha256, .. }) = &self.target.response_format
+        {
+            files.push((shown.clone(), sha256.clone()));
+        }
         for phase in &self.phases {
             if let Load::Trace(trace) = &phase.load {
                 if !files.iter().any(|(path, _)| *path == trace.shown) {

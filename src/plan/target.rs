@@ -40,6 +40,24 @@ pub struct Target {
     pub warm_connections: bool,
     /// The `tools` file the body's tools came from (as written), and its SHA-256.
     pub tools_file: Option<(String, String)>,
+    /// What every answer must be (`response-format`), checked answer by answer.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// `response-format "json-object"`, or `"json-schema" schema="schema.json"`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under a schema.
+    JsonSchema {
+        /// The schema file as written.
+        shown: String,
+        /// Its SHA-256 (empty for a kept plan, which is judged without it).
+        sha256: String,
+        /// The schema (`null` for a kept plan).
+        schema: std::sync::Arc<serde_json::Value>,
+    },
 }
 
 /// An extra HTTP header.

@@ -476,6 +476,10 @@ pub struct RequestRecord {
     /// How many tool calls the answer made; absent when it made none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<u32>,
+    /// Whether the answer is what the plan's `response-format` asks (JSON, valid under its
+    /// schema); absent when it asks nothing, or the request failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_valid: Option<bool>,
 }
 
 impl RequestRecord {

@@ -39,8 +39,8 @@ struct State {
 
 /// What one abort rule's metric gathers, as the metric table defines it.
 enum Watched {
-    /// The completed requests a share counts.
-    Share(u64),
+    /// The completed requests a share counts, of those it is taken among.
+    Share { counted: u64, among: u64 },
     /// A per-request distribution.
     Distribution(Distribution),
     /// Nothing the run can watch while it goes (the parser lets no such rule through).
@@ -51,8 +51,18 @@ impl Watched {
     fn add(&mut self, rule: &AbortRule, record: &RequestRecord, good: bool) {
         let metric = rule.condition.metric;
         match (self, metric.def().source) {
-            (Watched::Share(count), Source::Share { counts, .. }) => {
-                *count += u64::from(counts(record, good));
+            (
+                Watched::Share { counted, among },
+                Source::Share {
+                    among: takes,
+                    counts,
+                    ..
+                },
+            ) => {
+                if takes(record) {
+                    *among += 1;
+                    *counted += u64::from(counts(record, good));
+                }
             }
             (Watched::Distribution(distribution), _) => {
                 metric.samples(record, false, |value, weight| {
@@ -76,7 +86,10 @@ impl AbortWatch {
             .map(|rule| {
                 let metric = rule.condition.metric;
                 match metric.def().source {
-                    Source::Share { .. } => Watched::Share(0),
+                    Source::Share { .. } => Watched::Share {
+                        counted: 0,
+                        among: 0,
+                    },
                     Source::Distribution { .. } => {
                         Watched::Distribution(Distribution::for_kind(metric.kind()))
                     }
@@ -109,7 +122,9 @@ impl AbortWatch {
                 }
                 let condition = &rule.condition;
                 let observed = match watched {
-                    Watched::Share(count) => Some(*count as f64 / state.completed as f64),
+                    Watched::Share { counted, among } if *among > 0 => {
+                        Some(*counted as f64 / *among as f64)
+                    }
                     Watched::Distribution(d) if distributions_too => d.stat(condition.stat?),
                     _ => None,
                 }?;

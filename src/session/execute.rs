@@ -61,7 +61,14 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         let (template, phase_templates) =
             templates(plan, url, credentials, headers, request_id_prefix)?;
         let (observer, watch) = observers(plan, options, &schedule);
+        let answers = match &plan.target.response_format {
+            Some(format) => Some(Arc::new(
+                executor::answers::AnswerCheck::new(format).map_err(Error::usage)?,
+            )),
+            None => None,
+        };
         let config = RunConfig {
+            answers,
             template,
             phase_templates,
             warm_connections: plan.target.warm_connections,

@@ -375,7 +375,10 @@ fn misses(objective: &Assertion, record: &RequestRecord, slo: Option<&Slo>) -> b
             .metric
             .sample(record, false)
             .is_some_and(|v| v > objective.threshold * 1.002),
-        Source::Share { counts, .. } => {
+        Source::Share { among, counts, .. } => {
+            if !among(record) {
+                return false;
+            }
             let good = slo.is_some_and(|slo| metrics::meets(slo, record));
             // A share that should stay low is missed by the requests it counts; one that
             // should stay high, by those it does not.

@@ -21,7 +21,8 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
 use super::stream::{
-    chunk, error_body, full_response, generate, reasoning_chunk, tool_call_chunk, usage, SimRequest,
+    chunk, error_body, full_response, generate, json_fragment, reasoning_chunk, tool_call_chunk,
+    usage, SimRequest,
 };
 use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
@@ -473,6 +474,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         let mut completion = 0;
         let mut thinking = 0;
         let mut calling = false;
+        let mut answering = false;
         // Usage says how many tokens were reasoning when the simulator is set to say it.
         let said = |thinking: usize| {
             reasoning
@@ -543,6 +545,18 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                         (false, false) => text.clone(),
                     };
                     tool_call_chunk(&request, &id, &fragment, first)
+                }
+                _ if request.json_answer => {
+                    let first = !answering;
+                    answering = true;
+                    let last = completion == request.max_tokens;
+                    chunk(
+                        &request,
+                        &id,
+                        Some(&json_fragment(&text, first, last)),
+                        false,
+                        None,
+                    )
                 }
                 _ => chunk(&request, &id, Some(&text), false, None),
             };

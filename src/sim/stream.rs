@@ -31,6 +31,9 @@ pub struct SimRequest {
     /// The function the answer calls, when a chat request offers tools (and does not say
     /// `tool_choice: "none"`): the first tool's, or the one `tool_choice` names.
     pub tool: Option<String>,
+    /// The request asks for a JSON answer (`response_format` `json_object` or `json_schema`):
+    /// the answer is `{"answer": "<the generated words>"}`.
+    pub json_answer: bool,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -118,8 +121,14 @@ impl SimRequest {
                 .unwrap_or(false)
         };
         let tool = chat.then(|| tool_called(&value)).flatten();
+        let json_answer = value
+            .get("response_format")
+            .and_then(|f| f.get("type"))
+            .and_then(Value::as_str)
+            .is_some_and(|kind| kind == "json_object" || kind == "json_schema");
         Ok(SimRequest {
             tool,
+            json_answer,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -172,6 +181,21 @@ pub fn tool_call_chunk(request: &SimRequest, id: &str, arguments: &str, first: b
     };
     value["choices"][0]["delta"] = json!({ "tool_calls": [call] });
     value
+}
+
+/// A JSON answer's fragment around the generated `text`: the first opens the object, the last
+/// closes it (the words escaped as a JSON string's inside).
+pub fn json_fragment(text: &str, first: bool, last: bool) -> String {
+    let escaped = serde_json::to_string(text).unwrap_or_default();
+    let inner = escaped
+        .strip_prefix('"')
+        .and_then(|e| e.strip_suffix('"'))
+        .unwrap_or("");
+    format!(
+        "{}{inner}{}",
+        if first { "{\"answer\":\"" } else { "" },
+        if last { "\"}" } else { "" }
+    )
 }
 
 /// The planned output of one request: its chunks' text and when each is due.
@@ -282,8 +306,13 @@ pub fn full_response(
     completion: usize,
     reasoning: Option<(&str, &str, usize, bool)>,
 ) -> Value {
+    let answer = if request.json_answer {
+        json_fragment(text, true, true)
+    } else {
+        text.to_string()
+    };
     let choice = if request.chat {
-        let mut message = json!({"role": "assistant", "content": text});
+        let mut message = json!({"role": "assistant", "content": answer});
         if let Some((field, thought, _, _)) = reasoning {
             message[field] = json!(thought);
         }
@@ -296,7 +325,7 @@ pub fn full_response(
         }
         json!({"index": 0, "message": message, "finish_reason": finish})
     } else {
-        json!({"index": 0, "text": text, "finish_reason": "length"})
+        json!({"index": 0, "text": answer, "finish_reason": "length"})
     };
     let object = if request.chat {
         "chat.completion"

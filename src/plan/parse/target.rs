@@ -8,7 +8,8 @@ use super::cx::{children, positional, property, Cx, Handler};
 use super::values::{ByteSize, Flag, Kind, Text, DURATION};
 use crate::api::Capabilities;
 use crate::plan::{
-    Api, Endpoint, Header, HeaderValue, MetricsSource, Target, DEFAULT_MAX_BODY, DEFAULT_MAX_LINE,
+    Api, Endpoint, Header, HeaderValue, MetricsSource, ResponseFormat, Target, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_LINE,
 };
 
 struct Fields {
@@ -26,6 +27,7 @@ struct Fields {
     headers: Vec<Header>,
     warm_connections: bool,
     tools_file: Option<(String, String)>,
+    response_format: Option<ResponseFormat>,
 }
 
 /// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
@@ -150,6 +152,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
     ("tool-choice", tool_choice),
+    ("response-format", response_format),
     ("connections", |cx, node, t| {
         let usage = "connections \"warm\" (opened before each phase's clock) or \"cold\" (opened by the requests, and measured)";
         match cx.single(node, usage, Text).as_deref() {
@@ -337,6 +340,101 @@ fn tools(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             format!("write it as: {usage}"),
         ),
     }
+}
+
+/// `response-format "json-object"` or `response-format "json-schema" schema="schema.json"`: what
+/// every answer must be, asked of the server (`response_format`) and checked answer by answer.
+fn response_format(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "response-format \"json-object\" (or \"json-schema\" schema=\"schema.json\")";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["schema"], usage);
+    let Some(kind) = cx.arg(node, usage, Text) else {
+        return;
+    };
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let schema_file = cx.prop(node, "schema", usage, Text).ok().flatten();
+    let (format, body) = match (kind.as_str(), schema_file) {
+        ("json-object", None) => (
+            ResponseFormat::JsonObject,
+            serde_json::json!({"type": "json_object"}),
+        ),
+        ("json-schema", Some(name)) if !cx.check_files => (
+            ResponseFormat::JsonSchema {
+                shown: name,
+                sha256: String::new(),
+                schema: std::sync::Arc::new(serde_json::Value::Null),
+            },
+            serde_json::Value::Null,
+        ),
+        ("json-schema", Some(name)) => {
+            let at = property(node, "schema").map_or(span, |e| e.span());
+            let Some((path, text, sha)) = super::datafile::read(cx, at, &name, "schema") else {
+                return;
+            };
+            let schema = match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(schema) => schema,
+                Err(e) => {
+                    cx.error(
+                        at,
+                        format!("{} is not JSON: {e}", path.display()),
+                        "not JSON",
+                        "give a JSON Schema file",
+                    );
+                    return;
+                }
+            };
+            if let Err(e) = jsonschema::validator_for(&schema) {
+                cx.error(
+                    at,
+                    format!("{} is not a usable JSON Schema: {e}", path.display()),
+                    "not a schema",
+                    "give a JSON Schema (draft 2020-12, 2019-09, 7, 6 or 4) with no remote references",
+                );
+                return;
+            }
+            let body = serde_json::json!({"type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema.clone(), "strict": true}});
+            (
+                ResponseFormat::JsonSchema {
+                    shown: name,
+                    sha256: sha,
+                    schema: std::sync::Arc::new(schema),
+                },
+                body,
+            )
+        }
+        ("json-schema", None) => {
+            cx.error(
+                span,
+                "`json-schema` needs its schema",
+                "schema missing",
+                format!("write it as: {usage}"),
+            );
+            return;
+        }
+        ("json-object", Some(_)) => {
+            cx.error(
+                span,
+                "`json-object` takes no schema",
+                "no schema",
+                "write response-format \"json-schema\" schema=\"...\" to give one",
+            );
+            return;
+        }
+        (other, _) => {
+            cx.error(
+                span,
+                format!("unknown response format \"{other}\""),
+                "unknown format",
+                usage,
+            );
+            return;
+        }
+    };
+    if !body.is_null() {
+        add_field(cx, span, t, "response_format".into(), body);
+    }
+    t.response_format = Some(format);
 }
 
 /// `tool-choice "auto"` (or `"required"`, `"none"`, or a function's name): which tool the
@@ -528,6 +626,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         headers: Vec::new(),
         warm_connections: true,
         tools_file: None,
+        response_format: None,
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
@@ -572,6 +671,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         headers: fields.headers,
         warm_connections: fields.warm_connections,
         tools_file: fields.tools_file,
+        response_format: fields.response_format,
     })
 }
 
