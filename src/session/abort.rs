@@ -58,11 +58,9 @@ impl Watched {
                     counts,
                     ..
                 },
-            ) => {
-                if takes(record) {
-                    *among += 1;
-                    *counted += u64::from(counts(record, good));
-                }
+            ) if takes(record) => {
+                *among += 1;
+                *counted += u64::from(counts(record, good));
             }
             (Watched::Distribution(distribution), _) => {
                 metric.samples(record, false, |value, weight| {
