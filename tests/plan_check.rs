@@ -109,7 +109,7 @@ fn each_plan_error_has_its_diagnostic() {
             "sla { latency p99 < \"1s\" }\n",
             "unknown metric `latency`",
             "plan.kdl:4:7",
-            "metrics: ttft, itl",
+            "metrics: ttft, ttfo, itl",
         ),
         (
             "sla { ttft p42x < \"1s\" }\n",
