@@ -216,11 +216,7 @@ fn reasoning_tokens(
             Some(TokenSource::Tokenizer),
         );
     }
-    let kinds = exchange
-        .chunk_kinds
-        .iter()
-        .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize));
-    let counted = kinds
+    let counted = ChunkKind::each(&exchange.chunk_kinds, chunk_tokens.len())
         .zip(chunk_tokens)
         .filter(|(kind, _)| *kind == ChunkKind::Reasoning)
         .map(|(_, &n)| n as u64)

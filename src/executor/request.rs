@@ -85,10 +85,7 @@ impl Exchange {
                 .unwrap_or("")
                 .to_string();
         }
-        let kinds = self
-            .chunk_kinds
-            .iter()
-            .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize));
+        let kinds = ChunkKind::each(&self.chunk_kinds, self.chunk_ends.len());
         let mut start = 0usize;
         let mut answer = String::new();
         for (&end, kind) in self.chunk_ends.iter().zip(kinds) {

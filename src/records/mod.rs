@@ -392,6 +392,19 @@ pub enum ChunkKind {
 }
 
 impl ChunkKind {
+    /// The kind of each of `chunks` chunks from their runs (`[(kind, how many)]`); chunks
+    /// past the runs are answer (runs are kept only from the first chunk that is not).
+    pub fn each(runs: &[(ChunkKind, u32)], chunks: usize) -> impl Iterator<Item = ChunkKind> + '_ {
+        let listed: usize = runs.iter().map(|&(_, n)| n as usize).sum();
+        runs.iter()
+            .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize))
+            .chain(std::iter::repeat_n(
+                ChunkKind::Answer,
+                chunks.saturating_sub(listed),
+            ))
+            .take(chunks)
+    }
+
     /// Whether it is output proper (answer text or a tool call), not thinking.
     pub fn is_output(self) -> bool {
         self != ChunkKind::Reasoning
@@ -513,15 +526,10 @@ impl RequestRecord {
 
     /// Each chunk's kind, in order (every chunk an answer when the request did not reason).
     pub fn chunk_kind_iter(&self) -> impl Iterator<Item = ChunkKind> + '_ {
-        let runs: &[(ChunkKind, u32)] = self.chunk_kinds.as_deref().unwrap_or(&[]);
-        let listed: usize = runs.iter().map(|&(_, n)| n as usize).sum();
-        runs.iter()
-            .flat_map(|&(kind, n)| std::iter::repeat_n(kind, n as usize))
-            .chain(std::iter::repeat_n(
-                ChunkKind::Answer,
-                self.chunks.len().saturating_sub(listed),
-            ))
-            .take(self.chunks.len())
+        ChunkKind::each(
+            self.chunk_kinds.as_deref().unwrap_or(&[]),
+            self.chunks.len(),
+        )
     }
 
     /// Whether it succeeded.
