@@ -197,6 +197,7 @@ fn main() {
                 origin: Default::default(),
                 turn: None,
                 conversation: None,
+                turn_kind: None,
             };
             let time = measure(|| {
                 let copy = Exchange {

@@ -143,3 +143,143 @@ fn a_tools_file_that_is_not_a_list_of_functions_is_a_plan_mistake() {
         assert!(stderr.contains(says), "{tools}: {stderr}");
     }
 }
+
+/// A plain answer in words, whole at once.
+fn answer_in_words(s: &mut TcpStream) {
+    send(s, SSE_HEAD);
+    send(
+        s,
+        "data: {\"choices\":[{\"delta\":{\"content\":\"found it\"},\"finish_reason\":\"stop\"}]}\n\n\
+         data: [DONE]\n\n",
+    );
+}
+
+#[test]
+fn an_agent_loop_sends_the_calls_back_with_their_results_after_the_tools_latency() {
+    use std::sync::{Arc, Mutex};
+    let _serial = serial();
+    // Each connection's request body kept, in order: the second must carry the calls back.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        let scenarios: [fn(&mut TcpStream); 3] =
+            [answer_then_call_two, answer_in_words, answer_in_words];
+        for scenario in scenarios {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let body = common::wire::read_request(&mut stream).unwrap_or_default();
+            kept.lock()
+                .unwrap()
+                .push(serde_json::from_slice(&body).unwrap_or_default());
+            scenario(&mut stream);
+        }
+    });
+    let plan = format!(
+        "plan \"agent\" {{ seed 5; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; tools \"tools.json\"; metrics #false; connections \"cold\"; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 20;\n\
+           conversation turns=3 think=\"100ms\" {{ tool-result tokens=50 latency=\"400ms\"; }} }}\n\
+         phase \"p\" {{ concurrency 1; requests 1; }}\n"
+    );
+    let run = run_in(dir_with_tools(TOOLS), &plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let records = run.records();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["turn_kind"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(kinds, ["user", "tool", "user"]);
+    // The tools' latency before the tool turn, the user's think time before the next.
+    let gap_ms = |before: &serde_json::Value, after: &serde_json::Value| {
+        let ended = before["actual_send_us"].as_f64().unwrap() + before["e2e_us"].as_f64().unwrap();
+        (after["actual_send_us"].as_f64().unwrap() - ended) / 1e3
+    };
+    let tool_gap = gap_ms(&records[0], &records[1]);
+    assert!(
+        (395.0..450.0).contains(&tool_gap),
+        "tool latency {tool_gap} ms"
+    );
+    let think_gap = gap_ms(&records[1], &records[2]);
+    assert!(
+        (95.0..150.0).contains(&think_gap),
+        "think time {think_gap} ms"
+    );
+
+    let bodies = bodies.lock().unwrap().clone();
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "{messages:?}");
+    let assistant = &messages[1];
+    assert_eq!(assistant["content"], "let me check");
+    assert_eq!(
+        assistant["tool_calls"],
+        serde_json::json!([
+            {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{\"query\": \"rust\"}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "search", "arguments": "{\"query\": \"kdl\"}"}}
+        ])
+    );
+    assert_eq!(messages[2]["tool_call_id"], "call_1");
+    assert_eq!(messages[3]["tool_call_id"], "call_2");
+    // Each result is 50 tokens of its own text.
+    let words = |m: &serde_json::Value| m["content"].as_str().unwrap().split_whitespace().count();
+    assert!((45..=55).contains(&words(&messages[2])), "{}", messages[2]);
+    assert_ne!(messages[2]["content"], messages[3]["content"]);
+    // The turn after a tool turn answered in words is the user's: the calls stay in the
+    // history, and the answer and a new message follow.
+    let messages = bodies[2]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "tool", "assistant", "user"]
+    );
+    assert_eq!(messages[4]["content"], "found it");
+    // The tool turn's planned prompt counts the history, the calls and both results.
+    let planned = records[1]["input_tokens_planned"].as_u64().unwrap();
+    assert!(planned >= 8 + 100, "{planned}");
+    let summary = run.summary();
+    let kinds: Vec<&str> = summary["by_turn_kind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "tool"]);
+    assert_eq!(summary["by_turn_kind"][0]["calling_tools"], 1);
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("## By turn kind"), "{report}");
+}
+
+#[test]
+fn an_agent_loop_without_tools_to_call_is_a_plan_mistake() {
+    let plan = "target \"sim\" { api \"chat\"; }\n\
+         workload { input 8; output 4; conversation turns=3 { tool-result tokens=100 latency=\"1s\"; } }\n\
+         phase \"p\" { concurrency 1; requests 1; }\n";
+    let run = common::run_plan(plan, &[]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("add tools \"tools.json\" to the target"),
+        "{}",
+        run.stderr()
+    );
+    let plan = "target \"sim\" { api \"completions\"; tools \"tools.json\"; }\n\
+         workload { input 8; output 4; }\n\
+         phase \"p\" { concurrency 1; requests 1; }\n";
+    let run = run_in(dir_with_tools(TOOLS), plan, &[]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("cannot offer tools"),
+        "{}",
+        run.stderr()
+    );
+}

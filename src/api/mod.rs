@@ -21,7 +21,7 @@ pub mod sse;
 
 use std::sync::Arc;
 
-use crate::planner::Prompt;
+use crate::planner::{Prompt, ToolCall};
 
 /// The API a plan speaks: one dialect each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -128,7 +128,14 @@ pub struct Generated<'a> {
     reasoning_bytes: usize,
     tool_call_bytes: usize,
     tool_calls: u32,
+    /// Where the calls are put together, when the caller keeps them (an agent loop sends
+    /// them back).
+    calls: Option<&'a mut Vec<ToolCall>>,
 }
+
+/// Tool calls put together from their fragments, at most: an index beyond is counted but not
+/// kept (a server's index must not size our memory).
+pub const MAX_KEPT_TOOL_CALLS: u32 = 128;
 
 impl<'a> Generated<'a> {
     /// Appends to `text`.
@@ -138,6 +145,15 @@ impl<'a> Generated<'a> {
             reasoning_bytes: 0,
             tool_call_bytes: 0,
             tool_calls: 0,
+            calls: None,
+        }
+    }
+
+    /// Appends to `text`, and puts the tool calls together in `calls`.
+    pub fn with_calls(text: &'a mut String, calls: &'a mut Vec<ToolCall>) -> Generated<'a> {
+        Generated {
+            calls: Some(calls),
+            ..Generated::new(text)
         }
     }
 
@@ -151,9 +167,40 @@ impl<'a> Generated<'a> {
         }
     }
 
-    /// A part of tool call number `index` (from 0) came: the answer has at least `index + 1`.
-    pub fn tool_call(&mut self, index: u32) {
+    /// A fragment of tool call number `index` (from 0) came, with its id, its function's name
+    /// and a piece of its arguments where it carries them: the answer has at least `index + 1`
+    /// calls, and the name and arguments are generated text.
+    pub fn tool_call(
+        &mut self,
+        index: u32,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: Option<&str>,
+    ) {
         self.tool_calls = self.tool_calls.max(index.saturating_add(1));
+        for piece in [name, arguments].into_iter().flatten() {
+            self.push(Part::ToolCall, piece);
+        }
+        let Some(calls) = self
+            .calls
+            .as_deref_mut()
+            .filter(|_| index < MAX_KEPT_TOOL_CALLS)
+        else {
+            return;
+        };
+        if calls.len() <= index as usize {
+            calls.resize_with(index as usize + 1, ToolCall::default);
+        }
+        let call = &mut calls[index as usize];
+        if let Some(id) = id.filter(|id| !id.is_empty()) {
+            call.id = id.to_string();
+        }
+        if let Some(name) = name {
+            call.name.push_str(name);
+        }
+        if let Some(arguments) = arguments {
+            call.arguments.push_str(arguments);
+        }
     }
 
     /// Bytes of reasoning text appended so far.
@@ -186,6 +233,8 @@ pub struct Capabilities {
     pub usage_in_stream: bool,
     /// It can be asked for an exact number of output tokens (`ignore_eos`, `min_tokens`).
     pub exact_lengths: bool,
+    /// It can offer tools, carry the calls an answer makes and send their results back.
+    pub tool_calls: bool,
 }
 
 /// What a family of dialects shares beside their bodies and choices (OpenAI's chat and

@@ -180,16 +180,19 @@ fn planned(
     intended_send_us: u64,
     actual_send_us: u64,
 ) -> RequestRecord {
-    RequestRecord::planned(
-        phase,
-        request.seq,
-        request.turn,
-        request.conversation,
-        (request.input_tokens, request.output_tokens),
-        request.prompt_seed,
-        intended_send_us,
-        actual_send_us,
-    )
+    RequestRecord {
+        turn_kind: request.turn_kind,
+        ..RequestRecord::planned(
+            phase,
+            request.seq,
+            request.turn,
+            request.conversation,
+            (request.input_tokens, request.output_tokens),
+            request.prompt_seed,
+            intended_send_us,
+            actual_send_us,
+        )
+    }
 }
 
 /// Of a request's output tokens, those spent reasoning, and where the count came from: the
@@ -412,6 +415,7 @@ mod tests {
                 origin: Default::default(),
                 turn: None,
                 conversation: None,
+                turn_kind: None,
             },
             intended_send_us: 0,
             actual_send_us: 0,

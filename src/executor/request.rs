@@ -38,6 +38,10 @@ pub struct Exchange {
     pub reasoning_bytes: usize,
     /// How many tool calls the answer made.
     pub tool_calls: u32,
+    /// The calls put together (id, name, arguments), for an agent loop to send back.
+    pub calls: Vec<crate::planner::ToolCall>,
+    /// How many bytes of `text` were tool calls' names and arguments.
+    pub tool_call_bytes: usize,
     /// The server's last usage.
     pub usage: Option<Usage>,
     /// The answer's finish_reason.
@@ -79,9 +83,11 @@ impl Exchange {
     /// whole body's text after its reasoning.
     pub fn answer_text(&self) -> String {
         if self.chunk_kinds.is_empty() {
+            // A whole body's parts come in order: reasoning, answer, tool calls.
+            let end = self.text.len().saturating_sub(self.tool_call_bytes);
             return self
                 .text
-                .get(self.reasoning_bytes.min(self.text.len())..)
+                .get(self.reasoning_bytes.min(end)..end)
                 .unwrap_or("")
                 .to_string();
         }
@@ -133,7 +139,7 @@ impl Exchange {
         last_usage_completion: &mut u64,
     ) {
         let before = self.text.len();
-        let mut generated = Generated::new(&mut self.text);
+        let mut generated = Generated::with_calls(&mut self.text, &mut self.calls);
         let decoded = dialect.decode_event(name, data, &mut generated);
         let (reasoning_bytes, tool_call_bytes) =
             (generated.reasoning_bytes(), generated.tool_call_bytes());
@@ -192,6 +198,7 @@ impl Exchange {
                 ChunkKind::Answer
             };
             self.reasoning_bytes += reasoning_bytes;
+            self.tool_call_bytes += tool_call_bytes;
             self.note_kind(kind);
         }
         if let Some(usage) = decoded.usage {
@@ -343,9 +350,10 @@ async fn read_whole(
         Ok(body) => {
             exchange.end_us = micros_since(sent_at, Instant::now());
             let text = String::from_utf8_lossy(&body);
-            let mut generated = Generated::new(&mut exchange.text);
+            let mut generated = Generated::with_calls(&mut exchange.text, &mut exchange.calls);
             let decoded = template.dialect.decode_body(&text, &mut generated);
             exchange.reasoning_bytes = generated.reasoning_bytes();
+            exchange.tool_call_bytes = generated.tool_call_bytes();
             exchange.tool_calls = generated.tool_calls();
             match decoded {
                 Ok(decoded) => {

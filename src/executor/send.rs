@@ -11,8 +11,8 @@ use super::observe::stopped;
 use super::recorder::{Finished, Message};
 use super::request::{self, Exchange};
 use super::Event;
-use crate::planner::ScheduledRequest;
-use crate::records::ErrorClass;
+use crate::planner::{Answer, ScheduledRequest};
+use crate::records::{ErrorClass, TurnKind};
 
 /// Sends a request, or (for the first turn of a conversation) the whole conversation, one turn
 /// after another. `ticket` counts the request in flight until its record is handed over.
@@ -35,8 +35,10 @@ pub(super) async fn dispatch(
 }
 
 /// A conversation: each turn after the first waits for the answer to the one before and the
-/// user's think time, then sends the history with a new message. It ends early when a turn
-/// fails (there is no answer to go on from), when the phase's sending ends, or on a stop.
+/// user's think time, then sends the history with a new message; in an agent loop, an answer
+/// that called tools is followed instead, after the tools' latency, by their results (a tool
+/// turn). It ends early when a turn fails (there is no answer to go on from), when the phase's
+/// sending ends, or on a stop.
 async fn converse(
     ticket: InFlightTicket,
     first: ScheduledRequest,
@@ -49,6 +51,10 @@ async fn converse(
     let hold = ticket.context.enter(&ticket.state);
     let (context, state) = (&hold.context, &hold.state);
     let turns = context.schedule.conversation().map_or(1, |c| c.turns);
+    let agent_loop = context
+        .schedule
+        .conversation()
+        .is_some_and(|c| c.tool_results.is_some());
     let mut answer = execute(ticket, first, body, intended, true).await;
     // Rebuilt rather than kept from the body builder: it is cheap, and only conversations need it.
     let mut history = crate::planner::as_messages(context.prompts.prompt(&first));
@@ -58,7 +64,15 @@ async fn converse(
     for turn in 2..=turns {
         let Some(previous) = answer.take() else { break };
         let mut request = context.schedule.turn(state.index, &first, turn);
-        let think_until = Instant::now() + context.schedule.think_time(&request);
+        let pause = if agent_loop && !previous.tool_calls.is_empty() {
+            request.turn_kind = Some(TurnKind::Tool);
+            // What the new message would have been, the tools' results are instead.
+            request.input_tokens = context.schedule.tool_result_tokens(&request);
+            context.schedule.tool_latency(&request)
+        } else {
+            context.schedule.think_time(&request)
+        };
+        let think_until = Instant::now() + pause;
         if deadline.is_some_and(|d| think_until >= d) {
             break;
         }
@@ -89,15 +103,15 @@ async fn converse(
 
 /// Sends one request, waits for its whole response (or its timeout, or an abort), and hands the
 /// result to the recorder. The caller has already counted it in `in_flight`. Returns the
-/// answer's text when `keep_answer` asks and the request succeeded (a conversation goes on
-/// from it).
+/// answer (its text and tool calls) when `keep_answer` asks and the request succeeded (a
+/// conversation goes on from it).
 async fn execute(
     ticket: InFlightTicket,
     request: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
     keep_answer: bool,
-) -> Option<String> {
+) -> Option<Answer> {
     // Until the record is handed over, a panic in this task still records the request (as the
     // client's failure), and the ticket leaves the in-flight counts: a run never hangs on a
     // dead task.
@@ -192,7 +206,20 @@ async fn execute(
     }
     let actual_send_us = context.micros(sent_at);
     guard.pending = None;
-    let answer = (keep_answer && exchange.error.is_none()).then(|| exchange.text.clone());
+    let answer = (keep_answer && exchange.error.is_none()).then(|| Answer {
+        text: exchange.answer_text(),
+        tool_calls: std::mem::take(&mut exchange.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut call)| {
+                // A call must be named for its result to answer it.
+                if call.id.is_empty() {
+                    call.id = format!("call_{index}");
+                }
+                call
+            })
+            .collect(),
+    });
     let finished = Finished {
         phase,
         request,

@@ -56,6 +56,9 @@ pub struct Aggregates {
     pub by_input: Vec<InputBucket>,
     /// The recorded requests by turn, in a multi-turn workload (empty otherwise).
     pub by_turn: Vec<TurnBucket>,
+    /// The recorded turns by what they answer, in an agent loop that made a tool turn (empty
+    /// otherwise).
+    pub by_turn_kind: Vec<TurnKindBucket>,
     /// Each error class of the recorded phases: how many, when, and what the first said.
     pub error_samples: Vec<ErrorSample>,
 }
@@ -431,6 +434,24 @@ impl PhaseMetrics {
 pub struct TurnBucket {
     /// The turn, from 1.
     pub turn: u32,
+    /// Its requests.
+    #[serde(flatten)]
+    pub requests: TurnRequests,
+}
+
+/// The recorded turns of one kind (what they answer: a user's message, or tool results).
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnKindBucket {
+    /// The kind.
+    pub kind: crate::records::TurnKind,
+    /// Its requests.
+    #[serde(flatten)]
+    pub requests: TurnRequests,
+}
+
+/// What a group of conversation turns did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRequests {
     /// Requests sent.
     pub sent: u64,
     /// Requests that succeeded.
@@ -447,4 +468,6 @@ pub struct TurnBucket {
     pub ttft_ms: Summary,
     /// E2E of its successful requests.
     pub e2e_ms: Summary,
+    /// Of its successful requests, those whose answer called tools.
+    pub calling_tools: u64,
 }

@@ -30,6 +30,7 @@ pub struct Aggregator<'s> {
     /// `by_input` holds ranges of lengths (keyed by their top), not lengths.
     by_input_ranged: bool,
     by_turn: BTreeMap<u32, TurnAccumulator>,
+    by_turn_kind: BTreeMap<crate::records::TurnKind, TurnAccumulator>,
     error_samples: BTreeMap<String, ErrorSample>,
 }
 
@@ -95,6 +96,47 @@ struct TurnAccumulator {
     observed_in: u64,
     observed_n: u64,
     cached: u64,
+    calling_tools: u64,
+}
+
+impl TurnAccumulator {
+    fn new() -> TurnAccumulator {
+        TurnAccumulator {
+            input: BucketAccumulator::new(),
+            planned_in: 0,
+            observed_in: 0,
+            observed_n: 0,
+            cached: 0,
+            calling_tools: 0,
+        }
+    }
+
+    fn add(&mut self, record: &RequestRecord) {
+        self.input.add(record);
+        self.planned_in += record.input_tokens_planned as u64;
+        if let Some(prompt) = record.prompt_tokens.filter(|_| record.ok()) {
+            self.observed_in += prompt;
+            self.observed_n += 1;
+            self.cached += record.cached_tokens.unwrap_or(0);
+        }
+        if record.ok() && record.tool_calls.is_some_and(|n| n > 0) {
+            self.calling_tools += 1;
+        }
+    }
+
+    fn finish(self) -> TurnRequests {
+        TurnRequests {
+            sent: self.input.sent,
+            ok: self.input.ok,
+            failed: self.input.failed,
+            input_tokens_planned_mean: self.planned_in as f64 / self.input.sent.max(1) as f64,
+            prompt_tokens_mean: mean(self.observed_in as f64, self.observed_n),
+            cached_tokens_mean: mean(self.cached as f64, self.observed_n),
+            ttft_ms: self.input.ttft.summary(),
+            e2e_ms: self.input.e2e.summary(),
+            calling_tools: self.calling_tools,
+        }
+    }
 }
 
 impl<'s> Aggregator<'s> {
@@ -114,6 +156,7 @@ impl<'s> Aggregator<'s> {
             by_input: BTreeMap::new(),
             by_input_ranged: false,
             by_turn: BTreeMap::new(),
+            by_turn_kind: BTreeMap::new(),
             error_samples: BTreeMap::new(),
         }
     }
@@ -160,7 +203,16 @@ impl<'s> Aggregator<'s> {
             self.overall.add(record);
             self.by_input_add(record);
             if let Some(turn) = record.turn {
-                self.by_turn_add(turn, record);
+                self.by_turn
+                    .entry(turn)
+                    .or_insert_with(TurnAccumulator::new)
+                    .add(record);
+            }
+            if let Some(kind) = record.turn_kind {
+                self.by_turn_kind
+                    .entry(kind)
+                    .or_insert_with(TurnAccumulator::new)
+                    .add(record);
             }
             let first = |slot: &mut Option<String>, value: &Option<String>| {
                 if slot.is_none() {
@@ -174,23 +226,6 @@ impl<'s> Aggregator<'s> {
                 Some(_) => first(&mut self.first_error, &record.error_detail),
                 None => first(&mut self.first_usage_problem, &record.usage_problem),
             }
-        }
-    }
-
-    fn by_turn_add(&mut self, turn: u32, record: &RequestRecord) {
-        let bucket = self.by_turn.entry(turn).or_insert_with(|| TurnAccumulator {
-            input: BucketAccumulator::new(),
-            planned_in: 0,
-            observed_in: 0,
-            observed_n: 0,
-            cached: 0,
-        });
-        bucket.input.add(record);
-        bucket.planned_in += record.input_tokens_planned as u64;
-        if let Some(prompt) = record.prompt_tokens.filter(|_| record.ok()) {
-            bucket.observed_in += prompt;
-            bucket.observed_n += 1;
-            bucket.cached += record.cached_tokens.unwrap_or(0);
         }
     }
 
@@ -256,14 +291,20 @@ impl<'s> Aggregator<'s> {
             .into_iter()
             .map(|(turn, t)| TurnBucket {
                 turn,
-                sent: t.input.sent,
-                ok: t.input.ok,
-                failed: t.input.failed,
-                input_tokens_planned_mean: t.planned_in as f64 / t.input.sent.max(1) as f64,
-                prompt_tokens_mean: mean(t.observed_in as f64, t.observed_n),
-                cached_tokens_mean: mean(t.cached as f64, t.observed_n),
-                ttft_ms: t.input.ttft.summary(),
-                e2e_ms: t.input.e2e.summary(),
+                requests: t.finish(),
+            })
+            .collect();
+        // Kinds are worth a table only when a turn answered tools.
+        let agent_loop = self
+            .by_turn_kind
+            .contains_key(&crate::records::TurnKind::Tool);
+        let by_turn_kind = self
+            .by_turn_kind
+            .into_iter()
+            .filter(|_| agent_loop)
+            .map(|(kind, t)| TurnKindBucket {
+                kind,
+                requests: t.finish(),
             })
             .collect();
         let ranged = self.by_input_ranged;
@@ -349,6 +390,7 @@ impl<'s> Aggregator<'s> {
                 .collect(),
             error_samples: self.error_samples.into_values().collect(),
             by_turn,
+            by_turn_kind,
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)

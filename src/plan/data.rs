@@ -12,10 +12,37 @@ use serde_json::Value;
 /// One turn of a chat conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// What the turn says.
     pub content: String,
+    /// The tools an assistant's turn called (an agent loop's).
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    /// A message of plain text.
+    pub fn text(role: &str, content: String) -> Message {
+        Message {
+            role: role.to_string(),
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call an answer made, as the next turn sends it back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The id the server gave it (a `tool` message names it).
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// Its arguments, as streamed (JSON text).
+    pub arguments: String,
 }
 
 /// The largest data file a plan may read (it is held in memory while the run goes).
@@ -198,7 +225,7 @@ fn messages(value: &Value) -> Option<Vec<Message>> {
                     .join("\n"),
                 _ => return None,
             };
-            Some(Message { role, content })
+            Some(Message::text(&role, content))
         })
         .collect()
 }

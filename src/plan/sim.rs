@@ -22,6 +22,9 @@ pub struct SimSettings {
     pub faults: Faults,
     /// Behave like a reasoning model: each chat answer thinks first.
     pub reasoning: Option<Reasoning>,
+    /// Rounds of tool calls an answer makes in a row (when the request offers tools) before it
+    /// answers in words: counted since the conversation's last user message.
+    pub tool_rounds: u32,
 }
 
 /// `reasoning 200 field="reasoning_content"`: the simulator's chat answers begin with this many
@@ -66,6 +69,7 @@ impl Default for SimSettings {
             engine: None,
             faults: Faults::default(),
             reasoning: None,
+            tool_rounds: 1,
         }
     }
 }

@@ -38,6 +38,24 @@ pub struct Conversation {
     pub think: Duration,
     /// Think times drawn uniformly from `think..=think_max`.
     pub think_max: Option<Duration>,
+    /// Agent loops: an answer that calls tools is followed by their results and another
+    /// assistant turn, instead of the user's next message.
+    pub tool_results: Option<ToolResults>,
+}
+
+/// `tool-result tokens=400 latency="300ms"`: how the tools of an agent loop answer. A turn whose
+/// answer calls tools is followed, after the tools' latency, by one `tool` message per call (of
+/// a drawn length) and the next assistant turn: the traffic of coding and research agents.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ToolResults {
+    /// Tokens of each tool message (the least, with `tokens_max`).
+    pub tokens: u32,
+    /// Lengths drawn uniformly from `tokens..=tokens_max`.
+    pub tokens_max: Option<u32>,
+    /// How long the tools take to answer (the least, with `latency_max`).
+    pub latency: Duration,
+    /// Latencies drawn uniformly from `latency..=latency_max`.
+    pub latency_max: Option<Duration>,
 }
 
 /// Output lengths drawn per request (as peers' `--random-output-len` with a range ratio, or a

@@ -28,7 +28,9 @@ use crate::seed;
 
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
-pub use prompts::{as_messages, Message, Prompt, PromptSource, SyntheticPrompts, WorkloadPrompts};
+pub use prompts::{
+    as_messages, Answer, Message, Prompt, PromptSource, SyntheticPrompts, ToolCall, WorkloadPrompts,
+};
 pub use shard::{Shard, MAX_SHARDS};
 
 use crate::error::{Error, Result};
@@ -153,6 +155,10 @@ pub struct ScheduledRequest {
     /// The conversation it belongs to (its position among the phase's conversations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conversation: Option<u64>,
+    /// What its turn answers: the user's message, unless the executor finds the answer before
+    /// it called tools in an agent loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_kind: Option<crate::records::TurnKind>,
 }
 
 /// Where a request's prompt comes from.
@@ -201,6 +207,7 @@ impl RequestMix {
             Some(_) => ScheduledRequest {
                 turn: Some(1),
                 conversation: Some(position),
+                turn_kind: Some(crate::records::TurnKind::User),
                 ..self.request_at_seq(phase_index, position * self.turns as u64)
             },
             None => self.request_at_seq(phase_index, position),
@@ -214,6 +221,7 @@ impl RequestMix {
         ScheduledRequest {
             turn: Some(turn),
             conversation: first.conversation,
+            turn_kind: Some(crate::records::TurnKind::User),
             // The prefix opens the conversation's first message only.
             prefix_group: None,
             ..self.request_at_seq(phase_index, seq)
@@ -271,6 +279,7 @@ impl RequestMix {
             origin,
             turn: None,
             conversation: None,
+            turn_kind: None,
         }
     }
 
@@ -300,6 +309,7 @@ impl RequestMix {
             },
             turn: None,
             conversation: None,
+            turn_kind: None,
         }
     }
 
@@ -350,15 +360,40 @@ impl Schedule {
         let Some(conversation) = self.mix.conversation else {
             return Duration::ZERO;
         };
-        match conversation.think_max {
-            Some(max) if max > conversation.think => {
-                let mut rng =
-                    ChaCha8Rng::seed_from_u64(seed::mix64(request.prompt_seed ^ 0x7468_696e));
-                let span = (max - conversation.think).as_micros() as u64;
-                conversation.think + Duration::from_micros(rng.random_range(0..=span))
-            }
-            _ => conversation.think,
-        }
+        let micros = draw_between(
+            request.prompt_seed ^ 0x7468_696e,
+            conversation.think.as_micros() as u64,
+            conversation.think_max.map(|max| max.as_micros() as u64),
+        );
+        Duration::from_micros(micros)
+    }
+
+    /// How long the tools take to answer before `request` (a tool turn of an agent loop),
+    /// drawn from its seed.
+    pub fn tool_latency(&self, request: &ScheduledRequest) -> Duration {
+        let Some(tools) = self.mix.conversation.and_then(|c| c.tool_results) else {
+            return Duration::ZERO;
+        };
+        let micros = draw_between(
+            request.prompt_seed ^ 0x746f_6f6c,
+            tools.latency.as_micros() as u64,
+            tools.latency_max.map(|max| max.as_micros() as u64),
+        );
+        Duration::from_micros(micros)
+    }
+
+    /// How long each tool result `request` (a tool turn) sends is, in tokens, drawn from its
+    /// seed.
+    pub fn tool_result_tokens(&self, request: &ScheduledRequest) -> u32 {
+        let Some(tools) = self.mix.conversation.and_then(|c| c.tool_results) else {
+            return 0;
+        };
+        let tokens = draw_between(
+            request.prompt_seed ^ 0x7265_7375,
+            tools.tokens as u64,
+            tools.tokens_max.map(u64::from),
+        );
+        tokens as u32
     }
 
     /// The dataset's usable entries, measured, when the plan reads a dataset.
@@ -678,6 +713,17 @@ fn too_many(phase: &str) -> Error {
         "phase \"{phase}\" would schedule more than {MAX_SCHEDULED_REQUESTS} requests in all; \
          lower its rate, duration or requests"
     ))
+}
+
+/// A value drawn uniformly from `least..=most` (from `salted_seed`), or `least` without a range.
+fn draw_between(salted_seed: u64, least: u64, most: Option<u64>) -> u64 {
+    match most {
+        Some(most) if most > least => {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed::mix64(salted_seed));
+            rng.random_range(least..=most)
+        }
+        _ => least,
+    }
 }
 
 fn serialize_secs_plain<S: serde::Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -24,7 +24,8 @@ pub enum Prompt {
     Messages(Vec<Message>),
 }
 
-pub use crate::plan::data::Message;
+pub use crate::plan::data::{Message, ToolCall};
+use crate::records::TurnKind;
 
 /// Makes the prompt of each scheduled request. Called once per request, off the I/O path, and
 /// must be deterministic: the same request always gets the same prompt.
@@ -32,47 +33,71 @@ pub trait PromptSource: Send + Sync {
     /// The prompt of `request`.
     fn prompt(&self, request: &ScheduledRequest) -> Prompt;
 
-    /// The next turn of a conversation: `answer` (the assistant's to the turn before) and
-    /// `request`'s new user message appended to `history`, which then is the prompt. Returns the
-    /// turn's prompt tokens: `input_before` (the turn before's) plus the answer's and the new
-    /// message's.
+    /// The next turn of a conversation: `answer` (the assistant's to the turn before) appended
+    /// to `history`, then `request`'s new user message, or (for a tool turn) one tool result
+    /// per call the answer made; `history` then is the prompt. Returns the turn's prompt
+    /// tokens: `input_before` (the turn before's) plus what was appended.
     fn next_turn(
         &self,
         history: &mut Vec<Message>,
-        answer: String,
+        answer: Answer,
         request: &ScheduledRequest,
         input_before: u32,
     ) -> (Prompt, u32);
 }
 
+/// What the assistant answered to a turn: what the next turn sends back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// The answer's text (its reasoning left out, as servers expect it back).
+    pub text: String,
+    /// The tools it called.
+    pub tool_calls: Vec<ToolCall>,
+}
+
 /// A prompt as chat messages (text is one user message).
 pub fn as_messages(prompt: Prompt) -> Vec<Message> {
     match prompt {
-        Prompt::Text(content) => vec![Message {
-            role: "user".into(),
-            content,
-        }],
+        Prompt::Text(content) => vec![Message::text("user", content)],
         Prompt::Messages(messages) => messages,
     }
 }
 
-/// Appends an answer and a new message to a conversation, counting what they add.
+/// Appends an answer and what follows it to a conversation, counting what they add: a tool
+/// turn's results (synthetic text of the request's length, one per call), or `user_message`.
 fn append_turn(
     tokenizer: &Tokenizer,
     history: &mut Vec<Message>,
-    answer: String,
-    message: String,
+    answer: Answer,
+    request: &ScheduledRequest,
+    user_message: impl FnOnce() -> String,
     input_before: u32,
 ) -> (Prompt, u32) {
-    let added = tokenizer.count(&answer) + tokenizer.count(&message);
-    history.push(Message {
-        role: "assistant".into(),
-        content: answer,
-    });
-    history.push(Message {
-        role: "user".into(),
-        content: message,
-    });
+    let tool_turn = request.turn_kind == Some(TurnKind::Tool) && !answer.tool_calls.is_empty();
+    let mut added = tokenizer.count(&answer.text);
+    let mut assistant = Message::text("assistant", answer.text);
+    if tool_turn {
+        let ids: Vec<String> = answer.tool_calls.iter().map(|c| c.id.clone()).collect();
+        for call in &answer.tool_calls {
+            added += tokenizer.count(&call.name) + tokenizer.count(&call.arguments);
+        }
+        assistant.tool_calls = answer.tool_calls;
+        history.push(assistant);
+        for (index, id) in ids.into_iter().enumerate() {
+            // Each call's result differs from the others' from its first word on.
+            let seed = crate::seed::mix64(request.prompt_seed ^ (index as u64 + 1));
+            let result = tokenizer.prompt(request.input_tokens, seed);
+            added += tokenizer.count(&result);
+            let mut message = Message::text("tool", result);
+            message.tool_call_id = Some(id);
+            history.push(message);
+        }
+    } else {
+        history.push(assistant);
+        let message = user_message();
+        added += tokenizer.count(&message);
+        history.push(Message::text("user", message));
+    }
     (
         Prompt::Messages(history.clone()),
         input_before.saturating_add(added as u32),
@@ -102,14 +127,22 @@ impl PromptSource for SyntheticPrompts {
     fn next_turn(
         &self,
         history: &mut Vec<Message>,
-        answer: String,
+        answer: Answer,
         request: &ScheduledRequest,
         input_before: u32,
     ) -> (Prompt, u32) {
-        let message = self
-            .tokenizer
-            .prompt(request.input_tokens, request.prompt_seed);
-        append_turn(&self.tokenizer, history, answer, message, input_before)
+        let message = || {
+            self.tokenizer
+                .prompt(request.input_tokens, request.prompt_seed)
+        };
+        append_turn(
+            &self.tokenizer,
+            history,
+            answer,
+            request,
+            message,
+            input_before,
+        )
     }
 }
 
@@ -250,10 +283,7 @@ impl PromptSource for WorkloadPrompts {
                     None => text,
                 });
             }
-            DataPrompt::Text(text) => vec![Message {
-                role: "user".into(),
-                content: text,
-            }],
+            DataPrompt::Text(text) => vec![Message::text("user", text)],
             DataPrompt::Messages(messages) => messages,
         };
         if let Some(prefix) = prefix {
@@ -263,13 +293,7 @@ impl PromptSource for WorkloadPrompts {
             }
         }
         if let Some(system) = &self.system {
-            messages.insert(
-                0,
-                Message {
-                    role: "system".into(),
-                    content: system.clone(),
-                },
-            );
+            messages.insert(0, Message::text("system", system.clone()));
         }
         Prompt::Messages(messages)
     }
@@ -277,13 +301,13 @@ impl PromptSource for WorkloadPrompts {
     fn next_turn(
         &self,
         history: &mut Vec<Message>,
-        answer: String,
+        answer: Answer,
         request: &ScheduledRequest,
         input_before: u32,
     ) -> (Prompt, u32) {
         // A later turn says only its new message: a dataset entry's (its last user turn, for a
         // conversation), or synthetic text of its length.
-        let message = match self.own(request) {
+        let message = || match self.own(request) {
             DataPrompt::Text(text) => text,
             DataPrompt::Messages(messages) => messages
                 .into_iter()
@@ -292,7 +316,14 @@ impl PromptSource for WorkloadPrompts {
                 .map(|m| m.content)
                 .unwrap_or_default(),
         };
-        append_turn(&self.tokenizer, history, answer, message, input_before)
+        append_turn(
+            &self.tokenizer,
+            history,
+            answer,
+            request,
+            message,
+            input_before,
+        )
     }
 }
 
@@ -314,6 +345,7 @@ mod tests {
             origin: Default::default(),
             turn: None,
             conversation: None,
+            turn_kind: None,
         };
         let (Prompt::Text(a), Prompt::Text(b)) =
             (source.prompt(&request(1)), source.prompt(&request(2)))

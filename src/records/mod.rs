@@ -379,6 +379,27 @@ pub enum TokenSource {
     UsageByTokenizer,
 }
 
+/// What a conversation's turn answers: the user's new message, or the results of the tools the
+/// answer before it called (an agent loop's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnKind {
+    /// It sends the user's next message (a conversation's first turn is one).
+    User,
+    /// It sends the results of the tools the answer before it called.
+    Tool,
+}
+
+impl TurnKind {
+    /// The name reports and records use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnKind::User => "user",
+            TurnKind::Tool => "tool",
+        }
+    }
+}
+
 /// What the generated tokens of a chunk are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -427,6 +448,9 @@ pub struct RequestRecord {
     /// The conversation it belongs to (its position among the phase's conversations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<u64>,
+    /// What its turn answers (a user's message, or tool results), in a conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_kind: Option<TurnKind>,
     /// When it was meant to go out (µs from the run's start); its actual send in a closed loop.
     pub intended_send_us: u64,
     /// When it went out (µs from the run's start).

@@ -70,6 +70,8 @@ pub struct Summary {
     pub by_input: Vec<crate::metrics::InputBucket>,
     /// The recorded requests by turn, in a multi-turn workload.
     pub by_turn: Vec<crate::metrics::TurnBucket>,
+    /// The recorded turns by what they answer (user messages, tool results), in an agent loop.
+    pub by_turn_kind: Vec<crate::metrics::TurnKindBucket>,
     /// Each error class: how many, when, and what the first said.
     pub error_samples: Vec<crate::metrics::ErrorSample>,
     /// The server's telemetry over the run, when it was scraped.
@@ -241,6 +243,7 @@ impl<'a> ReportContext<'a> {
                 timeseries: aggregates.timeseries,
                 by_input: aggregates.by_input,
                 by_turn: aggregates.by_turn,
+                by_turn_kind: aggregates.by_turn_kind,
                 error_samples: aggregates.error_samples,
                 server: aggregates.server,
                 passed: verdict.status == VerdictStatus::Pass,

@@ -95,6 +95,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             engine: None,
             faults: Default::default(),
             reasoning: None,
+            tool_rounds: plan.sim.tool_rounds,
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

@@ -360,6 +360,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ))
         }
     };
+    if request.tool_rounds >= shared.settings.tool_rounds {
+        // Enough tools called since the user spoke: this turn answers.
+        request.tool = None;
+    }
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
     // Shaped like vLLM's ids: a prefix and 32 hex digits.
     let id = format!(

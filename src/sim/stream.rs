@@ -31,6 +31,9 @@ pub struct SimRequest {
     /// The function the answer calls, when a chat request offers tools (and does not say
     /// `tool_choice: "none"`): the first tool's, or the one `tool_choice` names.
     pub tool: Option<String>,
+    /// Rounds of tool calls since the conversation's last user message (assistant turns that
+    /// called tools): the simulator answers in words once they reach its `tool-rounds`.
+    pub tool_rounds: u32,
     /// The request asks for a JSON answer (`response_format` `json_object` or `json_schema`):
     /// the answer is `{"answer": "<the generated words>"}`.
     pub json_answer: bool,
@@ -76,21 +79,47 @@ impl SimRequest {
                 None => tokenizer.count(text),
             }
         };
+        let mut tool_rounds = 0;
         let prompt_tokens = if chat {
             let messages = value
                 .get("messages")
                 .and_then(Value::as_array)
                 .ok_or("`messages` is required and must be an array")?;
+            tool_rounds = messages
+                .iter()
+                .rev()
+                .take_while(|m| m.get("role").and_then(Value::as_str) != Some("user"))
+                .filter(|m| {
+                    m.get("tool_calls")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty())
+                })
+                .count() as u32;
             messages
                 .iter()
-                .map(|m| match m.get("content") {
-                    Some(Value::String(s)) => measure(s),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .map(|m| {
+                    let content = match m.get("content") {
+                        Some(Value::String(s)) => measure(s),
+                        Some(Value::Array(parts)) => parts
+                            .iter()
+                            .filter_map(|p| p.get("text").and_then(Value::as_str))
+                            .map(&mut measure)
+                            .sum(),
+                        _ => 0,
+                    };
+                    // An assistant's tool calls are prompt too: their names and arguments.
+                    let calls: usize = m
+                        .get("tool_calls")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|call| call.get("function"))
+                        .flat_map(|f| [f.get("name"), f.get("arguments")])
+                        .flatten()
+                        .filter_map(Value::as_str)
                         .map(&mut measure)
-                        .sum(),
-                    _ => 0,
+                        .sum();
+                    content + calls
                 })
                 .sum()
         } else {
@@ -128,6 +157,7 @@ impl SimRequest {
             .is_some_and(|kind| kind == "json_object" || kind == "json_schema");
         Ok(SimRequest {
             tool,
+            tool_rounds,
             json_answer,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -321,6 +321,7 @@ mod tests {
             timeseries: Default::default(),
             by_input: Vec::new(),
             by_turn: Vec::new(),
+            by_turn_kind: Vec::new(),
             error_samples: Vec::new(),
         }
     }

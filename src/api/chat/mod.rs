@@ -34,6 +34,8 @@ struct ToolCall<'a> {
     #[serde(default)]
     index: Option<u32>,
     #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
     function: Option<Function<'a>>,
 }
 
@@ -69,15 +71,13 @@ impl Choice for ChatChoice<'_> {
                 }
             }
             for (position, call) in part.tool_calls.iter().flatten().enumerate() {
-                out.tool_call(call.index.unwrap_or(position as u32));
-                for piece in call
-                    .function
-                    .iter()
-                    .flat_map(|f| [&f.name, &f.arguments])
-                    .flatten()
-                {
-                    out.push(Part::ToolCall, piece);
-                }
+                let function = call.function.as_ref();
+                out.tool_call(
+                    call.index.unwrap_or(position as u32),
+                    call.id.as_deref(),
+                    function.and_then(|f| f.name.as_deref()),
+                    function.and_then(|f| f.arguments.as_deref()),
+                );
             }
         }
     }
@@ -85,6 +85,26 @@ impl Choice for ChatChoice<'_> {
     fn finish_reason(&mut self) -> Option<String> {
         self.finish_reason.take()
     }
+}
+
+/// One message as the chat API takes it: an assistant's tool calls (with their arguments as
+/// the JSON text they streamed as), a tool result naming the call it answers.
+fn message(m: &crate::planner::Message) -> serde_json::Value {
+    let mut value = serde_json::json!({"role": m.role, "content": m.content});
+    if !m.tool_calls.is_empty() {
+        value["tool_calls"] = m
+            .tool_calls
+            .iter()
+            .map(|call| {
+                serde_json::json!({"id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments}})
+            })
+            .collect();
+    }
+    if let Some(id) = &m.tool_call_id {
+        value["tool_call_id"] = id.as_str().into();
+    }
+    value
 }
 
 impl Dialect for Chat {
@@ -104,13 +124,17 @@ impl Dialect for Chat {
         &openai::ENVELOPE
     }
 
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities {
+            tool_calls: true,
+            ..openai::ENVELOPE.capabilities
+        }
+    }
+
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
         let messages = match prompt {
             Prompt::Text(text) => serde_json::json!([{"role": "user", "content": text}]),
-            Prompt::Messages(messages) => messages
-                .iter()
-                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-                .collect(),
+            Prompt::Messages(messages) => messages.iter().map(message).collect(),
         };
         openai::body(options, max_tokens, ("messages", messages))
     }
@@ -156,14 +180,8 @@ mod tests {
         assert_eq!(body["ignore_eos"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
         let conversation = Prompt::Messages(vec![
-            Message {
-                role: "system".into(),
-                content: "be brief".into(),
-            },
-            Message {
-                role: "user".into(),
-                content: "hi".into(),
-            },
+            Message::text("system", "be brief".into()),
+            Message::text("user", "hi".into()),
         ]);
         let body: serde_json::Value =
             serde_json::from_slice(&Chat.body(&conversation, 8, &options(false))).unwrap();
@@ -207,6 +225,58 @@ mod tests {
             .unwrap();
         assert_eq!(text, "whole");
         assert_eq!(decoded.usage.and_then(|u| u.completion), Some(1));
+    }
+
+    #[test]
+    fn tool_calls_are_put_together_from_their_fragments_and_sent_back() {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for event in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"search","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":" 1}"}}]}}]}"#,
+            // A server's index must not size our memory: counted, not kept.
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":4000000000,"id":"x","function":{"name":"f"}}]}}]}"#,
+        ] {
+            Chat.decode_event(
+                None,
+                event,
+                &mut Generated::with_calls(&mut text, &mut calls),
+            )
+            .unwrap();
+        }
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (
+                calls[0].id.as_str(),
+                calls[0].name.as_str(),
+                calls[0].arguments.as_str()
+            ),
+            ("call_a", "search", "{\"q\": 1}")
+        );
+        let mut assistant = Message::text("assistant", String::new());
+        assistant.tool_calls = calls;
+        let mut result = Message::text("tool", "42".into());
+        result.tool_call_id = Some("call_a".into());
+        let options = BodyOptions {
+            model: "m".into(),
+            stream: true,
+            continuous_usage: false,
+            ignore_eos: false,
+            extra: Default::default(),
+        };
+        let body: serde_json::Value = serde_json::from_slice(&Chat.body(
+            &Prompt::Messages(vec![Message::text("user", "hi".into()), assistant, result]),
+            8,
+            &options,
+        ))
+        .unwrap();
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0],
+            serde_json::json!({"id": "call_a", "type": "function", "function": {"name": "search", "arguments": "{\"q\": 1}"}})
+        );
+        assert_eq!(body["messages"][2]["tool_call_id"], "call_a");
+        assert!(body["messages"][0].get("tool_calls").is_none());
     }
 
     #[test]

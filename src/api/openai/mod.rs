@@ -21,6 +21,8 @@ pub(super) static ENVELOPE: super::Envelope = super::Envelope {
         streaming: true,
         usage_in_stream: true,
         exact_lengths: true,
+        // Chat's own: completions have no messages to carry calls and results in.
+        tool_calls: false,
     },
     reserved_fields: &[
         ("model", "set it with `model` in the target"),

@@ -911,6 +911,20 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             );
             cx.current = 0;
         }
+        // An agent loop goes on from tool calls: the model must be offered tools to call.
+        let agent_loop = workload
+            .conversation
+            .is_some_and(|c| c.tool_results.is_some());
+        if agent_loop && !api.body.contains_key("tools") {
+            cx.current = file;
+            cx.error(
+                span,
+                "the conversation's `tool-result` answers tool calls, and the target offers no tools",
+                "no tools",
+                "add tools \"tools.json\" to the target (a JSON list of functions the model may call)",
+            );
+            cx.current = 0;
+        }
     }
 
     let unrecorded: Vec<String> = phases

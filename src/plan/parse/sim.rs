@@ -90,6 +90,12 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             });
         }
     }),
+    ("tool-rounds", |cx, node, s| {
+        let usage = "tool-rounds 2 (tool calls in a row before an answer in words; 0 never calls)";
+        if let Some(n) = cx.single(node, usage, Count { min: 0, max: 1000 }) {
+            s.sim.tool_rounds = n as u32;
+        }
+    }),
     ("seed", |cx, node, s| {
         if let Some(seed) = cx.single(node, "seed 7", Seed) {
             s.sim.seed = seed;

@@ -174,6 +174,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
 enum Need {
     Streaming,
     UsageInStream,
+    ToolCalls,
 }
 
 /// Why `capabilities` cannot give `need`, if they cannot.
@@ -183,6 +184,7 @@ fn lacking(capabilities: Capabilities, need: Need) -> Option<&'static str> {
         Need::UsageInStream if !capabilities.usage_in_stream => {
             Some("does not send usage in its stream")
         }
+        Need::ToolCalls if !capabilities.tool_calls => Some("cannot offer tools"),
         _ => None,
     }
 }
@@ -293,6 +295,7 @@ fn tools(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     let Some(name) = cx.single(node, usage, Text) else {
         return;
     };
+    refuse_beyond(cx, node, t.api, Some(Need::ToolCalls));
     if !cx.check_files {
         // A kept plan is judged without its files: the tools were in the bodies sent.
         t.tools_file = Some((name, String::new()));
@@ -685,6 +688,7 @@ mod tests {
             streaming: true,
             usage_in_stream: true,
             exact_lengths: true,
+            tool_calls: true,
         };
         assert_eq!(lacking(all, Need::Streaming), None);
         let unstreamed = Capabilities {

@@ -76,6 +76,41 @@ fn request_options_are_read_and_llmloads_own_fields_refused() {
 }
 
 #[test]
+fn an_agent_loop_s_tool_results_are_read_with_their_ranges_and_checked() {
+    let plan = plan_with(
+        "body #\"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}\"#",
+        "input 8; output 4; conversation turns=4 { tool-result tokens=300 tokens-max=900 latency=\"200ms\" latency-max=\"1s\"; }",
+    )
+    .unwrap();
+    let tools = plan.workload.conversation.unwrap().tool_results.unwrap();
+    assert_eq!((tools.tokens, tools.tokens_max), (300, Some(900)));
+    assert_eq!(tools.latency, std::time::Duration::from_millis(200));
+    assert_eq!(tools.latency_max, Some(std::time::Duration::from_secs(1)));
+
+    let errors = errors_of(plan_with(
+        "",
+        "input 8; output 4; conversation turns=4 { tool-result tokens=300 tokens-max=9 latency=\"2s\" latency-max=\"1s\"; tool-result tokens=1; tool-call 1; }",
+    ));
+    let all = errors.join("\n");
+    for expected in [
+        "tokens-max is below tokens",
+        "latency-max is below latency",
+        "a conversation has one `tool-result`",
+        "unknown node `tool-call`",
+    ] {
+        assert!(all.contains(expected), "{expected} not in {all}");
+    }
+    let errors = errors_of(plan_with(
+        "",
+        "input 8; output 4; conversation turns=2 { tool-result latency=\"1s\"; }",
+    ));
+    assert!(
+        errors.join("\n").contains("`tool-result` needs tokens=N"),
+        "{errors:?}"
+    );
+}
+
+#[test]
 fn a_replay_only_plan_needs_no_lengths_but_others_do() {
     let dir = std::env::temp_dir().join(format!("llmload-trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

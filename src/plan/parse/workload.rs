@@ -45,11 +45,11 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("conversation", conversation),
 ];
 
-/// `conversation turns=5 think="2s" think-max="8s"`.
+/// `conversation turns=5 think="2s" think-max="8s"`, with `{ tool-result ... }` for agent loops.
 fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
     use super::values::DURATION_OR_ZERO;
-    let usage = "conversation turns=5 think=\"2s\" (think-max=\"8s\" draws think times up to it)";
-    cx.no_children(node);
+    let usage = "conversation turns=5 think=\"2s\" (think-max=\"8s\" draws think times up to it; \
+                 { tool-result tokens=400 latency=\"300ms\" } makes it an agent loop)";
     cx.check_entries(node, 0, &["turns", "think", "think-max"], usage);
     let turns = cx.prop(node, "turns", usage, Count { min: 1, max: 1000 });
     let think = cx.prop_or(
@@ -60,6 +60,16 @@ fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
         DURATION_OR_ZERO,
     );
     let think_max = cx.prop(node, "think-max", usage, DURATION_OR_ZERO);
+    let mut tools = ToolsField::Absent;
+    cx.walk(node, "in `conversation`", CONVERSATION, &mut tools);
+    let tool_results = match tools {
+        ToolsField::Absent => None,
+        ToolsField::Given(results) => Some(results),
+        ToolsField::Broken => {
+            w.broken = true;
+            return;
+        }
+    };
     match (turns, think, think_max) {
         (Ok(Some(turns)), Some(think), Ok(think_max)) => {
             if think_max.is_some_and(|max| max < think) {
@@ -76,6 +86,7 @@ fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
                 turns: turns as u32,
                 think,
                 think_max,
+                tool_results,
             });
         }
         (Ok(None), ..) => {
@@ -89,6 +100,93 @@ fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
         }
         _ => w.broken = true,
     }
+}
+
+/// What a conversation's `tool-result` child gave.
+enum ToolsField {
+    Absent,
+    Given(crate::plan::ToolResults),
+    /// Present but wrong (already reported).
+    Broken,
+}
+
+const CONVERSATION: &[(&str, Handler<ToolsField>)] = &[("tool-result", tool_result)];
+
+/// `tool-result tokens=400 tokens-max=2000 latency="300ms" latency-max="2s"`.
+fn tool_result(cx: &mut Cx, node: &KdlNode, field: &mut ToolsField) {
+    use super::values::DURATION_OR_ZERO;
+    let usage = "tool-result tokens=400 latency=\"300ms\" (tokens-max=2000 and latency-max=\"2s\" \
+                 draw each from a range)";
+    cx.no_children(node);
+    cx.check_entries(
+        node,
+        0,
+        &["tokens", "tokens-max", "latency", "latency-max"],
+        usage,
+    );
+    if !matches!(field, ToolsField::Absent) {
+        cx.error(
+            node.name().span(),
+            "a conversation has one `tool-result`",
+            "second one",
+            "merge the two into one line",
+        );
+        *field = ToolsField::Broken;
+        return;
+    }
+    let tokens = cx.prop(node, "tokens", usage, TOKENS);
+    let tokens_max = cx.prop(node, "tokens-max", usage, TOKENS);
+    let latency = cx.prop_or(
+        node,
+        "latency",
+        std::time::Duration::ZERO,
+        usage,
+        DURATION_OR_ZERO,
+    );
+    let latency_max = cx.prop(node, "latency-max", usage, DURATION_OR_ZERO);
+    *field = match (tokens, tokens_max, latency, latency_max) {
+        (Ok(Some(tokens)), Ok(tokens_max), Some(latency), Ok(latency_max)) => {
+            let mut ok = true;
+            if tokens_max.is_some_and(|max| max < tokens) {
+                cx.error(
+                    node.name().span(),
+                    "tokens-max is below tokens",
+                    "tool-result lengths",
+                    usage,
+                );
+                ok = false;
+            }
+            if latency_max.is_some_and(|max| max < latency) {
+                cx.error(
+                    node.name().span(),
+                    "latency-max is below latency",
+                    "tool latencies",
+                    usage,
+                );
+                ok = false;
+            }
+            if ok {
+                ToolsField::Given(crate::plan::ToolResults {
+                    tokens: tokens as u32,
+                    tokens_max: tokens_max.map(|max| max as u32),
+                    latency,
+                    latency_max,
+                })
+            } else {
+                ToolsField::Broken
+            }
+        }
+        (Ok(None), ..) => {
+            cx.error(
+                node.name().span(),
+                "`tool-result` needs tokens=N: how long each tool's answer is",
+                "tokens missing",
+                usage,
+            );
+            ToolsField::Broken
+        }
+        _ => ToolsField::Broken,
+    };
 }
 
 /// `output 256`, `output min=64 max=256` (uniform), `output mean=128 stddev=32` (normal); each
