@@ -7,8 +7,15 @@ use crate::metrics::{Metric, Severity};
 pub fn terminal_summary(summary: &Summary) -> String {
     let mut out = String::new();
     let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    // A model that reasons: the answer users wait for starts at TTFO, not at the first thought.
+    let reasoned = summary.overall.metrics[Metric::ReasoningTime].count > 0;
+    let ttfo_head = if reasoned {
+        format!(" {:>10}", "TTFO p99")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "{:<24} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
+        "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo_head} {:>10} {:>10} {:>9}\n",
         "phase", "ok", "failed", "TTFT p50", "TTFT p99", "ITL p99", "E2E p99", "req/s"
     ));
     let scopes = summary
@@ -17,8 +24,13 @@ pub fn terminal_summary(summary: &Summary) -> String {
         .filter(|p| p.recorded)
         .chain(std::iter::once(&summary.overall));
     for scope in scopes {
+        let ttfo = if reasoned {
+            format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "{:<24} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9.2}\n",
+            "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo} {:>10} {:>10} {:>9.2}\n",
             truncate(&scope.name, 24),
             scope.requests.ok,
             scope.requests.failed,
