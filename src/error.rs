@@ -105,7 +105,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `text`, trimmed and cut to 200 characters, for error details.
 pub fn shorten(text: &str) -> String {
-    let text = text.trim();
+    // Text from a server: one line, its control characters shown, before anything prints it.
+    let text = crate::escape::one_line(text.trim());
+    let text = text.as_ref();
     if text.chars().count() > 200 {
         let cut: String = text.chars().take(200).collect();
         format!("{cut}…")

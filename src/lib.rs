@@ -15,6 +15,7 @@ pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod error;
+pub mod escape;
 pub mod executor;
 pub mod metrics;
 pub mod plan;

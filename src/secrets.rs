@@ -18,6 +18,9 @@ const FRAGMENT: usize = 12;
 #[derive(Debug, Clone, Default)]
 pub struct Secrets {
     values: Vec<String>,
+    /// What the values look like base64-encoded (as a server echoing a Basic credential, or a
+    /// key it encoded, shows them), at each of the three alignments: matched by fragments.
+    encoded: Vec<String>,
 }
 
 impl Secrets {
@@ -31,6 +34,7 @@ impl Secrets {
     pub fn add(&mut self, value: &str) {
         if value.len() >= 4 && !self.values.iter().any(|v| v == value) {
             self.values.push(value.to_string());
+            self.encoded.extend(base64_forms(value.as_bytes()));
         }
     }
 
@@ -40,10 +44,17 @@ impl Secrets {
     }
 
     /// `text` with every secret, and every stretch of one at least 12 bytes long, replaced by
-    /// `[redacted]`.
+    /// `[redacted]`, whatever its case (a server may echo a key upper-cased), and the same for
+    /// their base64 forms.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if self.values.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        // ASCII lower-casing keeps every byte where it was, so offsets found in it hold in `text`.
+        let lowered = text.to_ascii_lowercase();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
-        for secret in &self.values {
+        for secret in self.values.iter().chain(&self.encoded) {
+            let secret = secret.to_ascii_lowercase();
             let needles: Vec<&str> = if secret.len() < 2 * FRAGMENT {
                 vec![secret.as_str()]
             } else {
@@ -55,8 +66,10 @@ impl Secrets {
                     .collect()
             };
             for needle in needles {
-                for start in memchr::memmem::find_iter(text.as_bytes(), needle.as_bytes()) {
-                    ranges.push((start, start + needle.len()));
+                for start in memchr::memmem::find_iter(lowered.as_bytes(), needle.as_bytes()) {
+                    if text.is_char_boundary(start) && text.is_char_boundary(start + needle.len()) {
+                        ranges.push((start, start + needle.len()));
+                    }
                 }
             }
         }
@@ -89,6 +102,33 @@ impl Secrets {
     }
 }
 
+/// `value` base64-encoded (standard and URL-safe alphabets) at each of the three alignments it
+/// can have inside a longer encoded text, each cut to the characters that depend on `value`
+/// alone; forms shorter than a fragment are left out (they would match too much).
+fn base64_forms(value: &[u8]) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let mut forms = Vec::new();
+    for shift in 0..3usize {
+        let mut shifted = vec![0u8; shift];
+        shifted.extend_from_slice(value);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&shifted);
+            // The first characters also carry the padding bytes; the last may carry the bytes
+            // after the value.
+            let skip = (shift * 4).div_ceil(3);
+            let keep = encoded.len().saturating_sub(skip + 2);
+            if keep >= FRAGMENT {
+                let form = encoded[skip..skip + keep].to_string();
+                if !forms.contains(&form) {
+                    forms.push(form);
+                }
+            }
+        }
+    }
+    forms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +159,30 @@ mod tests {
             "pw [redacted] and hunter"
         );
         assert!(Secrets::new().is_empty());
+    }
+
+    #[test]
+    fn echoes_in_another_case_or_base64_encoded_are_redacted() {
+        use base64::Engine;
+        let mut secrets = Secrets::new();
+        let key = "sk-Proj-abcdefghijklmnopqrstuvwxyz0";
+        secrets.add(key);
+        let upper = format!("invalid key {}", key.to_uppercase());
+        assert_eq!(secrets.redact(&upper), "invalid key [redacted]");
+        for prefix in ["", "a", "ab", "user:"] {
+            for engine in [
+                base64::engine::general_purpose::STANDARD,
+                base64::engine::general_purpose::URL_SAFE,
+            ] {
+                let encoded = engine.encode(format!("{prefix}{key}"));
+                let redacted = secrets.redact(&encoded);
+                assert!(
+                    redacted.contains(REDACTED),
+                    "{prefix}: {encoded} -> {redacted}"
+                );
+                // What is left cannot be decoded back to 12 characters of the key.
+                assert!(redacted.len() < encoded.len(), "{redacted}");
+            }
+        }
     }
 }

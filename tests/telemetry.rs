@@ -86,7 +86,7 @@ fn the_simulators_metrics_are_scraped_summarised_and_asserted() {
         "## Over time",
         "xychart-beta",
         "| Label `commit` | abc123 |",
-        "| Server version | llmload-sim",
+        "| Server version | `llmload-sim",
     ] {
         assert!(
             report.contains(expected),

@@ -113,7 +113,7 @@ pub(super) fn conclude(
     // says why on stderr, where CI logs look for errors.
     if let Status::NotCarriedOut(reason) = &outcome.status {
         if *reason != NotCarriedOut::Interrupted {
-            eprintln!("error: {reason}");
+            eprintln!("error: {}", crate::escape::one_line(&reason.to_string()));
         }
     }
     Ok(outcome.status.exit_code())

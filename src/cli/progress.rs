@@ -274,7 +274,7 @@ impl Observer for Progress {
                     }
                 }
             }
-            Event::Warning(text) => eprintln!("warning: {text}"),
+            Event::Warning(text) => eprintln!("warning: {}", crate::escape::one_line(text)),
             Event::Note(text) => eprintln!("note: {text}"),
             _ => {}
         }

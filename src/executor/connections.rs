@@ -31,13 +31,10 @@ pub async fn warm(
     template: &RequestTemplate,
     count: u64,
 ) -> (u64, Option<String>) {
-    let root = template
-        .url
-        .as_str()
-        .strip_suffix(template.dialect.path())
-        .unwrap_or(template.url.as_str());
-    match reqwest::Url::parse(&format!("{root}/models")) {
-        Ok(models) => transport.warm(&models, template, count).await,
-        Err(_) => (0, Some(format!("{root}/models is not a URL"))),
-    }
+    // The endpoint's sibling under the API root, the target's query kept.
+    let path = template.url.path();
+    let root = path.strip_suffix(template.dialect.path()).unwrap_or(path);
+    let mut models = template.url.clone();
+    models.set_path(&format!("{root}/models"));
+    transport.warm(&models, template, count).await
 }

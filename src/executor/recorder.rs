@@ -385,7 +385,20 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         token_source,
         completion_tokens_tokenizer: tokenizer_completion,
         cached_tokens: usage.and_then(|u| u.cached),
-        finish_reason: exchange.finish_reason,
+        // A server's word: kept as sent when it is a short line (it always is from a sane
+        // server), else made one and shortened.
+        finish_reason: exchange.finish_reason.map(|reason| {
+            if reason.len() <= 200
+                && matches!(
+                    crate::escape::one_line(&reason),
+                    std::borrow::Cow::Borrowed(_)
+                )
+            {
+                reason
+            } else {
+                crate::error::shorten(&reason)
+            }
+        }),
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
         usage_problem,

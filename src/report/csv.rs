@@ -10,6 +10,25 @@ use crate::error::{Error, Result};
 
 const SUMMARY_TEMPLATE: &str = include_str!("templates/summary.csv.j2");
 
+/// A text cell no spreadsheet runs as a formula (a plan's names, a server's finish_reason and
+/// error text alike).
+fn text<S: serde::Serializer, T: AsRef<str>>(
+    value: &T,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::escape::csv_cell(value.as_ref()))
+}
+
+fn optional_text<S: serde::Serializer>(
+    value: &Option<&str>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => text(value, s),
+        None => s.serialize_none(),
+    }
+}
+
 pub struct SummaryCsv;
 
 impl Exporter for SummaryCsv {
@@ -28,7 +47,9 @@ pub struct StepsCsv;
 
 #[derive(Serialize)]
 struct StepCsvRow<'a> {
+    #[serde(serialize_with = "text")]
     series: &'a str,
+    #[serde(serialize_with = "text")]
     phase: &'a str,
     probe: bool,
     load: f64,
@@ -45,7 +66,9 @@ struct StepCsvRow<'a> {
     ok: u64,
     result: &'a str,
     marginal: bool,
+    #[serde(serialize_with = "text")]
     objectives: String,
+    #[serde(serialize_with = "text")]
     why: &'a str,
 }
 
@@ -112,6 +135,7 @@ pub struct TimeseriesCsv;
 #[derive(Serialize)]
 struct SeriesCsvRow<'a> {
     t_s: f64,
+    #[serde(serialize_with = "text")]
     phase: &'a str,
     sent: u64,
     completed: u64,
@@ -173,6 +197,7 @@ pub struct RequestsCsv;
 
 #[derive(Serialize)]
 struct Row<'a> {
+    #[serde(serialize_with = "text")]
     phase: &'a str,
     seq: u64,
     intended_send_ms: f64,
@@ -189,9 +214,11 @@ struct Row<'a> {
     /// Opening its connection, inside its TTFT; empty when it reused one.
     connect_ms: Option<f64>,
     chunks: usize,
+    #[serde(serialize_with = "optional_text")]
     finish_reason: Option<&'a str>,
     http_status: Option<u16>,
     error: Option<&'static str>,
+    #[serde(serialize_with = "optional_text")]
     error_detail: Option<&'a str>,
 }
 

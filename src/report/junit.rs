@@ -11,20 +11,7 @@ use crate::metrics::Severity;
 
 /// Escapes text for XML attributes and content.
 fn xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Characters XML 1.0 does not allow at all.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::escape::xml_text(text)
 }
 
 struct Case {
@@ -210,7 +197,7 @@ mod tests {
     fn escapes_markup_and_control_characters() {
         assert_eq!(
             xml("p99 < 5 & \"x\" > 'y'\u{1}"),
-            "p99 &lt; 5 &amp; &quot;x&quot; &gt; &apos;y&apos;?"
+            "p99 &lt; 5 &amp; &quot;x&quot; &gt; &apos;y&apos;\u{fffd}"
         );
     }
 }

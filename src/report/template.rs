@@ -36,6 +36,11 @@ fn csv_field(value: Value) -> String {
             .map(str::to_string)
             .unwrap_or_else(|| value.to_string())
     };
+    // Text a spreadsheet would run as a formula is neutralised; numbers are left alone.
+    let text = match value.as_str() {
+        Some(_) => crate::escape::csv_cell(&text).into_owned(),
+        None => text,
+    };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
@@ -57,6 +62,27 @@ fn truncate_text(value: Value, chars: usize) -> String {
     }
 }
 
+/// Text as Markdown that renders as itself (a server's words, a label): see
+/// [`crate::escape::markdown_text`].
+fn markdown_text(value: Value) -> String {
+    crate::escape::markdown_text(&plain(&value))
+}
+
+/// Text a server controls as a Markdown code span, literal and safe in a table cell.
+fn markdown_code(value: Value) -> String {
+    crate::escape::markdown_code(&plain(&value))
+}
+
+fn plain(value: &Value) -> String {
+    if value.is_none() || value.is_undefined() {
+        return String::new();
+    }
+    value
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string())
+}
+
 /// A Markdown table cell: pipes escaped, lines joined.
 fn cell(value: Value) -> String {
     let text = value
@@ -75,6 +101,8 @@ pub fn environment() -> Environment<'static> {
     env.add_filter("truncate_text", truncate_text);
     env.add_filter("csv", csv_field);
     env.add_filter("cell", cell);
+    env.add_filter("md", markdown_text);
+    env.add_filter("code", markdown_code);
     env.add_global("metric_rows", Value::from_serialize(metric_rows()));
     env
 }

@@ -97,7 +97,11 @@ pub fn terminal_summary(summary: &Summary) -> String {
             Severity::Warning => "warning",
             Severity::Note => "note",
         };
-        out.push_str(&format!("{label}: {}\n", w.message));
+        // One line each, whatever a records file said (the line starts with our label).
+        out.push_str(&format!(
+            "{label}: {}\n",
+            crate::escape::one_line(&w.message)
+        ));
     }
     for series in summary.series.iter().filter(|s| !s.search) {
         out.push_str(&format!("sweep \"{}\": {}\n", series.name, series.headline));
@@ -109,7 +113,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
         ));
     }
     let verdict = summary.verdict.headline(summary.verdicts.len());
-    out.push_str(&format!("\n{verdict}\n"));
+    out.push_str(&format!("\n{}\n", crate::escape::one_line(&verdict)));
     out
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::archive::{keep_sources, sha256};
 use super::*;
+use crate::executor::Event;
 
 /// Sends `plan` and writes its records (and a copy of the plan) into `options.out_dir`.
 pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
@@ -28,8 +29,8 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let sim_writes = runtime.block_on(async {
         // A "sim" target starts the simulator in-process, on a loopback port of its own.
         let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
-        let (base, simulator) = match endpoint {
-            Endpoint::Url(url) => (api_root(url), None),
+        let (target, simulator) = match endpoint {
+            Endpoint::Url(url) => (TargetUrl::parse(url)?, None),
             Endpoint::Simulator => {
                 let addr = ([127, 0, 0, 1], 0).into();
                 let serve = sim::ServeOptions {
@@ -38,17 +39,19 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 let server = sim::serve_with(addr, plan.sim.clone(), tokenizer.clone(), serve)
                     .await
                     .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
-                (server.base_url(), Some(server))
+                (TargetUrl::parse(&server.base_url())?, Some(server))
             }
         };
         let target_display = match endpoint {
-            Endpoint::Simulator => format!("sim (embedded, {base})"),
-            Endpoint::Url(_) => redact_url(&base),
+            Endpoint::Simulator => format!("sim (embedded, {})", target.shown()),
+            Endpoint::Url(_) => target.shown(),
         };
+        for secret in target.secrets() {
+            secrets.add(&secret);
+        }
+        let credentials = with_basic_auth(credentials, &target, &*options.observer);
         let dialect = plan.target.api.dialect();
-        let url = format!("{base}{}", dialect.path());
-        let url = reqwest::Url::parse(&url)
-            .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(&url))))?;
+        let url = target.endpoint(dialect.path());
         let request_id_prefix = records::new_request_id_prefix();
         let header = run_header(
             plan,
@@ -91,12 +94,26 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             None => Box::new(executor::ScheduleSource::new(schedule.clone())),
         };
         // The server's own metrics, scraped beside the run on a thread and connection of its own.
-        let scraper = match telemetry_url(&plan.target.metrics, &base) {
+        let scraper = match telemetry_url(&plan.target.metrics, &target) {
             Some(metrics) => {
                 let shown = redact_url(metrics.as_str());
+                // The run's credentials go to its own server only, never to another host.
+                let same_origin = metrics.origin() == config.template.url.origin();
+                let headers = if same_origin {
+                    let template = &config.template;
+                    template
+                        .credentials
+                        .iter()
+                        .chain(template.headers.iter())
+                        .cloned()
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 Some(crate::telemetry::scrape::Scraper::start(
                     metrics,
                     shown,
+                    headers,
                     plan.target.metrics_interval,
                     out,
                 )?)
@@ -120,17 +137,35 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
 
 /// Where the server's metrics are scraped: the plan's URL, or the target's own `/metrics` (its
 /// base URL's host, the API's path left out); none when the plan turns it off.
-fn telemetry_url(source: &plan::MetricsSource, base: &str) -> Option<reqwest::Url> {
+fn telemetry_url(source: &plan::MetricsSource, target: &TargetUrl) -> Option<reqwest::Url> {
     match source {
         plan::MetricsSource::Off => None,
         plan::MetricsSource::Url(url) => reqwest::Url::parse(url).ok(),
         plan::MetricsSource::Auto => {
-            let mut url = reqwest::Url::parse(base).ok()?;
+            let mut url = target.endpoint("");
             url.set_path("/metrics");
-            url.set_query(None);
             Some(url)
         }
     }
+}
+
+/// The key's headers, and the target URL's `user:password` as Basic authentication unless the
+/// key already sends `Authorization` (then the key wins, and a note says the URL's is unused).
+fn with_basic_auth(
+    mut credentials: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    target: &TargetUrl,
+    observer: &dyn Observer,
+) -> Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)> {
+    if let Some((name, value)) = target.basic_auth() {
+        if credentials.iter().any(|(n, _)| *n == name) {
+            observer.on_event(Event::Note(
+                "the target URL's user:password is not sent: the API key's Authorization header is",
+            ));
+        } else {
+            credentials.push((name, value));
+        }
+    }
+    credentials
 }
 
 /// The records' first line: what the run is (tool, plan and its files' SHA-256, seed, target,
@@ -230,14 +265,9 @@ fn templates(
             own.options.model = model.clone();
         }
         if let Some(endpoint) = &phase.endpoint {
-            let url = format!("{}{}", api_root(endpoint), own.dialect.path());
-            own.url = reqwest::Url::parse(&url).map_err(|e| {
-                Error::usage(format!(
-                    "phase \"{}\": {} is not a URL: {e}",
-                    phase.name,
-                    redact_url(&url)
-                ))
-            })?;
+            let target = TargetUrl::parse(endpoint)
+                .map_err(|e| Error::usage(format!("phase \"{}\": {e}", phase.name)))?;
+            own.url = target.endpoint(own.dialect.path());
         }
         phase_templates.insert(index, own);
     }

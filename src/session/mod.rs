@@ -35,7 +35,7 @@ pub use baseline::{check_baseline, compare_with, MIN_COMPARED_REQUESTS};
 pub use execute::execute;
 pub use outcome::{Execution, RunOutcome};
 pub use shard::{merge, refuse_shard, run_shard, ShardOutcome};
-pub use target::{api_root, redact_url};
+pub use target::{redact_url, TargetUrl};
 
 use crate::compare::{self, Comparison};
 use crate::error::{Error, Result};

@@ -8,26 +8,167 @@ use crate::executor::{Event, Observer};
 use crate::plan::Plan;
 use crate::secrets::Secrets;
 
-/// `http://host:8000` or `http://host:8000/v1/` → `http://host:8000/v1`.
-pub fn api_root(url: &str) -> String {
-    let trimmed = url.trim_end_matches('/');
-    if trimmed.ends_with("/v1") {
-        trimmed.to_string()
-    } else {
-        format!("{trimmed}/v1")
+/// A target's URL taken apart, so that every connection of a run treats it alike: the API root
+/// (scheme, host, port, the path ending in `/v1`), the query it carried (kept on every request,
+/// after each endpoint's path), and the `user:password@` it carried, sent as HTTP Basic
+/// authentication on every connection (requests, the connection warm-up, `/metrics`,
+/// `/version`) and shown nowhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetUrl {
+    /// The API root without credentials, its query kept.
+    root: reqwest::Url,
+    /// `user` and `password` from the URL, if it had them.
+    basic: Option<(String, Option<String>)>,
+}
+
+/// Query parameters whose names say they carry a credential: their values are redacted
+/// wherever the URL is shown, and from every text a server sends back.
+fn is_secret_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "key",
+        "token",
+        "secret",
+        "sig",
+        "password",
+        "passwd",
+        "auth",
+        "credential",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
+impl TargetUrl {
+    /// `http://host:8000`, `http://host:8000/v1/` or `http://u:p@host/v1?api-version=1`.
+    pub fn parse(text: &str) -> Result<TargetUrl> {
+        let mut url = reqwest::Url::parse(text.trim())
+            .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(text))))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+            return Err(Error::usage(format!(
+                "{} is not an http:// or https:// URL",
+                redact_url(text)
+            )));
+        }
+        let user = percent_decoded(url.username());
+        let password = url.password().map(percent_decoded);
+        let basic = (!user.is_empty() || password.is_some()).then_some((user, password));
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        url.set_fragment(None);
+        let path = url.path().trim_end_matches('/').to_string();
+        if !path.ends_with("/v1") {
+            url.set_path(&format!("{path}/v1"));
+        } else {
+            url.set_path(&path);
+        }
+        Ok(TargetUrl { root: url, basic })
+    }
+
+    /// The URL of `path` under the API root (`/chat/completions`, `/models`), with the target's
+    /// query after it.
+    pub fn endpoint(&self, path: &str) -> reqwest::Url {
+        let mut url = self.root.clone();
+        url.set_path(&format!("{}{path}", self.root.path()));
+        url
+    }
+
+    /// The root as reports and logs show it: no credentials, secret query values redacted.
+    pub fn shown(&self) -> String {
+        shown_url(&self.root)
+    }
+
+    /// The values to keep out of everything: the password, and secret query values.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut values: Vec<String> = self
+            .root
+            .query_pairs()
+            .filter(|(name, _)| is_secret_parameter(name))
+            .map(|(_, value)| value.into_owned())
+            .collect();
+        if let Some((_, Some(password))) = &self.basic {
+            values.push(password.clone());
+        }
+        values
+    }
+
+    /// The `Authorization: Basic …` header the URL's credentials make, marked sensitive.
+    pub fn basic_auth(&self) -> Option<(reqwest::header::HeaderName, HeaderValue)> {
+        use base64::Engine;
+        let (user, password) = self.basic.as_ref()?;
+        let pair = format!("{user}:{}", password.as_deref().unwrap_or(""));
+        let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+        let mut value = HeaderValue::from_str(&format!("Basic {encoded}")).ok()?;
+        value.set_sensitive(true);
+        Some((reqwest::header::AUTHORIZATION, value))
     }
 }
 
-/// The URL without `user:password@`, for reports and logs.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).and_then(|&b| hex(b)),
+            bytes.get(i + 2).and_then(|&b| hex(b)),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A URL as reports and logs show it: no `user:password@`, secret query values redacted.
+fn shown_url(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(name, value)| {
+                let value = if is_secret_parameter(&name) {
+                    crate::secrets::REDACTED.to_string()
+                } else {
+                    value.into_owned()
+                };
+                (name.into_owned(), value)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+/// Any URL as reports and logs show it: no `user:password@`, secret query values redacted;
+/// text that is no URL loses whatever stands before an `@` in its authority.
+pub fn redact_url(text: &str) -> String {
+    if let Ok(url) = reqwest::Url::parse(text) {
+        return shown_url(&url);
+    }
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_string();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}{}", &url[..scheme_end + 3], &rest[at + 1..]),
-        None => url.to_string(),
+    let rest = &text[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let cut = match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}{}", &text[..scheme_end + 3], &rest[at + 1..]),
+        None => text.to_string(),
+    };
+    // No URL, so its query cannot be read: whatever follows `?` goes.
+    match cut.find('?') {
+        Some(query) => format!("{}?{}", &cut[..query], crate::secrets::REDACTED),
+        None => cut,
     }
 }
 
@@ -136,19 +277,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn api_root_with_or_without_v1() {
-        assert_eq!(api_root("http://h:8000"), "http://h:8000/v1");
-        assert_eq!(api_root("http://h:8000/"), "http://h:8000/v1");
-        assert_eq!(api_root("http://h:8000/v1/"), "http://h:8000/v1");
+    fn the_api_root_with_or_without_v1_keeps_its_query_after_every_path() {
+        let root = |text: &str| TargetUrl::parse(text).unwrap();
+        assert_eq!(root("http://h:8000").shown(), "http://h:8000/v1");
+        assert_eq!(root("http://h:8000/").shown(), "http://h:8000/v1");
+        assert_eq!(root("http://h:8000/v1/").shown(), "http://h:8000/v1");
         assert_eq!(
-            api_root("https://api.example.com/openai/v1"),
+            root("https://api.example.com/openai/v1").shown(),
             "https://api.example.com/openai/v1"
         );
+        let target = root("http://h:1/v1?api-version=2024&api_key=SECRET-VALUE-1");
+        assert_eq!(
+            target.endpoint("/chat/completions").as_str(),
+            "http://h:1/v1/chat/completions?api-version=2024&api_key=SECRET-VALUE-1"
+        );
+        assert_eq!(
+            target.shown(),
+            "http://h:1/v1?api-version=2024&api_key=%5Bredacted%5D"
+        );
+        assert_eq!(target.secrets(), ["SECRET-VALUE-1"]);
+        assert!(TargetUrl::parse("ftp://h/x").is_err());
     }
 
     #[test]
-    fn credentials_never_reach_a_report() {
+    fn credentials_never_reach_a_report_and_go_as_basic_auth() {
         assert_eq!(redact_url("http://user:secret@h:1/v1"), "http://h:1/v1");
         assert_eq!(redact_url("http://h:1/v1"), "http://h:1/v1");
+        assert_eq!(
+            redact_url("http://h:1/v1?token=abc&x=1"),
+            "http://h:1/v1?token=%5Bredacted%5D&x=1"
+        );
+        let target = TargetUrl::parse("http://al%40ce:p%3Ass@h:1").unwrap();
+        assert_eq!(target.shown(), "http://h:1/v1");
+        assert_eq!(target.secrets(), ["p:ss"]);
+        let (name, value) = target.basic_auth().unwrap();
+        assert_eq!(name, reqwest::header::AUTHORIZATION);
+        // base64("al@ce:p:ss")
+        assert_eq!(value.to_str().unwrap(), "Basic YWxAY2U6cDpzcw==");
+        assert!(value.is_sensitive());
     }
 }

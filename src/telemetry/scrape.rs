@@ -31,6 +31,7 @@ impl Scraper {
     pub fn start(
         url: reqwest::Url,
         shown: String,
+        headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
         interval: Duration,
         dir: &Path,
     ) -> Result<Scraper> {
@@ -47,7 +48,9 @@ impl Scraper {
                     return;
                 };
                 let mut out = std::io::BufWriter::new(file);
-                runtime.block_on(scrape_until(url, shown, interval, &mut out, stopped, path));
+                runtime.block_on(scrape_until(
+                    url, shown, headers, interval, &mut out, stopped, path,
+                ));
             })
             .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
         Ok(Scraper { stop, thread })
@@ -73,15 +76,20 @@ fn write_line(out: &mut impl Write, line: &TelemetryLine) -> bool {
         && out.flush().is_ok()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn scrape_until(
     url: reqwest::Url,
     shown: String,
+    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
     interval: Duration,
     out: &mut std::io::BufWriter<std::fs::File>,
     mut stopped: watch::Receiver<bool>,
     _path: PathBuf,
 ) {
+    // The run's credentials (and headers) when the metrics are its server's own: a server
+    // started with an API key asks for it on /metrics too.
     let Ok(client) = reqwest::Client::builder()
+        .default_headers(headers.into_iter().collect())
         .timeout(SCRAPE_TIMEOUT.min(interval.max(Duration::from_secs(1))))
         .pool_max_idle_per_host(1)
         .build()
@@ -186,7 +194,10 @@ async fn server_version(client: &reqwest::Client, metrics: &reqwest::Url) -> Opt
                 .and_then(|v| v.as_str())
                 .map(|m| format!(", model {m}"))
                 .unwrap_or_default();
-            return Some(format!("{version}{model}, from {path}"));
+            // A server's words: one line, bounded, before a terminal or a report shows them.
+            return Some(crate::error::shorten(&format!(
+                "{version}{model}, from {path}"
+            )));
         }
     }
     None

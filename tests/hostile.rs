@@ -1,0 +1,325 @@
+//! A hostile server, URL or label must not be able to write into llmload's outputs: server text
+//! reaches the terminal on one line with its control characters shown, report.md as literal
+//! text (never a heading, an image, a link or a mention), CSV as no formula, JUnit as
+//! well-formed XML; a key in the target URL's query or user:password reaches no output and the
+//! query stays after every endpoint's path.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use common::{run_plan, serial};
+
+/// One request as the server saw it: its request line and its headers, lower-cased names.
+#[derive(Debug, Clone)]
+struct Seen {
+    line: String,
+    headers: Vec<(String, String)>,
+}
+
+/// Serves every connection on its own thread: `answer` writes the response for what it saw.
+fn serve(answer: fn(&Seen, &mut TcpStream)) -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let mut headers = Vec::new();
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = header.trim_end().split_once(':') {
+                        let name = name.to_ascii_lowercase();
+                        if name == "content-length" {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        headers.push((name, value.trim().to_string()));
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let request = Seen {
+                    line: line.trim_end().to_string(),
+                    headers,
+                };
+                kept.lock().unwrap().push(request.clone());
+                answer(&request, &mut stream);
+                let _ = stream.flush();
+            });
+        }
+    });
+    (port, seen)
+}
+
+fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &str) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// What a hostile server writes wherever it can: a GitHub Actions command after a newline, an
+/// escape sequence that clears the screen, Markdown that would be a heading, an image, a link
+/// and a mention, a pipe that would split a table, and a spreadsheet formula.
+const HOSTILE: &str = "=HYPERLINK(\\\"http://evil.example/\\\")\\n::error::pwned\\n\\u001b[2J\\n# Heading ![img](http://evil.example/x.png) [click](http://evil.example/) @octocat | cell \\ufffe\\uffff";
+
+fn hostile_server(seen: &Seen, stream: &mut TcpStream) {
+    let line = &seen.line;
+    if line.starts_with("GET /version") {
+        respond(
+            stream,
+            "200 OK",
+            "application/json",
+            &format!("{{\"version\": \"{HOSTILE}\"}}"),
+        );
+    } else if line.starts_with("GET /metrics") {
+        respond(
+            stream,
+            "200 OK",
+            "text/plain",
+            "vllm:num_requests_running 1\n",
+        );
+    } else if line.starts_with("GET") {
+        respond(stream, "200 OK", "application/json", "{\"data\": []}");
+    } else if every_other_post() {
+        respond(
+            stream,
+            "500 Internal Server Error",
+            "application/json",
+            &format!("{{\"error\": {{\"message\": \"{HOSTILE}\"}}}}"),
+        );
+    } else {
+        let events = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
+             data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{HOSTILE}\"}}]}}\n\n\
+             data: [DONE]\n\n"
+        );
+        respond(stream, "200 OK", "text/event-stream", &events);
+    }
+}
+
+/// Every other chat request fails, by the request counter the server keeps.
+fn every_other_post() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static POSTS: AtomicU64 = AtomicU64::new(0);
+    POSTS.fetch_add(1, Ordering::Relaxed) % 2 == 1
+}
+
+/// `markdown` with its code spans taken out (what GitHub renders as literal code).
+fn outside_code_spans(markdown: &str) -> String {
+    let mut out = String::new();
+    let mut rest = markdown;
+    while let Some(start) = rest.find('`') {
+        out.push_str(&rest[..start]);
+        let fence_len = rest[start..].chars().take_while(|&c| c == '`').count();
+        let fence = "`".repeat(fence_len);
+        let after = &rest[start + fence_len..];
+        match after.find(&fence) {
+            Some(end) => rest = &after[end + fence_len..],
+            None => {
+                out.push_str(&rest[start..]);
+                return out;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn server_text_cannot_write_into_the_terminal_the_report_a_spreadsheet_or_junit() {
+    let _serial = serial();
+    let (port, _) = serve(hostile_server);
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let plan = format!(
+        "plan \"hostile\" {{ seed 1; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; connections \"cold\"; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 4; }}\n\
+         phase \"p\" {{ concurrency 2; requests 8; }}\n\
+         sla {{ error-rate < \"90%\"; }}\n"
+    );
+    let run = run_plan(
+        &plan,
+        &[
+            "--junit",
+            junit.to_str().unwrap(),
+            "--label",
+            "note=![x](http://evil.example/y.png) @octocat",
+        ],
+    );
+    let terminal = format!("{}{}", run.stdout(), run.stderr());
+    assert!(
+        terminal.contains("pwned"),
+        "the server's text is shown: {terminal}"
+    );
+    for line in terminal.lines() {
+        assert!(!line.starts_with("::"), "a workflow command: {line}");
+        assert!(!line.contains('\u{1b}'), "an escape sequence: {line:?}");
+    }
+
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("pwned"), "{report}");
+    let rendered = outside_code_spans(&report);
+    for forbidden in [
+        "![img](",
+        "](http://evil",
+        "@octocat",
+        "\n# Heading",
+        "![x](",
+        "\u{1b}",
+    ] {
+        assert!(
+            !rendered.contains(forbidden),
+            "{forbidden:?} renders in report.md:\n{rendered}"
+        );
+    }
+    for line in report.lines().filter(|l| l.starts_with('|')) {
+        // Every table row has as many cells as its header: no pipe of the server's split one.
+        let cells = outside_code_spans(line)
+            .replace("\\|", "")
+            .matches('|')
+            .count();
+        assert!(cells >= 3, "{line}");
+    }
+    let errors = report
+        .lines()
+        .find(|l| l.starts_with("| http_5xx"))
+        .expect("an error row");
+    let header = report
+        .lines()
+        .take_while(|l| !l.starts_with("| http_5xx"))
+        .filter(|l| l.starts_with("| Class") || l.starts_with("| Error"))
+        .last()
+        .unwrap_or("");
+    if !header.is_empty() {
+        assert_eq!(
+            outside_code_spans(errors)
+                .replace("\\|", "")
+                .matches('|')
+                .count(),
+            header.matches('|').count(),
+            "{errors}"
+        );
+    }
+
+    let mut csv = csv::ReaderBuilder::new()
+        .from_path(run.out().join("requests.csv"))
+        .unwrap();
+    let mut cells = 0;
+    for row in csv.records() {
+        for cell in row.unwrap().iter() {
+            cells += 1;
+            assert!(
+                !cell.starts_with(['=', '+', '@', '\t', '\r']),
+                "a formula in requests.csv: {cell}"
+            );
+        }
+    }
+    assert!(cells > 0);
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    for forbidden in ['\u{fffe}', '\u{ffff}', '\u{1b}'] {
+        assert!(!xml.contains(forbidden), "{forbidden:?} in junit.xml");
+    }
+}
+
+#[test]
+fn a_key_in_the_target_url_reaches_no_output_and_its_query_follows_every_path() {
+    let _serial = serial();
+    fn plain_server(seen: &Seen, stream: &mut TcpStream) {
+        if seen.line.starts_with("GET /metrics") {
+            respond(
+                stream,
+                "200 OK",
+                "text/plain",
+                "vllm:num_requests_running 1\n",
+            );
+        } else if seen.line.starts_with("GET") {
+            respond(stream, "404 Not Found", "text/plain", "no");
+        } else if seen.line.contains("/chat/completions") {
+            // The server echoes the key back in an error, in upper case, as some do.
+            respond(
+                stream,
+                "401 Unauthorized",
+                "application/json",
+                "{\"error\": {\"message\": \"bad key QUERY-SECRET-0123456789ABCDEF and pass USER-PASSWORD-SECRET-42\"}}",
+            );
+        } else {
+            respond(stream, "404 Not Found", "text/plain", "no");
+        }
+    }
+    let (port, seen) = serve(plain_server);
+    let plan = "plan \"url\" { seed 1; }\n\
+         target \"sim\" { model \"m\"; connections \"cold\"; }\n\
+         workload { tokenizer \"cl100k_base\"; input 8; output 4; }\n\
+         phase \"p\" { concurrency 1; requests 2; }\n";
+    let target = format!(
+        "http://alice:user-password-secret-42@127.0.0.1:{port}/v1?api_key=query-secret-0123456789abcdef&api-version=7"
+    );
+    let run = run_plan(plan, &["--target", &target]);
+    let seen = seen.lock().unwrap().clone();
+    let posts: Vec<&Seen> = seen.iter().filter(|s| s.line.starts_with("POST")).collect();
+    assert!(!posts.is_empty(), "{seen:?}");
+    for post in &posts {
+        assert!(
+            post.line.starts_with(
+                "POST /v1/chat/completions?api_key=query-secret-0123456789abcdef&api-version=7 "
+            ),
+            "{}",
+            post.line
+        );
+    }
+    // user:password goes as Basic authentication on every connection: requests and /metrics.
+    let basic = "Basic YWxpY2U6dXNlci1wYXNzd29yZC1zZWNyZXQtNDI=";
+    for request in seen.iter().filter(|s| !s.line.starts_with("GET /version")) {
+        let authorization = request
+            .headers
+            .iter()
+            .find(|(name, _)| name == "authorization")
+            .map(|(_, value)| value.as_str());
+        assert_eq!(authorization, Some(basic), "{request:?}");
+    }
+    assert!(
+        seen.iter().any(|s| s.line.starts_with("GET /metrics")),
+        "{seen:?}"
+    );
+
+    let mut everything = format!("{}{}", run.stdout(), run.stderr());
+    for entry in std::fs::read_dir(run.out()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            everything.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+        }
+    }
+    let lowered = everything.to_ascii_lowercase();
+    for secret in [
+        "query-secret-0123456789abcdef",
+        "user-password-secret-42",
+        basic,
+    ] {
+        assert!(
+            !lowered.contains(&secret.to_ascii_lowercase()),
+            "{secret} in the outputs"
+        );
+    }
+    assert!(
+        everything.contains("api-version=7"),
+        "the query is shown, its key redacted"
+    );
+}
