@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use llmload::api::sse::SseParser;
-use llmload::executor::recorder::{finalize, Finished};
+use llmload::executor::recorder::{finalize, Finished, COUNT_BUDGET_BYTES};
 use llmload::executor::request::Exchange;
 use llmload::plan::TokenizerSpec;
 use llmload::planner::ScheduledRequest;
@@ -217,8 +217,10 @@ fn main() {
                         intended_send_us: 0,
                         actual_send_us: 10,
                         exchange: copy,
+                        room: None,
                     },
                     &tokenizer,
+                    COUNT_BUDGET_BYTES,
                 );
                 let mut line = Vec::with_capacity(16 * 1024);
                 serde_json::to_writer(&mut line, &LogLine::Request(record)).expect("JSON");

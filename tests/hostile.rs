@@ -323,3 +323,132 @@ fn a_key_in_the_target_url_reaches_no_output_and_its_query_follows_every_path() 
         "the query is shown, its key redacted"
     );
 }
+
+/// Answers every chat request at once with 2 MB of text in 100 chunks and no usage: tokens the
+/// recorder must count itself, far more than it can count as fast as they come.
+fn huge_answers(seen: &Seen, stream: &mut TcpStream) {
+    if !seen.line.starts_with("POST") {
+        respond(stream, "404 Not Found", "text/plain", "no");
+        return;
+    }
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    );
+    let words: String = (0..4_000).map(|i| format!("w{} ", i % 997)).collect();
+    let piece = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+        &words[..words.len().min(20_000)]
+    );
+    for _ in 0..100 {
+        if stream.write_all(piece.as_bytes()).is_err() {
+            return;
+        }
+    }
+    let _ = stream.write_all(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n",
+    );
+}
+
+fn request_lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|text| {
+            text.lines()
+                .filter(|l| l.contains("\"event\":\"request\""))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn start_huge_run(dir: &std::path::Path, port: u16) -> std::process::Child {
+    let plan = common::write_plan(
+        dir,
+        &format!(
+            "plan \"huge\" {{ seed 1; }}\n\
+             target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; connections \"cold\"; timeout \"120s\"; }}\n\
+             workload {{ tokenizer \"cl100k_base\"; input 8; output 16; }}\n\
+             phase \"p\" {{ concurrency 12; requests 60; }}\n"
+        ),
+    );
+    common::llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Records reach the disk within a bounded time even while the recorder is far behind (huge
+/// answers to count come faster than it counts them): a run killed with SIGKILL keeps them.
+#[test]
+fn records_reach_the_disk_while_the_recorder_is_behind_and_survive_a_kill() {
+    let _serial = serial();
+    let (port, _) = serve(huge_answers);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = start_huge_run(dir.path(), port);
+    let records = dir.path().join("out").join("records.jsonl");
+    let started = std::time::Instant::now();
+    while request_lines(&records) < 3 && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let on_disk = request_lines(&records);
+    let waited = started.elapsed();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(on_disk >= 3, "{on_disk} records on disk after {waited:?}");
+    // What was on disk stays, and reads back: its lines are whole (a torn last line is skipped).
+    assert!(request_lines(&records) >= on_disk);
+    for line in std::fs::read_to_string(&records).unwrap().lines() {
+        if line.contains("\"event\":\"request\"") && line.ends_with('}') {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(
+                record["completion_tokens"].as_u64().unwrap() > 100_000,
+                "{line:.300}"
+            );
+            assert_eq!(record["token_source"], "estimated", "{line:.300}");
+        }
+    }
+}
+
+/// A second Ctrl-C stops at once: requests in flight cancelled, what the recorder holds written
+/// uncounted, the reports written from it.
+#[test]
+fn a_second_ctrl_c_stops_at_once_with_what_is_recorded_written() {
+    let _serial = serial();
+    let (port, _) = serve(huge_answers);
+    let dir = tempfile::tempdir().unwrap();
+    let child = start_huge_run(dir.path(), port);
+    let records = dir.path().join("out").join("records.jsonl");
+    let started = std::time::Instant::now();
+    while request_lines(&records) < 1 && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill sends a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = std::time::Instant::now();
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = child.wait_with_output().unwrap();
+    let stopped_in = second.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stopped_in < std::time::Duration::from_secs(10),
+        "the second Ctrl-C took {stopped_in:?} to stop the run"
+    );
+    assert!(stderr.contains("stopping now"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("out").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["verdict"]["status"], "interrupted");
+    assert!(request_lines(&records) >= 1);
+}

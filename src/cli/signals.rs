@@ -25,7 +25,10 @@ pub(super) fn forward_to(stop: Stop) {
                 );
                 stop.stop_sending();
                 signals.next().await;
-                stop.cancel_in_flight();
+                eprintln!(
+                    "\nstopping now: requests in flight cancelled; what is recorded is written without counting its tokens"
+                );
+                stop.finish_now();
             });
         });
     if let Err(e) = spawned {

@@ -59,6 +59,8 @@ pub(super) struct Context {
     pub(super) schedule: Arc<Schedule>,
     pub(super) run_start: Instant,
     pub(super) records: std::sync::mpsc::Sender<Message>,
+    /// Room in the recorder's queue: a finished request waits for it before handing over.
+    pub(super) record_room: Arc<super::recorder::QueueRoom>,
     pub(super) records_path: PathBuf,
     pub(super) observer: Arc<dyn Observer>,
     pub(super) abort: watch::Receiver<bool>,

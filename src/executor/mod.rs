@@ -145,6 +145,7 @@ pub async fn run_from(
         schedule: schedule.clone(),
         run_start: Instant::now(),
         records: recorder.sender(),
+        record_room: Arc::new(recorder::QueueRoom::default()),
         records_path: config.records_path.clone(),
         observer: config.observer.clone(),
         abort: stop.in_flight(),
@@ -215,6 +216,7 @@ pub async fn run_from(
         interrupted: *sending.borrow() && aborted.is_none(),
         aborted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
+        recorder_backlog: context.record_room.backlog(),
     };
     context.observer.on_event(Event::RunEnded(&end));
     context.log(LogLine::RunEnd(end));

@@ -65,6 +65,8 @@ impl Observer for Quiet {
 pub struct Stop {
     sending: Arc<watch::Sender<bool>>,
     in_flight: Arc<watch::Sender<bool>>,
+    /// Asked to finish now (a second Ctrl-C): records are written without counting tokens.
+    hurry: Arc<std::sync::atomic::AtomicBool>,
     /// Why the plan's abort conditions stopped the run, if they did.
     aborted: Arc<Mutex<Option<String>>>,
 }
@@ -81,6 +83,7 @@ impl Stop {
         Stop {
             sending: Arc::new(watch::channel(false).0),
             in_flight: Arc::new(watch::channel(false).0),
+            hurry: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             aborted: Arc::new(Mutex::new(None)),
         }
     }
@@ -94,6 +97,18 @@ impl Stop {
     pub fn cancel_in_flight(&self) {
         self.sending.send_replace(true);
         self.in_flight.send_replace(true);
+    }
+
+    /// Finish now (a second Ctrl-C): every request in flight cancelled, and what the recorder
+    /// still holds written at once, its tokens not counted (estimated from bytes instead).
+    pub fn finish_now(&self) {
+        self.hurry.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.cancel_in_flight();
+    }
+
+    /// Whether [`Stop::finish_now`] was asked.
+    pub fn hurried(&self) -> bool {
+        self.hurry.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stops the run because it is clearly failing (an abort condition held): no new requests,

@@ -2,8 +2,13 @@
 //! where the server did not, and appends every record to `records.jsonl` as it arrives.
 //!
 //! Running on its own thread keeps tokenizing, JSON encoding and file writes off the I/O tasks.
-//! The file is flushed whenever the queue runs dry, so a run that is killed loses at most the
-//! records still in the queue.
+//! What a killed run can lose is bounded three ways: the file is flushed at least every
+//! [`FLUSH_EVERY`] and every [`FLUSH_RECORDS`] records whatever the queue holds (and whenever it
+//! runs dry); counting one record's tokens costs at most [`COUNT_BUDGET_BYTES`] of tokenizing
+//! (beyond, the count is estimated); and the queue holds at most [`QUEUE_KIB`] KiB of answers
+//! (a request whose answer does not fit waits for room, and the run says how long). After a
+//! second Ctrl-C ([`Stop::finish_now`]) nothing is tokenized any more: what is queued is written
+//! at once.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -32,6 +37,69 @@ pub struct Finished {
     pub actual_send_us: u64,
     /// What came back.
     pub exchange: Exchange,
+    /// Its room in the recorder's queue, given back once its record is written.
+    pub room: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The most the recorder's queue holds: KiB of answers' text (a request takes its answer's
+/// size, at least 1 KiB). 256 MiB: hundreds of thousands of ordinary answers, or 85 of 3 MB.
+pub const QUEUE_KIB: usize = 256 * 1024;
+
+/// The records file is flushed at least this often while records come.
+pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// ... and at least every this many records.
+pub const FLUSH_RECORDS: usize = 256;
+
+/// The most of one answer's text the tokenizer counts: an answer longer than this (a megabyte
+/// of text, some 250,000 tokens) has its first part counted and the rest estimated in
+/// proportion, so that no record waits long for its count.
+pub const COUNT_BUDGET_BYTES: usize = 1 << 20;
+
+/// Room in the recorder's queue, and how long requests waited for it.
+#[derive(Debug)]
+pub struct QueueRoom {
+    room: Arc<tokio::sync::Semaphore>,
+    waited: std::sync::Mutex<crate::records::RecorderBacklog>,
+}
+
+impl Default for QueueRoom {
+    fn default() -> Self {
+        QueueRoom {
+            room: Arc::new(tokio::sync::Semaphore::new(QUEUE_KIB)),
+            waited: std::sync::Mutex::new(Default::default()),
+        }
+    }
+}
+
+impl QueueRoom {
+    /// Room for an answer of `bytes` bytes, waiting while the queue is full (the request stays in
+    /// flight meanwhile: the load is held back rather than memory grown without bound).
+    pub async fn reserve(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let kib = (bytes / 1024).clamp(1, QUEUE_KIB) as u32;
+        if let Ok(permit) = self.room.clone().try_acquire_many_owned(kib) {
+            return Some(permit);
+        }
+        let started = std::time::Instant::now();
+        let permit = self.room.clone().acquire_many_owned(kib).await.ok();
+        let waited_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if let Ok(mut backlog) = self.waited.lock() {
+            backlog.queue_mib = (QUEUE_KIB / 1024) as u64;
+            backlog.requests += 1;
+            backlog.total_ms += waited_ms;
+            backlog.longest_ms = backlog.longest_ms.max(waited_ms);
+        }
+        permit
+    }
+
+    /// How requests waited for room, if any did.
+    pub fn backlog(&self) -> Option<crate::records::RecorderBacklog> {
+        self.waited
+            .lock()
+            .ok()
+            .map(|b| b.clone())
+            .filter(|b| b.requests > 0)
+    }
 }
 
 /// What the recorder is sent.
@@ -75,6 +143,7 @@ impl Recorder {
                     answers.as_deref(),
                     &secrets,
                     &*observer,
+                    &stop,
                 );
                 if let Err(e) = written {
                     // Nothing more can be recorded: the run stops rather than send requests
@@ -108,7 +177,8 @@ impl Recorder {
 /// short-answer run's CPU on one core), and the file is written in batches.
 const REST: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// Writes every message as it comes, flushing whenever the queue runs dry.
+/// Writes every message as it comes, flushing whenever the queue runs dry, and at least every
+/// [`FLUSH_EVERY`] and [`FLUSH_RECORDS`] records while it does not.
 fn write_all(
     receiver: &mpsc::Receiver<Message>,
     mut out: BufWriter<File>,
@@ -116,10 +186,14 @@ fn write_all(
     answers: Option<&AnswerCheck>,
     secrets: &Secrets,
     observer: &dyn Observer,
+    stop: &Stop,
 ) -> std::io::Result<()> {
+    let mut flushed_at = std::time::Instant::now();
+    let mut unflushed = 0usize;
     while let Ok(first) = receiver.recv() {
         let mut next = Some(first);
         while let Some(message) = next {
+            let mut room = None;
             let line = match message {
                 Message::Barrier(reply) => {
                     out.flush()?;
@@ -128,11 +202,18 @@ fn write_all(
                     continue;
                 }
                 Message::Line(line) => *line,
-                Message::Finished(finished) => {
+                Message::Finished(mut finished) => {
+                    room = finished.room.take();
+                    // After a second Ctrl-C, what is queued is written at once, uncounted.
+                    let budget = if stop.hurried() {
+                        0
+                    } else {
+                        COUNT_BUDGET_BYTES
+                    };
                     let valid = answers
-                        .filter(|_| finished.exchange.error.is_none())
+                        .filter(|_| finished.exchange.error.is_none() && budget > 0)
                         .map(|check| check.holds(&finished.exchange.answer_text()));
-                    let mut record = finalize_safely(*finished, tokenizer);
+                    let mut record = finalize_safely(*finished, tokenizer, budget);
                     record.answer_valid = valid;
                     if let Some(detail) = &record.error_detail {
                         if let std::borrow::Cow::Owned(clean) = secrets.redact(detail) {
@@ -145,9 +226,17 @@ fn write_all(
             };
             serde_json::to_writer(&mut out, &line)?;
             out.write_all(b"\n")?;
+            // Its room is given back once its record is in the file's buffer.
+            drop(room);
+            unflushed += 1;
+            if unflushed >= FLUSH_RECORDS || flushed_at.elapsed() >= FLUSH_EVERY {
+                out.flush()?;
+                (flushed_at, unflushed) = (std::time::Instant::now(), 0);
+            }
             next = receiver.try_recv().ok();
         }
         out.flush()?;
+        (flushed_at, unflushed) = (std::time::Instant::now(), 0);
         std::thread::sleep(REST);
     }
     out.flush()
@@ -155,12 +244,12 @@ fn write_all(
 
 /// [`finalize`], never losing the record: if counting panics (it must not; a tokenizer is
 /// outside code), the request is kept with its timing and no counts, as the client's failure.
-fn finalize_safely(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
+fn finalize_safely(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> RequestRecord {
     let (phase, request) = (finished.phase, finished.request);
     let (intended_send_us, actual_send_us) = (finished.intended_send_us, finished.actual_send_us);
     let (http_status, end_us) = (finished.exchange.http_status, finished.exchange.end_us);
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        finalize(finished, tokenizer)
+        finalize(finished, tokenizer, budget)
     }))
     .unwrap_or_else(|_| RequestRecord {
         error: Some(ErrorClass::Client),
@@ -205,6 +294,7 @@ fn reasoning_tokens(
     chunk_tokens: &[u32],
     chunk_source: Option<TokenSource>,
     tokenizer: &Tokenizer,
+    budget: usize,
 ) -> (Option<u64>, Option<TokenSource>) {
     if let Some(reasoning) = usage.and_then(|u| u.reasoning) {
         return (Some(reasoning), Some(TokenSource::Usage));
@@ -214,10 +304,13 @@ fn reasoning_tokens(
     }
     if exchange.chunk_kinds.is_empty() {
         let text = exchange.text.get(..exchange.reasoning_bytes).unwrap_or("");
-        return (
-            Some(tokenizer.count(text) as u64),
-            Some(TokenSource::Tokenizer),
-        );
+        let (count, exact) = count_within(tokenizer, text, budget);
+        let source = if exact {
+            TokenSource::Tokenizer
+        } else {
+            TokenSource::Estimated
+        };
+        return (Some(count), Some(source));
     }
     let counted = ChunkKind::each(&exchange.chunk_kinds, chunk_tokens.len())
         .zip(chunk_tokens)
@@ -286,13 +379,41 @@ fn spread_total(counts: &[u32], total: u64) -> Vec<u32> {
 }
 
 /// Counts tokens and builds the record of one finished request.
-pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
+/// `text`'s tokens, and whether they were all counted: the tokenizer counts at most `budget`
+/// bytes of it (the first), and the rest is estimated in proportion (at 4 bytes a token when
+/// nothing could be counted). Tokenizing costs about a second per 10 MB on one core: a budget
+/// keeps one huge answer from holding every record behind it.
+fn count_within(tokenizer: &Tokenizer, text: &str, budget: usize) -> (u64, bool) {
+    if text.len() <= budget {
+        return (tokenizer.count(text) as u64, true);
+    }
+    let mut cut = budget;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let counted = if cut > 0 {
+        tokenizer.count(&text[..cut])
+    } else {
+        0
+    };
+    let estimate = if counted > 0 {
+        (counted as f64 * text.len() as f64 / cut as f64).round()
+    } else {
+        (text.len() as f64 / 4.0).ceil()
+    };
+    (estimate as u64, false)
+}
+
+/// Counts tokens and builds the record of one finished request, tokenizing at most `budget`
+/// bytes of its answer (see [`count_within`]).
+pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> RequestRecord {
     let Finished {
         phase,
         request,
         intended_send_us,
         actual_send_us,
         exchange,
+        room: _,
     } = finished;
     let usage_problem = usage_problem(&exchange, &request);
     // Usage that cannot be right is not used: the tokenizer counts instead.
@@ -307,8 +428,14 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
     let needs_count = usage_completion.is_none()
         || (!usage_per_chunk && usage_completion != Some(chunk_count as u64))
         || request.seq % CROSS_CHECK_EVERY == 0;
-    let tokenizer_completion =
-        (needs_count && !exchange.text.is_empty()).then(|| tokenizer.count(&exchange.text) as u64);
+    let within_budget = exchange.text.len() <= budget;
+    let counted = (needs_count && !exchange.text.is_empty())
+        .then(|| count_within(tokenizer, &exchange.text, budget));
+    let tokenizer_completion = counted.map(|(n, _)| n);
+    let counted_source = match counted {
+        Some((_, false)) => TokenSource::Estimated,
+        _ => TokenSource::Tokenizer,
+    };
 
     // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
     // usage total equals the number of chunks (each chunk holds at least one token, so they must
@@ -322,6 +449,24 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         )
     } else if usage_completion == Some(chunk_count as u64) {
         (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
+    } else if !within_budget {
+        // Too much text to tokenize chunk by chunk: the chunks' bytes say where the tokens
+        // (the server's, or the estimate) fell.
+        let mut start = 0u32;
+        let bytes: Vec<u32> = exchange
+            .chunk_ends
+            .iter()
+            .map(|&end| {
+                let length = end.saturating_sub(start).max(1);
+                start = end;
+                length
+            })
+            .collect();
+        let total = usage_completion
+            .or(tokenizer_completion)
+            .unwrap_or(chunk_count as u64)
+            .max(chunk_count as u64);
+        (spread_total(&bytes, total), Some(TokenSource::Estimated))
     } else {
         let mut start = 0usize;
         let counts = exchange
@@ -348,19 +493,25 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer) -> RequestRecord {
         Some(n) => (Some(n), Some(TokenSource::Usage)),
         None if exchange.error.is_none() => (
             Some(tokenizer_completion.unwrap_or(0)),
-            Some(TokenSource::Tokenizer),
+            Some(counted_source),
         ),
         None => (
             tokenizer_completion,
-            tokenizer_completion.map(|_| TokenSource::Tokenizer),
+            tokenizer_completion.map(|_| counted_source),
         ),
     };
     let prompt_tokens = usage
         .and_then(|u| u.prompt)
         .or((exchange.error.is_none()).then_some(request.input_tokens as u64));
 
-    let (reasoning_tokens, reasoning_token_source) =
-        reasoning_tokens(&exchange, usage, &chunk_tokens, chunk_source, tokenizer);
+    let (reasoning_tokens, reasoning_token_source) = reasoning_tokens(
+        &exchange,
+        usage,
+        &chunk_tokens,
+        chunk_source,
+        tokenizer,
+        budget,
+    );
 
     let (error, error_detail) = match exchange.error {
         Some((class, detail)) => (Some(class), Some(detail)),
@@ -433,7 +584,27 @@ mod tests {
             intended_send_us: 0,
             actual_send_us: 0,
             exchange,
+            room: None,
         }
+    }
+
+    #[test]
+    fn counting_is_bounded_and_says_when_it_estimated() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let text = "word ".repeat(1000);
+        let exact = tokenizer.count(&text) as u64;
+        assert_eq!(count_within(&tokenizer, &text, text.len()), (exact, true));
+        // Half counted, the rest in proportion: close to the truth on even text.
+        let (estimate, counted) = count_within(&tokenizer, &text, text.len() / 2);
+        assert!(!counted);
+        assert!(
+            estimate.abs_diff(exact) <= exact / 50,
+            "{estimate} vs {exact}"
+        );
+        // Nothing counted (after a second Ctrl-C): 4 bytes a token.
+        assert_eq!(count_within(&tokenizer, &text, 0), (1250, false));
+        // A cut inside a character moves back to its start.
+        assert!(count_within(&tokenizer, "é".repeat(10).as_str(), 3).0 > 0);
     }
 
     #[test]
@@ -454,7 +625,7 @@ mod tests {
             done: true,
             ..Exchange::default()
         };
-        let record = finalize(finished(exchange), &tokenizer);
+        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET_BYTES);
         assert_eq!(record.chunks, vec![(100, 2), (200, 1)]);
         assert_eq!(record.chunk_tokens, Some(TokenSource::UsageByTokenizer));
         assert_eq!(record.completion_tokens, Some(3));
@@ -504,7 +675,7 @@ mod tests {
             usage: request.exchange.usage,
             ..Exchange::default()
         };
-        let record = finalize(request, &tokenizer);
+        let record = finalize(request, &tokenizer, COUNT_BUDGET_BYTES);
         assert_eq!(record.chunk_tokens, Some(TokenSource::OnePerChunk));
         assert!(record.chunks.iter().all(|c| c.1 == 1));
         // Request 0 is one of the one-in-16 whose completion the tokenizer also counts...
@@ -512,7 +683,7 @@ mod tests {
         // ...request 1 is not: the usage says it all.
         request = finished(exchange);
         request.request.seq = 1;
-        let record = finalize(request, &tokenizer);
+        let record = finalize(request, &tokenizer, COUNT_BUDGET_BYTES);
         assert_eq!(record.completion_tokens, Some(3));
         assert_eq!(record.completion_tokens_tokenizer, None);
     }
@@ -529,7 +700,7 @@ mod tests {
             done: true,
             ..Exchange::default()
         };
-        let record = finalize(finished(exchange), &tokenizer);
+        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET_BYTES);
         assert_eq!(record.completion_tokens, Some(2));
         assert_eq!(record.token_source, Some(TokenSource::Tokenizer));
         assert_eq!(record.prompt_tokens, Some(10));

@@ -205,6 +205,9 @@ async fn execute(
         }
     }
     let actual_send_us = context.micros(sent_at);
+    // Room in the recorder's queue first (at once, unless it has fallen far behind): the
+    // guard still records the request if this task dies while it waits.
+    let room = context.record_room.reserve(exchange.text.len()).await;
     guard.pending = None;
     let answer = (keep_answer && exchange.error.is_none()).then(|| Answer {
         text: exchange.answer_text(),
@@ -230,6 +233,7 @@ async fn execute(
         },
         actual_send_us,
         exchange,
+        room,
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
     answer
@@ -257,6 +261,7 @@ impl Drop for InFlightGuard {
                 intended_send_us,
                 actual_send_us: intended_send_us,
                 exchange,
+                room: None,
             };
             let _ = self
                 .ticket

@@ -222,7 +222,12 @@ impl<'s> Accumulator<'s> {
         }
         match record.token_source {
             Some(TokenSource::Usage) => m.tokens.counted_by_usage += 1,
-            Some(_) => m.tokens.counted_by_tokenizer += 1,
+            Some(source) => {
+                m.tokens.counted_by_tokenizer += 1;
+                if source == TokenSource::Estimated {
+                    m.tokens.counted_estimated += 1;
+                }
+            }
             None => {}
         }
         m.tokens.cached_prompt_tokens += record.cached_tokens.unwrap_or(0);

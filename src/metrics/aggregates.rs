@@ -233,6 +233,10 @@ pub struct TokenStats {
     pub counted_by_usage: u64,
     /// Successful requests whose counts came from the plan's tokenizer.
     pub counted_by_tokenizer: u64,
+    /// Of those, requests whose counts were estimated (an answer over 1 MiB; a record written
+    /// uncounted after a second Ctrl-C).
+    #[serde(default)]
+    pub counted_estimated: u64,
     /// Median of |usage − tokenizer| / usage over requests that have both.
     pub usage_vs_tokenizer: Option<f64>,
     /// Prompt tokens the server served from its prefix cache.

@@ -118,6 +118,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
             interrupted: false,
             aborted: None,
             client_peak_rss_bytes: None,
+            recorder_backlog: None,
         }),
     }
 }

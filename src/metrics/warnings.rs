@@ -328,6 +328,27 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
+    if overall.tokens.counted_estimated > 0 {
+        out.push(warning(
+            "estimated-tokens",
+            format!(
+                "{} request(s) had their output tokens estimated, not counted: answers over 1 MiB of text                  (the first MiB counted, the rest in proportion), or records written after a second Ctrl-C;                  their token figures are approximate",
+                overall.tokens.counted_estimated
+            ),
+        ));
+    }
+    if let Some(backlog) = log.end.as_ref().and_then(|e| e.recorder_backlog.as_ref()) {
+        out.push(warning(
+            "recorder-backlog",
+            format!(
+                "the recorder fell behind: {} request(s) waited for room in its queue (at most {} MiB of                  answers) before their records could be handed over, {:.0} ms at most and {:.1} s in all;                  the load was held back meanwhile (the client was a bottleneck)",
+                backlog.requests,
+                backlog.queue_mib,
+                backlog.longest_ms,
+                backlog.total_ms / 1000.0
+            ),
+        ));
+    }
     if overall.tokens.counted_by_tokenizer > 0 {
         out.push(note(
             "tokenizer-counts",

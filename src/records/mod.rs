@@ -311,6 +311,24 @@ pub struct RunEnd {
     /// The client process's peak resident memory over the whole run.
     #[serde(default)]
     pub client_peak_rss_bytes: Option<u64>,
+    /// Requests that waited for room in the recorder's queue (it fell behind), if any did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorder_backlog: Option<RecorderBacklog>,
+}
+
+/// How requests waited for room in the recorder's queue: their records were not written as
+/// fast as they finished, and the load was held back meanwhile.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecorderBacklog {
+    /// Requests that waited.
+    pub requests: u64,
+    /// The longest wait, ms.
+    pub longest_ms: f64,
+    /// All their waits, ms.
+    pub total_ms: f64,
+    /// The queue's size, MiB of answers.
+    #[serde(default)]
+    pub queue_mib: u64,
 }
 
 /// How a request failed.
@@ -377,6 +395,10 @@ pub enum TokenSource {
     /// The server's usage total, spread over the chunks by the plan's tokenizer's counts of
     /// each (at least one per chunk), so the chunks add up to the server's count.
     UsageByTokenizer,
+    /// Estimated: an answer too long to tokenize whole (over 1 MiB) had its first MiB counted
+    /// and the rest estimated in proportion, its chunks weighed by their bytes; or a record
+    /// written uncounted after a second Ctrl-C (4 bytes a token).
+    Estimated,
 }
 
 /// What a conversation's turn answers: the user's new message, or the results of the tools the

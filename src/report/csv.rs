@@ -268,6 +268,7 @@ impl Exporter for RequestsCsv {
                     TokenSource::Tokenizer => "tokenizer",
                     TokenSource::OnePerChunk => "one_per_chunk",
                     TokenSource::UsageByTokenizer => "usage_by_tokenizer",
+                    TokenSource::Estimated => "estimated",
                 }),
                 ttft_ms,
                 e2e_ms,

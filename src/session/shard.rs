@@ -213,6 +213,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                     interrupted: false,
                     aborted: None,
                     client_peak_rss_bytes: None,
+                    recorder_backlog: None,
                 });
                 merged.at_us = merged.at_us.max(at_us);
                 merged.interrupted |= end.interrupted;
@@ -221,6 +222,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                 }
                 merged.client_peak_rss_bytes =
                     merged.client_peak_rss_bytes.max(end.client_peak_rss_bytes);
+                if let Some(backlog) = &end.recorder_backlog {
+                    let into = merged.recorder_backlog.get_or_insert_with(Default::default);
+                    into.requests += backlog.requests;
+                    into.total_ms += backlog.total_ms;
+                    into.longest_ms = into.longest_ms.max(backlog.longest_ms);
+                }
             }
             None => every_end = false,
         }
