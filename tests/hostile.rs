@@ -452,3 +452,80 @@ fn a_second_ctrl_c_stops_at_once_with_what_is_recorded_written() {
     assert_eq!(summary["verdict"]["status"], "interrupted");
     assert!(request_lines(&records) >= 1);
 }
+
+/// Answers one request per connection as if keeping it alive (no `Connection: close`), then
+/// closes it: the next request sent on it meets a closed socket.
+fn one_answer_per_connection(seen: &Seen, stream: &mut TcpStream) {
+    if !seen.line.starts_with("POST") {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{{\"data\":[]}}"
+        );
+        return;
+    }
+    let body = "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"hi there\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":2}}";
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A server that closes each connection after its answer fails no request: the one sent on a
+/// connection it had closed is re-sent once on a fresh one, and counted.
+#[test]
+fn a_server_that_closes_every_connection_after_answering_fails_no_request() {
+    let _serial = serial();
+    let (port, _) = serve(one_answer_per_connection);
+    let plan = format!(
+        "plan \"closing\" {{ seed 1; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; stream #false; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+         phase \"p\" {{ concurrency 2; requests 60; }}\n\
+         sla {{ error-rate <= \"0%\"; }}\n"
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let records = run.records();
+    assert_eq!(records.len(), 60);
+    assert!(records.iter().all(|r| r["error"].is_null()));
+    // Each re-send is counted on its record: at most one per request.
+    assert!(records
+        .iter()
+        .all(|r| r["connection_retries"].as_u64().unwrap_or(0) <= 1));
+}
+
+/// A redirect is its own class, never a server error: llmload follows none, and says so.
+#[test]
+fn a_redirect_is_classed_apart_and_says_what_to_do() {
+    fn redirect(seen: &Seen, stream: &mut TcpStream) {
+        if seen.line.starts_with("POST") {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: https://elsewhere.example/v1/chat/completions\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        } else {
+            respond(stream, "404 Not Found", "text/plain", "no");
+        }
+    }
+    let (port, _) = serve(redirect);
+    let plan = format!(
+        "target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+         phase \"p\" {{ concurrency 1; requests 2; }}\n"
+    );
+    let run = run_plan(&plan, &[]);
+    let records = run.records();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r["error"], "http_other", "{r}");
+        assert!(
+            r["error_detail"]
+                .as_str()
+                .unwrap()
+                .contains("does not follow"),
+            "{r}"
+        );
+    }
+    assert_eq!(run.summary()["phases"][0]["rates"]["error_rate"], 1.0);
+}

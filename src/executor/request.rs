@@ -324,9 +324,16 @@ async fn read_error(
     let class = match status {
         429 => ErrorClass::Http429,
         400..=499 => ErrorClass::Http4xx,
-        _ => ErrorClass::Http5xx,
+        500..=599 => ErrorClass::Http5xx,
+        _ => ErrorClass::HttpOther,
     };
-    exchange.fail(class, format!("HTTP {status}: {}", error_message(&body)));
+    let detail = match status {
+        300..=399 => format!(
+            "HTTP {status}: a redirect, which llmload does not follow; point the target at where it leads"
+        ),
+        _ => format!("HTTP {status}: {}", error_message(&body)),
+    };
+    exchange.fail(class, detail);
 }
 
 /// Reads a whole non-streamed answer into `exchange`.

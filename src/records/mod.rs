@@ -348,6 +348,10 @@ pub enum ErrorClass {
     #[serde(rename = "http_5xx")]
     /// An HTTP 5xx.
     Http5xx,
+    #[serde(rename = "http_other")]
+    /// An HTTP status that is neither success nor an error: a redirect (llmload follows none:
+    /// the target should be where it leads), or an informational or unknown status.
+    HttpOther,
     /// The connection or stream ended before the response was complete.
     StreamBroken,
     /// The server sent an error event inside an otherwise successful stream.
@@ -372,6 +376,7 @@ impl ErrorClass {
             ErrorClass::Http4xx => "http_4xx",
             ErrorClass::Http429 => "http_429",
             ErrorClass::Http5xx => "http_5xx",
+            ErrorClass::HttpOther => "http_other",
             ErrorClass::StreamBroken => "stream_broken",
             ErrorClass::StreamError => "stream_error",
             ErrorClass::Malformed => "malformed",

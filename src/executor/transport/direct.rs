@@ -147,9 +147,7 @@ impl Client for Direct {
             .send_request(request)
             .await
             .map_err(|err| SendError {
-                kind: if connect.is_none()
-                    && (err.is_incomplete_message() || err.is_canceled() || err.is_closed())
-                {
+                kind: if connect.is_none() && closed_by_the_server(&err) {
                     SendFailure::ClosedBeforeResponse
                 } else {
                     SendFailure::Broken
@@ -411,6 +409,31 @@ fn request(outgoing: Outgoing<'_>, key: &str) -> Result<hyper::Request<Full<Byte
         })?;
     *request.headers_mut() = headers;
     Ok(request)
+}
+
+/// Whether a kept-alive connection failed because the server had closed it: it ended
+/// (`incomplete message`), or our request met the closed socket (a reset, a broken pipe). A
+/// server that closes each connection after its answer (without saying `Connection: close`)
+/// does this to every request sent on a connection it answered once.
+fn closed_by_the_server(err: &hyper::Error) -> bool {
+    use std::io::ErrorKind;
+    if err.is_incomplete_message() || err.is_canceled() || err.is_closed() {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// What a request that the connection failed before any response says.
