@@ -454,7 +454,8 @@ fn sigterm_leaves_a_whole_report_and_exits_3() {
 }
 
 /// Out of file descriptors (an open loop under `ulimit -n 256` against a server that holds its
-/// requests): the client's failures are classed apart, warned about, and fail no server rate.
+/// requests): the client's failures are classed apart, warned about, fail no server rate, and
+/// leave the run not carried out (the server never saw the plan's load).
 #[test]
 fn running_out_of_file_descriptors_is_the_clients_failure() {
     let dir = tempfile::tempdir().unwrap();
@@ -515,8 +516,13 @@ fn running_out_of_file_descriptors_is_the_clients_failure() {
         .as_str()
         .unwrap()
         .contains("file descriptors"));
-    // The SLA judges the server: every request the server saw succeeded.
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // The server passed every request it saw, but it did not see the plan's load: the run was
+    // not carried out, however the SLA reads.
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert_eq!(summary["verdict"]["status"], "not_carried_out");
+    let reasons = summary["verdict"]["reasons"].to_string();
+    assert!(reasons.contains("could not deliver the plan"), "{reasons}");
+    assert!(stderr.contains("failed in llmload itself"), "{stderr}");
     assert_eq!(
         read_records(&out).len() as u64,
         requests["sent"].as_u64().unwrap()

@@ -252,6 +252,13 @@ fn check_open_files(schedule: &Schedule, pool: usize) -> Result<Option<String>> 
         .map(|load| load.fixed_in_flight().unwrap_or(0) as u64)
         .max()
         .unwrap_or(0);
+    if certain == 0 && SPARE > limit {
+        // An open loop holds no fixed number in flight: the limit is too low for anything.
+        return Err(Error::run(format!(
+            "this process may open only {limit} files (its hard limit), and llmload needs {SPARE} \
+             besides its connections: raise it, e.g. `ulimit -n 4096`, then run again"
+        )));
+    }
     if certain + SPARE > limit {
         return Err(Error::run(format!(
             "the plan holds {certain} requests in flight at once, but this process may open only {limit} files \

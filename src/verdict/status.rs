@@ -35,6 +35,17 @@ pub enum NotCarriedOut {
     EveryRequestFailed(String),
     /// No recorded request was sent.
     NothingSent,
+    /// The client could not deliver the plan: more than [`CLIENT_FAILURE_LIMIT`] of the
+    /// recorded requests failed in llmload itself (out of file descriptors or ports), whatever
+    /// the server did with the rest.
+    ClientLimited {
+        /// Requests that failed in the client.
+        failed: u64,
+        /// Recorded requests sent.
+        sent: u64,
+        /// What the first said.
+        first: String,
+    },
     /// The comparison with the baseline could not be made (why).
     NotComparable(String),
 }
@@ -51,10 +62,24 @@ impl std::fmt::Display for NotCarriedOut {
                 write!(f, "every request failed; the first said: {first}")
             }
             NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
+            NotCarriedOut::ClientLimited {
+                failed,
+                sent,
+                first,
+            } => write!(
+                f,
+                "the client could not deliver the plan: {failed} of {sent} requests ({:.1}%) failed in llmload \
+                 itself, not at the server, so the load the server saw is not the plan's; the first said: {first}",
+                *failed as f64 * 100.0 / (*sent).max(1) as f64
+            ),
             NotCarriedOut::NotComparable(why) => write!(f, "{why}"),
         }
     }
 }
+
+/// The share of recorded requests that may fail in the client (a transient EMFILE) before the
+/// run is not carried out: beyond it, the server was not sent the plan's load.
+pub const CLIENT_FAILURE_LIMIT: f64 = 0.01;
 
 /// The one verdict of a run: what its exit code says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +130,14 @@ impl Status {
         }
         if recorded.sent == 0 && failures.is_empty() {
             return Status::NotCarriedOut(NotCarriedOut::NothingSent);
+        }
+        let client_failures = recorded.client_failed;
+        if client_failures as f64 > CLIENT_FAILURE_LIMIT * recorded.sent as f64 {
+            return Status::NotCarriedOut(NotCarriedOut::ClientLimited {
+                failed: client_failures,
+                sent: recorded.sent,
+                first: aggregates.first_client_error.clone().unwrap_or_default(),
+            });
         }
         if !verdicts.passed {
             failures.push(Failure::Assertions);
