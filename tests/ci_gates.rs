@@ -15,34 +15,6 @@ fn gate_plan(sim: &str, extra: &str) -> String {
     ) + extra
 }
 
-/// Validates `xml` against tests/fixtures/junit.xsd with xmllint. `.ci/run` installs xmllint and
-/// sets LLMLOAD_REQUIRE_XMLLINT, so CI never skips this; elsewhere, without xmllint, it says so.
-fn validate_junit(xml: &std::path::Path) {
-    let output = std::process::Command::new("xmllint")
-        .args(["--noout", "--schema", "tests/fixtures/junit.xsd"])
-        .arg(xml)
-        .output();
-    match output {
-        Ok(output) => assert!(
-            output.status.success(),
-            "JUnit XML is not valid:\n{}\n{}",
-            String::from_utf8_lossy(&output.stderr),
-            std::fs::read_to_string(xml).unwrap()
-        ),
-        Err(_) if std::env::var_os("LLMLOAD_REQUIRE_XMLLINT").is_none() => {
-            // Written to stderr itself, not through eprintln!, which the test harness captures
-            // and shows only for failing tests: a skipped check must be seen.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "\nSKIPPED: xmllint not found, so the JUnit schema check did not run \
-                 (apt-get install libxml2-utils; .ci/run installs it and requires it)\n"
-            );
-        }
-        Err(e) => panic!("xmllint is required here: {e}"),
-    }
-}
-
 #[test]
 fn junit_has_a_test_case_per_assertion_and_follows_the_schema() {
     let _serial = serial();
@@ -425,4 +397,66 @@ fn runs_of_different_plans_are_not_compared_unless_forced() {
     let (code, table, _) = compare(&a, &b, &["--force"]);
     assert_eq!(code, 0, "{table}");
     assert!(table.contains("compared with --force"));
+}
+
+/// The CI job `init` writes puts JUnit inside the report directory: a path inside `--out` works
+/// on the first run; a typo elsewhere, or `--out` at a file, is refused before anything is sent.
+#[test]
+fn output_paths_inside_out_work_and_wrong_ones_are_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "target \"sim\"\nworkload { input 8; output 2 }\nphase \"p\" { concurrency 1; requests 2 }\n",
+    );
+    let out = dir.path().join("llmload-report");
+    let junit = out.join("junit.xml");
+    let run = llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .arg("--junit")
+        .arg(&junit)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    validate_junit(&junit);
+    // Re-rendered, and merged, the same way.
+    let again = llmload()
+        .arg("report")
+        .arg(&out)
+        .arg("--junit")
+        .arg(out.join("ci").join("junit.xml"))
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0));
+    assert!(out.join("ci").join("junit.xml").is_file());
+
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for args in [
+        vec!["--out".to_string(), file.display().to_string()],
+        vec![
+            "--out".to_string(),
+            dir.path().join("o2").display().to_string(),
+            "--junit".to_string(),
+            dir.path().join("typo").join("j.xml").display().to_string(),
+        ],
+    ] {
+        let refused = llmload()
+            .arg("run")
+            .arg(&plan)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!dir.path().join("o2").join("records.jsonl").exists());
+    }
 }

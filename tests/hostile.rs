@@ -237,6 +237,7 @@ fn server_text_cannot_write_into_the_terminal_the_report_a_spreadsheet_or_junit(
     for forbidden in ['\u{fffe}', '\u{ffff}', '\u{1b}'] {
         assert!(!xml.contains(forbidden), "{forbidden:?} in junit.xml");
     }
+    common::validate_junit(&junit);
 }
 
 #[test]

@@ -21,7 +21,7 @@ pub(super) struct MergeArgs {
 
 pub(super) fn merge(args: &MergeArgs) -> Result<u8> {
     let templates = output::load_templates(&args.gate)?;
-    output::check_paths(&args.gate)?;
+    output::check_paths(&args.gate, Some(&args.out))?;
     session::merge(&args.shards, &args.out)?;
     let plan = session::archived_plan(&args.out)?;
     let outcome = session::judge(&plan, &args.out, &args.gate.gate())?;

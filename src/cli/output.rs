@@ -47,28 +47,51 @@ pub(super) fn load_templates(gate: &GateArgs) -> Result<Vec<UserTemplate>> {
 }
 
 /// Checks the paths a run will write or read at its end, before anything is sent: an hour's run
-/// must not fail on a typo.
-pub(super) fn check_paths(gate: &GateArgs) -> Result<()> {
+/// must not fail on a typo, nor on a directory it may not write. `out` is the run's report
+/// directory (made before the run starts, so a `--junit` inside it is fine).
+pub(super) fn check_paths(gate: &GateArgs, out: Option<&Path>) -> Result<()> {
+    if let Some(out) = out.filter(|out| out.exists() && !out.is_dir()) {
+        return Err(Error::usage(format!(
+            "--out {}: a file, not a directory",
+            out.display()
+        )));
+    }
     if let Some(junit) = &gate.junit {
         let parent = junit
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            return Err(Error::usage(format!(
-                "--junit {}: no directory {} to write it in",
-                junit.display(),
-                parent.display()
-            )));
-        }
         if junit.is_dir() {
             return Err(Error::usage(format!(
                 "--junit {}: a directory, not a file",
                 junit.display()
             )));
         }
+        let inside_out = out.is_some_and(|out| parent.starts_with(out));
+        if parent.is_dir() {
+            writable(parent).map_err(|e| {
+                Error::usage(format!(
+                    "--junit {}: cannot write in {}: {e}",
+                    junit.display(),
+                    parent.display()
+                ))
+            })?;
+        } else if !inside_out {
+            return Err(Error::usage(format!(
+                "--junit {}: no directory {} to write it in (a path inside --out is made with it)",
+                junit.display(),
+                parent.display()
+            )));
+        }
     }
     Ok(())
+}
+
+/// Whether a file can be made in `dir`: one is, and removed.
+fn writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".llmload-write-check-{}", std::process::id()));
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
 }
 
 /// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
@@ -98,6 +121,10 @@ pub(super) fn conclude(
         say!("{markdown}")?;
     }
     if let Some(path) = &gate.junit {
+        // A path inside --out may name a directory the run did not make.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+        }
         let xml = report::junit::render(summary, outcome.comparison.as_ref(), gate.fail_on_warning);
         write(path, xml.as_bytes())?;
         written.push(path.clone());

@@ -17,7 +17,7 @@ pub(super) struct ReportArgs {
 
 pub(super) fn rerender(args: &ReportArgs) -> Result<u8> {
     let templates = output::load_templates(&args.gate)?;
-    output::check_paths(&args.gate)?;
+    output::check_paths(&args.gate, Some(&args.dir))?;
     let plan = session::archived_plan(&args.dir)?;
     let outcome = session::judge(&plan, &args.dir, &args.gate.gate())?;
     output::conclude(&outcome, &args.gate, &templates)

@@ -141,10 +141,6 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     }
     let target = args.target.as_deref().map(parse_target).transpose()?;
     let templates = output::load_templates(&args.gate)?;
-    output::check_paths(&args.gate)?;
-    if let Some(baseline) = &args.gate.baseline {
-        session::check_baseline(baseline, &plan, args.seed)?;
-    }
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("reports").join(format!(
             "{}-{}",
@@ -152,6 +148,10 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
             chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
         ))
     });
+    output::check_paths(&args.gate, Some(&out))?;
+    if let Some(baseline) = &args.gate.baseline {
+        session::check_baseline(baseline, &plan, args.seed)?;
+    }
     let mut options = RunOptions::new(&out);
     options.seed = args.seed;
     options.target = target;

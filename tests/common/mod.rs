@@ -276,3 +276,31 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Validates `xml` against tests/fixtures/junit.xsd with xmllint. `.ci/run` installs xmllint and
+/// sets LLMLOAD_REQUIRE_XMLLINT, so CI never skips this; elsewhere, without xmllint, it says so.
+pub fn validate_junit(xml: &std::path::Path) {
+    let output = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema", "tests/fixtures/junit.xsd"])
+        .arg(xml)
+        .output();
+    match output {
+        Ok(output) => assert!(
+            output.status.success(),
+            "JUnit XML is not valid:\n{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(xml).unwrap()
+        ),
+        Err(_) if std::env::var_os("LLMLOAD_REQUIRE_XMLLINT").is_none() => {
+            // Written to stderr itself, not through eprintln!, which the test harness captures
+            // and shows only for failing tests: a skipped check must be seen.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\nSKIPPED: xmllint not found, so the JUnit schema check did not run \
+                 (apt-get install libxml2-utils; .ci/run installs it and requires it)\n"
+            );
+        }
+        Err(e) => panic!("xmllint is required here: {e}"),
+    }
+}
