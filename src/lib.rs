@@ -17,6 +17,7 @@ pub mod compare;
 pub mod error;
 pub mod escape;
 pub mod executor;
+pub mod files;
 pub mod metrics;
 pub mod plan;
 pub mod planner;

@@ -522,3 +522,88 @@ fn an_open_loop_ended_by_count_does_not_idle_to_its_duration() {
         .unwrap();
     assert!(throughput > 40.0, "{throughput}");
 }
+
+/// Hostile inputs to check, plan and fmt each get an answer and a clear error: never a crash, a
+/// hang or memory without bound (the second hostile probe's cases).
+#[test]
+fn hostile_files_and_plans_get_an_error_never_a_crash_or_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let output = llmload().args(args).env("NO_COLOR", "1").output().unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    // A phase name 70,000 characters long: `plan` panicked formatting its table.
+    let long = write_plan(
+        dir.path(),
+        &format!(
+            "target \"sim\"\nworkload {{ input 8; output 2 }}\nphase \"{}\" {{ concurrency 1; requests 1 }}\n",
+            "a".repeat(70_000)
+        ),
+    );
+    let (code, stderr) = run(&["plan".as_ref(), long.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("more than a name may be"), "{stderr}");
+
+    // 2,000 nested blocks: fmt overflowed its stack.
+    let deep = dir.path().join("deep.kdl");
+    std::fs::write(
+        &deep,
+        format!("a {}{}\n", "{ b ".repeat(2000), "}".repeat(2000)),
+    )
+    .unwrap();
+    let (code, stderr) = run(&["fmt".as_ref(), "--check".as_ref(), deep.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("nest deeper"), "{stderr}");
+
+    // Special files: endless, or blocking until someone writes.
+    let (code, stderr) = run(&["check".as_ref(), "/dev/zero".as_ref()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+    let including = write_plan(
+        dir.path(),
+        "include \"/dev/zero\"\ntarget \"sim\"\nworkload { input 8; output 2 }\nphase \"p\" { concurrency 1; requests 1 }\n",
+    );
+    let (code, stderr) = run(&["check".as_ref(), including.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+    let fifo = dir.path().join("fifo.kdl");
+    if std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let (code, stderr) = run(&["check".as_ref(), fifo.as_os_str()]);
+        assert_eq!(code, 2, "{stderr}");
+    }
+
+    // A directory with links back to its ancestors is walked once; an empty one says so.
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("a")).unwrap();
+    std::os::unix::fs::symlink(&tree, tree.join("a").join("up")).unwrap();
+    std::os::unix::fs::symlink(tree.join("a"), tree.join("a").join("me")).unwrap();
+    std::fs::write(
+        tree.join("a").join("p.kdl"),
+        "target \"sim\"\nworkload { input 8; output 2 }\nphase \"p\" { concurrency 1; requests 1 }\n",
+    )
+    .unwrap();
+    let (code, stderr) = run(&["check".as_ref(), tree.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, stderr) = run(&["check".as_ref(), empty.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no .kdl file"), "{stderr}");
+
+    // 30,000 phases: one diagnostic, at once (the duplicate check was quadratic).
+    let mut many = String::from("target \"sim\"\nworkload { input 8; output 2 }\n");
+    for i in 0..30_000 {
+        many.push_str(&format!("phase \"p{i}\" {{ rate 1 }}\n"));
+    }
+    let many = write_plan(dir.path(), &many);
+    let (code, stderr) = run(&["check".as_ref(), many.as_os_str()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("more than 1000 phases"), "{stderr}");
+}

@@ -75,6 +75,15 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                 plan::check_file(&name, text)
             }
         });
+        // What `plan` and `run` load, check loads too: a tokenizer file that is no tokenizer
+        // fails here, not an hour later in CI.
+        let checked = checked.and_then(|checked| match &checked {
+            Checked::Plan(plan) => match crate::tokens::Tokenizer::load(&plan.workload.tokenizer) {
+                Ok(_) => Ok(checked),
+                Err(error) => Err(plan::PlanErrors::io(error.to_string())),
+            },
+            Checked::Fragment => Ok(checked),
+        });
         match checked {
             Ok(Checked::Plan(plan)) => {
                 if matches!(args.format, Format::Text) {

@@ -68,7 +68,9 @@ pub(super) fn fmt(args: &FmtArgs) -> Result<u8> {
 }
 
 fn read(file: &Path) -> Result<String> {
-    std::fs::read_to_string(file).map_err(|e| Error::io("read", file, e))
+    // Past a plan's own bound, fmt refuses it anyway: read no more than that.
+    crate::files::read_text_bounded(file, crate::plan::limits::MAX_PLAN_BYTES + 1)
+        .map_err(|e| Error::io("read", file, e))
 }
 
 /// A unified diff of a file against its formatted text.

@@ -135,7 +135,14 @@ fn plan_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
     let mut files = Vec::new();
     for path in paths {
         if path.is_dir() {
-            collect_kdl(path, &mut files)?;
+            let before = files.len();
+            collect_kdl(path, &mut files, &mut Vec::new())?;
+            if files.len() == before {
+                return Err(Error::usage(format!(
+                    "{}: no .kdl file in it (hidden directories and target/ are skipped)",
+                    path.display()
+                )));
+            }
         } else if path.exists() {
             files.push(path.clone());
         } else {
@@ -148,7 +155,18 @@ fn plan_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
     Ok(files)
 }
 
-fn collect_kdl(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> Result<()> {
+/// `visited` holds the directories walked so far, as their real paths: a link back to one of
+/// them (a cycle) is not walked again.
+fn collect_kdl(
+    dir: &Path,
+    files: &mut Vec<std::path::PathBuf>,
+    visited: &mut Vec<std::path::PathBuf>,
+) -> Result<()> {
+    let real = std::fs::canonicalize(dir).map_err(|e| Error::io("read", dir, e))?;
+    if visited.contains(&real) {
+        return Ok(());
+    }
+    visited.push(real);
     let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io("read", dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -161,7 +179,7 @@ fn collect_kdl(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> Result<()> {
             .unwrap_or_default();
         if path.is_dir() {
             if !name.starts_with('.') && name != "target" {
-                collect_kdl(&path, files)?;
+                collect_kdl(&path, files, visited)?;
             }
         } else if name.ends_with(".kdl") {
             files.push(path);

@@ -148,7 +148,9 @@ pub(super) fn conclude(
 
 /// Writes a whole file.
 pub(super) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::io("write", path, e))
+    use std::io::Write;
+    crate::files::write_whole(path, |out| out.write_all(bytes))
+        .map_err(|e| Error::io("write", path, e))
 }
 
 /// Appends to GitHub Actions' job summary when running there.

@@ -427,6 +427,21 @@ fn render_node(node: &Node, depth: usize, out: &mut String) {
 /// `text` in the canonical layout. An error says why a file is left as it is: not KDL, or a
 /// layout fmt cannot rewrite without changing what it says.
 pub fn format(text: &str) -> Result<String, FmtError> {
+    // The limits `check` applies, before the parser (which recurses once per level) runs.
+    if text.len() as u64 > super::limits::MAX_PLAN_BYTES {
+        return Err(FmtError(format!(
+            "it is {} bytes: more than a plan may be ({} bytes)",
+            text.len(),
+            super::limits::MAX_PLAN_BYTES
+        )));
+    }
+    if let Some(at) = super::parse::too_deep_at(text) {
+        let line = text[..at.min(text.len())].matches('\n').count() + 1;
+        return Err(FmtError(format!(
+            "its blocks nest deeper than {} levels (line {line}): `llmload check` says where",
+            super::limits::MAX_NESTING
+        )));
+    }
     let original = KdlDocument::parse_v2(text)
         .map_err(|_| FmtError("it is not valid KDL: `llmload check` says where".into()))?;
     let mut parser = Parser {

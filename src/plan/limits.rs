@@ -13,6 +13,9 @@ pub const MAX_PLAN_BYTES: u64 = 1 << 20;
 /// Blocks nested deeper than this are refused before they are parsed (the KDL parser recurses
 /// once per level).
 pub const MAX_NESTING: usize = 32;
+/// Characters of a name (the plan's, a phase's, a sweep's or a search's): names head tables
+/// and files, and one a page long is a mistake.
+pub const MAX_NAME_CHARS: usize = 200;
 /// Phases written in one plan.
 pub const MAX_PHASES: usize = 1_000;
 /// The longest duration anything takes: a phase, a timeout, a simulated delay.

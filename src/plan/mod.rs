@@ -144,7 +144,7 @@ pub fn read_plan_text(path: &Path) -> Result<String, PlanErrors> {
             limits::MAX_PLAN_BYTES
         )));
     }
-    let bytes = std::fs::read(path).map_err(cannot)?;
+    let bytes = crate::files::read_bounded(path, limits::MAX_PLAN_BYTES).map_err(cannot)?;
     String::from_utf8(bytes).map_err(|_| {
         PlanErrors::io(format!(
             "{file_name} is not text (invalid UTF-8): is it a plan?"

@@ -7,11 +7,15 @@ use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader, Sea
 use super::{OLDEST_RECORDS_FORMAT, RECORDS_FORMAT};
 use crate::error::{Error, Result};
 
+/// The longest line a records file may hold: a request's line grows with its chunks (some 20
+/// bytes each), so this is tens of millions of chunks.
+const MAX_LINE_BYTES: u64 = 512 << 20;
+
 /// Reads `records.jsonl` one line at a time, handing each to `on_line`. A torn last line (the
 /// process was killed mid-write) is skipped; any other bad line is an error naming its number.
 /// A records file of a format this llmload does not read is refused with what to do.
 pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let file = crate::files::open_regular(path).map_err(|e| Error::io("open", path, e))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
     let mut number = 0usize;
@@ -25,13 +29,22 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
     let mut seen = SeenRequests::default();
     loop {
         line.clear();
-        let read = reader
+        let read = std::io::Read::take(&mut reader, MAX_LINE_BYTES + 1)
             .read_until(b'\n', &mut line)
             .map_err(|e| Error::io("read", path, e))?;
         if read == 0 {
             return Ok(());
         }
         number += 1;
+        if read as u64 > MAX_LINE_BYTES {
+            return Err(bad(
+                number,
+                format!(
+                    "the line is longer than {} MiB: no llmload record is; is this a records file?",
+                    MAX_LINE_BYTES >> 20
+                ),
+            ));
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -47,7 +60,30 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                     .map_err(|unknown| bad(number, unknown.to_string()))?;
                 on_line(LogLine::Run(run));
             }
+            Ok(LogLine::PhaseStart(start)) if start.index > MAX_PHASE_INDEX => {
+                return Err(bad(
+                    number,
+                    format!(
+                        "phase index {} is beyond any run's ({MAX_PHASE_INDEX}): is this a records file?",
+                        start.index
+                    ),
+                ));
+            }
+            Ok(LogLine::PhaseStart(start)) => {
+                seen.start(start.index);
+                on_line(LogLine::PhaseStart(start));
+            }
             Ok(LogLine::Request(record)) => {
+                if !seen.started(record.phase) {
+                    return Err(bad(
+                        number,
+                        format!(
+                            "a request of phase {}, which no phase_start line before it began: the \
+                             file was edited or cut",
+                            record.phase
+                        ),
+                    ));
+                }
                 if !seen.insert(record.phase, record.seq) {
                     return Err(bad(
                         number,
@@ -67,19 +103,44 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
 }
 
 /// Which (phase, seq) pairs a log has held, one bit each: a phase's requests are numbered
-/// from 0, so a bit set per phase costs an eighth of a byte per request.
+/// from 0, so a bit set per phase costs an eighth of a byte per request. A crafted sequence
+/// number must not size memory: far ones are kept in a set.
 #[derive(Default)]
 struct SeenRequests {
-    phases: Vec<Vec<u64>>,
+    /// By phase index (only phases a `phase_start` line began).
+    phases: std::collections::HashMap<usize, SeenInPhase>,
 }
 
+#[derive(Default)]
+struct SeenInPhase {
+    /// Sequence numbers below [`DENSE_SEQS`], a bit each.
+    dense: Vec<u64>,
+    /// Any above it.
+    sparse: std::collections::HashSet<u64>,
+}
+
+/// Sequence numbers held a bit each (8 MiB of bits per phase at most).
+const DENSE_SEQS: u64 = 1 << 26;
+
+/// The highest phase index a run can have (a plan's phases and a search's probes).
+const MAX_PHASE_INDEX: usize = 1_000_000;
+
 impl SeenRequests {
-    /// Notes a request; false when it was seen before.
+    fn start(&mut self, phase: usize) {
+        self.phases.entry(phase).or_default();
+    }
+
+    fn started(&self, phase: usize) -> bool {
+        self.phases.contains_key(&phase)
+    }
+
+    /// Notes a request of a started phase; false when it was seen before.
     fn insert(&mut self, phase: usize, seq: u64) -> bool {
-        if self.phases.len() <= phase {
-            self.phases.resize_with(phase + 1, Vec::new);
+        let seen = self.phases.entry(phase).or_default();
+        if seq >= DENSE_SEQS {
+            return seen.sparse.insert(seq);
         }
-        let bits = &mut self.phases[phase];
+        let bits = &mut seen.dense;
         let (word, bit) = ((seq / 64) as usize, seq % 64);
         if bits.len() <= word {
             bits.resize(word + 1, 0);
@@ -229,13 +290,52 @@ mod tests {
     #[test]
     fn a_request_line_twice_is_an_error_naming_the_line() {
         let request = r#"{"event":"request","phase":0,"seq":3,"intended_send_us":0,"actual_send_us":0,"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":null,"error_detail":null,"http_status":200,"ttft_us":1,"e2e_us":2,"chunks":[],"chunk_tokens":null,"prompt_tokens":1,"completion_tokens":1,"token_source":"usage","completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":"length"}"#;
-        let once = format!("{HEADER}\n{request}\n");
+        let once = format!("{HEADER}\n{PHASE}\n{request}\n");
         assert_eq!(read(once.as_bytes()).unwrap().records.len(), 1);
-        let twice = format!("{HEADER}\n{request}\n{request}\n");
+        let twice = format!("{HEADER}\n{PHASE}\n{request}\n{request}\n");
         let err = read(twice.as_bytes()).unwrap_err().to_string();
         assert!(
-            err.contains("line 3") && err.contains("appears twice"),
+            err.contains("line 4") && err.contains("appears twice"),
             "{err}"
         );
+    }
+
+    const PHASE: &str = r#"{"event":"phase_start","index":0,"name":"p","record":true,"load":"concurrency 1","open_loop":false,"planned_rate":null,"planned_requests":null,"planned_duration_s":null,"at_us":0}"#;
+
+    #[test]
+    fn crafted_indices_are_refused_or_cost_no_memory() {
+        let request = |phase: &str, seq: &str| {
+            format!(
+                r#"{{"event":"request","phase":{phase},"seq":{seq},"intended_send_us":0,"actual_send_us":0,"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":null,"error_detail":null,"http_status":200,"ttft_us":1,"e2e_us":2,"chunks":[],"chunk_tokens":null,"prompt_tokens":1,"completion_tokens":1,"token_source":"usage","completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":"length"}}"#
+            )
+        };
+        for phase in ["4294967295", "50000000", "1"] {
+            let text = format!("{HEADER}\n{PHASE}\n{}\n", request(phase, "0"));
+            let err = read(text.as_bytes()).unwrap_err().to_string();
+            assert!(
+                err.contains("line 3") && err.contains("no phase_start"),
+                "{err}"
+            );
+        }
+        let huge_start = PHASE.replace("\"index\":0", "\"index\":4294967295");
+        let err = read(format!("{HEADER}\n{huge_start}\n").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("beyond any run"), "{err}");
+        // A sequence number near the top of u64 is kept in a set, not a bit field of it.
+        let text = format!(
+            "{HEADER}\n{PHASE}\n{}\n{}\n",
+            request("0", "18446744073709551615"),
+            request("0", "1")
+        );
+        assert_eq!(read(text.as_bytes()).unwrap().records.len(), 2);
+        // No line past the bound is read whole, and a special file is refused unopened.
+        #[cfg(unix)]
+        {
+            let err = RunLog::read(std::path::Path::new("/dev/zero"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
     }
 }

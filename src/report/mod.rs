@@ -316,10 +316,19 @@ pub fn write_all(
             Error::Io { action, source, .. } => Error::io(action, &path, source),
             other => other,
         };
-        let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
-        let mut out = std::io::BufWriter::new(file);
-        exporter.write_to(context, &mut out).map_err(at_path)?;
-        out.flush().map_err(|e| Error::io("write", &path, e))?;
+        // Whole or not at all: a full disk never leaves a truncated report.
+        let mut failure = None;
+        crate::files::write_whole(&path, |out| {
+            exporter.write_to(context, out).map_err(|e| {
+                let message = e.to_string();
+                failure = Some(e);
+                std::io::Error::other(message)
+            })
+        })
+        .map_err(|e| match failure.take() {
+            Some(error) => at_path(error),
+            None => Error::io("write", &path, e),
+        })?;
         written.push(path);
     }
     Ok(written)

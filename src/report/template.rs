@@ -216,7 +216,7 @@ pub struct UserTemplate {
 impl UserTemplate {
     /// Reads the template and checks its syntax, before anything is run.
     pub fn load(path: &Path) -> Result<UserTemplate> {
-        let source = std::fs::read_to_string(path).map_err(|e| {
+        let source = crate::files::read_text_bounded(path, 16 << 20).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::usage(format!("--template {}: no such file", path.display()))
             } else {

@@ -57,14 +57,15 @@ pub(super) fn keep_sources(plan: &Plan, out: &Path) -> Result<()> {
 /// the environment values it read, from `plan-sources.json`): the plan as it was run.
 pub fn archived_plan(dir: &Path) -> Result<Plan> {
     let plan_path = dir.join("plan.kdl");
-    let text = std::fs::read_to_string(&plan_path).map_err(|e| {
-        Error::usage(format!(
-            "cannot read {}: {e} (a report directory holds the plan.kdl its run left)",
-            plan_path.display()
-        ))
-    })?;
+    let text =
+        crate::files::read_text_bounded(&plan_path, plan::limits::MAX_PLAN_BYTES).map_err(|e| {
+            Error::usage(format!(
+                "cannot read {}: {e} (a report directory holds the plan.kdl its run left)",
+                plan_path.display()
+            ))
+        })?;
     let sources_path = dir.join("plan-sources.json");
-    let kept: KeptSources = match std::fs::read_to_string(&sources_path) {
+    let kept: KeptSources = match crate::files::read_text_bounded(&sources_path, 1 << 30) {
         Ok(json) => serde_json::from_str(&json).map_err(|e| Error::Records {
             path: sources_path.clone(),
             line: None,

@@ -91,7 +91,7 @@ pub fn write_manifest(dir: &Path, written: &[PathBuf]) -> Result<()> {
 /// What the manifest lists, with the files every run leaves.
 fn outputs(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = KNOWN.iter().map(|n| n.to_string()).collect();
-    if let Ok(text) = std::fs::read_to_string(dir.join(MANIFEST)) {
+    if let Ok(text) = crate::files::read_text_bounded(&dir.join(MANIFEST), 1 << 20) {
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
             // Only plain names inside the directory: a manifest never points outside it.
             let plain = !line.contains('/') && !line.contains('\\') && line != "..";

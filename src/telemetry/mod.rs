@@ -100,14 +100,12 @@ impl Telemetry {
 /// Reads `telemetry.jsonl` in `dir`; `None` when the run kept none.
 pub fn read(dir: &Path) -> Result<Option<Telemetry>> {
     let path = dir.join(FILE);
-    let file = match std::fs::File::open(&path) {
-        Ok(file) => file,
+    // A day of scrapes every second is some 100 MB.
+    let text = match crate::files::read_text_bounded(&path, 1 << 30) {
+        Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("read", &path, e)),
     };
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::BufReader::new(file), &mut text)
-        .map_err(|e| Error::io("read", &path, e))?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let mut telemetry = Telemetry::default();
     for (number, line) in lines.iter().enumerate() {

@@ -106,7 +106,7 @@ pub fn hf_cached_tokenizer(
 ) -> std::result::Result<std::path::PathBuf, Vec<std::path::PathBuf>> {
     let model = hub.join(format!("models--{}", id.replace('/', "--")));
     let snapshots = model.join("snapshots");
-    let main = std::fs::read_to_string(model.join("refs").join("main"))
+    let main = crate::files::read_text_bounded(&model.join("refs").join("main"), 4096)
         .ok()
         .map(|rev| snapshots.join(rev.trim()).join("tokenizer.json"));
     if let Some(path) = main.as_ref().filter(|p| p.is_file()) {
@@ -147,9 +147,12 @@ impl Tokenizer {
 
     /// A Hugging Face `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Tokenizer> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|err| {
+        let cannot = |err: &dyn std::fmt::Display| {
             Error::usage(format!("cannot load tokenizer {}: {err}", path.display()))
-        })?;
+        };
+        // The largest tokenizer.json files (vocabularies of 250,000 tokens) are some 30 MB.
+        let bytes = crate::files::read_bounded(path, 512 << 20).map_err(|e| cannot(&e))?;
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| cannot(&e))?;
         Ok(Tokenizer::with_backend(
             path.display().to_string(),
             Backend::HuggingFace(Box::new(inner)),

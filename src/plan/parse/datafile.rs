@@ -67,7 +67,7 @@ pub(super) fn read(
         );
         return None;
     }
-    match std::fs::read(&path).map(String::from_utf8) {
+    match crate::files::read_bounded(&path, MAX_DATA_BYTES).map(String::from_utf8) {
         Ok(Ok(text)) => {
             let sha = format!("{:x}", sha2::Sha256::digest(text.as_bytes()));
             Some((path, Arc::new(text), sha))

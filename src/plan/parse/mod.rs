@@ -402,7 +402,7 @@ fn read_included(path: &std::path::Path) -> Result<String, IncludeUnreadable> {
     if size > MAX_PLAN_BYTES {
         return Err(IncludeUnreadable::TooLarge(size));
     }
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::files::read_bounded(path, MAX_PLAN_BYTES)?;
     String::from_utf8(bytes).map_err(|_| IncludeUnreadable::NotText)
 }
 
@@ -539,6 +539,12 @@ struct Unreadable {
     phase_names: Vec<String>,
     /// An unreadable phase whose name could not be read either.
     unnamed_phase: bool,
+}
+
+/// Where `text`'s blocks first nest deeper than [`MAX_NESTING`] levels, if they do: the KDL
+/// parser (and any recursive walk of its document) would exhaust the stack on it.
+pub(crate) fn too_deep_at(text: &str) -> Option<usize> {
+    scan::outline(text, MAX_NESTING).too_deep_at
 }
 
 /// The KDL document of the plan, after the size and nesting limits. On a syntax error, every
@@ -719,12 +725,25 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         .iter()
         .filter(|p| p.node.name().value() == "phase")
         .collect();
+    // Too many phases is said first: nothing below then walks tens of thousands of them.
+    if let Some(extra) = phase_nodes.get(MAX_PHASES) {
+        cx.current = extra.file;
+        cx.error(
+            extra.node.name().span(),
+            format!("the plan has more than {MAX_PHASES} phases"),
+            "too many phases",
+            "merge phases, or split the plan into several plans",
+        );
+        return None;
+    }
     let mut phase_names: Vec<String> = unreadable.phase_names.clone();
+    // The names in a set as well, so that finding a duplicate costs one lookup.
+    let mut named: HashSet<String> = phase_names.iter().cloned().collect();
     let mut duplicates = HashSet::new();
     for p in &phase_nodes {
         cx.current = p.file;
         if let Some(KdlValue::String(name)) = positional(p.node).next().map(|e| e.value()) {
-            if phase_names.contains(name) {
+            if !named.insert(name.clone()) {
                 duplicates.insert((p.file, first_arg_span(p.node).offset()));
                 cx.error(
                     first_arg_span(p.node),
@@ -736,16 +755,6 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 phase_names.push(name.clone());
             }
         }
-    }
-    if let Some(extra) = phase_nodes.get(MAX_PHASES) {
-        cx.current = extra.file;
-        cx.error(
-            extra.node.name().span(),
-            format!("the plan has more than {MAX_PHASES} phases"),
-            "too many phases",
-            "merge phases, or split the plan into several plans",
-        );
-        return None;
     }
 
     cx.replay_only = !phase_nodes.is_empty()
@@ -778,7 +787,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             "plan" => {
                 let usage = "plan \"name\" { description \"...\"; seed 42 }";
                 cx.check_entries(node, 1, &[], usage);
-                header.name = cx.arg(node, usage, Text);
+                header.name = cx.arg(node, usage, values::Name);
                 header_ok = header.name.is_some();
                 cx.walk(node, "in `plan`", HEADER, &mut header);
             }
@@ -827,7 +836,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                     continue;
                 };
                 for step in steps {
-                    if phase_names.contains(&step.name) {
+                    if !named.insert(step.name.clone()) {
                         cx.error(
                             first_arg_span(node),
                             format!(

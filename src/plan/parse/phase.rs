@@ -6,7 +6,9 @@ use kdl::KdlNode;
 use miette::SourceSpan;
 
 use super::cx::{children, positional, property, Cx, Handler};
-use super::values::{trim_float, Count, Flag, Kind, Number, Text, DURATION, DURATION_OR_ZERO};
+use super::values::{
+    trim_float, Count, Flag, Kind, Name, Number, Text, DURATION, DURATION_OR_ZERO,
+};
 use crate::plan::limits::{
     GAMMA_CV_RANGE, MAX_BURST, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS,
 };
@@ -312,7 +314,7 @@ fn trace(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::data::Trace> {
 pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     let usage = "phase \"steady\" { rate 16; duration \"3m\" }";
     cx.check_entries(node, 1, &[], usage);
-    let name = cx.arg(node, usage, Text);
+    let name = cx.arg(node, usage, Name);
     let mut fields = Fields {
         model: None,
         endpoint: None,

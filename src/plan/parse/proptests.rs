@@ -157,6 +157,23 @@ proptest! {
     }
 
     #[test]
+    fn formatting_any_nesting_or_token_length_answers_and_never_crashes(
+        depth in 0usize..3000,
+        long in 0usize..200_000,
+        pieces in proptest::collection::vec(0..PIECES.len(), 0..20)
+    ) {
+        // Deep blocks, one very long name and string, and stray pieces: fmt answers (a
+        // formatted file or a reason), within the stack, and so does check.
+        let mut text = String::from("a ");
+        text.push_str(&"{ b ".repeat(depth));
+        text.push_str(&"}".repeat(depth));
+        text.push_str(&format!("\n{} \"{}\"\n", "n".repeat(long.min(5000) + 1), "x".repeat(long)));
+        text.extend(pieces.iter().map(|&i| PIECES[i]));
+        let _ = crate::plan::fmt::format(&text);
+        check(text)?;
+    }
+
+    #[test]
     fn mutated_example_plans_give_a_plan_or_diagnostics(
         plan in 0..PLANS.len(),
         edits in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 1..6)

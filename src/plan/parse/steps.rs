@@ -7,7 +7,7 @@ use kdl::{KdlEntry, KdlNode};
 use miette::SourceSpan;
 
 use super::cx::{positional, property, Cx, Handler};
-use super::values::{Count, Kind, Number, Percent, Text, DURATION};
+use super::values::{Count, Kind, Name, Number, Percent, Text, DURATION};
 use crate::plan::limits::{MAX_CONCURRENCY, MAX_RATE, MAX_REQUESTS};
 use crate::plan::{Arrivals, LoadUnit, Objective, Phase, Search, Step};
 
@@ -209,7 +209,7 @@ const SWEEP: &[(&str, Handler<SweepFields>)] = &[
 pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
     let usage = "sweep \"concurrency\" { concurrency 1 2 4 8; duration \"30s\" }";
     cx.check_entries(node, 1, &[], usage);
-    let name = cx.arg(node, usage, Text);
+    let name = cx.arg(node, usage, Name);
     let mut f = SweepFields::default();
     cx.walk(node, "in `sweep`", SWEEP, &mut f);
     let name = name?;
@@ -402,7 +402,7 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
 pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Search> {
     let usage = "search \"capacity\" { rate from=1 to=64; duration \"30s\" }";
     cx.check_entries(node, 1, &[], usage);
-    let name = cx.arg(node, usage, Text);
+    let name = cx.arg(node, usage, Name);
     let mut f = SearchFields {
         axis: None,
         arrivals: None,

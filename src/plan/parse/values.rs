@@ -15,6 +15,29 @@ pub(super) trait Kind {
     fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<Self::Out>;
 }
 
+/// A name: a string of at most [`MAX_NAME_CHARS`](crate::plan::limits::MAX_NAME_CHARS)
+/// characters.
+pub(super) struct Name;
+
+impl Kind for Name {
+    type Out = String;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<String> {
+        use crate::plan::limits::MAX_NAME_CHARS;
+        let name = Text.read(cx, entry, usage)?;
+        let chars = name.chars().count();
+        if chars > MAX_NAME_CHARS {
+            cx.error(
+                entry.span(),
+                format!("the name is {chars} characters long: more than a name may be ({MAX_NAME_CHARS})"),
+                "too long",
+                "give it a short name; say more in a comment or the plan's description",
+            );
+            return None;
+        }
+        Some(name)
+    }
+}
+
 /// A string.
 pub(super) struct Text;
 
