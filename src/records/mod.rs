@@ -427,6 +427,10 @@ impl TurnKind {
     }
 }
 
+/// The longest a run's records may reach from its start: a year (a plan's phases are each at
+/// most 30 days). A time beyond it is a crafted or corrupted line.
+pub const MAX_RUN_MICROS: u64 = 366 * 86_400_000_000;
+
 /// What the generated tokens of a chunk are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -590,7 +594,35 @@ impl RequestRecord {
 
     /// When the response ended, from the start of the run.
     pub fn end_us(&self) -> Option<u64> {
-        self.e2e_us.map(|e2e| self.actual_send_us + e2e)
+        self.e2e_us
+            .map(|e2e| self.actual_send_us.saturating_add(e2e))
+    }
+
+    /// Why its times cannot be a run's (a crafted or corrupted line), if they cannot: every
+    /// time is within [`MAX_RUN_MICROS`] of the run's start.
+    pub fn impossible_times(&self) -> Option<String> {
+        let times = [
+            ("intended_send_us", Some(self.intended_send_us)),
+            ("actual_send_us", Some(self.actual_send_us)),
+            ("ttft_us", self.ttft_us),
+            ("e2e_us", self.e2e_us),
+            ("end", self.end_us()),
+        ];
+        let chunks = self
+            .chunks
+            .iter()
+            .map(|&(at, _)| ("a chunk's time", Some(at)));
+        times
+            .into_iter()
+            .chain(chunks)
+            .find(|(_, at)| at.is_some_and(|at| at > MAX_RUN_MICROS))
+            .map(|(name, at)| {
+                format!(
+                    "{name} is {} µs: beyond any run's length ({} days)",
+                    at.unwrap_or(0),
+                    MAX_RUN_MICROS / 86_400_000_000
+                )
+            })
     }
 }
 

@@ -84,6 +84,9 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                         ),
                     ));
                 }
+                if let Some(why) = record.impossible_times() {
+                    return Err(bad(number, why));
+                }
                 if !seen.insert(record.phase, record.seq) {
                     return Err(bad(
                         number,
@@ -300,6 +303,33 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a records file holds (a valid log cut, spliced, its numbers pushed to
+        /// every bound), reading it gives a log or an error naming a line: never a panic, never
+        /// memory sized by a number in it.
+        #[test]
+        fn any_records_file_reads_or_is_refused(
+            edits in proptest::collection::vec((0usize..4096, 0usize..12), 0..8)
+        ) {
+            const NUMBERS: [&str; 12] = ["0", "-1", "4294967295", "18446744073709551615", "1e308",
+                "null", "\"x\"", "[]", "{}", "99999999999999999999999", "3.5", "true"];
+            let request = r#"{"event":"request","phase":0,"seq":3,"intended_send_us":0,"actual_send_us":0,"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":null,"error_detail":null,"http_status":200,"ttft_us":1,"e2e_us":2,"chunks":[[1,1]],"chunk_tokens":null,"prompt_tokens":1,"completion_tokens":1,"token_source":"usage","completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":"length"}"#;
+            let mut text = format!("{HEADER}\n{PHASE}\n{request}\n").into_bytes();
+            for (at, number) in edits {
+                // Replace a run of digits at `at` (or insert there) with a hostile number.
+                let at = at % text.len();
+                let end = text[at..].iter().position(|b| !b.is_ascii_digit()).map_or(text.len(), |n| at + n);
+                text.splice(at..end, NUMBERS[number].bytes());
+            }
+            let _ = read(&text);
+            // And aggregating what reads: the numbers it holds size no time series or table.
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("records.jsonl");
+            std::fs::write(&path, &text).unwrap();
+            let _ = crate::metrics::compute_file(&path, None);
+        }
+    }
+
     const PHASE: &str = r#"{"event":"phase_start","index":0,"name":"p","record":true,"load":"concurrency 1","open_loop":false,"planned_rate":null,"planned_requests":null,"planned_duration_s":null,"at_us":0}"#;
 
     #[test]
@@ -319,6 +349,16 @@ mod tests {
         }
         let huge_start = PHASE.replace("\"index\":0", "\"index\":4294967295");
         let err = read(format!("{HEADER}\n{huge_start}\n").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("beyond any run"), "{err}");
+        // Times beyond any run's length are refused (their sum overflowed, their span sized
+        // the time series).
+        let late = request("0", "5").replace(
+            "\"actual_send_us\":0",
+            "\"actual_send_us\":18446744073709551615",
+        );
+        let err = read(format!("{HEADER}\n{PHASE}\n{late}\n").as_bytes())
             .unwrap_err()
             .to_string();
         assert!(err.contains("beyond any run"), "{err}");

@@ -924,7 +924,9 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         let agent_loop = workload
             .conversation
             .is_some_and(|c| c.tool_results.is_some());
-        if agent_loop && !api.body.contains_key("tools") {
+        // (A kept plan, judged without its files, names its tools file without reading it.)
+        let offers_tools = api.body.contains_key("tools") || api.tools_file.is_some();
+        if agent_loop && !offers_tools {
             cx.current = file;
             cx.error(
                 span,
