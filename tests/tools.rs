@@ -257,6 +257,18 @@ fn an_agent_loop_sends_the_calls_back_with_their_results_after_the_tools_latency
     assert_eq!(summary["by_turn_kind"][0]["calling_tools"], 1);
     let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
     assert!(report.contains("## By turn kind"), "{report}");
+    // The run re-renders from its directory (its kept plan names the tools file unread).
+    let again = common::llmload()
+        .arg("report")
+        .arg(run.out())
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }
 
 #[test]
