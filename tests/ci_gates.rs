@@ -228,10 +228,40 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<failure"), "{xml}");
     validate_junit(&junit);
-    // Re-rendered without the baseline, the directory keeps no stale comparison.
+    // Re-rendered with no flag, the run is judged as it was: against its baseline, still FAIL.
     let output = llmload().arg("report").arg(&out).output().unwrap();
-    assert!(!out.join("comparison.md").exists() && !out.join("pr.md").exists());
-    assert_ne!(output.status.code(), None);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(out.join("comparison.md").exists() && !out.join("pr.md").exists());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["comparison"]["regressed"], true);
+    // Only when told to drop it does the directory keep no stale comparison.
+    let output = llmload()
+        .arg("report")
+        .arg(&out)
+        .arg("--no-baseline")
+        .output()
+        .unwrap();
+    assert!(!out.join("comparison.md").exists());
+    assert_eq!(output.status.code(), Some(1), "the SLA still fails");
+    // A baseline that is gone is said, never silently dropped.
+    let moved = dir.path().join("moved-away");
+    std::fs::rename(&runs[0], &moved).unwrap();
+    let output = llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .args(["--baseline", moved.to_str().unwrap()])
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    std::fs::rename(&moved, dir.path().join("gone")).unwrap();
+    let output = llmload().arg("report").arg(&out).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("which is gone"), "{stderr}");
 }
 
 /// A comparison needs two whole runs: an interrupted or empty one never compares clean.

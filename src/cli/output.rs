@@ -29,6 +29,22 @@ pub(super) struct GateArgs {
 }
 
 impl GateArgs {
+    /// These flags, with what a run kept (`kept`) where they say nothing: its baseline unless
+    /// `drop_baseline`, and failing on warnings if it did.
+    pub fn or_kept(&self, kept: Option<crate::session::Gate>, drop_baseline: bool) -> GateArgs {
+        let mut merged = self.clone();
+        if let Some(kept) = kept {
+            if merged.baseline.is_none() && !drop_baseline {
+                merged.baseline = kept.baseline;
+            }
+            merged.fail_on_warning |= kept.fail_on_warning;
+        }
+        if drop_baseline {
+            merged.baseline = None;
+        }
+        merged
+    }
+
     /// The library's gate.
     pub fn gate(&self) -> Gate {
         Gate {
@@ -129,6 +145,7 @@ pub(super) fn conclude(
         write(path, xml.as_bytes())?;
         written.push(path.clone());
     }
+    gate.gate().keep(&outcome.dir)?;
     outdir::write_manifest(&outcome.dir, &written)?;
     match report::step_summary(summary, outcome.comparison.as_ref()) {
         Ok(text) => append_step_summary(&text),

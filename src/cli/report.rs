@@ -11,6 +11,10 @@ use crate::session;
 pub(super) struct ReportArgs {
     /// A report directory left by `llmload run` (it holds records.jsonl and plan.kdl).
     dir: PathBuf,
+    /// Re-render without the baseline the run was judged against (by default it is compared
+    /// with it again: a regression is part of the run).
+    #[arg(long, conflicts_with = "baseline")]
+    no_baseline: bool,
     #[command(flatten)]
     gate: GateArgs,
 }
@@ -19,6 +23,16 @@ pub(super) fn rerender(args: &ReportArgs) -> Result<u8> {
     let templates = output::load_templates(&args.gate)?;
     output::check_paths(&args.gate, Some(&args.dir))?;
     let plan = session::archived_plan(&args.dir)?;
-    let outcome = session::judge(&plan, &args.dir, &args.gate.gate())?;
-    output::conclude(&outcome, &args.gate, &templates)
+    let gate = args
+        .gate
+        .or_kept(session::Gate::kept(&args.dir)?, args.no_baseline);
+    if let Some(baseline) = gate.baseline.as_ref().filter(|b| !b.exists()) {
+        return Err(crate::error::Error::usage(format!(
+            "this run was judged against the baseline {}, which is gone: pass --baseline DIR to \
+             compare it with another, or --no-baseline to re-render it without one",
+            baseline.display()
+        )));
+    }
+    let outcome = session::judge(&plan, &args.dir, &gate.gate())?;
+    output::conclude(&outcome, &gate, &templates)
 }

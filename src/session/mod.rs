@@ -99,12 +99,50 @@ impl RunOptions {
 }
 
 /// What fails a run besides its SLA.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Gate {
     /// Compare with this earlier run's directory; a regression fails the run.
     pub baseline: Option<PathBuf>,
     /// A warning (the run is not trustworthy) fails the run.
     pub fail_on_warning: bool,
+}
+
+/// Where a run keeps the gate it was judged by: re-rendering its reports judges it the same
+/// way unless told otherwise (a regression found against a baseline is part of the run).
+pub const GATE_FILE: &str = "gate.json";
+
+impl Gate {
+    /// The gate `dir`'s run was judged by, if it kept one.
+    pub fn kept(dir: &Path) -> Result<Option<Gate>> {
+        let path = dir.join(GATE_FILE);
+        match crate::files::read_text_bounded(&path, 1 << 20) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| Error::Records {
+                    path,
+                    line: None,
+                    message: format!("not a gate file: {e}"),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    /// Keeps this gate in `dir`, its baseline as an absolute path (a re-render may run from
+    /// elsewhere).
+    pub fn keep(&self, dir: &Path) -> Result<()> {
+        let kept = Gate {
+            baseline: self
+                .baseline
+                .as_ref()
+                .map(|b| std::fs::canonicalize(b).unwrap_or_else(|_| b.clone())),
+            fail_on_warning: self.fail_on_warning,
+        };
+        let path = dir.join(GATE_FILE);
+        let json = serde_json::to_string_pretty(&kept)
+            .map_err(|e| Error::run(format!("cannot encode the gate: {e}")))?;
+        std::fs::write(&path, json + "\n").map_err(|e| Error::io("write", &path, e))
+    }
 }
 
 /// Runs `plan` and judges it: [`execute`], then [`judge`].

@@ -17,10 +17,11 @@ pub const MANIFEST: &str = ".llmload-outputs";
 
 /// What every run leaves, also removed from a reused directory without a manifest (written by
 /// an llmload from before the manifest).
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 10] = [
     "plan.kdl",
     "records.jsonl",
     "plan-sources.json",
+    super::GATE_FILE,
     "report.md",
     "summary.json",
     "summary.csv",
@@ -30,10 +31,11 @@ const KNOWN: [&str; 9] = [
 ];
 
 /// The inputs of a report, which `llmload report DIR` keeps.
-const INPUTS: [&str; 4] = [
+const INPUTS: [&str; 5] = [
     "plan.kdl",
     "records.jsonl",
     "plan-sources.json",
+    super::GATE_FILE,
     crate::telemetry::FILE,
 ];
 
