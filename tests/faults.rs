@@ -9,7 +9,7 @@ use common::*;
 
 use std::net::TcpStream;
 use std::thread::sleep;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Requests each case sends.
 const REQUESTS: usize = 3;
@@ -527,4 +527,83 @@ fn running_out_of_file_descriptors_is_the_clients_failure() {
         read_records(&out).len() as u64,
         requests["sent"].as_u64().unwrap()
     );
+}
+
+/// A target that is down, refuses the key or does not serve the plan's model ends the run
+/// before its clock starts, in seconds, saying what it does serve: never a schedule of refused
+/// requests. The simulator refuses unknown models and wants its key, as vLLM does.
+#[test]
+fn a_wrong_target_key_or_model_fails_fast_and_says_what_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |plan: &str, args: &[&str], env: &[(&str, &std::ffi::OsStr)]| {
+        let path = write_plan(dir.path(), plan);
+        let started = Instant::now();
+        let output = run_file(&path, &dir.path().join("out"), args, env);
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+            started.elapsed(),
+        )
+    };
+    let long = "workload { input 8; output 2 }\nphase \"p\" { rate 5; duration \"60s\" }\n";
+    // Nothing listens there.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let (code, stderr, took) = run(
+        &format!("target \"http://127.0.0.1:{port}\" {{ model \"m\" }}\n{long}"),
+        &[],
+        &[],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("does not answer"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // The simulator serves two models; the plan asks for a third.
+    let serving = "sim { models \"qwen3-8b\" \"llama-3.1-8b\"; api-key env=\"SIM_KEY\" }\n";
+    let (code, stderr, took) = run(
+        &format!("target \"sim\" {{ model \"gpt-9\"; api-key env=\"SIM_KEY\" }}\n{serving}{long}"),
+        &[],
+        &[("SIM_KEY", "k-123456".as_ref())],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("does not serve model \"gpt-9\" (HTTP 404")
+            && stderr.contains("it serves: qwen3-8b, llama-3.1-8b"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // No key, or the wrong one: refused.
+    let (code, stderr, _) = run(
+        &format!("target \"sim\" {{ model \"qwen3-8b\" }}\n{serving}{long}"),
+        &[],
+        &[("SIM_KEY", "k-123456".as_ref())],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("refused the run's credentials: HTTP 401"),
+        "{stderr}"
+    );
+    // Both right: it runs (briefly).
+    let (code, stderr, _) = run(
+        &format!(
+            "target \"sim\" {{ model \"qwen3-8b\"; api-key env=\"SIM_KEY\" }}\n{serving}\
+             workload {{ input 8; output 2 }}\nphase \"p\" {{ concurrency 1; requests 2 }}\n"
+        ),
+        &[],
+        &[("SIM_KEY", "k-123456".as_ref())],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // With cold connections nothing is sent before the clock: the requests themselves fail,
+    // classed (a model the simulator does not serve is its 404).
+    let path = write_plan(
+        dir.path(),
+        "target \"sim\" { model \"gpt-9\"; connections \"cold\" }\nsim { models \"qwen3-8b\" }\n\
+         workload { input 8; output 2 }\nphase \"p\" { concurrency 1; requests 2 }\n",
+    );
+    let out = dir.path().join("cold");
+    let output = run_file(&path, &out, &[], &[]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(read_records(&out)
+        .iter()
+        .all(|r| r["error"] == "http_4xx" && r["http_status"] == 404));
 }

@@ -81,6 +81,25 @@ fn exit_code_3_when_the_target_is_unreachable() {
         ),
         &["--target", "http://127.0.0.1:1"],
     );
+    // Found before the clock starts (the connection warm-up asks GET /models first).
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(run.stderr().contains("does not answer"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("Connection refused"),
+        "{}",
+        run.stderr()
+    );
+    // Measuring cold connections, the requests themselves meet it: classed, and reported.
+    let run = run_plan(
+        &sim_plan(
+            "",
+            "input 16; output 4",
+            "phase \"c\" { concurrency 1; requests 2 }",
+            "error-rate < \"1%\"",
+        )
+        .replace("target \"sim\" {", "target \"sim\" { connections \"cold\";"),
+        &["--target", "http://127.0.0.1:1"],
+    );
     assert_eq!(run.code(), 3, "{}", run.stderr());
     assert!(run.stderr().contains("unreachable"), "{}", run.stderr());
     let records = run.records();

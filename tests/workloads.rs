@@ -52,8 +52,9 @@ fn capture_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
                     }
                 };
                 if head.starts_with("GET ") {
-                    // The client opens its connections before a phase with GET /models.
-                    let list = r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#;
+                    // The client opens its connections before a phase with GET /models (a
+                    // list naming no model: the run asks for any).
+                    let list = r#"{"object":"list","data":[]}"#;
                     let _ = write!(
                         stream,
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{list}",

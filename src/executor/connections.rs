@@ -38,3 +38,118 @@ pub async fn warm(
     models.set_path(&format!("{root}/models"));
     transport.warm(&models, template, count).await
 }
+
+/// The largest `GET /models` answer read: a gateway may list thousands of models.
+const MODELS_BYTES: u64 = 4 << 20;
+
+/// Checks, before a run's clock starts, that `template`'s server answers and serves its model:
+/// a `GET /models` with the run's credentials. A target that does not answer, or refuses the
+/// credentials, is refused at once; an hour's schedule of refused requests proves nothing. One
+/// that lists models without this one is asked for it once (one token): some servers (llama.cpp's)
+/// list their file's name and answer for any model, and then a note says so; a server that
+/// refuses it (vLLM's 404) ends the run, saying what it serves. A server without `/models`, or
+/// one that lists none, is let through. `Ok` holds a note, if there is one.
+pub async fn preflight(
+    transport: &Transport,
+    template: &RequestTemplate,
+) -> Result<Option<String>, String> {
+    use super::transport::Outgoing;
+    let path = template.url.path();
+    let root = path.strip_suffix(template.dialect.path()).unwrap_or(path);
+    let mut models = template.url.clone();
+    models.set_path(&format!("{root}/models"));
+    // Its path only: the URL's query may hold a key.
+    let shown = format!("GET {}", models.path());
+    let outgoing = Outgoing {
+        url: &models,
+        body: None,
+        headers: &[],
+        template,
+    };
+    let mut response = match transport.send(outgoing).await {
+        Ok(response) => response,
+        Err(error) => {
+            return Err(format!(
+                "the target does not answer ({shown}): {}",
+                error.detail
+            ))
+        }
+    };
+    let mut body = Vec::new();
+    while let Some(Ok(read)) = response.body.next().await {
+        body.extend_from_slice(&read);
+        if body.len() as u64 > MODELS_BYTES {
+            break;
+        }
+    }
+    let said = || {
+        let text = String::from_utf8_lossy(&body);
+        crate::error::shorten(&text)
+    };
+    match response.status {
+        401 | 403 => {
+            return Err(format!(
+            "the target refused the run's credentials: HTTP {} from {shown}: {} (set the key with \
+                 `api-key env=\"VAR\"` in the target and export VAR)",
+            response.status,
+            said()
+        ))
+        }
+        200..=299 => {}
+        // No model list here (not every server has one): the requests will tell.
+        _ => return Ok(None),
+    }
+    let listed: Vec<String> = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("data").and_then(|d| d.as_array()).cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m.get("id").and_then(|id| id.as_str()).map(str::to_string))
+        .collect();
+    let model = &template.options.model;
+    if listed.is_empty() || listed.iter().any(|id| id == model) {
+        return Ok(None);
+    }
+    let mut named: Vec<String> = listed
+        .iter()
+        .take(20)
+        .map(|id| crate::error::shorten(id))
+        .collect();
+    if listed.len() > 20 {
+        named.push(format!("and {} more", listed.len() - 20));
+    }
+    let served = named.join(", ");
+    // Not listed: asked once, for one token, whether it answers for it anyway.
+    let body = template.body(&crate::planner::Prompt::Text("Hi".into()), 1);
+    let outgoing = Outgoing {
+        url: &template.url,
+        body: Some(body),
+        headers: &[],
+        template,
+    };
+    let answered = match transport.send(outgoing).await {
+        Ok(mut response) => {
+            let mut said = Vec::new();
+            while let Some(Ok(read)) = response.body.next().await {
+                if said.len() < 4096 {
+                    said.extend_from_slice(&read);
+                }
+            }
+            (
+                response.status,
+                crate::error::shorten(&String::from_utf8_lossy(&said)),
+            )
+        }
+        Err(error) => (0, error.detail),
+    };
+    match answered {
+        (200..=299, _) => Ok(Some(format!(
+            "the target lists {served} but not \"{model}\"; it answered a request for \"{model}\", \
+             so the run goes on (a server such as llama.cpp's answers for any model name)"
+        ))),
+        (status, said) => Err(format!(
+            "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: {served} \
+             (set `model` in the target, or --model)"
+        )),
+    }
+}

@@ -109,6 +109,25 @@ pub async fn run_from(
         config.template.timeout.min(Duration::from_secs(10)),
     )
     .map_err(Error::run)?;
+    // The target answers and serves the plan's model(s), before anything is recorded: a wrong
+    // URL, key or model ends the run in seconds. It rides on the connection warm-up (a plan
+    // measuring cold connections opens none before its clock).
+    if config.warm_connections {
+        let mut checked: Vec<(String, String)> = Vec::new();
+        for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
+            let key = (template.url.to_string(), template.options.model.clone());
+            if checked.contains(&key) {
+                continue;
+            }
+            if let Some(note) = connections::preflight(&transport, template)
+                .await
+                .map_err(Error::run)?
+            {
+                config.observer.on_event(Event::Note(&note));
+            }
+            checked.push(key);
+        }
+    }
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),

@@ -22,6 +22,12 @@ pub struct SimSettings {
     pub faults: Faults,
     /// Behave like a reasoning model: each chat answer thinks first.
     pub reasoning: Option<Reasoning>,
+    /// The models it serves, as `/v1/models` lists them; a request for another is answered 404
+    /// (as vLLM does). Empty: it answers for any model and lists none.
+    pub models: Vec<String>,
+    /// The environment variable holding the key it requires (`Authorization: Bearer …`) on
+    /// `/v1/*`, as vLLM's `--api-key` does; a request without it is answered 401.
+    pub api_key_env: Option<String>,
     /// Rounds of tool calls an answer makes in a row (when the request offers tools) before it
     /// answers in words: counted since the conversation's last user message.
     pub tool_rounds: u32,
@@ -70,6 +76,8 @@ impl Default for SimSettings {
             faults: Faults::default(),
             reasoning: None,
             tool_rounds: 1,
+            models: Vec::new(),
+            api_key_env: None,
         }
     }
 }

@@ -96,6 +96,8 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             faults: Default::default(),
             reasoning: None,
             tool_rounds: plan.sim.tool_rounds,
+            models: plan.sim.models.clone(),
+            api_key_env: plan.sim.api_key_env.clone(),
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

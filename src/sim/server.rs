@@ -37,6 +37,8 @@ const INLINE_PARSE_BYTES: usize = 2048;
 
 struct Shared {
     settings: SimSettings,
+    /// The `Authorization` value it requires on `/v1/*` (from `api-key env=`), if any.
+    required_authorization: Option<String>,
     tokenizer: Arc<Tokenizer>,
     requests: AtomicU64,
     /// Delays are the truth tests check the client against: they must land on time.
@@ -131,7 +133,12 @@ pub async fn serve_with(
         .clone()
         .map(|engine| Engine::start(engine, timer.clone(), metrics.clone()));
     let writes = options.record_writes.then(|| Arc::new(WriteLog::new()));
+    let required_authorization = settings
+        .api_key_env
+        .as_ref()
+        .map(|var| format!("Bearer {}", std::env::var(var).unwrap_or_default()));
     let shared = Arc::new(Shared {
+        required_authorization,
         settings,
         tokenizer,
         requests: AtomicU64::new(0),
@@ -266,14 +273,34 @@ impl Tokens {
 async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
     let arrived = Instant::now();
     let path = req.uri().path().to_string();
+    // As vLLM's --api-key: every /v1 route wants the key; /health, /metrics, /version do not.
+    if let Some(required) = &shared.required_authorization {
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if path.starts_with("/v1/") && given != Some(required.as_str()) {
+            return Ok(json_response(
+                StatusCode::UNAUTHORIZED,
+                serde_json::json!({"error": "Unauthorized"}),
+            ));
+        }
+    }
     let chat = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/chat/completions") => true,
         (&Method::POST, "/v1/completions") => false,
         (&Method::GET, "/v1/models") => {
+            // Those it serves; none when it answers for any model.
+            let data: Vec<serde_json::Value> = shared
+                .settings
+                .models
+                .iter()
+                .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "llmload-sim"}))
+                .collect();
             return Ok(json_response(
                 StatusCode::OK,
-                serde_json::json!({"object": "list", "data": [{"id": "llmload-sim", "object": "model"}]}),
-            ))
+                serde_json::json!({"object": "list", "data": data}),
+            ));
         }
         (&Method::GET, "/health") => {
             return Ok(json_response(
@@ -360,6 +387,15 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ))
         }
     };
+    if !shared.settings.models.is_empty() && !shared.settings.models.contains(&request.model) {
+        return Ok(json_response(
+            StatusCode::NOT_FOUND,
+            error_body(
+                &format!("The model `{}` does not exist.", request.model),
+                "NotFoundError",
+            ),
+        ));
+    }
     if request.tool_rounds >= shared.settings.tool_rounds {
         // Enough tools called since the user spoke: this turn answers.
         request.tool = None;

@@ -3,8 +3,8 @@
 
 use kdl::KdlNode;
 
-use super::cx::{children, property, Cx, Handler};
-use super::values::{Count, Flag, Percent, Seed, Text, DURATION, DURATION_OR_ZERO};
+use super::cx::{children, positional, property, Cx, Handler};
+use super::values::{Count, Flag, Kind, Percent, Seed, Text, DURATION, DURATION_OR_ZERO};
 use crate::plan::profiles;
 use crate::plan::{
     EngineSettings, Faults, Reasoning, ReasoningField, SimSettings, SlowHeaders, Stall,
@@ -88,6 +88,48 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
                 field,
                 in_usage,
             });
+        }
+    }),
+    ("models", |cx, node, s| {
+        let usage =
+            "models \"meta-llama/Llama-3.1-8B-Instruct\" \"qwen3-8b\" (the models it serves)";
+        cx.no_children(node);
+        cx.check_entries(node, usize::MAX, &[], usage);
+        let names: Vec<String> = positional(node)
+            .filter_map(|entry| Text.read(cx, entry, usage))
+            .collect();
+        if names.is_empty() {
+            cx.error(
+                node.name().span(),
+                "`models` names no model",
+                "no model",
+                usage,
+            );
+        }
+        s.sim.models = names;
+    }),
+    ("api-key", |cx, node, s| {
+        let usage = "api-key env=\"SIM_API_KEY\" (the key it requires, from that variable)";
+        cx.no_children(node);
+        for entry in positional(node) {
+            cx.secret(entry.span());
+            cx.error(
+                entry.span(),
+                "an API key is never written in a plan",
+                "key in the plan",
+                usage,
+            );
+        }
+        cx.check_entries(node, usize::MAX, &["env"], usage);
+        match cx.prop(node, "env", usage, Text) {
+            Ok(Some(var)) => s.sim.api_key_env = Some(var),
+            Ok(None) if positional(node).next().is_none() => cx.error(
+                node.name().span(),
+                "`api-key` needs env=\"VARIABLE\"",
+                "env missing",
+                usage,
+            ),
+            _ => {}
         }
     }),
     ("tool-rounds", |cx, node, s| {
