@@ -468,6 +468,43 @@ fn output_paths_inside_out_work_and_wrong_ones_are_refused_first() {
     assert_eq!(again.status.code(), Some(0));
     assert!(out.join("ci").join("junit.xml").is_file());
 
+    // The same plan again replaces its earlier run; another plan's run is not wiped.
+    let again = llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0));
+    let other = dir.path().join("other.kdl");
+    std::fs::write(
+        &other,
+        "plan \"other\"\ntarget \"sim\"\nworkload { input 8; output 2 }\nphase \"p\" { concurrency 1; requests 2 }\n",
+    )
+    .unwrap();
+    let refused = llmload()
+        .arg("run")
+        .arg(&other)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds a run of plan"), "{stderr}");
+    assert!(out.join("records.jsonl").exists());
+    // A shard start far in the past is a mistake, said before anything runs.
+    let refused = llmload()
+        .arg("run")
+        .arg(&plan)
+        .args(["--shard", "1/2", "--start-at", "@1000"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("in the past"));
+
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     for args in [

@@ -79,8 +79,26 @@ fn parse_shard(text: &str) -> std::result::Result<planner::Shard, String> {
     planner::Shard::parse(text).map_err(|e| e.to_string())
 }
 
-/// `--start-at`: an RFC 3339 time, or `@` and Unix seconds.
+/// How far in the past `--start-at` may be: shards started by hand, or a Job's pods scheduled a
+/// moment late, still start together (each says how late it was); more is a mistake.
+const START_AT_PAST_LIMIT: Duration = Duration::from_secs(10);
+
+/// `--start-at`: an RFC 3339 time, or `@` and Unix seconds; not more than
+/// [`START_AT_PAST_LIMIT`] in the past.
 pub(super) fn parse_start_at(text: &str) -> std::result::Result<std::time::SystemTime, String> {
+    let at = parse_wall_clock(text)?;
+    match std::time::SystemTime::now().duration_since(at) {
+        Ok(past) if past > START_AT_PAST_LIMIT => Err(format!(
+            "{text} is {:.0} s in the past: give every shard the same time a little ahead, e.g. \
+             @$(( $(date +%s) + 30 ))",
+            past.as_secs_f64()
+        )),
+        _ => Ok(at),
+    }
+}
+
+/// An RFC 3339 time, or `@` and Unix seconds.
+fn parse_wall_clock(text: &str) -> std::result::Result<std::time::SystemTime, String> {
     let bad = || {
         format!(
             "{text}: write a wall-clock time as RFC 3339 (2026-12-01T10:00:00Z) or Unix seconds (@1764583200)"

@@ -22,7 +22,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     let credentials = target::credentials(plan, &*options.observer, &mut secrets)?;
     let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
-    outdir::prepare(out)?;
+    outdir::prepare(out, Some(&plan.name))?;
     keep_sources(plan, out)?;
     let runtime = runtime(options.threads)?;
     let records_path = out.join("records.jsonl");

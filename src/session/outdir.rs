@@ -39,9 +39,24 @@ const INPUTS: [&str; 5] = [
     crate::telemetry::FILE,
 ];
 
-/// Makes `dir` ready for a new run: created, or emptied of an earlier run's files; refused if
-/// it holds anything else.
-pub fn prepare(dir: &Path) -> Result<()> {
+/// The plan an earlier run in `dir` ran, from its records' first line.
+fn earlier_plan(dir: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let file = crate::files::open_regular(&dir.join("records.jsonl")).ok()?;
+    let mut first = Vec::new();
+    std::io::Read::take(std::io::BufReader::new(file), 1 << 20)
+        .read_until(b'\n', &mut first)
+        .ok()?;
+    match serde_json::from_slice::<crate::records::LogLine>(&first).ok()? {
+        crate::records::LogLine::Run(run) => Some(run.header.plan),
+        _ => None,
+    }
+}
+
+/// Makes `dir` ready for a new run of `plan` (by name, when it is one plan's): created, or
+/// emptied of an earlier run's files; refused if it holds anything else, or a run of another
+/// plan.
+pub fn prepare(dir: &Path, plan: Option<&str>) -> Result<()> {
     match std::fs::read_dir(dir) {
         // Missing (or not a directory: creating it says why).
         Err(_) => std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e)),
@@ -59,6 +74,16 @@ pub fn prepare(dir: &Path) -> Result<()> {
                      empty directory (llmload replaces only an earlier run's own files)",
                     dir.display()
                 )));
+            }
+            if let (Some(plan), Some(earlier)) = (plan, earlier_plan(dir)) {
+                if earlier != plan {
+                    return Err(Error::usage(format!(
+                        "--out {}: it holds a run of plan \"{earlier}\", not of \"{plan}\"; give another \
+                         directory (or remove that run first): llmload replaces only an earlier run of the \
+                         same plan",
+                        dir.display()
+                    )));
+                }
             }
             remove(dir, &outputs(dir), &[])
         }

@@ -239,7 +239,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     // Requests in the order they finished, as one process would have written them.
     records.sort_by_key(|r| (r.end_us().unwrap_or(r.actual_send_us), r.shard, r.seq));
 
-    outdir::prepare(out)?;
+    outdir::prepare(out, None)?;
     let first = &shards[0].0;
     // Every shard scraped the same server: the first shard's telemetry speaks for the run.
     for name in ["plan.kdl", "plan-sources.json", crate::telemetry::FILE] {
