@@ -151,7 +151,7 @@ mod tests {
     fn a_reused_run_directory_loses_every_file_of_the_earlier_run_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        prepare(&out).unwrap();
+        prepare(&out, None).unwrap();
         for name in [
             "plan.kdl",
             "records.jsonl",
@@ -176,14 +176,14 @@ mod tests {
         assert!(out.join("records.jsonl").exists() && out.join("plan.kdl").exists());
         assert!(!out.join("comparison.md").exists() && !out.join("pr.md").exists());
         // A new run removes the rest of the earlier run, and leaves what is not llmload's.
-        prepare(&out).unwrap();
+        prepare(&out, None).unwrap();
         assert!(!out.join("records.jsonl").exists());
         assert!(out.join("notes-of-mine.txt").exists());
         // A directory of someone else's files is refused.
         let other = dir.path().join("other");
         std::fs::create_dir(&other).unwrap();
         std::fs::write(other.join("thesis.tex"), "mine").unwrap();
-        let err = prepare(&other).unwrap_err();
+        let err = prepare(&other, None).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(other.join("thesis.tex").exists());
     }
