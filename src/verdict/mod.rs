@@ -82,7 +82,8 @@ pub fn display(kind: MetricKind, value: f64) -> String {
             }
         }
         MetricKind::Fraction => format!("{:.2}%", value * 100.0),
-        MetricKind::Throughput | MetricKind::TokenRate => format!("{value:.2}/s"),
+        MetricKind::Throughput => format!("{value:.2}/s"),
+        MetricKind::TokenRate => format!("{value:.2} tok/s"),
         MetricKind::Capacity | MetricKind::Count => format!("{value:.2}"),
         MetricKind::Tokens => format!("{value:.1} tokens"),
     }
