@@ -327,4 +327,58 @@ fn init_writes_a_plan_that_runs() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
+    // Each job's llmload commands, as written (against the simulator: no target is set), work
+    // on their first run in the repository: fmt, check, and run with JUnit inside --out.
+    for job in [
+        ".github/workflows/llmload.yml",
+        ".gitlab/llmload.gitlab-ci.yml",
+    ] {
+        let yaml = std::fs::read_to_string(dir.path().join(job)).unwrap();
+        let commands: Vec<String> = yaml
+            .lines()
+            .map(|l| l.trim().trim_start_matches("- "))
+            .filter(|l| l.starts_with("llmload "))
+            .map(|l| {
+                l.trim_start_matches("llmload ")
+                    .replace(" \"${target[@]}\"", "")
+                    .replace(" ${LLMLOAD_TARGET:+--target \"$LLMLOAD_TARGET\"}", "")
+            })
+            .collect();
+        assert_eq!(commands.len(), 3, "{job}: {commands:?}");
+        let _ = std::fs::remove_dir_all(dir.path().join("llmload-report"));
+        for command in &commands {
+            let output = llmload()
+                .args(command.split_whitespace())
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "{job}: llmload {command}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        assert!(
+            dir.path().join("llmload-report/junit.xml").is_file(),
+            "{job}"
+        );
+    }
+    // Adding a CI job to a repository whose plan was edited keeps the plan.
+    std::fs::remove_file(dir.path().join(".gitlab/llmload.gitlab-ci.yml")).unwrap();
+    let out = llmload()
+        .args(["init", "--ci", "gitlab"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("kept") && stdout.contains("llmload.kdl"),
+        "{stdout}"
+    );
+    assert!(std::fs::read_to_string(&plan)
+        .unwrap()
+        .contains("duration \"2s\""));
+    assert!(dir.path().join(".gitlab/llmload.gitlab-ci.yml").exists());
 }

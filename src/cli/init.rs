@@ -26,7 +26,8 @@ pub(super) struct InitArgs {
     /// Also write a CI job that runs the plan on every pull request (repeatable).
     #[arg(long, value_enum)]
     ci: Vec<Ci>,
-    /// Overwrite files that already exist.
+    /// Overwrite files that already exist (without it, existing files are kept and only the
+    /// missing ones written).
     #[arg(long)]
     force: bool,
 }
@@ -39,16 +40,22 @@ pub(super) fn init(args: &InitArgs) -> Result<u8> {
     if args.ci.contains(&Ci::Gitlab) {
         files.push((args.dir.join(".gitlab/llmload.gitlab-ci.yml"), GITLAB));
     }
-    // Nothing is written unless everything can be.
-    if !args.force {
-        if let Some((existing, _)) = files.iter().find(|(path, _)| path.exists()) {
-            return Err(Error::usage(format!(
-                "{} exists already; pass --force to replace it",
-                existing.display()
-            )));
-        }
+    // What exists is kept (an edited plan is never overwritten to add a CI job), unless
+    // --force; when everything exists, nothing is to be done and that is said.
+    let (kept, missing): (Vec<_>, Vec<_>) = files
+        .iter()
+        .partition(|(path, _)| path.exists() && !args.force);
+    if missing.is_empty() {
+        let names: Vec<String> = kept.iter().map(|(p, _)| p.display().to_string()).collect();
+        return Err(Error::usage(format!(
+            "{} exist already; pass --force to replace them",
+            names.join(", ")
+        )));
     }
-    for (path, text) in &files {
+    for (path, _) in &kept {
+        say!("kept {}: it exists (--force replaces it)", path.display())?;
+    }
+    for (path, text) in &missing {
         write(path, text)?;
         say!("wrote {}", path.display())?;
     }
