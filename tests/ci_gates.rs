@@ -191,6 +191,13 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
         "{report}"
     );
     assert!(report.contains("## Against the baseline"), "{report}");
+    // report.html says it too, beside its FAIL banner.
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("<h2 id=\"baseline\">Against the baseline</h2>")
+            && html.contains("<td class=\"bad\">regression</td>"),
+        "{html}"
+    );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["passed"], false);
