@@ -6,63 +6,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::io::Write;
+use std::net::TcpStream;
 
+use common::wire::Seen;
 use common::{run_plan, serial};
 
-/// One request as the server saw it: its request line and its headers, lower-cased names.
-#[derive(Debug, Clone)]
-struct Seen {
-    line: String,
-    headers: Vec<(String, String)>,
-}
-
 /// Serves every connection on its own thread: `answer` writes the response for what it saw.
-fn serve(answer: fn(&Seen, &mut TcpStream)) -> (u16, Arc<Mutex<Vec<Seen>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let kept = kept.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let mut headers = Vec::new();
-                let mut length = 0usize;
-                loop {
-                    let mut header = String::new();
-                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                        break;
-                    }
-                    if let Some((name, value)) = header.trim_end().split_once(':') {
-                        let name = name.to_ascii_lowercase();
-                        if name == "content-length" {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                        headers.push((name, value.trim().to_string()));
-                    }
-                }
-                let mut body = vec![0; length];
-                let _ = reader.read_exact(&mut body);
-                let request = Seen {
-                    line: line.trim_end().to_string(),
-                    headers,
-                };
-                kept.lock().unwrap().push(request.clone());
-                answer(&request, &mut stream);
-                let _ = stream.flush();
-            });
-        }
-    });
-    (port, seen)
+fn serve(answer: fn(&Seen, &mut TcpStream)) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Seen>>>) {
+    common::wire::capture(answer)
 }
 
 fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &str) {
@@ -289,11 +241,7 @@ fn a_key_in_the_target_url_reaches_no_output_and_its_query_follows_every_path() 
     // user:password goes as Basic authentication on every connection: requests and /metrics.
     let basic = "Basic YWxpY2U6dXNlci1wYXNzd29yZC1zZWNyZXQtNDI=";
     for request in seen.iter().filter(|s| !s.line.starts_with("GET /version")) {
-        let authorization = request
-            .headers
-            .iter()
-            .find(|(name, _)| name == "authorization")
-            .map(|(_, value)| value.as_str());
+        let authorization = request.header("authorization");
         assert_eq!(authorization, Some(basic), "{request:?}");
     }
     assert!(

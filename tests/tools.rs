@@ -156,27 +156,18 @@ fn answer_in_words(s: &mut TcpStream) {
 
 #[test]
 fn an_agent_loop_sends_the_calls_back_with_their_results_after_the_tools_latency() {
-    use std::sync::{Arc, Mutex};
     let _serial = serial();
-    // Each connection's request body kept, in order: the second must carry the calls back.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let bodies = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
-    let kept = bodies.clone();
-    std::thread::spawn(move || {
-        let scenarios: [fn(&mut TcpStream); 3] =
-            [answer_then_call_two, answer_in_words, answer_in_words];
-        for scenario in scenarios {
-            let Ok((mut stream, _)) = listener.accept() else {
-                return;
-            };
-            let body = common::wire::read_request(&mut stream).unwrap_or_default();
-            kept.lock()
-                .unwrap()
-                .push(serde_json::from_slice(&body).unwrap_or_default());
-            scenario(&mut stream);
+    // Each request kept, in order: the second must carry the calls back. The turns come one at
+    // a time, so the server answers them by how many it has seen.
+    fn turns(_seen: &common::wire::Seen, stream: &mut TcpStream) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static POSTS: AtomicUsize = AtomicUsize::new(0);
+        match POSTS.fetch_add(1, Ordering::SeqCst) {
+            0 => answer_then_call_two(stream),
+            _ => answer_in_words(stream),
         }
-    });
+    }
+    let (port, bodies) = common::wire::capture(turns);
     let plan = format!(
         "plan \"agent\" {{ seed 5; }}\n\
          target \"http://127.0.0.1:{port}\" {{ model \"m\"; tools \"tools.json\"; metrics #false; connections \"cold\"; }}\n\
@@ -209,7 +200,7 @@ fn an_agent_loop_sends_the_calls_back_with_their_results_after_the_tools_latency
         "think time {think_gap} ms"
     );
 
-    let bodies = bodies.lock().unwrap().clone();
+    let bodies: Vec<serde_json::Value> = bodies.lock().unwrap().iter().map(|s| s.json()).collect();
     let messages = bodies[1]["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages
         .iter()

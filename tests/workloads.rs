@@ -5,75 +5,52 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
+
+use common::wire::Seen;
 
 use common::{llmload, run_file, run_plan, sim_plan, write_plan, SimProcess};
 
-/// What a capturing server saw of one request.
+/// A loopback server that keeps every request and answers each with a short non-streamed chat
+/// completion (usage included); the connection warm-up's `GET /models` gets a list naming no
+/// model (the run asks for any).
+fn capture_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    common::wire::capture(|seen, stream| {
+        let (kind, answer) = if seen.line.starts_with("GET ") {
+            ("application/json", r#"{"object":"list","data":[]}"#)
+        } else {
+            (
+                "application/json",
+                r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok then"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#,
+            )
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+            answer.len()
+        );
+    })
+}
+
+/// A request a capturing server kept, its body as JSON.
 #[derive(Debug, Clone)]
-struct Seen {
+struct Posted {
     head: String,
     body: serde_json::Value,
 }
 
-/// A loopback server that keeps every request and answers each with a short non-streamed chat
-/// completion (usage included).
-fn capture_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let kept = kept.clone();
-            std::thread::spawn(move || {
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 8192];
-                let (head, body) = loop {
-                    let n = stream.read(&mut chunk).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buffer.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buffer[..end]).to_string();
-                        let length: usize = head
-                            .to_lowercase()
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if buffer.len() >= end + 4 + length {
-                            break (head, buffer[end + 4..end + 4 + length].to_vec());
-                        }
-                    }
-                };
-                if head.starts_with("GET ") {
-                    // The client opens its connections before a phase with GET /models (a
-                    // list naming no model: the run asks for any).
-                    let list = r#"{"object":"list","data":[]}"#;
-                    let _ = write!(
-                        stream,
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{list}",
-                        list.len()
-                    );
-                    return;
-                }
-                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                kept.lock().unwrap().push(Seen { head, body });
-                let answer = r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok then"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                    answer.len()
-                );
-            });
-        }
-    });
-    (port, seen)
+/// The requests a capturing server kept, its `GET`s left out.
+fn posted(seen: &Arc<Mutex<Vec<Seen>>>) -> Vec<Posted> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| !s.line.starts_with("GET "))
+        .map(|s| Posted {
+            head: s.head.clone(),
+            body: s.json(),
+        })
+        .collect()
 }
 
 #[test]
@@ -134,7 +111,7 @@ phase "all" {{ concurrency 1; requests 8 }}
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let seen = seen.lock().unwrap().clone();
+    let seen = posted(&seen);
     assert_eq!(seen.len(), 8);
     // In the file's order, twice round: each prompt exactly as the file has it.
     let expected: Vec<serde_json::Value> = vec![
@@ -143,7 +120,7 @@ phase "all" {{ concurrency 1; requests 8 }}
         serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompts[1]}]),
         serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompts[2]}]),
     ];
-    let mut bodies: Vec<&Seen> = seen.iter().collect();
+    let mut bodies: Vec<&Posted> = seen.iter().collect();
     // Requests go one at a time (one user), so arrival order is send order.
     bodies.truncate(8);
     for (i, request) in bodies.iter().enumerate() {
@@ -419,7 +396,7 @@ phase "chat" {{ concurrency 1; requests 2 }}
     );
     let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let seen = seen.lock().unwrap().clone();
+    let seen = posted(&seen);
     assert_eq!(seen.len(), 6, "2 conversations of 3 turns");
     let messages = |i: usize| seen[i].body["messages"].as_array().unwrap().clone();
     for conversation in 0..2 {
@@ -519,8 +496,8 @@ phase "b" {{ concurrency 1; requests 3; model "large"; target "http://127.0.0.1:
     );
     let run = run_plan(&plan, &["--model", "override"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let first = seen_first.lock().unwrap().clone();
-    let second = seen_second.lock().unwrap().clone();
+    let first = posted(&seen_first);
+    let second = posted(&seen_second);
     assert_eq!(first.len(), 2);
     assert_eq!(second.len(), 3);
     // --model replaces the target's model; a phase's own model stays its own.

@@ -33,6 +33,12 @@ pub trait PromptSource: Send + Sync {
     /// The prompt of `request`.
     fn prompt(&self, request: &ScheduledRequest) -> Prompt;
 
+    /// The new user message of `request`, a later turn of a conversation.
+    fn user_message(&self, request: &ScheduledRequest) -> String;
+
+    /// The tokenizer the prompts are measured with.
+    fn tokenizer(&self) -> &Tokenizer;
+
     /// The next turn of a conversation: `answer` (the assistant's to the turn before) appended
     /// to `history`, then `request`'s new user message, or (for a tool turn) one tool result
     /// per call the answer made; `history` then is the prompt. Returns the turn's prompt
@@ -43,7 +49,16 @@ pub trait PromptSource: Send + Sync {
         answer: Answer,
         request: &ScheduledRequest,
         input_before: u32,
-    ) -> (Prompt, u32);
+    ) -> (Prompt, u32) {
+        append_turn(
+            self.tokenizer(),
+            history,
+            answer,
+            request,
+            || self.user_message(request),
+            input_before,
+        )
+    }
 }
 
 /// What the assistant answered to a turn: what the next turn sends back.
@@ -124,25 +139,13 @@ impl PromptSource for SyntheticPrompts {
         )
     }
 
-    fn next_turn(
-        &self,
-        history: &mut Vec<Message>,
-        answer: Answer,
-        request: &ScheduledRequest,
-        input_before: u32,
-    ) -> (Prompt, u32) {
-        let message = || {
-            self.tokenizer
-                .prompt(request.input_tokens, request.prompt_seed)
-        };
-        append_turn(
-            &self.tokenizer,
-            history,
-            answer,
-            request,
-            message,
-            input_before,
-        )
+    fn user_message(&self, request: &ScheduledRequest) -> String {
+        self.tokenizer
+            .prompt(request.input_tokens, request.prompt_seed)
+    }
+
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 }
 
@@ -298,16 +301,10 @@ impl PromptSource for WorkloadPrompts {
         Prompt::Messages(messages)
     }
 
-    fn next_turn(
-        &self,
-        history: &mut Vec<Message>,
-        answer: Answer,
-        request: &ScheduledRequest,
-        input_before: u32,
-    ) -> (Prompt, u32) {
+    fn user_message(&self, request: &ScheduledRequest) -> String {
         // A later turn says only its new message: a dataset entry's (its last user turn, for a
         // conversation), or synthetic text of its length.
-        let message = || match self.own(request) {
+        match self.own(request) {
             DataPrompt::Text(text) => text,
             DataPrompt::Messages(messages) => messages
                 .into_iter()
@@ -315,15 +312,11 @@ impl PromptSource for WorkloadPrompts {
                 .find(|m| m.role == "user")
                 .map(|m| m.content)
                 .unwrap_or_default(),
-        };
-        append_turn(
-            &self.tokenizer,
-            history,
-            answer,
-            request,
-            message,
-            input_before,
-        )
+        }
+    }
+
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 }
 

@@ -203,6 +203,7 @@ impl Drop for SimProcess {
 pub mod wire {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex};
 
     /// Reads one HTTP request (headers and a Content-Length body); returns its body, or `None`
     /// when the connection ended first.
@@ -261,6 +262,89 @@ pub mod wire {
             stream,
             &format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
         );
+    }
+
+    /// One request as a capturing server saw it.
+    #[derive(Debug, Clone)]
+    pub struct Seen {
+        /// Its request line (`POST /v1/chat/completions HTTP/1.1`).
+        pub line: String,
+        /// Its head: the request line and the headers, as sent.
+        pub head: String,
+        /// Its headers, names lower-cased.
+        pub headers: Vec<(String, String)>,
+        /// Its body.
+        pub body: Vec<u8>,
+    }
+
+    impl Seen {
+        /// The body as JSON (`Null` when it is none).
+        pub fn json(&self) -> serde_json::Value {
+            serde_json::from_slice(&self.body).unwrap_or_default()
+        }
+
+        /// A header's value.
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// Serves every connection on its own thread, keeping every request it reads (in the order
+    /// they came) and answering each as `answer` writes: the tests' capturing server.
+    pub fn capture(answer: fn(&Seen, &mut TcpStream)) -> (u16, Arc<Mutex<Vec<Seen>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    let (head, body) = loop {
+                        let n = stream.read(&mut chunk).unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buffer[..end]).to_string();
+                            let length: usize = head
+                                .to_lowercase()
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
+                            if buffer.len() >= end + 4 + length {
+                                break (head, buffer[end + 4..end + 4 + length].to_vec());
+                            }
+                        }
+                    };
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    let headers = head
+                        .lines()
+                        .skip(1)
+                        .filter_map(|l| l.split_once(':'))
+                        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+                        .collect();
+                    let request = Seen {
+                        line,
+                        head,
+                        headers,
+                        body,
+                    };
+                    kept.lock().unwrap().push(request.clone());
+                    answer(&request, &mut stream);
+                    let _ = stream.flush();
+                });
+            }
+        });
+        (port, seen)
     }
 
     pub const SSE_HEAD: &str =

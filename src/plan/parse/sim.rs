@@ -109,28 +109,8 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         s.sim.models = names;
     }),
     ("api-key", |cx, node, s| {
-        let usage = "api-key env=\"SIM_API_KEY\" (the key it requires, from that variable)";
-        cx.no_children(node);
-        for entry in positional(node) {
-            cx.secret(entry.span());
-            cx.error(
-                entry.span(),
-                "an API key is never written in a plan",
-                "key in the plan",
-                usage,
-            );
-        }
-        cx.check_entries(node, usize::MAX, &["env"], usage);
-        match cx.prop(node, "env", usage, Text) {
-            Ok(Some(var)) => s.sim.api_key_env = Some(var),
-            Ok(None) if positional(node).next().is_none() => cx.error(
-                node.name().span(),
-                "`api-key` needs env=\"VARIABLE\"",
-                "env missing",
-                usage,
-            ),
-            _ => {}
-        }
+        let usage = "api-key env=\"SIM_API_KEY\"";
+        s.sim.api_key_env = super::target::key_variable(cx, node, usage);
     }),
     ("tool-rounds", |cx, node, s| {
         let usage = "tool-rounds 2 (tool calls in a row before an answer in words; 0 never calls)";

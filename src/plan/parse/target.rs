@@ -574,7 +574,12 @@ fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
 
 /// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
 fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
-    let usage = "api-key env=\"OPENAI_API_KEY\"";
+    t.api_key_env = key_variable(cx, node, "api-key env=\"OPENAI_API_KEY\"");
+}
+
+/// `api-key env="VAR"` (the target's, or the simulator's): the variable that holds a key. A key
+/// written in the plan itself is refused, and starred out of the diagnostic.
+pub(super) fn key_variable(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<String> {
     cx.no_children(node);
     for entry in positional(node) {
         cx.secret(entry.span());
@@ -582,19 +587,22 @@ fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             entry.span(),
             "an API key is never written in a plan",
             "key in the plan",
-            "name the environment variable that holds it: api-key env=\"OPENAI_API_KEY\"",
+            format!("name the environment variable that holds it: {usage}"),
         );
     }
     cx.check_entries(node, usize::MAX, &["env"], usage);
     match property(node, "env") {
-        Some(_) => t.api_key_env = cx.prop(node, "env", usage, Text).ok().flatten(),
-        None if positional(node).next().is_none() => cx.error(
-            node.name().span(),
-            "`api-key` needs env=\"VARIABLE\"",
-            "env missing",
-            format!("write it as: {usage}"),
-        ),
-        None => {}
+        Some(_) => cx.prop(node, "env", usage, Text).ok().flatten(),
+        None if positional(node).next().is_none() => {
+            cx.error(
+                node.name().span(),
+                "`api-key` needs env=\"VARIABLE\"",
+                "env missing",
+                format!("write it as: {usage}"),
+            );
+            None
+        }
+        None => None,
     }
 }
 
