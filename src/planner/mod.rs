@@ -357,29 +357,19 @@ impl Schedule {
 
     /// The user's think time before `request` (a turn after the first), drawn from its seed.
     pub fn think_time(&self, request: &ScheduledRequest) -> Duration {
-        let Some(conversation) = self.mix.conversation else {
-            return Duration::ZERO;
-        };
-        let micros = draw_between(
-            request.prompt_seed ^ 0x7468_696e,
-            conversation.think.as_micros() as u64,
-            conversation.think_max.map(|max| max.as_micros() as u64),
-        );
-        Duration::from_micros(micros)
+        match self.mix.conversation {
+            Some(c) => draw_duration(request, 0x7468_696e, c.think, c.think_max),
+            None => Duration::ZERO,
+        }
     }
 
     /// How long the tools take to answer before `request` (a tool turn of an agent loop),
     /// drawn from its seed.
     pub fn tool_latency(&self, request: &ScheduledRequest) -> Duration {
-        let Some(tools) = self.mix.conversation.and_then(|c| c.tool_results) else {
-            return Duration::ZERO;
-        };
-        let micros = draw_between(
-            request.prompt_seed ^ 0x746f_6f6c,
-            tools.latency.as_micros() as u64,
-            tools.latency_max.map(|max| max.as_micros() as u64),
-        );
-        Duration::from_micros(micros)
+        match self.mix.conversation.and_then(|c| c.tool_results) {
+            Some(t) => draw_duration(request, 0x746f_6f6c, t.latency, t.latency_max),
+            None => Duration::ZERO,
+        }
     }
 
     /// How long each tool result `request` (a tool turn) sends is, in tokens, drawn from its
@@ -712,6 +702,20 @@ fn too_many(phase: &str) -> Error {
     Error::usage(format!(
         "phase \"{phase}\" would schedule more than {MAX_SCHEDULED_REQUESTS} requests in all; \
          lower its rate, duration or requests"
+    ))
+}
+
+/// A duration drawn uniformly from `least..=most` for `request` (its seed salted by `salt`).
+fn draw_duration(
+    request: &ScheduledRequest,
+    salt: u64,
+    least: Duration,
+    most: Option<Duration>,
+) -> Duration {
+    Duration::from_micros(draw_between(
+        request.prompt_seed ^ salt,
+        least.as_micros() as u64,
+        most.map(|max| max.as_micros() as u64),
     ))
 }
 
