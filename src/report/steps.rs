@@ -90,9 +90,18 @@ pub struct Curve {
     pub max_ms: f64,
 }
 
-/// The rows of every judged step, with their phases' numbers.
+/// The rows of every judged step, with their phases' numbers: each series' together (in the
+/// order they ran), its steps by load (a search probes out of order; a reader compares loads),
+/// a load probed twice in the order it ran.
 pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
-    steps
+    let mut series: Vec<&str> = Vec::new();
+    for step in steps {
+        if !series.contains(&step.series.as_str()) {
+            series.push(&step.series);
+        }
+    }
+    let position = |name: &str| series.iter().position(|s| *s == name).unwrap_or(usize::MAX);
+    let mut rows: Vec<StepRow> = steps
         .iter()
         .filter_map(|step| {
             let phase = phases.iter().find(|p| p.name == step.phase)?;
@@ -148,7 +157,13 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                 result: result.to_string(),
             })
         })
-        .collect()
+        .collect();
+    rows.sort_by(|a, b| {
+        position(&a.series)
+            .cmp(&position(&b.series))
+            .then(a.load.total_cmp(&b.load))
+    });
+    rows
 }
 
 /// One curve per sweep or search with at least two steps that ran their whole window, in the
