@@ -72,6 +72,21 @@ struct State {
 pub struct SimMetrics {
     model: String,
     state: Mutex<State>,
+    /// Without an engine: requests being served now (the gauges then say what the fixed-delay
+    /// simulator does, and nothing of a KV cache it does not model).
+    serving: std::sync::atomic::AtomicUsize,
+    fixed: std::sync::atomic::AtomicBool,
+}
+
+/// A request the fixed-delay simulator is serving: counted as running until dropped.
+pub struct Serving(std::sync::Arc<SimMetrics>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0
+            .serving
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl SimMetrics {
@@ -92,7 +107,24 @@ impl SimMetrics {
                 queue: Histogram::new(&REQUEST_BUCKETS),
                 e2e: Histogram::new(&REQUEST_BUCKETS),
             }),
+            serving: std::sync::atomic::AtomicUsize::new(0),
+            fixed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Says that there is no engine: the gauges are then the fixed-delay simulator's own.
+    pub fn without_engine(&self) {
+        self.fixed.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A request the fixed-delay simulator serves, from now until the guard is dropped: it runs
+    /// at once (it waited for nothing).
+    pub fn serving(self: &std::sync::Arc<Self>) -> Serving {
+        use std::sync::atomic::Ordering;
+        self.fixed.store(true, Ordering::Relaxed);
+        self.serving.fetch_add(1, Ordering::Relaxed);
+        self.with(|s| s.queue.observe(Duration::ZERO));
+        Serving(self.clone())
     }
 
     fn with(&self, f: impl FnOnce(&mut State)) {
@@ -161,11 +193,17 @@ impl SimMetrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
             );
         };
+        let fixed = self.fixed.load(std::sync::atomic::Ordering::Relaxed);
+        let running = if fixed {
+            self.serving.load(std::sync::atomic::Ordering::Relaxed)
+        } else {
+            s.running
+        };
         gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
             "gauge",
-            s.running.to_string(),
+            running.to_string(),
         );
         gauge(
             "vllm:num_requests_waiting",
@@ -173,18 +211,22 @@ impl SimMetrics {
             "gauge",
             s.waiting.to_string(),
         );
-        gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            "gauge",
-            s.kv_usage.to_string(),
-        );
-        gauge(
-            "vllm:num_preemptions_total",
-            "Cumulative number of preemptions from the engine.",
-            "counter",
-            s.preemptions.to_string(),
-        );
+        // The fixed-delay simulator models no KV cache and preempts nothing: it says nothing
+        // of them, rather than a 0% that would read as real.
+        if !fixed {
+            gauge(
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                "gauge",
+                s.kv_usage.to_string(),
+            );
+            gauge(
+                "vllm:num_preemptions_total",
+                "Cumulative number of preemptions from the engine.",
+                "counter",
+                s.preemptions.to_string(),
+            );
+        }
         gauge(
             "vllm:prompt_tokens_total",
             "Number of prefill tokens processed.",
@@ -240,6 +282,29 @@ impl SimMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_an_engine_the_gauges_say_what_the_fixed_delays_do() {
+        let metrics = std::sync::Arc::new(SimMetrics::new("m"));
+        metrics.without_engine();
+        let first = metrics.serving();
+        let second = metrics.serving();
+        let text = metrics.render();
+        assert!(
+            text.contains("vllm:num_requests_running{model_name=\"m\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vllm:num_requests_waiting{model_name=\"m\"} 0"),
+            "{text}"
+        );
+        // No KV cache is modelled: none is reported, rather than a 0% that reads as real.
+        assert!(!text.contains("kv_cache_usage"), "{text}");
+        drop((first, second));
+        assert!(metrics
+            .render()
+            .contains("vllm:num_requests_running{model_name=\"m\"} 0"));
+    }
 
     #[test]
     fn prometheus_text_has_vllm_names_and_cumulative_buckets() {

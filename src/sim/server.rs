@@ -128,6 +128,9 @@ pub async fn serve_with(
     let (stop, mut stopped) = watch::channel(false);
     let timer = PreciseTimer::start()?;
     let metrics = Arc::new(SimMetrics::new("llmload-sim"));
+    if settings.engine.is_none() {
+        metrics.without_engine();
+    }
     let engine = settings
         .engine
         .clone()
@@ -421,6 +424,9 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         return Ok(json_response(status, error_body("injected fault", kind)));
     }
     let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
+    // Without an engine every request is served at once: it is running until its answer ends
+    // (or its client goes), and none waits.
+    let serving = shared.engine.is_none().then(|| shared.metrics.serving());
     let mut tokens = match &shared.engine {
         Some(engine) => {
             let blocks = std::mem::take(&mut request.blocks);
@@ -491,6 +497,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let fixed = shared.engine.is_none();
     let timer = shared.timer.clone();
     tokio::spawn(async move {
+        let _serving = serving;
         // A data event, and whether it carries tokens.
         let event = |value: serde_json::Value, tokens: bool| {
             (Ok(Bytes::from(format!("data: {value}\n\n"))), tokens)
