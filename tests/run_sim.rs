@@ -81,9 +81,18 @@ fn exit_code_3_when_the_target_is_unreachable() {
         ),
         &["--target", "http://127.0.0.1:1"],
     );
-    // Found before the clock starts (the connection warm-up asks GET /models first).
+    // Found before the clock starts (the connection warm-up asks GET /models first): nothing
+    // is sent, and the report says why, as every output does.
     assert_eq!(run.code(), 3, "{}", run.stderr());
     assert!(run.stderr().contains("does not answer"), "{}", run.stderr());
+    assert!(run.records().is_empty());
+    let summary = run.summary();
+    assert_eq!(summary["verdict"]["status"], "not_carried_out");
+    assert!(summary["verdict"]["reasons"]
+        .to_string()
+        .contains("does not answer"));
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("**Verdict: NOT CARRIED OUT**"), "{report}");
     assert!(
         run.stderr().contains("Connection refused"),
         "{}",

@@ -76,6 +76,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             aborted: None,
             client_peak_rss_bytes: None,
             recorder_backlog: None,
+            refused: None,
         }),
     }
 }

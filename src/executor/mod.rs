@@ -112,18 +112,18 @@ pub async fn run_from(
     // The target answers and serves the plan's model(s), before anything is recorded: a wrong
     // URL, key or model ends the run in seconds. It rides on the connection warm-up (a plan
     // measuring cold connections opens none before its clock).
+    let mut refused: Option<String> = None;
     if config.warm_connections {
         let mut checked: Vec<(String, String)> = Vec::new();
         for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
             let key = (template.url.to_string(), template.options.model.clone());
-            if checked.contains(&key) {
+            if checked.contains(&key) || refused.is_some() {
                 continue;
             }
-            if let Some(note) = connections::preflight(&transport, template)
-                .await
-                .map_err(Error::run)?
-            {
-                config.observer.on_event(Event::Note(&note));
+            match connections::preflight(&transport, template).await {
+                Ok(Some(note)) => config.observer.on_event(Event::Note(&note)),
+                Ok(None) => {}
+                Err(why) => refused = Some(why),
             }
             checked.push(key);
         }
@@ -181,6 +181,22 @@ pub async fn run_from(
     context.observer.on_event(Event::RunStarted(&header));
     context.observer.on_event(Event::Counters(&context.live));
     context.log(LogLine::Run(RunLine::current(header)));
+    if let Some(why) = refused {
+        // Nothing was sent: the run ends here, its records saying why (a report is written
+        // from them, NOT CARRIED OUT, as for any run).
+        let end = RunEnd {
+            at_us: context.micros(Instant::now()),
+            interrupted: false,
+            aborted: None,
+            client_peak_rss_bytes: resources::peak_rss_bytes(),
+            recorder_backlog: None,
+            refused: Some(why),
+        };
+        context.observer.on_event(Event::RunEnded(&end));
+        context.log(LogLine::RunEnd(end));
+        drop(context);
+        return recorder.finish();
+    }
 
     let sending = stop.sending();
     let mut between = Between {
@@ -236,6 +252,7 @@ pub async fn run_from(
         aborted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
         recorder_backlog: context.record_room.backlog(),
+        refused: None,
     };
     context.observer.on_event(Event::RunEnded(&end));
     context.log(LogLine::RunEnd(end));

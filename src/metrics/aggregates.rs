@@ -41,6 +41,9 @@ pub struct Aggregates {
     pub first_client_error: Option<String>,
     /// Why the plan's abort conditions stopped the run, if they did.
     pub aborted: Option<String>,
+    /// Why the target was refused before the clock started, if it was: nothing was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// The client process's peak resident memory over the run.
     #[serde(skip)]
     pub client_peak_rss_bytes: Option<u64>,

@@ -371,6 +371,7 @@ impl<'s> Aggregator<'s> {
             first_usage_problem: self.first_usage_problem,
             first_client_error: self.first_client_error,
             aborted: log.end.as_ref().and_then(|e| e.aborted.clone()),
+            refused: log.end.as_ref().and_then(|e| e.refused.clone()),
             client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
             search_end: log.search_end.clone(),
             server: None,

@@ -119,6 +119,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
             aborted: None,
             client_peak_rss_bytes: None,
             recorder_backlog: None,
+            refused: None,
         }),
     }
 }

@@ -314,6 +314,10 @@ pub struct RunEnd {
     /// Requests that waited for room in the recorder's queue (it fell behind), if any did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorder_backlog: Option<RecorderBacklog>,
+    /// Why the target was refused before the clock started (it did not answer, refused the
+    /// key, or does not serve the model): nothing was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// How requests waited for room in the recorder's queue: their records were not written as

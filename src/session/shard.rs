@@ -214,11 +214,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                     aborted: None,
                     client_peak_rss_bytes: None,
                     recorder_backlog: None,
+                    refused: None,
                 });
                 merged.at_us = merged.at_us.max(at_us);
                 merged.interrupted |= end.interrupted;
                 if merged.aborted.is_none() {
                     merged.aborted.clone_from(&end.aborted);
+                }
+                if merged.refused.is_none() {
+                    merged.refused.clone_from(&end.refused);
                 }
                 merged.client_peak_rss_bytes =
                     merged.client_peak_rss_bytes.max(end.client_peak_rss_bytes);

@@ -316,6 +316,7 @@ mod tests {
             first_usage_problem: None,
             first_client_error: None,
             aborted: None,
+            refused: None,
             client_peak_rss_bytes: None,
             search_end: None,
             server: None,

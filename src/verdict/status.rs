@@ -35,6 +35,9 @@ pub enum NotCarriedOut {
     EveryRequestFailed(String),
     /// No recorded request was sent.
     NothingSent,
+    /// The target was refused before the clock started (it did not answer, refused the key,
+    /// or does not serve the model): why.
+    TargetRefused(String),
     /// The client could not deliver the plan: more than [`CLIENT_FAILURE_LIMIT`] of the
     /// recorded requests failed in llmload itself (out of file descriptors or ports), whatever
     /// the server did with the rest.
@@ -62,6 +65,7 @@ impl std::fmt::Display for NotCarriedOut {
                 write!(f, "every request failed; the first said: {first}")
             }
             NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
+            NotCarriedOut::TargetRefused(why) => write!(f, "{why}; nothing was sent"),
             NotCarriedOut::ClientLimited {
                 failed,
                 sent,
@@ -108,6 +112,9 @@ impl Status {
             failures.push(Failure::Aborted(reason.clone()));
         } else if aggregates.interrupted {
             return Status::NotCarriedOut(NotCarriedOut::Interrupted);
+        }
+        if let Some(why) = &aggregates.refused {
+            return Status::NotCarriedOut(NotCarriedOut::TargetRefused(why.clone()));
         }
         if recorded.sent > 0 && recorded.ok == 0 {
             let connect_failures = aggregates
