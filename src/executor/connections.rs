@@ -75,13 +75,9 @@ pub async fn preflight(
             ))
         }
     };
-    let mut body = Vec::new();
-    while let Some(Ok(read)) = response.body.next().await {
-        body.extend_from_slice(&read);
-        if body.len() as u64 > MODELS_BYTES {
-            break;
-        }
-    }
+    let body = super::request::read_capped(&mut response.body, MODELS_BYTES)
+        .await
+        .unwrap_or_default();
     let said = || {
         let text = String::from_utf8_lossy(&body);
         crate::error::shorten(&text)
@@ -129,12 +125,9 @@ pub async fn preflight(
     };
     let answered = match transport.send(outgoing).await {
         Ok(mut response) => {
-            let mut said = Vec::new();
-            while let Some(Ok(read)) = response.body.next().await {
-                if said.len() < 4096 {
-                    said.extend_from_slice(&read);
-                }
-            }
+            let said = super::request::read_capped(&mut response.body, 4096)
+                .await
+                .unwrap_or_default();
             (
                 response.status,
                 crate::error::shorten(&String::from_utf8_lossy(&said)),

@@ -508,7 +508,7 @@ const HEAD_BYTES: usize = 160;
 
 /// The body, read until it ends or passes `cap` bytes (then a little past `cap`, which the
 /// caller sees as too large).
-async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, BrokenBody> {
+pub(super) async fn read_capped(body: &mut ResponseBody, cap: u64) -> Result<Vec<u8>, BrokenBody> {
     let mut whole = Vec::new();
     while let Some(read) = body.next().await {
         whole.extend_from_slice(&read?);
