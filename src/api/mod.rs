@@ -1,7 +1,7 @@
 //! API dialects: how a request is spoken to one kind of endpoint, and how its answer is read.
 //!
-//! Each dialect is one folder ([`chat`], [`completions`]; the OpenAI envelope they share is
-//! [`openai`]) implementing [`Dialect`]: its name in plans, its path under the API root, the body
+//! Each dialect is one folder ([`chat`], [`completions`], [`responses`], [`messages`]; the
+//! OpenAI envelope the first two share is [`openai`]) implementing [`Dialect`]: its name in plans, its path under the API root, the body
 //! for a prompt and the body fields it reserves, how credentials are sent, and its streaming
 //! grammar — each SSE event (its `event:` name included) decoded into typed parts: answer text,
 //! reasoning text, usage, a finish reason, a server error, the end of the stream. The executor,
@@ -16,7 +16,9 @@
 
 pub mod chat;
 pub mod completions;
+pub mod messages;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 
 use std::sync::Arc;
@@ -31,17 +33,23 @@ pub enum Api {
     Chat,
     /// `/v1/completions`: the prompt as `prompt` ([`completions`]).
     Completions,
+    /// `/v1/responses`: OpenAI's Responses API, the prompt as `input` ([`responses`]).
+    Responses,
+    /// `/v1/messages`: Anthropic's Messages API ([`messages`]).
+    Messages,
 }
 
 impl Api {
     /// Every API, in the order help lists them.
-    pub const ALL: [Api; 2] = [Api::Chat, Api::Completions];
+    pub const ALL: [Api; 4] = [Api::Chat, Api::Completions, Api::Responses, Api::Messages];
 
     /// Its dialect.
     pub fn dialect(self) -> &'static dyn Dialect {
         match self {
             Api::Chat => &chat::Chat,
             Api::Completions => &completions::Completions,
+            Api::Responses => &responses::Responses,
+            Api::Messages => &messages::Messages,
         }
     }
 
@@ -87,6 +95,26 @@ pub struct Usage {
     pub invalid: Option<(&'static str, f64)>,
 }
 
+impl Usage {
+    /// `later`'s counts over these, field by field: a dialect that says its counts in pieces
+    /// (Anthropic's input tokens when the message starts, output tokens at its end) leaves the
+    /// whole.
+    pub fn merge(&mut self, later: Usage) {
+        fn over(kept: &mut Option<u64>, later: Option<u64>) {
+            if later.is_some() {
+                *kept = later;
+            }
+        }
+        over(&mut self.prompt, later.prompt);
+        over(&mut self.completion, later.completion);
+        over(&mut self.cached, later.cached);
+        over(&mut self.reasoning, later.reasoning);
+        if self.invalid.is_none() {
+            self.invalid = later.invalid;
+        }
+    }
+}
+
 /// An error the server sent instead of an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerError {
@@ -94,18 +122,34 @@ pub enum ServerError {
     Object(String),
     /// An SSE event named as an error (`event: error`): its data, as sent.
     Event(String),
+    /// The server said it is overloaded (Anthropic's `overloaded_error`): its message. Counted
+    /// apart from other errors, as HTTP 529 is.
+    Overloaded(String),
+}
+
+impl ServerError {
+    /// What the server said.
+    pub fn message(&self) -> &str {
+        match self {
+            ServerError::Object(m) | ServerError::Event(m) | ServerError::Overloaded(m) => m,
+        }
+    }
 }
 
 /// What one event (or one non-streamed body) said, besides the text it appended.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Decoded {
-    /// The finish reason of its choice, where it ends the answer.
+    /// The finish reason of its choice, where it ends the answer, in OpenAI's words whatever
+    /// the dialect (`stop`, `length`, `tool_calls`, `content_filter`), so that one plan's
+    /// checks read every dialect alike; a reason with no OpenAI word is kept as the server
+    /// said it.
     pub finish_reason: Option<String>,
     /// Its usage, where it carries one.
     pub usage: Option<Usage>,
     /// The error it carries instead of an answer.
     pub error: Option<ServerError>,
-    /// It ends the stream (`[DONE]`): nothing after it belongs to the answer.
+    /// It ends the stream (`[DONE]`, `message_stop`, `response.completed`): nothing after it
+    /// belongs to the answer. What else the event carries (a finish, usage) still counts.
     pub end: bool,
 }
 
@@ -149,9 +193,12 @@ impl<'a> Generated<'a> {
         }
     }
 
-    /// Appends to `text`, and puts the tool calls together in `calls`.
+    /// Appends to `text`, and puts the tool calls together in `calls`: those already there
+    /// count as calls made (dialects that number no calls, Responses' and Anthropic's, add the
+    /// next call after them).
     pub fn with_calls(text: &'a mut String, calls: &'a mut Vec<ToolCall>) -> Generated<'a> {
         Generated {
+            tool_calls: calls.len() as u32,
             calls: Some(calls),
             ..Generated::new(text)
         }
@@ -229,12 +276,15 @@ pub struct DecodeError(pub String);
 pub struct Capabilities {
     /// It streams its answers (SSE).
     pub streaming: bool,
-    /// It can send usage in the stream (so that output tokens are the server's count).
+    /// It can send usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
+    /// gives exact tokens per chunk. (Every dialect here sends usage at its stream's end.)
     pub usage_in_stream: bool,
     /// It can be asked for an exact number of output tokens (`ignore_eos`, `min_tokens`).
     pub exact_lengths: bool,
     /// It can offer tools, carry the calls an answer makes and send their results back.
     pub tool_calls: bool,
+    /// It can ask for structured output (the plan's `response-format`).
+    pub structured_output: bool,
 }
 
 /// What a family of dialects shares beside their bodies and choices (OpenAI's chat and
@@ -250,6 +300,9 @@ pub struct Envelope {
     pub credentials: fn(&str) -> Vec<(reqwest::header::HeaderName, String)>,
     /// The names of the headers `credentials` sets.
     pub credential_headers: &'static [&'static str],
+    /// Headers every request carries, with or without a key (Anthropic's `anthropic-version`);
+    /// a plan's own header of the same name replaces one.
+    pub fixed_headers: &'static [(&'static str, &'static str)],
     /// What ends a stream, as an error message names it.
     pub stream_end: &'static str,
 }
@@ -289,6 +342,17 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         self.envelope().credential_headers
     }
 
+    /// Headers every request carries (a plan's header of the same name replaces one).
+    fn fixed_headers(&self) -> &'static [(&'static str, &'static str)] {
+        self.envelope().fixed_headers
+    }
+
+    /// Why it cannot be asked for an exact number of output tokens, when it cannot: the help
+    /// of the plan's diagnostic.
+    fn no_exact_lengths(&self) -> &'static str {
+        "remove ignore-eos=#true from `output`, and judge lengths by finish_reason"
+    }
+
     /// The JSON body asking for `max_tokens` tokens after `prompt`.
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8>;
 
@@ -310,9 +374,36 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Maps a dialect's finish reason to OpenAI's word for it ([`Decoded::finish_reason`]); one
+/// it does not list is kept as said.
+pub(crate) fn finish_reason(said: &str, words: &[(&str, &'static str)]) -> String {
+    words
+        .iter()
+        .find(|(theirs, _)| *theirs == said)
+        .map_or_else(|| said.to_string(), |(_, ours)| (*ours).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_said_in_pieces_adds_up() {
+        let mut usage = Usage {
+            prompt: Some(10),
+            cached: Some(4),
+            completion: Some(1),
+            ..Usage::default()
+        };
+        usage.merge(Usage {
+            completion: Some(32),
+            ..Usage::default()
+        });
+        assert_eq!(
+            (usage.prompt, usage.cached, usage.completion),
+            (Some(10), Some(4), Some(32))
+        );
+    }
 
     #[test]
     fn every_api_is_found_by_its_name() {
@@ -320,6 +411,6 @@ mod tests {
             assert_eq!(Api::from_name(api.as_str()), Some(api));
             assert!(api.dialect().path().starts_with('/'));
         }
-        assert_eq!(Api::from_name("messages"), None);
+        assert_eq!(Api::from_name("anthropic"), None);
     }
 }

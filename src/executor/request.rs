@@ -157,19 +157,24 @@ impl Exchange {
         };
         if decoded.end {
             self.done = true;
-            return;
         }
         if let Some(error) = decoded.error {
             self.text.truncate(before);
-            let detail = match error {
-                ServerError::Object(message) => {
-                    format!("the server sent an error mid-stream: {}", shorten(&message))
-                }
-                ServerError::Event(data) => {
-                    format!("the server sent an error event: {}", shorten(&data))
-                }
+            let (class, detail) = match error {
+                ServerError::Object(message) => (
+                    ErrorClass::StreamError,
+                    format!("the server sent an error mid-stream: {}", shorten(&message)),
+                ),
+                ServerError::Event(data) => (
+                    ErrorClass::StreamError,
+                    format!("the server sent an error event: {}", shorten(&data)),
+                ),
+                ServerError::Overloaded(message) => (
+                    ErrorClass::Overloaded,
+                    format!("the server said it is overloaded: {}", shorten(&message)),
+                ),
             };
-            self.fail(ErrorClass::StreamError, detail);
+            self.fail(class, detail);
             return;
         }
         if decoded.finish_reason.is_some() {
@@ -205,7 +210,7 @@ impl Exchange {
             if let Some(completion) = usage.completion {
                 *last_usage_completion = completion;
             }
-            self.usage = Some(usage);
+            self.usage.get_or_insert_with(Usage::default).merge(usage);
         }
     }
 }
@@ -323,6 +328,8 @@ async fn read_error(
     exchange.end_us = micros_since(sent_at, Instant::now());
     let class = match status {
         429 => ErrorClass::Http429,
+        // Anthropic's "overloaded": not a fault, a server out of room, counted as such.
+        529 => ErrorClass::Overloaded,
         400..=499 => ErrorClass::Http4xx,
         500..=599 => ErrorClass::Http5xx,
         _ => ErrorClass::HttpOther,
@@ -364,12 +371,17 @@ async fn read_whole(
             exchange.tool_calls = generated.tool_calls();
             match decoded {
                 Ok(decoded) => {
-                    if let Some(ServerError::Object(message) | ServerError::Event(message)) =
-                        decoded.error
-                    {
+                    if let Some(error) = decoded.error {
+                        let class = match error {
+                            ServerError::Overloaded(_) => ErrorClass::Overloaded,
+                            _ => ErrorClass::StreamError,
+                        };
                         exchange.fail(
-                            ErrorClass::StreamError,
-                            format!("the server answered with an error: {}", shorten(&message)),
+                            class,
+                            format!(
+                                "the server answered with an error: {}",
+                                shorten(error.message())
+                            ),
                         );
                     } else if decoded.finish_reason.is_none() && exchange.text.is_empty() {
                         exchange.fail(ErrorClass::Malformed, "the response has no choices");

@@ -30,6 +30,8 @@ pub struct Phase {
     pub model: Option<String>,
     /// The server its requests go to (a base URL), instead of the target's.
     pub endpoint: Option<String>,
+    /// The API its requests speak, instead of the target's (two dialects compared in one run).
+    pub api: Option<crate::api::Api>,
 }
 
 impl Phase {
@@ -48,6 +50,7 @@ impl Phase {
             drain,
             model: None,
             endpoint: None,
+            api: None,
         }
     }
 }

@@ -121,6 +121,9 @@ pub struct Faults {
     pub http_5xx: f64,
     /// Share of requests answered with HTTP 429.
     pub http_429: f64,
+    /// Share of requests answered with HTTP 529 "overloaded" (Anthropic's
+    /// `overloaded_error`; in each API's error shape).
+    pub overloaded: f64,
     /// The connection is cut after a random token.
     pub drop_mid_stream: f64,
     /// One chunk of the stream is not valid JSON.

@@ -360,6 +360,9 @@ pub enum ErrorClass {
     StreamBroken,
     /// The server sent an error event inside an otherwise successful stream.
     StreamError,
+    /// The server said it is overloaded: HTTP 529, or Anthropic's `overloaded_error` (in a
+    /// stream or a body). Apart from `http_5xx` because it means "out of room", not "broken".
+    Overloaded,
     /// The response could not be understood (invalid JSON, no choices).
     Malformed,
     /// A line or a body larger than the run allows (`max-line`, `max-body`).
@@ -383,6 +386,7 @@ impl ErrorClass {
             ErrorClass::HttpOther => "http_other",
             ErrorClass::StreamBroken => "stream_broken",
             ErrorClass::StreamError => "stream_error",
+            ErrorClass::Overloaded => "overloaded",
             ErrorClass::Malformed => "malformed",
             ErrorClass::TooLarge => "too_large",
             ErrorClass::Client => "client",

@@ -19,7 +19,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     };
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
     let mut secrets = Secrets::new();
-    let credentials = target::credentials(plan, &*options.observer, &mut secrets)?;
+    let api_key = target::api_key(plan, &*options.observer, &mut secrets)?;
     let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
     outdir::prepare(out, Some(&plan.name))?;
@@ -49,9 +49,11 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         for secret in target.secrets() {
             secrets.add(&secret);
         }
-        let credentials = with_basic_auth(credentials, &target, &*options.observer);
-        let dialect = plan.target.api.dialect();
-        let url = target.endpoint(dialect.path());
+        // Each API a phase speaks sends the key its own way.
+        let credentials = |api: crate::api::Api| -> Result<_> {
+            let own = target::credentials(api.dialect(), api_key.as_ref())?;
+            Ok(with_basic_auth(own, &target, &*options.observer))
+        };
         let request_id_prefix = records::new_request_id_prefix();
         let header = run_header(
             plan,
@@ -62,7 +64,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             &request_id_prefix,
         );
         let (template, phase_templates) =
-            templates(plan, url, credentials, headers, request_id_prefix)?;
+            templates(plan, &target, credentials, headers, request_id_prefix)?;
         let (observer, watch) = observers(plan, options, &schedule);
         let answers = match &plan.target.response_format {
             Some(format) => Some(Arc::new(
@@ -224,13 +226,30 @@ fn run_header(
     }
 }
 
-/// How the run's requests are spoken (to `url`), and the templates of phases with a model or a
-/// server of their own.
+/// The plan's headers, and the headers `dialect` sends on every request (Anthropic's
+/// `anthropic-version`) that the plan does not set itself.
+fn with_fixed_headers(
+    mut headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    dialect: &dyn crate::api::Dialect,
+) -> Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)> {
+    for (name, value) in dialect.fixed_headers() {
+        let name = reqwest::header::HeaderName::from_static(name);
+        if !headers.iter().any(|(own, _)| *own == name) {
+            headers.push((name, reqwest::header::HeaderValue::from_static(value)));
+        }
+    }
+    headers
+}
+
+type Headers = Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>;
+
+/// How the run's requests are spoken (to `target`), and the templates of phases with a model,
+/// a server or an API of their own.
 fn templates(
     plan: &Plan,
-    url: reqwest::Url,
-    credentials: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    target: &TargetUrl,
+    credentials: impl Fn(crate::api::Api) -> Result<Headers>,
+    headers: Headers,
     request_id_prefix: String,
 ) -> Result<(
     RequestTemplate,
@@ -238,7 +257,7 @@ fn templates(
 )> {
     let dialect = plan.target.api.dialect();
     let template = RequestTemplate {
-        url,
+        url: target.endpoint(dialect.path()),
         dialect,
         options: crate::api::BodyOptions {
             model: plan.target.model.clone(),
@@ -247,22 +266,29 @@ fn templates(
             ignore_eos: plan.workload.ignore_eos,
             extra: Arc::new(plan.target.body.clone()),
         },
-        credentials: Arc::new(credentials),
-        headers: Arc::new(headers),
+        credentials: Arc::new(credentials(plan.target.api)?),
+        headers: Arc::new(with_fixed_headers(headers.clone(), dialect)),
         timeout: plan.target.timeout,
         request_id_prefix,
         max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
         max_body: plan.target.max_body,
     };
-    // Phases with a model or a server of their own speak the same way, to them.
+    // Phases with a model, a server or an API of their own: the target's way of speaking,
+    // with what they change.
     let mut phase_templates = std::collections::BTreeMap::new();
     for (index, phase) in plan.phases.iter().enumerate() {
-        if phase.model.is_none() && phase.endpoint.is_none() {
+        if phase.model.is_none() && phase.endpoint.is_none() && phase.api.is_none() {
             continue;
         }
         let mut own = template.clone();
         if let Some(model) = &phase.model {
             own.options.model = model.clone();
+        }
+        if let Some(api) = phase.api {
+            own.dialect = api.dialect();
+            own.url = target.endpoint(own.dialect.path());
+            own.credentials = Arc::new(credentials(api)?);
+            own.headers = Arc::new(with_fixed_headers(headers.clone(), own.dialect));
         }
         if let Some(endpoint) = &phase.endpoint {
             let target = TargetUrl::parse(endpoint)

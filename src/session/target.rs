@@ -172,23 +172,22 @@ pub fn redact_url(text: &str) -> String {
     }
 }
 
-/// The headers that carry the key from the variable the plan names, as the plan's API sends it
-/// (`Authorization: Bearer $KEY` for OpenAI's), marked sensitive so that they never print, and
-/// the key added to `secrets`; none (with a notice) when the variable is unset or empty.
-pub(super) fn credentials(
+/// The API key, from the variable the plan names, added to `secrets`; none (with a notice)
+/// when the variable is unset or empty.
+pub(super) fn api_key(
     plan: &Plan,
     observer: &dyn Observer,
     secrets: &mut Secrets,
-) -> Result<Vec<(reqwest::header::HeaderName, HeaderValue)>> {
+) -> Result<Option<ApiKey>> {
     let Some(var) = &plan.target.api_key_env else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let key = match std::env::var(var) {
         Ok(key) if !key.is_empty() => key,
         Ok(_) | Err(std::env::VarError::NotPresent) => {
             let notice = format!("${var} is not set; requests go without an API key");
             observer.on_event(Event::Note(&notice));
-            return Ok(Vec::new());
+            return Ok(None);
         }
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(Error::usage(format!(
@@ -197,10 +196,35 @@ pub(super) fn credentials(
         }
     };
     secrets.add(&key);
-    plan.target
-        .api
-        .dialect()
-        .credentials(&key)
+    Ok(Some(ApiKey {
+        var: var.clone(),
+        key,
+    }))
+}
+
+/// The run's API key and the variable it came from. Its `Debug` shows the variable only.
+pub(super) struct ApiKey {
+    var: String,
+    key: String,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "ApiKey(${})", self.var)
+    }
+}
+
+/// The headers that carry `key` as `dialect` sends it (`Authorization: Bearer $KEY` for
+/// OpenAI's, `x-api-key` for Anthropic's), marked sensitive so that they never print.
+pub(super) fn credentials(
+    dialect: &dyn crate::api::Dialect,
+    key: Option<&ApiKey>,
+) -> Result<Vec<(reqwest::header::HeaderName, HeaderValue)>> {
+    let Some(ApiKey { var, key }) = key else {
+        return Ok(Vec::new());
+    };
+    dialect
+        .credentials(key)
         .into_iter()
         .map(|(name, text)| {
             let mut value = HeaderValue::from_str(&text).map_err(|_| {

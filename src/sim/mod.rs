@@ -1,6 +1,7 @@
 //! The embedded simulator: an OpenAI-compatible server on a loopback port.
 //!
-//! It serves `/v1/chat/completions` and `/v1/completions` (streaming and not), `/v1/models` and
+//! It serves `/v1/chat/completions`, `/v1/completions`, `/v1/responses` and `/v1/messages`
+//! (streaming and not, each in its own API's events: [`wire`]), `/v1/models` and
 //! `/health` and `/metrics` (Prometheus text with vLLM's names), so that llmload runs end to end
 //! on a machine with no model server and its tests exercise the whole HTTP path. Two timing
 //! modes: fixed delays (every request served as if alone: a time to first token, an inter-token
@@ -18,6 +19,7 @@ pub(crate) mod engine;
 mod metrics;
 mod server;
 mod stream;
+mod wire;
 pub mod writes;
 
 pub use server::{serve, serve_with, ServeOptions, SimServer};

@@ -20,10 +20,8 @@ use tokio::time::Instant;
 
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
-use super::stream::{
-    chunk, error_body, full_response, generate, json_fragment, reasoning_chunk, tool_call_chunk,
-    usage, SimRequest,
-};
+use super::stream::{error_body, full_response, generate, json_fragment, SimRequest};
+use super::wire::{full_answer, Counts, Encoder, Finish, Frame as SseFrame, Wire};
 use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
@@ -37,8 +35,9 @@ const INLINE_PARSE_BYTES: usize = 2048;
 
 struct Shared {
     settings: SimSettings,
-    /// The `Authorization` value it requires on `/v1/*` (from `api-key env=`), if any.
-    required_authorization: Option<String>,
+    /// The key it requires on `/v1/*` (from `api-key env=`), if any: as a bearer token, or in
+    /// `x-api-key` (Anthropic's way).
+    required_key: Option<String>,
     tokenizer: Arc<Tokenizer>,
     requests: AtomicU64,
     /// Delays are the truth tests check the client against: they must land on time.
@@ -136,12 +135,12 @@ pub async fn serve_with(
         .clone()
         .map(|engine| Engine::start(engine, timer.clone(), metrics.clone()));
     let writes = options.record_writes.then(|| Arc::new(WriteLog::new()));
-    let required_authorization = settings
+    let required_key = settings
         .api_key_env
         .as_ref()
-        .map(|var| format!("Bearer {}", std::env::var(var).unwrap_or_default()));
+        .map(|var| std::env::var(var).unwrap_or_default());
     let shared = Arc::new(Shared {
-        required_authorization,
+        required_key,
         settings,
         tokenizer,
         requests: AtomicU64::new(0),
@@ -215,6 +214,8 @@ fn plan_faults(settings: &SimSettings, number: u64, max_tokens: usize) -> FaultP
         Some(StatusCode::INTERNAL_SERVER_ERROR)
     } else if hit(faults.http_429) {
         Some(StatusCode::TOO_MANY_REQUESTS)
+    } else if hit(faults.overloaded) {
+        StatusCode::from_u16(529).ok()
     } else {
         None
     };
@@ -277,11 +278,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let arrived = Instant::now();
     let path = req.uri().path().to_string();
     // As vLLM's --api-key: every /v1 route wants the key; /health, /metrics, /version do not.
-    if let Some(required) = &shared.required_authorization {
-        let given = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
+    if let Some(required) = &shared.required_key {
+        let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let bearer =
+            header(hyper::header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+        let given = bearer.or_else(|| header("x-api-key"));
         if path.starts_with("/v1/") && given != Some(required.as_str()) {
             return Ok(json_response(
                 StatusCode::UNAUTHORIZED,
@@ -289,9 +290,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ));
         }
     }
-    let chat = match (req.method(), path.as_str()) {
-        (&Method::POST, "/v1/chat/completions") => true,
-        (&Method::POST, "/v1/completions") => false,
+    let wire = match (req.method(), path.as_str()) {
+        (&Method::POST, route) if Wire::from_path(route).is_some() => {
+            Wire::from_path(route).unwrap_or(Wire::Chat)
+        }
         (&Method::GET, "/v1/models") => {
             // Those it serves; none when it answers for any model.
             let data: Vec<serde_json::Value> = shared
@@ -357,7 +359,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         Err(_) => {
             return Ok(json_response(
                 StatusCode::BAD_REQUEST,
-                error_body("unreadable body", "invalid_request_error"),
+                wire.error_body("unreadable body", "invalid_request_error"),
             ))
         }
     };
@@ -374,26 +376,26 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let parsed = if body.len() > INLINE_PARSE_BYTES {
         let tokenizer = shared.tokenizer.clone();
         tokio::task::spawn_blocking(move || {
-            SimRequest::parse(&body, chat, &tokenizer, prefix_block)
+            SimRequest::parse(&body, wire, &tokenizer, prefix_block)
         })
         .await
         .unwrap_or_else(|_| Err("the request could not be read".into()))
     } else {
-        SimRequest::parse(&body, chat, &shared.tokenizer, prefix_block)
+        SimRequest::parse(&body, wire, &shared.tokenizer, prefix_block)
     };
     let mut request = match parsed {
         Ok(request) => request,
         Err(message) => {
             return Ok(json_response(
                 StatusCode::BAD_REQUEST,
-                error_body(&message, "invalid_request_error"),
+                wire.error_body(&message, "invalid_request_error"),
             ))
         }
     };
     if !shared.settings.models.is_empty() && !shared.settings.models.contains(&request.model) {
         return Ok(json_response(
             StatusCode::NOT_FOUND,
-            error_body(
+            wire.error_body(
                 &format!("The model `{}` does not exist.", request.model),
                 "NotFoundError",
             ),
@@ -407,7 +409,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     // Shaped like vLLM's ids: a prefix and 32 hex digits.
     let id = format!(
         "{}-{:016x}{:016x}",
-        if request.chat { "chatcmpl" } else { "cmpl" },
+        wire.id_prefix(),
         crate::seed::mix64(number),
         number
     );
@@ -416,12 +418,15 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         shared.timer.sleep_until(arrived + delay).await;
     }
     if let Some(status) = faults.status {
-        let kind = if status == StatusCode::TOO_MANY_REQUESTS {
-            "RateLimitError"
-        } else {
-            "InternalServerError"
+        let kind = match status.as_u16() {
+            429 => "RateLimitError",
+            529 => "overloaded_error",
+            _ => "InternalServerError",
         };
-        return Ok(json_response(status, error_body("injected fault", kind)));
+        return Ok(json_response(
+            status,
+            wire.error_body("injected fault", kind),
+        ));
     }
     let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
     // Without an engine every request is served at once: it is running until its answer ends
@@ -447,7 +452,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                         .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
                     return Ok(json_response(
                         status,
-                        error_body(&rejection.message, rejection.kind),
+                        wire.error_body(&rejection.message, rejection.kind),
                     ));
                 }
             }
@@ -461,11 +466,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             }
         }
     };
-    // A reasoning model thinks first: its chat answers' first tokens are reasoning.
+    // A reasoning model thinks first: its answers' first tokens are reasoning (a completion
+    // has no place for them).
     let reasoning = shared
         .settings
         .reasoning
-        .filter(|_| request.chat)
+        .filter(|_| wire.reasons())
         .map(|r| (r.tokens as usize, r.field.as_str(), r.in_usage));
     if !request.stream {
         let (mut text, mut thought) = (String::new(), String::new());
@@ -485,10 +491,20 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         }
         let said =
             reasoning.map(|(_, field, in_usage)| (field, thought.as_str(), thinking, in_usage));
-        return Ok(json_response(
-            StatusCode::OK,
-            full_response(&request, &id, &text, completion, said),
-        ));
+        let body = match wire {
+            Wire::Chat | Wire::Completions => full_response(&request, &id, &text, completion, said),
+            Wire::Responses | Wire::Messages => full_answer(
+                &request,
+                &id,
+                &text,
+                reasoning.map(|_| thought.as_str()),
+                Counts {
+                    completion,
+                    reasoning: reasoning.filter(|r| r.2).map(|_| thinking),
+                },
+            ),
+        };
+        return Ok(json_response(StatusCode::OK, body));
     }
 
     // Each frame says whether it carries tokens, so that its write time can be recorded.
@@ -498,16 +514,28 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let timer = shared.timer.clone();
     tokio::spawn(async move {
         let _serving = serving;
-        // A data event, and whether it carries tokens.
-        let event = |value: serde_json::Value, tokens: bool| {
-            (Ok(Bytes::from(format!("data: {value}\n\n"))), tokens)
-        };
-        if request.chat
-            && tx
-                .send(event(chunk(&request, &id, None, true, None), false))
-                .await
-                .is_err()
-        {
+        let mut encoder = Encoder::new(&request, &id);
+        // Frames in order; each says whether it carries tokens. `false` when the client went.
+        async fn send(
+            tx: &mpsc::Sender<(Result<Bytes, std::io::Error>, bool)>,
+            frames: Vec<SseFrame>,
+            tokens: bool,
+        ) -> bool {
+            let last = frames.len().saturating_sub(1);
+            for (i, frame) in frames.into_iter().enumerate() {
+                // Only the frame with the token text is the token's write.
+                let carries = tokens && i == last;
+                if tx
+                    .send((Ok(Bytes::from(frame.to_sse())), carries))
+                    .await
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            true
+        }
+        if !send(&tx, encoder.start(), false).await {
             return;
         }
         // Real servers send keep-alive comments; a client must skip them.
@@ -574,10 +602,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 }
                 continue;
             }
-            let mut value = match reasoning {
+            let mut frames = match reasoning {
                 Some((planned, field, _)) if completion - n < planned => {
                     thinking += n;
-                    reasoning_chunk(&request, &id, &text, field)
+                    encoder.reasoning(&text, field)
                 }
                 // A request that offers tools is answered with a call, its arguments streamed
                 // in fragments (a JSON object around the generated words).
@@ -591,47 +619,38 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                         (false, true) => format!("{text}\"}}"),
                         (false, false) => text.clone(),
                     };
-                    tool_call_chunk(&request, &id, &fragment, first)
+                    encoder.tool_call(&fragment, first)
                 }
                 _ if request.json_answer => {
                     let first = !answering;
                     answering = true;
                     let last = completion == request.max_tokens;
-                    chunk(
-                        &request,
-                        &id,
-                        Some(&json_fragment(&text, first, last)),
-                        false,
-                        None,
-                    )
+                    encoder.text(&json_fragment(&text, first, last))
                 }
-                _ => chunk(&request, &id, Some(&text), false, None),
+                _ => encoder.text(&text),
             };
             if request.continuous_usage {
-                value["usage"] = usage(&request, completion, said(thinking));
+                if let Some(SseFrame::Data(value)) = frames.last_mut() {
+                    value["usage"] = super::stream::usage(&request, completion, said(thinking));
+                }
             }
-            if tx.send(event(value, true)).await.is_err() {
+            if !send(&tx, frames, true).await {
                 return;
             }
         }
         if fixed {
             metrics.on_finished(arrived.elapsed());
         }
-        let finish_reason = if calling { "tool_calls" } else { "length" };
-        let mut finish = chunk(&request, &id, None, false, Some(finish_reason));
-        if request.continuous_usage {
-            finish["usage"] = usage(&request, completion, said(thinking));
-        }
-        let _ = tx.send(event(finish, false)).await;
-        if request.include_usage {
-            let mut value = chunk(&request, &id, None, false, None);
-            value["choices"] = serde_json::json!([]);
-            value["usage"] = usage(&request, completion, said(thinking));
-            let _ = tx.send(event(value, false)).await;
-        }
-        let _ = tx
-            .send((Ok(Bytes::from_static(b"data: [DONE]\n\n")), false))
-            .await;
+        let finish = if calling {
+            Finish::ToolCalls
+        } else {
+            Finish::Length
+        };
+        let counts = Counts {
+            completion,
+            reasoning: said(thinking),
+        };
+        let _ = send(&tx, encoder.finish(finish, counts), false).await;
     });
     let source = FrameSource {
         writer: shared

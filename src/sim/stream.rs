@@ -8,12 +8,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
+use super::wire::Wire;
 use crate::plan::SimSettings;
 use crate::tokens::Tokenizer;
 
 /// A parsed request, with only what the simulator needs.
 #[derive(Debug)]
 pub struct SimRequest {
+    /// The API it speaks.
+    pub wire: Wire,
+    /// A chat request (the chat dialect's chunks).
     pub chat: bool,
     pub model: String,
     pub stream: bool,
@@ -56,10 +60,10 @@ pub fn block_hashes(ids: &[u32], size: usize) -> Vec<u64> {
 }
 
 impl SimRequest {
-    /// Reads an OpenAI request body; the error is the message for a 400 response.
+    /// Reads a request body of `wire`'s API; the error is the message for a 400 response.
     pub(crate) fn parse(
         body: &[u8],
-        chat: bool,
+        wire: Wire,
         tokenizer: &Tokenizer,
         prefix_block: Option<u32>,
     ) -> Result<SimRequest, String> {
@@ -79,8 +83,17 @@ impl SimRequest {
                 None => tokenizer.count(text),
             }
         };
+        let chat = wire == Wire::Chat;
         let mut tool_rounds = 0;
-        let prompt_tokens = if chat {
+        let prompt_tokens = if wire == Wire::Responses {
+            let (tokens, rounds) = responses_prompt(&value, &mut measure)?;
+            tool_rounds = rounds;
+            tokens
+        } else if wire == Wire::Messages {
+            let (tokens, rounds) = messages_prompt(&value, &mut measure)?;
+            tool_rounds = rounds;
+            tokens
+        } else if chat {
             let messages = value
                 .get("messages")
                 .and_then(Value::as_array)
@@ -137,11 +150,19 @@ impl SimRequest {
             Some(size) => block_hashes(&ids, size as usize),
             None => Vec::new(),
         };
-        let max_tokens = value
-            .get("max_completion_tokens")
-            .or_else(|| value.get("max_tokens"))
-            .and_then(Value::as_u64)
-            .unwrap_or(16) as usize;
+        let max_tokens = match wire {
+            Wire::Responses => value.get("max_output_tokens"),
+            Wire::Messages => Some(
+                value
+                    .get("max_tokens")
+                    .ok_or("max_tokens: Field required")?,
+            ),
+            _ => value
+                .get("max_completion_tokens")
+                .or_else(|| value.get("max_tokens")),
+        }
+        .and_then(Value::as_u64)
+        .unwrap_or(16) as usize;
         let options = value.get("stream_options");
         let flag = |name: &str| {
             options
@@ -149,12 +170,19 @@ impl SimRequest {
                 .and_then(Value::as_bool)
                 .unwrap_or(false)
         };
-        let tool = chat.then(|| tool_called(&value)).flatten();
-        let json_answer = value
-            .get("response_format")
+        let tool = (wire != Wire::Completions)
+            .then(|| tool_called(&value, wire))
+            .flatten();
+        let format = match wire {
+            Wire::Responses => value.get("text").and_then(|t| t.get("format")),
+            _ => value.get("response_format"),
+        };
+        let json_answer = format
             .and_then(|f| f.get("type"))
             .and_then(Value::as_str)
             .is_some_and(|kind| kind == "json_object" || kind == "json_schema");
+        // Responses and Messages always end with their usage.
+        let usage_always = matches!(wire, Wire::Responses | Wire::Messages);
         Ok(SimRequest {
             tool,
             tool_rounds,
@@ -162,6 +190,7 @@ impl SimRequest {
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            wire,
             chat,
             model: value
                 .get("model")
@@ -172,7 +201,7 @@ impl SimRequest {
                 .get("stream")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            include_usage: flag("include_usage"),
+            include_usage: usage_always || flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             prompt_tokens,
             max_tokens: max_tokens.max(1),
@@ -182,20 +211,127 @@ impl SimRequest {
     }
 }
 
-/// The function a chat request's answer calls: `tool_choice`'s, else the first of its `tools`;
-/// none without tools or with `tool_choice: "none"`.
-fn tool_called(body: &Value) -> Option<String> {
+/// The function a request's answer calls: `tool_choice`'s, else the first of its `tools`;
+/// none without tools or with a choice of none. (Chat nests a tool's name in `function`;
+/// Responses and Messages have it at the top.)
+fn tool_called(body: &Value, wire: Wire) -> Option<String> {
     let tools = body.get("tools")?.as_array()?;
     let name_of = |tool: &Value| {
-        tool.get("function")
-            .and_then(|f| f.get("name"))
+        let named = match wire {
+            Wire::Chat => tool.get("function")?,
+            _ => tool,
+        };
+        named
+            .get("name")
             .and_then(Value::as_str)
             .map(str::to_string)
     };
     match body.get("tool_choice") {
         Some(Value::String(choice)) if choice == "none" => None,
-        Some(choice @ Value::Object(_)) => name_of(choice),
+        Some(choice) if choice.get("type").and_then(Value::as_str) == Some("none") => None,
+        Some(choice @ Value::Object(_)) if name_of(choice).is_some() => name_of(choice),
         _ => tools.first().and_then(name_of),
+    }
+}
+
+/// A Responses request's prompt tokens (`instructions`, then `input`: a text, or items whose
+/// content, calls and call outputs all count), and the rounds of calls since the last user
+/// item.
+fn responses_prompt(
+    value: &Value,
+    measure: &mut dyn FnMut(&str) -> usize,
+) -> Result<(usize, u32), String> {
+    let mut tokens = value
+        .get("instructions")
+        .and_then(Value::as_str)
+        .map_or(0, &mut *measure);
+    let mut rounds = 0;
+    match value.get("input") {
+        Some(Value::String(text)) => tokens += measure(text),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") => {
+                        rounds += 1;
+                        for field in ["name", "arguments"] {
+                            if let Some(text) = item.get(field).and_then(Value::as_str) {
+                                tokens += measure(text);
+                            }
+                        }
+                    }
+                    Some("function_call_output") => {
+                        if let Some(text) = item.get("output").and_then(Value::as_str) {
+                            tokens += measure(text);
+                        }
+                    }
+                    _ => {
+                        if item.get("role").and_then(Value::as_str) == Some("user") {
+                            rounds = 0;
+                        }
+                        tokens += content_tokens(item.get("content"), measure);
+                    }
+                }
+            }
+        }
+        _ => return Err("'input' is required (a string or a list of items)".into()),
+    }
+    Ok((tokens, rounds))
+}
+
+/// A Messages request's prompt tokens (`system`, then every message's blocks: text, tool uses
+/// and results), and the assistant turns that used tools since the user last wrote.
+fn messages_prompt(
+    value: &Value,
+    measure: &mut dyn FnMut(&str) -> usize,
+) -> Result<(usize, u32), String> {
+    let mut tokens = content_tokens(value.get("system"), measure);
+    let messages = value
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("messages: Field required")?;
+    let mut rounds = 0;
+    for m in messages {
+        let blocks = m.get("content");
+        let block_types: Vec<&str> = blocks
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b.get("type").and_then(Value::as_str))
+            .collect();
+        match m.get("role").and_then(Value::as_str) {
+            Some("user") if !block_types.contains(&"tool_result") => rounds = 0,
+            Some("assistant") if block_types.contains(&"tool_use") => rounds += 1,
+            _ => {}
+        }
+        tokens += content_tokens(blocks, measure);
+    }
+    Ok((tokens, rounds))
+}
+
+/// The tokens of a content: a string, or blocks (text, a tool use's name and input, a tool
+/// result's content).
+fn content_tokens(content: Option<&Value>, measure: &mut dyn FnMut(&str) -> usize) -> usize {
+    match content {
+        Some(Value::String(text)) => measure(text),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|block| {
+                let mut tokens = 0;
+                for field in ["text", "name", "output"] {
+                    if let Some(text) = block.get(field).and_then(Value::as_str) {
+                        tokens += measure(text);
+                    }
+                }
+                if let Some(input) = block.get("input").filter(|i| !i.is_null()) {
+                    tokens += measure(&input.to_string());
+                }
+                if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    tokens += content_tokens(block.get("content"), measure);
+                }
+                tokens
+            })
+            .sum(),
+        _ => 0,
     }
 }
 

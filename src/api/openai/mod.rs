@@ -23,6 +23,7 @@ pub(super) static ENVELOPE: super::Envelope = super::Envelope {
         exact_lengths: true,
         // Chat's own: completions have no messages to carry calls and results in.
         tool_calls: false,
+        structured_output: true,
     },
     reserved_fields: &[
         ("model", "set it with `model` in the target"),
@@ -52,6 +53,7 @@ pub(super) static ENVELOPE: super::Envelope = super::Envelope {
     ],
     credentials: |key| vec![(reqwest::header::AUTHORIZATION, format!("Bearer {key}"))],
     credential_headers: &["authorization"],
+    fixed_headers: &[],
     stream_end: "a finish_reason or [DONE]",
 };
 

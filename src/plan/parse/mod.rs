@@ -10,6 +10,45 @@
 mod cx;
 mod datafile;
 mod phase;
+/// What the target and workload ask that `api` cannot carry, each said as a reason (for a
+/// phase that speaks an API of its own).
+fn api_misfits(
+    api: crate::api::Api,
+    target: &crate::plan::Target,
+    workload: &crate::plan::Workload,
+) -> Vec<String> {
+    let dialect = api.dialect();
+    let capabilities = dialect.capabilities();
+    let mut why = Vec::new();
+    if target.stream && !capabilities.streaming {
+        why.push("does not stream its answers, and the target streams".to_string());
+    }
+    if workload.ignore_eos && !capabilities.exact_lengths {
+        why.push(format!(
+            "cannot be asked for an exact number of output tokens ({})",
+            dialect.no_exact_lengths()
+        ));
+    }
+    let offers_tools = target.body.contains_key("tools") || target.tools_file.is_some();
+    if offers_tools && !capabilities.tool_calls {
+        why.push("cannot offer the target's tools".to_string());
+    }
+    if target.continuous_usage && !capabilities.usage_in_stream {
+        why.push("does not send usage on every chunk (the target's continuous-usage)".to_string());
+    }
+    if target.response_format.is_some() && !capabilities.structured_output {
+        why.push("cannot ask for structured output (the target's response-format)".to_string());
+    }
+    for key in target.body.keys() {
+        if let Some((_, instead)) = dialect.reserved_fields().iter().find(|(own, _)| own == key) {
+            why.push(format!(
+                "writes the target's body field `{key}` itself ({instead})"
+            ));
+        }
+    }
+    why
+}
+
 #[cfg(test)]
 mod proptests;
 mod report;
@@ -709,6 +748,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut sim = None;
     let mut slo = None;
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
+    // Phases that speak an API of their own, and where they name it.
+    let mut phase_apis: Vec<(usize, SourceSpan, crate::api::Api)> = Vec::new();
     let mut judging: Vec<Placed> = Vec::new();
     let mut search = None;
     let mut search_at = None;
@@ -829,6 +870,9 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                         "lower this phase's rate, duration or requests (or those of the phases before it)",
                     );
                 }
+                if let (Some(api), Some(span)) = (checked.phase.api, checked.api_span) {
+                    phase_apis.push((p.file, span, api));
+                }
                 phases.push(checked.phase);
             }
             "sweep" => {
@@ -916,8 +960,21 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                     api.api.as_str()
                 ),
                 "no exact lengths",
-                "remove ignore-eos=#true from `output`, and judge lengths by finish_reason",
+                api.api.dialect().no_exact_lengths(),
             );
+            cx.current = 0;
+        }
+        // A phase's own API must be able to do what the target and workload ask of requests.
+        for &(file, span, phase_api) in &phase_apis {
+            cx.current = file;
+            for why in api_misfits(phase_api, api, workload) {
+                cx.error(
+                    span,
+                    format!("api \"{}\" {why}", phase_api.as_str()),
+                    "not with this api",
+                    "give this phase's requests what its API can carry, or leave the phase on the target's api",
+                );
+            }
             cx.current = 0;
         }
         // An agent loop goes on from tool calls: the model must be offered tools to call.

@@ -27,6 +27,7 @@ const RATE_OR_ZERO: Number = Number {
 struct Fields {
     model: Option<String>,
     endpoint: Option<String>,
+    api: Option<(crate::api::Api, SourceSpan)>,
     with: Option<(StartWith, SourceSpan)>,
     loads: Vec<(Load, SourceSpan)>,
     arrivals: Option<(Arrivals, SourceSpan)>,
@@ -68,6 +69,31 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("model", |cx, node, p| {
         p.model = cx.single(node, "model \"meta-llama/Llama-3.1-70B-Instruct\"", Text);
         p.broken |= p.model.is_none();
+    }),
+    ("api", |cx, node, p| {
+        let usage =
+            "api \"messages\" (the API this phase's requests speak, instead of the target's)";
+        let Some(name) = cx.single(node, usage, Text) else {
+            p.broken = true;
+            return;
+        };
+        let span = positional(node).next().map_or(node.span(), |e| e.span());
+        match crate::api::Api::from_name(&name) {
+            Some(api) => p.api = Some((api, span)),
+            None => {
+                let names: Vec<String> = crate::api::Api::ALL
+                    .iter()
+                    .map(|a| format!("\"{}\"", a.as_str()))
+                    .collect();
+                cx.error(
+                    span,
+                    format!("unknown api \"{name}\""),
+                    "unknown api",
+                    format!("use one of {}", names.join(", ")),
+                );
+                p.broken = true;
+            }
+        }
     }),
     ("target", |cx, node, p| {
         let usage = "target \"http://10.0.0.2:8000\" (a phase's own server; the plan's target says how to speak to it)";
@@ -252,6 +278,8 @@ pub(super) struct CheckedPhase {
     pub load_span: SourceSpan,
     /// Where its `with` names another phase.
     pub with_span: Option<SourceSpan>,
+    /// Where it names an API of its own.
+    pub api_span: Option<SourceSpan>,
 }
 
 /// `trace "mooncake.jsonl" speed=2 from="10m" block=512`: an open loop replaying a trace.
@@ -318,6 +346,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     let mut fields = Fields {
         model: None,
         endpoint: None,
+        api: None,
         with: None,
         loads: Vec::new(),
         arrivals: None,
@@ -484,10 +513,12 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             with,
             model: fields.model,
             endpoint: fields.endpoint,
+            api: fields.api.map(|(api, _)| api),
             ..Phase::new(name, load)
         },
         expected_requests,
         load_span,
         with_span,
+        api_span: fields.api.map(|(_, span)| span),
     })
 }

@@ -204,6 +204,7 @@ macro_rules! rate_fault {
 const FAULTS: &[(&str, Handler<Faults>)] = &[
     ("http-5xx", rate_fault!(http_5xx)),
     ("http-429", rate_fault!(http_429)),
+    ("overloaded", rate_fault!(overloaded)),
     ("drop-mid-stream", rate_fault!(drop_mid_stream)),
     ("malformed-chunk", rate_fault!(malformed_chunk)),
     ("stall", |cx, node, faults| {

@@ -175,6 +175,7 @@ enum Need {
     Streaming,
     UsageInStream,
     ToolCalls,
+    StructuredOutput,
 }
 
 /// Why `capabilities` cannot give `need`, if they cannot.
@@ -182,9 +183,12 @@ fn lacking(capabilities: Capabilities, need: Need) -> Option<&'static str> {
     match need {
         Need::Streaming if !capabilities.streaming => Some("does not stream its answers"),
         Need::UsageInStream if !capabilities.usage_in_stream => {
-            Some("does not send usage in its stream")
+            Some("does not send usage on every chunk")
         }
         Need::ToolCalls if !capabilities.tool_calls => Some("cannot offer tools"),
+        Need::StructuredOutput if !capabilities.structured_output => {
+            Some("cannot ask for structured output")
+        }
         _ => None,
     }
 }
@@ -437,6 +441,7 @@ fn response_format(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     if !body.is_null() {
         add_field(cx, span, t, "response_format".into(), body);
     }
+    refuse_beyond(cx, node, t.api, Some(Need::StructuredOutput));
     t.response_format = Some(format);
 }
 
@@ -697,6 +702,7 @@ mod tests {
             usage_in_stream: true,
             exact_lengths: true,
             tool_calls: true,
+            structured_output: true,
         };
         assert_eq!(lacking(all, Need::Streaming), None);
         let unstreamed = Capabilities {
@@ -710,13 +716,19 @@ mod tests {
         );
         assert_eq!(
             lacking(unstreamed, Need::UsageInStream),
-            Some("does not send usage in its stream")
+            Some("does not send usage on every chunk")
         );
-        // Every dialect today streams with usage: no plan of theirs is refused.
+        // Every dialect streams; only OpenAI's chat and completions send usage per chunk, and
+        // Anthropic's cannot ask for structured output.
         for api in Api::ALL {
             let capabilities = api.dialect().capabilities();
             assert_eq!(lacking(capabilities, Need::Streaming), None);
-            assert_eq!(lacking(capabilities, Need::UsageInStream), None);
+            let openai = matches!(api, Api::Chat | Api::Completions);
+            assert_eq!(lacking(capabilities, Need::UsageInStream).is_none(), openai);
+            assert_eq!(
+                lacking(capabilities, Need::StructuredOutput).is_none(),
+                api != Api::Messages
+            );
         }
     }
 }
