@@ -848,6 +848,7 @@ mod baseline {
             request_id_prefix: "baseline".into(),
             max_line: 1 << 20,
             max_body: 256 << 20,
+            route_answered: Default::default(),
         };
         let authority = url
             .trim_start_matches("http://")

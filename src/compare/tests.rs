@@ -59,6 +59,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             at_us: 0,
             group: None,
             step: None,
+            api: None,
         }],
         phase_ends: vec![PhaseEnd {
             index: 0,

@@ -64,6 +64,8 @@ pub(super) struct Context {
     pub(super) records_path: PathBuf,
     pub(super) observer: Arc<dyn Observer>,
     pub(super) abort: watch::Receiver<bool>,
+    /// The run's stop handle: a target that does not serve the API's route refuses the run.
+    pub(super) stop: super::observe::Stop,
     /// Every request in flight, whatever its phase.
     pub(super) in_flight: InFlight,
     /// What observers may poll.

@@ -123,7 +123,7 @@ pub async fn run_from(
             match connections::preflight(&transport, template).await {
                 Ok(Some(note)) => config.observer.on_event(Event::Note(&note)),
                 Ok(None) => {}
-                Err(why) => refused = Some(why),
+                Err(why) => refused = Some(format!("{why}; nothing was sent")),
             }
             checked.push(key);
         }
@@ -168,6 +168,7 @@ pub async fn run_from(
         records_path: config.records_path.clone(),
         observer: config.observer.clone(),
         abort: stop.in_flight(),
+        stop: stop.clone(),
         in_flight: InFlight::default(),
         live: Arc::new(LiveCounters::default()),
         timer,
@@ -246,13 +247,14 @@ pub async fn run_from(
         }
     }
     let aborted = stop.abort_reason();
+    let refused = stop.refused_reason();
     let end = RunEnd {
         at_us: context.micros(Instant::now()),
-        interrupted: *sending.borrow() && aborted.is_none(),
+        interrupted: *sending.borrow() && aborted.is_none() && refused.is_none(),
         aborted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
         recorder_backlog: context.record_room.backlog(),
-        refused: None,
+        refused,
     };
     context.observer.on_event(Event::RunEnded(&end));
     context.log(LogLine::RunEnd(end));

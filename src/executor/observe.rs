@@ -69,6 +69,8 @@ pub struct Stop {
     hurry: Arc<std::sync::atomic::AtomicBool>,
     /// Why the plan's abort conditions stopped the run, if they did.
     aborted: Arc<Mutex<Option<String>>>,
+    /// Why the target was refused once the run had begun, if it was.
+    refused: Arc<Mutex<Option<String>>>,
 }
 
 impl Default for Stop {
@@ -85,6 +87,7 @@ impl Stop {
             in_flight: Arc::new(watch::channel(false).0),
             hurry: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             aborted: Arc::new(Mutex::new(None)),
+            refused: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -119,6 +122,21 @@ impl Stop {
             aborted.get_or_insert(reason);
         }
         self.cancel_in_flight();
+    }
+
+    /// Stops the run because the target cannot be measured at all (it does not serve the
+    /// API's route): no new requests, those in flight cancelled, the run not carried out. The
+    /// first reason given is kept.
+    pub fn refuse(&self, reason: String) {
+        if let Ok(mut refused) = self.refused.lock() {
+            refused.get_or_insert(reason);
+        }
+        self.cancel_in_flight();
+    }
+
+    /// Why the target was refused once the run had begun, if it was.
+    pub fn refused_reason(&self) -> Option<String> {
+        self.refused.lock().ok().and_then(|r| r.clone())
     }
 
     /// Why the run was aborted, if it was.

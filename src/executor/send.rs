@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::context::{ended_early, InFlightTicket};
+use super::context::{ended_early, Context, InFlightTicket};
 use super::observe::stopped;
 use super::recorder::{Finished, Message};
 use super::request::{self, Exchange};
+use super::template::RequestTemplate;
 use super::Event;
 use crate::planner::{Answer, ScheduledRequest};
 use crate::records::{ErrorClass, TurnKind};
@@ -204,6 +205,7 @@ async fn execute(
             );
         }
     }
+    refuse_unserved_route(context, template, &exchange);
     let actual_send_us = context.micros(sent_at);
     // Room in the recorder's queue first (at once, unless it has fallen far behind): the
     // guard still records the request if this task dies while it waits.
@@ -269,5 +271,35 @@ impl Drop for InFlightGuard {
                 .records
                 .send(Message::Finished(Box::new(finished)));
         }
+    }
+}
+
+/// A 404 or 405 before the route ever answered means the target does not serve it (an API it
+/// does not speak, or a model it does not have): the run is refused at once, naming the path,
+/// instead of the whole schedule running into the same wall. A 404 after answers is a server's
+/// error like any other, counted.
+fn refuse_unserved_route(context: &Context, template: &RequestTemplate, exchange: &Exchange) {
+    use Ordering::Relaxed;
+    let Some(status) = exchange.http_status else {
+        return;
+    };
+    let answered = &template.route_answered;
+    if (200..300).contains(&status) {
+        if !answered.load(Relaxed) {
+            answered.store(true, Relaxed);
+        }
+    } else if matches!(status, 404 | 405) && !answered.load(Relaxed) {
+        let said = exchange
+            .error
+            .as_ref()
+            .map_or_else(|| format!("HTTP {status}"), |(_, detail)| detail.clone());
+        // The path only: the URL's query may hold a key.
+        context.stop.refuse(format!(
+            "the target answered the first request to POST {} with {said}: it does not serve the \
+             {} API there (or not this model); set `api` to one it speaks (chat, completions, \
+             responses, messages), or point the target at a server that speaks it",
+            template.url.path(),
+            template.dialect.name()
+        ));
     }
 }

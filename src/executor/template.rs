@@ -34,6 +34,9 @@ pub struct RequestTemplate {
     pub max_line: usize,
     /// The most bytes a response may hold.
     pub max_body: u64,
+    /// Some request to this template's route has been answered (2xx): until then, a 404 or
+    /// 405 means the target does not serve the route, and the run is refused.
+    pub route_answered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for RequestTemplate {

@@ -345,6 +345,9 @@ pub struct PhaseMetrics {
     pub recorded: bool,
     /// Its load model, as people read it.
     pub load: String,
+    /// The API it spoke, when it is not the run's (a plan comparing dialects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
     /// Requests by outcome.
     pub requests: RequestCounts,
     /// Throughputs.

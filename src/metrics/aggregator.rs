@@ -330,6 +330,7 @@ impl<'s> Aggregator<'s> {
             metrics.name = start.name.clone();
             metrics.recorded = start.record;
             metrics.load = start.load.clone();
+            metrics.api.clone_from(&start.api);
             metrics.rates.planned_per_s = start.planned_rate;
             metrics.client = phase_end.and_then(|e| e.client);
             metrics.step = start.step.clone();

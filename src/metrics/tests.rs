@@ -44,6 +44,7 @@ fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
         at_us,
         group: None,
         step: None,
+        api: None,
     }
 }
 

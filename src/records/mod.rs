@@ -201,6 +201,9 @@ pub struct PhaseStart {
     /// The step of a sweep, or the probe of a search, it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepInfo>,
+    /// The API it spoke, when it is not the run's (`api` in the phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
 }
 
 /// A step of a sweep, or a probe of a search, as the schedule and the records hold it.
@@ -314,7 +317,8 @@ pub struct RunEnd {
     /// Requests that waited for room in the recorder's queue (it fell behind), if any did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorder_backlog: Option<RecorderBacklog>,
-    /// Why the target was refused before the clock started (it did not answer, refused the
+    /// Why the target was refused, before the clock started or at its first answer (it did
+    /// not answer, refused the key, does not serve the model or the API's route; the
     /// key, or does not serve the model): nothing was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,

@@ -272,6 +272,7 @@ fn templates(
         request_id_prefix,
         max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
         max_body: plan.target.max_body,
+        route_answered: Default::default(),
     };
     // Phases with a model, a server or an API of their own: the target's way of speaking,
     // with what they change.
@@ -294,6 +295,10 @@ fn templates(
             let target = TargetUrl::parse(endpoint)
                 .map_err(|e| Error::usage(format!("phase \"{}\": {e}", phase.name)))?;
             own.url = target.endpoint(own.dialect.path());
+        }
+        if own.url != template.url {
+            // Another route: whether it is served is its own question.
+            own.route_answered = Default::default();
         }
         phase_templates.insert(index, own);
     }

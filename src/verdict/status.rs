@@ -35,8 +35,9 @@ pub enum NotCarriedOut {
     EveryRequestFailed(String),
     /// No recorded request was sent.
     NothingSent,
-    /// The target was refused before the clock started (it did not answer, refused the key,
-    /// or does not serve the model): why.
+    /// The target was refused: before the clock started (it did not answer, refused the key,
+    /// or does not serve the model), or at its first answer (it does not serve the API's
+    /// route): why.
     TargetRefused(String),
     /// The client could not deliver the plan: more than [`CLIENT_FAILURE_LIMIT`] of the
     /// recorded requests failed in llmload itself (out of file descriptors or ports), whatever
@@ -65,7 +66,7 @@ impl std::fmt::Display for NotCarriedOut {
                 write!(f, "every request failed; the first said: {first}")
             }
             NotCarriedOut::NothingSent => f.write_str("no recorded request was sent"),
-            NotCarriedOut::TargetRefused(why) => write!(f, "{why}; nothing was sent"),
+            NotCarriedOut::TargetRefused(why) => f.write_str(why),
             NotCarriedOut::ClientLimited {
                 failed,
                 sent,

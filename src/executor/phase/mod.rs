@@ -122,6 +122,9 @@ async fn run_phase(
         at_us: context.micros(phase_start),
         group: Some(phase.group),
         step: phase.step.clone(),
+        api: Some(context.template(phase.index).dialect.name())
+            .filter(|name| *name != context.template.dialect.name())
+            .map(str::to_string),
     };
     context.observer.on_event(Event::PhaseStarted(&start));
     context.log(LogLine::PhaseStart(start));

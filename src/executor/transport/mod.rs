@@ -321,6 +321,7 @@ mod tests {
             request_id_prefix: "t".into(),
             max_line: 1 << 20,
             max_body: 1 << 20,
+            route_answered: Default::default(),
         }
     }
 
