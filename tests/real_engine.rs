@@ -239,6 +239,108 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
     }
 }
 
+/// OpenAI's Responses API against llama.cpp's server: `ignore_eos` passes through its
+/// conversion to chat, so lengths are exact; its final event always says "completed", read as
+/// a stop (a note says the lengths are as planned).
+#[test]
+fn exact_lengths_on_the_responses_api_streamed_and_not() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let workload = format!(
+        "tokenizer \"{}\"; input 40; output 24 ignore-eos=#true",
+        engine.tokenizer()
+    );
+    for stream in ["#true", "#false"] {
+        let plan = engine.plan(
+            &format!("api \"responses\"; stream {stream}"),
+            &workload,
+            "phase \"a\" { concurrency 2; requests 6 }",
+            "error-rate < \"1%\"",
+        );
+        let (code, summary, records, stderr) = run(&plan, &[]);
+        let what = format!("responses, stream {stream}");
+        assert_eq!(code, 0, "{what}: {stderr}");
+        assert_eq!(records.len(), 6, "{what}");
+        for record in &records {
+            assert!(record["error"].is_null(), "{what}: {record}");
+            assert_eq!(record["completion_tokens"], 24, "{what}: {record}");
+            // Read from response.completed's usage.input_tokens/output_tokens.
+            assert_eq!(record["token_source"], "usage", "{what}: {record}");
+            assert!(
+                record["prompt_tokens"].as_u64().unwrap() >= 40,
+                "{what}: {record}"
+            );
+            assert_eq!(record["finish_reason"], "stop", "{what}: {record}");
+            if stream == "#true" {
+                let in_chunks: u64 = record["chunks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c[1].as_u64().unwrap())
+                    .sum();
+                assert_eq!(in_chunks, 24, "{what}: {record}");
+            }
+        }
+        let codes = warning_codes(&summary);
+        assert!(
+            codes.contains(&"finish-stop-label".to_string()),
+            "{what}: {codes:?}"
+        );
+        assert!(
+            !codes.contains(&"finish-stop".to_string()),
+            "{what}: {codes:?}"
+        );
+    }
+}
+
+/// Three dialects in three phases against one llama.cpp server, streamed and not: chat,
+/// Responses and Anthropic Messages each read with the server's own counts. Messages cannot be
+/// asked for exact lengths (llama.cpp drops ignore_eos there): an answer stops at its cap
+/// (`max_tokens`, read as "length") or at the model's end of turn.
+#[test]
+fn chat_responses_and_messages_side_by_side_on_one_server() {
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let workload = format!("tokenizer \"{}\"; input 40; output 16", engine.tokenizer());
+    let phases = "phase \"chat\" { concurrency 2; requests 4 }\n\
+                  phase \"responses\" { api \"responses\"; concurrency 2; requests 4 }\n\
+                  phase \"messages\" { api \"messages\"; concurrency 2; requests 4 }";
+    for stream in ["#true", "#false"] {
+        let plan = engine.plan(
+            &format!("api \"chat\"; stream {stream}; api-key env=\"LLMLOAD_ENGINE_KEY\""),
+            &workload,
+            phases,
+            "error-rate < \"1%\"",
+        );
+        let (code, summary, records, stderr) = run(&plan, &[]);
+        let what = format!("stream {stream}");
+        assert_eq!(code, 0, "{what}: {stderr}");
+        assert_eq!(records.len(), 12, "{what}");
+        for record in &records {
+            assert!(record["error"].is_null(), "{what}: {record}");
+            assert_eq!(record["token_source"], "usage", "{what}: {record}");
+            let completion = record["completion_tokens"].as_u64().unwrap();
+            assert!((1..=16).contains(&completion), "{what}: {record}");
+            let finish = record["finish_reason"].as_str().unwrap();
+            assert!(finish == "length" || finish == "stop", "{what}: {record}");
+            if record["phase"] == 2 && completion == 16 {
+                // stop_reason "max_tokens"
+                assert_eq!(finish, "length", "{what}: {record}");
+            }
+            assert!(
+                record["prompt_tokens"].as_u64().unwrap() >= 40,
+                "{what}: {record}"
+            );
+        }
+        for name in ["chat", "responses", "messages"] {
+            let phase = common::phase(&summary, name);
+            assert_eq!(phase["requests"]["ok"], 4, "{what} {name}: {phase}");
+        }
+    }
+}
+
 #[test]
 fn a_tokenizer_that_is_not_the_models_is_warned() {
     let Some(engine) = Engine::start(2) else {
