@@ -312,6 +312,7 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             ));
         }
     }
+    lines.extend(request_lines(plan, schedule));
     if !plan.target.body.is_empty() {
         lines.push(format!(
             "body fields: {}",
@@ -334,6 +335,62 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
         return String::new();
     }
     format!("\n{}\n", lines.join("\n"))
+}
+
+/// Each API the plan speaks: its route, how the key goes, and one example body (the prompt
+/// stood in for by its length; the key is never in a body, and its header shows the variable).
+fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
+    let mut apis = vec![plan.target.api];
+    for phase in &plan.phases {
+        if let Some(api) = phase.api.filter(|api| !apis.contains(api)) {
+            apis.push(api);
+        }
+    }
+    let first = schedule
+        .phases
+        .iter()
+        .find_map(|phase| phase.requests.first());
+    let (input, output) = first.map_or((0, 1), |r| (r.input_tokens, r.output_tokens));
+    let options = crate::api::BodyOptions {
+        model: plan.target.model.clone(),
+        stream: plan.target.stream,
+        continuous_usage: plan.target.continuous_usage,
+        ignore_eos: plan.workload.ignore_eos,
+        extra: std::sync::Arc::new(plan.target.body.clone()),
+    };
+    let prompt_text = format!("<a prompt of {input} tokens>");
+    let prompt = match &plan.workload.system {
+        Some(system) => crate::planner::Prompt::Messages(vec![
+            crate::planner::Message::text("system", system.clone()),
+            crate::planner::Message::text("user", prompt_text),
+        ]),
+        None => crate::planner::Prompt::Text(prompt_text),
+    };
+    apis.iter()
+        .map(|api| {
+            let dialect = api.dialect();
+            let key = match (
+                &plan.target.api_key_env,
+                dialect.credential_headers().first(),
+            ) {
+                (Some(var), Some(header)) => format!("; key: {header} from ${var}"),
+                _ => String::new(),
+            };
+            let fixed: Vec<String> = dialect
+                .fixed_headers()
+                .iter()
+                .map(|(name, value)| format!("; {name}: {value}"))
+                .collect();
+            let body = dialect.body(&prompt, output, &options);
+            format!(
+                "api {}: POST {}{key}{}\n  body: {}",
+                api.as_str(),
+                dialect.path(),
+                fixed.join(""),
+                String::from_utf8_lossy(&body)
+            )
+        })
+        .collect()
 }
 
 /// What a search will do, before any result is known.
