@@ -198,6 +198,7 @@ fn main() {
                 turn: None,
                 conversation: None,
                 turn_kind: None,
+                batch: 0,
             };
             let time = measure(|| {
                 let copy = Exchange {

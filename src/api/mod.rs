@@ -16,8 +16,10 @@
 
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod messages;
 pub mod openai;
+pub mod rerank;
 pub mod responses;
 pub mod sse;
 
@@ -37,11 +39,22 @@ pub enum Api {
     Responses,
     /// `/v1/messages`: Anthropic's Messages API ([`messages`]).
     Messages,
+    /// `/v1/embeddings`: a batch of inputs embedded ([`embeddings`]).
+    Embeddings,
+    /// `/v1/rerank`: documents ranked against a query ([`rerank`]).
+    Rerank,
 }
 
 impl Api {
     /// Every API, in the order help lists them.
-    pub const ALL: [Api; 4] = [Api::Chat, Api::Completions, Api::Responses, Api::Messages];
+    pub const ALL: [Api; 6] = [
+        Api::Chat,
+        Api::Completions,
+        Api::Responses,
+        Api::Messages,
+        Api::Embeddings,
+        Api::Rerank,
+    ];
 
     /// Its dialect.
     pub fn dialect(self) -> &'static dyn Dialect {
@@ -50,6 +63,8 @@ impl Api {
             Api::Completions => &completions::Completions,
             Api::Responses => &responses::Responses,
             Api::Messages => &messages::Messages,
+            Api::Embeddings => &embeddings::Embeddings,
+            Api::Rerank => &rerank::Rerank,
         }
     }
 
@@ -151,6 +166,9 @@ pub struct Decoded {
     /// It ends the stream (`[DONE]`, `message_stop`, `response.completed`): nothing after it
     /// belongs to the answer. What else the event carries (a finish, usage) still counts.
     pub end: bool,
+    /// How many inputs the answer covers (embeddings returned, documents ranked): an answer
+    /// of an API that generates no text.
+    pub inputs: Option<u64>,
 }
 
 /// What kind of generated text a part is.
@@ -271,9 +289,22 @@ impl<'a> Generated<'a> {
 #[error("{0}")]
 pub struct DecodeError(pub String);
 
+/// What an API does with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKind {
+    /// Generates text after a prompt (chat, completions, Responses, Messages).
+    Generate,
+    /// Embeds a batch of inputs.
+    Embed,
+    /// Ranks a batch of documents against a query.
+    Rank,
+}
+
 /// What a dialect can do, which decides what a plan may ask of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
+    /// What it does with a request: generate, embed or rank.
+    pub kind: ApiKind,
     /// It streams its answers (SSE).
     pub streaming: bool,
     /// It can send usage on every streamed chunk (vLLM's `continuous_usage_stats`), which

@@ -271,6 +271,7 @@ fn planned(
 ) -> RequestRecord {
     RequestRecord {
         turn_kind: request.turn_kind,
+        inputs: (request.batch > 0).then_some(request.batch),
         ..RequestRecord::planned(
             phase,
             request.seq,
@@ -580,6 +581,7 @@ mod tests {
                 turn: None,
                 conversation: None,
                 turn_kind: None,
+                batch: 0,
             },
             intended_send_us: 0,
             actual_send_us: 0,

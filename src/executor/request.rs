@@ -38,6 +38,9 @@ pub struct Exchange {
     pub reasoning_bytes: usize,
     /// How many tool calls the answer made.
     pub tool_calls: u32,
+    /// How many inputs the answer covers (embeddings, ranked documents), for an API that
+    /// generates no text.
+    pub inputs: Option<u64>,
     /// The calls put together (id, name, arguments), for an agent loop to send back.
     pub calls: Vec<crate::planner::ToolCall>,
     /// How many bytes of `text` were tool calls' names and arguments.
@@ -383,9 +386,13 @@ async fn read_whole(
                                 shorten(error.message())
                             ),
                         );
-                    } else if decoded.finish_reason.is_none() && exchange.text.is_empty() {
+                    } else if decoded.finish_reason.is_none()
+                        && exchange.text.is_empty()
+                        && decoded.inputs.is_none()
+                    {
                         exchange.fail(ErrorClass::Malformed, "the response has no choices");
                     }
+                    exchange.inputs = decoded.inputs;
                     exchange.finish_reason = decoded.finish_reason;
                     exchange.usage = decoded.usage;
                 }

@@ -206,6 +206,26 @@ async fn execute(
         }
     }
     refuse_unserved_route(context, template, &exchange);
+    if request.batch > 0 && exchange.error.is_none() {
+        // One embedding (or one ranked document) per input, or the answer is not whole.
+        // (A rerank plan's `top_n` asks for that many results at most.)
+        let asked = template
+            .options
+            .extra
+            .get("top_n")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(request.batch as u64, |top| top.min(request.batch as u64));
+        match exchange.inputs {
+            Some(covered) if covered == asked => {}
+            covered => exchange.fail(
+                ErrorClass::Malformed,
+                format!(
+                    "the request carried {asked} inputs and the answer covers {}",
+                    covered.map_or("none".to_string(), |n| n.to_string())
+                ),
+            ),
+        }
+    }
     let actual_send_us = context.micros(sent_at);
     // Room in the recorder's queue first (at once, unless it has fallen far behind): the
     // guard still records the request if this task dies while it waits.

@@ -100,6 +100,9 @@ pub(super) struct Accumulator<'s> {
     pub(super) good: u64,
     pub(super) output_tokens: u64,
     pub(super) total_tokens: u64,
+    /// Inputs (embeddings, ranked documents) and prompt tokens of successful requests.
+    pub(super) inputs: u64,
+    pub(super) input_tokens: u64,
     pub(super) timeouts: u64,
     pub(super) planned_in: f64,
     pub(super) observed_in: f64,
@@ -127,6 +130,8 @@ impl<'s> Accumulator<'s> {
             good: 0,
             output_tokens: 0,
             total_tokens: 0,
+            inputs: 0,
+            input_tokens: 0,
             timeouts: 0,
             planned_in: 0.0,
             observed_in: 0.0,
@@ -206,6 +211,8 @@ impl<'s> Accumulator<'s> {
             .unwrap_or(record.input_tokens_planned as u64);
         self.output_tokens += completion;
         self.total_tokens += completion + prompt;
+        self.input_tokens += prompt;
+        self.inputs += record.inputs.unwrap_or(0) as u64;
         self.planned_in += record.input_tokens_planned as f64;
         self.planned_out += record.output_tokens_planned as f64;
         self.observed_out += completion as f64;
@@ -280,6 +287,8 @@ impl<'s> Accumulator<'s> {
                 requests_per_s: m.requests.ok as f64 / wall,
                 output_tokens_per_s: self.output_tokens as f64 / wall,
                 total_tokens_per_s: self.total_tokens as f64 / wall,
+                inputs_per_s: self.inputs as f64 / wall,
+                input_tokens_per_s: self.input_tokens as f64 / wall,
             };
         }
         let attempted = m.requests.ok + m.requests.failed;

@@ -136,6 +136,12 @@ pub struct Throughput {
     pub output_tokens_per_s: f64,
     /// Input and output tokens of successful requests.
     pub total_tokens_per_s: f64,
+    /// Inputs embedded (or documents ranked) by successful requests.
+    #[serde(default)]
+    pub inputs_per_s: f64,
+    /// Input (prompt) tokens of successful requests.
+    #[serde(default)]
+    pub input_tokens_per_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

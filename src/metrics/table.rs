@@ -427,6 +427,23 @@ metric_table! {
         uses: WATCHED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
+    /// End-to-end latency per input of a batch request (embeddings, rerank).
+    E2ePerInput {
+        name: "e2e-per-input",
+        label: "E2E per input",
+        doc: "end-to-end latency divided by the inputs a request carried (embeddings, ranked documents), per batch request",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "e2e_per_input_ms",
+            population: Population::Succeeded,
+            sample: Sample::One(e2e_per_input_ms),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "p99 < \"20ms\" phase=\"steady\"",
+    },
     /// How long a reasoning model thought: first to last reasoning chunk.
     ReasoningTime {
         name: "reasoning-time",
@@ -640,6 +657,50 @@ metric_table! {
         needs: Needs::Nothing,
         uses: JUDGED,
         example: "> 10",
+    },
+    /// Inputs embedded (or documents ranked) per second of wall time.
+    InputThroughput {
+        name: "input-throughput",
+        label: "Input throughput",
+        doc: "inputs embedded, or documents ranked, by successful requests per second of wall time",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |record, _| {
+                if record.ok() {
+                    record.inputs.unwrap_or(0) as f64
+                } else {
+                    0.0
+                }
+            },
+            read: |m| Some(m.throughput.inputs_per_s),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "> 500",
+    },
+    /// Input (prompt) tokens per second of wall time.
+    InputTokenThroughput {
+        name: "input-token-throughput",
+        label: "Input token throughput",
+        doc: "input (prompt) tokens of successful requests per second of wall time",
+        kind: MetricKind::Throughput,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::PerSecond {
+            amount: |record, _| {
+                if record.ok() {
+                    prompt_tokens(record) as f64
+                } else {
+                    0.0
+                }
+            },
+            read: |m| Some(m.throughput.input_tokens_per_s),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "> 10000",
     },
     /// Requests per second meeting every per-request objective of the plan's `slo`.
     Goodput {
@@ -992,6 +1053,13 @@ pub fn ttft_ms(record: &RequestRecord) -> Option<f64> {
 /// End-to-end latency, ms.
 pub fn e2e_ms(record: &RequestRecord) -> Option<f64> {
     record.e2e_us.map(ms)
+}
+
+/// E2E per input of a batch request, ms (embeddings, ranked documents); none for a request
+/// that carried no batch.
+pub fn e2e_per_input_ms(record: &RequestRecord) -> Option<f64> {
+    let inputs = record.inputs.filter(|&n| n > 0)?;
+    e2e_ms(record).map(|e2e| e2e / inputs as f64)
 }
 
 /// Time per output token, ms: (e2e − ttft) / (output tokens − 1); none for one token or a

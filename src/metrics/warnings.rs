@@ -127,7 +127,12 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     let overall = &aggregates.overall;
     let header = log.header.as_ref();
     let exact = header.is_some_and(|h| h.exact_output);
-    let stream = header.is_none_or(|h| h.stream);
+    // An API that answers whole (embeddings, rerank) has no tokens to time: not a lack.
+    let stream = header.is_none_or(|h| {
+        h.stream
+            || crate::api::Api::from_name(&h.api)
+                .is_some_and(|api| !api.dialect().capabilities().streaming)
+    });
 
     if let Some(header) = header.filter(|h| !h.merged.is_empty()) {
         out.extend(shard_warnings(&header.merged));

@@ -26,6 +26,21 @@ pub struct Workload {
     pub dataset: Option<data::Dataset>,
     /// Multi-turn conversations: each scheduled request starts one.
     pub conversation: Option<Conversation>,
+    /// Inputs per request, for the embeddings and rerank APIs (documents, for rerank): each
+    /// input as long as the request's drawn input length.
+    pub batch: Option<Batch>,
+    /// The query's length in tokens, for the rerank API.
+    pub query_tokens: Option<u32>,
+}
+
+/// `batch 16`, or `batch min=1 max=32`: how many inputs a request of the embeddings or rerank
+/// API carries, drawn uniformly in `min..=max` per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// The fewest.
+    pub min: u32,
+    /// The most (`min` for a fixed size).
+    pub max: u32,
 }
 
 /// Multi-turn conversations: every turn sends the history so far (earlier user turns and the

@@ -159,6 +159,14 @@ pub struct ScheduledRequest {
     /// it called tools in an agent loop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_kind: Option<crate::records::TurnKind>,
+    /// The inputs it carries (embeddings), or documents (rerank); 0 for an API that generates.
+    /// Its `input_tokens` are every input's (and, for rerank, the query's once per document).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batch: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Where a request's prompt comes from.
@@ -197,6 +205,9 @@ struct RequestMix {
     /// Turns per conversation (1 without conversations).
     turns: u32,
     conversation: Option<crate::plan::Conversation>,
+    /// Inputs per request (embeddings, rerank), and the rerank query's tokens.
+    batch: Option<crate::plan::Batch>,
+    query_tokens: u32,
 }
 
 impl RequestMix {
@@ -269,6 +280,19 @@ impl RequestMix {
         if let Some(group) = prefix_group {
             input_tokens = input_tokens.saturating_add(self.prefix_tokens[group as usize]);
         }
+        // A batch: that many inputs of the drawn length (documents, each read with the query).
+        let mut batch = 0;
+        if let Some(size) = self.batch {
+            batch = if size.min == size.max {
+                size.min
+            } else {
+                more.random_range(size.min..=size.max)
+            };
+            input_tokens = input_tokens
+                .saturating_add(self.query_tokens)
+                .saturating_mul(batch);
+            output_tokens = 0;
+        }
         ScheduledRequest {
             seq,
             intended_offset_us: None,
@@ -280,6 +304,7 @@ impl RequestMix {
             turn: None,
             conversation: None,
             turn_kind: None,
+            batch,
         }
     }
 
@@ -310,6 +335,7 @@ impl RequestMix {
             turn: None,
             conversation: None,
             turn_kind: None,
+            batch: 0,
         }
     }
 
@@ -458,6 +484,8 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
         phase_starts: Vec::new(),
         turns: workload.conversation.map_or(1, |c| c.turns.max(1)),
         conversation: workload.conversation,
+        batch: workload.batch,
+        query_tokens: workload.query_tokens.unwrap_or(0),
     };
     let mut phases: Vec<Arc<PhaseSchedule>> = Vec::new();
     let mut total = 0usize;

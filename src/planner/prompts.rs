@@ -22,6 +22,34 @@ pub enum Prompt {
     Text(String),
     /// A chat conversation: system, user and assistant turns, in order.
     Messages(Vec<Message>),
+    /// A batch of texts: inputs to embed, or (with a query) documents to rank against it.
+    Batch {
+        /// The query the documents are ranked against (rerank).
+        query: Option<String>,
+        /// The inputs, or the documents.
+        inputs: Vec<String>,
+    },
+}
+
+impl Prompt {
+    /// The prompt as one text (a batch's texts, and a conversation's turns, joined by lines):
+    /// for an API that takes one text.
+    pub fn joined(&self) -> String {
+        match self {
+            Prompt::Text(text) => text.clone(),
+            Prompt::Messages(messages) => messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Prompt::Batch { query, inputs } => query
+                .iter()
+                .chain(inputs)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
 }
 
 pub use crate::plan::data::{Message, ToolCall};
@@ -75,6 +103,7 @@ pub fn as_messages(prompt: Prompt) -> Vec<Message> {
     match prompt {
         Prompt::Text(content) => vec![Message::text("user", content)],
         Prompt::Messages(messages) => messages,
+        batch @ Prompt::Batch { .. } => vec![Message::text("user", batch.joined())],
     }
 }
 
@@ -162,6 +191,8 @@ pub struct WorkloadPrompts {
     /// The trace each phase replays, by phase index.
     traces: Vec<Option<Trace>>,
     trace_seed: u64,
+    /// The rerank query's tokens.
+    query_tokens: u32,
 }
 
 impl WorkloadPrompts {
@@ -198,7 +229,28 @@ impl WorkloadPrompts {
             // Blocks are the trace's, not the run's: the same hash id is the same text in every
             // run of every plan replaying it, whatever the seed.
             trace_seed: 0x7472_6163_6562_6c6b,
+            query_tokens: workload.query_tokens.unwrap_or(0),
         }
+    }
+
+    /// A batch request's inputs (each different from its first word on), and its query: the
+    /// planner made its input tokens `batch × (query + input)`.
+    fn batch(&self, request: &ScheduledRequest) -> Prompt {
+        let batch = request.batch.max(1);
+        let each = (request.input_tokens / batch).saturating_sub(self.query_tokens);
+        let query = (self.query_tokens > 0).then(|| {
+            self.tokenizer.prompt(
+                self.query_tokens,
+                crate::seed::mix64(request.prompt_seed ^ 0x7175),
+            )
+        });
+        let inputs = (0..batch)
+            .map(|index| {
+                let seed = crate::seed::mix64(request.prompt_seed ^ ((index as u64 + 1) << 20));
+                self.tokenizer.prompt(each, seed)
+            })
+            .collect();
+        Prompt::Batch { query, inputs }
     }
 
     fn prefix(&self, group: u32) -> Option<&str> {
@@ -278,6 +330,9 @@ impl WorkloadPrompts {
 
 impl PromptSource for WorkloadPrompts {
     fn prompt(&self, request: &ScheduledRequest) -> Prompt {
+        if request.batch > 0 {
+            return self.batch(request);
+        }
         let prefix = request.prefix_group.and_then(|group| self.prefix(group));
         let mut messages = match self.own(request) {
             DataPrompt::Text(text) if self.system.is_none() => {
@@ -339,6 +394,7 @@ mod tests {
             turn: None,
             conversation: None,
             turn_kind: None,
+            batch: 0,
         };
         let (Prompt::Text(a), Prompt::Text(b)) =
             (source.prompt(&request(1)), source.prompt(&request(2)))

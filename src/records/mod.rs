@@ -556,6 +556,10 @@ pub struct RequestRecord {
     /// How many tool calls the answer made; absent when it made none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<u32>,
+    /// The inputs it carried (embeddings), or documents (rerank); absent for an API that
+    /// generates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<u32>,
     /// Whether the answer is what the plan's `response-format` asks (JSON, valid under its
     /// schema); absent when it asks nothing, or the request failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

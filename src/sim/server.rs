@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::engine::{Engine, EngineEvent};
 use super::metrics::SimMetrics;
 use super::stream::{error_body, full_response, generate, json_fragment, SimRequest};
-use super::wire::{full_answer, Counts, Encoder, Finish, Frame as SseFrame, Wire};
+use super::wire::{batch_answer, full_answer, Counts, Encoder, Finish, Frame as SseFrame, Wire};
 use super::writes::{RequestWriter, RequestWrites, WriteLog};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
@@ -493,6 +493,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             reasoning.map(|(_, field, in_usage)| (field, thought.as_str(), thinking, in_usage));
         let body = match wire {
             Wire::Chat | Wire::Completions => full_response(&request, &id, &text, completion, said),
+            Wire::Embeddings | Wire::Rerank => batch_answer(&request, &id, request_seed),
             Wire::Responses | Wire::Messages => full_answer(
                 &request,
                 &id,

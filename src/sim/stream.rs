@@ -41,6 +41,8 @@ pub struct SimRequest {
     /// The request asks for a JSON answer (`response_format` `json_object` or `json_schema`):
     /// the answer is `{"answer": "<the generated words>"}`.
     pub json_answer: bool,
+    /// The inputs an embeddings request carries, or the documents of a rerank request.
+    pub inputs: usize,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -85,7 +87,12 @@ impl SimRequest {
         };
         let chat = wire == Wire::Chat;
         let mut tool_rounds = 0;
-        let prompt_tokens = if wire == Wire::Responses {
+        let mut inputs = 0;
+        let prompt_tokens = if wire.batches() {
+            let (tokens, count) = batch_prompt(&value, wire, &mut measure)?;
+            inputs = count;
+            tokens
+        } else if wire == Wire::Responses {
             let (tokens, rounds) = responses_prompt(&value, &mut measure)?;
             tool_rounds = rounds;
             tokens
@@ -151,6 +158,8 @@ impl SimRequest {
             None => Vec::new(),
         };
         let max_tokens = match wire {
+            // An embedding or a ranking costs its prefill and one step: one "token".
+            Wire::Embeddings | Wire::Rerank => Some(&Value::Null),
             Wire::Responses => value.get("max_output_tokens"),
             Wire::Messages => Some(
                 value
@@ -162,7 +171,7 @@ impl SimRequest {
                 .or_else(|| value.get("max_tokens")),
         }
         .and_then(Value::as_u64)
-        .unwrap_or(16) as usize;
+        .unwrap_or(if wire.batches() { 1 } else { 16 }) as usize;
         let options = value.get("stream_options");
         let flag = |name: &str| {
             options
@@ -187,6 +196,7 @@ impl SimRequest {
             tool,
             tool_rounds,
             json_answer,
+            inputs,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -197,10 +207,12 @@ impl SimRequest {
                 .and_then(Value::as_str)
                 .unwrap_or("llmload-sim")
                 .to_string(),
-            stream: value
-                .get("stream")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            // Embeddings and rankings are answered whole.
+            stream: !wire.batches()
+                && value
+                    .get("stream")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
             include_usage: usage_always || flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
             prompt_tokens,
@@ -232,6 +244,48 @@ fn tool_called(body: &Value, wire: Wire) -> Option<String> {
         Some(choice @ Value::Object(_)) if name_of(choice).is_some() => name_of(choice),
         _ => tools.first().and_then(name_of),
     }
+}
+
+/// An embeddings request's tokens (every input's) and inputs; a rerank request's (the query
+/// once per document, as a cross-encoder reads the pair, and each document) and documents.
+fn batch_prompt(
+    value: &Value,
+    wire: Wire,
+    measure: &mut dyn FnMut(&str) -> usize,
+) -> Result<(usize, usize), String> {
+    let texts = |field: &str| -> Result<Vec<String>, String> {
+        match value.get(field) {
+            Some(Value::String(text)) => Ok(vec![text.clone()]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(text) => Ok(text.clone()),
+                    // Cohere's documents may be objects with a text.
+                    other => other
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                        .ok_or_else(|| format!("'{field}' holds an item that is not text")),
+                })
+                .collect(),
+            _ => Err(format!(
+                "'{field}' is required (a string or a list of strings)"
+            )),
+        }
+    };
+    if wire == Wire::Rerank {
+        let query = value
+            .get("query")
+            .and_then(Value::as_str)
+            .ok_or("'query' is required")?;
+        let documents = texts("documents")?;
+        let query_tokens = measure(query);
+        let tokens = documents.iter().map(|d| query_tokens + measure(d)).sum();
+        return Ok((tokens, documents.len()));
+    }
+    let inputs = texts("input")?;
+    let tokens = inputs.iter().map(|t| measure(t)).sum();
+    Ok((tokens, inputs.len()))
 }
 
 /// A Responses request's prompt tokens (`instructions`, then `input`: a text, or items whose

@@ -22,6 +22,10 @@ pub enum Wire {
     Responses,
     /// `/v1/messages`
     Messages,
+    /// `/v1/embeddings`
+    Embeddings,
+    /// `/v1/rerank`
+    Rerank,
 }
 
 impl Wire {
@@ -32,6 +36,8 @@ impl Wire {
             "/v1/completions" => Wire::Completions,
             "/v1/responses" => Wire::Responses,
             "/v1/messages" => Wire::Messages,
+            "/v1/embeddings" => Wire::Embeddings,
+            "/v1/rerank" | "/v1/reranking" => Wire::Rerank,
             _ => return None,
         })
     }
@@ -43,13 +49,20 @@ impl Wire {
             Wire::Completions => "cmpl",
             Wire::Responses => "resp",
             Wire::Messages => "msg",
+            Wire::Embeddings => "embd",
+            Wire::Rerank => "rerank",
         }
+    }
+
+    /// Whether it answers a batch of inputs (embeddings, rerank) rather than generating.
+    pub fn batches(self) -> bool {
+        matches!(self, Wire::Embeddings | Wire::Rerank)
     }
 
     /// Whether a reasoning model's thinking comes in its answers (a completion has no place
     /// for it).
     pub fn reasons(self) -> bool {
-        self != Wire::Completions
+        matches!(self, Wire::Chat | Wire::Responses | Wire::Messages)
     }
 
     /// An error body as this API writes one; `kind` is OpenAI's type name.
@@ -144,7 +157,8 @@ impl<'a> Encoder<'a> {
         let request = self.request;
         match request.wire {
             Wire::Chat => vec![Frame::Data(chunk(request, self.id, None, true, None))],
-            Wire::Completions => Vec::new(),
+            // Embeddings and rankings never stream.
+            Wire::Completions | Wire::Embeddings | Wire::Rerank => Vec::new(),
             Wire::Responses => {
                 let response = self.response("in_progress", Value::Null);
                 vec![
@@ -171,12 +185,9 @@ impl<'a> Encoder<'a> {
     /// A piece of a reasoning model's thinking; `field` is chat's field for it.
     pub fn reasoning(&mut self, text: &str, field: &str) -> Vec<Frame> {
         match self.request.wire {
-            Wire::Chat | Wire::Completions => vec![Frame::Data(reasoning_chunk(
-                self.request,
-                self.id,
-                text,
-                field,
-            ))],
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => vec![Frame::Data(
+                reasoning_chunk(self.request, self.id, text, field),
+            )],
             Wire::Responses => {
                 let mut frames = self.open_as(Open::Reasoning);
                 self.text.push_str(text);
@@ -202,7 +213,7 @@ impl<'a> Encoder<'a> {
     /// A piece of the answer's text.
     pub fn text(&mut self, text: &str) -> Vec<Frame> {
         match self.request.wire {
-            Wire::Chat | Wire::Completions => {
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => {
                 vec![Frame::Data(chunk(
                     self.request,
                     self.id,
@@ -238,9 +249,9 @@ impl<'a> Encoder<'a> {
     pub fn tool_call(&mut self, fragment: &str, first: bool) -> Vec<Frame> {
         let request = self.request;
         match request.wire {
-            Wire::Chat | Wire::Completions => vec![Frame::Data(tool_call_chunk(
-                request, self.id, fragment, first,
-            ))],
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => vec![Frame::Data(
+                tool_call_chunk(request, self.id, fragment, first),
+            )],
             Wire::Responses => {
                 let mut frames = Vec::new();
                 if first {
@@ -279,7 +290,7 @@ impl<'a> Encoder<'a> {
             Finish::ToolCalls => "tool_calls",
         };
         match request.wire {
-            Wire::Chat | Wire::Completions => {
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => {
                 let mut frames = Vec::new();
                 let mut last = chunk(request, self.id, None, false, Some(reason));
                 if request.continuous_usage {
@@ -396,7 +407,7 @@ impl<'a> Encoder<'a> {
                     json!({"type": "content_block_start", "index": self.index, "content_block": block}),
                 ));
             }
-            Wire::Chat | Wire::Completions => {}
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => {}
         }
         frames
     }
@@ -440,7 +451,7 @@ impl<'a> Encoder<'a> {
                 "content_block_stop",
                 json!({"type": "content_block_stop", "index": self.index}),
             )],
-            Wire::Chat | Wire::Completions => Vec::new(),
+            Wire::Chat | Wire::Completions | Wire::Embeddings | Wire::Rerank => Vec::new(),
         }
     }
 }
@@ -480,6 +491,45 @@ fn responses_usage(request: &SimRequest, counts: Counts) -> Value {
         usage["output_tokens_details"] = json!({"reasoning_tokens": reasoning});
     }
     usage
+}
+
+/// The length of each embedding the simulator answers with (a small embedding model's).
+pub const EMBEDDING_DIMENSIONS: usize = 384;
+
+/// A whole answer of an embeddings or rerank request: one seeded embedding per input (unit
+/// length, so that a client decoding them pays what it pays for a real model's), or one score
+/// per document, and the prompt tokens read.
+pub fn batch_answer(request: &SimRequest, id: &str, seed: u64) -> Value {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let usage =
+        json!({"prompt_tokens": request.prompt_tokens, "total_tokens": request.prompt_tokens});
+    match request.wire {
+        Wire::Rerank => {
+            let results: Vec<Value> = (0..request.inputs)
+                .map(|index| json!({"index": index, "relevance_score": rng.random_range(-10.0..10.0f64)}))
+                .collect();
+            json!({"id": id, "model": request.model, "object": "list", "results": results, "usage": usage})
+        }
+        _ => {
+            let data: Vec<Value> = (0..request.inputs)
+                .map(|index| {
+                    let raw: Vec<f64> = (0..EMBEDDING_DIMENSIONS)
+                        .map(|_| rng.random_range(-1.0..1.0f64))
+                        .collect();
+                    let norm = raw
+                        .iter()
+                        .map(|x| x * x)
+                        .sum::<f64>()
+                        .sqrt()
+                        .max(f64::MIN_POSITIVE);
+                    let embedding: Vec<f64> = raw.iter().map(|x| x / norm).collect();
+                    json!({"object": "embedding", "index": index, "embedding": embedding})
+                })
+                .collect();
+            json!({"object": "list", "model": request.model, "data": data, "usage": usage})
+        }
+    }
 }
 
 /// A whole answer of a Responses or Messages request (chat's and completions' are

@@ -135,6 +135,9 @@ impl Dialect for Chat {
         let messages = match prompt {
             Prompt::Text(text) => serde_json::json!([{"role": "user", "content": text}]),
             Prompt::Messages(messages) => messages.iter().map(message).collect(),
+            Prompt::Batch { .. } => {
+                serde_json::json!([{"role": "user", "content": prompt.joined()}])
+            }
         };
         openai::body(options, max_tokens, ("messages", messages))
     }

@@ -53,14 +53,7 @@ impl Dialect for Completions {
 
     fn body(&self, prompt: &Prompt, max_tokens: u32, options: &BodyOptions) -> Vec<u8> {
         // A conversation has no place in a completions body: its turns become one text.
-        let text = match prompt {
-            Prompt::Text(text) => text.clone(),
-            Prompt::Messages(messages) => messages
-                .iter()
-                .map(|m| m.content.as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        };
+        let text = prompt.joined();
         openai::body(options, max_tokens, ("prompt", text.into()))
     }
 

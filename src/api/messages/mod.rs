@@ -33,6 +33,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 static ENVELOPE: Envelope = Envelope {
     capabilities: Capabilities {
+        kind: super::ApiKind::Generate,
         streaming: true,
         // Usage comes at the message's start and end, not per chunk.
         usage_in_stream: false,
@@ -318,10 +319,10 @@ impl Dialect for Messages {
         let mut body = Map::new();
         body.insert("model".into(), options.model.clone().into());
         match prompt {
-            Prompt::Text(text) => {
+            Prompt::Text(_) | Prompt::Batch { .. } => {
                 body.insert(
                     "messages".into(),
-                    json!([{"role": "user", "content": text}]),
+                    json!([{"role": "user", "content": prompt.joined()}]),
                 );
             }
             Prompt::Messages(messages) => {

@@ -18,6 +18,7 @@ use fast::Shape;
 /// bearer token; vLLM, SGLang and llama.cpp's server honour `ignore_eos`.
 pub(super) static ENVELOPE: super::Envelope = super::Envelope {
     capabilities: super::Capabilities {
+        kind: super::ApiKind::Generate,
         streaming: true,
         usage_in_stream: true,
         exact_lengths: true,

@@ -27,6 +27,7 @@ pub struct Responses;
 
 static ENVELOPE: Envelope = Envelope {
     capabilities: Capabilities {
+        kind: super::ApiKind::Generate,
         streaming: true,
         // The completed event carries the usage; there is no per-chunk usage.
         usage_in_stream: false,
@@ -206,7 +207,7 @@ impl Body<'_> {
             finish_reason,
             usage: self.usage.map(Usage::from),
             error,
-            end: false,
+            ..Decoded::default()
         }
     }
 }
@@ -286,8 +287,8 @@ impl Dialect for Responses {
         let mut body = Map::new();
         body.insert("model".into(), options.model.clone().into());
         match prompt {
-            Prompt::Text(text) => {
-                body.insert("input".into(), text.clone().into());
+            Prompt::Text(_) | Prompt::Batch { .. } => {
+                body.insert("input".into(), prompt.joined().into());
             }
             Prompt::Messages(messages) => {
                 let mut rest = messages.as_slice();

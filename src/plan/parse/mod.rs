@@ -10,6 +10,72 @@
 mod cx;
 mod datafile;
 mod phase;
+/// What the workload asks that `api`'s kind cannot give: a message, a label and a help each.
+fn workload_misfits(
+    api: crate::api::Api,
+    workload: &crate::plan::Workload,
+) -> Vec<(String, &'static str, String)> {
+    use crate::api::ApiKind;
+    let kind = api.dialect().capabilities().kind;
+    let name = api.as_str();
+    let mut out = Vec::new();
+    if kind == ApiKind::Generate {
+        if workload.batch.is_some() || workload.query_tokens.is_some() {
+            out.push((
+                format!("`batch` and `query` are for the embeddings and rerank APIs, not api \"{name}\""),
+                "not with this api",
+                "remove them, or set api \"embeddings\" (or \"rerank\") in the target".to_string(),
+            ));
+        }
+        return out;
+    }
+    if workload.batch.is_none() {
+        out.push((
+            format!("api \"{name}\" sends a batch of inputs per request, and the workload has no `batch`"),
+            "batch missing",
+            "add batch 16 (inputs per request; each as long as `input` draws), or batch min=1 max=32".to_string(),
+        ));
+    }
+    if workload.output_tokens > 0 {
+        out.push((
+            format!("api \"{name}\" generates no output"),
+            "no output",
+            "remove `output` from the workload".to_string(),
+        ));
+    }
+    match (kind, workload.query_tokens) {
+        (ApiKind::Rank, None) => out.push((
+            "api \"rerank\" ranks documents against a query, and the workload has no `query`"
+                .to_string(),
+            "query missing",
+            "add query 32 (the query's tokens); `batch` is the documents per request".to_string(),
+        )),
+        (ApiKind::Embed, Some(_)) => out.push((
+            "api \"embeddings\" has no query".to_string(),
+            "no query",
+            "remove `query`, or set api \"rerank\"".to_string(),
+        )),
+        _ => {}
+    }
+    let unsupported = [
+        (workload.conversation.is_some(), "`conversation`"),
+        (!workload.prefix.is_empty(), "`prefix`"),
+        (workload.dataset.is_some(), "`dataset`"),
+        (workload.system.is_some(), "`system`"),
+        (workload.output_spread.is_some(), "an output spread"),
+    ];
+    for (present, what) in unsupported {
+        if present {
+            out.push((
+                format!("api \"{name}\" takes a batch of synthetic inputs; {what} is for the APIs that generate"),
+                "not with this api",
+                format!("remove {what} from the workload"),
+            ));
+        }
+    }
+    out
+}
+
 /// What the target and workload ask that `api` cannot carry, each said as a reason (for a
 /// phase that speaks an API of its own).
 fn api_misfits(
@@ -20,6 +86,15 @@ fn api_misfits(
     let dialect = api.dialect();
     let capabilities = dialect.capabilities();
     let mut why = Vec::new();
+    let target_kind = target.api.dialect().capabilities().kind;
+    if capabilities.kind != target_kind {
+        why.push(format!(
+            "does not do what the target's api \"{}\" does ({:?}, not {:?}): a plan's phases embed, rank or generate alike",
+            target.api.as_str(),
+            capabilities.kind,
+            target_kind
+        ));
+    }
     if target.stream && !capabilities.streaming {
         why.push("does not stream its answers, and the target streams".to_string());
     }
@@ -964,6 +1039,13 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             );
             cx.current = 0;
         }
+        // What an API does decides what the workload may ask: a batch of inputs for the APIs
+        // that embed or rank, text to generate after a prompt for the rest.
+        cx.current = file;
+        for (message, label, help) in workload_misfits(api.api, workload) {
+            cx.error(span, message, label, help);
+        }
+        cx.current = 0;
         // A phase's own API must be able to do what the target and workload ask of requests.
         for &(file, span, phase_api) in &phase_apis {
             cx.current = file;

@@ -655,6 +655,9 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         })
     {
         fields.api = api;
+        // An API that answers whole (embeddings, rerank) is not streamed unless asked (and
+        // then refused, saying why).
+        fields.stream = api.dialect().capabilities().streaming;
     }
     cx.walk(node, "in `target`", CHILDREN, &mut fields);
     let endpoint = endpoint?;
@@ -698,6 +701,7 @@ mod tests {
     #[test]
     fn a_dialect_that_cannot_is_named_for_what_it_cannot() {
         let all = Capabilities {
+            kind: crate::api::ApiKind::Generate,
             streaming: true,
             usage_in_stream: true,
             exact_lengths: true,
@@ -718,16 +722,18 @@ mod tests {
             lacking(unstreamed, Need::UsageInStream),
             Some("does not send usage on every chunk")
         );
-        // Every dialect streams; only OpenAI's chat and completions send usage per chunk, and
-        // Anthropic's cannot ask for structured output.
+        // Every dialect that generates streams; only OpenAI's chat and completions send usage
+        // per chunk, and Anthropic's cannot ask for structured output. Embeddings and rankings
+        // are answered whole.
         for api in Api::ALL {
             let capabilities = api.dialect().capabilities();
-            assert_eq!(lacking(capabilities, Need::Streaming), None);
+            let generates = capabilities.kind == crate::api::ApiKind::Generate;
+            assert_eq!(lacking(capabilities, Need::Streaming).is_none(), generates);
             let openai = matches!(api, Api::Chat | Api::Completions);
             assert_eq!(lacking(capabilities, Need::UsageInStream).is_none(), openai);
             assert_eq!(
                 lacking(capabilities, Need::StructuredOutput).is_none(),
-                api != Api::Messages
+                generates && api != Api::Messages
             );
         }
     }

@@ -25,6 +25,8 @@ struct Fields {
     prefix: Vec<PrefixGroup>,
     dataset: Option<Dataset>,
     conversation: Option<crate::plan::Conversation>,
+    batch: Option<crate::plan::Batch>,
+    query_tokens: Option<u32>,
     /// A child was present but wrong (already reported).
     broken: bool,
 }
@@ -43,7 +45,68 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("prefix", prefix),
     ("dataset", dataset),
     ("conversation", conversation),
+    ("batch", batch),
+    ("query", |cx, node, w| {
+        w.query_tokens = cx
+            .single(node, "query 32 (the rerank query's tokens)", TOKENS)
+            .map(|n| n as u32);
+        w.broken |= w.query_tokens.is_none();
+    }),
 ];
+
+/// The most inputs one request may carry.
+const MAX_BATCH: u64 = 100_000;
+
+/// `batch 16` or `batch min=1 max=32`: inputs per request (embeddings), documents (rerank).
+fn batch(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
+    let usage = "batch 16 (inputs per request), or batch min=1 max=32 (drawn per request)";
+    cx.no_children(node);
+    let size = || Count::positive(MAX_BATCH);
+    let fixed = positional(node).next().is_some();
+    if fixed {
+        cx.check_entries(node, 1, &[], usage);
+        if let Some(n) = cx.arg(node, usage, size()) {
+            w.batch = Some(crate::plan::Batch {
+                min: n as u32,
+                max: n as u32,
+            });
+        } else {
+            w.broken = true;
+        }
+        return;
+    }
+    cx.check_entries(node, 0, &["min", "max"], usage);
+    match (
+        cx.prop(node, "min", usage, size()),
+        cx.prop(node, "max", usage, size()),
+    ) {
+        (Ok(Some(min)), Ok(Some(max))) if min <= max => {
+            w.batch = Some(crate::plan::Batch {
+                min: min as u32,
+                max: max as u32,
+            })
+        }
+        (Ok(Some(_)), Ok(Some(_))) => {
+            cx.error(
+                node.name().span(),
+                "`batch` has min above max",
+                "min > max",
+                usage,
+            );
+            w.broken = true;
+        }
+        (Ok(None), _) | (_, Ok(None)) => {
+            cx.error(
+                node.name().span(),
+                "`batch` needs a size, or both min and max",
+                "size missing",
+                usage,
+            );
+            w.broken = true;
+        }
+        _ => w.broken = true,
+    }
+}
 
 /// `conversation turns=5 think="2s" think-max="8s"`, with `{ tool-result ... }` for agent loops.
 fn conversation(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
@@ -659,6 +722,8 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         prefix: Vec::new(),
         dataset: None,
         conversation: None,
+        batch: None,
+        query_tokens: None,
         broken: false,
     };
     cx.walk(node, "in `workload`", CHILDREN, &mut fields);
@@ -689,7 +754,9 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         .dataset
         .as_ref()
         .is_some_and(|d| d.output_from_answer);
-    if !has("output") && !answers && !cx.replay_only {
+    // A batch of inputs (embeddings, rerank) generates nothing: no output to ask for.
+    let batched = fields.batch.is_some();
+    if !has("output") && !answers && !cx.replay_only && !batched {
         cx.error(
             node.name().span(),
             "the workload has no `output`",
@@ -700,6 +767,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
     let (output_tokens, ignore_eos, output_spread) = match fields.output {
         Some(output) => output,
         None if (answers || cx.replay_only) && !fields.broken => (256, false, None),
+        None if batched && !fields.broken => (0, false, None),
         None => return None,
     };
     if fields.broken {
@@ -727,5 +795,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         prefix: fields.prefix,
         dataset: fields.dataset,
         conversation: fields.conversation,
+        batch: fields.batch,
+        query_tokens: fields.query_tokens,
     })
 }
