@@ -249,3 +249,153 @@ phase "b" { api "messages"; concurrency 1; requests 1 }
     );
     assert!(stderr.contains("plan.kdl:5"), "{stderr}");
 }
+
+/// Embeddings and rerank against the simulator: a batch per request, every input answered,
+/// the server's prompt counts exactly the plan's, per-input latency and inputs per second.
+#[test]
+fn embeddings_and_rerank_batches_are_counted_per_input() {
+    for (api, workload) in [
+        (
+            "embeddings",
+            "input { bucket 32 weight=1; bucket 96 weight=1 }; batch min=2 max=9",
+        ),
+        ("rerank", "input 64; query 16; batch 6"),
+    ] {
+        let plan = format!(
+            r#"plan "batches" {{ seed 4 }}
+target "sim" {{ api "{api}"; timeout "10s" }}
+sim {{ ttft "5ms"; itl "1ms" }}
+workload {{ tokenizer "cl100k_base"; {workload} }}
+phase "p" {{ concurrency 3; requests 30 }}
+sla {{ e2e-per-input p99 < "1s"; input-throughput > 1 }}
+"#
+        );
+        let run = run_plan(&plan, &[]);
+        assert_eq!(run.code(), 0, "{api}: {}", run.stderr());
+        let records = run.records();
+        let mut sizes = std::collections::BTreeSet::new();
+        for record in &records {
+            assert!(record["error"].is_null(), "{api}: {record}");
+            assert_eq!(
+                record["prompt_tokens"], record["input_tokens_planned"],
+                "{api}: {record}"
+            );
+            assert_eq!(record["output_tokens_planned"], 0, "{api}");
+            sizes.insert(record["inputs"].as_u64().unwrap());
+        }
+        if api == "embeddings" {
+            // Drawn per request within min..=max.
+            assert!(
+                sizes.len() > 2 && sizes.iter().all(|n| (2..=9).contains(n)),
+                "{sizes:?}"
+            );
+        } else {
+            assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![6]);
+            // Each document is read with the query.
+            assert!(records
+                .iter()
+                .all(|r| r["input_tokens_planned"] == 6 * (64 + 16)));
+        }
+        let summary = run.summary();
+        let inputs: u64 = records.iter().map(|r| r["inputs"].as_u64().unwrap()).sum();
+        let wall = summary["overall"]["wall_s"].as_f64().unwrap();
+        let per_s = summary["overall"]["throughput"]["inputs_per_s"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (per_s - inputs as f64 / wall).abs() < 1e-6 * per_s.max(1.0),
+            "{api}"
+        );
+        let e2e = stat(&summary, "overall", "e2e_ms", "p50");
+        let per_input = stat(&summary, "overall", "e2e_per_input_ms", "p50");
+        assert!(
+            per_input > 0.0 && per_input < e2e,
+            "{api}: {per_input} vs {e2e}"
+        );
+        // Nothing to stream is no lack: no "not streamed" note.
+        assert!(!run.stderr().contains("not streamed"), "{}", run.stderr());
+        let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+        assert!(report.contains("inputs/s"), "{report}");
+        assert!(report.contains("E2E per input"), "{report}");
+    }
+}
+
+fn one_embedding_for_three(seen: &Seen, stream: &mut TcpStream) {
+    let _ = seen;
+    respond(
+        stream,
+        "200 OK",
+        r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2]}],"usage":{"prompt_tokens":9,"total_tokens":9}}"#,
+    );
+}
+
+/// An answer that covers fewer inputs than the request carried is not an answer.
+#[test]
+fn an_embeddings_answer_missing_inputs_is_malformed() {
+    let (port, seen) = capture(one_embedding_for_three);
+    let plan = format!(
+        r#"plan "short" {{ seed 1 }}
+target "http://127.0.0.1:{port}" {{ api "embeddings"; model "e"; metrics #false; connections "cold" }}
+workload {{ input 8; batch 3 }}
+phase "p" {{ concurrency 1; requests 2 }}
+"#
+    );
+    let run = run_plan(&plan, &[]);
+    let records = run.records();
+    assert_eq!(records.len(), 2, "{}", run.stderr());
+    for record in &records {
+        assert_eq!(record["error"], "malformed", "{record}");
+        assert!(
+            record["error_detail"]
+                .as_str()
+                .unwrap()
+                .contains("carried 3 inputs and the answer covers 1"),
+            "{record}"
+        );
+    }
+    let body = seen.lock().unwrap()[0].json();
+    assert_eq!(body["input"].as_array().map(Vec::len), Some(3), "{body}");
+}
+
+/// What a batch API cannot do, and what a generating one cannot, are plan mistakes.
+#[test]
+fn batch_workloads_and_apis_must_agree() {
+    for (target, workload, expected) in [
+        ("api \"embeddings\"", "input 8", "has no `batch`"),
+        (
+            "api \"embeddings\"",
+            "input 8; batch 4; output 16",
+            "generates no output",
+        ),
+        ("api \"rerank\"", "input 8; batch 4", "has no `query`"),
+        (
+            "api \"chat\"",
+            "input 8; output 8; batch 4",
+            "are for the embeddings and rerank APIs",
+        ),
+        (
+            "api \"embeddings\"; stream #true",
+            "input 8; batch 4",
+            "does not stream",
+        ),
+        (
+            "api \"embeddings\"",
+            "input 8; batch min=5 max=2",
+            "min above max",
+        ),
+    ] {
+        let plan = format!(
+            "plan \"p\" {{ seed 1 }}\ntarget \"sim\" {{ {target} }}\nworkload {{ {workload} }}\nphase \"a\" {{ concurrency 1; requests 1 }}\n"
+        );
+        let run = run_plan(&plan, &[]);
+        assert_eq!(run.code(), 2, "{target} / {workload}: {}", run.stderr());
+        // Diagnostics wrap at the terminal's width: read them as one line.
+        let said = run
+            .stderr()
+            .replace('│', " ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(said.contains(expected), "{expected}: {}", run.stderr());
+    }
+}

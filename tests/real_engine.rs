@@ -341,6 +341,63 @@ fn chat_responses_and_messages_side_by_side_on_one_server() {
     }
 }
 
+/// The embeddings API against a second llama.cpp server started with `--embeddings --pooling
+/// mean`, and the rerank API against a third with `--reranking` (the tiny model's last token
+/// pooled into a score): every input answered, and the server's prompt counts exactly the
+/// plan's with one BOS token per input (per query-document pair, for rerank).
+#[test]
+fn embeddings_and_rerank_on_llama_cpp() {
+    for (api, options, workload) in [
+        (
+            "embeddings",
+            &["--embeddings", "--pooling", "mean"][..],
+            "input { bucket 24 weight=1; bucket 60 weight=1 }; batch 4",
+        ),
+        (
+            "rerank",
+            &["--reranking"][..],
+            "input 40; query 12; batch 5",
+        ),
+    ] {
+        let Some(engine) = Engine::start_with(2, options) else {
+            return;
+        };
+        let plan = engine.plan(
+            &format!("api \"{api}\"; metrics #false"),
+            &format!("tokenizer \"{}\"; {workload}", engine.tokenizer()),
+            "phase \"a\" { concurrency 2; requests 8 }",
+            "error-rate < \"1%\"; e2e-per-input p99 < \"10s\"",
+        );
+        let (code, summary, records, stderr) = run(&plan, &[]);
+        assert_eq!(code, 0, "{api}: {stderr}");
+        assert_eq!(records.len(), 8, "{api}");
+        for record in &records {
+            assert!(record["error"].is_null(), "{api}: {record}");
+            assert_eq!(record["token_source"], "usage", "{api}: {record}");
+            let inputs = record["inputs"].as_u64().unwrap();
+            let planned = record["input_tokens_planned"].as_u64().unwrap();
+            assert_eq!(
+                record["prompt_tokens"].as_u64().unwrap(),
+                planned + inputs,
+                "{api}: {record}"
+            );
+            assert_eq!(record["completion_tokens"], 0, "{api}: {record}");
+        }
+        let throughput = &summary["overall"]["throughput"];
+        assert!(
+            throughput["inputs_per_s"].as_f64().unwrap() > 0.0,
+            "{api}: {throughput}"
+        );
+        assert!(
+            summary["overall"]["metrics"]["e2e_per_input_ms"]["p50"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{api}"
+        );
+    }
+}
+
 #[test]
 fn a_tokenizer_that_is_not_the_models_is_warned() {
     let Some(engine) = Engine::start(2) else {

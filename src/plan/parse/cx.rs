@@ -47,6 +47,9 @@ pub(super) struct Cx {
     /// Every phase replays a trace (which gives every request's lengths): the workload then
     /// needs no `input` or `output`.
     pub replay_only: bool,
+    /// The target's API generates nothing (embeddings, rerank): the workload then needs a
+    /// `batch`, not an `output`.
+    pub batch_api: bool,
     pub env: EnvSource,
     /// Every `(env)` value read: name and value (none of them secret: keys are named, not read).
     pub env_used: Vec<(String, String)>,
@@ -106,6 +109,7 @@ impl Cx {
             diagnostics: Vec::new(),
             check_files,
             replay_only: false,
+            batch_api: false,
             env: EnvSource::Process,
             env_used: Vec::new(),
         }

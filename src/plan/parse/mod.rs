@@ -882,6 +882,16 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 .iter()
                 .any(|c| c.name().value() == "trace")
         });
+    cx.batch_api = placed
+        .iter()
+        .filter(|p| p.node.name().value() == "target")
+        .flat_map(|p| cx::children(p.node))
+        .filter(|child| child.name().value() == "api")
+        .filter_map(|child| match positional(child).next().map(|e| e.value()) {
+            Some(KdlValue::String(name)) => crate::api::Api::from_name(name),
+            _ => None,
+        })
+        .any(|api| api.dialect().capabilities().kind != crate::api::ApiKind::Generate);
     let mut expected_requests = 0.0;
     for p in placed {
         let node = p.node;

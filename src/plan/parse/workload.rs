@@ -756,7 +756,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         .is_some_and(|d| d.output_from_answer);
     // A batch of inputs (embeddings, rerank) generates nothing: no output to ask for.
     let batched = fields.batch.is_some();
-    if !has("output") && !answers && !cx.replay_only && !batched {
+    if !has("output") && !answers && !cx.replay_only && !batched && !cx.batch_api {
         cx.error(
             node.name().span(),
             "the workload has no `output`",
@@ -767,7 +767,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
     let (output_tokens, ignore_eos, output_spread) = match fields.output {
         Some(output) => output,
         None if (answers || cx.replay_only) && !fields.broken => (256, false, None),
-        None if batched && !fields.broken => (0, false, None),
+        None if (batched || cx.batch_api) && !fields.broken => (0, false, None),
         None => return None,
     };
     if fields.broken {
