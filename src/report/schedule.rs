@@ -359,7 +359,22 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
         extra: std::sync::Arc::new(plan.target.body.clone()),
     };
     let prompt_text = format!("<a prompt of {input} tokens>");
+    let batch = first.map_or(0, |r| r.batch);
+    let query_tokens = plan.workload.query_tokens.unwrap_or(0);
+    let each = (input / batch.max(1)).saturating_sub(query_tokens);
     let prompt = match &plan.workload.system {
+        _ if batch > 0 => crate::planner::Prompt::Batch {
+            query: (query_tokens > 0).then(|| format!("<a query of {query_tokens} tokens>")),
+            inputs: (1..=batch.min(3))
+                .map(|n| {
+                    if n == 3 && batch > 3 {
+                        format!("<{} more inputs>", batch - 2)
+                    } else {
+                        format!("<an input of {each} tokens>")
+                    }
+                })
+                .collect(),
+        },
         Some(system) => crate::planner::Prompt::Messages(vec![
             crate::planner::Message::text("system", system.clone()),
             crate::planner::Message::text("user", prompt_text),

@@ -248,6 +248,10 @@ enum Tokens {
         words: Arc<Tokenizer>,
         rng: Box<ChaCha8Rng>,
     },
+    /// A batch's sequences (embeddings, rerank): no text, done when every one is.
+    Batch {
+        sequences: Vec<mpsc::UnboundedReceiver<EngineEvent>>,
+    },
 }
 
 impl Tokens {
@@ -262,6 +266,17 @@ impl Tokens {
                 let (due, text, tokens) = chunks.next()?;
                 timer.sleep_until(*arrived + due).await;
                 Some((text, tokens))
+            }
+            Tokens::Batch { sequences } => {
+                for sequence in sequences.iter_mut() {
+                    while let Some(event) = sequence.recv().await {
+                        if matches!(event, EngineEvent::Finished) {
+                            break;
+                        }
+                    }
+                }
+                sequences.clear();
+                None
             }
             Tokens::Engine { events, words, rng } => match events.recv().await? {
                 EngineEvent::Token => {
@@ -433,6 +448,25 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     // (or its client goes), and none waits.
     let serving = shared.engine.is_none().then(|| shared.metrics.serving());
     let mut tokens = match &shared.engine {
+        // Each input of a batch is a sequence of its own, prefilled by the engine beside the
+        // others (and refused alone when it is longer than the model's context).
+        Some(engine) if wire.batches() => {
+            let mut sequences = Vec::with_capacity(request.input_sizes.len());
+            for &size in &request.input_sizes {
+                match engine.submit(size, Vec::new(), Default::default(), 1) {
+                    Ok(events) => sequences.push(events),
+                    Err(rejection) => {
+                        let status = StatusCode::from_u16(rejection.status)
+                            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                        return Ok(json_response(
+                            status,
+                            wire.error_body(&rejection.message, rejection.kind),
+                        ));
+                    }
+                }
+            }
+            Tokens::Batch { sequences }
+        }
         Some(engine) => {
             let blocks = std::mem::take(&mut request.blocks);
             let cached = request.cached.clone().unwrap_or_default();

@@ -43,6 +43,8 @@ pub struct SimRequest {
     pub json_answer: bool,
     /// The inputs an embeddings request carries, or the documents of a rerank request.
     pub inputs: usize,
+    /// Each input's tokens (a rerank document's with its query): each is its own sequence.
+    pub input_sizes: Vec<u32>,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -87,11 +89,10 @@ impl SimRequest {
         };
         let chat = wire == Wire::Chat;
         let mut tool_rounds = 0;
-        let mut inputs = 0;
+        let mut input_sizes = Vec::new();
         let prompt_tokens = if wire.batches() {
-            let (tokens, count) = batch_prompt(&value, wire, &mut measure)?;
-            inputs = count;
-            tokens
+            input_sizes = batch_prompt(&value, wire, &mut measure)?;
+            input_sizes.iter().map(|&n| n as usize).sum()
         } else if wire == Wire::Responses {
             let (tokens, rounds) = responses_prompt(&value, &mut measure)?;
             tool_rounds = rounds;
@@ -196,7 +197,8 @@ impl SimRequest {
             tool,
             tool_rounds,
             json_answer,
-            inputs,
+            inputs: input_sizes.len(),
+            input_sizes,
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -246,13 +248,13 @@ fn tool_called(body: &Value, wire: Wire) -> Option<String> {
     }
 }
 
-/// An embeddings request's tokens (every input's) and inputs; a rerank request's (the query
-/// once per document, as a cross-encoder reads the pair, and each document) and documents.
+/// The tokens of each input of an embeddings request, or of each (query, document) pair of a
+/// rerank request (a cross-encoder reads the query once per document).
 fn batch_prompt(
     value: &Value,
     wire: Wire,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<(usize, usize), String> {
+) -> Result<Vec<u32>, String> {
     let texts = |field: &str| -> Result<Vec<String>, String> {
         match value.get(field) {
             Some(Value::String(text)) => Ok(vec![text.clone()]),
@@ -280,12 +282,12 @@ fn batch_prompt(
             .ok_or("'query' is required")?;
         let documents = texts("documents")?;
         let query_tokens = measure(query);
-        let tokens = documents.iter().map(|d| query_tokens + measure(d)).sum();
-        return Ok((tokens, documents.len()));
+        return Ok(documents
+            .iter()
+            .map(|d| (query_tokens + measure(d)) as u32)
+            .collect());
     }
-    let inputs = texts("input")?;
-    let tokens = inputs.iter().map(|t| measure(t)).sum();
-    Ok((tokens, inputs.len()))
+    Ok(texts("input")?.iter().map(|t| measure(t) as u32).collect())
 }
 
 /// A Responses request's prompt tokens (`instructions`, then `input`: a text, or items whose
