@@ -604,3 +604,99 @@ fn connect_time_is_per_request_and_gates_the_run() {
     assert_eq!(warm.code(), 1, "{}", warm.stdout());
     assert!(warm.stdout().contains("no data"), "{}", warm.stdout());
 }
+
+/// `--set`, `--header` and `--api-key-env` edit the plan before it is checked: a value set is
+/// run, kept in the run's plan (so `report` judges the same plan), and listed in the report;
+/// a mistake gets the plan's own diagnostic; a header's `$VAR` value is a secret, in no file.
+#[test]
+fn values_set_on_the_command_line_are_checked_kept_and_listed() {
+    let (port, seen) = common::wire::capture(|seen, stream| {
+        if seen.line.starts_with("GET") {
+            common::wire::respond(stream, "404 Not Found", "{}");
+            return;
+        }
+        common::wire::respond(
+            stream,
+            "200 OK",
+            r#"{"choices":[{"message":{"content":"hi"},"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":2}}"#,
+        );
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let plan = common::write_plan(
+        dir.path(),
+        r#"plan "cli" { seed 1 }
+target "http://127.0.0.1:1" { model "m"; stream #false; metrics #false; connections "cold" }
+workload { input 8; output 16 }
+phase "steady" { concurrency 1; requests 2 }
+"#,
+    );
+    let out = dir.path().join("out");
+    let target = format!("http://127.0.0.1:{port}");
+    let output = common::llmload()
+        .args(["run", "--quiet", "--target", &target, "--out"])
+        .arg(&out)
+        .arg(&plan)
+        .args([
+            "--set",
+            "phase:steady.requests=3",
+            "--set",
+            "workload.output=2",
+        ])
+        .args([
+            "--header",
+            "X-Team: search",
+            "--header",
+            "X-Token: $CLI_TEAM_TOKEN",
+        ])
+        .args(["--api-key-env", "CLI_API_KEY"])
+        .env("CLI_TEAM_TOKEN", "tok-secret-123")
+        .env("CLI_API_KEY", "key-secret-456")
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].json()["max_tokens"], 2);
+    assert_eq!(seen[0].header("x-team"), Some("search"));
+    assert_eq!(seen[0].header("x-token"), Some("tok-secret-123"));
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some("Bearer key-secret-456")
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Set on the command line"), "{report}");
+    assert!(report.contains("`phase:steady.requests=3`"), "{report}");
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let text = std::fs::read(entry.unwrap().path()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        assert!(!text.contains("tok-secret-123") && !text.contains("key-secret-456"));
+    }
+    // The kept plan is the plan that ran: re-judging it finds the same 3 requests.
+    let kept = std::fs::read_to_string(out.join("plan.kdl")).unwrap();
+    assert!(kept.contains("requests 3"), "{kept}");
+    let again = common::llmload().arg("report").arg(&out).output().unwrap();
+    assert_eq!(again.status.code(), Some(0));
+    // A mistake is the plan's own diagnostic.
+    let wrong = common::llmload()
+        .args(["plan"])
+        .arg(&plan)
+        .args(["--set", "phase:steady.rat=5"])
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("unknown node `rat` in `phase`"), "{stderr}");
+    let missing = common::llmload()
+        .args(["plan"])
+        .arg(&plan)
+        .args(["--set", "phase:nope.rate=5"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no `phase \"nope\"`"));
+}

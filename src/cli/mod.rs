@@ -192,3 +192,34 @@ fn collect_kdl(
 fn load_plan(path: &Path) -> Result<Plan> {
     crate::plan::load(path).map_err(Error::Plan)
 }
+
+/// The plan's values set on the command line, for `run` and `plan` alike.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(super) struct PlanValues {
+    /// Set a value of the plan, addressed by its nodes (repeatable): phase:steady.rate=8,
+    /// workload.output=256, target.timeout="30s", workload.output.ignore-eos=#true. Checked
+    /// as the plan is; the report lists what was set.
+    #[arg(long = "set", value_name = "PATH=VALUE", value_parser = crate::plan::overrides::Override::set)]
+    set: Vec<crate::plan::overrides::Override>,
+    /// An extra HTTP header on every request (repeatable): "Name: value", or "Name: $VAR" for
+    /// a secret read from the environment (never written anywhere).
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = crate::plan::overrides::Override::header)]
+    headers: Vec<crate::plan::overrides::Override>,
+    /// Read the API key from this environment variable (the target's api-key env=).
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+}
+
+impl PlanValues {
+    /// Reads and checks a plan file with these values set; every mistake is in the error.
+    fn load(&self, path: &Path) -> Result<Plan> {
+        let mut all = self.set.clone();
+        all.extend(self.headers.iter().cloned());
+        all.extend(
+            self.api_key_env
+                .iter()
+                .map(|var| crate::plan::overrides::Override::ApiKeyEnv(var.clone())),
+        );
+        crate::plan::load_with(path, &all).map_err(Error::Plan)
+    }
+}

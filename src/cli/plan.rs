@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use super::{load_plan, say_raw};
+use super::say_raw;
 use crate::error::{Result, EXIT_PASS};
 use crate::planner;
 use crate::report::schedule;
@@ -32,10 +32,12 @@ pub(super) struct PlanArgs {
     /// Show only shard K of N's part (K from 1).
     #[arg(long, value_name = "K/N")]
     shard: Option<String>,
+    #[command(flatten)]
+    values: super::PlanValues,
 }
 
 pub(super) fn show(args: &PlanArgs) -> Result<u8> {
-    let plan = load_plan(&args.plan)?;
+    let plan = args.values.load(&args.plan)?;
     let schedule = planner::compile(&plan, args.seed.unwrap_or(plan.seed))?;
     let schedule = match &args.shard {
         Some(text) => schedule.shard(planner::Shard::parse(text)?)?,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::output::{self, GateArgs};
-use super::{load_plan, parse_duration_arg, progress, signals};
+use super::{parse_duration_arg, progress, signals};
 use crate::error::{Error, Result};
 use crate::plan::Endpoint;
 use crate::planner;
@@ -51,6 +51,8 @@ pub(super) struct RunArgs {
     /// gpu=H100, engine-flags="--max-num-seqs 256".
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    #[command(flatten)]
+    values: super::PlanValues,
 }
 
 /// `--label KEY=VALUE`: a key of letters, digits, `-`, `_` and `.`; any value.
@@ -150,7 +152,7 @@ pub(super) fn path_safe(name: &str) -> String {
 }
 
 pub(super) fn run(args: RunArgs) -> Result<u8> {
-    let mut plan = load_plan(&args.plan)?;
+    let mut plan = args.values.load(&args.plan)?;
     if let Some(model) = &args.model {
         if model.trim().is_empty() {
             return Err(crate::error::Error::usage("--model: give the model's name"));

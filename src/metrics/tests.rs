@@ -24,6 +24,7 @@ fn header(exact: bool) -> RunHeader {
         request_id_prefix: None,
         plan_files: Vec::new(),
         env: Default::default(),
+        overrides: Vec::new(),
         started_unix_ns: None,
         shard: None,
         merged: Vec::new(),

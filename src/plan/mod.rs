@@ -12,6 +12,7 @@ mod diagnostic;
 pub mod fmt;
 pub mod limits;
 mod load;
+pub mod overrides;
 mod parse;
 mod phase;
 pub mod profiles;
@@ -92,6 +93,8 @@ pub struct PlanSource {
     pub includes: Vec<(String, Arc<String>)>,
     /// Every `(env)"NAME"` value it read: the variable's name and the value used.
     pub env: Vec<(String, String)>,
+    /// The values set on the command line, as reports show them (the text holds them).
+    pub overrides: Vec<String>,
 }
 
 impl Plan {
@@ -129,7 +132,16 @@ impl Plan {
 
 /// Reads and validates a plan file. On failure, returns every diagnostic found.
 pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
-    parse_plan(&path.display().to_string(), read_plan_text(path)?)
+    load_with(path, &[])
+}
+
+/// [`load`], with values set from the command line ([`overrides`]): the plan's text is edited,
+/// then checked as any plan is.
+pub fn load_with(path: &Path, set: &[overrides::Override]) -> Result<Plan, PlanErrors> {
+    let text = overrides::apply(&read_plan_text(path)?, set).map_err(PlanErrors::io)?;
+    let mut plan = parse_plan(&path.display().to_string(), text)?;
+    plan.source.overrides = set.iter().map(overrides::Override::shown).collect();
+    Ok(plan)
 }
 
 /// The text of a plan file, refusing one too large to be a plan before reading it.

@@ -114,6 +114,10 @@ pub struct RunHeader {
     /// The plan's values that came from the environment (`(env)"NAME"`): none is secret.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// The plan's values set on the command line (`--set`, `--header` without its value,
+    /// `--api-key-env`), as a report shows them; the kept plan holds them already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<String>,
     /// The wall clock at the run's start (where the `*_us` times count from), in ns since the
     /// Unix epoch: merged shards are set on one time line by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1179,6 +1179,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             text: cx.files[0].text.clone(),
             includes: Vec::new(),
             env: Vec::new(),
+            overrides: Vec::new(),
         },
     })
 }
