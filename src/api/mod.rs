@@ -110,6 +110,35 @@ pub struct Usage {
     pub invalid: Option<(&'static str, f64)>,
 }
 
+/// Reads the token counts of a usage object, sent as any JSON number so that a negative or
+/// fractional one is reported as what it is (the first such field is kept) rather than as "not
+/// valid JSON". Every dialect's usage is read through it.
+#[derive(Debug, Default)]
+pub(crate) struct CountReader {
+    invalid: Option<(&'static str, f64)>,
+}
+
+impl CountReader {
+    /// `field`'s count, if it was sent and is one.
+    pub(crate) fn read(
+        &mut self,
+        field: &'static str,
+        n: Option<serde_json::Number>,
+    ) -> Option<u64> {
+        let n = n?;
+        let count = n.as_u64();
+        if count.is_none() && self.invalid.is_none() {
+            self.invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
+        }
+        count
+    }
+
+    /// The first field that held no count: its name and value.
+    pub(crate) fn invalid(self) -> Option<(&'static str, f64)> {
+        self.invalid
+    }
+}
+
 impl Usage {
     /// `later`'s counts over these, field by field: a dialect that says its counts in pieces
     /// (Anthropic's input tokens when the message starts, output tokens at its end) leaves the

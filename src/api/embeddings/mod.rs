@@ -62,18 +62,16 @@ pub(super) struct WireUsage {
 
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
-        let (field, n) = match (u.prompt_tokens, u.total_tokens) {
-            (Some(n), _) => ("prompt_tokens", n),
-            (None, Some(n)) => ("total_tokens", n),
+        let mut counts = super::CountReader::default();
+        let prompt = match (u.prompt_tokens, u.total_tokens) {
+            (Some(n), _) => counts.read("prompt_tokens", Some(n)),
+            (None, Some(n)) => counts.read("total_tokens", Some(n)),
             (None, None) => return Usage::default(),
         };
-        let prompt = n.as_u64();
         Usage {
             prompt,
             completion: Some(0),
-            invalid: prompt
-                .is_none()
-                .then(|| (field, n.as_f64().unwrap_or(f64::NAN))),
+            invalid: counts.invalid(),
             ..Usage::default()
         }
     }

@@ -148,19 +148,11 @@ struct WireUsage {
 
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
-        let mut invalid = None;
-        let mut count = |field: &'static str, n: Option<serde_json::Number>| {
-            let n = n?;
-            let count = n.as_u64();
-            if count.is_none() && invalid.is_none() {
-                invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
-            }
-            count
-        };
-        let input = count("input_tokens", u.input_tokens);
-        let cached = count("cache_read_input_tokens", u.cache_read_input_tokens);
-        let written = count("cache_creation_input_tokens", u.cache_creation_input_tokens);
-        let completion = count("output_tokens", u.output_tokens);
+        let mut counts = super::CountReader::default();
+        let input = counts.read("input_tokens", u.input_tokens);
+        let cached = counts.read("cache_read_input_tokens", u.cache_read_input_tokens);
+        let written = counts.read("cache_creation_input_tokens", u.cache_creation_input_tokens);
+        let completion = counts.read("output_tokens", u.output_tokens);
         // The prompt is what was read fresh, read from the cache and written to it.
         let prompt = input.map(|input| {
             input
@@ -172,7 +164,7 @@ impl From<WireUsage> for Usage {
             completion,
             cached,
             reasoning: None,
-            invalid,
+            invalid: counts.invalid(),
         }
     }
 }

@@ -106,31 +106,19 @@ struct WireDetails {
 
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
-        let mut invalid = None;
-        let mut count = |field: &'static str, n: Option<serde_json::Number>| {
-            let n = n?;
-            let count = n.as_u64();
-            if count.is_none() && invalid.is_none() {
-                invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
-            }
-            count
-        };
-        let prompt = count("prompt_tokens", u.prompt_tokens);
-        let completion = count("completion_tokens", u.completion_tokens);
-        let cached = count(
-            "prompt_tokens_details.cached_tokens",
-            u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-        );
-        let reasoning = count(
-            "completion_tokens_details.reasoning_tokens",
-            u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-        );
+        let mut counts = super::CountReader::default();
         Usage {
-            prompt,
-            completion,
-            cached,
-            reasoning,
-            invalid,
+            prompt: counts.read("prompt_tokens", u.prompt_tokens),
+            completion: counts.read("completion_tokens", u.completion_tokens),
+            cached: counts.read(
+                "prompt_tokens_details.cached_tokens",
+                u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            ),
+            reasoning: counts.read(
+                "completion_tokens_details.reasoning_tokens",
+                u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            ),
+            invalid: counts.invalid(),
         }
     }
 }

@@ -148,27 +148,19 @@ struct OutputDetails {
 
 impl From<WireUsage> for Usage {
     fn from(u: WireUsage) -> Usage {
-        let mut invalid = None;
-        let mut count = |field: &'static str, n: Option<serde_json::Number>| {
-            let n = n?;
-            let count = n.as_u64();
-            if count.is_none() && invalid.is_none() {
-                invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
-            }
-            count
-        };
+        let mut counts = super::CountReader::default();
         Usage {
-            prompt: count("input_tokens", u.input_tokens),
-            completion: count("output_tokens", u.output_tokens),
-            cached: count(
+            prompt: counts.read("input_tokens", u.input_tokens),
+            completion: counts.read("output_tokens", u.output_tokens),
+            cached: counts.read(
                 "input_tokens_details.cached_tokens",
                 u.input_tokens_details.and_then(|d| d.cached_tokens),
             ),
-            reasoning: count(
+            reasoning: counts.read(
                 "output_tokens_details.reasoning_tokens",
                 u.output_tokens_details.and_then(|d| d.reasoning_tokens),
             ),
-            invalid,
+            invalid: counts.invalid(),
         }
     }
 }
