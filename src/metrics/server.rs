@@ -43,6 +43,13 @@ pub struct SignalSummary {
     /// A histogram's first bucket bound, ms: a percentile equal to it means "at most this".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_bucket_ms: Option<f64>,
+    /// The bucket the median falls in, ms (lower and upper bound; the upper is `None` in
+    /// `+Inf`): all the histogram knows of it. `p50_ms` is a guess inside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_bucket_ms: Option<(f64, Option<f64>)>,
+    /// The bucket the p99 falls in, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_bucket_ms: Option<(f64, Option<f64>)>,
 }
 
 /// What the server said over one phase.
@@ -203,6 +210,8 @@ pub fn summarize(telemetry: &Telemetry, span: Span) -> Option<PhaseServer> {
                     p90_ms: q(0.9),
                     p99_ms: q(0.99),
                     first_bucket_ms: delta.le.first().map(|le| le * 1000.0),
+                    p50_bucket_ms: bucket_ms(&delta, 0.5),
+                    p99_bucket_ms: bucket_ms(&delta, 0.99),
                     ..SignalSummary::default()
                 };
                 summary.histograms.insert(signal, delta);
@@ -212,6 +221,23 @@ pub fn summarize(telemetry: &Telemetry, span: Span) -> Option<PhaseServer> {
         summary.signals.insert(signal.name().to_string(), entry);
     }
     Some(summary)
+}
+
+/// The bounds of the bucket the `q` quantile (0..1) falls in, ms: the lower bound (0 for the
+/// first), and the upper (`None` for `+Inf`).
+fn bucket_ms(histogram: &HistogramSample, q: f64) -> Option<(f64, Option<f64>)> {
+    if histogram.count <= 0.0 {
+        return None;
+    }
+    let rank = q * histogram.count;
+    let mut lower = 0.0;
+    for (le, count) in histogram.le.iter().zip(&histogram.counts) {
+        if *count >= rank {
+            return Some((lower * 1000.0, le.is_finite().then_some(le * 1000.0)));
+        }
+        lower = *le;
+    }
+    Some((lower * 1000.0, None))
 }
 
 /// `b − a`, bucket by bucket, when both have the same bounds and `b` did not go back (a reset).
@@ -415,5 +441,20 @@ mod tests {
         assert_eq!(quantile(&h, 0.5), Some(2.0));
         let empty = HistogramSample::default();
         assert_eq!(quantile(&empty, 0.5), None);
+    }
+
+    #[test]
+    fn a_percentile_is_known_as_the_bucket_that_holds_it() {
+        let h = HistogramSample {
+            le: vec![0.01, 0.1, 0.25, f64::INFINITY],
+            counts: vec![2.0, 50.0, 99.0, 100.0],
+            sum: 10.0,
+            count: 100.0,
+        };
+        assert_eq!(bucket_ms(&h, 0.01), Some((0.0, Some(10.0))));
+        assert_eq!(bucket_ms(&h, 0.5), Some((10.0, Some(100.0))));
+        assert_eq!(bucket_ms(&h, 0.99), Some((100.0, Some(250.0))));
+        assert_eq!(bucket_ms(&h, 1.0), Some((250.0, None)));
+        assert_eq!(bucket_ms(&HistogramSample::default(), 0.5), None);
     }
 }
