@@ -440,6 +440,8 @@ fn runs_of_different_plans_are_not_compared_unless_forced() {
 /// on the first run; a typo elsewhere, or `--out` at a file, is refused before anything is sent.
 #[test]
 fn output_paths_inside_out_work_and_wrong_ones_are_refused_first() {
+    // Its runs would share the machine with the noise test's timed runs.
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(
         dir.path(),
