@@ -31,12 +31,9 @@ pub async fn warm(
     template: &RequestTemplate,
     count: u64,
 ) -> (u64, Option<String>) {
-    // The endpoint's sibling under the API root, the target's query kept.
-    let path = template.url.path();
-    let root = path.strip_suffix(template.dialect.path()).unwrap_or(path);
-    let mut models = template.url.clone();
-    models.set_path(&format!("{root}/models"));
-    transport.warm(&models, template, count).await
+    transport
+        .warm(&template.models_url(), template, count)
+        .await
 }
 
 /// The largest `GET /models` answer read: a gateway may list thousands of models.
@@ -54,10 +51,7 @@ pub async fn preflight(
     template: &RequestTemplate,
 ) -> Result<Option<String>, String> {
     use super::transport::Outgoing;
-    let path = template.url.path();
-    let root = path.strip_suffix(template.dialect.path()).unwrap_or(path);
-    let mut models = template.url.clone();
-    models.set_path(&format!("{root}/models"));
+    let models = template.models_url();
     // Its path only: the URL's query may hold a key.
     let shown = format!("GET {}", models.path());
     let outgoing = Outgoing {

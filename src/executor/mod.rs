@@ -118,10 +118,10 @@ pub async fn run_from(
         for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
             // One check per server and model: phases that speak another API to the same
             // server share it (a second GET on a pooled connection llama.cpp closed would fail).
-            let mut root = template.url.clone();
-            let path = root.path().to_string();
-            root.set_path(path.strip_suffix(template.dialect.path()).unwrap_or(&path));
-            let key = (root.to_string(), template.options.model.clone());
+            let key = (
+                template.models_url().to_string(),
+                template.options.model.clone(),
+            );
             if checked.contains(&key) || refused.is_some() {
                 continue;
             }

@@ -70,6 +70,16 @@ impl RequestTemplate {
     pub fn stream(&self) -> bool {
         self.options.stream
     }
+
+    /// The server's `/models`: the endpoint's sibling under the API root, the target's query
+    /// kept (every API of one server shares it).
+    pub fn models_url(&self) -> reqwest::Url {
+        let path = self.url.path();
+        let root = path.strip_suffix(self.dialect.path()).unwrap_or(path);
+        let mut models = self.url.clone();
+        models.set_path(&format!("{root}/models"));
+        models
+    }
 }
 
 impl RequestTemplate {
