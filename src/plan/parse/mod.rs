@@ -885,12 +885,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     cx.batch_api = placed
         .iter()
         .filter(|p| p.node.name().value() == "target")
-        .flat_map(|p| cx::children(p.node))
-        .filter(|child| child.name().value() == "api")
-        .filter_map(|child| match positional(child).next().map(|e| e.value()) {
-            Some(KdlValue::String(name)) => crate::api::Api::from_name(name),
-            _ => None,
-        })
+        .filter_map(|p| target::declared_api(p.node))
         .any(|api| api.dialect().capabilities().kind != crate::api::ApiKind::Generate);
     let mut expected_requests = 0.0;
     for p in placed {

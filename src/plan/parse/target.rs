@@ -612,6 +612,18 @@ pub(super) fn key_variable(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<S
 }
 
 /// The `target` node.
+/// The API a `target` node names, if it names a known one: read before the rest of the plan,
+/// since it decides what the block and the workload may hold.
+pub(super) fn declared_api(node: &KdlNode) -> Option<Api> {
+    children(node)
+        .iter()
+        .filter(|child| child.name().value() == "api")
+        .find_map(|child| match positional(child).next().map(|e| e.value()) {
+            Some(kdl::KdlValue::String(name)) => Api::from_name(name),
+            _ => None,
+        })
+}
+
 pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
     let usage = "target \"http://127.0.0.1:8000\" { ... } or target \"sim\"";
     cx.check_entries(node, 1, &[], usage);
@@ -646,14 +658,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
-    if let Some(api) = children(node)
-        .iter()
-        .filter(|child| child.name().value() == "api")
-        .find_map(|child| match positional(child).next().map(|e| e.value()) {
-            Some(kdl::KdlValue::String(name)) => Api::from_name(name),
-            _ => None,
-        })
-    {
+    if let Some(api) = declared_api(node) {
         fields.api = api;
         // An API that answers whole (embeddings, rerank) is not streamed unless asked (and
         // then refused, saying why).
