@@ -392,6 +392,14 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         self.envelope().reserved_fields
     }
 
+    /// What a plan should do instead of setting `field`, when the dialect writes it itself.
+    fn reserved(&self, field: &str) -> Option<&'static str> {
+        self.reserved_fields()
+            .iter()
+            .find(|(own, _)| *own == field)
+            .map(|(_, instead)| *instead)
+    }
+
     /// The headers that carry an API key, with their values for `key`.
     fn credentials(&self, key: &str) -> Vec<(reqwest::header::HeaderName, String)> {
         (self.envelope().credentials)(key)

@@ -115,7 +115,7 @@ fn api_misfits(
         why.push("cannot ask for structured output (the target's response-format)".to_string());
     }
     for key in target.body.keys() {
-        if let Some((_, instead)) = dialect.reserved_fields().iter().find(|(own, _)| own == key) {
+        if let Some(instead) = dialect.reserved(key) {
             why.push(format!(
                 "writes the target's body field `{key}` itself ({instead})"
             ));

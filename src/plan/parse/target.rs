@@ -214,8 +214,7 @@ fn add_field(
     key: String,
     value: serde_json::Value,
 ) {
-    let reserved = t.api.dialect().reserved_fields();
-    if let Some((_, why)) = reserved.iter().find(|(own, _)| *own == key) {
+    if let Some(why) = t.api.dialect().reserved(&key) {
         cx.error(
             span,
             format!("llmload sets `{key}` in every body itself"),
