@@ -169,6 +169,14 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+impl ScheduledRequest {
+    /// Each input's tokens in a batch request: the planner made its input tokens
+    /// `batch × (query + input)` (`query_tokens` is 0 for embeddings).
+    pub fn tokens_per_input(&self, query_tokens: u32) -> u32 {
+        (self.input_tokens / self.batch.max(1)).saturating_sub(query_tokens)
+    }
+}
+
 /// Where a request's prompt comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -236,15 +236,14 @@ impl WorkloadPrompts {
     /// A batch request's inputs (each different from its first word on), and its query: the
     /// planner made its input tokens `batch × (query + input)`.
     fn batch(&self, request: &ScheduledRequest) -> Prompt {
-        let batch = request.batch.max(1);
-        let each = (request.input_tokens / batch).saturating_sub(self.query_tokens);
+        let each = request.tokens_per_input(self.query_tokens);
         let query = (self.query_tokens > 0).then(|| {
             self.tokenizer.prompt(
                 self.query_tokens,
                 crate::seed::mix64(request.prompt_seed ^ 0x7175),
             )
         });
-        let inputs = (0..batch)
+        let inputs = (0..request.batch.max(1))
             .map(|index| {
                 let seed = crate::seed::mix64(request.prompt_seed ^ ((index as u64 + 1) << 20));
                 self.tokenizer.prompt(each, seed)

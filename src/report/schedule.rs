@@ -361,7 +361,7 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
     let prompt_text = format!("<a prompt of {input} tokens>");
     let batch = first.map_or(0, |r| r.batch);
     let query_tokens = plan.workload.query_tokens.unwrap_or(0);
-    let each = (input / batch.max(1)).saturating_sub(query_tokens);
+    let each = first.map_or(0, |r| r.tokens_per_input(query_tokens));
     let prompt = match &plan.workload.system {
         _ if batch > 0 => crate::planner::Prompt::Batch {
             query: (query_tokens > 0).then(|| format!("<a query of {query_tokens} tokens>")),
