@@ -128,6 +128,17 @@ impl Plan {
     pub fn is_stepped(&self) -> bool {
         self.search.is_some() || self.phases.iter().any(|p| p.step.is_some())
     }
+
+    /// What every request body asks for besides its prompt: the run's and `llmload plan`'s.
+    pub fn body_options(&self) -> crate::api::BodyOptions {
+        crate::api::BodyOptions {
+            model: self.target.model.clone(),
+            stream: self.target.stream,
+            continuous_usage: self.target.continuous_usage,
+            ignore_eos: self.workload.ignore_eos,
+            extra: std::sync::Arc::new(self.target.body.clone()),
+        }
+    }
 }
 
 /// Reads and validates a plan file. On failure, returns every diagnostic found.

@@ -351,13 +351,7 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
         .iter()
         .find_map(|phase| phase.requests.first());
     let (input, output) = first.map_or((0, 1), |r| (r.input_tokens, r.output_tokens));
-    let options = crate::api::BodyOptions {
-        model: plan.target.model.clone(),
-        stream: plan.target.stream,
-        continuous_usage: plan.target.continuous_usage,
-        ignore_eos: plan.workload.ignore_eos,
-        extra: std::sync::Arc::new(plan.target.body.clone()),
-    };
+    let options = plan.body_options();
     let prompt_text = format!("<a prompt of {input} tokens>");
     let batch = first.map_or(0, |r| r.batch);
     let query_tokens = plan.workload.query_tokens.unwrap_or(0);

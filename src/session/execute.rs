@@ -260,13 +260,7 @@ fn templates(
     let template = RequestTemplate {
         url: target.endpoint(dialect.path()),
         dialect,
-        options: crate::api::BodyOptions {
-            model: plan.target.model.clone(),
-            stream: plan.target.stream,
-            continuous_usage: plan.target.continuous_usage,
-            ignore_eos: plan.workload.ignore_eos,
-            extra: Arc::new(plan.target.body.clone()),
-        },
+        options: plan.body_options(),
         credentials: Arc::new(credentials(plan.target.api)?),
         headers: Arc::new(with_fixed_headers(headers.clone(), dialect)),
         timeout: plan.target.timeout,
