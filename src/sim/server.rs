@@ -188,6 +188,12 @@ fn full(status: StatusCode, content_type: &'static str, text: String) -> Respons
     response
 }
 
+/// The engine's refusal of a request (too long, cache full), in `wire`'s error shape.
+fn rejected(wire: Wire, rejection: &super::engine::Rejection) -> Response<Body> {
+    let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    json_response(status, wire.error_body(&rejection.message, rejection.kind))
+}
+
 fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     full(status, "application/json", value.to_string())
 }
@@ -455,14 +461,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             for &size in &request.input_sizes {
                 match engine.submit(size, Vec::new(), Default::default(), 1) {
                     Ok(events) => sequences.push(events),
-                    Err(rejection) => {
-                        let status = StatusCode::from_u16(rejection.status)
-                            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                        return Ok(json_response(
-                            status,
-                            wire.error_body(&rejection.message, rejection.kind),
-                        ));
-                    }
+                    Err(rejection) => return Ok(rejected(wire, &rejection)),
                 }
             }
             Tokens::Batch { sequences }
@@ -481,14 +480,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                     words: shared.tokenizer.clone(),
                     rng: Box::new(ChaCha8Rng::seed_from_u64(request_seed)),
                 },
-                Err(rejection) => {
-                    let status = StatusCode::from_u16(rejection.status)
-                        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                    return Ok(json_response(
-                        status,
-                        wire.error_body(&rejection.message, rejection.kind),
-                    ));
-                }
+                Err(rejection) => return Ok(rejected(wire, &rejection)),
             }
         }
         None => {
