@@ -442,6 +442,27 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A request body: the dialect's own fields (`own`), then the plan's (`sampling`, `body`),
+/// written in chat's names, each moved to the dialect's own name and shape by `rename` where it
+/// has one (`None` keeps it as it is). A field the dialect wrote wins: the plan was checked to
+/// set none of them.
+pub(crate) fn body_with_plan_fields(
+    mut own: serde_json::Map<String, serde_json::Value>,
+    options: &BodyOptions,
+    rename: fn(&str, &serde_json::Value) -> Option<(String, serde_json::Value)>,
+) -> Vec<u8> {
+    for (key, value) in options.extra.iter() {
+        let (key, value) = rename(key, value).unwrap_or_else(|| (key.clone(), value.clone()));
+        own.entry(key).or_insert(value);
+    }
+    serde_json::Value::Object(own).to_string().into_bytes()
+}
+
+/// Keeps every plan field as it is (chat's names are the dialect's).
+pub(crate) fn same_names(_: &str, _: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+    None
+}
+
 /// Maps a dialect's finish reason to OpenAI's word for it ([`Decoded::finish_reason`]); one
 /// it does not list is kept as said.
 pub(crate) fn finish_reason(said: &str, words: &[(&str, &'static str)]) -> String {

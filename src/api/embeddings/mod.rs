@@ -86,15 +86,6 @@ pub(super) fn error_message(error: &Value) -> String {
         .map_or_else(|| error.to_string(), str::to_string)
 }
 
-/// A body of the plan's fields after `own` (which the plan may not set).
-pub(super) fn body_with(own: Map<String, Value>, options: &BodyOptions) -> Vec<u8> {
-    let mut body = own;
-    for (key, value) in options.extra.iter() {
-        body.entry(key.clone()).or_insert_with(|| value.clone());
-    }
-    Value::Object(body).to_string().into_bytes()
-}
-
 impl Dialect for Embeddings {
     fn name(&self) -> &'static str {
         "embeddings"
@@ -120,7 +111,7 @@ impl Dialect for Embeddings {
         let mut own = Map::new();
         own.insert("model".into(), options.model.clone().into());
         own.insert("input".into(), inputs.into());
-        body_with(own, options)
+        super::body_with_plan_fields(own, options, super::same_names)
     }
 
     fn decode_event(

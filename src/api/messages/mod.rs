@@ -256,6 +256,17 @@ fn tools(chat_tools: &Value) -> Value {
         .collect()
 }
 
+/// The plan's chat-named fields Anthropic names otherwise: `tools` in its shape, `stop` as
+/// `stop_sequences` (a list).
+fn anthropic_names(key: &str, value: &Value) -> Option<(String, Value)> {
+    match (key, value) {
+        ("tools", _) => Some((key.to_string(), tools(value))),
+        ("stop", Value::String(one)) => Some(("stop_sequences".to_string(), json!([one]))),
+        ("stop", _) => Some(("stop_sequences".to_string(), value.clone())),
+        _ => None,
+    }
+}
+
 /// Appends a block's text (or a tool use's name and input) as the part it is.
 fn block_text(block: &Block, out: &mut Generated) {
     match block.kind.as_deref() {
@@ -327,17 +338,7 @@ impl Dialect for Messages {
         }
         body.insert("max_tokens".into(), max_tokens.into());
         body.insert("stream".into(), options.stream.into());
-        for (key, value) in options.extra.iter() {
-            // The plan's fields are chat's; those Anthropic names otherwise are moved.
-            let (key, value) = match (key.as_str(), value) {
-                ("tools", _) => (key.clone(), tools(value)),
-                ("stop", Value::String(one)) => ("stop_sequences".to_string(), json!([one])),
-                ("stop", _) => ("stop_sequences".to_string(), value.clone()),
-                _ => (key.clone(), value.clone()),
-            };
-            body.entry(key).or_insert(value);
-        }
-        Value::Object(body).to_string().into_bytes()
+        super::body_with_plan_fields(body, options, anthropic_names)
     }
 
     fn decode_event(

@@ -77,11 +77,7 @@ pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, 
         body.insert("ignore_eos".into(), true.into());
         body.insert("min_tokens".into(), max_tokens.into());
     }
-    // The plan checked that none of its fields is one written above.
-    for (key, value) in options.extra.iter() {
-        body.entry(key.clone()).or_insert_with(|| value.clone());
-    }
-    Value::Object(body).to_string().into_bytes()
+    super::body_with_plan_fields(body, options, super::same_names)
 }
 
 /// Counts are read as any JSON number, so that a negative or fractional one is reported as

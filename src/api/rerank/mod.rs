@@ -11,7 +11,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::embeddings::{body_with, error_message, WireUsage, NOT_GENERATING};
+use super::embeddings::{error_message, WireUsage, NOT_GENERATING};
 use super::{
     ApiKind, BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Envelope, Generated,
     ServerError, Usage,
@@ -95,7 +95,7 @@ impl Dialect for Rerank {
         own.insert("model".into(), options.model.clone().into());
         own.insert("query".into(), query.into());
         own.insert("documents".into(), documents.into());
-        body_with(own, options)
+        super::body_with_plan_fields(own, options, super::same_names)
     }
 
     fn decode_event(

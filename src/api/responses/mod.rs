@@ -258,6 +258,16 @@ fn text_format(response_format: &Value) -> Value {
     json!({ "format": format })
 }
 
+/// The plan's chat-named fields the Responses API names otherwise: `tools` flattened,
+/// `response_format` as `text.format`.
+fn responses_names(key: &str, value: &Value) -> Option<(String, Value)> {
+    match key {
+        "tools" => Some((key.to_string(), tools(value))),
+        "response_format" => Some(("text".to_string(), text_format(value))),
+        _ => None,
+    }
+}
+
 impl Dialect for Responses {
     fn name(&self) -> &'static str {
         "responses"
@@ -305,16 +315,7 @@ impl Dialect for Responses {
             body.insert("ignore_eos".into(), true.into());
             body.insert("min_tokens".into(), max_tokens.into());
         }
-        for (key, value) in options.extra.iter() {
-            // The plan's fields are chat's; those the Responses API names otherwise are moved.
-            let (key, value) = match key.as_str() {
-                "tools" => (key.clone(), tools(value)),
-                "response_format" => ("text".to_string(), text_format(value)),
-                _ => (key.clone(), value.clone()),
-            };
-            body.entry(key).or_insert(value);
-        }
-        Value::Object(body).to_string().into_bytes()
+        super::body_with_plan_fields(body, options, responses_names)
     }
 
     fn decode_event(
