@@ -159,6 +159,16 @@ fn run(plan: &str, args: &[&str]) -> (i32, serde_json::Value, Vec<serde_json::Va
     (run.code(), summary, records, run.stderr())
 }
 
+/// The tokens a streamed record's chunks hold, added up.
+fn tokens_in_chunks(record: &serde_json::Value) -> u64 {
+    record["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[1].as_u64().unwrap())
+        .sum()
+}
+
 fn warning_codes(summary: &serde_json::Value) -> Vec<String> {
     summary["warnings"]
         .as_array()
@@ -202,12 +212,7 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
                     // The role-only first chunk ("content": null) is not a token: TTFT is the
                     // first generated text's, and the chunks hold every token.
                     assert!(record["ttft_us"].as_u64().unwrap() > 0, "{what}");
-                    let in_chunks: u64 = record["chunks"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|c| c[1].as_u64().unwrap())
-                        .sum();
+                    let in_chunks = tokens_in_chunks(record);
                     assert_eq!(in_chunks, 24, "{what}: {record}");
                 }
             }
@@ -273,12 +278,7 @@ fn exact_lengths_on_the_responses_api_streamed_and_not() {
             );
             assert_eq!(record["finish_reason"], "stop", "{what}: {record}");
             if stream == "#true" {
-                let in_chunks: u64 = record["chunks"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c[1].as_u64().unwrap())
-                    .sum();
+                let in_chunks = tokens_in_chunks(record);
                 assert_eq!(in_chunks, 24, "{what}: {record}");
             }
         }
