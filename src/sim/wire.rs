@@ -78,7 +78,7 @@ impl Wire {
                 };
                 json!({"type": "error", "error": {"type": kind, "message": message}})
             }
-            _ => json!({"error": {"message": message, "type": kind, "code": null}}),
+            _ => super::stream::error_body(message, kind),
         }
     }
 }
