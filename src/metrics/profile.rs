@@ -31,6 +31,10 @@ pub struct ProfileWindow {
     pub ttft_mean_ms: Option<f64>,
     /// Requests sent in the window.
     pub sent: u64,
+    /// The mean time in flight (send to end) of the requests sent in the window that ended,
+    /// in seconds: with `sent`, what Little's law says the window's load holds in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_mean_s: Option<f64>,
 }
 
 /// Gathers a phase's load, bin by bin, as requests (or live counts) come.
@@ -45,6 +49,9 @@ pub struct ProfileBuilder {
     full: Vec<i64>,
     ttft_sum: Vec<f64>,
     ttft_count: Vec<u32>,
+    /// Time in flight of the requests sent in each bin that ended (µs), and how many ended.
+    e2e_sum_us: Vec<f64>,
+    e2e_count: Vec<u32>,
     sent: Vec<u32>,
 }
 
@@ -58,6 +65,8 @@ impl ProfileBuilder {
             full: Vec::new(),
             ttft_sum: Vec::new(),
             ttft_count: Vec::new(),
+            e2e_sum_us: Vec::new(),
+            e2e_count: Vec::new(),
             sent: Vec::new(),
         }
     }
@@ -75,6 +84,8 @@ impl ProfileBuilder {
             self.full.resize(len + 1, 0);
             self.ttft_sum.resize(len, 0.0);
             self.ttft_count.resize(len, 0);
+            self.e2e_sum_us.resize(len, 0.0);
+            self.e2e_count.resize(len, 0);
             self.sent.resize(len, 0);
         }
         index
@@ -90,6 +101,8 @@ impl ProfileBuilder {
         self.full = vec![0; pairs + 1];
         self.ttft_sum = merge_f(&self.ttft_sum);
         self.ttft_count = merge_u(&self.ttft_count);
+        self.e2e_sum_us = merge_f(&self.e2e_sum_us);
+        self.e2e_count = merge_u(&self.e2e_count);
         self.sent = merge_u(&self.sent);
         self.bin_us *= 2;
     }
@@ -139,17 +152,29 @@ impl ProfileBuilder {
     /// token (when it had one).
     pub fn add_request(&mut self, send_us: u64, end_us: u64, ttft_ms: Option<f64>) {
         self.add_in_flight(send_us, end_us, 1.0);
-        self.add_sent(send_us, ttft_ms);
+        self.add_sent(send_us);
+        self.add_outcome(send_us, ttft_ms, Some(end_us.saturating_sub(send_us)));
     }
 
-    /// Counts a request sent at `send_us` (and its time to first token), without its time in
-    /// flight (a live count adds that with [`ProfileBuilder::add_in_flight`]).
-    pub fn add_sent(&mut self, send_us: u64, ttft_ms: Option<f64>) {
+    /// Counts a request sent at `send_us`, as it is sent (a live count adds the in-flight
+    /// level with [`ProfileBuilder::add_in_flight`], and what came of it with
+    /// [`ProfileBuilder::add_outcome`]).
+    pub fn add_sent(&mut self, send_us: u64) {
         let b = self.bin(send_us);
         self.sent[b] += 1;
+    }
+
+    /// What came of a request sent at `send_us`: its time to first token and its time in
+    /// flight, when it had them.
+    pub fn add_outcome(&mut self, send_us: u64, ttft_ms: Option<f64>, in_flight_us: Option<u64>) {
+        let b = self.bin(send_us);
         if let Some(ttft) = ttft_ms {
             self.ttft_sum[b] += ttft;
             self.ttft_count[b] += 1;
+        }
+        if let Some(e2e) = in_flight_us {
+            self.e2e_sum_us[b] += e2e as f64;
+            self.e2e_count[b] += 1;
         }
     }
 
@@ -188,12 +213,16 @@ impl ProfileBuilder {
         let mut sent = [0u64; WINDOWS];
         let mut ttft_sum = [0.0f64; WINDOWS];
         let mut ttft_n = [0u64; WINDOWS];
+        let mut e2e_sum = [0.0f64; WINDOWS];
+        let mut e2e_n = [0u64; WINDOWS];
         for b in 0..self.sent.len() {
             let w = ((b as f64 * bin) / width) as usize;
             if w < WINDOWS {
                 sent[w] += self.sent[b] as u64;
                 ttft_sum[w] += self.ttft_sum[b];
                 ttft_n[w] += self.ttft_count[b] as u64;
+                e2e_sum[w] += self.e2e_sum_us[b];
+                e2e_n[w] += self.e2e_count[b] as u64;
             }
         }
         (0..WINDOWS)
@@ -214,6 +243,7 @@ impl ProfileBuilder {
                     in_flight: in_flight / (to - from),
                     ttft_mean_ms: (ttft_n[w] > 0).then(|| ttft_sum[w] / ttft_n[w] as f64),
                     sent: sent[w],
+                    e2e_mean_s: (e2e_n[w] > 0).then(|| e2e_sum[w] / e2e_n[w] as f64 / 1e6),
                 }
             })
             .collect()
@@ -228,7 +258,29 @@ const MIN_SPAN_S: f64 = 1.0;
 /// at its end. The first fifth of the window is left out (a queue filling up to its steady
 /// level); the rule compares the last fifth with the second and asks the growth to be large
 /// (more than twice, plus a margin for small numbers) so that noise never trips it.
+///
+/// Growth alone is not enough for an open loop: a queue that fills up slowly (a batch that
+/// grows, each step slower) is still filling at the second fifth. The last fifth must also
+/// hold more requests than the window's load holds in a steady state, by Little's law: its
+/// rate times its mean time in flight, with a margin for noise (three standard deviations of
+/// a Poisson count's mean over the last fifth's independent stretches, or one and a half
+/// times the spread of the windows before it, whichever is wider).
 pub fn saturation(windows: &[ProfileWindow], open_loop: bool) -> Option<String> {
+    judge(windows, open_loop, 1.0)
+}
+
+/// Saturation beyond doubt, for ending a running probe early: an open loop's queue at more
+/// than twice what [`saturation`] allows, a closed loop's time to first token four times what
+/// it was. A probe
+/// still running knows only the requests that ended (its time in flight is biased short) and
+/// a queue near capacity swings far wider than a Poisson count; ending it on a swing would
+/// fail a load the server holds, so the full window decides everything short of a runaway.
+pub fn runaway(windows: &[ProfileWindow], open_loop: bool) -> Option<String> {
+    judge(windows, open_loop, 2.0)
+}
+
+/// The rule, with its bounds widened `factor` times.
+fn judge(windows: &[ProfileWindow], open_loop: bool, factor: f64) -> Option<String> {
     if windows.len() != WINDOWS || windows.last().is_none_or(|w| w.to_s < MIN_SPAN_S) {
         return None;
     }
@@ -243,19 +295,37 @@ pub fn saturation(windows: &[ProfileWindow], open_loop: bool) -> Option<String> 
             mean(5..7, &in_flight),
             mean(8..10, &in_flight),
         ) {
-            if late >= 2.0 * early + 2.0 && late > middle {
-                return Some(format!(
-                    "requests in flight grew from {early:.1} to {late:.1} through the window and were \
-                     still growing: the server was not keeping up (saturation)"
-                ));
+            if late >= 2.0 * factor * early + 2.0 && late > middle {
+                match steady_level(windows) {
+                    Some(held) if late <= held.bound * factor => {}
+                    Some(held) => {
+                        return Some(format!(
+                            "requests in flight grew from {early:.1} to {late:.1} through the window and were \
+                             still growing, beyond the {:.1} that {:.2} req/s × {:.2} s in flight holds \
+                             (Little's law): the server was not keeping up (saturation)",
+                            held.level, held.rate_per_s, held.in_flight_s
+                        ));
+                    }
+                    None => {
+                        return Some(format!(
+                            "requests in flight grew from {early:.1} to {late:.1} through the window and were \
+                             still growing, and none of them ended: the server was not keeping up (saturation)"
+                        ));
+                    }
+                }
             }
         }
+    }
+    // An open loop's queue is what a runaway shows first; its time to first token swings
+    // with every burst of a Poisson arrival near capacity, so alone it ends nothing early.
+    if open_loop && factor > 1.0 {
+        return None;
     }
     let ttft = |w: &ProfileWindow| w.ttft_mean_ms;
     if let (Some(early), Some(middle), Some(late)) =
         (mean(2..4, &ttft), mean(5..7, &ttft), mean(8..10, &ttft))
     {
-        if late >= 2.0 * early + 50.0 && late > middle {
+        if late >= 2.0 * factor * early + 50.0 * factor && late > middle {
             return Some(format!(
                 "time to first token grew from {early:.0}ms to {late:.0}ms through the window and was \
                  still growing: requests were queueing (saturation)"
@@ -263,6 +333,49 @@ pub fn saturation(windows: &[ProfileWindow], open_loop: bool) -> Option<String> 
         }
     }
     None
+}
+
+/// What the window's load holds in flight in a steady state (Little's law), past its first
+/// fifth, and the most the last fifth may hold before it is more than noise.
+struct SteadyLevel {
+    rate_per_s: f64,
+    in_flight_s: f64,
+    level: f64,
+    bound: f64,
+}
+
+fn steady_level(windows: &[ProfileWindow]) -> Option<SteadyLevel> {
+    let judged = &windows[2..];
+    let span_s = judged.last()?.to_s - judged.first()?.from_s;
+    let sent: u64 = judged.iter().map(|w| w.sent).sum();
+    // Weighted by the requests sent in each window (those that ended are what it knows).
+    let (sum, weight) = judged
+        .iter()
+        .filter_map(|w| w.e2e_mean_s.map(|e2e| (e2e * w.sent as f64, w.sent as f64)))
+        .fold((0.0, 0.0), |(s, n), (e, w)| (s + e, n + w));
+    if span_s <= 0.0 || weight == 0.0 {
+        return None;
+    }
+    let rate_per_s = sent as f64 / span_s;
+    let in_flight_s = sum / weight;
+    let level = rate_per_s * in_flight_s;
+    // The last fifth holds about (its length / time in flight) independent counts of a
+    // Poisson-like level: the standard deviation of its mean is sqrt(level / that).
+    let last_fifth_s = windows[9].to_s - windows[8].from_s;
+    let stretches = (last_fifth_s / in_flight_s.max(1e-3)).max(1.0);
+    // A queue near capacity swings wider than a Poisson count: the windows' own spread
+    // before the last fifth counts too.
+    let before: Vec<f64> = windows[2..8].iter().map(|w| w.in_flight).collect();
+    let mean = before.iter().sum::<f64>() / before.len() as f64;
+    let spread =
+        (before.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / before.len() as f64).sqrt();
+    let noise = (3.0 * (level / stretches).sqrt()).max(1.5 * spread);
+    Some(SteadyLevel {
+        rate_per_s,
+        in_flight_s,
+        level,
+        bound: level + noise.max(0.25 * level) + 1.0,
+    })
 }
 
 #[cfg(test)]
@@ -321,8 +434,76 @@ mod tests {
                 in_flight: in_flight(w),
                 ttft_mean_ms: Some(ttft(w)),
                 sent: 10,
+                e2e_mean_s: Some(0.2),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_queue_filling_up_to_what_its_load_holds_is_not_saturation() {
+        // The search's misfire: 5.66 req/s with 1.37 s in flight holds 7.7 requests (Little's
+        // law); a batch that slows as it grows takes most of the window to get there.
+        let filling = [1.0, 2.5, 3.0, 3.4, 4.5, 5.5, 6.2, 7.0, 8.4, 9.0];
+        let rate = 5.66;
+        let windows: Vec<ProfileWindow> = (0..WINDOWS)
+            .map(|w| ProfileWindow {
+                from_s: w as f64 * 2.0,
+                to_s: (w + 1) as f64 * 2.0,
+                in_flight: filling[w],
+                ttft_mean_ms: Some(30.0),
+                sent: (rate * 2.0) as u64,
+                e2e_mean_s: Some(1.37),
+            })
+            .collect();
+        assert!(saturation(&windows, true).is_none());
+        // The same growth with requests that spent a tenth of that in flight is a queue the
+        // server does not drain: far beyond the 0.8 its load holds.
+        let draining: Vec<ProfileWindow> = windows
+            .iter()
+            .map(|w| ProfileWindow {
+                e2e_mean_s: Some(0.137),
+                ..*w
+            })
+            .collect();
+        let why = saturation(&draining, true).unwrap();
+        assert!(why.contains("Little's law"), "{why}");
+        // And requests none of which ended tell nothing of what the load holds: growth decides.
+        let stuck: Vec<ProfileWindow> = windows
+            .iter()
+            .map(|w| ProfileWindow {
+                e2e_mean_s: None,
+                ..*w
+            })
+            .collect();
+        assert!(saturation(&stuck, true)
+            .unwrap()
+            .contains("none of them ended"));
+    }
+
+    #[test]
+    fn a_running_probe_ends_early_only_on_a_runaway() {
+        // 50 req/s × 0.2 s holds 10; the last fifth at 36 is saturation, at 60 a runaway.
+        let grown = |late: f64| windows(|w| if w >= 8 { late } else { 10.0 + w as f64 }, |_| 50.0);
+        assert!(saturation(&grown(36.0), true).is_some());
+        assert!(runaway(&grown(36.0), true).is_none());
+        assert!(runaway(&grown(60.0), true).is_some());
+        // A Poisson burst's time to first token alone ends no open-loop probe early.
+        let ttft = windows(|_| 10.0, |w| if w >= 8 { 400.0 } else { 25.0 });
+        assert!(saturation(&ttft, true).is_some());
+        assert!(runaway(&ttft, true).is_none());
+        assert!(runaway(&ttft, false).is_some());
+    }
+
+    #[test]
+    fn the_mean_time_in_flight_is_of_the_requests_sent_in_each_window() {
+        let mut p = ProfileBuilder::new(0);
+        p.add_request(0, 300_000, None);
+        p.add_request(100_000, 200_000, None);
+        p.add_sent(1_500_000);
+        let w = p.windows(2_000_000);
+        assert!((w[0].e2e_mean_s.unwrap() - 0.2).abs() < 1e-9, "{:?}", w[0]);
+        assert_eq!(w[7].e2e_mean_s, None);
+        assert_eq!(w[7].sent, 1);
     }
 
     #[test]

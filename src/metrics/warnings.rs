@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Aggregates, Metric};
+use super::{Aggregates, Metric, PhaseMetrics};
 use crate::records::RunLog;
 
 /// Schedule lag p99 above this means the client, not the server, limited the run.
@@ -39,6 +39,41 @@ pub struct Warning {
     pub code: &'static str,
     /// What it says, with the numbers.
     pub message: String,
+}
+
+/// The phase's schedule lag p99 (ms), when it is beyond [`LAG_P99_LIMIT_MS`]: its requests
+/// went out later than planned.
+fn late_schedule(phase: &PhaseMetrics) -> Option<f64> {
+    phase.metrics[Metric::ScheduleLag]
+        .p99
+        .filter(|&p99| p99 > LAG_P99_LIMIT_MS)
+}
+
+/// The client's load in the phase and the share of its seconds it had every core busy, when
+/// that share reaches [`SATURATED_SECONDS_LIMIT`].
+fn saturated_client(phase: &PhaseMetrics) -> Option<(crate::records::ClientLoad, f64)> {
+    let client = phase.client.filter(|c| c.seconds > 0)?;
+    let share = client.saturated_seconds as f64 / client.seconds as f64;
+    (share >= SATURATED_SECONDS_LIMIT).then_some((client, share))
+}
+
+/// Why the client, not the server, limited the phase, if it did: its requests went out late
+/// (schedule lag p99 beyond the limit) or its CPU was saturated. The same limits as the
+/// `schedule-lag` and `client-cpu` warnings: a search does not take such a probe as evidence
+/// about the server.
+pub fn client_limited(phase: &PhaseMetrics) -> Option<String> {
+    if let Some(p99) = late_schedule(phase) {
+        return Some(format!(
+            "its requests went out late (schedule lag p99 {p99:.1} ms, above {LAG_P99_LIMIT_MS} ms)"
+        ));
+    }
+    saturated_client(phase).map(|(client, share)| {
+        format!(
+            "the client's CPU was saturated ({:.0}% of its seconds at ≥95% of its {} core(s))",
+            share * 100.0,
+            client.cores
+        )
+    })
 }
 
 fn warning(code: &'static str, message: String) -> Warning {
@@ -204,25 +239,19 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 ),
             ));
         }
-        if let Some(p99) = phase.metrics[Metric::ScheduleLag].p99 {
-            if p99 > LAG_P99_LIMIT_MS {
-                out.push(warning(
-                    "schedule-lag",
-                    format!(
-                        "phase \"{}\": schedule lag p99 is {p99:.1} ms (above {LAG_P99_LIMIT_MS} ms): the client, \
-                         not the server, limited the run; requests went out later than planned",
-                        phase.name
-                    ),
-                ));
-            }
+        if let Some(p99) = late_schedule(phase) {
+            out.push(warning(
+                "schedule-lag",
+                format!(
+                    "phase \"{}\": schedule lag p99 is {p99:.1} ms (above {LAG_P99_LIMIT_MS} ms): the client, \
+                     not the server, limited the run; requests went out later than planned",
+                    phase.name
+                ),
+            ));
         }
     }
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
-        let Some(client) = phase.client.filter(|c| c.seconds > 0) else {
-            continue;
-        };
-        let share = client.saturated_seconds as f64 / client.seconds as f64;
-        if share >= SATURATED_SECONDS_LIMIT {
+        if let Some((client, _)) = saturated_client(phase) {
             out.push(warning(
                 "client-cpu",
                 format!(

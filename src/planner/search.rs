@@ -26,6 +26,10 @@ pub struct ProbeResult {
     pub passed: bool,
     /// Close to a threshold either way: repeated before it decides.
     pub marginal: bool,
+    /// The client, not the server, limited it (its requests went out late, or the client's
+    /// CPU was saturated): no evidence about the server either way, repeated; a second such
+    /// probe at the same load in a row ends the search ([`Stopped::ClientLimited`]).
+    pub client_limited: bool,
 }
 
 /// What a search found.
@@ -68,11 +72,16 @@ impl Bracket {
 }
 
 /// The decision a load's results make: pass, fail, or not yet (a marginal result waits for
-/// another).
+/// another). A probe the client limited is no evidence: it is left out.
 fn decided(results: &[&ProbeResult]) -> Option<bool> {
+    let results: Vec<&ProbeResult> = results
+        .iter()
+        .copied()
+        .filter(|r| !r.client_limited)
+        .collect();
     let passes = results.iter().filter(|r| r.passed).count();
     let fails = results.len() - passes;
-    match results {
+    match results.as_slice() {
         [] => None,
         [only] if !only.marginal => Some(only.passed),
         [_] => None,
@@ -126,8 +135,23 @@ pub fn bracket(unit: LoadUnit, results: &[ProbeResult], stopped: Stopped) -> Bra
     }
 }
 
+/// Probes in a row at one load that the client limited before the search ends, saying so.
+const CLIENT_LIMITED_IN_A_ROW: usize = 2;
+
 /// The next load to probe, or why the search is over. `elapsed` is the search's time so far.
 pub fn next(spec: &Search, results: &[ProbeResult], elapsed: Duration) -> Result<f64, Stopped> {
+    // A probe the client limited is repeated once; twice in a row, the client is the limit.
+    if let Some(last) = results.last().filter(|r| r.client_limited) {
+        let in_a_row = results
+            .iter()
+            .rev()
+            .take_while(|r| r.client_limited && r.load == last.load)
+            .count();
+        if in_a_row >= CLIENT_LIMITED_IN_A_ROW {
+            return Err(Stopped::ClientLimited);
+        }
+        return budget(spec, results, elapsed).map(|_| last.load);
+    }
     // A marginal load waits for its repeat first.
     if let Some(last) = results.last() {
         let of_last: Vec<&ProbeResult> = results.iter().filter(|r| r.load == last.load).collect();
@@ -245,6 +269,7 @@ mod tests {
                     load,
                     passed: load <= capacity,
                     marginal: (load / capacity - 1.0).abs() < marginal_within,
+                    client_limited: false,
                 }),
                 Err(stopped) => return (results, stopped),
             }
@@ -287,6 +312,36 @@ mod tests {
         let found = bracket(spec.unit, &results, stopped);
         assert_eq!(found.sustains, Some(37.0));
         assert_eq!(found.fails_at, Some(38.0));
+    }
+
+    #[test]
+    fn a_probe_the_client_limited_is_repeated_and_twice_ends_the_search() {
+        let spec = spec(LoadUnit::RequestsPerSecond, 1.0, 64.0);
+        let probe = |load: f64, passed: bool, client_limited: bool| ProbeResult {
+            load,
+            passed,
+            marginal: false,
+            client_limited,
+        };
+        // A late probe (failed or passed alike) is no evidence: the same load again.
+        let mut results = vec![probe(1.0, true, false), probe(2.0, false, true)];
+        assert_eq!(next(&spec, &results, Duration::ZERO), Ok(2.0));
+        let found = bracket(spec.unit, &results, Stopped::Precise);
+        assert_eq!((found.sustains, found.fails_at), (Some(1.0), None));
+        // On time the second time: it decides, and the search goes on.
+        results.push(probe(2.0, true, false));
+        assert_eq!(next(&spec, &results, Duration::ZERO), Ok(4.0));
+        // Late twice in a row: the client is the limit.
+        results.push(probe(4.0, true, true));
+        assert_eq!(next(&spec, &results, Duration::ZERO), Ok(4.0));
+        results.push(probe(4.0, false, true));
+        assert_eq!(
+            next(&spec, &results, Duration::ZERO),
+            Err(Stopped::ClientLimited)
+        );
+        let found = bracket(spec.unit, &results, Stopped::ClientLimited);
+        assert_eq!((found.sustains, found.fails_at), (Some(2.0), None));
+        assert_eq!(found.probes, 5);
     }
 
     #[test]

@@ -242,6 +242,9 @@ pub enum Stopped {
     TimeBudget,
     /// The run was interrupted or aborted.
     Interrupted,
+    /// The client could not send a probe's load on time, twice in a row: beyond, the limit
+    /// measured would be the client's. The run is not carried out.
+    ClientLimited,
 }
 
 impl Stopped {
@@ -254,6 +257,10 @@ impl Stopped {
             Stopped::ProbeBudget => "its probes ran out (max-probes) before the precision asked",
             Stopped::TimeBudget => "its time ran out (max-duration) before the precision asked",
             Stopped::Interrupted => "the run was stopped before the search finished",
+            Stopped::ClientLimited => {
+                "the client could not send a probe's load on time, twice in a row (schedule lag or \
+                 its CPU beyond the limits): beyond, the limit would be the client's, not the server's"
+            }
         }
     }
 }

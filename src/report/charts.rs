@@ -1,12 +1,12 @@
-//! The charts of `report.html`, drawn as inline SVG with plotters' SVG backend: no script, no
-//! font file and no network, so the page reads the same from a CI artifact as from disk.
+//! The charts of `report.html`, drawn as inline SVG with [`super::svg`]: no script, no font
+//! file and no network, so the page reads the same from a CI artifact as from disk.
 //!
 //! Each chart is a function of the report's [`Summary`]; a chart without data is left out. What
-//! a chart shows is its caption; what its numbers mean is docs/metrics.md.
+//! a chart shows is its caption; what its numbers mean is docs/metrics.md. Colours mean the
+//! same in every chart (red is failure, green success; TTFT blue, ITL purple, E2E orange), and
+//! the plan's objectives on a drawn metric are red dashed lines.
 
-use plotters::coord::ranged1d::ValueFormatter;
-use plotters::prelude::*;
-
+use super::svg::{Axis, Band, Bars, Line, Marker, Plot, Rule, Scale, Unit};
 use super::Summary;
 use crate::metrics::timeseries::{PhaseBand, SeriesPoint};
 use crate::metrics::Metric;
@@ -25,508 +25,396 @@ pub struct Chart {
     pub svg: String,
 }
 
-const WIDTH: u32 = 960;
-const HEIGHT: u32 = 340;
+/// What each colour means, in every chart.
+mod colour {
+    pub const TTFT: &str = "#1f77b4";
+    pub const ITL: &str = "#9467bd";
+    pub const E2E: &str = "#e8710a";
+    pub const SENT: &str = "#5f6b7a";
+    pub const SUCCESS: &str = "#2ca02c";
+    pub const FAILURE: &str = "#d62728";
+    pub const IN_FLIGHT: &str = "#8c564b";
+    pub const TOKENS: &str = "#1f77b4";
+    pub const RUNNING: &str = "#17a2b8";
+    pub const WAITING: &str = "#e8710a";
+    pub const KV_CACHE: &str = "#9467bd";
+    pub const OBJECTIVE: &str = "#d62728";
+}
 
-/// Series colours: distinguishable, and readable in print.
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
+/// A line's look: its name, colour and dash.
+struct Look {
+    name: &'static str,
+    colour: &'static str,
+    dashed: bool,
+}
 
-/// Every chart the summary has data for, in the order the page shows them.
+const fn look(name: &'static str, colour: &'static str, dashed: bool) -> Look {
+    Look {
+        name,
+        colour,
+        dashed,
+    }
+}
+
+/// Every chart the summary has data for, in the order the page shows them: a sweep's or a
+/// search's latency against throughput first (it is the result), then the run over time.
 pub fn all(summary: &Summary) -> Vec<Chart> {
-    let series = &summary.timeseries;
     let mut charts = Vec::new();
-    let mut add = |chart: Option<Chart>| charts.extend(chart);
+    for curve in &summary.curves {
+        charts.extend(steps_chart(summary, &curve.series));
+    }
+    let series = &summary.timeseries;
     let points = &series.points;
     let bands = &series.phases;
     let t = |p: &SeriesPoint| p.t_s + series.interval_s / 2.0;
-    let line = |name: &str, f: &dyn Fn(&SeriesPoint) -> Option<f64>| {
-        (
-            name.to_string(),
-            points
-                .iter()
-                .filter_map(|p| f(p).map(|v| (t(p), v)))
-                .collect::<Vec<_>>(),
-        )
+    let line = |look: Look, f: &dyn Fn(&SeriesPoint) -> Option<f64>| Line {
+        name: look.name.to_string(),
+        color: look.colour,
+        dashed: look.dashed,
+        points: points
+            .iter()
+            .filter_map(|p| f(p).map(|v| (t(p), v)))
+            .collect(),
+        dots: false,
     };
-    add(time_chart(
+    // The run's own span, not a round number past it: the last phase ends at the right edge.
+    let end_s = points
+        .iter()
+        .map(|p| p.t_s + series.interval_s)
+        .chain(bands.iter().map(|b| b.to_s))
+        .fold(0.0, f64::max);
+    let time = || {
+        Axis::new("time from the start", Scale::Linear, Unit::Seconds).range(0.0, end_s.max(1.0))
+    };
+    let mut latency = Plot::new(
+        "Latency over time",
+        time(),
+        Axis::new("latency (log scale)", Scale::Log, Unit::Milliseconds),
+    );
+    latency.lines = vec![
+        line(look("TTFT p50", colour::TTFT, true), &|p| p.ttft_p50_ms),
+        line(look("TTFT p99", colour::TTFT, false), &|p| p.ttft_p99_ms),
+        line(look("ITL p99", colour::ITL, false), &|p| p.itl_p99_ms),
+        line(look("E2E p99", colour::E2E, false), &|p| p.e2e_p99_ms),
+    ];
+    latency.bands = phase_bands(bands);
+    latency.rules = objective_rules(summary, &["ttft", "itl", "e2e"], false);
+    charts.extend(chart(
         "latency-over-time",
         "Latency over time",
-        "TTFT, ITL and E2E percentiles of each window, with the phases shaded: when latency turned, and in which phase.",
-        "ms",
-        &[
-            line("TTFT p50", &|p| p.ttft_p50_ms),
-            line("TTFT p99", &|p| p.ttft_p99_ms),
-            line("ITL p99", &|p| p.itl_p99_ms),
-            line("E2E p99", &|p| p.e2e_p99_ms),
-        ],
-        bands,
-        true,
+        "TTFT, ITL and E2E percentiles of each window, with the phases shaded and the objectives as red dashed lines: when latency turned, and in which phase.",
+        &latency,
     ));
     let per_s = |n: u64| n as f64 / series.interval_s;
-    add(time_chart(
+    let mut load = Plot::new(
+        "Request rate and requests in flight",
+        time(),
+        Axis::new(
+            "requests/s; requests in flight",
+            Scale::Linear,
+            Unit::Number,
+        ),
+    );
+    load.lines = vec![
+        line(look("sent/s", colour::SENT, true), &|p| Some(per_s(p.sent))),
+        line(look("completed/s", colour::SUCCESS, false), &|p| {
+            Some(per_s(p.completed))
+        }),
+        line(look("failed/s", colour::FAILURE, false), &|p| {
+            Some(per_s(p.failed))
+        }),
+        line(look("in flight", colour::IN_FLIGHT, false), &|p| {
+            Some(p.in_flight)
+        }),
+    ];
+    // A failure line flat at zero says nothing; it stays out of the legend too.
+    load.lines
+        .retain(|l| l.color != colour::FAILURE || l.points.iter().any(|p| p.1 > 0.0));
+    load.bands = phase_bands(bands);
+    charts.extend(chart(
         "load-over-time",
         "Request rate and requests in flight",
         "Requests sent, completed and failed per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
-        "requests/s, requests",
-        &[
-            line("sent/s", &|p| Some(per_s(p.sent))),
-            line("completed/s", &|p| Some(per_s(p.completed))),
-            line("failed/s", &|p| Some(per_s(p.failed))),
-            line("in flight", &|p| Some(p.in_flight)),
-        ],
-        bands,
-        false,
+        &load,
     ));
-    add(time_chart(
+    let mut tokens = Plot::new(
+        "Output tokens per second",
+        time(),
+        Axis::new("output tokens/s", Scale::Linear, Unit::Number),
+    );
+    tokens.lines = vec![line(look("output tokens/s", colour::TOKENS, false), &|p| {
+        Some(p.output_tokens_per_s)
+    })];
+    tokens.bands = phase_bands(bands);
+    charts.extend(chart(
         "throughput-over-time",
         "Output tokens per second",
         "Output tokens that arrived in each window, per second.",
-        "tokens/s",
-        &[line("output tokens/s", &|p| Some(p.output_tokens_per_s))],
-        bands,
-        false,
+        &tokens,
     ));
-    let overall = &summary.overall;
-    let cdf = |stat_of: &dyn Fn(Stat) -> Option<f64>| -> Vec<(f64, f64)> {
-        let mut out = Vec::new();
-        for i in 1..=1000 {
-            let p = i as f64 / 10.0;
-            if let Some(v) = stat_of(Stat::Percentile(p)) {
-                out.push((v, p));
-            }
-        }
-        out
-    };
-    let d = &overall.distributions;
-    add(cdf_chart(
-        "latency-cdf",
-        "TTFT and ITL distributions",
-        "The share of values at or below each latency (all recorded phases; ITL pools every gap). The tail is the right end of each curve.",
-        &[
-            ("TTFT".into(), cdf(&|s| d.get(Metric::Ttft)?.stat(s))),
-            ("ITL".into(), cdf(&|s| d.get(Metric::Itl)?.stat(s))),
-        ],
-    ));
-    if summary.by_input.len() > 1 {
-        let groups: Vec<(String, Vec<f64>)> = summary
-            .by_input
-            .iter()
-            .map(|b| {
-                (
-                    if b.input_tokens_max == b.input_tokens {
-                        format!("{} tokens", b.input_tokens)
-                    } else {
-                        format!("{}–{} tokens", b.input_tokens, b.input_tokens_max)
-                    },
-                    vec![
-                        b.ttft_ms.p50.unwrap_or(0.0),
-                        b.ttft_ms.p99.unwrap_or(0.0),
-                        b.e2e_ms.p50.unwrap_or(0.0),
-                    ],
-                )
-            })
-            .collect();
-        add(bar_chart(
-            "by-input",
-            "Latency by input length",
-            "TTFT p50 and p99, and E2E p50, of each input length of the plan's mix: what a longer prompt costs.",
-            &["TTFT p50", "TTFT p99", "E2E p50"],
-            &groups,
-        ));
+    // Steps each have a load of their own: a distribution over all of them mixes loads.
+    if summary.steps.is_empty() {
+        charts.extend(cdf_chart(summary));
+        charts.extend(by_input_chart(summary));
     }
     if let Some(server) = summary.server.as_ref().filter(|s| s.samples > 0) {
-        let gauge = |name: &str, label: &str, scale: f64| {
-            (
-                label.to_string(),
-                server
-                    .series
-                    .get(name)
-                    .map(|v| v.iter().map(|(t, y)| (*t, y * scale)).collect())
-                    .unwrap_or_default(),
-            )
+        let gauge = |name: &str, look: Look, scale: f64| Line {
+            name: look.name.to_string(),
+            color: look.colour,
+            dashed: look.dashed,
+            points: server
+                .series
+                .get(name)
+                .map(|v| v.iter().map(|(t, y)| (*t, y * scale)).collect())
+                .unwrap_or_default(),
+            dots: false,
         };
-        add(time_chart(
+        let mut plot = Plot::new(
+            "The server: batch, queue and KV cache",
+            time(),
+            Axis::new("requests; KV cache %", Scale::Linear, Unit::Number),
+        );
+        plot.lines = vec![
+            gauge("running", look("running", colour::RUNNING, false), 1.0),
+            gauge("waiting", look("waiting", colour::WAITING, false), 1.0),
+            gauge(
+                "kv_cache",
+                look("KV cache %", colour::KV_CACHE, true),
+                100.0,
+            ),
+        ];
+        plot.bands = phase_bands(bands);
+        charts.extend(chart(
             "server-over-time",
             "The server: batch, queue and KV cache",
             "What the server said at each scrape: requests running and waiting, and its KV cache's use in percent.",
-            "requests, %",
-            &[
-                gauge("running", "running", 1.0),
-                gauge("waiting", "waiting", 1.0),
-                gauge("kv_cache", "KV cache %", 100.0),
-            ],
-            bands,
-            false,
-        ));
-    }
-    for curve in summary.curves.iter() {
-        let rows: Vec<&super::steps::StepRow> = {
-            let mut rows: Vec<_> = summary
-                .steps
-                .iter()
-                .filter(|r| r.series == curve.series && r.ended_early.is_none())
-                .collect();
-            rows.sort_by(|a, b| a.load.total_cmp(&b.load));
-            rows
-        };
-        let pick = |f: &dyn Fn(&super::steps::StepRow) -> Option<f64>| -> Vec<(f64, f64)> {
-            rows.iter()
-                .filter_map(|r| f(r).map(|v| (r.achieved_rps, v)))
-                .collect()
-        };
-        add(xy_chart(
-            "steps",
-            &format!("{}: latency against throughput", curve.series),
-            "Each step's p99 latencies against the request rate it achieved, in the order of load: where the curve turns up is the knee; where it turns back, saturation.",
-            "achieved requests/s",
-            "ms",
-            &[
-                ("TTFT p99".into(), pick(&|r| r.ttft_p99_ms)),
-                ("E2E p99".into(), pick(&|r| r.e2e_p99_ms)),
-            ],
+            &plot,
         ));
     }
     charts
 }
 
-type Series = (String, Vec<(f64, f64)>);
-
-fn bounds(series: &[Series]) -> Option<(f64, f64, f64, f64)> {
-    let all = series
-        .iter()
-        .flat_map(|(_, p)| p.iter())
-        .filter(|(x, y)| x.is_finite() && y.is_finite());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    let mut any = false;
-    for &(x, y) in all {
-        any = true;
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    any.then_some((x0, x1, y0, y1))
-}
-
-fn svg_chart(
-    draw: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
-) -> Option<String> {
-    let mut svg = String::new();
-    let drawn = {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(root)
-    };
-    drawn.ok().map(|_| svg)
-}
-
-fn error(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-/// Lines over the run's time, with the phases shaded; `log` for a logarithmic y axis (latency
-/// spans orders of magnitude when a run saturates).
-#[allow(clippy::too_many_arguments)]
-fn time_chart(
-    id: &'static str,
-    title: &str,
-    caption: &str,
-    unit: &str,
-    series: &[Series],
-    bands: &[PhaseBand],
-    log: bool,
-) -> Option<Chart> {
-    let (x0, x1, y0, y1) = bounds(series)?;
-    let x1 = bands.iter().map(|b| b.to_s).fold(x1, f64::max);
-    let x0 = x0.min(0.0);
-    let svg = svg_chart(|root| {
-        root.fill(&WHITE).map_err(error)?;
-        let mut builder = ChartBuilder::on(&root);
-        builder
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64);
-        let x_range = x0..x1.max(x0 + 1.0);
-        if log {
-            let y_range = (y0.max(0.01) * 0.8)..(y1.max(0.02) * 1.25);
-            let mut chart = builder
-                .build_cartesian_2d(x_range, y_range.log_scale())
-                .map_err(error)?;
-            over_time(
-                &mut chart,
-                unit,
-                bands,
-                series,
-                (y0.max(0.01) * 0.8, y1.max(0.02) * 1.25),
-            )
-        } else {
-            let top = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
-            let mut chart = builder
-                .build_cartesian_2d(x_range, 0.0..top)
-                .map_err(error)?;
-            over_time(&mut chart, unit, bands, series, (0.0, top))
-        }?;
-        root.present().map_err(error)
-    })?;
+fn chart(id: &'static str, title: &str, caption: &str, plot: &Plot) -> Option<Chart> {
     Some(Chart {
         id,
         title: title.into(),
         caption: caption.into(),
-        svg,
+        svg: plot.render()?,
     })
 }
 
-/// A time chart's axes, phase bands, lines and legend, whatever its y scale.
-fn over_time<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64> + ValueFormatter<f64>>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
-    unit: &str,
-    bands: &[PhaseBand],
-    series: &[Series],
-    (bottom, top): (f64, f64),
-) -> Result<(), String> {
-    mesh(chart, "seconds from the start", unit)?;
-    draw_bands(chart, bands, bottom, top)?;
-    draw_lines(chart, series)?;
-    legend(chart)
+fn phase_bands(bands: &[PhaseBand]) -> Vec<Band> {
+    bands
+        .iter()
+        .map(|b| Band {
+            from: b.from_s,
+            to: b.to_s,
+            label: b.name.clone(),
+            muted: !b.recorded,
+        })
+        .collect()
 }
 
-/// The grid and the axes' descriptions.
-fn mesh<
-    'a,
-    DB: DrawingBackend + 'a,
-    X: Ranged + ValueFormatter<X::ValueType>,
-    Y: Ranged + ValueFormatter<Y::ValueType>,
->(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-    x_desc: &str,
-    y_desc: &str,
-) -> Result<(), String> {
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(|e| e.to_string())
-}
-
-fn draw_bands<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
-    bands: &[PhaseBand],
-    bottom: f64,
-    top: f64,
-) -> Result<(), String> {
-    for (i, band) in bands.iter().enumerate() {
-        let shade = if band.recorded {
-            PALETTE[i % PALETTE.len()].mix(0.07)
+/// The plan's objectives on the latencies `metrics` (the first word of an assertion), as
+/// threshold lines: horizontal on a latency axis, vertical on a CDF's.
+fn objective_rules(summary: &Summary, metrics: &[&str], vertical: bool) -> Vec<Rule> {
+    // The plan's assertions, and the objectives each step was judged on (a sweep's lines
+    // name no phase, so they are judged per step rather than as assertions).
+    let assertions = summary.verdicts.iter().map(|v| {
+        let scope = if v.phase == "all" {
+            String::new()
         } else {
-            RGBColor(120, 120, 120).mix(0.10)
+            format!(" ({})", v.phase)
         };
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(band.from_s, bottom), (band.to_s.max(band.from_s), top)],
-                shade.filled(),
-            )))
-            .map_err(|e| e.to_string())?;
-        chart
-            .draw_series(std::iter::once(Text::new(
-                band.name.clone(),
-                (band.from_s, top),
-                ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
-            )))
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-fn draw_lines<
-    'a,
-    DB: DrawingBackend + 'a,
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
->(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-    series: &[Series],
-) -> Result<(), String> {
-    for (i, (name, points)) in series.iter().enumerate() {
-        if points.is_empty() {
+        (v.assertion.as_str(), v.threshold, v.unit, scope)
+    });
+    let objectives = summary
+        .steps
+        .iter()
+        .flat_map(|s| &s.objectives)
+        .map(|o| (o.assertion.as_str(), o.threshold, o.unit, String::new()));
+    let mut rules: Vec<Rule> = Vec::new();
+    for (assertion, threshold, unit, scope) in assertions.chain(objectives) {
+        let metric = assertion.split_whitespace().next().unwrap_or("");
+        if unit != "ms" || !metrics.contains(&metric) || rules.iter().any(|r| r.at == threshold) {
             continue;
         }
-        let color = PALETTE[i % PALETTE.len()];
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
+        rules.push(Rule {
+            at: threshold,
+            vertical,
+            label: format!("objective: {assertion}{scope}"),
+            color: colour::OBJECTIVE,
+        });
     }
-    Ok(())
+    rules
 }
 
-fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-) -> Result<(), String> {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
-        .map_err(|e| e.to_string())
-}
-
-/// Cumulative distributions: x the value (log scale), y the percentile.
-fn cdf_chart(id: &'static str, title: &str, caption: &str, series: &[Series]) -> Option<Chart> {
-    let (x0, x1, _, _) = bounds(series)?;
-    let svg = svg_chart(|root| {
-        root.fill(&WHITE).map_err(error)?;
-        let x_range = (x0.max(0.001) * 0.8)..(x1.max(0.002) * 1.25);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x_range.log_scale(), 0.0..100.0)
-            .map_err(error)?;
-        mesh(&mut chart, "ms (log scale)", "percentile")?;
-        draw_lines(&mut chart, series)?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(error)?;
-        root.present().map_err(error)
-    })?;
-    Some(Chart {
-        id,
-        title: title.into(),
-        caption: caption.into(),
-        svg,
-    })
-}
-
-/// Lines against a numeric x that is not time (a sweep's achieved rate).
-fn xy_chart(
-    id: &'static str,
-    title: &str,
-    caption: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[Series],
-) -> Option<Chart> {
-    let (x0, x1, _, y1) = bounds(series)?;
-    let svg = svg_chart(|root| {
-        root.fill(&WHITE).map_err(error)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(
-                (x0 * 0.9).max(0.0)..(x1 * 1.1).max(x0 + 1.0),
-                0.0..(y1 * 1.1).max(1.0),
-            )
-            .map_err(error)?;
-        mesh(&mut chart, x_desc, y_desc)?;
-        for (i, (name, points)) in series.iter().enumerate() {
-            let color = PALETTE[i % PALETTE.len()];
-            chart
-                .draw_series(LineSeries::new(
-                    points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(error)?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(error)?;
-        }
-        legend(&mut chart)?;
-        root.present().map_err(error)
-    })?;
-    Some(Chart {
-        id,
-        title: title.into(),
-        caption: caption.into(),
-        svg,
-    })
-}
-
-/// Grouped bars: one group per label, one bar per name.
-fn bar_chart(
-    id: &'static str,
-    title: &str,
-    caption: &str,
-    names: &[&str],
-    groups: &[(String, Vec<f64>)],
-) -> Option<Chart> {
-    let top = groups
+/// A sweep's or search's p99 latencies against the request rate each step achieved, each step
+/// labelled with its load and coloured by its result.
+fn steps_chart(summary: &Summary, series: &str) -> Option<Chart> {
+    let mut rows: Vec<&super::steps::StepRow> = summary
+        .steps
         .iter()
-        .flat_map(|(_, v)| v.iter().copied())
-        .fold(0.0, f64::max);
-    if groups.is_empty() || top <= 0.0 {
-        return None;
-    }
-    let labels: Vec<String> = groups.iter().map(|(l, _)| l.clone()).collect();
-    let svg = svg_chart(|root| {
-        root.fill(&WHITE).map_err(error)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            // Groups centred on whole numbers, where the axis puts its ticks and labels.
-            .build_cartesian_2d(-0.5..groups.len() as f64 - 0.5, 0.0..top * 1.15)
-            .map_err(error)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(groups.len())
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
+        .filter(|r| r.series == series)
+        .collect();
+    rows.sort_by(|a, b| a.load.total_cmp(&b.load));
+    let mut plot = Plot::new(
+        &format!("{series}: latency against throughput"),
+        Axis::new("achieved requests/s", Scale::Linear, Unit::Number),
+        Axis::new("p99 latency (log scale)", Scale::Log, Unit::Milliseconds),
+    );
+    for (look, value) in [
+        (
+            look("TTFT p99", colour::TTFT, false),
+            (|r: &super::steps::StepRow| r.ttft_p99_ms)
+                as fn(&super::steps::StepRow) -> Option<f64>,
+        ),
+        (look("E2E p99", colour::E2E, false), |r| r.e2e_p99_ms),
+    ] {
+        // A step ended early measured only its start: a marker, not a point of the curve.
+        plot.lines.push(Line {
+            name: look.name.to_string(),
+            color: look.colour,
+            dashed: look.dashed,
+            points: rows
+                .iter()
+                .filter(|r| r.ended_early.is_none())
+                .filter_map(|r| value(r).map(|v| (r.achieved_rps, v)))
+                .collect(),
+            dots: false,
+        });
+        for row in &rows {
+            let Some(v) = value(row) else {
+                continue;
+            };
+            let failed = row.judged && !row.passed;
+            plot.markers.push(Marker {
+                at: (row.achieved_rps, v),
+                color: if !row.judged {
+                    colour::SENT
+                } else if failed {
+                    colour::FAILURE
+                } else {
+                    colour::SUCCESS
+                },
+                // The load once, on the TTFT point.
+                label: if look.name.starts_with("TTFT") {
+                    format!("@ {}", row.load_display)
                 } else {
                     String::new()
-                }
-            })
-            .y_desc("ms")
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(error)?;
-        let width = 0.8 / names.len() as f64;
-        for (n, name) in names.iter().enumerate() {
-            let color = PALETTE[n % PALETTE.len()];
-            chart
-                .draw_series(groups.iter().enumerate().map(|(g, (_, values))| {
-                    let x = g as f64 - 0.4 + n as f64 * width;
-                    Rectangle::new([(x, 0.0), (x + width * 0.9, values[n])], color.filled())
-                }))
-                .map_err(error)?
-                .label(name.to_string())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
+                },
+                title: format!(
+                    "{}: {} {} at {} req/s achieved; {}",
+                    row.phase,
+                    look.name,
+                    super::svg::value_text(v, Unit::Milliseconds),
+                    super::svg::number(row.achieved_rps),
+                    row.result
+                ),
+                hollow: row.ended_early.is_some(),
+            });
         }
-        legend(&mut chart)?;
-        root.present().map_err(error)
-    })?;
-    Some(Chart {
-        id,
-        title: title.into(),
-        caption: caption.into(),
-        svg,
-    })
+    }
+    plot.rules = objective_rules(summary, &["ttft", "e2e"], false);
+    chart(
+        "steps",
+        &format!("{series}: latency against throughput"),
+        "Each step's p99 TTFT and E2E against the request rate it achieved, labelled with its load: green held the objectives, red failed them (hollow: ended early), the red dashed lines are the objectives. Where the curve turns up is the knee; where it turns back, saturation.",
+        &plot,
+    )
+}
+
+/// TTFT and ITL cumulative distributions over every recorded phase.
+fn cdf_chart(summary: &Summary) -> Option<Chart> {
+    let d = &summary.overall.distributions;
+    let cdf = |metric: Metric| -> Vec<(f64, f64)> {
+        let Some(dist) = d.get(metric) else {
+            return Vec::new();
+        };
+        (1..=1000)
+            .filter_map(|i| {
+                let p = i as f64 / 10.0;
+                dist.stat(Stat::Percentile(p)).map(|v| (v, p))
+            })
+            .collect()
+    };
+    let mut plot = Plot::new(
+        "TTFT and ITL distributions",
+        Axis::new("latency (log scale)", Scale::Log, Unit::Milliseconds),
+        Axis::new("share of values at or below", Scale::Linear, Unit::Percent).range(0.0, 100.0),
+    );
+    plot.lines = vec![
+        Line {
+            name: "TTFT".into(),
+            color: colour::TTFT,
+            dashed: false,
+            points: cdf(Metric::Ttft),
+            dots: false,
+        },
+        Line {
+            name: "ITL".into(),
+            color: colour::ITL,
+            dashed: false,
+            points: cdf(Metric::Itl),
+            dots: false,
+        },
+    ];
+    plot.rules = objective_rules(summary, &["ttft", "itl"], true);
+    chart(
+        "latency-cdf",
+        "TTFT and ITL distributions",
+        "The share of values at or below each latency (all recorded phases; ITL pools every gap), with the objectives as red dashed lines. The tail is the right end of each curve.",
+        &plot,
+    )
+}
+
+/// TTFT and E2E by input length, as grouped bars.
+fn by_input_chart(summary: &Summary) -> Option<Chart> {
+    if summary.by_input.len() < 2 {
+        return None;
+    }
+    let mut plot = Plot::new(
+        "Latency by input length",
+        Axis::new("input length", Scale::Linear, Unit::Number),
+        Axis::new("latency", Scale::Linear, Unit::Milliseconds),
+    );
+    plot.x.categories = summary
+        .by_input
+        .iter()
+        .map(|b| {
+            if b.input_tokens_max == b.input_tokens {
+                format!("{} tokens", b.input_tokens)
+            } else {
+                format!("{}–{} tokens", b.input_tokens, b.input_tokens_max)
+            }
+        })
+        .collect();
+    let values: Vec<Vec<f64>> = summary
+        .by_input
+        .iter()
+        .map(|b| {
+            vec![
+                b.ttft_ms.p50.unwrap_or(0.0),
+                b.ttft_ms.p99.unwrap_or(0.0),
+                b.e2e_ms.p50.unwrap_or(0.0),
+            ]
+        })
+        .collect();
+    if values.iter().flatten().all(|v| *v <= 0.0) {
+        return None;
+    }
+    plot.bars = Some(Bars {
+        series: vec![
+            ("TTFT p50".into(), "#7fb3e0"),
+            ("TTFT p99".into(), colour::TTFT),
+            ("E2E p50".into(), colour::E2E),
+        ],
+        values,
+    });
+    chart(
+        "by-input",
+        "Latency by input length",
+        "TTFT p50 and p99, and E2E p50, of each input length of the plan's mix: what a longer prompt costs.",
+        &plot,
+    )
 }

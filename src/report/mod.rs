@@ -14,6 +14,7 @@ pub mod junit;
 mod markdown;
 pub mod schedule;
 pub mod steps;
+mod svg;
 mod template;
 mod terminal;
 

@@ -61,6 +61,8 @@ pub struct StepRow {
     pub ended_early: Option<String>,
     /// "pass", "fail", "fail (saturated)", "fail (ended early)", or "-" without objectives.
     pub result: String,
+    /// Why it failed or was not judged, in a sentence (what the terminal says of it too).
+    pub why: Option<String>,
 }
 
 /// One objective of a step.
@@ -72,6 +74,10 @@ pub struct ObjectiveCell {
     pub observed: String,
     /// Whether it held.
     pub passed: bool,
+    /// The threshold, in `unit`.
+    pub threshold: f64,
+    /// The unit of the threshold (`ms`, `fraction`, …).
+    pub unit: &'static str,
 }
 
 /// The saturation curve of one sweep or search: latency against achieved throughput, in the
@@ -107,7 +113,9 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
             let phase = phases.iter().find(|p| p.name == step.phase)?;
             let m = &phase.metrics;
             let judged = !step.objectives.is_empty();
-            let result = if step.ended_early.is_some() {
+            let result = if step.client_limited.is_some() {
+                "not judged (client late)"
+            } else if step.ended_early.is_some() {
                 "fail (ended early)"
             } else if step.saturation.is_some() {
                 "fail (saturated)"
@@ -147,6 +155,8 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                     .objectives
                     .iter()
                     .map(|o| ObjectiveCell {
+                        threshold: o.threshold,
+                        unit: o.unit,
                         assertion: o.assertion.clone(),
                         observed: o.observed_display.clone(),
                         passed: o.passed,
@@ -154,6 +164,8 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                     .collect(),
                 saturation: step.saturation.clone(),
                 ended_early: step.ended_early.clone(),
+                why: (judged && !step.passed || step.client_limited.is_some())
+                    .then(|| step.outcome()),
                 result: result.to_string(),
             })
         })

@@ -22,7 +22,8 @@ pub fn terminal_summary(summary: &Summary) -> String {
         .phases
         .iter()
         .filter(|p| p.recorded)
-        .chain(std::iter::once(&summary.overall));
+        // Steps each have their own load: a total over them mixes loads.
+        .chain(std::iter::once(&summary.overall).filter(|_| summary.steps.is_empty()));
     for scope in scopes {
         let ttfo = if reasoned {
             format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
@@ -137,6 +138,15 @@ fn steps_table(summary: &Summary) -> String {
             row.result,
             if row.marginal { " (marginal)" } else { "" }
         ));
+    }
+    for row in summary.steps.iter() {
+        if let Some(why) = &row.why {
+            out.push_str(&format!(
+                "  {}: {}\n",
+                row.phase,
+                crate::escape::one_line(why)
+            ));
+        }
     }
     out
 }

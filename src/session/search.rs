@@ -104,7 +104,10 @@ impl SearchSource {
             load,
             passed: judged.passed,
             marginal: judged.marginal,
+            client_limited: judged.client_limited.is_some(),
         });
+        self.watch
+            .note(&format!("{}: {}", judged.phase, judged.outcome()));
         Ok(())
     }
 
@@ -283,6 +286,10 @@ impl ProbeWatch {
     fn warn(&self, message: &str) {
         self.inner.on_event(Event::Warning(message));
     }
+
+    fn note(&self, message: &str) {
+        self.inner.on_event(Event::Note(message));
+    }
 }
 
 impl Armed {
@@ -321,7 +328,7 @@ impl Armed {
             return None;
         }
         self.checked_at_us = now_us;
-        profile::saturation(&self.profile.windows(now_us), self.open_loop)
+        profile::runaway(&self.profile.windows(now_us), self.open_loop)
     }
 
     fn count(&mut self, record: &RequestRecord) {
@@ -334,7 +341,11 @@ impl Armed {
         let send_us = self
             .started
             .map_or(0, |(_, at_us)| record.actual_send_us.saturating_sub(at_us));
-        self.profile.add_sent(send_us, metrics::ttft_ms(record));
+        let in_flight_us = record
+            .end_us()
+            .map(|end| end.saturating_sub(record.actual_send_us));
+        self.profile
+            .add_outcome(send_us, metrics::ttft_ms(record), in_flight_us);
         for tally in &mut self.objectives {
             if misses(&tally.objective, record, self.slo.as_ref()) {
                 tally.misses += 1;
@@ -398,9 +409,9 @@ impl Observer for ProbeWatch {
                     None
                 }
                 Event::RequestSent { phase } if *phase == armed.index => {
-                    armed.advance();
+                    let now = armed.advance();
                     armed.sent += 1;
-                    let now = armed.now_us();
+                    armed.profile.add_sent(now);
                     armed
                         .failed(now)
                         .map(|reason| (armed.control.clone(), reason))

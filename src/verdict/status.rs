@@ -52,6 +52,9 @@ pub enum NotCarriedOut {
     },
     /// The comparison with the baseline could not be made (why).
     NotComparable(String),
+    /// The capacity search (named) stopped because the client could not send a probe's load
+    /// on time, twice in a row: what it measured beyond would be the client's limit.
+    SearchClientLimited(String),
 }
 
 impl std::fmt::Display for NotCarriedOut {
@@ -78,6 +81,13 @@ impl std::fmt::Display for NotCarriedOut {
                 *failed as f64 * 100.0 / (*sent).max(1) as f64
             ),
             NotCarriedOut::NotComparable(why) => write!(f, "{why}"),
+            NotCarriedOut::SearchClientLimited(name) => write!(
+                f,
+                "the capacity search \"{name}\" stopped where the client, not the server, became the \
+                 limit: it could not send a probe's load on time twice in a row (schedule lag or its CPU \
+                 beyond the limits); give it more cores (--threads), run it on another machine, or \
+                 lower the search's range"
+            ),
         }
     }
 }
@@ -146,6 +156,13 @@ impl Status {
                 sent: recorded.sent,
                 first: aggregates.first_client_error.clone().unwrap_or_default(),
             });
+        }
+        if let Some(end) = aggregates
+            .search_end
+            .as_ref()
+            .filter(|end| end.stopped == crate::records::Stopped::ClientLimited)
+        {
+            return Status::NotCarriedOut(NotCarriedOut::SearchClientLimited(end.name.clone()));
         }
         if !verdicts.passed {
             failures.push(Failure::Assertions);

@@ -45,6 +45,11 @@ pub struct StepResult {
     pub saturation: Option<String>,
     /// Why it was ended before its planned end, if it was.
     pub ended_early: Option<String>,
+    /// Why the client, not the server, limited it, if it did (its requests went out late, or
+    /// the client's CPU was saturated): a search does not take such a probe as evidence, and
+    /// repeats it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_limited: Option<String>,
 }
 
 /// A sweep, or the search, as a whole.
@@ -126,7 +131,41 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
         objectives: results,
         saturation: phase.saturation.clone(),
         ended_early: phase.ended_early.clone(),
+        client_limited: crate::metrics::warnings::client_limited(phase),
     })
+}
+
+impl StepResult {
+    /// Its result in a line, with why: `pass`, `fail: ttft p99 < 500ms (observed 612 ms)`,
+    /// `fail: requests in flight grew …`, or why the client limited it (no evidence either
+    /// way).
+    pub fn outcome(&self) -> String {
+        if let Some(why) = &self.client_limited {
+            return format!("not judged, the client limited it: {why}");
+        }
+        let why = if let Some(why) = &self.ended_early {
+            why.clone()
+        } else if let Some(why) = &self.saturation {
+            why.clone()
+        } else {
+            let missed: Vec<String> = self
+                .objectives
+                .iter()
+                .filter(|o| !o.passed)
+                .map(|o| format!("`{}` (observed {})", o.assertion, o.observed_display))
+                .collect();
+            if missed.is_empty() {
+                let marginal = if self.marginal {
+                    " (marginal: within 10% of a threshold, repeated)"
+                } else {
+                    ""
+                };
+                return format!("pass{marginal}");
+            }
+            format!("missed {}", missed.join(", "))
+        };
+        format!("fail: {why}")
+    }
 }
 
 /// Whether `observed` is close enough to the objective's threshold to be noise either way.
@@ -165,6 +204,7 @@ pub fn series(steps: &[StepResult], search_end: Option<&SearchEnd>) -> Vec<Serie
                     passed: s.passed,
                     // A sweep measures each step once: its steps decide as they are.
                     marginal: is_search && s.marginal,
+                    client_limited: is_search && s.client_limited.is_some(),
                 })
                 .collect();
             let stopped = if is_search {
@@ -291,6 +331,34 @@ mod tests {
             series[0].headline,
             "the objectives hold up to 4 req/s and fail from 8 req/s"
         );
+    }
+
+    #[test]
+    fn a_probe_whose_requests_went_out_late_is_no_evidence() {
+        let objectives = [p99_under(500.0)];
+        let mut late = step(8.0, 900.0, true);
+        late.metrics[Metric::ScheduleLag].p99 = Some(125.0);
+        let judged = judge_step(&objectives, &late).unwrap();
+        let why = judged.client_limited.clone().unwrap();
+        assert!(why.contains("schedule lag p99 125.0 ms"), "{why}");
+        assert!(judged
+            .outcome()
+            .starts_with("not judged, the client limited it"));
+        // Twice in a row at one load: the search's bracket leaves both out.
+        let on_time = judge_step(&objectives, &step(4.0, 100.0, true)).unwrap();
+        let found = series(&[on_time.clone(), judged.clone(), judged], None);
+        assert_eq!(found[0].bracket.sustains, Some(4.0));
+        assert_eq!(found[0].bracket.fails_at, None);
+        // What a failed probe says in the terminal names the objective and what it observed.
+        let missed = judge_step(&objectives, &step(8.0, 900.0, true)).unwrap();
+        assert!(
+            missed
+                .outcome()
+                .starts_with("fail: missed `ttft p99 < 500ms` (observed "),
+            "{}",
+            missed.outcome()
+        );
+        assert_eq!(on_time.outcome(), "pass");
     }
 
     #[test]
