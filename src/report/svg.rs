@@ -184,9 +184,9 @@ impl Plot {
         self.draw_bands(&mut svg, &x);
         self.draw_grid(&mut svg, &x, &y);
         self.draw_bars(&mut svg, &x, &y);
-        self.draw_rules(&mut svg, &x, &y);
+        let taken = self.draw_rules(&mut svg, &x, &y);
         self.draw_lines(&mut svg, &x, &y);
-        self.draw_markers(&mut svg, &x, &y);
+        self.draw_markers(&mut svg, &x, &y, taken);
         self.draw_legend(&mut svg);
         svg.push_str("</svg>");
         Some(svg)
@@ -306,7 +306,7 @@ impl Plot {
                 "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{py:.1}\" y2=\"{py:.1}\" stroke=\"{GRID}\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"{MUTED}\">{}</text>",
                 WIDTH - RIGHT,
-                LEFT - 6.0,
+                LEFT - 8.0,
                 py + 4.0,
                 xml_text(&label)
             );
@@ -333,7 +333,7 @@ impl Plot {
             let _ = write!(
                 svg,
                 "<text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{MUTED}\">{}</text>",
-                plot_bottom + 16.0,
+                plot_bottom + 20.0,
                 xml_text(&label)
             );
         }
@@ -381,34 +381,81 @@ impl Plot {
         }
     }
 
-    fn draw_rules(&self, svg: &mut String, x: &Mapping, y: &Mapping) {
+    /// Threshold lines, each labelled where its label overlaps no other (returned, so that the
+    /// points' labels keep clear of them too).
+    fn draw_rules(&self, svg: &mut String, x: &Mapping, y: &Mapping) -> Vec<[f64; 4]> {
+        let mut placed: Vec<[f64; 4]> = Vec::new();
         for rule in &self.rules {
-            let (x1, x2, y1, y2, label_x, label_y, anchor) = if rule.vertical {
+            let width = text_width(&rule.label, SMALL);
+            // Candidate label boxes: [left, top, right, bottom].
+            let (line, candidates): ([f64; 4], Vec<[f64; 4]>) = if rule.vertical {
                 let px = x.px(rule.at);
-                (px, px, TOP, HEIGHT - BOTTOM, px - 4.0, TOP + 14.0, "end")
+                let left_of = |row: f64| {
+                    let top = TOP + 3.0 + row * (SMALL + 4.0);
+                    [px - 4.0 - width, top, px - 4.0, top + SMALL + 2.0]
+                };
+                let right_of = |row: f64| {
+                    let top = TOP + 3.0 + row * (SMALL + 4.0);
+                    [px + 4.0, top, px + 4.0 + width, top + SMALL + 2.0]
+                };
+                (
+                    [px, TOP, px, HEIGHT - BOTTOM],
+                    (0..6)
+                        .flat_map(|row| [right_of(row as f64), left_of(row as f64)])
+                        .collect(),
+                )
             } else {
                 let py = y.px(rule.at);
+                let right = WIDTH - RIGHT - 4.0;
                 (
-                    LEFT,
-                    WIDTH - RIGHT,
-                    py,
-                    py,
-                    WIDTH - RIGHT - 4.0,
-                    py - 5.0,
-                    "end",
+                    [LEFT, py, WIDTH - RIGHT, py],
+                    vec![
+                        [right - width, py - 4.0 - SMALL - 2.0, right, py - 4.0],
+                        [right - width, py + 4.0, right, py + 4.0 + SMALL + 2.0],
+                        [
+                            LEFT + 4.0,
+                            py - 4.0 - SMALL - 2.0,
+                            LEFT + 4.0 + width,
+                            py - 4.0,
+                        ],
+                        [
+                            LEFT + 4.0,
+                            py + 4.0,
+                            LEFT + 4.0 + width,
+                            py + 4.0 + SMALL + 2.0,
+                        ],
+                    ],
                 )
             };
             let _ = write!(
                 svg,
-                "<g class=\"objective\"><line x1=\"{x1:.1}\" x2=\"{x2:.1}\" y1=\"{y1:.1}\" y2=\"{y2:.1}\" \
-                 stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\
-                 <text x=\"{label_x:.1}\" y=\"{label_y:.1}\" text-anchor=\"{anchor}\" font-size=\"{SMALL}\" \
-                 fill=\"{}\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"3\">{}</text></g>",
-                rule.color,
+                "<g class=\"objective\"><line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" \
+                 stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"><title>{}</title></line>",
+                line[0],
+                line[2],
+                line[1],
+                line[3],
                 rule.color,
                 xml_text(&rule.label)
             );
+            let spot = candidates
+                .into_iter()
+                .find(|b| inside_plot(b) && clear_of(b, &placed));
+            if let Some(b) = spot {
+                placed.push(b);
+                let _ = write!(
+                    svg,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"{SMALL}\" fill=\"{}\" paint-order=\"stroke\" \
+                     stroke=\"#fff\" stroke-width=\"3\">{}</text>",
+                    b[0],
+                    b[3] - 3.0,
+                    rule.color,
+                    xml_text(&rule.label)
+                );
+            }
+            svg.push_str("</g>");
         }
+        placed
     }
 
     fn draw_lines(&self, svg: &mut String, x: &Mapping, y: &Mapping) {
@@ -461,10 +508,10 @@ impl Plot {
         }
     }
 
-    fn draw_markers(&self, svg: &mut String, x: &Mapping, y: &Mapping) {
+    fn draw_markers(&self, svg: &mut String, x: &Mapping, y: &Mapping, taken: Vec<[f64; 4]>) {
         // Labels beside their points, each where it overlaps no label placed before it (above
         // or below, right or left); one that fits nowhere is left to the point's hover title.
-        let mut placed: Vec<[f64; 4]> = Vec::new();
+        let mut placed = taken;
         for marker in &self.markers {
             let (px, py) = (x.px(marker.at.0), y.px(marker.at.1));
             let (fill, stroke) = if marker.hollow {
@@ -754,6 +801,18 @@ fn shorten(text: &str, room: f64, size: f64) -> Option<String> {
     }
     let kept: String = text.chars().take(fit - 1).collect();
     Some(format!("{kept}…"))
+}
+
+/// Whether a label box [left, top, right, bottom] lies within the plot area.
+fn inside_plot(b: &[f64; 4]) -> bool {
+    b[0] >= LEFT && b[2] <= WIDTH - RIGHT && b[1] >= TOP && b[3] <= HEIGHT - BOTTOM
+}
+
+/// Whether a label box overlaps none of `placed` (with a pixel's gap).
+fn clear_of(b: &[f64; 4], placed: &[[f64; 4]]) -> bool {
+    placed.iter().all(|p| {
+        b[2] + 1.0 <= p[0] || b[0] >= p[2] + 1.0 || b[3] + 1.0 <= p[1] || b[1] >= p[3] + 1.0
+    })
 }
 
 /// An attribute value: escaped for a double-quoted attribute.

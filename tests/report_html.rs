@@ -1,0 +1,256 @@
+//! report.html as a reviewer sees it: rendered by headless Chromium for a plain run, a sweep and
+//! a search, against the embedded simulator. A probe script (added to a copy of the page, never
+//! to the report itself, which has no script) measures what a browser lays out: every chart is
+//! there and has a size and marks, no two labels of a chart overlap (their boxes as the browser
+//! measured them), and a run with `--baseline` shows the comparison table.
+//!
+//! Chromium is Debian's package (`apt-get install chromium`, which `.ci/run` does); without it
+//! these tests say SKIPPED, unless LLMLOAD_REQUIRE_CHROMIUM is set (CI sets it). With
+//! LLMLOAD_SCREENSHOTS set to a directory, each page's screenshot is kept there (how
+//! docs/images/ is made).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{run_in, serial, Run};
+use serde_json::Value;
+
+const ENGINE: &str = "engine { max-seqs 8; step-base \"2ms\"; decode-per-seq \"500us\"; prefill-per-token \"10us\" }";
+
+/// The measurements the probe makes in the page, as JSON in a `<pre>` it appends.
+const PROBE: &str = r#"<script>
+(() => {
+  const box = (e) => { const r = e.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; };
+  const overlap = (a, b) => a.x + 0.5 < b.x + b.w && b.x + 0.5 < a.x + a.w && a.y + 0.5 < b.y + b.h && b.y + 0.5 < a.y + a.h;
+  const out = { charts: [], overlaps: [], baseline_table: !!document.querySelector('#baseline + p + table, h2#baseline ~ table') };
+  for (const figure of document.querySelectorAll('figure')) {
+    const svg = figure.querySelector('svg');
+    const size = svg ? box(svg) : { w: 0, h: 0 };
+    const marks = svg ? svg.querySelectorAll('path, circle, rect').length : 0;
+    out.charts.push({ id: figure.id, width: size.w, height: size.h, marks: marks });
+    if (!svg) continue;
+    const labels = [...svg.querySelectorAll('text')]
+      .filter((t) => t.textContent.trim() !== '')
+      .map((t) => ({ text: t.firstChild ? t.firstChild.textContent : t.textContent, b: box(t) }));
+    for (let i = 0; i < labels.length; i++) {
+      for (let j = i + 1; j < labels.length; j++) {
+        if (overlap(labels[i].b, labels[j].b)) {
+          out.overlaps.push(figure.id + ': "' + labels[i].text + '" over "' + labels[j].text + '"');
+        }
+      }
+    }
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'llmload-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"#;
+
+fn chromium() -> Option<&'static str> {
+    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LLMLOAD_REQUIRE_CHROMIUM").is_none(),
+            "LLMLOAD_REQUIRE_CHROMIUM is set and no Chromium is installed (apt-get install chromium)"
+        );
+        eprintln!("SKIPPED: no Chromium (apt-get install chromium) to render report.html");
+    }
+    found
+}
+
+fn browser(chromium: &str, scratch: &Path, args: &[String]) -> std::process::Output {
+    std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1100,2400",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            scratch.join("chromium-profile").display()
+        ))
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("Chromium runs")
+}
+
+/// What the browser measured in the run's report.html; a screenshot is kept when asked.
+fn measure(chromium: &str, run: &Run, name: &str) -> Value {
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(!html.contains("<script"), "report.html has a script");
+    let probed = run.dir.path().join("probed.html");
+    std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
+    let dom = browser(
+        chromium,
+        run.dir.path(),
+        &["--dump-dom".into(), format!("file://{}", probed.display())],
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let json = dom
+        .split("<pre id=\"llmload-probe\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the probe did not run: {}", &dom[..dom.len().min(400)]));
+    let json = json
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    if let Some(dir) = std::env::var_os("LLMLOAD_SCREENSHOTS") {
+        let shot = PathBuf::from(dir).join(format!("{name}.png"));
+        let taken = browser(
+            chromium,
+            run.dir.path(),
+            &[
+                format!("--screenshot={}", shot.display()),
+                format!("file://{}", run.out().join("report.html").display()),
+            ],
+        );
+        assert!(taken.status.success());
+    }
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// Every chart in `ids` is drawn with a size and marks, and no labels overlap.
+fn assert_readable(measured: &Value, ids: &[&str]) {
+    let charts = measured["charts"].as_array().unwrap();
+    for id in ids {
+        let chart = charts
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap_or_else(|| panic!("no chart {id} in {charts:?}"));
+        assert!(
+            chart["width"].as_f64().unwrap() > 300.0 && chart["height"].as_f64().unwrap() > 100.0,
+            "{chart}"
+        );
+        assert!(chart["marks"].as_u64().unwrap() > 5, "{chart}");
+    }
+    let overlaps = measured["overlaps"].as_array().unwrap();
+    assert!(overlaps.is_empty(), "labels overlap: {overlaps:#?}");
+}
+
+fn plan(body: &str, sla: &str) -> String {
+    format!(
+        "plan \"report\" {{ seed 5 }}\ntarget \"sim\" {{ timeout \"10s\" }}\nsim {{ {ENGINE} }}\n\
+         workload {{ input {{ bucket 32 weight=3; bucket 256 weight=1 }}; output 16 ignore-eos=#true }}\n\
+         {body}\nsla {{ {sla} }}\n"
+    )
+}
+
+#[test]
+fn a_plain_run_and_its_comparison_render_readably() {
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let _serial = serial();
+    let text = plan(
+        "phase \"warmup\" { duration \"500ms\"; rate 20; record #false }\n\
+         phase \"comfortable\" { duration \"1500ms\"; rate 20 }\n\
+         phase \"busy\" { duration \"1500ms\"; rate 60; arrivals \"poisson\" }",
+        "ttft p99 < \"200ms\"\nitl p99 < \"50ms\"",
+    );
+    let first = run_in(tempfile::tempdir().unwrap(), &text, &[]);
+    assert!(first.code() <= 1, "{}", first.stderr());
+    let measured = measure(chromium, &first, "report-plain");
+    assert_readable(
+        &measured,
+        &[
+            "latency-over-time",
+            "load-over-time",
+            "throughput-over-time",
+            "latency-cdf",
+            "by-input",
+        ],
+    );
+    assert_eq!(measured["baseline_table"], false);
+    // The same plan against the first run: the comparison table is on the page.
+    let baseline = first.out();
+    let second = run_in(
+        tempfile::tempdir().unwrap(),
+        &text,
+        &["--baseline", baseline.to_str().unwrap()],
+    );
+    assert!(second.code() <= 1, "{}", second.stderr());
+    let measured = measure(chromium, &second, "report-baseline");
+    assert_eq!(measured["baseline_table"], true, "{measured}");
+    let html = std::fs::read_to_string(second.out().join("report.html")).unwrap();
+    assert!(html.contains("<h2 id=\"baseline\">Against the baseline</h2>"));
+}
+
+#[test]
+fn a_sweep_renders_its_steps_readably() {
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let _serial = serial();
+    let run = run_in(
+        tempfile::tempdir().unwrap(),
+        &plan(
+            "sweep \"users\" { concurrency 1 2 4 8 16 32; warmup \"200ms\"; duration \"800ms\" }",
+            "ttft p99 < \"40ms\"",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let measured = measure(chromium, &run, "report-sweep");
+    assert_readable(
+        &measured,
+        &[
+            "steps",
+            "latency-over-time",
+            "load-over-time",
+            "throughput-over-time",
+        ],
+    );
+    // Steps each have their load: nothing over all of them together.
+    let ids: Vec<&str> = measured["charts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids[0], "steps", "the result comes first: {ids:?}");
+    assert!(!ids.contains(&"latency-cdf") && !ids.contains(&"by-input"));
+}
+
+#[test]
+fn a_search_renders_its_probes_readably() {
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let _serial = serial();
+    let run = run_in(
+        tempfile::tempdir().unwrap(),
+        &plan(
+            // Loads a debug build's client sends on time on a busy machine; the engine's
+            // TTFT objective fails within them.
+            "search \"capacity\" { rate from=3 to=30; arrivals \"constant\"; warmup \"300ms\"; \
+             duration \"1200ms\"; precision \"15%\"; max-probes 8 }",
+            "ttft p99 < \"12ms\"\ncapacity >= 1",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    // The objective is drawn where it is judged, and every probe is on the curve with its load.
+    assert!(
+        html.contains("objective: ttft p99 &lt; 12ms"),
+        "no objective line"
+    );
+    let probes = run.summary()["steps"].as_array().unwrap().len();
+    assert!(probes >= 4, "{probes} probes");
+    let measured = measure(chromium, &run, "report-search");
+    assert_readable(&measured, &["steps", "latency-over-time", "load-over-time"]);
+}
