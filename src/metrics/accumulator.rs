@@ -209,10 +209,15 @@ impl<'s> Accumulator<'s> {
         let prompt = record
             .prompt_tokens
             .unwrap_or(record.input_tokens_planned as u64);
-        self.output_tokens += completion;
-        self.total_tokens += completion + prompt;
-        self.input_tokens += prompt;
-        self.inputs += record.inputs.unwrap_or(0) as u64;
+        // A records file is input: a hostile count saturates rather than overflow.
+        self.output_tokens = self.output_tokens.saturating_add(completion);
+        self.total_tokens = self
+            .total_tokens
+            .saturating_add(completion.saturating_add(prompt));
+        self.input_tokens = self.input_tokens.saturating_add(prompt);
+        self.inputs = self
+            .inputs
+            .saturating_add(record.inputs.unwrap_or(0) as u64);
         self.planned_in += record.input_tokens_planned as f64;
         self.planned_out += record.output_tokens_planned as f64;
         self.observed_out += completion as f64;
