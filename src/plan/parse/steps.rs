@@ -299,6 +299,8 @@ struct SearchFields {
     precision: f64,
     max_probes: u32,
     max_duration: Duration,
+    /// Where `max-duration` was written, when it was.
+    max_duration_span: Option<miette::SourceSpan>,
     warmup: Option<Duration>,
     duration: Option<Duration>,
     broken: bool,
@@ -384,7 +386,10 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
     }),
     ("max-duration", |cx, node, f| {
         match cx.single(node, "max-duration \"30m\"", DURATION) {
-            Some(d) => f.max_duration = d,
+            Some(d) => {
+                f.max_duration = d;
+                f.max_duration_span = Some(node.span());
+            }
             None => f.broken = true,
         }
     }),
@@ -410,6 +415,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         precision: 0.05,
         max_probes: 12,
         max_duration: Duration::from_secs(30 * 60),
+        max_duration_span: None,
         warmup: None,
         duration: None,
         broken: false,
@@ -458,6 +464,26 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         return None;
     }
     let duration = f.duration?;
+    let probe = f.warmup.unwrap_or_default() + duration;
+    if let Some(span) = f.max_duration_span.filter(|_| f.max_duration < probe) {
+        let format = crate::plan::units::format_duration;
+        cx.error(
+            span,
+            format!(
+                "max-duration {} is shorter than one probe ({} of warmup and a {} window): the \
+                 search could not probe even once",
+                format(f.max_duration),
+                format(f.warmup.unwrap_or_default()),
+                format(duration)
+            ),
+            "shorter than a probe",
+            format!(
+                "give the search time for several probes, e.g. max-duration \"{}\"",
+                format(probe * 8)
+            ),
+        );
+        return None;
+    }
     // The search's probes are bounded in count and in time, so its requests are too.
     let probe_requests = match axis.unit {
         LoadUnit::RequestsPerSecond => high * duration.as_secs_f64(),
@@ -619,6 +645,10 @@ mod tests {
     #[test]
     fn search_mistakes_are_named() {
         for (body, expected) in [
+            (
+                "search \"c\" { rate from=1 to=8; warmup \"2s\"; duration \"3s\"; max-duration \"4s\" }\nsla { ttft p99 < \"1s\" }",
+                "max-duration 4s is shorter than one probe (2s of warmup and a 3s window)",
+            ),
             (
                 "search \"c\" { rate from=1 to=8; duration \"1s\" }",
                 "no objective to judge its probes by",
