@@ -26,9 +26,15 @@ pub struct PreciseTimer {
 impl PreciseTimer {
     /// Starts the timer thread.
     pub fn start() -> std::io::Result<PreciseTimer> {
+        PreciseTimer::start_named("llmload-timer")
+    }
+
+    /// Starts the timer thread under `name` (the embedded simulator's is told apart from the
+    /// client's by it: its CPU is not the client's).
+    pub fn start_named(name: &str) -> std::io::Result<PreciseTimer> {
         let (requests, inbox) = mpsc::channel::<Entry>();
         std::thread::Builder::new()
-            .name("llmload-timer".into())
+            .name(name.into())
             .spawn(move || run(inbox))?;
         Ok(PreciseTimer { requests })
     }

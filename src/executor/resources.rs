@@ -24,18 +24,57 @@ fn rusage() -> Option<libc::rusage> {
     (status == 0).then(|| unsafe { usage.assume_init() })
 }
 
-/// CPU seconds (user + system) this process has used.
+/// CPU seconds (user + system) the client has used: this process's, less what the embedded
+/// simulator's threads used (they serve the run; they do not send it).
 pub fn cpu_seconds() -> Option<f64> {
     #[cfg(unix)]
     {
         let usage = rusage()?;
         let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
+        let process = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+        Some((process - simulator_cpu_seconds()).max(0.0))
     }
     #[cfg(not(unix))]
     {
         None
     }
+}
+
+/// CPU seconds the embedded simulator's threads (named [`crate::sim::SIM_THREAD_PREFIX`]…)
+/// have used, from /proc (Linux); 0 elsewhere, or when no simulator runs in this process.
+fn simulator_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_s <= 0 {
+        return 0.0;
+    }
+    let mut ticks = 0u64;
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let is_simulator = std::fs::read_to_string(dir.join("comm"))
+            .is_ok_and(|name| name.starts_with(crate::sim::SIM_THREAD_PREFIX));
+        if !is_simulator {
+            continue;
+        }
+        if let Ok(stat) = std::fs::read_to_string(dir.join("stat")) {
+            ticks += thread_ticks(&stat).unwrap_or(0);
+        }
+    }
+    ticks as f64 / ticks_per_s as f64
+}
+
+/// utime + stime of a /proc/…/stat line, in clock ticks: fields 14 and 15, counted after the
+/// command name's closing parenthesis (a name may hold spaces).
+fn thread_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // After the name, the state is field 3: utime (14) and stime (15) are at 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// This process's peak resident set, in bytes.
@@ -202,6 +241,36 @@ pub(crate) fn raise_open_file_limit() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_cpu_is_read_past_a_name_with_spaces() {
+        let stat = "4242 (llmload-sim (x)) S 1 2 3 4 5 6 7 8 9 10 150 25 0 0 20 0 1 0";
+        assert_eq!(thread_ticks(stat), Some(175));
+        assert_eq!(thread_ticks("garbage"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_simulators_threads_are_not_the_clients() {
+        let before = simulator_cpu_seconds();
+        let busy = std::thread::Builder::new()
+            .name(format!("{}-test", crate::sim::SIM_THREAD_PREFIX))
+            .spawn(|| {
+                let start = Instant::now();
+                let mut x = 0u64;
+                while start.elapsed() < Duration::from_millis(300) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                std::hint::black_box(x);
+                // Stay alive until read: an ended thread's time leaves /proc/self/task.
+                std::thread::sleep(Duration::from_millis(400));
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(350));
+        let during = simulator_cpu_seconds();
+        busy.join().unwrap();
+        assert!(during - before >= 0.05, "{before} → {during}");
+    }
 
     #[test]
     fn saturated_seconds_are_counted_per_window() {

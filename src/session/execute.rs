@@ -36,8 +36,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 let serve = sim::ServeOptions {
                     record_writes: options.record_writes,
                 };
-                let server = sim::serve_with(addr, plan.sim.clone(), tokenizer.clone(), serve)
-                    .await
+                let server = sim::serve_embedded(addr, plan.sim.clone(), tokenizer.clone(), serve)
                     .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
                 (TargetUrl::parse(&server.base_url())?, Some(server))
             }

@@ -22,4 +22,6 @@ mod stream;
 mod wire;
 pub mod writes;
 
-pub use server::{serve, serve_with, ServeOptions, SimServer};
+pub use server::{
+    serve, serve_embedded, serve_with, EmbeddedSim, ServeOptions, SimServer, SIM_THREAD_PREFIX,
+};

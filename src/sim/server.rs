@@ -91,6 +91,82 @@ impl Drop for SimServer {
     }
 }
 
+/// The names of the embedded simulator's threads: every one starts with
+/// [`SIM_THREAD_PREFIX`], so that the client's CPU measurement leaves them out.
+pub const SIM_THREAD_PREFIX: &str = "llmload-sim";
+const SIM_THREAD_NAME: &str = "llmload-sim";
+const SIM_THREAD_NAME_TIMER: &str = "llmload-sim-tm";
+
+/// A simulator served in this process on a thread (and runtime) of its own, so that the
+/// client's CPU time, measured for the whole process, can leave its work out (threads named
+/// [`SIM_THREAD_PREFIX`]…), and so that a busy client does not delay the simulator's writes,
+/// which tests check the client against. Stops with its thread when dropped.
+pub struct EmbeddedSim {
+    server: SimServer,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for EmbeddedSim {
+    type Target = SimServer;
+    fn deref(&self) -> &SimServer {
+        &self.server
+    }
+}
+
+impl Drop for EmbeddedSim {
+    fn drop(&mut self) {
+        self.server.shutdown();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// [`serve_with`] on a thread and runtime of its own (see [`EmbeddedSim`]).
+pub fn serve_embedded(
+    addr: SocketAddr,
+    settings: SimSettings,
+    tokenizer: Arc<Tokenizer>,
+    options: ServeOptions,
+) -> std::io::Result<EmbeddedSim> {
+    let (started, ready) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name(SIM_THREAD_NAME.into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = started.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let served = serve_with(addr, settings, tokenizer, options).await;
+                let serving = served.is_ok();
+                let _ = started.send(served);
+                if serving {
+                    let _ = stopped.await;
+                }
+            });
+        })?;
+    let server = ready
+        .recv()
+        .map_err(|_| std::io::Error::other("the simulator's thread ended before it served"))??;
+    Ok(EmbeddedSim {
+        server,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
 /// Binds `addr` (use port 0 for any free port) and serves until shut down.
 pub async fn serve(
     addr: SocketAddr,
@@ -125,7 +201,7 @@ pub async fn serve_with(
     let listener = listen(addr)?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
-    let timer = PreciseTimer::start()?;
+    let timer = PreciseTimer::start_named(SIM_THREAD_NAME_TIMER)?;
     let metrics = Arc::new(SimMetrics::new("llmload-sim"));
     if settings.engine.is_none() {
         metrics.without_engine();
