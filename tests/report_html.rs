@@ -11,9 +11,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use common::{run_in, serial, Run};
+use common::{browser, chromium, run_in, serial, Run};
 use serde_json::Value;
 
 const ENGINE: &str = "engine { max-seqs 8; step-base \"2ms\"; decode-per-seq \"500us\"; prefill-per-token \"10us\" }";
@@ -47,44 +47,6 @@ const PROBE: &str = r#"<script>
   document.body.appendChild(pre);
 })();
 </script>"#;
-
-fn chromium() -> Option<&'static str> {
-    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("LLMLOAD_REQUIRE_CHROMIUM").is_none(),
-            "LLMLOAD_REQUIRE_CHROMIUM is set and no Chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("SKIPPED: no Chromium (apt-get install chromium) to render report.html");
-    }
-    found
-}
-
-fn browser(chromium: &str, scratch: &Path, args: &[String]) -> std::process::Output {
-    std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1100,2400",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            scratch.join("chromium-profile").display()
-        ))
-        .args(args)
-        .stderr(std::process::Stdio::null())
-        .output()
-        .expect("Chromium runs")
-}
 
 /// What the browser measured in the run's report.html; a screenshot is kept when asked.
 fn measure(chromium: &str, run: &Run, name: &str) -> Value {

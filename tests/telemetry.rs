@@ -295,40 +295,19 @@ fn the_html_report_is_self_contained() {
         );
     }
     // Rendered by a browser, where one is installed.
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(chromium) = chromium else {
-        eprintln!(
-            "SKIPPED: no Chromium (apt-get install chromium) to render report.html to a screenshot"
-        );
+    let Some(chromium) = common::chromium() else {
         return;
     };
     let shot = run.dir.path().join("report.png");
-    let profile = run.dir.path().join("chromium-profile");
-    let status = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1100,2400",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!(
-            "file://{}",
-            run.out().join("report.html").display()
-        ))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
+    let status = common::browser(
+        chromium,
+        run.dir.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            format!("file://{}", run.out().join("report.html").display()),
+        ],
+    )
+    .status;
     assert!(status.success());
     let png = std::fs::read(&shot).unwrap();
     assert_eq!(&png[1..4], b"PNG");

@@ -388,3 +388,44 @@ pub fn validate_junit(xml: &std::path::Path) {
         Err(e) => panic!("xmllint is required here: {e}"),
     }
 }
+
+/// Debian's Chromium, when installed; without it a test skips, unless
+/// LLMLOAD_REQUIRE_CHROMIUM is set (CI sets it).
+pub fn chromium() -> Option<&'static str> {
+    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LLMLOAD_REQUIRE_CHROMIUM").is_none(),
+            "LLMLOAD_REQUIRE_CHROMIUM is set and no Chromium is installed (apt-get install chromium)"
+        );
+        eprintln!("SKIPPED: no Chromium (apt-get install chromium) to render report.html");
+    }
+    found
+}
+
+/// Runs headless Chromium with `args`, its profile under `scratch`.
+pub fn browser(chromium: &str, scratch: &Path, args: &[String]) -> std::process::Output {
+    std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1100,2400",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            scratch.join("chromium-profile").display()
+        ))
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("Chromium runs")
+}
