@@ -72,7 +72,7 @@ pub(crate) struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a plan against its target and write a report with verdicts.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Check plans (files or directories) and print every mistake; with --capacity, also whether
     /// this machine can generate a plan's load faithfully.
     Check(check::CheckArgs),
@@ -105,7 +105,7 @@ pub fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Check(args) => check::check(&args),
         Command::Fmt(args) => fmt::fmt(&args),
         Command::Init(args) => init::init(&args),

@@ -26,6 +26,46 @@ pub(super) struct GateArgs {
     /// "stop" under exact lengths, token counts off the plan.
     #[arg(long)]
     fail_on_warning: bool,
+    /// Also write the run's headline numbers for a continuous-benchmarking tool (repeatable):
+    /// FORMAT is bmf (Bencher), github-action-benchmark (smaller is better: latencies, errors)
+    /// or github-action-benchmark-bigger (throughput, capacity); see docs/ci.md
+    #[arg(long, num_args = 2, value_names = ["FORMAT", "FILE"], action = clap::ArgAction::Append)]
+    export: Vec<String>,
+}
+
+/// A format `--export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExportFormat {
+    Bmf,
+    GithubActionBenchmark,
+    GithubActionBenchmarkBigger,
+}
+
+impl ExportFormat {
+    const NAMES: [(&'static str, ExportFormat); 3] = [
+        ("bmf", ExportFormat::Bmf),
+        (
+            "github-action-benchmark",
+            ExportFormat::GithubActionBenchmark,
+        ),
+        (
+            "github-action-benchmark-bigger",
+            ExportFormat::GithubActionBenchmarkBigger,
+        ),
+    ];
+
+    fn render(self, summary: &report::Summary) -> String {
+        use report::benchmarks::{bmf, github_action_benchmark, Direction};
+        match self {
+            ExportFormat::Bmf => bmf(summary),
+            ExportFormat::GithubActionBenchmark => {
+                github_action_benchmark(summary, Direction::Lower)
+            }
+            ExportFormat::GithubActionBenchmarkBigger => {
+                github_action_benchmark(summary, Direction::Higher)
+            }
+        }
+    }
 }
 
 impl GateArgs {
@@ -43,6 +83,31 @@ impl GateArgs {
             merged.baseline = None;
         }
         merged
+    }
+
+    /// The `--export` pairs, each format checked.
+    fn exports(&self) -> Result<Vec<(ExportFormat, PathBuf)>> {
+        self.export
+            .chunks(2)
+            .map(|pair| {
+                let [name, file] = pair else {
+                    return Err(Error::usage("--export takes a FORMAT and a FILE"));
+                };
+                let format = ExportFormat::NAMES
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, f)| *f)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> =
+                            ExportFormat::NAMES.iter().map(|(n, _)| *n).collect();
+                        Error::usage(format!(
+                            "--export {name}: not a format; use one of {}",
+                            names.join(", ")
+                        ))
+                    })?;
+                Ok((format, PathBuf::from(file)))
+            })
+            .collect()
     }
 
     /// The library's gate.
@@ -72,30 +137,36 @@ pub(super) fn check_paths(gate: &GateArgs, out: Option<&Path>) -> Result<()> {
             out.display()
         )));
     }
-    if let Some(junit) = &gate.junit {
-        let parent = junit
+    let exports = gate.exports()?;
+    let files = gate
+        .junit
+        .iter()
+        .map(|path| ("--junit", path))
+        .chain(exports.iter().map(|(_, path)| ("--export", path)));
+    for (flag, file) in files {
+        let parent = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        if junit.is_dir() {
+        if file.is_dir() {
             return Err(Error::usage(format!(
-                "--junit {}: a directory, not a file",
-                junit.display()
+                "{flag} {}: a directory, not a file",
+                file.display()
             )));
         }
         let inside_out = out.is_some_and(|out| parent.starts_with(out));
         if parent.is_dir() {
             writable(parent).map_err(|e| {
                 Error::usage(format!(
-                    "--junit {}: cannot write in {}: {e}",
-                    junit.display(),
+                    "{flag} {}: cannot write in {}: {e}",
+                    file.display(),
                     parent.display()
                 ))
             })?;
         } else if !inside_out {
             return Err(Error::usage(format!(
-                "--junit {}: no directory {} to write it in (a path inside --out is made with it)",
-                junit.display(),
+                "{flag} {}: no directory {} to write it in (a path inside --out is made with it)",
+                file.display(),
                 parent.display()
             )));
         }
@@ -144,6 +215,13 @@ pub(super) fn conclude(
         let xml = report::junit::render(summary, outcome.comparison.as_ref(), gate.fail_on_warning);
         write(path, xml.as_bytes())?;
         written.push(path.clone());
+    }
+    for (format, path) in gate.exports()? {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+        }
+        write(&path, format.render(summary).as_bytes())?;
+        written.push(path);
     }
     gate.gate().keep(&outcome.dir)?;
     outdir::write_manifest(&outcome.dir, &written)?;

@@ -6,6 +6,7 @@
 //! (`--template FILE`) renders with the same context as the built-in ones. This module only
 //! presents: it computes no metric and judges no assertion.
 
+pub mod benchmarks;
 mod charts;
 mod csv;
 mod html;

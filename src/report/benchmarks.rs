@@ -1,0 +1,263 @@
+//! A run's headline numbers in the formats continuous-benchmarking tools keep histories of:
+//! Bencher's Metric Format (BMF) and github-action-benchmark's `customSmallerIsBetter` and
+//! `customBiggerIsBetter` JSON. Written on request (`--export FORMAT FILE` of `run` and
+//! `report`), never into the report directory by default.
+//!
+//! Each exported number is a [`Measure`] of [`MEASURES`]: a metric of all recorded phases (or
+//! the search's capacity), with a 95% confidence interval where one is known: for a percentile,
+//! the distribution-free interval of order statistics (the values at the ranks
+//! n·q ± 1.96·√(n·q·(1−q))), read from the run's own histogram. Rates and the capacity carry
+//! no interval (BMF's bounds are then the value itself).
+//!
+//! It is not `compare`: it judges nothing; the tools that read it keep the history and the
+//! thresholds.
+
+use serde_json::{json, Map, Value};
+
+use super::Summary;
+use crate::metrics::{Metric, PhaseMetrics};
+use crate::plan::Stat;
+
+/// Which way a number is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Smaller is better (latencies, errors).
+    Lower,
+    /// Bigger is better (throughput, capacity).
+    Higher,
+}
+
+/// One exported number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measure {
+    /// `ttft p99`, `output throughput`, `capacity`.
+    pub name: String,
+    /// Bencher's measure slug: `ttft-p99-ms`.
+    pub slug: String,
+    /// `ms`, `req/s`, `tok/s`, `%`.
+    pub unit: &'static str,
+    /// The run's value.
+    pub value: f64,
+    /// The 95% confidence interval, when known.
+    pub bounds: Option<(f64, f64)>,
+    /// Which way is better.
+    pub direction: Direction,
+}
+
+/// A value and its 95% confidence interval, when known.
+type Read = Option<(f64, Option<(f64, f64)>)>;
+
+/// Where a measure's value comes from.
+enum Source {
+    /// A percentile of all recorded phases' distribution, with its order-statistic interval.
+    Percentile(Metric, f64),
+    /// Anything else the summary holds.
+    Summary(fn(&Summary) -> Read),
+}
+
+/// How one measure is read from a run.
+struct MeasureDef {
+    name: &'static str,
+    slug: &'static str,
+    unit: &'static str,
+    direction: Direction,
+    source: Source,
+}
+
+/// The measures exported, in order: what a history of runs is looked at for.
+const MEASURES: &[MeasureDef] = &[
+    percentile("ttft p50", "ttft-p50-ms", Metric::Ttft, 50.0),
+    percentile("ttft p99", "ttft-p99-ms", Metric::Ttft, 99.0),
+    percentile("itl p99", "itl-p99-ms", Metric::Itl, 99.0),
+    percentile("tpot p50", "tpot-p50-ms", Metric::Tpot, 50.0),
+    percentile("e2e p99", "e2e-p99-ms", Metric::E2e, 99.0),
+    MeasureDef {
+        name: "error rate",
+        slug: "error-rate-percent",
+        unit: "%",
+        direction: Direction::Lower,
+        source: Source::Summary(|s| recorded(s).map(|o| (o.rates.error_rate * 100.0, None))),
+    },
+    MeasureDef {
+        name: "request throughput",
+        slug: "requests-per-second",
+        unit: "req/s",
+        direction: Direction::Higher,
+        source: Source::Summary(|s| recorded(s).map(|o| (o.throughput.requests_per_s, None))),
+    },
+    MeasureDef {
+        name: "output throughput",
+        slug: "output-tokens-per-second",
+        unit: "tok/s",
+        direction: Direction::Higher,
+        source: Source::Summary(|s| recorded(s).map(|o| (o.throughput.output_tokens_per_s, None))),
+    },
+    MeasureDef {
+        name: "goodput",
+        slug: "goodput-requests-per-second",
+        unit: "req/s",
+        direction: Direction::Higher,
+        source: Source::Summary(|s| {
+            recorded(s)
+                .and_then(|o| o.goodput.as_ref())
+                .map(|g| (g.requests_per_s, None))
+        }),
+    },
+    MeasureDef {
+        name: "capacity",
+        slug: "capacity",
+        unit: "load",
+        direction: Direction::Higher,
+        // The bracket is the interval: what held, and what failed.
+        source: Source::Summary(|s| {
+            let bracket = &s.capacity.as_ref()?.bracket;
+            let sustains = bracket.sustains?;
+            Some((
+                sustains,
+                Some((sustains, bracket.fails_at.unwrap_or(sustains))),
+            ))
+        }),
+    },
+];
+
+/// All recorded phases together, for a plain run; none for sweeps and searches, whose steps
+/// each have their own load (a total over them mixes loads).
+fn recorded(summary: &Summary) -> Option<&PhaseMetrics> {
+    (summary.steps.is_empty() && summary.overall.requests.ok > 0).then_some(&summary.overall)
+}
+
+const fn percentile(name: &'static str, slug: &'static str, metric: Metric, q: f64) -> MeasureDef {
+    MeasureDef {
+        name,
+        slug,
+        unit: "ms",
+        direction: Direction::Lower,
+        source: Source::Percentile(metric, q),
+    }
+}
+
+/// The value of a percentile and its 95% confidence interval from order statistics.
+fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> Read {
+    let distribution = phase.distributions.get(metric)?;
+    let value = distribution.stat(Stat::Percentile(q))?;
+    let n = distribution.count() as f64;
+    let p = q / 100.0;
+    let half = 1.96 * (n * p * (1.0 - p)).sqrt();
+    let rank = |r: f64| r.clamp(1.0, n) / n * 100.0;
+    let low = distribution.stat(Stat::Percentile(rank((n * p - half).floor())))?;
+    let high = distribution.stat(Stat::Percentile(rank((n * p + half).ceil() + 1.0)))?;
+    Some((value, Some((low.min(value), high.max(value)))))
+}
+
+/// Every measure the run has a value for.
+pub fn measures(summary: &Summary) -> Vec<Measure> {
+    MEASURES
+        .iter()
+        .filter_map(|def| {
+            let (value, bounds) = match def.source {
+                Source::Percentile(metric, q) => {
+                    percentile_with_bounds(recorded(summary)?, metric, q)?
+                }
+                Source::Summary(read) => read(summary)?,
+            };
+            value.is_finite().then(|| Measure {
+                name: def.name.to_string(),
+                slug: def.slug.to_string(),
+                unit: def.unit,
+                value,
+                bounds,
+                direction: def.direction,
+            })
+        })
+        .collect()
+}
+
+/// The benchmark's name in both formats: the plan, and its model when the run names one.
+fn benchmark(summary: &Summary) -> String {
+    let header = &summary.context.header;
+    if header.model.is_empty() {
+        header.plan.clone()
+    } else {
+        format!("{} ({})", header.plan, header.model)
+    }
+}
+
+/// Bencher Metric Format: `{benchmark: {measure slug: {value, lower_value, upper_value}}}`.
+pub fn bmf(summary: &Summary) -> String {
+    let mut by_slug = Map::new();
+    for m in measures(summary) {
+        let (low, high) = m.bounds.unwrap_or((m.value, m.value));
+        by_slug.insert(
+            m.slug,
+            json!({ "value": m.value, "lower_value": low, "upper_value": high }),
+        );
+    }
+    let mut root = Map::new();
+    root.insert(benchmark(summary), Value::Object(by_slug));
+    pretty(&Value::Object(root))
+}
+
+/// github-action-benchmark's custom JSON: `[{name, unit, value, range?, extra}]`, the measures
+/// that are better `direction` (the action reads one direction per file).
+pub fn github_action_benchmark(summary: &Summary, direction: Direction) -> String {
+    let bench = benchmark(summary);
+    let verdict = summary.verdict.headline(summary.verdicts.len());
+    let entries: Vec<Value> = measures(summary)
+        .into_iter()
+        .filter(|m| m.direction == direction)
+        .map(|m| {
+            let mut entry = json!({
+                "name": format!("{bench}: {}", m.name),
+                "unit": m.unit,
+                "value": m.value,
+                "extra": format!("{}\n{verdict}", summary.context.header.started_at),
+            });
+            if let Some((low, high)) = m.bounds {
+                entry["range"] = json!(format!("{low:.3}–{high:.3}"));
+            }
+            entry
+        })
+        .collect();
+    pretty(&Value::Array(entries))
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_unique() {
+        let mut slugs: Vec<&str> = MEASURES.iter().map(|d| d.slug).collect();
+        slugs.sort_unstable();
+        slugs.dedup();
+        assert_eq!(slugs.len(), MEASURES.len());
+    }
+
+    #[test]
+    fn a_percentiles_interval_holds_it_and_narrows_with_samples() {
+        let interval = |n: usize| {
+            let mut phase = PhaseMetrics::default();
+            let mut d = crate::metrics::Distribution::milliseconds();
+            for k in 0..n {
+                d.record(1.0 + (k % 100) as f64);
+            }
+            *phase.distributions.get_mut(Metric::Ttft).unwrap() = d;
+            percentile_with_bounds(&phase, Metric::Ttft, 50.0).unwrap()
+        };
+        let (value, Some((low, high))) = interval(200) else {
+            panic!("no interval");
+        };
+        assert!(low <= value && value <= high, "{low} {value} {high}");
+        let (_, Some((low_n, high_n))) = interval(20_000) else {
+            panic!("no interval");
+        };
+        assert!(
+            high_n - low_n < high - low,
+            "{low_n}–{high_n} vs {low}–{high}"
+        );
+    }
+}

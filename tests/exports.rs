@@ -1,0 +1,131 @@
+//! `--export FORMAT FILE`: a run's headline numbers for continuous-benchmarking tools, written by
+//! `run` and by `report`, checked against the shapes those tools read (Bencher Metric Format;
+//! github-action-benchmark's custom JSON).
+
+mod common;
+
+use common::{llmload, run_in, sim_plan};
+use serde_json::Value;
+
+fn read(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// BMF: `{benchmark: {measure: {value, lower_value, upper_value}}}`, bounds around the value.
+fn assert_bmf(bmf: &Value) -> &serde_json::Map<String, Value> {
+    let benchmarks = bmf.as_object().expect("an object of benchmarks");
+    assert_eq!(benchmarks.len(), 1, "{bmf}");
+    let measures = benchmarks.values().next().unwrap().as_object().unwrap();
+    for (slug, m) in measures {
+        assert!(slug
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        let value = m["value"].as_f64().unwrap();
+        let (low, high) = (
+            m["lower_value"].as_f64().unwrap(),
+            m["upper_value"].as_f64().unwrap(),
+        );
+        assert!(low <= value && value <= high, "{slug}: {m}");
+    }
+    measures
+}
+
+/// github-action-benchmark: `[{name, unit, value, range?, extra?}]`.
+fn assert_gab(gab: &Value, units: &[&str]) -> Vec<String> {
+    gab.as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| {
+            assert!(entry["value"].as_f64().is_some(), "{entry}");
+            let unit = entry["unit"].as_str().unwrap();
+            assert!(units.contains(&unit), "{unit} in {entry}");
+            entry["name"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_exports_bmf_and_github_action_benchmark_and_report_does_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    let (bmf_path, smaller_path, bigger_path) = (
+        at("bmf.json"),
+        at("exports/smaller.json"),
+        at("exports/bigger.json"),
+    );
+    // A file outside the run's --out goes in a directory that exists (as --junit's).
+    std::fs::create_dir(dir.path().join("exports")).unwrap();
+    let run = run_in(
+        tempfile::tempdir().unwrap(),
+        &sim_plan(
+            "ttft \"20ms\"; itl \"5ms\"",
+            "input 32; output 16",
+            "phase \"steady\" { rate 20; duration \"2s\" }",
+            "ttft p99 < \"1s\"",
+        ),
+        &[
+            "--export",
+            "bmf",
+            &bmf_path,
+            "--export",
+            "github-action-benchmark",
+            &smaller_path,
+            "--export",
+            "github-action-benchmark-bigger",
+            &bigger_path,
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let bmf = read(std::path::Path::new(&bmf_path));
+    let measures = assert_bmf(&bmf);
+    for slug in [
+        "ttft-p99-ms",
+        "itl-p99-ms",
+        "e2e-p99-ms",
+        "requests-per-second",
+        "error-rate-percent",
+    ] {
+        assert!(measures.contains_key(slug), "no {slug}: {bmf}");
+    }
+    // The simulator's TTFT is 20 ms: its p99's interval holds it.
+    let ttft = &measures["ttft-p99-ms"];
+    assert!(ttft["lower_value"].as_f64().unwrap() >= 19.0, "{ttft}");
+    let smaller = assert_gab(&read(std::path::Path::new(&smaller_path)), &["ms", "%"]);
+    assert!(
+        smaller.iter().any(|n| n.ends_with(": ttft p99")),
+        "{smaller:?}"
+    );
+    let bigger = assert_gab(
+        &read(std::path::Path::new(&bigger_path)),
+        &["req/s", "tok/s", "load"],
+    );
+    assert!(
+        bigger.iter().any(|n| n.ends_with(": output throughput")),
+        "{bigger:?}"
+    );
+    // `report` re-renders the run and exports the same numbers.
+    let again = dir.path().join("again.json");
+    let status = llmload()
+        .arg("report")
+        .arg(run.out())
+        .args(["--export", "bmf"])
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(read(&again), bmf);
+    // A format it does not know is a usage error before anything runs.
+    let wrong = llmload()
+        .arg("report")
+        .arg(run.out())
+        .args(["--export", "csv"])
+        .arg(dir.path().join("x.json"))
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("use one of bmf"));
+}
