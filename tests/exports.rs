@@ -129,3 +129,38 @@ fn a_run_exports_bmf_and_github_action_benchmark_and_report_does_too() {
     assert_eq!(wrong.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("use one of bmf"));
 }
+
+#[test]
+fn the_plan_chooses_what_is_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let bmf_path = dir.path().join("bmf.json").display().to_string();
+    let plan = sim_plan(
+        "ttft \"20ms\"",
+        "input 32; output 8",
+        "phase \"steady\" { rate 20; duration \"1s\" }\nreport { export \"ttft-p99-ms\" \"requests-per-second\" }",
+        "ttft p99 < \"1s\"",
+    );
+    let run = run_in(
+        tempfile::tempdir().unwrap(),
+        &plan,
+        &["--export", "bmf", &bmf_path],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let bmf = read(std::path::Path::new(&bmf_path));
+    let chosen: Vec<&String> = assert_bmf(&bmf).keys().collect();
+    assert_eq!(chosen, ["requests-per-second", "ttft-p99-ms"]);
+    // A measure it does not know is a plan diagnostic, naming those it does.
+    let wrong = run_in(
+        tempfile::tempdir().unwrap(),
+        &plan.replace("\"requests-per-second\"", "\"ttft-p95\""),
+        &[],
+    );
+    assert_eq!(wrong.code(), 2);
+    let stderr = wrong.stderr().replace('│', " ");
+    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        stderr.contains("`ttft-p95` is not a measure llmload exports")
+            && stderr.contains("one of: ttft-p50-ms"),
+        "{stderr}"
+    );
+}

@@ -29,6 +29,7 @@ fn header(exact: bool) -> RunHeader {
         shard: None,
         merged: Vec::new(),
         labels: Default::default(),
+        exports: Vec::new(),
     }
 }
 

@@ -132,6 +132,9 @@ pub struct RunHeader {
     /// engine flags).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The measures the plan's `report { export … }` chose for `--export` (empty: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exports: Vec<String>,
 }
 
 /// A run that is one shard of several (`--shard K/N`).

@@ -149,10 +149,12 @@ fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> Read 
     Some((value, Some((low.min(value), high.max(value)))))
 }
 
-/// Every measure the run has a value for.
+/// Every measure the run has a value for, of those its plan chose (all when it chose none).
 pub fn measures(summary: &Summary) -> Vec<Measure> {
+    let chosen = &summary.context.header.exports;
     MEASURES
         .iter()
+        .filter(|def| chosen.is_empty() || chosen.iter().any(|slug| slug == def.slug))
         .filter_map(|def| {
             let (value, bounds) = match def.source {
                 Source::Percentile(metric, q) => {
@@ -230,11 +232,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slugs_are_unique() {
-        let mut slugs: Vec<&str> = MEASURES.iter().map(|d| d.slug).collect();
-        slugs.sort_unstable();
-        slugs.dedup();
-        assert_eq!(slugs.len(), MEASURES.len());
+    fn the_plan_names_exactly_these_measures() {
+        let slugs: Vec<&str> = MEASURES.iter().map(|d| d.slug).collect();
+        assert_eq!(slugs, crate::plan::EXPORT_MEASURES);
     }
 
     #[test]

@@ -200,6 +200,7 @@ fn run_header(
             .collect(),
         env: plan.source.env.iter().cloned().collect(),
         overrides: plan.source.overrides.clone(),
+        exports: plan.report.export.clone(),
         seed,
         target: target_display,
         model: plan.target.model.clone(),

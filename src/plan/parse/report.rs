@@ -1,4 +1,5 @@
-//! `report`: how a run's reports are made (the time series' interval).
+//! `report`: how a run's reports are made (the time series' interval, the measures `--export`
+//! writes).
 
 use std::time::Duration;
 
@@ -7,11 +8,14 @@ use kdl::KdlNode;
 use super::cx::{Cx, Handler};
 use super::values::DURATION;
 use crate::plan::ReportSettings;
+use crate::plan::EXPORT_MEASURES;
 
 /// The finest time-series interval: finer windows hold too few requests to say anything.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-const CHILDREN: &[(&str, Handler<ReportSettings>)] = &[("interval", |cx, node, r| {
+const CHILDREN: &[(&str, Handler<ReportSettings>)] = &[("interval", interval), ("export", export)];
+
+fn interval(cx: &mut Cx, node: &KdlNode, r: &mut ReportSettings) {
     if let Some(interval) = cx.single(node, "interval \"1s\"", DURATION) {
         if interval < MIN_INTERVAL {
             cx.error(
@@ -24,7 +28,46 @@ const CHILDREN: &[(&str, Handler<ReportSettings>)] = &[("interval", |cx, node, r
             r.interval = interval;
         }
     }
-})];
+}
+
+/// `export "ttft-p99-ms" "requests-per-second"`: the measures `--export` writes.
+fn export(cx: &mut Cx, node: &KdlNode, r: &mut ReportSettings) {
+    let usage = "export \"ttft-p99-ms\" \"requests-per-second\"";
+    if node.entries().is_empty() {
+        cx.error(
+            node.name().span(),
+            "`export` names no measure",
+            "empty",
+            format!(
+                "name the measures to export: {}",
+                EXPORT_MEASURES.join(", ")
+            ),
+        );
+        return;
+    }
+    for entry in node.entries() {
+        let slug = entry.value().as_string().filter(|_| entry.name().is_none());
+        match slug {
+            Some(slug) if EXPORT_MEASURES.contains(&slug) => {
+                if !r.export.iter().any(|s| s == slug) {
+                    r.export.push(slug.to_string());
+                }
+            }
+            Some(slug) => cx.error(
+                entry.span(),
+                format!("`{slug}` is not a measure llmload exports"),
+                "unknown measure",
+                format!("one of: {}", EXPORT_MEASURES.join(", ")),
+            ),
+            None => cx.error(
+                entry.span(),
+                "`export` takes measure names as strings",
+                "not a name",
+                format!("write it as: {usage}"),
+            ),
+        }
+    }
+}
 
 /// The `report` node.
 pub(super) fn report(cx: &mut Cx, node: &KdlNode) -> ReportSettings {
