@@ -41,21 +41,6 @@ mod colour {
     pub const OBJECTIVE: &str = "#d62728";
 }
 
-/// A line's look: its name, colour and dash.
-struct Look {
-    name: &'static str,
-    colour: &'static str,
-    dashed: bool,
-}
-
-const fn look(name: &'static str, colour: &'static str, dashed: bool) -> Look {
-    Look {
-        name,
-        colour,
-        dashed,
-    }
-}
-
 /// Every chart the summary has data for, in the order the page shows them: a sweep's or a
 /// search's latency against throughput first (it is the result), then the run over time.
 pub fn all(summary: &Summary) -> Vec<Chart> {
@@ -67,15 +52,9 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
     let points = &series.points;
     let bands = &series.phases;
     let t = |p: &SeriesPoint| p.t_s + series.interval_s / 2.0;
-    let line = |look: Look, f: &dyn Fn(&SeriesPoint) -> Option<f64>| Line {
-        name: look.name.to_string(),
-        color: look.colour,
-        dashed: look.dashed,
-        points: points
-            .iter()
-            .filter_map(|p| f(p).map(|v| (t(p), v)))
-            .collect(),
-        dots: false,
+    let line = |name: &str, colour, dashed, f: &dyn Fn(&SeriesPoint) -> Option<f64>| {
+        let at = points.iter().filter_map(|p| f(p).map(|v| (t(p), v)));
+        Line::new(name, colour, dashed, at.collect())
     };
     // The run's own span, not a round number past it: the last phase ends at the right edge.
     let end_s = points
@@ -92,16 +71,15 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         Axis::new("latency (log scale)", Scale::Log, Unit::Milliseconds),
     );
     latency.lines = vec![
-        line(look("TTFT p50", colour::TTFT, true), &|p| p.ttft_p50_ms),
-        line(look("TTFT p99", colour::TTFT, false), &|p| p.ttft_p99_ms),
-        line(look("ITL p99", colour::ITL, false), &|p| p.itl_p99_ms),
-        line(look("E2E p99", colour::E2E, false), &|p| p.e2e_p99_ms),
+        line("TTFT p50", colour::TTFT, true, &|p| p.ttft_p50_ms),
+        line("TTFT p99", colour::TTFT, false, &|p| p.ttft_p99_ms),
+        line("ITL p99", colour::ITL, false, &|p| p.itl_p99_ms),
+        line("E2E p99", colour::E2E, false, &|p| p.e2e_p99_ms),
     ];
     latency.bands = phase_bands(bands);
     latency.rules = objective_rules(summary, &["ttft", "itl", "e2e"], false);
     charts.extend(chart(
         "latency-over-time",
-        "Latency over time",
         "TTFT, ITL and E2E percentiles of each window, with the phases shaded and the objectives as red dashed lines: when latency turned, and in which phase.",
         &latency,
     ));
@@ -116,14 +94,14 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         ),
     );
     load.lines = vec![
-        line(look("sent/s", colour::SENT, true), &|p| Some(per_s(p.sent))),
-        line(look("completed/s", colour::SUCCESS, false), &|p| {
+        line("sent/s", colour::SENT, true, &|p| Some(per_s(p.sent))),
+        line("completed/s", colour::SUCCESS, false, &|p| {
             Some(per_s(p.completed))
         }),
-        line(look("failed/s", colour::FAILURE, false), &|p| {
+        line("failed/s", colour::FAILURE, false, &|p| {
             Some(per_s(p.failed))
         }),
-        line(look("in flight", colour::IN_FLIGHT, false), &|p| {
+        line("in flight", colour::IN_FLIGHT, false, &|p| {
             Some(p.in_flight)
         }),
     ];
@@ -133,7 +111,6 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
     load.bands = phase_bands(bands);
     charts.extend(chart(
         "load-over-time",
-        "Request rate and requests in flight",
         "Requests sent, completed and failed per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
         &load,
     ));
@@ -142,13 +119,12 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         time(),
         Axis::new("output tokens/s", Scale::Linear, Unit::Number),
     );
-    tokens.lines = vec![line(look("output tokens/s", colour::TOKENS, false), &|p| {
+    tokens.lines = vec![line("output tokens/s", colour::TOKENS, false, &|p| {
         Some(p.output_tokens_per_s)
     })];
     tokens.bands = phase_bands(bands);
     charts.extend(chart(
         "throughput-over-time",
-        "Output tokens per second",
         "Output tokens that arrived in each window, per second.",
         &tokens,
     ));
@@ -158,16 +134,13 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         charts.extend(by_input_chart(summary));
     }
     if let Some(server) = summary.server.as_ref().filter(|s| s.samples > 0) {
-        let gauge = |name: &str, look: Look, scale: f64| Line {
-            name: look.name.to_string(),
-            color: look.colour,
-            dashed: look.dashed,
-            points: server
+        let gauge = |signal: &str, name: &str, colour, dashed, scale: f64| {
+            let at = server
                 .series
-                .get(name)
+                .get(signal)
                 .map(|v| v.iter().map(|(t, y)| (*t, y * scale)).collect())
-                .unwrap_or_default(),
-            dots: false,
+                .unwrap_or_default();
+            Line::new(name, colour, dashed, at)
         };
         let mut plot = Plot::new(
             "The server: batch, queue and KV cache",
@@ -175,18 +148,13 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
             Axis::new("requests; KV cache %", Scale::Linear, Unit::Number),
         );
         plot.lines = vec![
-            gauge("running", look("running", colour::RUNNING, false), 1.0),
-            gauge("waiting", look("waiting", colour::WAITING, false), 1.0),
-            gauge(
-                "kv_cache",
-                look("KV cache %", colour::KV_CACHE, true),
-                100.0,
-            ),
+            gauge("running", "running", colour::RUNNING, false, 1.0),
+            gauge("waiting", "waiting", colour::WAITING, false, 1.0),
+            gauge("kv_cache", "KV cache %", colour::KV_CACHE, true, 100.0),
         ];
         plot.bands = phase_bands(bands);
         charts.extend(chart(
             "server-over-time",
-            "The server: batch, queue and KV cache",
             "What the server said at each scrape: requests running and waiting, and its KV cache's use in percent.",
             &plot,
         ));
@@ -194,10 +162,11 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
     charts
 }
 
-fn chart(id: &'static str, title: &str, caption: &str, plot: &Plot) -> Option<Chart> {
+/// `plot` as the page's chart `id`: its title is the plot's label.
+fn chart(id: &'static str, caption: &str, plot: &Plot) -> Option<Chart> {
     Some(Chart {
         id,
-        title: title.into(),
+        title: plot.label.clone(),
         caption: caption.into(),
         svg: plot.render()?,
     })
@@ -263,26 +232,20 @@ fn steps_chart(summary: &Summary, series: &str) -> Option<Chart> {
         Axis::new("achieved requests/s", Scale::Linear, Unit::Number),
         Axis::new("p99 latency (log scale)", Scale::Log, Unit::Milliseconds),
     );
-    for (look, value) in [
-        (
-            look("TTFT p99", colour::TTFT, false),
-            (|r: &super::steps::StepRow| r.ttft_p99_ms)
-                as fn(&super::steps::StepRow) -> Option<f64>,
-        ),
-        (look("E2E p99", colour::E2E, false), |r| r.e2e_p99_ms),
-    ] {
+    type Value = fn(&super::steps::StepRow) -> Option<f64>;
+    // (name, colour, value, whether its points carry the load: once, on the TTFT point)
+    let curves: [(&str, &'static str, Value, bool); 2] = [
+        ("TTFT p99", colour::TTFT, |r| r.ttft_p99_ms, true),
+        ("E2E p99", colour::E2E, |r| r.e2e_p99_ms, false),
+    ];
+    for (name, curve_colour, value, labelled) in curves {
         // A step ended early measured only its start: a marker, not a point of the curve.
-        plot.lines.push(Line {
-            name: look.name.to_string(),
-            color: look.colour,
-            dashed: look.dashed,
-            points: rows
-                .iter()
-                .filter(|r| r.ended_early.is_none())
-                .filter_map(|r| value(r).map(|v| (r.achieved_rps, v)))
-                .collect(),
-            dots: false,
-        });
+        let on_curve = rows
+            .iter()
+            .filter(|r| r.ended_early.is_none())
+            .filter_map(|r| value(r).map(|v| (r.achieved_rps, v)));
+        plot.lines
+            .push(Line::new(name, curve_colour, false, on_curve.collect()));
         for row in &rows {
             let Some(v) = value(row) else {
                 continue;
@@ -297,16 +260,14 @@ fn steps_chart(summary: &Summary, series: &str) -> Option<Chart> {
                 } else {
                     colour::SUCCESS
                 },
-                // The load once, on the TTFT point.
-                label: if look.name.starts_with("TTFT") {
+                label: if labelled {
                     format!("@ {}", row.load_display)
                 } else {
                     String::new()
                 },
                 title: format!(
-                    "{}: {} {} at {} req/s achieved; {}",
+                    "{}: {name} {} at {} req/s achieved; {}",
                     row.phase,
-                    look.name,
                     super::svg::value_text(v, Unit::Milliseconds),
                     super::svg::number(row.achieved_rps),
                     row.result
@@ -318,7 +279,6 @@ fn steps_chart(summary: &Summary, series: &str) -> Option<Chart> {
     plot.rules = objective_rules(summary, &["ttft", "e2e"], false);
     chart(
         "steps",
-        &format!("{series}: latency against throughput"),
         "Each step's p99 TTFT and E2E against the request rate it achieved, labelled with its load: green held the objectives, red failed them (hollow: ended early), the red dashed lines are the objectives. Where the curve turns up is the knee; where it turns back, saturation.",
         &plot,
     )
@@ -344,25 +304,12 @@ fn cdf_chart(summary: &Summary) -> Option<Chart> {
         Axis::new("share of values at or below", Scale::Linear, Unit::Percent).range(0.0, 100.0),
     );
     plot.lines = vec![
-        Line {
-            name: "TTFT".into(),
-            color: colour::TTFT,
-            dashed: false,
-            points: cdf(Metric::Ttft),
-            dots: false,
-        },
-        Line {
-            name: "ITL".into(),
-            color: colour::ITL,
-            dashed: false,
-            points: cdf(Metric::Itl),
-            dots: false,
-        },
+        Line::new("TTFT", colour::TTFT, false, cdf(Metric::Ttft)),
+        Line::new("ITL", colour::ITL, false, cdf(Metric::Itl)),
     ];
     plot.rules = objective_rules(summary, &["ttft", "itl"], true);
     chart(
         "latency-cdf",
-        "TTFT and ITL distributions",
         "The share of values at or below each latency (all recorded phases; ITL pools every gap), with the objectives as red dashed lines. The tail is the right end of each curve.",
         &plot,
     )
@@ -413,7 +360,6 @@ fn by_input_chart(summary: &Summary) -> Option<Chart> {
     });
     chart(
         "by-input",
-        "Latency by input length",
         "TTFT p50 and p99, and E2E p50, of each input length of the plan's mix: what a longer prompt costs.",
         &plot,
     )

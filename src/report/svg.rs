@@ -85,15 +85,24 @@ impl Axis {
     }
 }
 
-/// A line through points, with a marker and a hover title at each.
+/// A line through points, with a hover title at each.
 #[derive(Debug, Clone)]
 pub struct Line {
     pub name: String,
     pub color: &'static str,
     pub dashed: bool,
     pub points: Vec<(f64, f64)>,
-    /// Draw a visible dot at each point (few points, e.g. a sweep's steps).
-    pub dots: bool,
+}
+
+impl Line {
+    pub fn new(name: &str, color: &'static str, dashed: bool, points: Vec<(f64, f64)>) -> Line {
+        Line {
+            name: name.to_string(),
+            color,
+            dashed,
+            points,
+        }
+    }
 }
 
 /// A point drawn on its own: a step of a sweep with its label, coloured by its result.
@@ -484,16 +493,12 @@ impl Plot {
                  stroke-linejoin=\"round\"{dash}/>",
                 line.color
             );
-            // A hover title on every point: invisible targets unless the line asks for dots.
+            // A hover title on every point, on an invisible target (a step's visible point is a
+            // marker of its own).
             for &(px, py) in &line.points {
-                let (fill, radius) = if line.dots {
-                    (line.color, 3.5)
-                } else {
-                    ("transparent", 4.0)
-                };
                 let _ = write!(
                     svg,
-                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"{radius}\" fill=\"{fill}\"><title>{}</title></circle>",
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"transparent\"><title>{}</title></circle>",
                     x.px(px),
                     y.px(py),
                     xml_text(&format!(
@@ -869,13 +874,12 @@ mod tests {
             Axis::new("time", Scale::Linear, Unit::Seconds),
             Axis::new("ms", Scale::Linear, Unit::Milliseconds),
         );
-        plot.lines.push(Line {
-            name: "a".into(),
-            color: "#000",
-            dashed: false,
-            points: vec![(0.0, 1.0), (100.0, 2.0)],
-            dots: false,
-        });
+        plot.lines.push(Line::new(
+            "a",
+            "#000",
+            false,
+            vec![(0.0, 1.0), (100.0, 2.0)],
+        ));
         // Twenty narrow bands with long names: a sweep's steps.
         for i in 0..20 {
             plot.bands.push(Band {
@@ -922,13 +926,8 @@ mod tests {
             Axis::new("x & y", Scale::Linear, Unit::Number),
             Axis::new("y", Scale::Linear, Unit::Number),
         );
-        plot.lines.push(Line {
-            name: "<b>".into(),
-            color: "#000",
-            dashed: false,
-            points: vec![(0.0, 1.0)],
-            dots: true,
-        });
+        plot.lines
+            .push(Line::new("<b>", "#000", false, vec![(0.0, 1.0)]));
         let svg = plot.render().unwrap();
         assert!(!svg.contains("<script>") && !svg.contains("<b>"));
         assert!(svg.contains("x &amp; y"));
