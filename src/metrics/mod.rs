@@ -77,6 +77,9 @@ pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
     for end in &log.phase_ends {
         aggregator.push(LogLine::PhaseEnd(end.clone()));
     }
+    if let Some(end) = &log.search_end {
+        aggregator.push(LogLine::SearchEnd(end.clone()));
+    }
     if let Some(end) = &log.end {
         aggregator.push(LogLine::RunEnd(end.clone()));
     }

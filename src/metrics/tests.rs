@@ -408,3 +408,37 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
         "{error}"
     );
 }
+
+#[test]
+fn a_search_the_client_limited_is_not_carried_out() {
+    use crate::verdict::{RunVerdict, Status, Verdicts};
+    let records = (0..20)
+        .map(|k| ok(1, 1_000_000 + k * 50_000, &[(10_000, 1)], 20_000))
+        .collect();
+    let mut run = log(records);
+    run.search_end = Some(crate::records::SearchEnd {
+        name: "capacity".into(),
+        stopped: crate::records::Stopped::ClientLimited,
+        at_us: 3_000_000,
+    });
+    let agg = compute_plain(&run);
+    let verdicts = Verdicts {
+        passed: true,
+        results: Vec::new(),
+        notes: Vec::new(),
+        steps: Vec::new(),
+        series: Vec::new(),
+        capacity: None,
+    };
+    let status = Status::decide(&agg, &verdicts, None, false);
+    assert_eq!(status.exit_code(), 3, "{status:?}");
+    // What every output states: the same outcome, and why.
+    let verdict = RunVerdict::of(&status, &verdicts, None, &agg);
+    let headline = verdict.headline(0);
+    assert!(
+        headline.starts_with(
+            "NOT CARRIED OUT: the capacity search \"capacity\" stopped where the client"
+        ),
+        "{headline}"
+    );
+}
