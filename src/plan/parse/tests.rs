@@ -603,3 +603,23 @@ fn reasoning_options_become_body_fields() {
         errors.diagnostics
     );
 }
+
+#[test]
+fn report_export_names_measures_once_each_and_its_mistakes() {
+    let plan = parse("report { export \"ttft-p99-ms\" \"capacity\" \"ttft-p99-ms\" }").unwrap();
+    assert_eq!(plan.report.export, ["ttft-p99-ms", "capacity"]);
+    assert!(parse("report { interval \"1s\" }")
+        .unwrap()
+        .report
+        .export
+        .is_empty());
+    assert_eq!(messages("report { export }"), ["`export` names no measure"]);
+    assert_eq!(
+        messages("report { export 99 }"),
+        ["`export` takes measure names as strings"]
+    );
+    assert_eq!(
+        messages("report { export \"ttft-p95\" }"),
+        ["`ttft-p95` is not a measure llmload exports"]
+    );
+}
