@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench fidelity` runs every scenario (about sixteen minutes on 2 cores);
 //! `cargo bench --bench fidelity -- timing schedule` runs some. `LLMLOAD_BENCH_SECONDS` sets the
-//! measured seconds per run (default 10). Results print as Markdown tables and are written to
+//! measured seconds per run (default 10); `LLMLOAD_BENCH_RECORDS=zstd` (or `jsonl`) how llmload
+//! writes its records. Results print as Markdown tables and are written to
 //! target/tmp/fidelity/results.md; docs/performance.md holds a copy with the machine's
 //! description.
 //!
@@ -271,7 +272,12 @@ impl Bench {
     fn llmload(&mut self, name: &str, setup: &Setup) -> Outcome {
         let dir = self.run_dir(&format!("llmload-{name}"));
         let plan_path = dir.join("plan.kdl");
-        std::fs::write(&plan_path, &setup.plan).expect("plan.kdl");
+        // `LLMLOAD_BENCH_RECORDS=zstd` reruns a scenario with its records compressed.
+        let plan = match std::env::var("LLMLOAD_BENCH_RECORDS") {
+            Ok(records) => format!("{}report {{ records \"{records}\" }}\n", setup.plan),
+            Err(_) => setup.plan.clone(),
+        };
+        std::fs::write(&plan_path, plan).expect("plan.kdl");
         let sim = start_sim(setup.ttft, setup.itl);
         let mut command = Command::new(LLMLOAD);
         command
@@ -294,7 +300,8 @@ impl Bench {
             &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
         )
         .expect("JSON");
-        let log = RunLog::read(&out.join("records.jsonl")).expect("records");
+        let records_path = llmload::records::find(&out).expect("records");
+        let log = RunLog::read(&records_path).expect("records");
         let measured_phase = log.phases.iter().find(|p| p.record).map(|p| p.index);
         let header = log.header.clone();
         let measured: Vec<_> = log
@@ -317,7 +324,7 @@ impl Bench {
             .collect();
         let open_loop = log.phases.iter().any(|p| p.record && p.open_loop);
         let measured_requests = measured.len();
-        let records_bytes = std::fs::metadata(out.join("records.jsonl"))
+        let records_bytes = std::fs::metadata(&records_path)
             .map(|m| m.len())
             .unwrap_or(0);
         Outcome {

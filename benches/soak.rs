@@ -5,8 +5,11 @@
 //! requests/s (`LLMLOAD_SOAK_SECONDS`, default 3600), then ten minutes at 200 requests/s with
 //! about 5% of requests hit by faults of every kind the simulator injects
 //! (`LLMLOAD_SOAK_FAULT_SECONDS`, default 600). The client's resident memory (VmRSS) is read
-//! from /proc every 10 s. The results go to stdout and to `target/tmp/soak/`; docs/performance.md
-//! keeps the figures. `cargo bench --bench soak` (Linux: it reads /proc).
+//! from /proc every 10 s. Then the records' cost: the steady plan twice more
+//! (`LLMLOAD_SOAK_RECORDS_SECONDS`, default 120), its records plain and compressed, for the bytes
+//! each request takes on disk and the client's CPU. The results go to stdout and to
+//! `target/tmp/soak/`; docs/performance.md keeps the figures. `cargo bench --bench soak` (Linux:
+//! it reads /proc).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,6 +25,7 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 fn main() {
     let seconds = env_seconds("LLMLOAD_SOAK_SECONDS", 3600);
     let fault_seconds = env_seconds("LLMLOAD_SOAK_FAULT_SECONDS", 600);
+    let records_seconds = env_seconds("LLMLOAD_SOAK_RECORDS_SECONDS", 120);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a results directory");
@@ -32,13 +36,17 @@ fn main() {
         SAMPLE_EVERY.as_secs()
     );
     if seconds > 0 {
-        soak(&dir, "steady", seconds, "");
+        soak(&dir, "steady", seconds, "", "auto");
     }
     if fault_seconds > 0 {
         // About 5% of requests hit, spread over every kind of fault.
         let faults = "faults { http-5xx \"1%\"; http-429 \"1%\"; drop-mid-stream \"1%\"; malformed-chunk \"1%\"; \
                       stall \"2s\" at-token=3 rate=\"0.5%\"; slow-headers \"300ms\" rate=\"0.5%\" }";
-        soak(&dir, "faults", fault_seconds, faults);
+        soak(&dir, "faults", fault_seconds, faults, "auto");
+    }
+    if records_seconds > 0 {
+        soak(&dir, "records-jsonl", records_seconds, "", "jsonl");
+        soak(&dir, "records-zstd", records_seconds, "", "zstd");
     }
 }
 
@@ -49,7 +57,7 @@ fn env_seconds(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn soak(dir: &Path, name: &str, seconds: u64, faults: &str) {
+fn soak(dir: &Path, name: &str, seconds: u64, faults: &str, records: &str) {
     let profile = dir.join(format!("{name}-sim.kdl"));
     std::fs::write(
         &profile,
@@ -63,7 +71,8 @@ fn soak(dir: &Path, name: &str, seconds: u64, faults: &str) {
         format!(
             "plan \"soak-{name}\" {{ seed 5 }}\ntarget \"http://127.0.0.1:9\" {{ model \"m\"; timeout \"30s\" }}\n\
              workload {{ input 128; output 64 ignore-eos=#true }}\n\
-             phase \"soak\" {{ rate {RATE}; duration \"{seconds}s\" }}\nsla {{ error-rate < \"100%\" }}\n"
+             phase \"soak\" {{ rate {RATE}; duration \"{seconds}s\" }}\nsla {{ error-rate < \"100%\" }}\n\
+             report {{ records \"{records}\" }}\n"
         ),
     )
     .expect("a plan");
@@ -141,6 +150,27 @@ fn report(name: &str, seconds: u64, out: &Path, samples: &[(f64, f64)], code: i3
             .as_f64()
             .unwrap_or(0.0)
     );
+    let log = common::read_log(out);
+    let client_cpu_s: f64 = log
+        .iter()
+        .filter(|l| l["event"] == "phase_end")
+        .filter_map(|l| l["client"]["cpu_s"].as_f64())
+        .sum();
+    if let Ok(path) = llmload::records::find(out) {
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        println!(
+            "- {}: {:.1} MB, {:.0} bytes per request; client CPU {:.1} s while sending ({:.2} ms \
+             per request), schedule lag p99 {:.2} ms",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            bytes as f64 / 1e6,
+            bytes as f64 / sent.max(1) as f64,
+            client_cpu_s,
+            client_cpu_s * 1000.0 / sent.max(1) as f64,
+            summary["overall"]["metrics"]["schedule_lag_ms"]["p99"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+        );
+    }
     if samples.len() >= 4 {
         // Memory after the first minute (buffers and pools grown), against the end.
         let settled: Vec<&(f64, f64)> = samples.iter().filter(|(t, _)| *t >= 60.0).collect();

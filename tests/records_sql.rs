@@ -62,19 +62,32 @@ fn the_documented_queries_agree_with_the_summary() {
     if !duckdb_available() {
         return;
     }
-    let run = run_plan(
-        &sim_plan(
-            "ttft \"20ms\"; itl \"2ms\"; jitter \"5ms\"\nfaults { http-5xx \"8%\" }",
-            "input 32; output 8",
-            "phase \"warmup\" { rate 40; duration \"500ms\"; record #false }\n\
-             phase \"steady\" { rate 40; duration \"1500ms\" }\n\
-             phase \"burst\" { rate 80; duration \"1s\" }",
-            "error-rate < \"50%\"",
-        ),
-        &[],
-    );
+    queries_agree_with_the_summary("jsonl", "records.jsonl");
+}
+
+/// DuckDB reads the compressed records as they are (its zstd reader, by the file's name):
+/// the same queries, the same agreement.
+#[test]
+fn the_documented_queries_read_compressed_records_too() {
+    if !duckdb_available() {
+        return;
+    }
+    queries_agree_with_the_summary("zstd", "records.jsonl.zst");
+}
+
+fn queries_agree_with_the_summary(records: &str, file: &str) {
+    let plan = sim_plan(
+        "ttft \"20ms\"; itl \"2ms\"; jitter \"5ms\"\nfaults { http-5xx \"8%\" }",
+        "input 32; output 8",
+        "phase \"warmup\" { rate 40; duration \"500ms\"; record #false }\n\
+         phase \"steady\" { rate 40; duration \"1500ms\" }\n\
+         phase \"burst\" { rate 80; duration \"1s\" }",
+        "error-rate < \"50%\"",
+    ) + &format!("report {{ records \"{records}\" }}\n");
+    let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
-    let records = run.out().join("records.jsonl");
+    let records = run.out().join(file);
+    assert!(records.is_file(), "no {file}");
     let path = records.display().to_string().replace('\'', "''");
     let mut blocks: Vec<String> = queries()
         .into_iter()

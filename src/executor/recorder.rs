@@ -10,8 +10,6 @@
 //! second Ctrl-C ([`Stop::finish_now`]) nothing is tokenized any more: what is queued is written
 //! at once.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -21,7 +19,8 @@ use super::observe::{Event, Observer, Stop};
 use super::request::Exchange;
 use crate::error::{Error, Result};
 use crate::planner::ScheduledRequest;
-use crate::records::{ChunkKind, ErrorClass, LogLine, RequestRecord, TokenSource};
+use crate::records::{ChunkKind, Compression, ErrorClass, LogLine, RecordsWriter};
+use crate::records::{RequestRecord, TokenSource};
 use crate::secrets::Secrets;
 use crate::tokens::Tokenizer;
 
@@ -130,7 +129,7 @@ impl Recorder {
         observer: Arc<dyn Observer>,
         stop: Stop,
     ) -> Result<Recorder> {
-        let file = File::create(path).map_err(|e| Error::io("create", path, e))?;
+        let out = RecordsWriter::create(path)?;
         let (sender, receiver) = mpsc::channel::<Message>();
         let path = path.to_path_buf();
         let thread = std::thread::Builder::new()
@@ -138,7 +137,7 @@ impl Recorder {
             .spawn(move || {
                 let written = write_all(
                     &receiver,
-                    BufWriter::new(file),
+                    out,
                     &tokenizer,
                     answers.as_deref(),
                     &secrets,
@@ -177,20 +176,40 @@ impl Recorder {
 /// short-answer run's CPU on one core), and the file is written in batches.
 const REST: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// Writes every message as it comes, flushing whenever the queue runs dry, and at least every
-/// [`FLUSH_EVERY`] and [`FLUSH_RECORDS`] records while it does not.
+/// Writes every message as it comes, flushing at least every [`FLUSH_EVERY`] and every
+/// [`FLUSH_RECORDS`] records, and a plain file whenever the queue runs dry.
 fn write_all(
     receiver: &mpsc::Receiver<Message>,
-    mut out: BufWriter<File>,
+    mut out: RecordsWriter,
     tokenizer: &Tokenizer,
     answers: Option<&AnswerCheck>,
     secrets: &Secrets,
     observer: &dyn Observer,
     stop: &Stop,
 ) -> std::io::Result<()> {
+    // A plain file is flushed each time the queue runs dry, so that a reader sees records as
+    // they come. A compressed one only when a flush is due: each flush ends a zstd block, and
+    // blocks of a few records each would compress half as well.
+    let flush_when_dry = out.compression() == Compression::Plain;
     let mut flushed_at = std::time::Instant::now();
     let mut unflushed = 0usize;
-    while let Ok(first) = receiver.recv() {
+    loop {
+        let first = if unflushed == 0 {
+            match receiver.recv() {
+                Ok(message) => message,
+                Err(mpsc::RecvError) => break,
+            }
+        } else {
+            match receiver.recv_timeout(FLUSH_EVERY.saturating_sub(flushed_at.elapsed())) {
+                Ok(message) => message,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    out.flush()?;
+                    (flushed_at, unflushed) = (std::time::Instant::now(), 0);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        };
         let mut next = Some(first);
         while let Some(message) = next {
             let mut room = None;
@@ -224,8 +243,7 @@ fn write_all(
                     LogLine::Request(record)
                 }
             };
-            serde_json::to_writer(&mut out, &line)?;
-            out.write_all(b"\n")?;
+            out.write_line(&line)?;
             // Its room is given back once its record is in the file's buffer.
             drop(room);
             unflushed += 1;
@@ -235,11 +253,13 @@ fn write_all(
             }
             next = receiver.try_recv().ok();
         }
-        out.flush()?;
-        (flushed_at, unflushed) = (std::time::Instant::now(), 0);
+        if flush_when_dry || flushed_at.elapsed() >= FLUSH_EVERY {
+            out.flush()?;
+            (flushed_at, unflushed) = (std::time::Instant::now(), 0);
+        }
         std::thread::sleep(REST);
     }
-    out.flush()
+    out.finish()
 }
 
 /// [`finalize`], never losing the record: if counting panics (it must not; a tokenizer is

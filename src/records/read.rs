@@ -1,4 +1,5 @@
-//! Reading `records.jsonl` back: one line at a time (streaming), or whole into a [`RunLog`].
+//! Reading a records file back (`records.jsonl`, or `records.jsonl.zst`, told apart by its first
+//! bytes): one line at a time (streaming), or whole into a [`RunLog`].
 
 use std::io::BufRead;
 use std::path::Path;
@@ -11,12 +12,33 @@ use crate::error::{Error, Result};
 /// bytes each), so this is tens of millions of chunks.
 const MAX_LINE_BYTES: u64 = 512 << 20;
 
-/// Reads `records.jsonl` one line at a time, handing each to `on_line`. A torn last line (the
-/// process was killed mid-write) is skipped; any other bad line is an error naming its number.
-/// A records file of a format this llmload does not read is refused with what to do.
-pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
+/// zstd's frame magic number, as a file's first four bytes.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// Opens a records file for reading, decompressing it if it is zstd (whatever its name).
+/// Returns the reader and whether it decompresses.
+fn open(path: &Path) -> Result<(Box<dyn BufRead>, bool)> {
     let file = crate::files::open_regular(path).map_err(|e| Error::io("open", path, e))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let head = reader.fill_buf().map_err(|e| Error::io("read", path, e))?;
+    if head.starts_with(&ZSTD_MAGIC) {
+        let decoder = zstd::stream::read::Decoder::with_buffer(reader)
+            .map_err(|e| Error::io("read", path, e))?;
+        Ok((
+            Box::new(std::io::BufReader::with_capacity(1 << 16, decoder)),
+            true,
+        ))
+    } else {
+        Ok((Box::new(reader), false))
+    }
+}
+
+/// Reads a records file one line at a time, handing each to `on_line`. A torn last line (the
+/// process was killed mid-write), or a compressed file's last frame cut short, is skipped; any
+/// other bad line is an error naming its number. A records file of a format this llmload does
+/// not read is refused with what to do.
+pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
+    let (mut reader, compressed) = open(path)?;
     let mut line = Vec::new();
     let mut number = 0usize;
     let bad = |line: usize, message: String| Error::Records {
@@ -29,9 +51,22 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
     let mut seen = SeenRequests::default();
     loop {
         line.clear();
-        let read = std::io::Read::take(&mut reader, MAX_LINE_BYTES + 1)
+        let read = match std::io::Read::take(&mut reader, MAX_LINE_BYTES + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| Error::io("read", path, e))?;
+        {
+            Ok(read) => read,
+            // Frames are written one after another, so only the last can be cut short: by a
+            // kill, or because the run is still writing it. Everything flushed before the cut
+            // has been read; what follows it (a part of a line) is the torn end.
+            Err(e) if compressed && e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if compressed => {
+                return Err(bad(
+                    number + 1,
+                    format!("the compressed records are damaged from here on ({e})"),
+                ))
+            }
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
         if read == 0 {
             return Ok(());
         }
@@ -102,6 +137,27 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
             Ok(parsed) => on_line(parsed),
             Err(message) => unparsed = Some((number, message)),
         }
+    }
+}
+
+/// The run header of a records file (its first line), read without the rest; `None` when the
+/// first line is not one (or the file is empty).
+pub fn read_header(path: &Path) -> Result<Option<RunHeader>> {
+    let (reader, _) = open(path)?;
+    let mut first = Vec::new();
+    std::io::Read::take(reader, MAX_LINE_BYTES)
+        .read_until(b'\n', &mut first)
+        .map_err(|e| Error::io("read", path, e))?;
+    match serde_json::from_slice::<LogLine>(&first) {
+        Ok(LogLine::Run(run)) => {
+            check_format(run.records_format).map_err(|unknown| Error::Records {
+                path: path.to_path_buf(),
+                line: Some(1),
+                message: unknown.to_string(),
+            })?;
+            Ok(Some(run.header))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -87,13 +87,7 @@ pub fn archived_plan(dir: &Path) -> Result<Plan> {
 
 /// A run directory's records, all in memory, and its plan.
 pub fn read_run_dir(dir: &Path) -> Result<(RunLog, Plan)> {
-    let records = dir.join("records.jsonl");
-    if !records.is_file() {
-        return Err(Error::usage(format!(
-            "{} has no records.jsonl: is it an llmload report directory?",
-            dir.display()
-        )));
-    }
+    let records = crate::records::find(dir)?;
     let log = RunLog::read(&records)?;
     refuse_shard(&log, dir)?;
     Ok((log, archived_plan(dir)?))

@@ -25,7 +25,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     outdir::prepare(out, Some(&plan.name))?;
     keep_sources(plan, out)?;
     let runtime = runtime(options.threads)?;
-    let records_path = out.join("records.jsonl");
+    let records_path = out.join(records_compression(plan, &schedule).file_name());
     let sim_writes = runtime.block_on(async {
         // A "sim" target starts the simulator in-process, on a loopback port of its own.
         let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
@@ -134,6 +134,32 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         records_path,
         sim_writes,
     })
+}
+
+/// How the run's records are written: as the plan's `records` says; `"auto"` compresses a run
+/// planned long, by the requests it schedules, or where they are not known ahead (closed loops
+/// ended by time, a search's probes), by how long it may send them.
+fn records_compression(plan: &Plan, schedule: &planner::Schedule) -> records::Compression {
+    use crate::plan::{RecordsChoice, AUTO_ZSTD_REQUESTS, AUTO_ZSTD_SENDING};
+    match plan.report.records {
+        RecordsChoice::Zstd => records::Compression::Zstd,
+        RecordsChoice::Jsonl => records::Compression::Plain,
+        RecordsChoice::Auto => {
+            let scheduled: usize = schedule.phases.iter().map(|p| p.requests.len()).sum();
+            let unknown_ahead: std::time::Duration = schedule
+                .phases
+                .iter()
+                .filter(|p| p.open_ended)
+                .filter_map(|p| p.duration)
+                .chain(schedule.search.as_ref().map(|s| s.spec.max_duration))
+                .sum();
+            if scheduled > AUTO_ZSTD_REQUESTS || unknown_ahead > AUTO_ZSTD_SENDING {
+                records::Compression::Zstd
+            } else {
+                records::Compression::Plain
+            }
+        }
+    }
 }
 
 /// Where the server's metrics are scraped: the plan's URL, or the target's own `/metrics` (its
@@ -328,4 +354,35 @@ fn observers(
         None => observer,
     };
     (observer, watch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compression(phases: &str, records: &str) -> records::Compression {
+        let text = format!(
+            "target \"sim\"\nworkload {{ input 64; output 8 }}\n{phases}\nreport {{ records \"{records}\" }}\n"
+        );
+        let plan = crate::plan::parse_plan("t.kdl", text).unwrap();
+        let schedule = planner::compile(&plan, 1).unwrap();
+        records_compression(&plan, &schedule)
+    }
+
+    #[test]
+    fn auto_compresses_runs_planned_long_and_the_plan_can_choose_either_way() {
+        use records::Compression::{Plain, Zstd};
+        let short = "phase \"a\" { rate 10; duration \"10s\" }";
+        // 100/s for 5 minutes: some 30,000 requests scheduled.
+        let many = "phase \"a\" { rate 100; duration \"5m\" }";
+        // A closed loop's requests are not known ahead: judged by how long it sends.
+        let long_closed = "phase \"a\" { concurrency 4; duration \"11m\" }";
+        let short_closed = "phase \"a\" { concurrency 4; duration \"9m\" }";
+        assert_eq!(compression(short, "auto"), Plain);
+        assert_eq!(compression(many, "auto"), Zstd);
+        assert_eq!(compression(long_closed, "auto"), Zstd);
+        assert_eq!(compression(short_closed, "auto"), Plain);
+        assert_eq!(compression(short, "zstd"), Zstd);
+        assert_eq!(compression(many, "jsonl"), Plain);
+    }
 }

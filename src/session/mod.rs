@@ -156,7 +156,7 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
 /// Judges the run whose records are in `dir`: aggregates in one streaming pass, the plan's SLA,
 /// the comparison with a baseline, and the status.
 pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
-    let records_path = dir.join("records.jsonl");
+    let records_path = records::find(dir)?;
     // One streaming pass: memory does not grow with the length of the run.
     let (log, mut aggregates) =
         metrics::compute_file_with(&records_path, plan.slo.as_ref(), plan.report.interval)?;

@@ -3,7 +3,7 @@
 //! template's output) as if the current run had written it.
 //!
 //! The rule: a directory that does not exist, or is empty, is used; a directory that holds an
-//! earlier llmload run (a `records.jsonl`, a `plan.kdl` or the manifest) has every file of that
+//! earlier llmload run (its records, a `plan.kdl` or the manifest) has every file of that
 //! run removed first; any other non-empty directory is refused, because its files are someone
 //! else's. Every file a run (or `llmload report`) writes is listed in the manifest,
 //! `.llmload-outputs`, so that the next run knows exactly what to remove.
@@ -17,9 +17,10 @@ pub const MANIFEST: &str = ".llmload-outputs";
 
 /// What every run leaves, also removed from a reused directory without a manifest (written by
 /// an llmload from before the manifest).
-const KNOWN: [&str; 10] = [
+const KNOWN: [&str; 11] = [
     "plan.kdl",
-    "records.jsonl",
+    crate::records::PLAIN_FILE,
+    crate::records::ZSTD_FILE,
     "plan-sources.json",
     super::GATE_FILE,
     "report.md",
@@ -31,9 +32,10 @@ const KNOWN: [&str; 10] = [
 ];
 
 /// The inputs of a report, which `llmload report DIR` keeps.
-const INPUTS: [&str; 5] = [
+const INPUTS: [&str; 6] = [
     "plan.kdl",
-    "records.jsonl",
+    crate::records::PLAIN_FILE,
+    crate::records::ZSTD_FILE,
     "plan-sources.json",
     super::GATE_FILE,
     crate::telemetry::FILE,
@@ -41,16 +43,10 @@ const INPUTS: [&str; 5] = [
 
 /// The plan an earlier run in `dir` ran, from its records' first line.
 fn earlier_plan(dir: &Path) -> Option<String> {
-    use std::io::BufRead;
-    let file = crate::files::open_regular(&dir.join("records.jsonl")).ok()?;
-    let mut first = Vec::new();
-    std::io::Read::take(std::io::BufReader::new(file), 1 << 20)
-        .read_until(b'\n', &mut first)
-        .ok()?;
-    match serde_json::from_slice::<crate::records::LogLine>(&first).ok()? {
-        crate::records::LogLine::Run(run) => Some(run.header.plan),
-        _ => None,
-    }
+    [crate::records::PLAIN_FILE, crate::records::ZSTD_FILE]
+        .iter()
+        .find_map(|name| crate::records::read_header(&dir.join(name)).ok().flatten())
+        .map(|header| header.plan)
 }
 
 /// Makes `dir` ready for a new run of `plan` (by name, when it is one plan's): created, or
@@ -64,7 +60,7 @@ pub fn prepare(dir: &Path, plan: Option<&str>) -> Result<()> {
             if entries.next().is_none() {
                 return Ok(());
             }
-            let is_run = KNOWN[..2]
+            let is_run = KNOWN[..3]
                 .iter()
                 .chain([&MANIFEST])
                 .any(|name| dir.join(name).exists());

@@ -15,6 +15,7 @@ use super::{execute, outdir, RunOptions, Status};
 use crate::error::{Error, Result};
 use crate::metrics;
 use crate::plan::Plan;
+use crate::records;
 use crate::records::{
     ClientLoad, LogLine, MergedShard, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLine, RunLog,
 };
@@ -90,6 +91,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
         return Err(Error::usage("llmload merge needs the shards' directories"));
     }
     let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
+    let mut compressed = false;
     for dir in dirs {
         if same_dir(dir, out) {
             return Err(Error::usage(format!(
@@ -97,13 +99,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                 out.display()
             )));
         }
-        let records = dir.join("records.jsonl");
-        if !records.is_file() {
-            return Err(Error::usage(format!(
-                "{} has no records.jsonl: is it a shard's run directory?",
-                dir.display()
-            )));
-        }
+        let records = records::find(dir)?;
+        compressed |= records::Compression::of(&records) == records::Compression::Zstd;
         shards.push((dir.clone(), RunLog::read(&records)?));
     }
     let headers = check_shards(&shards)?;
@@ -253,13 +250,17 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                 .map_err(|e| Error::io("write", out.join(name), e))?;
         }
     }
-    let path = out.join("records.jsonl");
-    let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
-    let mut writer = std::io::BufWriter::new(file);
+    // Compressed if the shards' records are.
+    let compression = match compressed {
+        true => records::Compression::Zstd,
+        false => records::Compression::Plain,
+    };
+    let path = out.join(compression.file_name());
+    let mut writer = records::RecordsWriter::create(&path)?;
     let mut write = |line: LogLine| -> Result<()> {
-        serde_json::to_writer(&mut writer, &line)
-            .map_err(|e| Error::run(format!("cannot encode a record: {e}")))?;
-        std::io::Write::write_all(&mut writer, b"\n").map_err(|e| Error::io("write", &path, e))
+        writer
+            .write_line(&line)
+            .map_err(|e| Error::io("write", &path, e))
     };
     write(LogLine::Run(RunLine::current(merged_header)))?;
     let mut starts: Vec<PhaseStart> = phases.into_values().collect();
@@ -276,8 +277,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     if let Some(end) = run_end {
         write(LogLine::RunEnd(end))?;
     }
-    std::io::Write::flush(&mut writer).map_err(|e| Error::io("write", &path, e))?;
-    Ok(())
+    writer.finish().map_err(|e| Error::io("write", &path, e))
 }
 
 /// The shards' headers, each checked against the first: one plan, seed and shard count, and

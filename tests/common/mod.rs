@@ -38,11 +38,29 @@ impl Run {
 }
 
 pub fn read_records(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("records.jsonl"))
-        .expect("records.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+    read_log(dir)
+        .into_iter()
         .filter(|v| v["event"] == "request")
+        .collect()
+}
+
+/// Every line of a run directory's records (`records.jsonl`, or `records.jsonl.zst` decoded
+/// by the zstd crate, not by llmload's reader).
+pub fn read_log(dir: &Path) -> Vec<serde_json::Value> {
+    let text = if dir.join("records.jsonl.zst").exists() {
+        let file = std::fs::File::open(dir.join("records.jsonl.zst")).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut zstd::stream::read::Decoder::new(file).unwrap(),
+            &mut text,
+        )
+        .expect("records.jsonl.zst decodes whole");
+        text
+    } else {
+        std::fs::read_to_string(dir.join("records.jsonl")).expect("records.jsonl")
+    };
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
         .collect()
 }
 

@@ -6,14 +6,18 @@ use std::time::Duration;
 use kdl::KdlNode;
 
 use super::cx::{Cx, Handler};
-use super::values::DURATION;
-use crate::plan::ReportSettings;
+use super::values::{Text, DURATION};
 use crate::plan::EXPORT_MEASURES;
+use crate::plan::{RecordsChoice, ReportSettings};
 
 /// The finest time-series interval: finer windows hold too few requests to say anything.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-const CHILDREN: &[(&str, Handler<ReportSettings>)] = &[("interval", interval), ("export", export)];
+const CHILDREN: &[(&str, Handler<ReportSettings>)] = &[
+    ("interval", interval),
+    ("export", export),
+    ("records", records),
+];
 
 fn interval(cx: &mut Cx, node: &KdlNode, r: &mut ReportSettings) {
     if let Some(interval) = cx.single(node, "interval \"1s\"", DURATION) {
@@ -67,6 +71,32 @@ fn export(cx: &mut Cx, node: &KdlNode, r: &mut ReportSettings) {
             ),
         }
     }
+}
+
+/// `records "auto"`: how the records are written.
+fn records(cx: &mut Cx, node: &KdlNode, r: &mut ReportSettings) {
+    let usage = "records \"auto\" (or \"zstd\", or \"jsonl\")";
+    let Some(choice) = cx.single(node, usage, Text) else {
+        return;
+    };
+    r.records = match choice.as_str() {
+        "auto" => RecordsChoice::Auto,
+        "zstd" => RecordsChoice::Zstd,
+        "jsonl" => RecordsChoice::Jsonl,
+        _ => {
+            let span = node
+                .entries()
+                .first()
+                .map_or(node.name().span(), |e| e.span());
+            cx.error(
+                span,
+                format!("`{choice}` is not a way to write records"),
+                "unknown",
+                "one of: \"auto\" (compressed when the run is long), \"zstd\" (records.jsonl.zst), \"jsonl\" (records.jsonl)",
+            );
+            return;
+        }
+    };
 }
 
 /// The `report` node.

@@ -623,3 +623,30 @@ fn report_export_names_measures_once_each_and_its_mistakes() {
         ["`ttft-p95` is not a measure llmload exports"]
     );
 }
+
+#[test]
+fn report_records_chooses_plain_compressed_or_by_size_and_names_the_choices() {
+    assert_eq!(parse("").unwrap().report.records, RecordsChoice::Auto);
+    for (text, choice) in [
+        ("auto", RecordsChoice::Auto),
+        ("zstd", RecordsChoice::Zstd),
+        ("jsonl", RecordsChoice::Jsonl),
+    ] {
+        let plan = parse(&format!("report {{ records \"{text}\" }}")).unwrap();
+        assert_eq!(plan.report.records, choice);
+    }
+    let errors = parse("report { records \"gzip\" }").unwrap_err();
+    assert_eq!(errors.diagnostics.len(), 1);
+    let diagnostic = &errors.diagnostics[0];
+    assert_eq!(diagnostic.message, "`gzip` is not a way to write records");
+    let help = diagnostic.help.as_deref().unwrap_or("");
+    assert!(
+        help.contains("\"zstd\"") && help.contains("\"jsonl\""),
+        "{help}"
+    );
+    assert_eq!(
+        messages("report { records #true }").len(),
+        1,
+        "a non-string is one diagnostic"
+    );
+}
