@@ -18,6 +18,7 @@ pub mod error;
 pub mod escape;
 pub mod executor;
 pub mod files;
+pub mod history;
 pub mod metrics;
 pub mod plan;
 pub mod planner;

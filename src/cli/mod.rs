@@ -9,6 +9,7 @@
 mod check;
 mod compare;
 mod fmt;
+mod history;
 mod init;
 mod merge;
 mod output;
@@ -82,11 +83,14 @@ enum Command {
     Init(init::InitArgs),
     /// Print the schedule a plan compiles to, without sending anything.
     Plan(plan::PlanArgs),
-    /// Re-render a report directory's reports from its records.jsonl, without running anything.
+    /// Re-render a report directory's reports from its records, without running anything.
     Report(report::ReportArgs),
     /// Compare two report directories: a Markdown table fit for a pull request; exit 1 on a
     /// regression beyond the run-to-run noise.
     Compare(compare::CompareArgs),
+    /// Many runs of a plan in the order they ran (history.md, history.html, history.json), and
+    /// the runs that stand out from the runs before them.
+    History(history::HistoryArgs),
     /// Merge the shards of one run (`run --shard K/N`) into one run directory, then judge and
     /// report it as a single run.
     Merge(merge::MergeArgs),
@@ -113,6 +117,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::rerender(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::Merge(args) => merge::merge(&args),
+        Command::History(args) => history::history(&args),
         Command::Sim(args) => sim::serve(&args),
     };
     ExitCode::from(match result {

@@ -6,7 +6,8 @@
 //! Each exported number is a [`Measure`] of [`MEASURES`]: a metric of all recorded phases (or
 //! the search's capacity), with a 95% confidence interval where one is known: for a percentile,
 //! the distribution-free interval of order statistics (the values at the ranks
-//! n·q ± 1.96·√(n·q·(1−q))), read from the run's own histogram. Rates and the capacity carry
+//! n·q ± 1.96·√(n·q·(1−q))), read from the run's own histogram; for the error rate, Wilson's
+//! score interval over the completed requests; for the capacity, its bracket. Throughputs carry
 //! no interval (BMF's bounds are then the value itself).
 //!
 //! It is not `compare`: it judges nothing; the tools that read it keep the history and the
@@ -19,7 +20,8 @@ use crate::metrics::{Metric, PhaseMetrics};
 use crate::plan::Stat;
 
 /// Which way a number is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Smaller is better (latencies, errors).
     Lower,
@@ -27,8 +29,8 @@ pub enum Direction {
     Higher,
 }
 
-/// One exported number.
-#[derive(Debug, Clone, PartialEq)]
+/// One exported number (summary.json's `measures`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Measure {
     /// `ttft p99`, `output throughput`, `capacity`.
     pub name: String,
@@ -76,7 +78,16 @@ const MEASURES: &[MeasureDef] = &[
         slug: "error-rate-percent",
         unit: "%",
         direction: Direction::Lower,
-        source: Source::Summary(|s| recorded(s).map(|o| (o.rates.error_rate * 100.0, None))),
+        source: Source::Summary(|s| {
+            recorded(s).map(|o| {
+                let completed = o.requests.ok + o.requests.failed;
+                let bounds = wilson(o.rates.error_rate, completed);
+                (
+                    o.rates.error_rate * 100.0,
+                    bounds.map(|(low, high)| (low * 100.0, high * 100.0)),
+                )
+            })
+        }),
     },
     MeasureDef {
         name: "request throughput",
@@ -136,6 +147,20 @@ const fn percentile(name: &'static str, slug: &'static str, metric: Metric, q: f
     }
 }
 
+/// The 95% Wilson score interval of a share `p` observed over `n` trials: a share of errors
+/// over the completed requests. Unlike the normal approximation it stays within 0..1 and is not
+/// empty when no error was seen (0 of 200 errors: up to 1.9%).
+fn wilson(p: f64, n: u64) -> Option<(f64, f64)> {
+    if n == 0 || !p.is_finite() {
+        return None;
+    }
+    let n = n as f64;
+    let z2 = 1.96f64 * 1.96;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = 1.96 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
 /// The value of a percentile and its 95% confidence interval from order statistics.
 fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> Read {
     let distribution = phase.distributions.get(metric)?;
@@ -152,9 +177,18 @@ fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> Read 
 /// Every measure the run has a value for, of those its plan chose (all when it chose none).
 pub fn measures(summary: &Summary) -> Vec<Measure> {
     let chosen = &summary.context.header.exports;
+    summary
+        .measures
+        .iter()
+        .filter(|m| chosen.is_empty() || chosen.contains(&m.slug))
+        .cloned()
+        .collect()
+}
+
+/// Every measure the run has a value for: summary.json keeps them all, for `llmload history`.
+pub fn all_measures(summary: &Summary) -> Vec<Measure> {
     MEASURES
         .iter()
-        .filter(|def| chosen.is_empty() || chosen.iter().any(|slug| slug == def.slug))
         .filter_map(|def| {
             let (value, bounds) = match def.source {
                 Source::Percentile(metric, q) => {
@@ -235,6 +269,21 @@ mod tests {
     fn the_plan_names_exactly_these_measures() {
         let slugs: Vec<&str> = MEASURES.iter().map(|d| d.slug).collect();
         assert_eq!(slugs, crate::plan::EXPORT_MEASURES);
+    }
+
+    #[test]
+    fn the_error_rates_interval_is_wilsons() {
+        // 0 of 200: from 0 to 1.88%.
+        let (low, high) = wilson(0.0, 200).unwrap();
+        assert_eq!(low, 0.0);
+        assert!((high - 0.01884).abs() < 1e-4, "{high}");
+        // 10 of 100: 5.52% to 17.44% (the textbook values).
+        let (low, high) = wilson(0.1, 100).unwrap();
+        assert!(
+            (low - 0.0552).abs() < 1e-3 && (high - 0.1744).abs() < 1e-3,
+            "{low} {high}"
+        );
+        assert_eq!(wilson(0.5, 0), None);
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub mod junit;
 mod markdown;
 pub mod schedule;
 pub mod steps;
-mod svg;
-mod template;
+pub(crate) mod svg;
+pub(crate) mod template;
 mod terminal;
 
 use std::io::Write;
@@ -84,6 +84,9 @@ pub struct Summary {
     pub warnings: Vec<Warning>,
     /// The run's header and duration.
     pub context: RunContext,
+    /// Its headline numbers with their 95% confidence intervals, as `--export` writes them and
+    /// `llmload history` reads them.
+    pub measures: Vec<benchmarks::Measure>,
 }
 
 /// TTFT p99 and E2E p99 over time, at most [`OverTime::POINTS`] points (windows merged by taking
@@ -234,31 +237,34 @@ impl<'a> ReportContext<'a> {
             phase_names[phase.index] = phase.name.clone();
         }
         let step_rows = steps::rows(&verdicts.steps, &aggregates.phases);
+        let mut summary = Summary {
+            schema_version: SCHEMA_VERSION,
+            capacity: verdicts.capacity,
+            series: verdicts.series,
+            curves: steps::curves(&step_rows),
+            steps: step_rows,
+            over_time: OverTime::of(&aggregates.timeseries),
+            timeseries: aggregates.timeseries,
+            by_input: aggregates.by_input,
+            by_turn: aggregates.by_turn,
+            by_turn_kind: aggregates.by_turn_kind,
+            error_samples: aggregates.error_samples,
+            server: aggregates.server,
+            passed: verdict.status == VerdictStatus::Pass,
+            verdict,
+            interrupted: aggregates.interrupted,
+            aborted: aggregates.aborted,
+            comparison,
+            verdicts: verdicts.results,
+            phases: aggregates.phases,
+            overall: aggregates.overall,
+            warnings: aggregates.warnings,
+            context,
+            measures: Vec::new(),
+        };
+        summary.measures = benchmarks::all_measures(&summary);
         ReportContext {
-            summary: Summary {
-                schema_version: SCHEMA_VERSION,
-                capacity: verdicts.capacity,
-                series: verdicts.series,
-                curves: steps::curves(&step_rows),
-                steps: step_rows,
-                over_time: OverTime::of(&aggregates.timeseries),
-                timeseries: aggregates.timeseries,
-                by_input: aggregates.by_input,
-                by_turn: aggregates.by_turn,
-                by_turn_kind: aggregates.by_turn_kind,
-                error_samples: aggregates.error_samples,
-                server: aggregates.server,
-                passed: verdict.status == VerdictStatus::Pass,
-                verdict,
-                interrupted: aggregates.interrupted,
-                aborted: aggregates.aborted,
-                comparison,
-                verdicts: verdicts.results,
-                phases: aggregates.phases,
-                overall: aggregates.overall,
-                warnings: aggregates.warnings,
-                context,
-            },
+            summary,
             records,
             phase_names,
         }

@@ -568,7 +568,8 @@ impl Plot {
         let mut entries: Vec<(&str, &'static str, bool)> = self
             .lines
             .iter()
-            .filter(|l| !l.points.is_empty())
+            // A line without a name is the second edge of a named one (a band's low side).
+            .filter(|l| !l.points.is_empty() && !l.name.is_empty())
             .map(|l| (l.name.as_str(), l.color, l.dashed))
             .collect();
         if let Some(bars) = &self.bars {
