@@ -503,3 +503,121 @@ fn the_kubernetes_manifests_hold_together() {
     let dockerfile = std::fs::read_to_string("Dockerfile").unwrap();
     assert!(dockerfile.contains("alpine") && dockerfile.contains("ENTRYPOINT [\"llmload\"]"));
 }
+
+/// A shard directory's records grown to `requests` requests: its header and phases as they are,
+/// its first request copied with distinct sequence numbers (this shard's of `count`) and send
+/// times a millisecond apart, as a long run would have left them.
+fn inflate(dir: &Path, shard: u64, count: u64, requests: u64) {
+    let lines = lines(dir);
+    let mut text = String::new();
+    let template = lines
+        .iter()
+        .find(|l| l["event"] == "request")
+        .expect("a request")
+        .clone();
+    for line in lines
+        .iter()
+        .filter(|l| l["event"] == "run" || l["event"] == "phase_start")
+    {
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    for i in 0..requests {
+        let mut record = template.clone();
+        record["seq"] = (shard - 1 + i * count).into();
+        record["intended_send_us"] = (i * 1000).into();
+        record["actual_send_us"] = (i * 1000 + 50).into();
+        text.push_str(&record.to_string());
+        text.push('\n');
+    }
+    for line in lines
+        .iter()
+        .filter(|l| l["event"] == "phase_end" || l["event"] == "run_end")
+    {
+        let mut line = line.clone();
+        if line["event"] == "phase_end" {
+            line["sent"] = requests.into();
+            line["at_us"] = (requests * 1000).into();
+        } else {
+            line["at_us"] = (requests * 1000 + 1_000_000).into();
+        }
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    std::fs::write(dir.join("records.jsonl"), text).unwrap();
+}
+
+/// `llmload merge` of `shards`, and its peak resident memory (VmHWM, read until it ends).
+fn merge_measured(shards: &[PathBuf], out: &Path) -> f64 {
+    let mut child = llmload()
+        .arg("merge")
+        .args(shards)
+        .arg("--out")
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut peak_kib = 0.0f64;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            if let Some(kib) = text
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    assert!(matches!(status.code(), Some(0 | 1)), "{status}");
+    peak_kib / 1024.0
+}
+
+/// Merging streams the shards' requests: a run four times longer merges in about the same
+/// memory (the merge held every record before: some 1 KB each, 120 MB more here), and every
+/// request is there, in the order they finished.
+#[cfg(target_os = "linux")]
+#[test]
+fn merging_holds_no_more_memory_for_more_records() {
+    let sim = SimProcess::start_with(&["--ttft", "5ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"long\" { seed 5 }\n\
+         target \"http://127.0.0.1:1\" { api \"chat\"; model \"sim\"; timeout \"10s\" }\n\
+         workload { input 32; output 8 ignore-eos=#true }\n\
+         phase \"steady\" { rate 20; duration \"1s\" }\n",
+    );
+    let shards = run_shards(&plan, dir.path(), &sim.url, 2);
+    let mut peaks = Vec::new();
+    for (name, requests) in [("small", 20_000u64), ("large", 80_000)] {
+        for (k, shard) in shards.iter().enumerate() {
+            inflate(shard, k as u64 + 1, 2, requests);
+        }
+        let out = dir.path().join(name);
+        peaks.push(merge_measured(&shards, &out));
+        let merged = lines(&out);
+        let requests_seen: Vec<&Value> =
+            merged.iter().filter(|l| l["event"] == "request").collect();
+        assert_eq!(requests_seen.len() as u64, 2 * requests);
+        let ends: Vec<u64> = requests_seen
+            .iter()
+            .map(|r| r["actual_send_us"].as_u64().unwrap() + r["e2e_us"].as_u64().unwrap())
+            .collect();
+        assert!(
+            ends.windows(2).all(|w| w[0] <= w[1]),
+            "in the order they finished"
+        );
+    }
+    let (small, large) = (peaks[0], peaks[1]);
+    assert!(
+        large < small + 16.0,
+        "merging 160,000 requests peaked at {large:.1} MB, 40,000 at {small:.1} MB"
+    );
+}

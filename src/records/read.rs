@@ -38,41 +38,88 @@ fn open(path: &Path) -> Result<(Box<dyn BufRead>, bool)> {
 /// other bad line is an error naming its number. A records file of a format this llmload does
 /// not read is refused with what to do.
 pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
-    let (mut reader, compressed) = open(path)?;
-    let mut line = Vec::new();
-    let mut number = 0usize;
-    let bad = |line: usize, message: String| Error::Records {
-        path: path.to_path_buf(),
-        line: Some(line),
-        message,
-    };
-    // A line that did not parse is an error only if another line follows it.
-    let mut unparsed: Option<(usize, String)> = None;
-    let mut seen = SeenRequests::default();
-    loop {
-        line.clear();
-        let read = match std::io::Read::take(&mut reader, MAX_LINE_BYTES + 1)
-            .read_until(b'\n', &mut line)
+    let mut reader = LogReader::open(path)?;
+    while let Some(line) = reader.next_line()? {
+        on_line(line);
+    }
+    Ok(())
+}
+
+/// A records file read one line at a time, on request: what [`read_lines`] hands out, pulled
+/// (a merge of several files takes the next line of whichever it needs).
+pub struct LogReader {
+    path: std::path::PathBuf,
+    reader: Box<dyn BufRead>,
+    compressed: bool,
+    line: Vec<u8>,
+    number: usize,
+    /// A line that did not parse: an error only if another line follows it.
+    unparsed: Option<(usize, String)>,
+    seen: SeenRequests,
+    done: bool,
+}
+
+impl LogReader {
+    /// Opens `path` (plain or zstd).
+    pub fn open(path: &Path) -> Result<LogReader> {
+        let (reader, compressed) = open(path)?;
+        Ok(LogReader {
+            path: path.to_path_buf(),
+            reader,
+            compressed,
+            line: Vec::new(),
+            number: 0,
+            unparsed: None,
+            seen: SeenRequests::default(),
+            done: false,
+        })
+    }
+
+    fn bad(&self, line: usize, message: String) -> Error {
+        Error::Records {
+            path: self.path.clone(),
+            line: Some(line),
+            message,
+        }
+    }
+
+    /// The next line, or `None` at the end of the file (or its torn end).
+    pub fn next_line(&mut self) -> Result<Option<LogLine>> {
+        while !self.done {
+            if let Some(line) = self.read_one()? {
+                return Ok(Some(line));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads one line: `Ok(None)` for a line that gives nothing (blank, or not parsed yet).
+    fn read_one(&mut self) -> Result<Option<LogLine>> {
+        self.line.clear();
+        let read = match std::io::Read::take(&mut self.reader, MAX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut self.line)
         {
             Ok(read) => read,
             // Frames are written one after another, so only the last can be cut short: by a
             // kill, or because the run is still writing it. Everything flushed before the cut
             // has been read; what follows it (a part of a line) is the torn end.
-            Err(e) if compressed && e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) if compressed => {
-                return Err(bad(
-                    number + 1,
+            Err(e) if self.compressed && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            Err(e) if self.compressed => {
+                return Err(self.bad(
+                    self.number + 1,
                     format!("the compressed records are damaged from here on ({e})"),
                 ))
             }
-            Err(e) => return Err(Error::io("read", path, e)),
+            Err(e) => return Err(Error::io("read", &self.path, e)),
         };
         if read == 0 {
-            return Ok(());
+            self.done = true;
+            return Ok(None);
         }
-        number += 1;
+        self.number += 1;
+        let number = self.number;
         if read as u64 > MAX_LINE_BYTES {
-            return Err(bad(
+            return Err(self.bad(
                 number,
                 format!(
                     "the line is longer than {} MiB: no llmload record is; is this a records file?",
@@ -80,37 +127,35 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                 ),
             ));
         }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+        if self.line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
         }
-        if let Some((at, message)) = unparsed.take() {
-            return Err(bad(at, message));
+        if let Some((at, message)) = self.unparsed.take() {
+            return Err(self.bad(at, message));
         }
-        let parsed = std::str::from_utf8(&line)
+        let parsed = std::str::from_utf8(&self.line)
             .map_err(|_| "not text (invalid UTF-8): is this an llmload records file?".to_string())
             .and_then(|text| serde_json::from_str::<LogLine>(text).map_err(|e| e.to_string()));
         match parsed {
             Ok(LogLine::Run(run)) => {
                 check_format(run.records_format)
-                    .map_err(|unknown| bad(number, unknown.to_string()))?;
-                on_line(LogLine::Run(run));
+                    .map_err(|unknown| self.bad(number, unknown.to_string()))?;
+                Ok(Some(LogLine::Run(run)))
             }
-            Ok(LogLine::PhaseStart(start)) if start.index > MAX_PHASE_INDEX => {
-                return Err(bad(
-                    number,
-                    format!(
-                        "phase index {} is beyond any run's ({MAX_PHASE_INDEX}): is this a records file?",
-                        start.index
-                    ),
-                ));
-            }
+            Ok(LogLine::PhaseStart(start)) if start.index > MAX_PHASE_INDEX => Err(self.bad(
+                number,
+                format!(
+                    "phase index {} is beyond any run's ({MAX_PHASE_INDEX}): is this a records file?",
+                    start.index
+                ),
+            )),
             Ok(LogLine::PhaseStart(start)) => {
-                seen.start(start.index);
-                on_line(LogLine::PhaseStart(start));
+                self.seen.start(start.index);
+                Ok(Some(LogLine::PhaseStart(start)))
             }
             Ok(LogLine::Request(record)) => {
-                if !seen.started(record.phase) {
-                    return Err(bad(
+                if !self.seen.started(record.phase) {
+                    return Err(self.bad(
                         number,
                         format!(
                             "a request of phase {}, which no phase_start line before it began: the \
@@ -120,10 +165,10 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                     ));
                 }
                 if let Some(why) = record.impossible_times() {
-                    return Err(bad(number, why));
+                    return Err(self.bad(number, why));
                 }
-                if !seen.insert(record.phase, record.seq) {
-                    return Err(bad(
+                if !self.seen.insert(record.phase, record.seq) {
+                    return Err(self.bad(
                         number,
                         format!(
                             "request {} of phase {} appears twice: the file holds two runs, or a \
@@ -132,10 +177,13 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
                         ),
                     ));
                 }
-                on_line(LogLine::Request(record));
+                Ok(Some(LogLine::Request(record)))
             }
-            Ok(parsed) => on_line(parsed),
-            Err(message) => unparsed = Some((number, message)),
+            Ok(parsed) => Ok(Some(parsed)),
+            Err(message) => {
+                self.unparsed = Some((number, message));
+                Ok(None)
+            }
         }
     }
 }

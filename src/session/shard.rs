@@ -17,7 +17,8 @@ use crate::metrics;
 use crate::plan::Plan;
 use crate::records;
 use crate::records::{
-    ClientLoad, LogLine, MergedShard, PhaseEnd, PhaseStart, RunEnd, RunHeader, RunLine, RunLog,
+    ClientLoad, LogLine, MergedShard, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader,
+    RunLine, RunLog,
 };
 use crate::verdict::Verdicts;
 
@@ -90,7 +91,10 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     if dirs.is_empty() {
         return Err(Error::usage("llmload merge needs the shards' directories"));
     }
+    // First pass: each shard's log without its requests, which are only counted. The requests
+    // are read again, streamed, when the merged file is written: memory does not grow with them.
     let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
+    let mut files: Vec<(PathBuf, u64)> = Vec::new();
     let mut compressed = false;
     for dir in dirs {
         if same_dir(dir, out) {
@@ -101,7 +105,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
         }
         let records = records::find(dir)?;
         compressed |= records::Compression::of(&records) == records::Compression::Zstd;
-        shards.push((dir.clone(), RunLog::read(&records)?));
+        let mut log = RunLog::default();
+        let mut requests = 0u64;
+        records::read_lines(&records, |line| match line {
+            LogLine::Request(_) => requests += 1,
+            other => log.push(other),
+        })?;
+        RunLog::check_header(&log, &records)?;
+        shards.push((dir.clone(), log));
+        files.push((records, requests));
     }
     let headers = check_shards(&shards)?;
     let origin = headers
@@ -126,10 +138,10 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
 
     let mut phases: BTreeMap<usize, PhaseStart> = BTreeMap::new();
     let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
-    let mut records = Vec::new();
+    let mut lanes = Vec::new();
     let mut run_end: Option<RunEnd> = None;
     let mut every_end = true;
-    for ((_, log), (_, header)) in shards.iter().zip(&headers) {
+    for (((_, log), (_, header)), (path, requests)) in shards.iter().zip(&headers).zip(&files) {
         let shard = header.shard.clone().unwrap_or_default();
         let offset_us = header
             .started_unix_ns
@@ -142,7 +154,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
             started_at: header.started_at.clone(),
             offset_ms: offset_us as f64 / 1000.0,
             start_late_ms: shard.start_late_ms,
-            requests: log.records.len() as u64,
+            requests: *requests,
             interrupted: log.interrupted(),
         });
         for start in &log.phases {
@@ -195,13 +207,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                     ..end.clone()
                 });
         }
-        for record in &log.records {
-            let mut record = record.clone();
-            record.intended_send_us += offset_us;
-            record.actual_send_us += offset_us;
-            record.shard = Some(shard.index);
-            records.push(record);
-        }
+        lanes.push(Lane {
+            reader: records::LogReader::open(path)?,
+            offset_us,
+            shard: shard.index,
+            buffered: 0,
+        });
         match &log.end {
             Some(end) => {
                 let at_us = end.at_us + offset_us;
@@ -237,9 +248,6 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     if let (false, Some(end)) = (every_end, run_end.as_mut()) {
         end.interrupted = true;
     }
-    // Requests in the order they finished, as one process would have written them.
-    records.sort_by_key(|r| (r.end_us().unwrap_or(r.actual_send_us), r.shard, r.seq));
-
     outdir::prepare(out, None)?;
     let first = &shards[0].0;
     // Every shard scraped the same server: the first shard's telemetry speaks for the run.
@@ -268,9 +276,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     for start in starts {
         write(LogLine::PhaseStart(start))?;
     }
-    for record in records {
-        write(LogLine::Request(record))?;
-    }
+    merge_requests(&mut lanes, |record| write(LogLine::Request(record)))?;
     for end in ends.into_values() {
         write(LogLine::PhaseEnd(end))?;
     }
@@ -278,6 +284,105 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
         write(LogLine::RunEnd(end))?;
     }
     writer.finish().map_err(|e| Error::io("write", &path, e))
+}
+
+/// One shard's requests, read as they are merged.
+struct Lane {
+    reader: records::LogReader,
+    /// Its start on the merged time line.
+    offset_us: u64,
+    shard: u32,
+    /// How many of its requests wait in the merge's heap.
+    buffered: usize,
+}
+
+impl Lane {
+    /// Its next request, set on the merged time line.
+    fn next_request(&mut self) -> Result<Option<RequestRecord>> {
+        while let Some(line) = self.reader.next_line()? {
+            if let LogLine::Request(mut record) = line {
+                record.intended_send_us += self.offset_us;
+                record.actual_send_us += self.offset_us;
+                record.shard = Some(self.shard);
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// How many requests of each shard the merge holds ahead. A shard's records are written in the
+/// order its requests finished, give or take the recorder's queue; holding this many ahead puts
+/// the merged file in the order they finished (unless a shard's own order is off by more), at
+/// some 1 KB a request: a few MB per shard, whatever the length of the run.
+const LOOKAHEAD: usize = 1024;
+
+/// A request in the merge's heap, ordered by when it finished (then shard, then sequence).
+struct Pending {
+    key: (u64, u32, u64),
+    lane: usize,
+    record: RequestRecord,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: the heap gives the earliest first.
+        other.key.cmp(&self.key)
+    }
+}
+
+/// The shards' requests, merged in the order they finished as one process would have written
+/// them (a k-way merge, [`LOOKAHEAD`] requests of each shard ahead), handed to `write` one at a
+/// time.
+fn merge_requests(
+    lanes: &mut [Lane],
+    mut write: impl FnMut(RequestRecord) -> Result<()>,
+) -> Result<()> {
+    let mut heap = std::collections::BinaryHeap::new();
+    for index in 0..lanes.len() {
+        refill(&mut heap, lanes, index)?;
+    }
+    while let Some(pending) = heap.pop() {
+        let lane = pending.lane;
+        write(pending.record)?;
+        lanes[lane].buffered -= 1;
+        refill(&mut heap, lanes, lane)?;
+    }
+    Ok(())
+}
+
+/// Reads lane `index`'s requests into the heap until it holds [`LOOKAHEAD`] of them (or the
+/// lane has no more).
+fn refill(
+    heap: &mut std::collections::BinaryHeap<Pending>,
+    lanes: &mut [Lane],
+    index: usize,
+) -> Result<()> {
+    let lane = &mut lanes[index];
+    while lane.buffered < LOOKAHEAD {
+        let Some(record) = lane.next_request()? else {
+            break;
+        };
+        let finished = record.end_us().unwrap_or(record.actual_send_us);
+        heap.push(Pending {
+            key: (finished, lane.shard, record.seq),
+            lane: index,
+            record,
+        });
+        lane.buffered += 1;
+    }
+    Ok(())
 }
 
 /// The shards' headers, each checked against the first: one plan, seed and shard count, and
