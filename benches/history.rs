@@ -5,9 +5,11 @@
 //! every 97th run made 40% slower in TTFT). `cargo bench --bench history`
 //! (`LLMLOAD_HISTORY_RUNS`, default 1000); the figures go to docs/performance.md.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
 
 const LLMLOAD: &str = env!("CARGO_BIN_EXE_llmload");
 
@@ -93,56 +95,22 @@ fn main() {
         "{count} runs, each summary.json {:.0} KB (300 windows of time series); {slow} made slower",
         summary_text.len() as f64 / 1024.0
     );
-    let started = Instant::now();
-    let mut child = Command::new(LLMLOAD)
-        .arg("history")
-        .arg(&runs)
-        .arg("--out")
-        .arg(dir.join("out"))
-        .args(["--label", "commit"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("llmload history");
-    // The peak resident set (VmHWM), read until the process ends: its last reading is the peak.
-    let mut peak_mb = 0.0f64;
-    let pid = child.id();
-    let mut stdout_pipe = child.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout_pipe, &mut text).ok();
-        text
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("a child") {
-            break status;
-        }
-        if let Some(mb) = peak_rss_mb(pid) {
-            peak_mb = peak_mb.max(mb);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    let took = started.elapsed();
-    let stdout = reader.join().unwrap_or_default();
-    assert_eq!(status.code(), Some(0), "{stdout}");
+    let run = common::run_measured(
+        Command::new(LLMLOAD)
+            .arg("history")
+            .arg(&runs)
+            .arg("--out")
+            .arg(dir.join("out"))
+            .args(["--label", "commit"]),
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", run.stdout);
+    let (took, peak_mb, stdout) = (run.seconds, run.peak_mb, run.stdout);
     let worse = stdout.lines().filter(|l| l.contains("WORSE")).count();
     let html = std::fs::metadata(dir.join("out").join("history.html")).map_or(0, |m| m.len());
     println!(
         "- llmload history: {:.2} s, peak RSS {peak_mb:.0} MB; history.html {:.0} KB; {worse} runs \
          named worse (of {slow} made slower)",
-        took.as_secs_f64(),
+        took,
         html as f64 / 1024.0
     );
-}
-
-/// The process's peak resident set so far (VmHWM), in MB.
-fn peak_rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib / 1024.0)
 }

@@ -97,24 +97,11 @@ fn soak(dir: &Path, name: &str, seconds: u64, faults: &str, records: &str) {
             report(name, seconds, &out, &samples, code, started.elapsed());
             return;
         }
-        if let Some(rss) = rss_mb(child.id()) {
+        if let Some(rss) = common::proc_status_mb(child.id(), "VmRSS:") {
             samples.push((started.elapsed().as_secs_f64(), rss));
         }
         std::thread::sleep(SAMPLE_EVERY);
     }
-}
-
-/// The process's resident memory, in MB.
-fn rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib / 1024.0)
 }
 
 fn report(name: &str, seconds: u64, out: &Path, samples: &[(f64, f64)], code: i32, took: Duration) {

@@ -4,6 +4,7 @@
 
 use super::aggregates::*;
 use super::profile::ProfileBuilder;
+use super::reservoir::Reservoir;
 use super::table::ttft_ms;
 use super::{meets, Distribution};
 use crate::plan::Slo;
@@ -109,9 +110,12 @@ pub(super) struct Accumulator<'s> {
     pub(super) observed_in_n: u64,
     pub(super) planned_out: f64,
     pub(super) observed_out: f64,
-    /// (planned, observed) prompt tokens of requests counted by the server's usage.
-    pub(super) input_pairs: Vec<(f64, f64)>,
-    pub(super) usage_vs_tokenizer: Vec<f64>,
+    /// (planned, observed) prompt tokens of requests counted by the server's usage: a uniform
+    /// sample (exact up to 20,000 requests), and the smallest difference of them all.
+    pub(super) input_pairs: Reservoir<(f64, f64)>,
+    pub(super) input_overhead: Option<f64>,
+    /// How far the server's output token counts are off the tokenizer's, a uniform sample.
+    pub(super) usage_vs_tokenizer: Reservoir<f64>,
     pub(super) last_send_us: Option<u64>,
     pub(super) last_end_us: Option<u64>,
     /// A phase's load through its window (not kept for all phases together).
@@ -138,8 +142,9 @@ impl<'s> Accumulator<'s> {
             observed_in_n: 0,
             planned_out: 0.0,
             observed_out: 0.0,
-            input_pairs: Vec::new(),
-            usage_vs_tokenizer: Vec::new(),
+            input_pairs: Reservoir::default(),
+            input_overhead: None,
+            usage_vs_tokenizer: Reservoir::default(),
             last_send_us: None,
             last_end_us: None,
             profile: None,
@@ -261,8 +266,13 @@ impl<'s> Accumulator<'s> {
             if let Some(observed) = record.prompt_tokens {
                 self.observed_in += observed as f64;
                 self.observed_in_n += 1;
-                self.input_pairs
-                    .push((record.input_tokens_planned as f64, observed as f64));
+                let (planned, observed) = (record.input_tokens_planned as f64, observed as f64);
+                self.input_pairs.push((planned, observed));
+                let difference = observed - planned;
+                self.input_overhead = Some(
+                    self.input_overhead
+                        .map_or(difference, |least| least.min(difference)),
+                );
             }
             // A tool call's streamed text (names, JSON around the arguments) is not the tokens
             // the model generated for it: its counts are not compared.
@@ -331,14 +341,10 @@ impl<'s> Accumulator<'s> {
         m.tokens.input_observed_mean = mean(self.observed_in, self.observed_in_n);
         m.tokens.output_planned_mean = mean(self.planned_out, ok);
         m.tokens.output_observed_mean = mean(self.observed_out, ok);
-        if !self.input_pairs.is_empty() {
-            let overhead = self
-                .input_pairs
-                .iter()
-                .map(|(p, o)| o - p)
-                .fold(f64::INFINITY, f64::min);
+        if let Some(overhead) = self.input_overhead {
             let mut off: Vec<f64> = self
                 .input_pairs
+                .items()
                 .iter()
                 .filter(|(p, _)| *p > 0.0)
                 .map(|(p, o)| (o - p - overhead).abs() / p)
@@ -353,7 +359,7 @@ impl<'s> Accumulator<'s> {
             cache.ttft_miss_ms = self.ttft_miss.summary();
             m.prefix_cache = Some(cache);
         }
-        let mut usage_vs_tokenizer = self.usage_vs_tokenizer;
+        let mut usage_vs_tokenizer = self.usage_vs_tokenizer.items().to_vec();
         m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
         m.metrics = m.distributions.summaries();
         m

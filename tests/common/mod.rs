@@ -64,6 +64,61 @@ pub fn read_log(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A `/proc/PID/status` figure in kB (`VmRSS:`, `VmHWM:`), in MB; Linux only.
+pub fn proc_status_mb(pid: u32, key: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+/// What [`run_measured`] saw.
+pub struct Measured {
+    pub status: std::process::ExitStatus,
+    pub seconds: f64,
+    /// The peak resident memory (VmHWM), read every 2 ms until the process ended.
+    pub peak_mb: f64,
+    pub stdout: String,
+}
+
+/// Runs `command` to its end (its stdout captured, its stderr dropped), watching its peak
+/// resident memory.
+pub fn run_measured(command: &mut Command) -> Measured {
+    let started = std::time::Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        pipe.read_to_string(&mut text).ok();
+        text
+    });
+    let mut peak_mb = 0.0f64;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if let Some(mb) = proc_status_mb(child.id(), "VmHWM:") {
+            peak_mb = peak_mb.max(mb);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    Measured {
+        status,
+        seconds: started.elapsed().as_secs_f64(),
+        peak_mb,
+        stdout: reader.join().unwrap_or_default(),
+    }
+}
+
 pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("plan.kdl");
     std::fs::write(&path, text).unwrap();

@@ -1,0 +1,73 @@
+//! A uniform sample of at most [`CAP`] values from a stream of any length (Vitter's algorithm
+//! R), for the few figures that need a median of per-request values (how far prompt token
+//! counts are off the plan, how far the server's output counts are off the tokenizer's): a
+//! median of 20,000 values is within a fraction of a percent in rank of the whole stream's, and
+//! memory stays bounded whatever the number of requests. Up to `CAP` values it holds them all,
+//! so runs of that size get the exact median.
+//!
+//! Seeded with a constant: the same records give the same sample, so a report rebuilt from them
+//! says the same.
+
+use rand::{Rng, SeedableRng};
+
+/// The most values kept.
+pub const CAP: usize = 20_000;
+
+#[derive(Debug, Clone)]
+pub struct Reservoir<T> {
+    items: Vec<T>,
+    seen: u64,
+    rng: rand_chacha::ChaCha8Rng,
+}
+
+impl<T> Default for Reservoir<T> {
+    fn default() -> Self {
+        Reservoir {
+            items: Vec::new(),
+            seen: 0,
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0f5a_3b1e),
+        }
+    }
+}
+
+impl<T> Reservoir<T> {
+    /// Offers one value: kept with probability CAP / (values offered so far).
+    pub fn push(&mut self, item: T) {
+        self.seen += 1;
+        if self.items.len() < CAP {
+            self.items.push(item);
+            return;
+        }
+        let slot = self.rng.random_range(0..self.seen);
+        if let Some(kept) = self.items.get_mut(slot as usize) {
+            *kept = item;
+        }
+    }
+
+    /// The values kept.
+    pub fn items(&self) -> &[T] {
+        &self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_streams_are_kept_whole_and_long_ones_sampled_evenly() {
+        let mut small = Reservoir::default();
+        (0..100u32).for_each(|v| small.push(v));
+        assert_eq!(small.items(), (0..100).collect::<Vec<_>>().as_slice());
+        let mut long = Reservoir::default();
+        (0..1_000_000u32).for_each(|v| long.push(v));
+        assert_eq!(long.items().len(), CAP);
+        // Uniform: the sample's median is near the stream's, and each tenth holds about a tenth.
+        let mut values: Vec<u32> = long.items().to_vec();
+        values.sort_unstable();
+        let median = values[CAP / 2] as f64;
+        assert!((median - 500_000.0).abs() < 15_000.0, "{median}");
+        let first_tenth = values.iter().filter(|v| **v < 100_000).count();
+        assert!((1_700..2_300).contains(&first_tenth), "{first_tenth}");
+    }
+}
