@@ -57,6 +57,7 @@ fn main() {
         for (k, (shard, lines)) in dirs.iter().zip(&templates).enumerate() {
             bytes += grow(shard, lines, k as u64 + 1, shards, records / shards);
         }
+        let generated_s = generated.elapsed().as_secs_f64();
         let out = dir.join(format!("merged-{records}"));
         let (merge_s, merge_mb) = measured(
             Command::new(LLMLOAD)
@@ -71,7 +72,7 @@ fn main() {
              merge {merge_s:.1} s ({:.0} records/s), peak RSS {merge_mb:.0} MB; report {report_s:.1} s, \
              peak RSS {report_mb:.0} MB",
             bytes as f64 / 1e6,
-            generated.elapsed().as_secs_f64(),
+            generated_s,
             records as f64 / merge_s,
         );
         let _ = std::fs::remove_dir_all(&out);
@@ -118,18 +119,27 @@ fn grow(dir: &Path, lines: &[serde_json::Value], shard: u64, count: u64, request
     template["intended_send_us"] = 999_999_992u64.into();
     template["actual_send_us"] = 999_999_993u64.into();
     let text = template.to_string();
-    let (head, rest) = text.split_once("999999991").expect("seq");
-    let (middle, rest) = rest.split_once("999999992").expect("intended_send_us");
-    let (middle2, tail) = rest.split_once("999999993").expect("actual_send_us");
+    // The markers in the order the line holds them (its fields are in the order serde_json
+    // keeps them), and the text between them.
+    let mut at: Vec<(usize, usize)> = ["999999991", "999999992", "999999993"]
+        .iter()
+        .enumerate()
+        .map(|(which, marker)| (text.find(marker).expect("a marker"), which))
+        .collect();
+    at.sort_unstable();
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    for (position, _) in &at {
+        pieces.push(&text[from..*position]);
+        from = position + "999999991".len();
+    }
+    let tail = &text[from..];
     for i in 0..requests {
-        writeln!(
-            out,
-            "{head}{}{middle}{}{middle2}{}{tail}",
-            shard - 1 + i * count,
-            i * 100,
-            i * 100 + 20
-        )
-        .expect("a write");
+        let numbers = [shard - 1 + i * count, i * 100, i * 100 + 20];
+        for (piece, (_, which)) in pieces.iter().zip(&at) {
+            write!(out, "{piece}{}", numbers[*which]).expect("a write");
+        }
+        writeln!(out, "{tail}").expect("a write");
     }
     for line in lines
         .iter()

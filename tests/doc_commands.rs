@@ -12,7 +12,8 @@
 //! - `llmload sim` (it serves until Ctrl-C) is not run.
 //!
 //! Commands run in a fresh directory per block holding a copy of `plans/` and what the block
-//! reads (`plan.kdl`; `reports/main-run` and `reports/pr-run` from a short run).
+//! reads (`plan.kdl`; `reports/main-run` and `reports/pr-run` from a short run, for the blocks
+//! that compare runs or show their history).
 
 mod common;
 
@@ -275,8 +276,12 @@ fn run_block(block: &Block, path: &str, failures: &mut Vec<String>, ran: &mut us
         dir.path().join("plan.kdl"),
     )
     .unwrap();
-    if block.lines.iter().any(|l| l.contains("reports/main-run")) {
-        // Runs of the plan the block compares.
+    if block
+        .lines
+        .iter()
+        .any(|l| l.contains("reports/main-run") || l.contains("llmload history reports/"))
+    {
+        // Runs of the plan the block compares (or shows as a history).
         let plan = block
             .lines
             .iter()
