@@ -24,6 +24,7 @@ pub mod plan;
 pub mod planner;
 pub mod records;
 pub mod report;
+pub mod reservoir;
 pub mod secrets;
 pub mod seed;
 pub mod selfcheck;

@@ -8,7 +8,7 @@ use super::say_raw;
 use crate::error::{Result, EXIT_FAIL, EXIT_PASS};
 use crate::report::{self, Judged, Records, ReportContext};
 use crate::session::{self, Failure, Status};
-use crate::{metrics, verdict};
+use crate::verdict;
 
 #[derive(clap::Args, Debug)]
 pub(super) struct CompareArgs {
@@ -36,7 +36,7 @@ pub(super) fn compare(args: &CompareArgs) -> Result<u8> {
         write(path, markdown.as_bytes())?;
     }
     if let Some(path) = &args.junit {
-        let aggregates = metrics::compute(&log, plan.slo.as_ref());
+        let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
         let verdicts = verdict::evaluate(&[], &aggregates);
         let status = if comparison.regressed {
             Status::Failed(vec![Failure::Regression])

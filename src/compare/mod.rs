@@ -250,6 +250,12 @@ fn side(
                 amount(r, good(r));
         }
     }
+    // A sampled log holds a uniform share of the run's requests: its windows hold that share of
+    // each window's amount.
+    if let Some(sampled) = &log.sampled {
+        let scale = sampled.total as f64 / sampled.kept.max(1) as f64;
+        windows.iter_mut().for_each(|amount| *amount *= scale);
+    }
     let samples = log
         .records
         .iter()

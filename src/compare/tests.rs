@@ -79,6 +79,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             recorder_backlog: None,
             refused: None,
         }),
+        sampled: None,
     }
 }
 
@@ -222,4 +223,31 @@ fn capacities_compare_by_their_brackets() {
     // Nothing held now: a capacity below the range, a regression.
     assert_eq!(verdict(base, bracket(None, Some(5.0))), Change::Regression);
     assert_eq!(capacity_row(tolerance, None).verdict, Change::NoData);
+}
+
+/// A long run compared through a uniform sample of its requests: latencies as the whole run's,
+/// throughputs scaled back to the whole run's (a quarter of the requests is not a quarter of the
+/// throughput).
+#[test]
+fn a_sampled_run_compares_like_the_whole_run() {
+    let tolerances = default_tolerances();
+    let base = run(20_000, 100.0, 1, 0);
+    let mut sampled = run(20_000, 100.0, 1, 0);
+    let kept: Vec<RequestRecord> = sampled.records.iter().step_by(4).cloned().collect();
+    sampled.sampled = Some(crate::records::Sampled {
+        kept: kept.len() as u64,
+        total: 20_000,
+        path: "records.jsonl".into(),
+    });
+    sampled.records = kept;
+    let c = compare(&base, &sampled, &tolerances, None, None, vec![], 7);
+    assert!(!c.regressed, "{:#?}", c.rows);
+    for metric in ["output-throughput -5%", "ttft p50 +10%"] {
+        let row = c.rows.iter().find(|r| r.metric == metric).unwrap();
+        assert!(row.change.unwrap().abs() < 0.02, "{metric}: {row:?}");
+    }
+    // Unscaled, the sample would have lost three quarters of the throughput.
+    sampled.sampled = None;
+    let c = compare(&base, &sampled, &tolerances, None, None, vec![], 7);
+    assert_eq!(verdict(&c, "output-throughput -5%"), Change::Regression);
 }

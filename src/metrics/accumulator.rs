@@ -4,11 +4,11 @@
 
 use super::aggregates::*;
 use super::profile::ProfileBuilder;
-use super::reservoir::Reservoir;
 use super::table::ttft_ms;
 use super::{meets, Distribution};
 use crate::plan::Slo;
 use crate::records::{ClientLoad, ErrorClass, RequestRecord, TokenSource};
+use crate::reservoir::Reservoir;
 
 /// A phase's time window in µs from the start of the run.
 #[derive(Debug, Clone, Copy)]

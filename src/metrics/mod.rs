@@ -17,7 +17,6 @@ mod aggregates;
 mod aggregator;
 mod distribution;
 pub mod profile;
-mod reservoir;
 pub mod server;
 pub mod table;
 pub mod timeseries;

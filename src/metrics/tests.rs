@@ -124,6 +124,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
             recorder_backlog: None,
             refused: None,
         }),
+        sampled: None,
     }
 }
 

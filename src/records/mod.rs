@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::LoadUnit;
 
 pub use ids::{new_request_id_prefix, request_id_text};
-pub use read::{read_header, read_lines, LogReader, RunLog};
+pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 
 /// The records format this llmload writes. A reader refuses a newer one with a message saying

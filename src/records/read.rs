@@ -298,6 +298,19 @@ pub struct RunLog {
     pub search_end: Option<SearchEnd>,
     /// The run's end; `None` when the process was killed.
     pub end: Option<RunEnd>,
+    /// When `records` is a sample of the run's requests ([`RunLog::read_sampled`]), not all.
+    pub sampled: Option<Sampled>,
+}
+
+/// A log whose requests were sampled: `kept` of the `total` the file holds, uniformly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    /// Requests kept.
+    pub kept: u64,
+    /// Requests the file holds.
+    pub total: u64,
+    /// The records file, for what must read every request (a search replayed, the counts).
+    pub path: std::path::PathBuf,
 }
 
 impl RunLog {
@@ -319,6 +332,30 @@ impl RunLog {
         let mut log = RunLog::default();
         read_lines(path, |line| log.push(line))?;
         RunLog::check_header(&log, path)?;
+        Ok(log)
+    }
+
+    /// Reads a records file keeping at most `cap` of its requests, a uniform seeded sample (the
+    /// same file gives the same sample), and every other line: a run of any length in bounded
+    /// memory, for what resamples requests (`compare`). Below `cap` requests it is
+    /// [`RunLog::read`].
+    pub fn read_sampled(path: &Path, cap: usize) -> Result<RunLog> {
+        let mut log = RunLog::default();
+        let mut requests = crate::reservoir::Reservoir::with_capacity(cap);
+        read_lines(path, |line| match line {
+            LogLine::Request(record) => requests.push(record),
+            other => log.push(other),
+        })?;
+        RunLog::check_header(&log, path)?;
+        let (records, total) = requests.into_parts();
+        if total > records.len() as u64 {
+            log.sampled = Some(Sampled {
+                kept: records.len() as u64,
+                total,
+                path: path.to_path_buf(),
+            });
+        }
+        log.records = records;
         Ok(log)
     }
 
@@ -392,6 +429,38 @@ mod tests {
         assert!(err.contains("line 2") && err.contains("UTF-8"), "{err}");
         let err = read(b"{}\n\n").unwrap_err().to_string();
         assert!(err.contains("no run header"), "{err}");
+    }
+
+    /// A sampled read keeps at most its cap of requests, the same ones every time, and every
+    /// other line; below the cap it is a whole read.
+    #[test]
+    fn a_sampled_read_is_uniform_repeatable_and_whole_below_its_cap() {
+        let request = |seq: usize| {
+            format!(
+                r#"{{"event":"request","phase":0,"seq":{seq},"intended_send_us":0,"actual_send_us":{seq},"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":null,"error_detail":null,"http_status":200,"ttft_us":1,"e2e_us":2,"chunks":[],"chunk_tokens":null,"prompt_tokens":1,"completion_tokens":1,"token_source":"usage","completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":"length"}}"#
+            )
+        };
+        let mut text = format!("{HEADER}\n{PHASE}\n");
+        for seq in 0..5_000 {
+            text.push_str(&request(seq));
+            text.push('\n');
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let whole = RunLog::read_sampled(&path, 10_000).unwrap();
+        assert_eq!((whole.records.len(), whole.sampled.clone()), (5_000, None));
+        let sample = RunLog::read_sampled(&path, 1_000).unwrap();
+        let again = RunLog::read_sampled(&path, 1_000).unwrap();
+        assert_eq!(sample.records.len(), 1_000);
+        assert_eq!(sample.phases.len(), 1);
+        let sampled = sample.sampled.clone().unwrap();
+        assert_eq!((sampled.kept, sampled.total), (1_000, 5_000));
+        let seqs = |log: &RunLog| log.records.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&sample), seqs(&again));
+        // Uniform: each fifth of the run holds about a fifth of the sample.
+        let first_fifth = seqs(&sample).iter().filter(|s| **s < 1_000).count();
+        assert!((140..260).contains(&first_fifth), "{first_fifth}");
     }
 
     #[test]

@@ -85,10 +85,11 @@ pub fn archived_plan(dir: &Path) -> Result<Plan> {
     )?)
 }
 
-/// A run directory's records, all in memory, and its plan.
+/// A run directory's records in memory (a uniform sample of
+/// [`super::MAX_COMPARED_REQUESTS`] for a longer run: this is what `compare` reads), and its plan.
 pub fn read_run_dir(dir: &Path) -> Result<(RunLog, Plan)> {
     let records = crate::records::find(dir)?;
-    let log = RunLog::read(&records)?;
+    let log = RunLog::read_sampled(&records, super::MAX_COMPARED_REQUESTS)?;
     refuse_shard(&log, dir)?;
     Ok((log, archived_plan(dir)?))
 }

@@ -16,25 +16,38 @@ pub fn compare_with(
     let (baseline, _) = read_run_dir(baseline_dir)?;
     comparable_data("baseline", &baseline)?;
     comparable_data("current", current)?;
-    let notes = compare::comparable(
+    let mut notes = compare::comparable(
         &baseline.header.clone().unwrap_or_default(),
         &current.header.clone().unwrap_or_default(),
         force,
     )?;
+    for (which, log) in [("baseline", &baseline), ("current", current)] {
+        if let Some(sampled) = &log.sampled {
+            notes.push(format!(
+                "the {which} run's {} requests were compared through a uniform sample of {} \
+                 (seeded): its values and intervals are the sample's, within sampling error of \
+                 the whole run's",
+                sampled.total, sampled.kept
+            ));
+        }
+    }
     let tolerances = match (plan.regression.is_empty(), &plan.search) {
         (true, Some(_)) => compare::default_search_tolerances(),
         (true, None) => compare::default_tolerances(),
         (false, _) => plan.regression.clone(),
     };
-    // Each run's search judged on the current plan's objectives, replayed from its records.
-    let capacity = |log: &RunLog| {
-        plan.search.as_ref()?;
-        let aggregates = metrics::compute(log, plan.slo.as_ref());
-        verdict::evaluate_plan(plan, &aggregates)
+    // Each run's search judged on the current plan's objectives, replayed from its records
+    // (all of them: a probe is judged on its counts, which a sample does not hold).
+    let capacity = |log: &RunLog| -> Result<_> {
+        if plan.search.is_none() {
+            return Ok(None);
+        }
+        let aggregates = aggregates_of(log, plan.slo.as_ref())?;
+        Ok(verdict::evaluate_plan(plan, &aggregates)
             .capacity
-            .map(|c| c.bracket)
+            .map(|c| c.bracket))
     };
-    let (base_capacity, current_capacity) = (capacity(&baseline), capacity(current));
+    let (base_capacity, current_capacity) = (capacity(&baseline)?, capacity(current)?);
     Ok(compare::compare(
         &baseline,
         current,
@@ -44,6 +57,18 @@ pub fn compare_with(
         notes,
         plan.seed,
     ))
+}
+
+/// The most requests of each run `compare` holds: a longer run is compared through a uniform
+/// sample of this many (some 1 KB each in memory; the bootstrap's time grows with them too).
+pub const MAX_COMPARED_REQUESTS: usize = 25_000;
+
+/// A log's aggregates: from its records, or from its file when they are a sample.
+pub fn aggregates_of(log: &RunLog, slo: Option<&crate::plan::Slo>) -> Result<metrics::Aggregates> {
+    match &log.sampled {
+        Some(sampled) => Ok(metrics::compute_file(&sampled.path, slo)?.1),
+        None => Ok(metrics::compute(log, slo)),
+    }
 }
 
 /// The fewest successful recorded requests a run needs to be compared.

@@ -31,7 +31,8 @@ use sha2::Digest;
 /// The run's one verdict is the verdict stage's; the session hands it out.
 pub use crate::verdict::{Failure, NotCarriedOut, RunVerdict, Status, VerdictStatus};
 pub use archive::{archived_plan, read_run_dir};
-pub use baseline::{check_baseline, compare_with, MIN_COMPARED_REQUESTS};
+pub use baseline::{aggregates_of, check_baseline, compare_with};
+pub use baseline::{MAX_COMPARED_REQUESTS, MIN_COMPARED_REQUESTS};
 pub use execute::execute;
 pub use outcome::{Execution, RunOutcome};
 pub use shard::{merge, refuse_shard, run_shard, ShardOutcome};
@@ -171,7 +172,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
         Some(_) if matches!(status, Status::NotCarriedOut(_)) => None,
         // Resampling needs every request's values: only a comparison reads them all in.
         Some(baseline) => {
-            let current = RunLog::read(&records_path)?;
+            let current = RunLog::read_sampled(&records_path, MAX_COMPARED_REQUESTS)?;
             match compare_with(baseline, &current, plan, false) {
                 Ok(comparison) => Some(comparison),
                 Err(error) => {

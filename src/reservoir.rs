@@ -1,40 +1,49 @@
-//! A uniform sample of at most [`CAP`] values from a stream of any length (Vitter's algorithm
-//! R), for the few figures that need a median of per-request values (how far prompt token
-//! counts are off the plan, how far the server's output counts are off the tokenizer's): a
-//! median of 20,000 values is within a fraction of a percent in rank of the whole stream's, and
-//! memory stays bounded whatever the number of requests. Up to `CAP` values it holds them all,
-//! so runs of that size get the exact median.
+//! A uniform sample of at most a given number of values from a stream of any length (Vitter's
+//! algorithm R), so that what needs per-request values keeps memory bounded whatever the number
+//! of requests: the few aggregates that take a median of per-request values (how far prompt
+//! token counts are off the plan, how far the server's output counts are off the tokenizer's:
+//! [`CAP`] values, within a fraction of a percent in rank of the whole stream's median), and
+//! `compare`'s bootstrap over a long run's requests. Up to its capacity it holds every value, so
+//! a stream that short gets the exact figure.
 //!
 //! Seeded with a constant: the same records give the same sample, so a report rebuilt from them
 //! says the same.
 
 use rand::{Rng, SeedableRng};
 
-/// The most values kept.
+/// The most values an aggregate's median is taken over.
 pub const CAP: usize = 20_000;
 
+/// A uniform sample of a stream.
 #[derive(Debug, Clone)]
 pub struct Reservoir<T> {
     items: Vec<T>,
+    capacity: usize,
     seen: u64,
     rng: rand_chacha::ChaCha8Rng,
 }
 
 impl<T> Default for Reservoir<T> {
     fn default() -> Self {
-        Reservoir {
-            items: Vec::new(),
-            seen: 0,
-            rng: rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0f5a_3b1e),
-        }
+        Reservoir::with_capacity(CAP)
     }
 }
 
 impl<T> Reservoir<T> {
-    /// Offers one value: kept with probability CAP / (values offered so far).
+    /// A reservoir of at most `capacity` values.
+    pub fn with_capacity(capacity: usize) -> Reservoir<T> {
+        Reservoir {
+            items: Vec::new(),
+            capacity: capacity.max(1),
+            seen: 0,
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0f5a_3b1e),
+        }
+    }
+
+    /// Offers one value: kept with probability capacity / (values offered so far).
     pub fn push(&mut self, item: T) {
         self.seen += 1;
-        if self.items.len() < CAP {
+        if self.items.len() < self.capacity {
             self.items.push(item);
             return;
         }
@@ -47,6 +56,16 @@ impl<T> Reservoir<T> {
     /// The values kept.
     pub fn items(&self) -> &[T] {
         &self.items
+    }
+
+    /// How many values were offered.
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    /// The values kept, and how many were offered.
+    pub fn into_parts(self) -> (Vec<T>, u64) {
+        (self.items, self.seen)
     }
 }
 
