@@ -2,6 +2,8 @@
 //! (the server, not the plan: the plan is the same file every time), labelled with fake commits.
 //! The page names exactly the slow ones; runs of another plan are kept apart; a run without its
 //! summary is judged again from its records; a directory that is not a run is named as left out.
+//! history.html is rendered in headless Chromium (as tests/report_html.rs does report.html) when
+//! it is installed.
 
 mod common;
 
@@ -145,6 +147,19 @@ fn a_history_of_runs_names_exactly_the_slow_ones() {
     let html = std::fs::read_to_string(out.join("history.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("c05") && html.contains("c08"));
     assert!(html.contains("id=\"chart-ttft-p50-ms\""));
+    // As a reader's browser lays it out: every chart drawn with its marks, no label over another.
+    if let Some(chromium) = chromium() {
+        let measured = measure_page(chromium, &out.join("history.html"), dir.path(), "history");
+        assert_readable(
+            &measured,
+            &[
+                "chart-ttft-p50-ms",
+                "chart-ttft-p99-ms",
+                "chart-e2e-p99-ms",
+                "chart-requests-per-second",
+            ],
+        );
+    }
     // The slow runs failed their objective (TTFT p50 < 200 ms): the table says so.
     assert!(page.contains("❌ fail"), "{page}");
     // The terminal names them too, and what was left out.

@@ -502,3 +502,90 @@ pub fn browser(chromium: &str, scratch: &Path, args: &[String]) -> std::process:
         .output()
         .expect("Chromium runs")
 }
+
+/// The measurements the probe makes in the page, as JSON in a `<pre>` it appends.
+pub const PROBE: &str = r#"<script>
+(() => {
+  const box = (e) => { const r = e.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; };
+  const overlap = (a, b) => a.x + 0.5 < b.x + b.w && b.x + 0.5 < a.x + a.w && a.y + 0.5 < b.y + b.h && b.y + 0.5 < a.y + a.h;
+  const out = { charts: [], overlaps: [], baseline_table: !!document.querySelector('#baseline + p + table, h2#baseline ~ table') };
+  for (const figure of document.querySelectorAll('figure')) {
+    const svg = figure.querySelector('svg');
+    const size = svg ? box(svg) : { w: 0, h: 0 };
+    const marks = svg ? svg.querySelectorAll('path, circle, rect').length : 0;
+    out.charts.push({ id: figure.id, width: size.w, height: size.h, marks: marks });
+    if (!svg) continue;
+    const labels = [...svg.querySelectorAll('text')]
+      .filter((t) => t.textContent.trim() !== '')
+      .map((t) => ({ text: t.firstChild ? t.firstChild.textContent : t.textContent, b: box(t) }));
+    for (let i = 0; i < labels.length; i++) {
+      for (let j = i + 1; j < labels.length; j++) {
+        if (overlap(labels[i].b, labels[j].b)) {
+          out.overlaps.push(figure.id + ': "' + labels[i].text + '" over "' + labels[j].text + '"');
+        }
+      }
+    }
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'llmload-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"#;
+
+/// What Chromium measured in the page at `page` (charts' sizes and marks, labels that overlap),
+/// with the probe added to a copy of it in `scratch`; a screenshot of the page is kept as
+/// `name.png` in LLMLOAD_SCREENSHOTS when it is set.
+pub fn measure_page(chromium: &str, page: &Path, scratch: &Path, name: &str) -> serde_json::Value {
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(!html.contains("<script"), "{} has a script", page.display());
+    let probed = scratch.join("probed.html");
+    std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
+    let dom = browser(
+        chromium,
+        scratch,
+        &["--dump-dom".into(), format!("file://{}", probed.display())],
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let json = dom
+        .split("<pre id=\"llmload-probe\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the probe did not run: {}", &dom[..dom.len().min(400)]));
+    let json = json
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    if let Some(dir) = std::env::var_os("LLMLOAD_SCREENSHOTS") {
+        let shot = PathBuf::from(dir).join(format!("{name}.png"));
+        let taken = browser(
+            chromium,
+            scratch,
+            &[
+                format!("--screenshot={}", shot.display()),
+                format!("file://{}", page.display()),
+            ],
+        );
+        assert!(taken.status.success());
+    }
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// Every chart in `ids` is drawn with a size and marks, and no labels overlap.
+pub fn assert_readable(measured: &serde_json::Value, ids: &[&str]) {
+    let charts = measured["charts"].as_array().unwrap();
+    for id in ids {
+        let chart = charts
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap_or_else(|| panic!("no chart {id} in {charts:?}"));
+        assert!(
+            chart["width"].as_f64().unwrap() > 300.0 && chart["height"].as_f64().unwrap() > 100.0,
+            "{chart}"
+        );
+        assert!(chart["marks"].as_u64().unwrap() > 5, "{chart}");
+    }
+    let overlaps = measured["overlaps"].as_array().unwrap();
+    assert!(overlaps.is_empty(), "labels overlap: {overlaps:#?}");
+}
