@@ -12,7 +12,6 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -102,56 +101,7 @@ fn grow(dir: &Path, lines: &[serde_json::Value], shard: u64, count: u64, request
     let mut out = zstd::stream::write::Encoder::new(std::io::BufWriter::new(file), 3)
         .expect("an encoder")
         .auto_finish();
-    let mut template = lines
-        .iter()
-        .find(|l| l["event"] == "request")
-        .expect("a request")
-        .clone();
-    for line in lines
-        .iter()
-        .filter(|l| l["event"] == "run" || l["event"] == "phase_start")
-    {
-        writeln!(out, "{line}").expect("a write");
-    }
-    // The request's line with markers where its numbers go, cut once: each line is then the
-    // pieces and three numbers (serializing a JSON value per line took 70 µs a line).
-    template["seq"] = 999_999_991u64.into();
-    template["intended_send_us"] = 999_999_992u64.into();
-    template["actual_send_us"] = 999_999_993u64.into();
-    let text = template.to_string();
-    // The markers in the order the line holds them (its fields are in the order serde_json
-    // keeps them), and the text between them.
-    let mut at: Vec<(usize, usize)> = ["999999991", "999999992", "999999993"]
-        .iter()
-        .enumerate()
-        .map(|(which, marker)| (text.find(marker).expect("a marker"), which))
-        .collect();
-    at.sort_unstable();
-    let mut pieces = Vec::new();
-    let mut from = 0;
-    for (position, _) in &at {
-        pieces.push(&text[from..*position]);
-        from = position + "999999991".len();
-    }
-    let tail = &text[from..];
-    for i in 0..requests {
-        let numbers = [shard - 1 + i * count, i * 100, i * 100 + 20];
-        for (piece, (_, which)) in pieces.iter().zip(&at) {
-            write!(out, "{piece}{}", numbers[*which]).expect("a write");
-        }
-        writeln!(out, "{tail}").expect("a write");
-    }
-    for line in lines
-        .iter()
-        .filter(|l| l["event"] == "phase_end" || l["event"] == "run_end")
-    {
-        let mut line = line.clone();
-        line["at_us"] = (requests * 100 + 1_000_000).into();
-        if line["event"] == "phase_end" {
-            line["sent"] = requests.into();
-        }
-        writeln!(out, "{line}").expect("a write");
-    }
+    common::write_grown_shard(&mut out, lines, shard, count, requests, 100);
     drop(out);
     std::fs::metadata(&path).map_or(0, |m| m.len())
 }

@@ -504,46 +504,11 @@ fn the_kubernetes_manifests_hold_together() {
     assert!(dockerfile.contains("alpine") && dockerfile.contains("ENTRYPOINT [\"llmload\"]"));
 }
 
-/// A shard directory's records grown to `requests` requests: its header and phases as they are,
-/// its first request copied with distinct sequence numbers (this shard's of `count`) and send
-/// times a millisecond apart, as a long run would have left them.
+/// A shard directory's records grown to `requests` requests, a millisecond apart.
 fn inflate(dir: &Path, shard: u64, count: u64, requests: u64) {
     let lines = lines(dir);
-    let mut text = String::new();
-    let template = lines
-        .iter()
-        .find(|l| l["event"] == "request")
-        .expect("a request")
-        .clone();
-    for line in lines
-        .iter()
-        .filter(|l| l["event"] == "run" || l["event"] == "phase_start")
-    {
-        text.push_str(&line.to_string());
-        text.push('\n');
-    }
-    for i in 0..requests {
-        let mut record = template.clone();
-        record["seq"] = (shard - 1 + i * count).into();
-        record["intended_send_us"] = (i * 1000).into();
-        record["actual_send_us"] = (i * 1000 + 50).into();
-        text.push_str(&record.to_string());
-        text.push('\n');
-    }
-    for line in lines
-        .iter()
-        .filter(|l| l["event"] == "phase_end" || l["event"] == "run_end")
-    {
-        let mut line = line.clone();
-        if line["event"] == "phase_end" {
-            line["sent"] = requests.into();
-            line["at_us"] = (requests * 1000).into();
-        } else {
-            line["at_us"] = (requests * 1000 + 1_000_000).into();
-        }
-        text.push_str(&line.to_string());
-        text.push('\n');
-    }
+    let mut text = Vec::new();
+    common::write_grown_shard(&mut text, &lines, shard, count, requests, 1000);
     std::fs::write(dir.join("records.jsonl"), text).unwrap();
 }
 
