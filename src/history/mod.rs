@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::report::benchmarks::Direction;
+use crate::report::benchmarks::{Direction, Open};
 
 pub use noise::{Band, Change, WINDOW};
 
@@ -51,6 +51,9 @@ pub struct Measured {
     pub value: f64,
     /// Its 95% interval, where known.
     pub bounds: Option<(f64, f64)>,
+    /// The ends of `bounds` its sample cannot reach.
+    #[serde(default, skip_serializing_if = "Open::is_neither")]
+    pub open: Open,
     /// Which way is better.
     pub direction: Direction,
 }
@@ -153,6 +156,9 @@ pub struct StandOut {
     pub value: f64,
     /// The run's 95% interval, where known.
     pub bounds: Option<(f64, f64)>,
+    /// The ends of `bounds` its sample cannot reach.
+    #[serde(default, skip_serializing_if = "Open::is_neither")]
+    pub open: Open,
     /// The band of the runs before it.
     pub band: Band,
     /// Worse or better.

@@ -1,19 +1,24 @@
 //! What "beyond run-to-run noise" means in a history, for one measure of one run.
 //!
 //! The run is set against the band of the [`WINDOW`] trusted runs before it (at least
-//! [`MIN_REFERENCE`]): their median, ± the noise, which is the larger of three robust standard
-//! deviations of their values (1.4826 × the median absolute deviation: a run that stood out
-//! before moves it little) and [`FLOOR`] of the median (so that a history of near-identical
-//! runs does not call a 1% move a change). The run stands out when its whole 95% interval (its
-//! own sampling error: order statistics for a percentile, the bracket for a capacity) lies
-//! beyond the band — `compare`'s reading of a regression (the whole interval of the change past
+//! [`MIN_REFERENCE`]): their median, ± the noise, which is the larger of a prediction interval's
+//! half-width and [`FLOOR`] of the median (so that a history of near-identical runs does not
+//! call a 1% move a change). The prediction interval is the one a next run of the same code
+//! falls in 99.73% of the time (what "3 σ" means for a known σ): Student's t at n − 1 degrees
+//! of freedom × √(1 + 1/n) × a robust standard deviation (1.4826 × the median absolute
+//! deviation: a run that stood out before moves it little). Three sigmas alone trusted three
+//! runs as if they were thirty: the MAD of three values is the gap between the two closest, and
+//! CI flagged a normal run as "better" against runs of 207, 206 and 191 ms (a band of 202–211);
+//! t at 2 degrees of freedom widens that band 7× and at 9 (a full window) 1.4×. The run stands
+//! out when its whole 95% interval (its own sampling error: order statistics for a percentile,
+//! open on a side the sample cannot bound; the bracket for a capacity) lies beyond the band — `compare`'s reading of a regression (the whole interval of the change past
 //! the tolerance) with the tolerance measured from the history instead of written in the plan.
 //! Which side is worse is the measure's direction.
 
 use serde::Serialize;
 
 use super::{MeasureHistory, RunPoint, StandOut};
-use crate::report::benchmarks::Direction;
+use crate::report::benchmarks::{Direction, Open};
 
 /// How many runs before a run set its band.
 pub const WINDOW: usize = 10;
@@ -21,8 +26,20 @@ pub const WINDOW: usize = 10;
 pub const MIN_REFERENCE: usize = 3;
 /// The least noise, as a share of the median.
 pub const FLOOR: f64 = 0.02;
-/// Robust standard deviations the noise spans.
-const SIGMAS: f64 = 3.0;
+/// Student's t quantile at 0.99865 (a two-sided 99.73% interval, "3 σ"), × √(1 + 1/n) for the
+/// new run's own draw, by the n runs of the band (n − 1 degrees of freedom), for 3 ≤ n ≤ 10.
+/// A table rather than a t-distribution crate: eight numbers, checked by the test below against
+/// a numerical integral of the t density.
+const PREDICTION_SIGMAS: [(usize, f64); 8] = [
+    (3, 22.178),
+    (4, 10.307),
+    (5, 7.2521),
+    (6, 5.9483),
+    (7, 5.2427),
+    (8, 4.8048),
+    (9, 4.5080),
+    (10, 4.2941),
+];
 /// The median absolute deviation of a normal sample, in standard deviations.
 const MAD_TO_SIGMA: f64 = 1.4826;
 
@@ -58,13 +75,23 @@ pub fn band(values: &[f64]) -> Option<Band> {
     }
     let middle = median(values.to_vec());
     let mad = median(values.iter().map(|v| (v - middle).abs()).collect());
-    let noise = (SIGMAS * MAD_TO_SIGMA * mad).max(FLOOR * middle.abs());
+    let noise = (prediction_sigmas(values.len()) * MAD_TO_SIGMA * mad).max(FLOOR * middle.abs());
     Some(Band {
         median: middle,
         low: middle - noise,
         high: middle + noise,
         runs: values.len(),
     })
+}
+
+/// How many robust standard deviations a band of `runs` runs spans (more runs than the table:
+/// its last, a slight overstatement).
+fn prediction_sigmas(runs: usize) -> f64 {
+    PREDICTION_SIGMAS
+        .iter()
+        .rev()
+        .find(|(n, _)| *n <= runs)
+        .map_or(PREDICTION_SIGMAS[0].1, |(_, sigmas)| *sigmas)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -77,9 +104,18 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// How a value with its interval (`bounds`, or the value alone) stands against `band`.
-pub fn judge(value: f64, bounds: Option<(f64, f64)>, band: &Band, direction: Direction) -> Change {
+/// How a value with its interval (`bounds`, or the value alone; an `open` end reaches
+/// without limit) stands against `band`.
+pub fn judge(
+    value: f64,
+    bounds: Option<(f64, f64)>,
+    open: Open,
+    band: &Band,
+    direction: Direction,
+) -> Change {
     let (low, high) = bounds.unwrap_or((value, value));
+    let low = if open.below() { f64::NEG_INFINITY } else { low };
+    let high = if open.above() { f64::INFINITY } else { high };
     let side = if low > band.high {
         Some(Direction::Higher)
     } else if high < band.low {
@@ -119,7 +155,7 @@ pub fn measure_histories(runs: &[RunPoint]) -> Vec<MeasureHistory> {
                 let measured = run.measure(&slug);
                 let change = match (run_band, measured) {
                     (Some(b), Some(m)) if run.trusted => {
-                        Some(judge(m.value, m.bounds, &b, direction))
+                        Some(judge(m.value, m.bounds, m.open, &b, direction))
                     }
                     _ => None,
                 };
@@ -166,6 +202,7 @@ pub fn stand_outs(runs: &[RunPoint], measures: &[MeasureHistory]) -> Vec<StandOu
                 unit: history.unit.clone(),
                 value: m.value,
                 bounds: m.bounds,
+                open: m.open,
                 band,
                 change,
                 percent: (band.median != 0.0)
@@ -181,18 +218,88 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_band_is_the_median_and_three_robust_sigmas_or_the_floor() {
+    fn the_band_is_the_median_and_a_prediction_interval_or_the_floor() {
         assert!(band(&[1.0, 2.0]).is_none());
         let b = band(&[10.0, 11.0, 9.0, 10.0, 30.0]).unwrap();
         // The outlier moves neither the median nor the MAD much: MAD of |0,1,1,0,20| is 1.
         assert_eq!(b.median, 10.0);
-        assert!((b.high - (10.0 + 3.0 * 1.4826)).abs() < 1e-9, "{b:?}");
+        assert!((b.high - (10.0 + 7.2521 * 1.4826)).abs() < 1e-9, "{b:?}");
+        // What CI met: 207, 206 and 191 ms before a run of 192 (95% interval 190–192). The MAD
+        // is 1; three sigmas made a band of 201.6–210.4 and called the run better.
+        let three = band(&[207.0, 206.0, 191.0]).unwrap();
+        assert!(three.low < 175.0, "{three:?}");
+        assert_eq!(
+            judge(
+                192.0,
+                Some((190.0, 192.0)),
+                Open::Neither,
+                &three,
+                Direction::Lower
+            ),
+            Change::Within
+        );
+        // A full window narrows it towards 3 σ, and never below.
+        let window: Vec<f64> = (0..10).map(|i| 100.0 + f64::from(i % 3)).collect();
+        let full = band(&window).unwrap();
+        let sigma = 1.4826 * 1.0;
+        assert!(
+            (full.high - full.median - 4.2941 * sigma).abs() < 1e-9,
+            "{full:?}"
+        );
+        assert_eq!(prediction_sigmas(40), 4.2941);
         // Identical runs: the floor, 2% of the median.
         let flat = band(&[100.0; 5]).unwrap();
         assert_eq!((flat.low, flat.high), (98.0, 102.0));
         // A median of zero (no errors): no floor, any error stands out.
         let zero = band(&[0.0; 4]).unwrap();
         assert_eq!((zero.low, zero.high), (0.0, 0.0));
+    }
+
+    /// The table's numbers: the t density's upper tail beyond each, integrated numerically
+    /// (Simpson's rule after x = t/u, which maps the infinite tail onto 0..1), is 0.135%.
+    #[test]
+    fn the_prediction_table_is_students_t() {
+        fn ln_gamma(x: f64) -> f64 {
+            // Degrees of freedom are whole, so Γ of a whole or half-whole number suffices.
+            let mut value = if (x.fract() - 0.5).abs() < 1e-9 {
+                std::f64::consts::PI.sqrt().ln()
+            } else {
+                0.0
+            };
+            let mut k = if value == 0.0 { 1.0 } else { 0.5 };
+            while k < x - 1e-9 {
+                value += k.ln();
+                k += 1.0;
+            }
+            value
+        }
+        for (runs, sigmas) in PREDICTION_SIGMAS {
+            let n = runs as f64;
+            let dof = n - 1.0;
+            let t = sigmas / (1.0 + 1.0 / n).sqrt();
+            let scale = (ln_gamma((dof + 1.0) / 2.0) - ln_gamma(dof / 2.0)).exp()
+                / (dof * std::f64::consts::PI).sqrt();
+            let density = |x: f64| scale * (1.0 + x * x / dof).powf(-(dof + 1.0) / 2.0);
+            let steps = 20_000;
+            let h = 1.0 / f64::from(steps);
+            let mut tail = 0.0;
+            for i in 1..=steps {
+                let u = f64::from(i) * h;
+                let weight = if i == steps {
+                    1.0
+                } else if i % 2 == 1 {
+                    4.0
+                } else {
+                    2.0
+                };
+                tail += weight * density(t / u) * t / (u * u);
+            }
+            tail *= h / 3.0;
+            assert!(
+                (tail - 0.00135).abs() < 0.00001,
+                "{runs} runs: tail beyond {t} is {tail}"
+            );
+        }
     }
 
     #[test]
@@ -205,12 +312,31 @@ mod tests {
         };
         use Change::*;
         use Direction::*;
-        assert_eq!(judge(25.0, None, &b, Lower), Worse);
-        assert_eq!(judge(25.0, Some((21.0, 28.0)), &b, Lower), Within);
-        assert_eq!(judge(25.0, Some((22.5, 28.0)), &b, Lower), Worse);
-        assert_eq!(judge(25.0, Some((22.5, 28.0)), &b, Higher), Better);
-        assert_eq!(judge(15.0, Some((14.0, 17.0)), &b, Lower), Better);
-        assert_eq!(judge(15.0, Some((14.0, 17.0)), &b, Higher), Worse);
-        assert_eq!(judge(20.0, None, &b, Higher), Within);
+        let shut = Open::Neither;
+        assert_eq!(judge(25.0, None, shut, &b, Lower), Worse);
+        assert_eq!(judge(25.0, Some((21.0, 28.0)), shut, &b, Lower), Within);
+        assert_eq!(judge(25.0, Some((22.5, 28.0)), shut, &b, Lower), Worse);
+        assert_eq!(judge(25.0, Some((22.5, 28.0)), shut, &b, Higher), Better);
+        assert_eq!(judge(15.0, Some((14.0, 17.0)), shut, &b, Lower), Better);
+        assert_eq!(judge(15.0, Some((14.0, 17.0)), shut, &b, Higher), Worse);
+        assert_eq!(judge(20.0, None, shut, &b, Higher), Within);
+        // An end the sample cannot bound says nothing on its side: p99 of few requests, its
+        // upper end open, is never better, but can still be worse.
+        assert_eq!(
+            judge(15.0, Some((14.0, 17.0)), Open::Above, &b, Lower),
+            Within
+        );
+        assert_eq!(
+            judge(25.0, Some((22.5, 28.0)), Open::Above, &b, Lower),
+            Worse
+        );
+        assert_eq!(
+            judge(15.0, Some((14.0, 17.0)), Open::Below, &b, Lower),
+            Better
+        );
+        assert_eq!(
+            judge(25.0, Some((22.5, 28.0)), Open::Both, &b, Lower),
+            Within
+        );
     }
 }

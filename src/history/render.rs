@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{Change, History, PlanHistory};
 use crate::error::{Error, Result};
 use crate::escape::one_line;
+use crate::report::benchmarks::Open;
 use crate::report::svg::{number, Axis, Line, Marker, Plot, Scale, Unit};
 use crate::report::template;
 
@@ -117,6 +118,13 @@ pub fn terminal(history: &History) -> String {
 
 fn band_text(low: f64, high: f64) -> String {
     format!("{}–{}", number(low), number(high))
+}
+
+/// A run's own interval; an open end reads "below 3" or "above 9".
+fn interval_text(low: f64, high: f64, open: Open) -> String {
+    let below = if open.below() { "below " } else { "" };
+    let above = if open.above() { "above " } else { "" };
+    format!("{below}{}–{above}{}", number(low), number(high))
 }
 
 fn change_name(change: Option<Change>) -> &'static str {
@@ -264,7 +272,7 @@ impl PlanView {
                 measure: s.measure.clone(),
                 unit: s.unit.clone(),
                 value: number(s.value),
-                interval: s.bounds.map(|(low, high)| band_text(low, high)),
+                interval: s.bounds.map(|(low, high)| interval_text(low, high, s.open)),
                 band: band_text(s.band.low, s.band.high),
                 median: number(s.band.median),
                 percent: s.percent.map(|p| format!("{p:+.1}%")),
@@ -448,6 +456,7 @@ mod tests {
                 name: "capacity".into(),
                 unit: "load".into(),
                 value: capacity,
+                open: Open::Neither,
                 bounds: Some((capacity, capacity * 1.1)),
                 direction: Direction::Higher,
             }],

@@ -42,8 +42,55 @@ pub struct Measure {
     pub value: f64,
     /// The 95% confidence interval, when known.
     pub bounds: Option<(f64, f64)>,
+    /// The ends of `bounds` the sample cannot reach (there `bounds` holds the sample's extreme).
+    #[serde(default, skip_serializing_if = "Open::is_neither")]
+    pub open: Open,
     /// Which way is better.
     pub direction: Direction,
+}
+
+/// The ends of a percentile's 95% interval its sample cannot bound: the interval of p99 over 40
+/// requests needs the 42nd value, so its upper end is beyond the slowest request seen and the
+/// sample's extreme stands there only as the least it could be. A history never calls a run
+/// better (or worse) on a side whose end is open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Open {
+    /// Both ends are order statistics of the sample.
+    #[default]
+    Neither,
+    /// The lower end lies below the smallest value seen.
+    Below,
+    /// The upper end lies above the largest value seen.
+    Above,
+    /// Both.
+    Both,
+}
+
+impl Open {
+    fn of(below: bool, above: bool) -> Open {
+        match (below, above) {
+            (false, false) => Open::Neither,
+            (true, false) => Open::Below,
+            (false, true) => Open::Above,
+            (true, true) => Open::Both,
+        }
+    }
+
+    /// Whether both ends are known (serde's skip test).
+    pub fn is_neither(&self) -> bool {
+        *self == Open::Neither
+    }
+
+    /// Whether the lower end is open.
+    pub fn below(self) -> bool {
+        matches!(self, Open::Below | Open::Both)
+    }
+
+    /// Whether the upper end is open.
+    pub fn above(self) -> bool {
+        matches!(self, Open::Above | Open::Both)
+    }
 }
 
 /// A value and its 95% confidence interval, when known.
@@ -161,17 +208,28 @@ fn wilson(p: f64, n: u64) -> Option<(f64, f64)> {
     Some(((centre - half).max(0.0), (centre + half).min(1.0)))
 }
 
-/// The value of a percentile and its 95% confidence interval from order statistics.
-fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> Read {
+/// The value of a percentile and its 95% confidence interval from order statistics, with the
+/// ends whose rank falls outside the sample (there the sample's extreme, and [`Open`]).
+fn percentile_with_bounds(
+    phase: &PhaseMetrics,
+    metric: Metric,
+    q: f64,
+) -> Option<(f64, Option<(f64, f64)>, Open)> {
     let distribution = phase.distributions.get(metric)?;
     let value = distribution.stat(Stat::Percentile(q))?;
     let n = distribution.count() as f64;
     let p = q / 100.0;
     let half = 1.96 * (n * p * (1.0 - p)).sqrt();
+    let low_rank = (n * p - half).floor();
+    let high_rank = (n * p + half).ceil() + 1.0;
     let rank = |r: f64| r.clamp(1.0, n) / n * 100.0;
-    let low = distribution.stat(Stat::Percentile(rank((n * p - half).floor())))?;
-    let high = distribution.stat(Stat::Percentile(rank((n * p + half).ceil() + 1.0)))?;
-    Some((value, Some((low.min(value), high.max(value)))))
+    let low = distribution.stat(Stat::Percentile(rank(low_rank)))?;
+    let high = distribution.stat(Stat::Percentile(rank(high_rank)))?;
+    Some((
+        value,
+        Some((low.min(value), high.max(value))),
+        Open::of(low_rank < 1.0, high_rank > n),
+    ))
 }
 
 /// Every measure the run has a value for, of those its plan chose (all when it chose none).
@@ -190,11 +248,14 @@ pub fn all_measures(summary: &Summary) -> Vec<Measure> {
     MEASURES
         .iter()
         .filter_map(|def| {
-            let (value, bounds) = match def.source {
+            let (value, bounds, open) = match def.source {
                 Source::Percentile(metric, q) => {
                     percentile_with_bounds(recorded(summary)?, metric, q)?
                 }
-                Source::Summary(read) => read(summary)?,
+                Source::Summary(read) => {
+                    let (value, bounds) = read(summary)?;
+                    (value, bounds, Open::Neither)
+                }
             };
             value.is_finite().then(|| Measure {
                 name: def.name.to_string(),
@@ -202,6 +263,7 @@ pub fn all_measures(summary: &Summary) -> Vec<Measure> {
                 unit: def.unit,
                 value,
                 bounds,
+                open,
                 direction: def.direction,
             })
         })
@@ -218,15 +280,21 @@ fn benchmark(summary: &Summary) -> String {
     }
 }
 
-/// Bencher Metric Format: `{benchmark: {measure slug: {value, lower_value, upper_value}}}`.
+/// Bencher Metric Format: `{benchmark: {measure slug: {value, lower_value, upper_value}}}`; an
+/// open end of the interval is left out (both are optional in BMF) rather than understated.
 pub fn bmf(summary: &Summary) -> String {
     let mut by_slug = Map::new();
     for m in measures(summary) {
         let (low, high) = m.bounds.unwrap_or((m.value, m.value));
-        by_slug.insert(
-            m.slug,
-            json!({ "value": m.value, "lower_value": low, "upper_value": high }),
-        );
+        let mut entry = Map::new();
+        entry.insert("value".into(), json!(m.value));
+        if !m.open.below() {
+            entry.insert("lower_value".into(), json!(low));
+        }
+        if !m.open.above() {
+            entry.insert("upper_value".into(), json!(high));
+        }
+        by_slug.insert(m.slug, Value::Object(entry));
     }
     let mut root = Map::new();
     root.insert(benchmark(summary), Value::Object(by_slug));
@@ -249,7 +317,9 @@ pub fn github_action_benchmark(summary: &Summary, direction: Direction) -> Strin
                 "extra": format!("{}\n{verdict}", summary.context.header.started_at),
             });
             if let Some((low, high)) = m.bounds {
-                entry["range"] = json!(format!("{low:.3}–{high:.3}"));
+                let below = if m.open.below() { "below " } else { "" };
+                let above = if m.open.above() { "above " } else { "" };
+                entry["range"] = json!(format!("{below}{low:.3}–{above}{high:.3}"));
             }
             entry
         })
@@ -288,25 +358,38 @@ mod tests {
 
     #[test]
     fn a_percentiles_interval_holds_it_and_narrows_with_samples() {
-        let interval = |n: usize| {
-            let mut phase = PhaseMetrics::default();
-            let mut d = crate::metrics::Distribution::milliseconds();
-            for k in 0..n {
-                d.record(1.0 + (k % 100) as f64);
-            }
-            *phase.distributions.get_mut(Metric::Ttft).unwrap() = d;
-            percentile_with_bounds(&phase, Metric::Ttft, 50.0).unwrap()
-        };
-        let (value, Some((low, high))) = interval(200) else {
+        let (value, Some((low, high)), open) = sampled(200, 50.0) else {
             panic!("no interval");
         };
         assert!(low <= value && value <= high, "{low} {value} {high}");
-        let (_, Some((low_n, high_n))) = interval(20_000) else {
+        assert_eq!(open, Open::Neither);
+        let (_, Some((low_n, high_n)), _) = sampled(20_000, 50.0) else {
             panic!("no interval");
         };
         assert!(
             high_n - low_n < high - low,
             "{low_n}–{high_n} vs {low}–{high}"
         );
+    }
+
+    fn sampled(n: usize, q: f64) -> (f64, Option<(f64, f64)>, Open) {
+        let mut phase = PhaseMetrics::default();
+        let mut d = crate::metrics::Distribution::milliseconds();
+        for k in 0..n {
+            d.record(1.0 + (k % 100) as f64);
+        }
+        *phase.distributions.get_mut(Metric::Ttft).unwrap() = d;
+        percentile_with_bounds(&phase, Metric::Ttft, q).unwrap()
+    }
+
+    /// p99 of 40 requests: the interval needs the 42nd value, so its upper end is open (what CI
+    /// met: a history called such a run better because its "interval" stopped at its slowest
+    /// request). From about 580 requests on, p99's interval is inside the sample.
+    #[test]
+    fn a_percentile_the_sample_cannot_bound_is_open_there() {
+        assert_eq!(sampled(40, 99.0).2, Open::Above);
+        assert_eq!(sampled(40, 50.0).2, Open::Neither);
+        assert_eq!(sampled(1, 50.0).2, Open::Both);
+        assert_eq!(sampled(600, 99.0).2, Open::Neither);
     }
 }
