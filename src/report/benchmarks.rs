@@ -96,6 +96,9 @@ impl Open {
 /// A value and its 95% confidence interval, when known.
 type Read = Option<(f64, Option<(f64, f64)>)>;
 
+/// A [`Read`] with the ends of its interval the sample cannot reach.
+type OpenRead = Option<(f64, Option<(f64, f64)>, Open)>;
+
 /// Where a measure's value comes from.
 enum Source {
     /// A percentile of all recorded phases' distribution, with its order-statistic interval.
@@ -210,11 +213,7 @@ fn wilson(p: f64, n: u64) -> Option<(f64, f64)> {
 
 /// The value of a percentile and its 95% confidence interval from order statistics, with the
 /// ends whose rank falls outside the sample (there the sample's extreme, and [`Open`]).
-fn percentile_with_bounds(
-    phase: &PhaseMetrics,
-    metric: Metric,
-    q: f64,
-) -> Option<(f64, Option<(f64, f64)>, Open)> {
+fn percentile_with_bounds(phase: &PhaseMetrics, metric: Metric, q: f64) -> OpenRead {
     let distribution = phase.distributions.get(metric)?;
     let value = distribution.stat(Stat::Percentile(q))?;
     let n = distribution.count() as f64;
