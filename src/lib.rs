@@ -28,6 +28,7 @@ pub mod reservoir;
 pub mod secrets;
 pub mod seed;
 pub mod selfcheck;
+pub mod server;
 pub mod session;
 pub mod sim;
 pub mod telemetry;

@@ -11,6 +11,24 @@ use std::borrow::Cow;
 /// What replaces a secret.
 pub const REDACTED: &str = "[redacted]";
 
+/// Whether a name (a query parameter, a command-line flag, an environment variable) says its
+/// value is a credential: `api_key`, `--hf-token`, `HF_TOKEN`, `DB_PASSWORD`.
+pub fn looks_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "key",
+        "token",
+        "secret",
+        "sig",
+        "password",
+        "passwd",
+        "auth",
+        "credential",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
 /// Shorter fragments than this are left alone: they match ordinary text too often.
 const FRAGMENT: usize = 12;
 

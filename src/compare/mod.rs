@@ -169,7 +169,47 @@ pub fn comparable(
         notes
             .push("a file the plan includes changed between the runs (its SHA-256 differs)".into());
     }
+    notes.extend(server_notes(
+        baseline.server.as_deref(),
+        current.server.as_deref(),
+    ));
     Ok(notes)
+}
+
+/// How the servers the runs started differ: another build (its version) or other settings
+/// (its command line, the port left out) is what a baseline from another engine build shows.
+fn server_notes(
+    baseline: Option<&crate::records::LaunchedServer>,
+    current: Option<&crate::records::LaunchedServer>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    match (baseline, current) {
+        (Some(b), Some(c)) => {
+            if b.version != c.version {
+                let said = |v: &Option<String>| v.clone().unwrap_or_else(|| "nothing".into());
+                notes.push(format!(
+                    "the runs' servers are different builds: the baseline's said {}, this run's {}",
+                    said(&b.version),
+                    said(&c.version)
+                ));
+            }
+            if b.command != c.command {
+                notes.push(format!(
+                    "the runs' servers were started with different command lines: the baseline's \
+                     `{}`, this run's `{}`",
+                    b.command, c.command
+                ));
+            }
+        }
+        (Some(_), None) => notes.push(
+            "the baseline started its server itself (the plan's `server`); this run did not".into(),
+        ),
+        (None, Some(_)) => notes.push(
+            "this run started its server itself (the plan's `server`); the baseline did not".into(),
+        ),
+        (None, None) => {}
+    }
+    notes
 }
 
 /// What one completed (ok or failed, not cancelled) request contributes to the compared metric.

@@ -251,3 +251,36 @@ fn a_sampled_run_compares_like_the_whole_run() {
     let c = compare(&base, &sampled, &tolerances, None, None, vec![], 7);
     assert_eq!(verdict(&c, "output-throughput -5%"), Change::Regression);
 }
+
+#[test]
+fn a_baseline_from_another_server_build_or_command_line_is_named() {
+    let server = |command: &str, version: Option<&str>| {
+        Some(Box::new(crate::records::LaunchedServer {
+            program: "llama-server".into(),
+            command: command.into(),
+            version: version.map(str::to_string),
+        }))
+    };
+    let with = |s| RunHeader {
+        server: s,
+        ..header(1, "p")
+    };
+    let same = comparable(
+        &with(server("llama-server --port {port}", Some("b100"))),
+        &with(server("llama-server --port {port}", Some("b100"))),
+        false,
+    )
+    .unwrap();
+    assert!(same.is_empty(), "{same:?}");
+    let notes = comparable(
+        &with(server("llama-server --port {port} -np 2", Some("b100"))),
+        &with(server("llama-server --port {port} -np 4", Some("b101"))),
+        false,
+    )
+    .unwrap();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("different builds") && notes[0].contains("b101"));
+    assert!(notes[1].contains("-np 4"));
+    let one_sided = comparable(&with(server("x", None)), &header(1, "p"), false).unwrap();
+    assert!(one_sided[0].contains("the baseline started its server itself"));
+}

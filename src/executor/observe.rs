@@ -109,6 +109,11 @@ impl Stop {
         self.cancel_in_flight();
     }
 
+    /// Whether the run was asked to stop sending (by any means).
+    pub fn is_stopping(&self) -> bool {
+        *self.sending.borrow()
+    }
+
     /// Whether [`Stop::finish_now`] was asked.
     pub fn hurried(&self) -> bool {
         self.hurry.load(std::sync::atomic::Ordering::Relaxed)

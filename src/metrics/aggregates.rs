@@ -53,6 +53,9 @@ pub struct Aggregates {
     /// The server's telemetry over the run, when it was scraped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<server::ServerTelemetry>,
+    /// The server llmload started for the run (`server.json`), if it did.
+    #[serde(skip)]
+    pub launched_server: Option<crate::server::ServerRun>,
     /// The run over time.
     pub timeseries: timeseries::TimeSeries,
     /// The recorded requests by input length (the plan's buckets).

@@ -376,6 +376,7 @@ impl<'s> Aggregator<'s> {
             client_peak_rss_bytes: log.end.as_ref().and_then(|e| e.client_peak_rss_bytes),
             search_end: log.search_end.clone(),
             server: None,
+            launched_server: None,
             timeseries: self.series.finish(),
             by_input: by_input
                 .into_iter()

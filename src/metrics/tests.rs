@@ -30,6 +30,7 @@ fn header(exact: bool) -> RunHeader {
         merged: Vec::new(),
         labels: Default::default(),
         exports: Vec::new(),
+        server: None,
     }
 }
 

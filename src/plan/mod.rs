@@ -17,6 +17,7 @@ mod parse;
 mod phase;
 pub mod profiles;
 mod report;
+mod server;
 mod sim;
 mod sla;
 mod steps;
@@ -31,6 +32,7 @@ pub use crate::metrics::table::{Metric, MetricKind};
 pub use load::{Arrivals, Load, LoadUnit, RateShape};
 pub use phase::*;
 pub use report::*;
+pub use server::*;
 pub use sim::*;
 pub use sla::*;
 pub use steps::*;
@@ -75,6 +77,8 @@ pub struct Plan {
     pub objective: Objective,
     /// Settings of the embedded simulator, used when the target is `"sim"`.
     pub sim: SimSettings,
+    /// The server llmload starts before the run and stops after it, if the plan has one.
+    pub server: Option<ServerSettings>,
     /// How the reports are made.
     pub report: ReportSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.

@@ -137,6 +137,22 @@ pub struct RunHeader {
     /// The measures the plan's `report { export … }` chose for `--export` (empty: all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exports: Vec<String>,
+    /// The server llmload started for the run (the plan's `server` block), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<Box<LaunchedServer>>,
+}
+
+/// The server a run started itself: what `compare` holds two runs' servers apart by.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchedServer {
+    /// Its program's name (`llama-server`).
+    pub program: String,
+    /// Its command line as the plan writes it (`{port}` left as is: two runs compare by it),
+    /// secrets masked.
+    pub command: String,
+    /// What it says it is (its build, its model), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A run that is one shard of several (`--shard K/N`).

@@ -78,6 +78,9 @@ pub struct Summary {
     pub error_samples: Vec<crate::metrics::ErrorSample>,
     /// The server's telemetry over the run, when it was scraped.
     pub server: Option<crate::metrics::server::ServerTelemetry>,
+    /// The server llmload started for the run (the plan's `server` block): its command line,
+    /// time to ready, how it ended, its CPU and memory (not the client's), its log's last lines.
+    pub launched_server: Option<crate::server::ServerRun>,
     /// A short series for a chart in Markdown (Mermaid): TTFT p99 over time.
     pub over_time: Option<OverTime>,
     /// Warnings and notes.
@@ -250,6 +253,7 @@ impl<'a> ReportContext<'a> {
             by_turn_kind: aggregates.by_turn_kind,
             error_samples: aggregates.error_samples,
             server: aggregates.server,
+            launched_server: aggregates.launched_server,
             passed: verdict.status == VerdictStatus::Pass,
             verdict,
             interrupted: aggregates.interrupted,

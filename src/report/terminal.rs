@@ -61,6 +61,9 @@ pub fn terminal_summary(summary: &Summary) -> String {
         }
         out.push('\n');
     }
+    if let Some(server) = &summary.launched_server {
+        out.push_str(&launched_server_line(server));
+    }
     out.push('\n');
     if !summary.verdicts.is_empty() {
         let width = summary
@@ -158,4 +161,39 @@ fn truncate(text: &str, width: usize) -> String {
         let cut: String = text.chars().take(width - 1).collect();
         format!("{cut}…")
     }
+}
+
+/// The server llmload started: how long it took, what it cost this machine (apart from the
+/// client), how it ended.
+fn launched_server_line(server: &crate::server::ServerRun) -> String {
+    let mut parts = Vec::new();
+    if let Some(ready) = server.ready_seconds {
+        parts.push(format!("ready in {ready:.1} s"));
+    }
+    if let Some(cpu) = server.cpu_seconds {
+        let memory = server
+            .peak_rss_bytes
+            .map(|b| format!(", peak memory {:.0} MB", b as f64 / (1024.0 * 1024.0)))
+            .unwrap_or_default();
+        parts.push(format!(
+            "{cpu:.1} CPU-s on this machine (not the client's){memory}"
+        ));
+    }
+    if let Some(died) = &server.died {
+        parts.push(format!("EXITED DURING THE RUN: {died}"));
+    } else if let Some(exit) = &server.exit {
+        parts.push(exit.clone());
+    }
+    let mut line = format!(
+        "server: {} started by llmload; {}\n",
+        crate::escape::one_line(&server.program),
+        parts.join("; ")
+    );
+    if server.died.is_some() {
+        let from = server.log_tail.len().saturating_sub(8);
+        for tail in &server.log_tail[from..] {
+            line.push_str(&format!("  | {}\n", crate::escape::one_line(tail)));
+        }
+    }
+    line
 }

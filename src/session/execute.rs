@@ -26,9 +26,17 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     keep_sources(plan, out)?;
     let runtime = runtime(options.threads)?;
     let records_path = out.join(records_compression(plan, &schedule).file_name());
+    // What the plan's server is given (an API key, a token) is kept out of everything too.
+    for secret in plan.server.iter().flat_map(|s| &s.secrets) {
+        secrets.add(secret);
+    }
     let sim_writes = runtime.block_on(async {
-        // A "sim" target starts the simulator in-process, on a loopback port of its own.
+        // The plan's own server first: the target is where it listens.
+        let mut launched = server::launch(plan, options, &secrets).await?;
         let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
+        let (endpoint, metrics_source) = server::filled_target(plan, endpoint, launched.as_ref());
+        let endpoint = &endpoint;
+        // A "sim" target starts the simulator in-process, on a loopback port of its own.
         let (target, simulator) = match endpoint {
             Endpoint::Url(url) => (TargetUrl::parse(url)?, None),
             Endpoint::Simulator => {
@@ -54,7 +62,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             Ok(with_basic_auth(own, &target, &*options.observer))
         };
         let request_id_prefix = records::new_request_id_prefix();
-        let header = run_header(
+        let mut header = run_header(
             plan,
             options,
             seed,
@@ -62,6 +70,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             target_display,
             &request_id_prefix,
         );
+        header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
         let (observer, watch) = observers(plan, options, &schedule);
@@ -95,7 +104,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             None => Box::new(executor::ScheduleSource::new(schedule.clone())),
         };
         // The server's own metrics, scraped beside the run on a thread and connection of its own.
-        let scraper = match telemetry_url(&plan.target.metrics, &target) {
+        let scraper = match telemetry_url(&metrics_source, &target) {
             Some(metrics) => {
                 let shown = redact_url(metrics.as_str());
                 // The run's credentials go to its own server only, never to another host.
@@ -121,11 +130,21 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             }
             None => None,
         };
+        // From here on, a server that exits ends the run (not carried out).
+        if let Some(launched) = &mut launched {
+            launched.server.watch(options.stop.clone());
+        }
         let ran = executor::run_from(schedule, source, config).await;
         if let Some(scraper) = scraper {
             tokio::task::spawn_blocking(move || scraper.finish())
                 .await
                 .ok();
+        }
+        if let Some(launched) = launched {
+            let out = out.clone();
+            tokio::task::spawn_blocking(move || launched.server.stop(&out))
+                .await
+                .map_err(|e| Error::run(format!("the server's stop failed: {e}")))??;
         }
         ran?;
         Ok::<_, Error>(simulator.and_then(|server| server.writes()))
@@ -227,6 +246,7 @@ fn run_header(
         env: plan.source.env.iter().cloned().collect(),
         overrides: plan.source.overrides.clone(),
         exports: plan.report.export.clone(),
+        server: None,
         seed,
         target: target_display,
         model: plan.target.model.clone(),

@@ -19,6 +19,7 @@ mod execute;
 mod outcome;
 pub mod outdir;
 mod search;
+mod server;
 mod shard;
 mod target;
 
@@ -165,6 +166,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     if let Some(telemetry) = crate::telemetry::read(dir)? {
         metrics::server::attach(&mut aggregates, &log, &telemetry);
     }
+    aggregates.launched_server = crate::server::read_record(dir)?;
     let verdicts = verdict::evaluate_plan(plan, &aggregates);
     let mut status = Status::decide(&aggregates, &verdicts, None, gate.fail_on_warning);
     let comparison = match &gate.baseline {

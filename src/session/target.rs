@@ -24,19 +24,7 @@ pub struct TargetUrl {
 /// Query parameters whose names say they carry a credential: their values are redacted
 /// wherever the URL is shown, and from every text a server sends back.
 fn is_secret_parameter(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    [
-        "key",
-        "token",
-        "secret",
-        "sig",
-        "password",
-        "passwd",
-        "auth",
-        "credential",
-    ]
-    .iter()
-    .any(|word| name.contains(word))
+    crate::secrets::looks_secret(name)
 }
 
 impl TargetUrl {
@@ -70,6 +58,15 @@ impl TargetUrl {
     pub fn endpoint(&self, path: &str) -> reqwest::Url {
         let mut url = self.root.clone();
         url.set_path(&format!("{}{path}", self.root.path()));
+        url
+    }
+
+    /// `path` from the server's root (its scheme, host and port; no credentials, no query):
+    /// where a server llmload starts is asked whether it is ready.
+    pub fn origin_url(&self, path: &str) -> reqwest::Url {
+        let mut url = self.root.clone();
+        url.set_path(path);
+        url.set_query(None);
         url
     }
 

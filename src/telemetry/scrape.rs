@@ -168,7 +168,10 @@ async fn scrape(
 
 /// What the server says it is, from the first of the engines' info endpoints that answers:
 /// vLLM's /version, TGI's /info, SGLang's /get_server_info, llama.cpp's /props.
-async fn server_version(client: &reqwest::Client, metrics: &reqwest::Url) -> Option<String> {
+pub(crate) async fn server_version(
+    client: &reqwest::Client,
+    metrics: &reqwest::Url,
+) -> Option<String> {
     for (path, key) in [
         ("/version", "version"),
         ("/info", "version"),

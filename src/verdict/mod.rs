@@ -320,6 +320,7 @@ mod tests {
             client_peak_rss_bytes: None,
             search_end: None,
             server: None,
+            launched_server: None,
             timeseries: Default::default(),
             by_input: Vec::new(),
             by_turn: Vec::new(),

@@ -128,6 +128,7 @@ fn api_misfits(
 mod proptests;
 mod report;
 mod scan;
+mod server;
 mod sim;
 mod sla;
 mod steps;
@@ -522,7 +523,15 @@ fn read_included(path: &std::path::Path) -> Result<String, IncludeUnreadable> {
 
 /// Blocks of which a plan holds one; an included file contributes them unless the including
 /// file has its own.
-const SHARED_ONCE: [&str; 6] = ["target", "workload", "sim", "slo", "regression", "abort"];
+const SHARED_ONCE: [&str; 7] = [
+    "target",
+    "workload",
+    "sim",
+    "slo",
+    "regression",
+    "abort",
+    "server",
+];
 
 impl Tree {
     /// The nodes a file contributes: its own, and those of its includes that it does not
@@ -550,7 +559,7 @@ impl Tree {
                         placed.node.name().span(),
                         format!("an included file cannot hold `{name}`"),
                         "not shared",
-                        "an included file shares target, workload, sla, slo, regression, abort or sim blocks; \
+                        "an included file shares target, workload, sla, slo, regression, abort, sim or server blocks; \
                          the plan itself names itself and holds its phases",
                     );
                     continue;
@@ -634,10 +643,13 @@ fn fragment(cx: &mut Cx, placed: &[Placed]) {
             "abort" => {
                 sla::abort(cx, p.node, &scope);
             }
+            "server" => {
+                server::server(cx, p.node);
+            }
             _ => cx.unknown_node(
                 p.node,
                 "in a shared file",
-                "include, target, workload, sla, slo, regression, abort, sim",
+                "include, target, workload, sla, slo, regression, abort, sim, server",
             ),
         }
     }
@@ -796,9 +808,10 @@ const HEADER: &[(&str, Handler<Header>)] = &[
 ];
 
 const TOP_LEVEL: &str =
-    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, report";
+    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, server, report";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 9] = [
+const ONCE: [&str; 10] = [
+    "server",
     "report",
     "search",
     "plan",
@@ -821,6 +834,9 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut workload = None;
     let mut workload_at = None;
     let mut sim = None;
+    let mut server = None;
+    let mut server_at = None;
+    let mut target_at = None;
     let mut slo = None;
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
     // Phases that speak an API of their own, and where they name it.
@@ -912,7 +928,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 header_ok = header.name.is_some();
                 cx.walk(node, "in `plan`", HEADER, &mut header);
             }
-            "target" => target = target::target(cx, node),
+            "target" => {
+                target = target::target(cx, node);
+                target_at = Some((p.file, first_arg_span(node)));
+            }
             "workload" => {
                 workload = workload::workload(cx, node);
                 workload_at = Some((p.file, node.name().span()));
@@ -996,6 +1015,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             "sla" | "regression" | "abort" => judging.push(*p),
             "slo" => slo = sla::slo(cx, node),
             "sim" => sim = Some(sim::sim(cx, node)),
+            "server" => {
+                server = server::server(cx, node);
+                server_at = Some((p.file, node.name().span()));
+            }
             "report" => report = report::report(cx, node),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
@@ -1133,6 +1156,22 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         cx.current = 0;
     }
 
+    // (A server block written with mistakes has said so: it is not "no server".)
+    let server_readable = server.is_some() || !has("server");
+    if let Some(target) = target.as_ref().filter(|_| server_readable) {
+        for misfit in server::target_misfits(target, server.as_ref()) {
+            let at = if misfit.at_target {
+                target_at
+            } else {
+                server_at
+            };
+            let (file, span) = at.unwrap_or((0, whole_file));
+            cx.current = file;
+            cx.error(span, misfit.message, misfit.label, misfit.help);
+        }
+        cx.current = 0;
+    }
+
     let name = match header.name {
         Some(name) => name,
         None if header_ok => std::path::Path::new(&cx.files[0].name)
@@ -1168,6 +1207,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             }),
         search,
         sim,
+        server,
         report,
         source: PlanSource {
             file_name: cx.files[0].name.clone(),
