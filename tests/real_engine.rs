@@ -621,3 +621,153 @@ fn sigint(pid: u32) {
         .unwrap();
     assert!(status.success());
 }
+
+/// A plan that starts llama-server itself (the plan's `server` block: the tiny model, a free
+/// port written where `{port}` is), with `extra` arguments and `phases`.
+fn managed_plan(extra: &[&str], phases: &str) -> Option<String> {
+    let (server, model_dir) = engine_paths()?;
+    let mut argv: Vec<String> = vec![
+        server.display().to_string(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        "{port}".into(),
+        "--model".into(),
+        model_dir.join("tiny-llama.gguf").display().to_string(),
+        "--ctx-size".into(),
+        "4096".into(),
+        "--parallel".into(),
+        "2".into(),
+        "--threads".into(),
+        "1".into(),
+        "--threads-batch".into(),
+        "1".into(),
+        "--metrics".into(),
+        "--no-webui".into(),
+    ];
+    argv.extend(extra.iter().map(|a| a.to_string()));
+    let command: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let tokenizer = model_dir.join("tokenizer.json").display().to_string();
+    Some(format!(
+        "plan \"managed-engine\" {{ seed 1 }}\n\
+         server {{ command {}; ready \"/health\" timeout=\"120s\"; stop-grace \"10s\" }}\n\
+         target \"http://127.0.0.1:{{port}}\" {{ model \"tiny\"; timeout \"60s\" }}\n\
+         workload {{ tokenizer {tokenizer:?}; input 32; output 16 ignore-eos=#true }}\n\
+         {phases}\nsla {{ error-rate < \"1%\" }}\n",
+        command.join(" ")
+    ))
+}
+
+#[test]
+fn a_plan_starts_llama_server_itself_runs_and_stops_it() {
+    let Some(plan) = managed_plan(&[], "phase \"p\" { concurrency 2; requests 8 }") else {
+        return;
+    };
+    let run = common::run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let server = &summary["launched_server"];
+    assert_eq!(server["program"], "llama-server");
+    assert!(server["ready_seconds"].as_f64().unwrap() > 0.0, "{server}");
+    // llama.cpp says its build at /props; the header keeps it for `compare`.
+    assert!(server["version"].as_str().is_some(), "{server}");
+    assert_eq!(summary["context"]["server"]["version"], server["version"]);
+    assert!(
+        server["exit"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped with SIGTERM"),
+        "llama-server stops on SIGTERM within the grace: {server}"
+    );
+    // The server's CPU on this machine, apart from the client's.
+    assert!(server["cpu_seconds"].as_f64().unwrap() > 0.0, "{server}");
+    assert!(summary["overall"]["client"]["cpu_s"].as_f64().is_some());
+    assert_eq!(summary["overall"]["requests"]["ok"], 8);
+    let log = std::fs::read_to_string(run.out().join("server.log")).unwrap();
+    assert!(log.contains("listening on http://127.0.0.1:"), "{log}");
+    let pid = server["pid"].as_u64().unwrap() as u32;
+    assert_eq!(common::processes_in_group(pid), Vec::<u32>::new());
+}
+
+#[test]
+fn llama_server_killed_mid_run_ends_the_run_as_not_carried_out() {
+    let marker = format!("killed-mid-run-{}", std::process::id());
+    let Some(plan) = managed_plan(
+        &["--alias", &marker],
+        "phase \"p\" { rate 4; duration \"20s\" }",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let mut child = common::llmload()
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it serves (its first records are written), the server is killed from outside.
+    let started = Instant::now();
+    let server_pid = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "it never served"
+        );
+        // (Read as text: the file is being written, its last line may be cut.)
+        let serving = std::fs::read_to_string(out.join("records.jsonl"))
+            .is_ok_and(|text| text.contains("\"event\":\"request\""));
+        if let Some(pid) = process_with_argument(&marker).filter(|_| serving) {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let killed = Command::new("kill")
+        .args(["-KILL", &server_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let finished = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert_eq!(finished.status.code(), Some(3), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the run ended when the server died, not 20 s later"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let reason = summary["verdict"]["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("exited during the run (killed by signal 9 (SIGKILL))"),
+        "{reason}"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("## The server exited during the run"),
+        "{report}"
+    );
+    assert!(
+        summary["launched_server"]["log_tail"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 3
+    );
+    assert_eq!(common::processes_in_group(server_pid), Vec::<u32>::new());
+}
+
+/// The pid of the process whose command line holds `argument`.
+fn process_with_argument(argument: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        cmdline
+            .split(|b| *b == 0)
+            .any(|word| word == argument.as_bytes())
+            .then_some(pid)
+    })
+}

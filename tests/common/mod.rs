@@ -656,3 +656,25 @@ pub fn write_grown_shard(
         writeln!(out, "{line}").unwrap();
     }
 }
+
+/// The live processes of process group `group` (Linux, from /proc): what a server llmload
+/// started may have left behind. Zombies count as gone (nothing runs).
+pub fn processes_in_group(group: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // Fields after the command name: state, ppid, pgrp.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
+        })
+        .collect()
+}

@@ -1,0 +1,239 @@
+//! The plan's `server` block: llmload starts the server itself, waits until it is ready, runs
+//! the plan against it, and stops it — here with `llmload sim` as the server (a real process on
+//! a loopback port; tests/real_engine.rs does the same with llama.cpp's server). Each way it can
+//! go wrong is a row: a server that dies mid-run, a command that does not exist, a readiness
+//! timeout, a port in use; and nothing is ever left running.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SIM: &str = env!("CARGO_BIN_EXE_llmload");
+
+/// A plan whose server block is `server`, sending 10 req/s for `duration`.
+fn plan(server: &str, duration: &str) -> String {
+    format!(
+        "plan \"managed\" {{ seed 4 }}\n\
+         server {{ {server} }}\n\
+         target \"http://127.0.0.1:{{port}}\" {{ model \"llmload-sim\"; timeout \"5s\" }}\n\
+         workload {{ input 32; output 8 }}\n\
+         phase \"steady\" {{ rate 10; duration \"{duration}\" }}\n\
+         sla {{ ttft p99 < \"2s\" }}\n"
+    )
+}
+
+fn server_json(run: &Run) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.out().join("server.json")).unwrap()).unwrap()
+}
+
+/// Nothing of the server's process group is still running.
+fn assert_left_nothing(server: &serde_json::Value) {
+    let pid = server["pid"].as_u64().expect("the server's pid") as u32;
+    assert_eq!(processes_in_group(pid), Vec::<u32>::new(), "left running");
+}
+
+#[test]
+fn a_plan_starts_its_server_runs_against_it_and_stops_it() {
+    let run = run_plan(
+        &plan(
+            &format!(
+                "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"20ms\" \"--api-key-env\" \"X\" \"--api-key\" \"sk-never-shown-123456\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\""
+            ),
+            "1s",
+        ),
+        &[],
+    );
+    // `llmload sim` has no --api-key: it refuses to start. That is the secret-masking case;
+    // the run itself is the next one.
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(!run.stderr().contains("sk-never-shown"), "{}", run.stderr());
+    let failed = server_json(&run);
+    assert!(
+        failed["command"]
+            .as_str()
+            .unwrap()
+            .contains("--api-key [redacted]"),
+        "{failed}"
+    );
+    assert!(!std::fs::read_to_string(run.out().join("server.json"))
+        .unwrap()
+        .contains("sk-never-shown"));
+    assert_left_nothing(&failed);
+
+    let run = run_plan(
+        &plan(
+            &format!(
+                "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"20ms\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\""
+            ),
+            "2s",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let server = &summary["launched_server"];
+    assert!(server["ready_seconds"].as_f64().unwrap() > 0.0, "{server}");
+    assert!(
+        server["exit"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped with SIGTERM"),
+        "{server}"
+    );
+    assert!(server["cpu_seconds"].as_f64().is_some(), "{server}");
+    assert_eq!(server["died"], serde_json::Value::Null);
+    assert!(
+        server["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("llmload-sim"),
+        "{server}"
+    );
+    // The header keeps the command line as written: two runs compare by it, whatever port.
+    let header = &summary["context"]["server"];
+    assert!(
+        header["command"]
+            .as_str()
+            .unwrap()
+            .contains("--port {port}"),
+        "{header}"
+    );
+    assert!(summary["context"]["target"]
+        .as_str()
+        .unwrap()
+        .contains(&format!(":{}", server["port"])));
+    assert!(summary["overall"]["requests"]["ok"].as_u64().unwrap() > 5);
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("| Server started by llmload |"), "{report}");
+    assert!(report.contains("Server load (this machine, not the client's)"));
+    assert!(run.out().join("server.log").is_file());
+    assert_left_nothing(server);
+    // `llmload report DIR` rebuilds the same server section from server.json.
+    let again = llmload().arg("report").arg(run.out()).output().unwrap();
+    assert!(again.status.success());
+    let rebuilt: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.out().join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(rebuilt["launched_server"], *server);
+}
+
+#[test]
+fn a_server_that_dies_mid_run_ends_it_as_not_carried_out_with_its_last_lines() {
+    // The server dies a second into a four-second run, saying why first.
+    let run = run_plan(
+        &plan(
+            &format!(
+                "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & sleep 1; echo 'fatal: CUDA error: out of memory'; kill -9 $!; exit 9\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"2s\""
+            ),
+            "4s",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let summary = run.summary();
+    assert_eq!(summary["verdict"]["status"], "not_carried_out");
+    let reason = summary["verdict"]["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("exited during the run (exit status 9)")
+            && reason.contains("fatal: CUDA error: out of memory"),
+        "{reason}"
+    );
+    assert!(
+        run.stderr().contains("exited during the run"),
+        "{}",
+        run.stderr()
+    );
+    // Every output says the same; the report quotes the log.
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(
+        report.contains("## The server exited during the run"),
+        "{report}"
+    );
+    assert!(
+        report.contains("- `fatal: CUDA error: out of memory`"),
+        "{report}"
+    );
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(html.contains("NOT CARRIED OUT"));
+    assert!(html.contains("fatal: CUDA error: out of memory"));
+    // It ended early: the records stop about when the server died, not after four seconds.
+    let sent = summary["overall"]["requests"]["sent"].as_u64().unwrap();
+    assert!(sent < 30, "{sent} requests sent after the server died");
+    assert_left_nothing(&summary["launched_server"]);
+}
+
+/// Each way a server cannot serve the run: exit 3 within its time, saying why, nothing left.
+#[test]
+fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    // (what, the server block, the target URL's port, what the error says, within seconds)
+    let cases: [(&str, String, String, String, u64); 4] = [
+        (
+            "a command that does not exist",
+            "command \"no-such-llama-server\" \"--port\" \"{port}\"".into(),
+            "{port}".into(),
+            "no-such-llama-server was not found on PATH".into(),
+            5,
+        ),
+        (
+            "a readiness timeout",
+            "shell \"echo loading the weights; exec sleep 60\"; ready \"/health\" timeout=\"1s\"; stop-grace \"2s\""
+                .into(),
+            "{port}".into(),
+            "was not ready within 1s (/health last said: connection refused)".into(),
+            // The timeout, then SIGTERM (sleep stops at once).
+            6,
+        ),
+        (
+            "a server that exits before it is ready",
+            "shell \"echo 'error: model file not found' >&2; exit 1\"".into(),
+            "{port}".into(),
+            "exited before it was ready (exit status 1)".into(),
+            5,
+        ),
+        (
+            "a port in use",
+            format!("command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\"; port {taken_port}"),
+            taken_port.to_string(),
+            format!("port {taken_port} is in use"),
+            5,
+        ),
+    ];
+    for (case, server, target_port, says, within_s) in cases {
+        let started = Instant::now();
+        let text = plan(&server, "1s").replace(
+            "http://127.0.0.1:{port}",
+            &format!("http://127.0.0.1:{target_port}"),
+        );
+        let run = run_plan(&text, &[]);
+        let took = started.elapsed();
+        assert_eq!(run.code(), 3, "{case}: {}", run.stderr());
+        assert!(run.stderr().contains(&says), "{case}: {}", run.stderr());
+        assert!(
+            took < Duration::from_secs(within_s + 10),
+            "{case}: took {took:?}"
+        );
+        if case == "a readiness timeout" || case == "a server that exits before it is ready" {
+            let quoted = if case == "a readiness timeout" {
+                "| loading the weights"
+            } else {
+                "| error: model file not found"
+            };
+            assert!(run.stderr().contains(quoted), "{case}: {}", run.stderr());
+            let server = server_json(&run);
+            assert!(server["failed"].as_str().is_some(), "{server}");
+            assert_left_nothing(&server);
+        }
+        assert!(
+            !run.out().join("records.jsonl").exists(),
+            "{case}: nothing was sent"
+        );
+    }
+    drop(taken);
+}
