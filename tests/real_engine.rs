@@ -701,7 +701,7 @@ fn llama_server_killed_mid_run_ends_the_run_as_not_carried_out() {
     let dir = tempfile::tempdir().unwrap();
     let path = common::write_plan(dir.path(), &plan);
     let out = dir.path().join("out");
-    let mut child = common::llmload()
+    let child = common::llmload()
         .arg("run")
         .arg(&path)
         .arg("--out")
