@@ -26,9 +26,12 @@ struct Fields {
 /// One word of a command line: text, or a number written bare (`--parallel 4`).
 fn word(cx: &mut Cx, entry: &KdlEntry, usage: &str, secrets: &mut Vec<String>) -> Option<String> {
     match entry.value() {
-        KdlValue::String(_) => {
+        KdlValue::String(spec) => {
             let text = Text.read(cx, entry, usage)?;
-            if entry.ty().is_some_and(|t| t.value() == "env") {
+            let variable = spec.split(":-").next().unwrap_or_default();
+            if entry.ty().is_some_and(|t| t.value() == "env")
+                && crate::secrets::looks_secret(variable)
+            {
                 keep_secret(cx, &text, secrets);
             }
             Some(text)
@@ -50,9 +53,10 @@ fn word(cx: &mut Cx, entry: &KdlEntry, usage: &str, secrets: &mut Vec<String>) -
     }
 }
 
-/// A value the plan read from the environment for the server is the server's (an API key, a
-/// token): masked wherever the command line is shown, and kept out of the run's header, which
-/// lists the other `(env)` values with what they were.
+/// A value the plan read for the server from a variable whose name says it is a credential
+/// (`(env)"ENGINE_API_KEY"`, `(env)"HF_TOKEN"`): masked wherever the command line is shown, and
+/// kept out of the run's header, which lists the other `(env)` values with what they were (a
+/// model path from `(env)"MODEL"` is shown as any other).
 fn keep_secret(cx: &mut Cx, value: &str, secrets: &mut Vec<String>) {
     if !value.is_empty() {
         secrets.push(value.to_string());
@@ -372,11 +376,14 @@ mod tests {
 
     #[test]
     fn an_environment_value_given_to_the_server_is_kept_out_of_the_header() {
-        let env = [("ENGINE_KEY".to_string(), "sk-from-env-999".to_string())];
+        let env = [
+            ("ENGINE_KEY".to_string(), "sk-from-env-999".to_string()),
+            ("MODEL".to_string(), "models/m.gguf".to_string()),
+        ];
         let plan = parse_plan_with(
             "p.kdl",
             format!(
-                "server {{ shell (env)\"ENGINE_KEY\" }}\ntarget \"http://127.0.0.1:{{port}}\" {{ model \"m\" }}\n{REST}"
+                "server {{ command \"x\" \"--model\" (env)\"MODEL\" \"--k\" (env)\"ENGINE_KEY\" }}\ntarget \"http://127.0.0.1:{{port}}\" {{ model \"m\" }}\n{REST}"
             ),
             &ParseOptions {
                 env: EnvSource::Recorded(env.into_iter().collect()),
@@ -386,6 +393,11 @@ mod tests {
         .unwrap();
         assert_eq!(plan.server.unwrap().secrets, ["sk-from-env-999"]);
         assert!(plan.source.env.iter().all(|(_, v)| v != "sk-from-env-999"));
+        // A model path from the environment is no secret: the header shows it.
+        assert!(plan
+            .source
+            .env
+            .contains(&("MODEL".into(), "models/m.gguf".into())));
     }
 
     #[test]
