@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::say;
 use crate::error::{Error, Result};
 use crate::report::{self, UserTemplate};
-use crate::session::{outdir, Gate, NotCarriedOut, RunOutcome, Status};
+use crate::session::{self, outdir, Gate, NotCarriedOut, RunOutcome, Status};
 
 /// What decides the exit code besides the SLA, and where else results go.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -181,18 +181,18 @@ fn writable(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_file(&probe)
 }
 
-/// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
-pub(super) fn conclude(
-    outcome: &RunOutcome,
-    gate: &GateArgs,
+/// Writes a judged run's reports (and its comparison's) into its directory; the report
+/// context, what was written, and the comparison as Markdown.
+fn write_reports<'a>(
+    outcome: &'a RunOutcome,
     templates: &[UserTemplate],
-) -> Result<u8> {
+) -> Result<(report::ReportContext<'a>, Vec<PathBuf>, Option<String>)> {
     let context = outcome.report();
     // What an earlier run or report derived from these records goes first: nothing stale
     // stays beside what this one writes.
     outdir::clear_derived(&outcome.dir)?;
     let mut written = report::write_all(&outcome.dir, &context, templates)?;
-    let summary = &context.summary;
+    let mut compared = None;
     if let Some(comparison) = &outcome.comparison {
         let markdown = report::comparison_markdown(comparison)?;
         let json = serde_json::to_string_pretty(comparison)
@@ -205,6 +205,20 @@ pub(super) fn conclude(
             write(&path, text.as_bytes())?;
             written.push(path);
         }
+        compared = Some(markdown);
+    }
+    Ok((context, written, compared))
+}
+
+/// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
+pub(super) fn conclude(
+    outcome: &RunOutcome,
+    gate: &GateArgs,
+    templates: &[UserTemplate],
+) -> Result<u8> {
+    let (context, mut written, compared) = write_reports(outcome, templates)?;
+    let summary = &context.summary;
+    if let Some(markdown) = compared {
         say!("{markdown}")?;
     }
     if let Some(path) = &gate.junit {
@@ -261,4 +275,95 @@ pub(super) fn append_step_summary(text: &str) {
     if let Err(e) = written {
         eprintln!("warning: cannot append to $GITHUB_STEP_SUMMARY: {e}");
     }
+}
+
+/// Writes each configuration's reports into its directory, then the sweep's own (its table,
+/// chart and verdict; JUnit and exports with one suite or benchmark per configuration), and
+/// prints the sweep's table; returns the exit code.
+pub(super) fn conclude_server_sweep(
+    sweep: &session::ServerSweepOutcome,
+    plan: &str,
+    gate: &GateArgs,
+    templates: &[UserTemplate],
+) -> Result<u8> {
+    let mut judged: Vec<(
+        crate::plan::ServerConfig,
+        std::result::Result<report::Summary, String>,
+    )> = Vec::new();
+    for run in &sweep.runs {
+        let summary = match &run.outcome {
+            Ok(outcome) => {
+                let (context, written, _) = write_reports(outcome, templates)?;
+                gate.gate().keep(&outcome.dir)?;
+                outdir::write_manifest(&outcome.dir, &written)?;
+                Ok(context.summary)
+            }
+            Err(why) => Err(why.clone()),
+        };
+        judged.push((run.config.clone(), summary));
+    }
+    let summary = report::server_sweep::summary(
+        plan,
+        &judged,
+        &sweep.skipped,
+        sweep.verdict.clone(),
+        sweep.best,
+        sweep.best_by,
+    );
+    let rendered = report::server_sweep::render(&summary)?;
+    let mut written = Vec::new();
+    for (name, text) in report::server_sweep::FILES.iter().zip(&rendered) {
+        let path = sweep.dir.join(name);
+        write(&path, text.as_bytes())?;
+        written.push(path);
+    }
+    if let Some(path) = &gate.junit {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+        }
+        let suites: Vec<(String, std::result::Result<String, String>)> = judged
+            .iter()
+            .zip(&sweep.runs)
+            .map(|((config, summary), run)| {
+                let comparison = run
+                    .outcome
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.comparison.as_ref());
+                let xml = summary
+                    .as_ref()
+                    .map(|s| report::junit::render(s, comparison, gate.fail_on_warning))
+                    .map_err(String::clone);
+                (config.name.clone(), xml)
+            })
+            .collect();
+        let xml = report::junit::merge_configurations(plan, &suites);
+        write(path, xml.as_bytes())?;
+        written.push(path.clone());
+    }
+    for (format, path) in gate.exports()? {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+        }
+        let each: Vec<(String, String)> = judged
+            .iter()
+            .filter_map(|(config, s)| Some((config.name.clone(), format.render(s.as_ref().ok()?))))
+            .collect();
+        write(
+            &path,
+            report::benchmarks::merge_configurations(&each).as_bytes(),
+        )?;
+        written.push(path);
+    }
+    outdir::write_manifest(&sweep.dir, &written)?;
+    append_step_summary(&rendered[0]);
+    say!("{}", report::server_sweep::terminal(&summary))?;
+    say!("report: {}", sweep.dir.join("server-sweep.md").display())?;
+    if sweep.verdict.exit_code == crate::error::EXIT_RUN {
+        eprintln!(
+            "error: {}",
+            crate::escape::one_line(&sweep.verdict.reasons.join("; "))
+        );
+    }
+    Ok(sweep.verdict.exit_code)
 }

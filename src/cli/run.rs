@@ -189,6 +189,13 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
         live.finish();
         return shard_said(shard, &out, &outcome?);
     }
+    // (With --target the run goes elsewhere: the plan's server, and its sweep, are not
+    // started; the session's note says so.)
+    if plan.server_sweep.is_some() && options.target.is_none() {
+        let sweep = session::run_server_sweep(&plan, &options);
+        live.finish();
+        return output::conclude_server_sweep(&sweep?, &plan.name, &args.gate, &templates);
+    }
     let outcome = session::run(&plan, &options);
     live.finish();
     output::conclude(&outcome?, &args.gate, &templates)

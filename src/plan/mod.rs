@@ -79,6 +79,8 @@ pub struct Plan {
     pub sim: SimSettings,
     /// The server llmload starts before the run and stops after it, if the plan has one.
     pub server: Option<ServerSettings>,
+    /// The server's configurations the plan's load is run against in turn, if it sweeps them.
+    pub server_sweep: Option<ServerSweep>,
     /// How the reports are made.
     pub report: ReportSettings,
     /// The plan's file name and text, kept for diagnostics and for the report's provenance.

@@ -84,3 +84,276 @@ impl Default for Readiness {
         }
     }
 }
+
+/// The most configurations a `server-sweep` may cross into: each is a server started fresh
+/// and a whole plan run against it.
+pub const MAX_SERVER_CONFIGURATIONS: usize = 64;
+
+/// `server-sweep`: the plan's load run against each configuration of the server in turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSweep {
+    /// What varies, in the order written; the configurations are their product (the first
+    /// varies slowest).
+    pub dimensions: Vec<SweepDimension>,
+}
+
+/// One setting a server sweep varies, and its values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepDimension {
+    /// A command-line flag or an environment variable.
+    pub setting: ServerSetting,
+    /// The values it takes, in order.
+    pub values: Vec<String>,
+}
+
+/// Where a swept value goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerSetting {
+    /// A flag of the command line (`--parallel`): its value replaced where the command has
+    /// it, else the flag and value added.
+    Arg(String),
+    /// An environment variable.
+    Env(String),
+}
+
+/// One configuration of a server sweep: a value for each dimension.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ServerConfig {
+    /// As people read it: `--parallel 2 LLAMA_ARG_FLASH_ATTN=on`.
+    pub name: String,
+    /// As a directory name: `parallel-2_LLAMA_ARG_FLASH_ATTN-on`.
+    pub slug: String,
+    /// Each dimension's setting and value.
+    #[serde(skip)]
+    pub values: Vec<(ServerSetting, String)>,
+}
+
+impl ServerSweep {
+    /// Every configuration, the first dimension varying slowest.
+    pub fn configurations(&self) -> Vec<ServerConfig> {
+        let mut combos: Vec<Vec<(ServerSetting, String)>> = vec![Vec::new()];
+        for dimension in &self.dimensions {
+            combos = combos
+                .into_iter()
+                .flat_map(|combo| {
+                    dimension.values.iter().map(move |value| {
+                        let mut next = combo.clone();
+                        next.push((dimension.setting.clone(), value.clone()));
+                        next
+                    })
+                })
+                .collect();
+        }
+        combos
+            .into_iter()
+            .map(|values| {
+                let words: Vec<String> = values
+                    .iter()
+                    .map(|(setting, value)| match setting {
+                        ServerSetting::Arg(flag) => format!("{flag} {value}"),
+                        ServerSetting::Env(name) => format!("{name}={value}"),
+                    })
+                    .collect();
+                let slug = values
+                    .iter()
+                    .map(|(setting, value)| {
+                        let name = match setting {
+                            ServerSetting::Arg(flag) => flag.trim_start_matches('-'),
+                            ServerSetting::Env(name) => name,
+                        };
+                        slug_part(&format!("{name}-{value}"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("_");
+                ServerConfig {
+                    name: words.join(" "),
+                    slug,
+                    values,
+                }
+            })
+            .collect()
+    }
+
+    /// How many configurations the product holds (without making them).
+    pub fn count(&self) -> usize {
+        self.dimensions
+            .iter()
+            .map(|d| d.values.len())
+            .try_fold(1usize, |n, k| n.checked_mul(k))
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// A piece of a directory name: letters, digits, `-` and `.`; anything else becomes `_`.
+fn slug_part(text: &str) -> String {
+    let slug: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(60)
+        .collect();
+    slug.trim_matches('.').to_string()
+}
+
+/// Where a shell line takes the swept flags: written there, else at its end.
+pub const ARGS_PLACEHOLDER: &str = "{args}";
+
+impl ServerSettings {
+    /// These settings with `config`'s values: each flag's value replaced where the command
+    /// has it (`--parallel 4`, `--parallel=4`), else the flag and value added at its end (a
+    /// shell line takes them where it writes `{args}`, else at its end); each variable set.
+    pub fn configured(&self, config: &ServerConfig) -> ServerSettings {
+        let mut settings = self.clone();
+        let mut added: Vec<String> = Vec::new();
+        for (setting, value) in &config.values {
+            match setting {
+                ServerSetting::Env(name) => {
+                    settings.env.retain(|(n, _)| n != name);
+                    settings.env.push((name.clone(), value.clone()));
+                }
+                ServerSetting::Arg(flag) => {
+                    let replaced = match &mut settings.command {
+                        ServerCommand::Argv(argv) => replace_flag(argv, flag, value),
+                        ServerCommand::Shell(_) => false,
+                    };
+                    if !replaced {
+                        added.push(flag.clone());
+                        added.push(value.clone());
+                    }
+                }
+            }
+        }
+        match &mut settings.command {
+            ServerCommand::Argv(argv) => argv.extend(added),
+            ServerCommand::Shell(line) => {
+                let words = added
+                    .iter()
+                    .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                *line = if line.contains(ARGS_PLACEHOLDER) {
+                    line.replace(ARGS_PLACEHOLDER, &words)
+                } else if words.is_empty() {
+                    line.clone()
+                } else {
+                    format!("{line} {words}")
+                };
+            }
+        }
+        settings
+    }
+}
+
+/// Sets `flag`'s value in `argv` where it is written; whether it was.
+fn replace_flag(argv: &mut [String], flag: &str, value: &str) -> bool {
+    let with_equals = format!("{flag}=");
+    for index in 0..argv.len() {
+        if argv[index] == flag && index + 1 < argv.len() {
+            argv[index + 1] = value.to_string();
+            return true;
+        }
+        if argv[index].starts_with(&with_equals) {
+            argv[index] = format!("{flag}={value}");
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep() -> ServerSweep {
+        ServerSweep {
+            dimensions: vec![
+                SweepDimension {
+                    setting: ServerSetting::Arg("--parallel".into()),
+                    values: vec!["1".into(), "2".into()],
+                },
+                SweepDimension {
+                    setting: ServerSetting::Env("FLASH".into()),
+                    values: vec!["on".into(), "off".into()],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn configurations_are_the_product_the_first_setting_slowest() {
+        let names: Vec<String> = sweep()
+            .configurations()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "--parallel 1 FLASH=on",
+                "--parallel 1 FLASH=off",
+                "--parallel 2 FLASH=on",
+                "--parallel 2 FLASH=off"
+            ]
+        );
+        assert_eq!(sweep().configurations()[3].slug, "parallel-2_FLASH-off");
+        assert_eq!(sweep().count(), 4);
+    }
+
+    #[test]
+    fn a_configuration_replaces_or_adds_its_flags_and_sets_its_variables() {
+        let base = ServerSettings {
+            command: ServerCommand::Argv(
+                ["srv", "--parallel", "8", "--ctx=4096"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            env: vec![("FLASH".into(), "auto".into())],
+            dir: ".".into(),
+            port: None,
+            ready: Readiness::default(),
+            stop_grace: DEFAULT_STOP_GRACE,
+            log_max: DEFAULT_LOG_MAX,
+            secrets: Vec::new(),
+        };
+        let config = &sweep().configurations()[1];
+        let configured = base.configured(config);
+        assert_eq!(
+            configured.command,
+            ServerCommand::Argv(
+                ["srv", "--parallel", "1", "--ctx=4096"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        assert_eq!(configured.env, [("FLASH".to_string(), "off".to_string())]);
+        let ctx = ServerSweep {
+            dimensions: vec![SweepDimension {
+                setting: ServerSetting::Arg("--ctx".into()),
+                values: vec!["8192".into()],
+            }],
+        };
+        let with_ctx = base.configured(&ctx.configurations()[0]);
+        assert!(matches!(&with_ctx.command, ServerCommand::Argv(a) if a[3] == "--ctx=8192"));
+        let batch = ServerSweep {
+            dimensions: vec![SweepDimension {
+                setting: ServerSetting::Arg("--batch".into()),
+                values: vec!["512".into()],
+            }],
+        };
+        let added = base.configured(&batch.configurations()[0]);
+        assert!(matches!(&added.command, ServerCommand::Argv(a) if a[4..] == ["--batch", "512"]));
+        let shell = ServerSettings {
+            command: ServerCommand::Shell("exec srv {args} 2>&1".into()),
+            ..base
+        };
+        assert_eq!(
+            shell.configured(&batch.configurations()[0]).command,
+            ServerCommand::Shell("exec srv '--batch' '512' 2>&1".into())
+        );
+    }
+}

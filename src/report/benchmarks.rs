@@ -326,6 +326,43 @@ pub fn github_action_benchmark(summary: &Summary, direction: Direction) -> Strin
     pretty(&Value::Array(entries))
 }
 
+/// A server sweep's export: each configuration's (`(configuration, its export)`), one file —
+/// BMF's benchmarks and github-action-benchmark's entries named with their configuration
+/// (`plan (model) [--parallel 2]`), so that a history keeps each configuration apart.
+pub fn merge_configurations(exports: &[(String, String)]) -> String {
+    let mut objects = Map::new();
+    let mut entries: Vec<Value> = Vec::new();
+    let mut bmf = false;
+    for (config, text) in exports {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(benchmarks)) => {
+                bmf = true;
+                for (name, measures) in benchmarks {
+                    objects.insert(format!("{name} [{config}]"), measures);
+                }
+            }
+            Ok(Value::Array(items)) => {
+                for mut item in items {
+                    if let Some(name) = item.get("name").and_then(Value::as_str) {
+                        let named = match name.split_once(": ") {
+                            Some((bench, measure)) => format!("{bench} [{config}]: {measure}"),
+                            None => format!("{name} [{config}]"),
+                        };
+                        item["name"] = Value::String(named);
+                    }
+                    entries.push(item);
+                }
+            }
+            _ => {}
+        }
+    }
+    if bmf {
+        pretty(&Value::Object(objects))
+    } else {
+        pretty(&Value::Array(entries))
+    }
+}
+
 fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }

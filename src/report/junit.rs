@@ -189,6 +189,65 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
     out
 }
 
+/// A server sweep's JUnit: each configuration's run as its own test suite (named
+/// `llmload.<plan>[<configuration>]`), and a configuration that could not run as a suite with
+/// one error — so the report fails exactly when the sweep's exit code does.
+pub fn merge_configurations(
+    plan: &str,
+    configurations: &[(String, std::result::Result<String, String>)],
+) -> String {
+    let mut suites = String::new();
+    let (mut tests, mut failures, mut errors) = (0u64, 0u64, 0u64);
+    let attribute = |line: &str, name: &str| -> u64 {
+        line.split(&format!(" {name}=\""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    for (config, document) in configurations {
+        match document {
+            Ok(document) => {
+                let own_name = format!("name=\"llmload.{}\"", xml(plan));
+                let named = format!("name=\"llmload.{}[{}]\"", xml(plan), xml(config));
+                for line in document.lines() {
+                    let trimmed = line.trim_start();
+                    if trimmed.starts_with("<?xml") || trimmed.starts_with("<testsuites") {
+                        continue;
+                    }
+                    if trimmed.starts_with("</testsuites") {
+                        continue;
+                    }
+                    if trimmed.starts_with("<testsuite ") {
+                        tests += attribute(trimmed, "tests");
+                        failures += attribute(trimmed, "failures");
+                        errors += attribute(trimmed, "errors");
+                        suites.push_str(&line.replacen(&own_name, &named, 1));
+                    } else {
+                        suites.push_str(line);
+                    }
+                    suites.push('\n');
+                }
+            }
+            Err(why) => {
+                tests += 1;
+                errors += 1;
+                let _ = writeln!(
+                    suites,
+                    "  <testsuite name=\"llmload.{}[{}]\" package=\"llmload\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n    <testcase name=\"server started\" classname=\"llmload.{}.run\" time=\"0\">\n      <error message=\"{}\" type=\"run\">The server of this configuration could not serve the run.</error>\n    </testcase>\n  </testsuite>",
+                    xml(plan),
+                    xml(config),
+                    xml(plan),
+                    xml(why)
+                );
+            }
+        }
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"llmload\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" time=\"0\">\n{suites}</testsuites>\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::xml;

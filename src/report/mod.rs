@@ -14,6 +14,7 @@ mod json;
 pub mod junit;
 mod markdown;
 pub mod schedule;
+pub mod server_sweep;
 pub mod steps;
 pub(crate) mod svg;
 pub(crate) mod template;

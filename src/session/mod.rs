@@ -20,6 +20,7 @@ mod outcome;
 pub mod outdir;
 mod search;
 mod server;
+mod server_sweep;
 mod shard;
 mod target;
 
@@ -36,6 +37,7 @@ pub use baseline::{aggregates_of, check_baseline, compare_with};
 pub use baseline::{MAX_COMPARED_REQUESTS, MIN_COMPARED_REQUESTS};
 pub use execute::execute;
 pub use outcome::{Execution, RunOutcome};
+pub use server_sweep::{run_server_sweep, ConfigRun, ServerSweepOutcome};
 pub use shard::{merge, refuse_shard, run_shard, ShardOutcome};
 pub use target::{redact_url, TargetUrl};
 

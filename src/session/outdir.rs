@@ -17,7 +17,7 @@ pub const MANIFEST: &str = ".llmload-outputs";
 
 /// What every run leaves, also removed from a reused directory without a manifest (written by
 /// an llmload from before the manifest).
-const KNOWN: [&str; 11] = [
+const KNOWN: [&str; 13] = [
     "plan.kdl",
     crate::records::PLAIN_FILE,
     crate::records::ZSTD_FILE,
@@ -29,16 +29,20 @@ const KNOWN: [&str; 11] = [
     "requests.csv",
     "comparison.md",
     "comparison.json",
+    crate::server::SERVER_JSON,
+    crate::server::SERVER_LOG,
 ];
 
 /// The inputs of a report, which `llmload report DIR` keeps.
-const INPUTS: [&str; 6] = [
+const INPUTS: [&str; 8] = [
     "plan.kdl",
     crate::records::PLAIN_FILE,
     crate::records::ZSTD_FILE,
     "plan-sources.json",
     super::GATE_FILE,
     crate::telemetry::FILE,
+    crate::server::SERVER_JSON,
+    crate::server::SERVER_LOG,
 ];
 
 /// The plan an earlier run in `dir` ran, from its records' first line.

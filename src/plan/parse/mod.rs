@@ -808,10 +808,11 @@ const HEADER: &[(&str, Handler<Header>)] = &[
 ];
 
 const TOP_LEVEL: &str =
-    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, server, report";
+    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, server, server-sweep, report";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 10] = [
+const ONCE: [&str; 11] = [
     "server",
+    "server-sweep",
     "report",
     "search",
     "plan",
@@ -836,6 +837,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut sim = None;
     let mut server = None;
     let mut server_at = None;
+    let mut server_sweep = None;
+    let mut server_sweep_at = None;
     let mut target_at = None;
     let mut slo = None;
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
@@ -1019,6 +1022,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 server = server::server(cx, node);
                 server_at = Some((p.file, node.name().span()));
             }
+            "server-sweep" => {
+                server_sweep = server::server_sweep(cx, node);
+                server_sweep_at = Some((p.file, node.name().span()));
+            }
             "report" => report = report::report(cx, node),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
@@ -1172,6 +1179,17 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         cx.current = 0;
     }
 
+    if let (Some((file, span)), false) = (server_sweep_at, has("server")) {
+        cx.current = file;
+        cx.error(
+            span,
+            "the plan sweeps the server's settings, and starts no server",
+            "no server",
+            "add the server block whose command the sweep varies: server { command \"llama-server\" \"--port\" \"{port}\" ... }",
+        );
+        cx.current = 0;
+    }
+
     let name = match header.name {
         Some(name) => name,
         None if header_ok => std::path::Path::new(&cx.files[0].name)
@@ -1208,6 +1226,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         search,
         sim,
         server,
+        server_sweep,
         report,
         source: PlanSource {
             file_name: cx.files[0].name.clone(),

@@ -14,8 +14,9 @@ use kdl::{KdlEntry, KdlNode, KdlValue};
 use super::cx::{children, positional, type_name, Cx, Handler};
 use super::values::{ByteSize, Count, Kind, Text, DURATION};
 use crate::plan::{
-    Endpoint, MetricsSource, Readiness, ServerCommand, ServerSettings, Target, DEFAULT_LOG_MAX,
-    DEFAULT_STOP_GRACE, PORT_PLACEHOLDER,
+    Endpoint, MetricsSource, Readiness, ServerCommand, ServerSetting, ServerSettings, ServerSweep,
+    SweepDimension, Target, DEFAULT_LOG_MAX, DEFAULT_STOP_GRACE, MAX_SERVER_CONFIGURATIONS,
+    PORT_PLACEHOLDER,
 };
 
 struct Fields {
@@ -323,6 +324,103 @@ pub(super) fn target_misfits(target: &Target, server: Option<&ServerSettings>) -
         _ => {}
     }
     misfits
+}
+
+/// `server-sweep { arg "--parallel" 1 2 4; env "LLAMA_ARG_FLASH_ATTN" "on" "off" }`.
+pub(super) fn server_sweep(cx: &mut Cx, node: &KdlNode) -> Option<ServerSweep> {
+    cx.no_args(node, "server-sweep { arg \"--parallel\" 1 2 4 }");
+    let mut sweep = ServerSweep {
+        dimensions: Vec::new(),
+    };
+    cx.walk(node, "in `server-sweep`", SWEEP_CHILDREN, &mut sweep);
+    if sweep.dimensions.is_empty() {
+        cx.error(
+            node.name().span(),
+            "the server sweep varies nothing",
+            "nothing to sweep",
+            "add what varies: arg \"--parallel\" 1 2 4, or env \"NAME\" \"a\" \"b\"",
+        );
+        return None;
+    }
+    let count = sweep.count();
+    if count > MAX_SERVER_CONFIGURATIONS {
+        cx.error(
+            node.name().span(),
+            format!(
+                "the server sweep crosses into {count} configurations: more than a plan may ({MAX_SERVER_CONFIGURATIONS})"
+            ),
+            "too many configurations",
+            "sweep fewer values, or fewer settings at once",
+        );
+        return None;
+    }
+    Some(sweep)
+}
+
+const SWEEP_CHILDREN: &[(&str, Handler<ServerSweep>)] = &[
+    ("arg", |cx, node, sweep| {
+        let usage = "arg \"--parallel\" 1 2 4 (a flag of the server's command, then its values)";
+        if let Some((name, values)) = dimension(cx, node, usage) {
+            if !name.starts_with('-') {
+                let span = positional(node).next().map_or(node.span(), |e| e.span());
+                cx.error(
+                    span,
+                    format!("\"{name}\" is not a flag"),
+                    "not a flag",
+                    "name the flag as the command takes it: \"--parallel\", \"-np\"",
+                );
+                return;
+            }
+            push_dimension(cx, node, sweep, ServerSetting::Arg(name), values);
+        }
+    }),
+    ("env", |cx, node, sweep| {
+        let usage = "env \"LLAMA_ARG_FLASH_ATTN\" \"on\" \"off\" (a variable, then its values)";
+        if let Some((name, values)) = dimension(cx, node, usage) {
+            push_dimension(cx, node, sweep, ServerSetting::Env(name), values);
+        }
+    }),
+];
+
+/// A dimension's name and values (at least one value).
+fn dimension(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<(String, Vec<String>)> {
+    cx.no_children(node);
+    cx.check_entries(node, usize::MAX, &[], usage);
+    let name = cx.arg(node, usage, Text)?;
+    let mut secrets = Vec::new();
+    let values: Vec<String> = positional(node)
+        .skip(1)
+        .filter_map(|entry| word(cx, entry, usage, &mut secrets))
+        .collect();
+    if values.is_empty() {
+        cx.error(
+            node.name().span(),
+            format!("`{}` gives {name} no values", node.name().value()),
+            "no values",
+            format!("write it as: {usage}"),
+        );
+        return None;
+    }
+    Some((name, values))
+}
+
+fn push_dimension(
+    cx: &mut Cx,
+    node: &KdlNode,
+    sweep: &mut ServerSweep,
+    setting: ServerSetting,
+    values: Vec<String>,
+) {
+    if sweep.dimensions.iter().any(|d| d.setting == setting) {
+        cx.error(
+            node.name().span(),
+            "the server sweep varies this setting twice",
+            "twice",
+            "give it all its values in one line",
+        );
+        return;
+    }
+    sweep.dimensions.push(SweepDimension { setting, values });
 }
 
 #[cfg(test)]

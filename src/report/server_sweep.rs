@@ -1,0 +1,278 @@
+//! A server sweep's own report: each configuration side by side (its verdict, its headline
+//! numbers, its capacity bracket when the plan searches, its server's start and CPU), a chart
+//! of capacity (or output throughput) per configuration, and the best one named —
+//! `server-sweep.md`, `server-sweep.html` and `server-sweep.json` in the sweep's directory,
+//! beside each configuration's own full report in its subdirectory.
+//!
+//! It judges nothing: the sweep's verdict and its best configuration come from the session.
+
+use minijinja::Value;
+use serde::Serialize;
+
+use super::benchmarks::Measure;
+use super::svg::{Axis, Bars, Plot, Scale, Unit};
+use super::{template, RunVerdict, Summary};
+use crate::error::Result;
+use crate::plan::ServerConfig;
+
+const MARKDOWN: &str = include_str!("templates/server-sweep.md.j2");
+const HTML: &str = include_str!("templates/server-sweep.html.j2");
+
+/// The files a sweep's report is.
+pub const FILES: [&str; 3] = ["server-sweep.md", "server-sweep.html", "server-sweep.json"];
+
+/// `server-sweep.json`, and what the templates see.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepSummary {
+    /// The plan's name.
+    pub plan: String,
+    /// The sweep's one verdict.
+    pub verdict: RunVerdict,
+    /// Whether it passed (exit 0).
+    pub passed: bool,
+    /// The best configuration under the objectives, if one passed.
+    pub best: Option<String>,
+    /// What `best` was chosen by: `capacity`, `headroom` (under the assertions) or `output
+    /// throughput`.
+    pub best_by: &'static str,
+    /// Whether the plan searches for capacity (the table and chart show it).
+    pub searched: bool,
+    /// Each configuration, in the order run.
+    pub configurations: Vec<ConfigRow>,
+    /// The configurations not run (the sweep was stopped).
+    pub skipped: Vec<String>,
+    /// The measures the table shows, in order (slug, name, unit).
+    pub columns: Vec<(String, String, String)>,
+}
+
+/// One configuration in the sweep's table.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigRow {
+    /// `--parallel 2`.
+    pub name: String,
+    /// Its run's directory, under the sweep's.
+    pub dir: String,
+    /// `pass`, `fail`, `interrupted`, `not_carried_out`.
+    pub status: String,
+    /// Why it did not pass.
+    pub reasons: Vec<String>,
+    /// Its capacity headline, when the plan searches.
+    pub capacity: Option<String>,
+    /// Its headline numbers, by the columns' slugs (absent where the run has none).
+    pub values: Vec<Option<f64>>,
+    /// Its server's time to ready, seconds.
+    pub ready_seconds: Option<f64>,
+    /// Its server's CPU seconds on this machine.
+    pub server_cpu_seconds: Option<f64>,
+    /// Whether it is the best.
+    pub best: bool,
+}
+
+/// The sweep's summary from each configuration's judged run (its report's summary) or why it
+/// could not run.
+pub fn summary(
+    plan: &str,
+    runs: &[(ServerConfig, std::result::Result<Summary, String>)],
+    skipped: &[ServerConfig],
+    verdict: RunVerdict,
+    best: Option<usize>,
+    best_by: &'static str,
+) -> SweepSummary {
+    let mut columns: Vec<(String, String, String)> = Vec::new();
+    for (_, run) in runs {
+        for m in run.iter().flat_map(|s| &s.measures) {
+            if !columns.iter().any(|c| c.0 == m.slug) {
+                columns.push((m.slug.clone(), m.name.clone(), m.unit.to_string()));
+            }
+        }
+    }
+    let configurations: Vec<ConfigRow> = runs
+        .iter()
+        .enumerate()
+        .map(|(index, (config, run))| {
+            let dir = config.slug.clone();
+            match run {
+                Err(why) => ConfigRow {
+                    name: config.name.clone(),
+                    dir,
+                    status: "not_carried_out".into(),
+                    reasons: vec![why.clone()],
+                    capacity: None,
+                    values: vec![None; columns.len()],
+                    ready_seconds: None,
+                    server_cpu_seconds: None,
+                    best: false,
+                },
+                Ok(s) => ConfigRow {
+                    name: config.name.clone(),
+                    dir,
+                    status: status_name(&s.verdict),
+                    reasons: s.verdict.reasons.clone(),
+                    capacity: s.capacity.as_ref().map(|c| c.headline.clone()),
+                    values: columns
+                        .iter()
+                        .map(|(slug, _, _)| value_of(&s.measures, slug))
+                        .collect(),
+                    ready_seconds: s.launched_server.as_ref().and_then(|l| l.ready_seconds),
+                    server_cpu_seconds: s.launched_server.as_ref().and_then(|l| l.cpu_seconds),
+                    best: best == Some(index),
+                },
+            }
+        })
+        .collect();
+    SweepSummary {
+        plan: plan.to_string(),
+        passed: verdict.exit_code == crate::error::EXIT_PASS,
+        verdict,
+        best: best.map(|i| runs[i].0.name.clone()),
+        best_by,
+        searched: configurations
+            .iter()
+            .any(|c: &ConfigRow| c.capacity.is_some()),
+        configurations,
+        skipped: skipped.iter().map(|c| c.name.clone()).collect(),
+        columns,
+    }
+}
+
+fn status_name(verdict: &RunVerdict) -> String {
+    serde_json::to_value(verdict.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn value_of(measures: &[Measure], slug: &str) -> Option<f64> {
+    measures.iter().find(|m| m.slug == slug).map(|m| m.value)
+}
+
+/// The chart: capacity per configuration when the plan searches, else TTFT p99 and E2E p99.
+fn chart(summary: &SweepSummary) -> Option<String> {
+    let (title, slugs, unit): (&str, &[&str], Unit) = if summary.searched {
+        (
+            "Capacity per server configuration",
+            &["capacity"],
+            Unit::Number,
+        )
+    } else {
+        (
+            "Latency per server configuration",
+            &["ttft-p99-ms", "e2e-p99-ms"],
+            Unit::Milliseconds,
+        )
+    };
+    let columns: Vec<usize> = slugs
+        .iter()
+        .filter_map(|slug| summary.columns.iter().position(|c| c.0 == *slug))
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    let values: Vec<Vec<f64>> = summary
+        .configurations
+        .iter()
+        .map(|c| {
+            columns
+                .iter()
+                .map(|&k| c.values[k].unwrap_or(0.0))
+                .collect()
+        })
+        .collect();
+    if values.iter().flatten().all(|v| *v <= 0.0) {
+        return None;
+    }
+    let y_title = if summary.searched {
+        "capacity (the highest load that held)".to_string()
+    } else {
+        "latency".to_string()
+    };
+    let mut plot = Plot::new(
+        title,
+        Axis::new("server configuration", Scale::Linear, Unit::Number),
+        Axis::new(&y_title, Scale::Linear, unit),
+    );
+    plot.x.categories = summary
+        .configurations
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    const COLOURS: [&str; 2] = ["#1f77b4", "#ff7f0e"];
+    plot.bars = Some(Bars {
+        series: columns
+            .iter()
+            .zip(COLOURS)
+            .map(|(&k, colour)| (summary.columns[k].1.clone(), colour))
+            .collect(),
+        values,
+    });
+    plot.render()
+}
+
+/// The sweep's Markdown, HTML and JSON, in the order of [`FILES`].
+pub fn render(summary: &SweepSummary) -> Result<[String; 3]> {
+    let chart = chart(summary);
+    let context = Value::from_serialize(serde_json::json!({
+        "sweep": summary,
+        "chart": chart,
+    }));
+    let markdown = template::render_value("server-sweep.md.j2", MARKDOWN, context.clone())?;
+    let html = template::render_value("server-sweep.html.j2", HTML, context)?;
+    let json = serde_json::to_string_pretty(summary)
+        .map_err(|e| crate::error::Error::run(format!("cannot encode the sweep: {e}")))?;
+    Ok([markdown, html, json + "\n"])
+}
+
+/// The terminal's table: one line per configuration, the best marked, then the verdict.
+pub fn terminal(summary: &SweepSummary) -> String {
+    let width = summary
+        .configurations
+        .iter()
+        .map(|c| c.name.chars().count())
+        .max()
+        .unwrap_or(13)
+        .max(13);
+    let mut out = format!("{:<width$}  {:<15}  headline\n", "configuration", "verdict");
+    for c in &summary.configurations {
+        let headline = c.capacity.clone().unwrap_or_else(|| {
+            summary
+                .columns
+                .iter()
+                .zip(&c.values)
+                .filter(|(col, _)| {
+                    matches!(col.0.as_str(), "ttft-p99-ms" | "output-tokens-per-second")
+                })
+                .filter_map(|(col, v)| {
+                    v.map(|v| format!("{} {} {}", col.1, super::svg::number(v), col.2))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        out.push_str(&format!(
+            "{:<width$}  {:<15}  {}{}\n",
+            crate::escape::one_line(&c.name),
+            c.status,
+            crate::escape::one_line(&headline),
+            if c.best { "  ← best" } else { "" }
+        ));
+    }
+    match &summary.best {
+        Some(best) => out.push_str(&format!(
+            "best under the objectives (by {}): {}\n",
+            summary.best_by,
+            crate::escape::one_line(best)
+        )),
+        None => out.push_str("no configuration met the objectives\n"),
+    }
+    out.push_str(&headline(&summary.verdict));
+    out.push('\n');
+    out
+}
+
+/// The sweep's verdict in one line: what its exit code says.
+pub fn headline(verdict: &RunVerdict) -> String {
+    if verdict.exit_code == crate::error::EXIT_PASS {
+        "PASS: every server configuration passed its gate".to_string()
+    } else {
+        verdict.headline(0)
+    }
+}
