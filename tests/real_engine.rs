@@ -771,3 +771,50 @@ fn process_with_argument(argument: &str) -> Option<u32> {
             .then_some(pid)
     })
 }
+
+/// `--parallel 1 2 4` swept on llama.cpp's server, a capacity search per configuration: the
+/// capacity grows with the slots (docs/ci.md has the measured numbers of a longer search).
+#[test]
+fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
+    let Some(plan) = managed_plan(
+        &[],
+        "search \"capacity\" { rate from=4 to=128; arrivals \"poisson\"; warmup \"1s\"; duration \"2s\"; precision \"25%\"; max-probes 8; max-duration \"90s\" }",
+    ) else {
+        return;
+    };
+    // Answers long enough that one slot queues well before four do.
+    let plan = plan
+        .replace(
+            "sla {",
+            "server-sweep { arg \"--parallel\" 1 4 }\nsla { ttft p99 < \"150ms\";",
+        )
+        .replace("input 32; output 16", "input 64; output 48")
+        .replace("--ctx-size\" \"4096\"", "--ctx-size\" \"8192\"");
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_plan(dir.path(), &plan);
+    let out = dir.path().join("out");
+    let ran = common::run_file(&path, &out, &[], &[]);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("server-sweep.json")).unwrap())
+            .unwrap();
+    let capacity = |index: usize| -> f64 {
+        let name = summary["configurations"][index]["name"].as_str().unwrap();
+        let run = out.join(summary["configurations"][index]["dir"].as_str().unwrap());
+        let run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
+                .unwrap();
+        run["capacity"]["bracket"]["sustains"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: no capacity: {}", run["capacity"]))
+    };
+    let (one, four) = (capacity(0), capacity(1));
+    eprintln!("capacity: 1 slot {one} req/s, 4 slots {four} req/s");
+    assert!(
+        four > one * 1.3,
+        "4 slots sustain {four} req/s, 1 slot {one}: batching should carry more"
+    );
+    assert_eq!(summary["best"], "--parallel 4");
+    assert_eq!(summary["best_by"], "capacity");
+}

@@ -237,3 +237,134 @@ fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {
     }
     drop(taken);
 }
+
+/// A sweep of the server's settings: each configuration started fresh with its own full
+/// report, judged together, the best named; a configuration whose server cannot start is the
+/// sweep's finding (not carried out), the others still run.
+#[test]
+fn a_server_sweep_runs_the_plan_against_each_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = |values: &str| {
+        plan(
+            &format!(
+                "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"5ms\"; ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\""
+            ),
+            "1s",
+        )
+        .replace("sla {", &format!("server-sweep {{ arg \"--ttft\" {values} }}\nsla {{"))
+        .replace("ttft p99 < \"2s\"", "ttft p99 < \"100ms\"")
+    };
+    let path = write_plan(dir.path(), &sweep("\"20ms\" \"200ms\""));
+    let out = dir.path().join("out");
+    let junit = out.join("junit.xml");
+    let bmf = dir.path().join("bmf.json");
+    let ran = run_file(
+        &path,
+        &out,
+        &[
+            "--junit",
+            junit.to_str().unwrap(),
+            "--export",
+            "bmf",
+            bmf.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(1), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("server-sweep.json")).unwrap())
+            .unwrap();
+    let configurations = summary["configurations"].as_array().unwrap();
+    let names: Vec<&str> = configurations
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["--ttft 20ms", "--ttft 200ms"]);
+    let statuses: Vec<&str> = configurations
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["pass", "fail"]);
+    assert_eq!(summary["best"], "--ttft 20ms");
+    assert_eq!(summary["best_by"], "headroom");
+    assert_eq!(summary["verdict"]["status"], "fail");
+    assert!(summary["verdict"]["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("\"--ttft 200ms\""));
+    // Each configuration is a whole run: its report, and its server started with its value.
+    for (slug, value) in [("ttft-20ms", "20ms"), ("ttft-200ms", "200ms")] {
+        let run = out.join(slug);
+        assert!(run.join("report.md").is_file(), "{slug}");
+        let server: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("server.json")).unwrap())
+                .unwrap();
+        assert!(
+            server["command"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("--ttft {value}")),
+            "{server}"
+        );
+        assert_left_nothing(&server);
+        let ttft_p99 = read_summary(&run)["overall"]["metrics"]["ttft_ms"]["p99"]
+            .as_f64()
+            .unwrap();
+        let asked: f64 = value.trim_end_matches("ms").parse().unwrap();
+        assert!(
+            ttft_p99 >= asked && ttft_p99 < asked + 50.0,
+            "{slug}: {ttft_p99}"
+        );
+    }
+    // One verdict everywhere: JUnit fails as the exit code does, a suite per configuration.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testsuites name=\"llmload\" tests=\"2\" failures=\"1\" errors=\"0\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("name=\"llmload.managed[--ttft 200ms]\""),
+        "{xml}"
+    );
+    let md = std::fs::read_to_string(out.join("server-sweep.md")).unwrap();
+    assert!(
+        md.contains("**Verdict: FAIL**") && md.contains("`--ttft 20ms` ⭐"),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(out.join("server-sweep.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("FAIL"));
+    let bmf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&bmf).unwrap()).unwrap();
+    let benchmarks: Vec<&String> = bmf.as_object().unwrap().keys().collect();
+    assert_eq!(
+        benchmarks,
+        [
+            "managed (llmload-sim) [--ttft 200ms]",
+            "managed (llmload-sim) [--ttft 20ms]"
+        ]
+    );
+
+    // A configuration whose server cannot start: the others still run, the sweep is not
+    // carried out, and says which and why. The directory of the sweep before is reused.
+    std::fs::write(&path, sweep("\"20ms\" \"not-a-duration\"")).unwrap();
+    let ran = run_file(&path, &out, &[], &[]);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(3), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("server-sweep.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["configurations"][0]["status"], "pass");
+    assert_eq!(summary["configurations"][1]["status"], "not_carried_out");
+    let reason = summary["verdict"]["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("\"--ttft not-a-duration\"")
+            && reason.contains("exited before it was ready"),
+        "{reason}"
+    );
+    assert_eq!(summary["best"], "--ttft 20ms");
+}
+
+fn read_summary(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}

@@ -333,13 +333,16 @@ pub(super) fn server_sweep(cx: &mut Cx, node: &KdlNode) -> Option<ServerSweep> {
         dimensions: Vec::new(),
     };
     cx.walk(node, "in `server-sweep`", SWEEP_CHILDREN, &mut sweep);
-    if sweep.dimensions.is_empty() {
+    if sweep.dimensions.is_empty() && children(node).is_empty() {
         cx.error(
             node.name().span(),
             "the server sweep varies nothing",
             "nothing to sweep",
             "add what varies: arg \"--parallel\" 1 2 4, or env \"NAME\" \"a\" \"b\"",
         );
+        return None;
+    }
+    if sweep.dimensions.is_empty() {
         return None;
     }
     let count = sweep.count();
@@ -537,6 +540,55 @@ mod tests {
         assert_eq!(
             no_server.diagnostics[0].message,
             "the target's URL has a {port}, and the plan starts no server to give it one"
+        );
+    }
+
+    #[test]
+    fn a_server_sweep_is_read_and_its_mistakes_named() {
+        let sweep = |body: &str| {
+            parse_plan(
+                "p.kdl",
+                format!(
+                    "server {{ command \"srv\" \"--port\" \"{{port}}\" }}\nserver-sweep {{ {body} }}\ntarget \"http://127.0.0.1:{{port}}\" {{ model \"m\" }}\n{REST}"
+                ),
+            )
+        };
+        let plan = sweep("arg \"--parallel\" 1 2 4; env \"FLASH\" \"on\" \"off\"").unwrap();
+        assert_eq!(plan.server_sweep.unwrap().count(), 6);
+        let messages = |body: &str| -> Vec<String> {
+            sweep(body)
+                .unwrap_err()
+                .diagnostics
+                .iter()
+                .map(|d| d.message.clone())
+                .collect()
+        };
+        assert_eq!(messages(""), ["the server sweep varies nothing"]);
+        assert_eq!(
+            messages("arg \"--parallel\""),
+            ["`arg` gives --parallel no values"]
+        );
+        assert_eq!(
+            messages("arg \"parallel\" 1"),
+            ["\"parallel\" is not a flag"]
+        );
+        assert_eq!(
+            messages("arg \"-np\" 1 2; arg \"-np\" 4"),
+            ["the server sweep varies this setting twice"]
+        );
+        let many: String = (0..65).map(|i| format!(" {i}")).collect();
+        assert_eq!(
+            messages(&format!("arg \"-np\"{many}")),
+            ["the server sweep crosses into 65 configurations: more than a plan may (64)"]
+        );
+        let no_server = parse_plan(
+            "p.kdl",
+            format!("server-sweep {{ arg \"-np\" 1 }}\ntarget \"sim\"\n{REST}"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            no_server.diagnostics[0].message,
+            "the plan sweeps the server's settings, and starts no server"
         );
     }
 }
