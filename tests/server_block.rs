@@ -249,7 +249,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
             &format!(
                 "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"5ms\"; ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\""
             ),
-            "1s",
+            "2s",
         )
         .replace("sla {", &format!("server-sweep {{ arg \"--ttft\" {values} }}\nsla {{"))
         .replace("ttft p99 < \"2s\"", "ttft p99 < \"100ms\"")
@@ -344,6 +344,39 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
             "managed (llmload-sim) [--ttft 20ms]"
         ]
     );
+
+    // `compare` between two runs of the sweep: configuration by configuration.
+    let again = dir.path().join("again");
+    run_file(&path, &again, &[], &[]);
+    let compare_junit = dir.path().join("compare.xml");
+    let compared = llmload()
+        .arg("compare")
+        .arg(&out)
+        .arg(&again)
+        .arg("--junit")
+        .arg(&compare_junit)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        matches!(compared.status.code(), Some(0 | 1)),
+        "{table}{}",
+        String::from_utf8_lossy(&compared.stderr)
+    );
+    assert!(
+        table.contains("## `--ttft 20ms`") && table.contains("## `--ttft 200ms`"),
+        "{table}"
+    );
+    let xml = std::fs::read_to_string(&compare_junit).unwrap();
+    assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
+    // A sweep is compared with a sweep only.
+    let mixed = llmload()
+        .arg("compare")
+        .arg(out.join("ttft-20ms"))
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert_eq!(mixed.status.code(), Some(2));
 
     // A configuration whose server cannot start: the others still run, the sweep is not
     // carried out, and says which and why. The directory of the sweep before is reused.

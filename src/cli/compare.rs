@@ -1,11 +1,11 @@
 //! `llmload compare BASELINE CURRENT`: is the current run worse than the baseline beyond the
 //! noise? A Markdown table for the pull request; exit 1 on a regression.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::output::{append_step_summary, write};
 use super::say_raw;
-use crate::error::{Result, EXIT_FAIL, EXIT_PASS};
+use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS};
 use crate::report::{self, Judged, Records, ReportContext};
 use crate::session::{self, Failure, Status};
 use crate::verdict;
@@ -28,36 +28,139 @@ pub(super) struct CompareArgs {
 }
 
 pub(super) fn compare(args: &CompareArgs) -> Result<u8> {
-    let (log, plan) = session::read_run_dir(&args.current)?;
-    let comparison = session::compare_with(&args.baseline, &log, &plan, args.force)?;
+    let sweep_of = |dir: &Path| dir.join(report::server_sweep::FILES[2]);
+    if sweep_of(&args.current).is_file() || sweep_of(&args.baseline).is_file() {
+        return compare_sweeps(args);
+    }
+    let (markdown, regressed, junit) = compare_runs(&args.baseline, &args.current, args)?;
+    say_raw!("{markdown}")?;
+    if let Some(path) = &args.out {
+        write(path, markdown.as_bytes())?;
+    }
+    if let (Some(path), Some(xml)) = (&args.junit, junit) {
+        write(path, xml.as_bytes())?;
+    }
+    append_step_summary(&markdown);
+    Ok(if regressed { EXIT_FAIL } else { EXIT_PASS })
+}
+
+/// One run against its baseline: the Markdown table, whether it regressed, and its JUnit when
+/// asked.
+fn compare_runs(
+    baseline: &Path,
+    current: &Path,
+    args: &CompareArgs,
+) -> Result<(String, bool, Option<String>)> {
+    let (log, plan) = session::read_run_dir(current)?;
+    let comparison = session::compare_with(baseline, &log, &plan, args.force)?;
     let markdown = report::comparison_markdown(&comparison)?;
+    let junit = match &args.junit {
+        Some(_) => {
+            let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
+            let verdicts = verdict::evaluate(&[], &aggregates);
+            let status = if comparison.regressed {
+                Status::Failed(vec![Failure::Regression])
+            } else {
+                Status::Passed
+            };
+            let verdict =
+                session::RunVerdict::of(&status, &verdicts, Some(&comparison), &aggregates);
+            let judged = Judged {
+                aggregates,
+                verdicts,
+                comparison: Some(comparison.clone()),
+                verdict,
+            };
+            let context = ReportContext::new(&log, Records::InMemory(&log.records), judged);
+            Some(report::junit::render(
+                &context.summary,
+                Some(&comparison),
+                false,
+            ))
+        }
+        None => None,
+    };
+    Ok((markdown, comparison.regressed, junit))
+}
+
+/// Two runs of a server sweep: each configuration against the same configuration's run in the
+/// baseline; a regression in any is the comparison's.
+fn compare_sweeps(args: &CompareArgs) -> Result<u8> {
+    let configurations = |dir: &Path| -> Result<(String, Vec<(String, String)>)> {
+        let path = dir.join(report::server_sweep::FILES[2]);
+        let text = crate::files::read_text_bounded(&path, 16 << 20).map_err(|e| {
+            Error::usage(format!(
+                "{} is not a server sweep's directory (no {}: {e}); compare a sweep with a sweep",
+                dir.display(),
+                report::server_sweep::FILES[2]
+            ))
+        })?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::usage(format!("{}: {e}", path.display())))?;
+        let plan = json["plan"].as_str().unwrap_or("sweep").to_string();
+        let configurations = json["configurations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                Some((
+                    c["name"].as_str()?.to_string(),
+                    c["dir"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        Ok((plan, configurations))
+    };
+    let (plan, current) = configurations(&args.current)?;
+    let (_, baseline) = configurations(&args.baseline)?;
+    let mut markdown = String::from("# Server sweep compared with its baseline\n\n");
+    let mut regressed = Vec::new();
+    let mut suites = Vec::new();
+    for (name, dir) in &current {
+        // (A directory name from the file is a plain name: never a path elsewhere.)
+        let plain = !dir.contains('/') && !dir.contains('\\') && dir != ".." && dir != ".";
+        if !plain || !baseline.iter().any(|(_, d)| d == dir) {
+            markdown.push_str(&format!(
+                "## `{}`\n\nNot in the baseline's sweep: not compared.\n\n",
+                crate::escape::one_line(name)
+            ));
+            continue;
+        }
+        let (table, worse, junit) =
+            compare_runs(&args.baseline.join(dir), &args.current.join(dir), args)?;
+        markdown.push_str(&format!(
+            "## `{}`\n\n{table}\n",
+            crate::escape::one_line(name)
+        ));
+        if worse {
+            regressed.push(name.clone());
+        }
+        suites.push((name.clone(), junit.ok_or_else(String::new)));
+    }
+    markdown.push_str(&if regressed.is_empty() {
+        "**No configuration regressed against its baseline.**\n".to_string()
+    } else {
+        format!(
+            "**Regressed against the baseline: {}.**\n",
+            regressed
+                .iter()
+                .map(|n| format!("`{}`", crate::escape::one_line(n)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
     say_raw!("{markdown}")?;
     if let Some(path) = &args.out {
         write(path, markdown.as_bytes())?;
     }
     if let Some(path) = &args.junit {
-        let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
-        let verdicts = verdict::evaluate(&[], &aggregates);
-        let status = if comparison.regressed {
-            Status::Failed(vec![Failure::Regression])
-        } else {
-            Status::Passed
-        };
-        let verdict = session::RunVerdict::of(&status, &verdicts, Some(&comparison), &aggregates);
-        let judged = Judged {
-            aggregates,
-            verdicts,
-            comparison: Some(comparison.clone()),
-            verdict,
-        };
-        let context = ReportContext::new(&log, Records::InMemory(&log.records), judged);
-        let xml = report::junit::render(&context.summary, Some(&comparison), false);
+        let xml = report::junit::merge_configurations(&plan, &suites);
         write(path, xml.as_bytes())?;
     }
     append_step_summary(&markdown);
-    Ok(if comparison.regressed {
-        EXIT_FAIL
-    } else {
+    Ok(if regressed.is_empty() {
         EXIT_PASS
+    } else {
+        EXIT_FAIL
     })
 }
