@@ -818,3 +818,77 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     assert_eq!(summary["best"], "--parallel 4");
     assert_eq!(summary["best_by"], "capacity");
 }
+
+/// `reset-cache` on llama.cpp's server: with `--slot-save-path` it erases every slot (and with
+/// `--cache-ram 0` nothing outside the slots keeps the prompts), and the prefix-cache hit rate
+/// shows it (none right after the reset, back once warm); without it the
+/// server refuses, and the run says so in a note instead of failing.
+#[test]
+fn a_cache_reset_shows_in_the_prefix_cache_hit_rate() {
+    let slots = tempfile::tempdir().unwrap();
+    let phases = "phase \"warm\" { concurrency 1; requests 4 }\n\
+                  phase \"after-reset\" { concurrency 1; requests 1; reset-cache #true }\n\
+                  phase \"warm-again\" { concurrency 1; requests 2 }";
+    // llama.cpp keeps prompts in host memory too (--cache-ram, PR 16391), beyond any HTTP
+    // reset: a cold cache needs it off.
+    let Some(plan) = managed_plan(
+        &[
+            "--slot-save-path",
+            slots.path().to_str().unwrap(),
+            "--cache-ram",
+            "0",
+        ],
+        phases,
+    ) else {
+        return;
+    };
+    // One shared prefix: every prompt after the first finds it in its slot.
+    let plan = plan.replace(
+        "input 32; output 16",
+        "input 96; prefix 64 groups=1; output 4",
+    );
+    let run = common::run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let hit_rate = |name: &str| {
+        let phase = common::phase(&summary, name);
+        phase["prefix_cache"]["hit_rate"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: no prefix-cache figures: {phase}"))
+    };
+    let (warm, reset, again) = (
+        hit_rate("warm"),
+        hit_rate("after-reset"),
+        hit_rate("warm-again"),
+    );
+    eprintln!("hit rate: warm {warm:.2}, after the reset {reset:.2}, warm again {again:.2}");
+    assert!(reset < 0.05, "after the reset: {reset}");
+    assert!(warm > 0.2 && again > 0.3, "warm {warm}, again {again}");
+    let phase = common::phase(&summary, "after-reset");
+    assert_eq!(phase["cache_reset"]["done"], true, "{phase}");
+    assert!(phase["cache_reset"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("llama.cpp"));
+
+    // Without --slot-save-path, llama.cpp refuses: a note, the run goes on.
+    let Some(plan) = managed_plan(&[], phases) else {
+        return;
+    };
+    let run = common::run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let note = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "cache-reset")
+        .unwrap_or_else(|| panic!("no cache-reset note: {}", summary["warnings"]));
+    assert!(
+        note["message"]
+            .as_str()
+            .unwrap()
+            .contains("--slot-save-path"),
+        "the server's own words say what to do: {note}"
+    );
+}

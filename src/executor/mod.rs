@@ -21,6 +21,7 @@ mod observe;
 mod phase;
 pub mod recorder;
 pub mod request;
+mod reset;
 pub mod resources;
 mod send;
 mod source;
@@ -178,6 +179,7 @@ pub async fn run_from(
         live: Arc::new(LiveCounters::default()),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
+        secrets: config.secrets.clone(),
     });
     header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
     header.started_unix_ns = std::time::SystemTime::now()

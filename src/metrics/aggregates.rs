@@ -388,6 +388,9 @@ pub struct PhaseMetrics {
     /// Why it was ended before its planned end, if it was (a probe that had already failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_early: Option<String>,
+    /// The server's caches reset before it (`reset-cache`): how, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_reset: Option<crate::records::CacheReset>,
     /// The connections opened before the phase's clock started, and while it ran.
     pub connections: Option<crate::records::Connections>,
     /// Why its window shows a server that was not keeping up, if it does (see

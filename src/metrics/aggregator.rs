@@ -334,6 +334,7 @@ impl<'s> Aggregator<'s> {
             metrics.rates.planned_per_s = start.planned_rate;
             metrics.client = phase_end.and_then(|e| e.client);
             metrics.step = start.step.clone();
+            metrics.cache_reset.clone_from(&start.cache_reset);
             metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
             metrics.connections = phase_end.and_then(|e| e.connections);
             metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);

@@ -48,6 +48,7 @@ fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
         group: None,
         step: None,
         api: None,
+        cache_reset: None,
     }
 }
 

@@ -192,6 +192,28 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     if let Some(header) = header.filter(|h| !h.merged.is_empty()) {
         out.extend(shard_warnings(&header.merged));
     }
+    // A reset the plan asked for and the server did not do: the phase's cache was not cold.
+    let not_reset: Vec<&PhaseMetrics> = aggregates
+        .phases
+        .iter()
+        .filter(|p| p.cache_reset.as_ref().is_some_and(|r| !r.done))
+        .collect();
+    if let Some(first) = not_reset.first() {
+        let why = first
+            .cache_reset
+            .as_ref()
+            .map(|r| r.detail.clone())
+            .unwrap_or_default();
+        out.push(note(
+            "cache-reset",
+            format!(
+                "the server's cache was not reset before {} of the {} phase(s) that asked for it (first \"{}\"): {why}; those phases may have met a warm cache",
+                not_reset.len(),
+                aggregates.phases.iter().filter(|p| p.cache_reset.is_some()).count(),
+                first.name
+            ),
+        ));
+    }
     if aggregates.interrupted {
         out.push(warning(
             "interrupted",

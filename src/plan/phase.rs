@@ -32,6 +32,8 @@ pub struct Phase {
     pub endpoint: Option<String>,
     /// The API its requests speak, instead of the target's (two dialects compared in one run).
     pub api: Option<crate::api::Api>,
+    /// The server's caches (its prefix cache) are reset before it starts: a cold cache.
+    pub reset_cache: bool,
 }
 
 impl Phase {
@@ -51,6 +53,7 @@ impl Phase {
             model: None,
             endpoint: None,
             api: None,
+            reset_cache: false,
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct Search {
     pub objective: Objective,
     /// It runs after this many of the plan's phases (where it is written).
     pub position: usize,
+    /// The server's caches are reset before each probe (its warmup, if it has one).
+    pub reset_cache: bool,
 }
 
 /// What a sweep's step or a search's probe must meet.

@@ -113,6 +113,8 @@ pub struct PhaseSchedule {
     pub offset: Duration,
     /// The next group waits for its requests in flight to finish.
     pub drain: bool,
+    /// The server's caches are reset before it starts.
+    pub reset_cache: bool,
     /// The step of a sweep (or the probe of a search) it is.
     pub step: Option<StepInfo>,
     /// An open-ended phase draws request `seq_offset + i × seq_stride` as its i-th (a shard's
@@ -664,6 +666,7 @@ fn phase_schedule(
         group: 0,
         offset: Duration::ZERO,
         drain: phase.drain,
+        reset_cache: phase.reset_cache,
         seq_offset: 0,
         seq_stride: 1,
         step: phase.step.as_ref().map(|step| StepInfo {
@@ -717,6 +720,8 @@ impl Schedule {
             }),
             record: !warmup,
             drain: true,
+            // Before the probe: before its warmup when it has one.
+            reset_cache: spec.reset_cache && (warmup || spec.warmup.is_none()),
             step: Some(crate::plan::Step {
                 series: spec.name.clone(),
                 load_value: load,

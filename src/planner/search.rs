@@ -257,6 +257,7 @@ mod tests {
             duration: Duration::from_secs(10),
             objective: Objective::Sla,
             position: 0,
+            reset_cache: false,
         }
     }
 

@@ -229,6 +229,18 @@ pub struct PhaseStart {
     /// The API it spoke, when it is not the run's (`api` in the phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
+    /// The server's caches reset before it (`reset-cache`): how, or why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_reset: Option<CacheReset>,
+}
+
+/// A cache reset before a phase: done (how) or not (why).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheReset {
+    /// Whether the server's caches were reset.
+    pub done: bool,
+    /// How (`POST /reset_prefix_cache (vLLM)`), or why not (the server's refusal).
+    pub detail: String,
 }
 
 /// A step of a sweep, or a probe of a search, as the schedule and the records hold it.

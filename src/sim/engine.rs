@@ -62,6 +62,9 @@ pub struct Engine {
     settings: EngineSettings,
     submissions: mpsc::UnboundedSender<Submission>,
     waiting: Arc<AtomicUsize>,
+    /// Resets asked of the prefix cache (`POST /reset_prefix_cache`): the scheduler empties it
+    /// before its next lookup when this moved.
+    resets: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct Sequence {
@@ -91,13 +94,26 @@ impl Engine {
     ) -> Engine {
         let (submissions, inbox) = mpsc::unbounded_channel();
         let waiting = Arc::new(AtomicUsize::new(0));
+        let resets = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let engine = Engine {
             settings: settings.clone(),
             submissions,
             waiting: waiting.clone(),
+            resets: resets.clone(),
         };
-        tokio::spawn(run(settings, inbox, timer, metrics, waiting));
+        tokio::spawn(run(settings, inbox, timer, metrics, waiting, resets));
         engine
+    }
+
+    /// Empties the prefix cache (as vLLM's `POST /reset_prefix_cache`); false when the engine
+    /// keeps none.
+    pub fn reset_prefix_cache(&self) -> bool {
+        if !self.settings.prefix_cache {
+            return false;
+        }
+        self.resets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        true
     }
 
     /// Queues a request, or refuses it as a real server would (too long, queue full).
@@ -209,7 +225,9 @@ async fn run(
     timer: PreciseTimer,
     metrics: Arc<SimMetrics>,
     waiting_count: Arc<AtomicUsize>,
+    resets: Arc<std::sync::atomic::AtomicU64>,
 ) {
+    let mut resets_seen = 0u64;
     let total_blocks = (settings.kv_cache_tokens / settings.block_size as u64).max(1);
     let mut free_blocks = total_blocks;
     let mut waiting: VecDeque<Sequence> = VecDeque::new();
@@ -345,6 +363,11 @@ async fn run(
             if seq.first_admitted.is_none() {
                 seq.first_admitted = Some(step_start);
                 if let Some(cache) = prefix_cache.as_mut() {
+                    let asked = resets.load(std::sync::atomic::Ordering::SeqCst);
+                    if asked != resets_seen {
+                        resets_seen = asked;
+                        cache.last_used.clear();
+                    }
                     let hits = cache.lookup_and_keep(&seq.prefix_blocks) as u64;
                     // The last prompt token is always computed: its logits give the first token.
                     let cached = (hits * settings.block_size as u64)

@@ -410,6 +410,22 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 serde_json::json!({"status": "ok"}),
             ))
         }
+        // As vLLM's (in its dev mode): the prefix cache emptied; 404 without an engine that
+        // keeps one.
+        (&Method::POST, "/reset_prefix_cache") => {
+            let reset = shared
+                .engine
+                .as_ref()
+                .is_some_and(|engine| engine.reset_prefix_cache());
+            return Ok(if reset {
+                full(StatusCode::OK, "text/plain", "OK".to_string())
+            } else {
+                json_response(
+                    StatusCode::NOT_FOUND,
+                    serde_json::json!({"detail": "Not Found"}),
+                )
+            });
+        }
         // As vLLM's: what a report shows as the server's version.
         (&Method::GET, "/version") => {
             return Ok(json_response(

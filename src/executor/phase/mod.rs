@@ -42,6 +42,39 @@ pub(super) async fn run_group(
     group: Vec<PhaseRun>,
     sending: watch::Receiver<bool>,
 ) {
+    // A cold cache first, when a phase of the group asks for one (before the connections'
+    // warm-up, which sends no prompt).
+    let cache_reset = match group.iter().find(|run| run.phase.reset_cache) {
+        Some(run) => {
+            // The requests still in flight would fill the cache again as they finish: the
+            // reset waits for them (a closed loop's phase ends with its last requests out).
+            let mut cancel_wait = sending.clone();
+            tokio::select! {
+                _ = context.in_flight.wait_empty() => {}
+                _ = stopped(&mut cancel_wait) => return,
+            }
+            let outcome = super::reset::reset(context.template(run.phase.index)).await;
+            let reset = match outcome {
+                Ok(how) => crate::records::CacheReset {
+                    done: true,
+                    detail: how,
+                },
+                Err(why) => crate::records::CacheReset {
+                    done: false,
+                    detail: context.secrets.redact(&why).into_owned(),
+                },
+            };
+            if !reset.done {
+                let note = format!(
+                    "the server's cache was not reset before phase \"{}\": {}",
+                    run.phase.name, reset.detail
+                );
+                context.observer.on_event(Event::Note(&note));
+            }
+            Some(reset)
+        }
+        None => None,
+    };
     // Connections first, so that the phases' clocks measure the server, not the handshakes.
     let mut warming = tokio::task::JoinSet::new();
     if context.warm_connections {
@@ -80,13 +113,14 @@ pub(super) async fn run_group(
     for (run, warmed) in group.into_iter().zip(warmed) {
         let context = context.clone();
         let mut cancel = sending.clone();
+        let cache_reset = cache_reset.clone().filter(|_| run.phase.reset_cache);
         phases.spawn(async move {
             let starts = group_start + run.phase.offset;
             tokio::select! {
                 _ = tokio::time::sleep_until(starts) => {}
                 _ = stopped(&mut cancel) => return,
             }
-            run_phase(&context, run, cancel, warmed).await;
+            run_phase(&context, run, cancel, warmed, cache_reset).await;
         });
     }
     while phases.join_next().await.is_some() {}
@@ -97,6 +131,7 @@ async fn run_phase(
     run: PhaseRun,
     mut cancel: watch::Receiver<bool>,
     warmed: u64,
+    cache_reset: Option<crate::records::CacheReset>,
 ) {
     let phase = run.phase;
     let state = Arc::new(PhaseState {
@@ -125,6 +160,7 @@ async fn run_phase(
         api: Some(context.template(phase.index).dialect.name())
             .filter(|name| *name != context.template.dialect.name())
             .map(str::to_string),
+        cache_reset,
     };
     context.observer.on_event(Event::PhaseStarted(&start));
     context.log(LogLine::PhaseStart(start));

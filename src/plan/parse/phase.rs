@@ -34,6 +34,7 @@ struct Fields {
     duration: Option<Duration>,
     max_requests: Option<u64>,
     record: bool,
+    reset_cache: bool,
     /// A child was present but wrong (already reported): no follow-on errors about it.
     broken: bool,
 }
@@ -147,6 +148,16 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("record", |cx, node, p| {
         match cx.single(node, "record #false", Flag) {
             Some(b) => p.record = b,
+            None => p.broken = true,
+        }
+    }),
+    ("reset-cache", |cx, node, p| {
+        match cx.single(
+            node,
+            "reset-cache #true (the server's prefix cache emptied before it)",
+            Flag,
+        ) {
+            Some(b) => p.reset_cache = b,
             None => p.broken = true,
         }
     }),
@@ -353,6 +364,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
         duration: None,
         max_requests: None,
         record: true,
+        reset_cache: false,
         broken: false,
     };
     cx.walk(node, "in `phase`", CHILDREN, &mut fields);
@@ -514,6 +526,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             model: fields.model,
             endpoint: fields.endpoint,
             api: fields.api.map(|(api, _)| api),
+            reset_cache: fields.reset_cache,
             ..Phase::new(name, load)
         },
         expected_requests,

@@ -7,7 +7,7 @@ use kdl::{KdlEntry, KdlNode};
 use miette::SourceSpan;
 
 use super::cx::{positional, property, Cx, Handler};
-use super::values::{Count, Kind, Name, Number, Percent, Text, DURATION};
+use super::values::{Count, Flag, Kind, Name, Number, Percent, Text, DURATION};
 use crate::plan::limits::{MAX_CONCURRENCY, MAX_RATE, MAX_REQUESTS};
 use crate::plan::{Arrivals, LoadUnit, Objective, Phase, Search, Step};
 
@@ -170,6 +170,7 @@ struct SweepFields {
     warmup: Option<Duration>,
     duration: Option<Duration>,
     requests: Option<u64>,
+    reset_cache: bool,
     broken: bool,
     loads_seen: usize,
 }
@@ -202,6 +203,12 @@ const SWEEP: &[(&str, Handler<SweepFields>)] = &[
     ("requests", |cx, node, f| {
         f.requests = cx.single(node, "requests 500", Count::positive(MAX_REQUESTS));
         f.broken |= f.requests.is_none();
+    }),
+    ("reset-cache", |cx, node, f| {
+        match cx.single(node, "reset-cache #true (before each step)", Flag) {
+            Some(b) => f.reset_cache = b,
+            None => f.broken = true,
+        }
     }),
 ];
 
@@ -268,6 +275,7 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
                 duration: Some(warmup),
                 record: false,
                 step: Some(step(true)),
+                reset_cache: f.reset_cache,
                 // An open loop's window continues its warmup's arrivals, the server as busy as
                 // the load makes it. A closed loop's users finish their warmup requests first:
                 // else the window would start with twice its concurrency in flight.
@@ -283,6 +291,8 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
             max_requests: f.requests,
             step: Some(step(false)),
             drain: true,
+            // Reset before the step: before its warmup when it has one.
+            reset_cache: f.reset_cache && f.warmup.is_none(),
             ..Phase::new(
                 format!("{name} @ {}", crate::plan::units::format_load(value)),
                 load,
@@ -303,6 +313,7 @@ struct SearchFields {
     max_duration_span: Option<miette::SourceSpan>,
     warmup: Option<Duration>,
     duration: Option<Duration>,
+    reset_cache: bool,
     broken: bool,
     loads_seen: usize,
 }
@@ -397,6 +408,12 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
         f.warmup = cx.single(node, "warmup \"5s\"", DURATION);
         f.broken |= f.warmup.is_none();
     }),
+    ("reset-cache", |cx, node, f| {
+        match cx.single(node, "reset-cache #true (before each probe)", Flag) {
+            Some(b) => f.reset_cache = b,
+            None => f.broken = true,
+        }
+    }),
     ("duration", |cx, node, f| {
         f.duration = cx.single(node, "duration \"30s\"", DURATION);
         f.broken |= f.duration.is_none();
@@ -418,6 +435,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         max_duration_span: None,
         warmup: None,
         duration: None,
+        reset_cache: false,
         broken: false,
         loads_seen: 0,
     };
@@ -515,6 +533,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         duration,
         objective: f.objective.map_or(Objective::Sla, |(o, _)| o),
         position,
+        reset_cache: f.reset_cache,
     })
 }
 

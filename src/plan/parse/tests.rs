@@ -650,3 +650,40 @@ fn report_records_chooses_plain_compressed_or_by_size_and_names_the_choices() {
         "a non-string is one diagnostic"
     );
 }
+
+#[test]
+fn reset_cache_is_read_in_a_phase_and_before_each_step_and_probe() {
+    let plan = parse_plan(
+        "t.kdl",
+        "target \"sim\"\nworkload { input 8; output 4 }\n\
+         phase \"cold\" { concurrency 1; requests 2; reset-cache #true }\n\
+         sweep \"s\" { concurrency 1 2; requests 4; warmup \"1s\"; reset-cache #true }\n\
+         search \"c\" { rate from=1 to=4; duration \"2s\"; reset-cache #true }\n\
+         sla { ttft p99 < \"1s\" }\n"
+            .into(),
+    )
+    .unwrap();
+    let flags: Vec<(&str, bool)> = plan
+        .phases
+        .iter()
+        .map(|p| (p.name.as_str(), p.reset_cache))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("cold", true),
+            ("s warmup @ 1", true),
+            ("s @ 1", false),
+            ("s warmup @ 2", true),
+            ("s @ 2", false)
+        ]
+    );
+    assert!(plan.search.as_ref().unwrap().reset_cache);
+    let schedule = crate::planner::compile(&plan, 1).unwrap();
+    // No probe warmup: the measured probe itself starts cold.
+    assert!(schedule.probe(9, 1, 2.0, false).unwrap().reset_cache);
+    assert_eq!(
+        messages("phase \"x\" { concurrency 1; requests 1; reset-cache \"yes\" }\n"),
+        ["expected #true or #false, found a string"]
+    );
+}
