@@ -219,6 +219,15 @@ fn check_capacity(args: &CheckArgs, plan: &Plan) -> Result<u8> {
         args.sim_itl.as_secs_f64() * 1000.0,
     )?;
     say!("the simulator shares these cores: a load that passes here passes against a remote server\n")?;
+    if let Some(server) = &plan.server {
+        say!(
+            "note: this plan starts its server ({}) on this machine: what that server uses of these cores \
+             is this machine's limit, not the client's — the trials measure the client alone, so give the \
+             server cores of its own (taskset, --threads for both) or expect less; each run's report shows \
+             the server's CPU-s beside the client's\n",
+            crate::escape::one_line(&server.command.program_name())
+        )?;
+    }
     let mut results = Vec::new();
     for (number, trial) in trials.iter().enumerate() {
         let dir =
