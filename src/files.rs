@@ -41,6 +41,27 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A JSON file a run directory may hold (`gate.json`, `server.json`): `None` when it is not
+/// there, an error naming the file when it is not what it should be (`what`).
+pub fn read_json_if_present<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    max: u64,
+    what: &str,
+) -> crate::error::Result<Option<T>> {
+    use crate::error::Error;
+    match read_text_bounded(path, max) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::Records {
+                path: path.to_path_buf(),
+                line: None,
+                message: format!("not {what}: {e}"),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("read", path, e)),
+    }
+}
+
 /// The text of `path`, a regular file of at most `max` bytes of UTF-8.
 pub fn read_text_bounded(path: &Path, max: u64) -> std::io::Result<String> {
     String::from_utf8(read_bounded(path, max)?).map_err(|_| {

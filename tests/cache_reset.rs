@@ -49,12 +49,7 @@ fn a_server_without_a_reset_is_a_note_not_a_failure() {
     let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
-    let note = summary["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["code"] == "cache-reset")
-        .expect("a cache-reset note");
+    let note = warning_of(&summary, "cache-reset").expect("a cache-reset note");
     assert_eq!(note["severity"], "note");
     assert!(
         note["message"]

@@ -878,11 +878,7 @@ fn a_cache_reset_shows_in_the_prefix_cache_hit_rate() {
     let run = common::run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
-    let note = summary["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["code"] == "cache-reset")
+    let note = common::warning_of(&summary, "cache-reset")
         .unwrap_or_else(|| panic!("no cache-reset note: {}", summary["warnings"]));
     assert!(
         note["message"]

@@ -82,18 +82,7 @@ impl ServerRun {
 
 /// The server llmload started for the run in `dir`, if it started one.
 pub fn read(dir: &Path) -> Result<Option<ServerRun>> {
-    let path = dir.join(SERVER_JSON);
-    match crate::files::read_text_bounded(&path, MAX_BYTES) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Records {
-                path,
-                line: None,
-                message: format!("not a server record: {e}"),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("read", &path, e)),
-    }
+    crate::files::read_json_if_present(&dir.join(SERVER_JSON), MAX_BYTES, "a server record")
 }
 
 /// A process's CPU time and peak memory, from /proc (Linux); its threads count, the children

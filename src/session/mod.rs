@@ -118,18 +118,7 @@ pub const GATE_FILE: &str = "gate.json";
 impl Gate {
     /// The gate `dir`'s run was judged by, if it kept one.
     pub fn kept(dir: &Path) -> Result<Option<Gate>> {
-        let path = dir.join(GATE_FILE);
-        match crate::files::read_text_bounded(&path, 1 << 20) {
-            Ok(text) => serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| Error::Records {
-                    path,
-                    line: None,
-                    message: format!("not a gate file: {e}"),
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read", &path, e)),
-        }
+        crate::files::read_json_if_present(&dir.join(GATE_FILE), 1 << 20, "a gate file")
     }
 
     /// Keeps this gate in `dir`, its baseline as an absolute path (a re-render may run from

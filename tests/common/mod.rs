@@ -678,3 +678,11 @@ pub fn processes_in_group(group: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// The warning or note of `code` in a summary, if there is one.
+pub fn warning_of<'a>(summary: &'a serde_json::Value, code: &str) -> Option<&'a serde_json::Value> {
+    summary["warnings"]
+        .as_array()?
+        .iter()
+        .find(|w| w["code"] == code)
+}
