@@ -36,9 +36,45 @@ pub fn csv(schedule: &Schedule) -> String {
     out
 }
 
-/// One line per phase: its load, requests, rate, duration and input mix.
+/// The server the plan starts (its command, secrets masked; how it is waited for and stopped)
+/// and the configurations its sweep runs.
+fn server_lines(plan: &Plan) -> String {
+    let Some(server) = &plan.server else {
+        return String::new();
+    };
+    let mut secrets = crate::secrets::Secrets::new();
+    for secret in &server.secrets {
+        secrets.add(secret);
+    }
+    let command = match &server.command {
+        crate::plan::ServerCommand::Argv(argv) => argv.join(" "),
+        crate::plan::ServerCommand::Shell(line) => format!("sh -c {line:?}"),
+    };
+    let mut out = format!(
+        "server (started by llmload, in {}): {}\n  ready when {} answers 2xx, within {}; stopped with SIGTERM, SIGKILL after {}\n",
+        server.dir.display(),
+        crate::escape::one_line(&secrets.redact(&command)),
+        server.ready.path,
+        crate::plan::units::format_duration(server.ready.timeout),
+        crate::plan::units::format_duration(server.stop_grace),
+    );
+    if let Some(sweep) = &plan.server_sweep {
+        let names: Vec<String> = sweep.configurations().into_iter().map(|c| c.name).collect();
+        out.push_str(&format!(
+            "server sweep: the phases below run against each of {} configuration(s), each server started fresh: {}\n",
+            names.len(),
+            crate::escape::one_line(&names.join("; "))
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// One line per phase: its load, requests, rate, duration and input mix (after the server the
+/// plan starts, if it starts one).
 pub fn table(plan: &Plan, schedule: &Schedule) -> String {
     let mut out = format!("plan \"{}\" (seed {})\n\n", plan.name, schedule.seed);
+    out.push_str(&server_lines(plan));
     let width = schedule
         .phases
         .iter()
