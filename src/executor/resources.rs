@@ -46,11 +46,9 @@ fn simulator_cpu_seconds() -> f64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0.0;
     };
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks_per_s <= 0 {
+    let Some(ticks_per_s) = ticks_per_second() else {
         return 0.0;
-    }
+    };
     let mut ticks = 0u64;
     for task in tasks.flatten() {
         let dir = task.path();
@@ -63,7 +61,37 @@ fn simulator_cpu_seconds() -> f64 {
             ticks += thread_ticks(&stat).unwrap_or(0);
         }
     }
-    ticks as f64 / ticks_per_s as f64
+    ticks as f64 / ticks_per_s
+}
+
+/// The clock ticks of /proc's CPU times per second.
+fn ticks_per_second() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (ticks > 0).then_some(ticks as f64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// CPU seconds another process (a server llmload started) has used, with the children it
+/// waited for (a shell line's), from /proc (Linux).
+pub(crate) fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let own = thread_ticks(&stat)?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // cutime (16) and cstime (17) follow utime and stime.
+    let children: u64 = fields
+        .get(13..15)?
+        .iter()
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Some((own + children) as f64 / ticks_per_second()?)
 }
 
 /// utime + stime of a /proc/…/stat line, in clock ticks: fields 14 and 15, counted after the
@@ -98,7 +126,12 @@ pub fn peak_rss_bytes() -> Option<u64> {
 
 /// The peak resident set of this process's address space (VmHWM), on Linux.
 fn peak_rss_linux() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    process_peak_rss_bytes("self")
+}
+
+/// The peak resident set (VmHWM) of `/proc/{process}` — `self`, or a pid — on Linux.
+pub(crate) fn process_peak_rss_bytes(process: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
@@ -241,6 +274,14 @@ pub(crate) fn raise_open_file_limit() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_process_s_cpu_and_peak_memory_are_read_by_its_pid() {
+        let pid = std::process::id();
+        assert!(process_cpu_seconds(pid).unwrap() >= 0.0);
+        assert!(process_peak_rss_bytes(&pid.to_string()).unwrap() > 0);
+        assert_eq!(process_cpu_seconds(u32::MAX), None);
+    }
 
     #[test]
     fn a_threads_cpu_is_read_past_a_name_with_spaces() {

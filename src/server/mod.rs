@@ -167,11 +167,6 @@ impl StartedServer {
         })
     }
 
-    /// The command line as reports show it (secrets masked).
-    pub fn shown_command(&self) -> &str {
-        &self.record.command
-    }
-
     /// The program's name (`llama-server`).
     pub fn program(&self) -> &str {
         &self.record.program
@@ -285,11 +280,11 @@ impl StartedServer {
         if let Some(watcher) = self.watcher.take() {
             let _ = watcher.join();
         }
-        let pid = self.child.lock().map(|c| c.id()).ok();
-        if let Some(pid) = pid {
-            let usage = record::ProcessUsage::of(pid);
-            self.record.cpu_seconds = usage.as_ref().map(|u| u.cpu_seconds);
-            self.record.peak_rss_bytes = usage.and_then(|u| u.peak_rss_bytes);
+        // Read before it exits: /proc forgets it once it is reaped.
+        if let Ok(pid) = self.child.lock().map(|c| c.id()) {
+            use crate::executor::resources;
+            self.record.cpu_seconds = resources::process_cpu_seconds(pid);
+            self.record.peak_rss_bytes = resources::process_peak_rss_bytes(&pid.to_string());
         }
         self.record.exit = Some(self.terminate());
         self.stopped = true;
@@ -325,8 +320,8 @@ impl StartedServer {
         self.child.lock().ok()?.try_wait().ok().flatten()
     }
 
-    /// A failure before the run: the server is stopped, its log kept, `server.json` written
-    /// (by the caller's [`StartedServer::stop`] on drop), and the error quotes its last lines.
+    /// A failure before the run, kept in `server.json` ([`StartedServer::abandon`] writes it);
+    /// the error quotes the log's last lines.
     fn failed(&mut self, why: String) -> Error {
         // The last words come a moment after it exits.
         std::thread::sleep(Duration::from_millis(200));
@@ -342,12 +337,10 @@ impl StartedServer {
         ))
     }
 
-    /// Stops a server that failed to become ready, keeping its log and record in `out_dir`.
-    pub fn abandon(mut self, out_dir: &Path) {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.record.exit = Some(self.terminate());
-        self.stopped = true;
-        let _ = self.finish(out_dir);
+    /// Stops a server that failed to become ready, keeping its log and record in `out_dir`
+    /// (the error that ends the run is the failure's, not a write's).
+    pub fn abandon(self, out_dir: &Path) {
+        let _ = self.stop(out_dir);
     }
 
     fn finish(&mut self, out_dir: &Path) -> Result<ServerRun> {

@@ -85,47 +85,6 @@ pub fn read(dir: &Path) -> Result<Option<ServerRun>> {
     crate::files::read_json_if_present(&dir.join(SERVER_JSON), MAX_BYTES, "a server record")
 }
 
-/// A process's CPU time and peak memory, from /proc (Linux); its threads count, the children
-/// it already waited for too.
-pub(super) struct ProcessUsage {
-    pub cpu_seconds: f64,
-    pub peak_rss_bytes: Option<u64>,
-}
-
-impl ProcessUsage {
-    pub fn of(pid: u32) -> Option<ProcessUsage> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name (field 2) may hold spaces and parentheses: fields count from the
-        // last ')'.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        // utime, stime, cutime, cstime are fields 14–17: 12–15 after the name and state.
-        let ticks: f64 = fields
-            .get(11..15)?
-            .iter()
-            .filter_map(|f| f.parse::<f64>().ok())
-            .sum();
-        #[cfg(unix)]
-        // SAFETY: sysconf reads a constant of the system; no memory is passed.
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        #[cfg(not(unix))]
-        let per_second = 100.0;
-        let peak_rss_bytes = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|status| {
-                status
-                    .lines()
-                    .find(|l| l.starts_with("VmHWM:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|kb| kb.parse::<u64>().ok())
-            })
-            .map(|kb| kb * 1024);
-        (per_second > 0.0).then(|| ProcessUsage {
-            cpu_seconds: ticks / per_second,
-            peak_rss_bytes,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,12 +100,5 @@ mod tests {
         assert_eq!(read(dir.path()).unwrap(), Some(run));
         std::fs::write(dir.path().join(SERVER_JSON), "[").unwrap();
         assert!(read(dir.path()).is_err());
-    }
-
-    #[test]
-    fn this_process_has_cpu_time() {
-        let usage = ProcessUsage::of(std::process::id()).unwrap();
-        assert!(usage.cpu_seconds >= 0.0);
-        assert!(usage.peak_rss_bytes.unwrap() > 0);
     }
 }
