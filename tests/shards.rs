@@ -504,6 +504,61 @@ fn the_kubernetes_manifests_hold_together() {
     assert!(dockerfile.contains("alpine") && dockerfile.contains("ENTRYPOINT [\"llmload\"]"));
 }
 
+/// The engine's own load test: the engine's image runs llmload, copied in by an init container
+/// from llmload's image, on the plan from the ConfigMap; the Job's exit code is the verdict.
+#[test]
+fn the_engine_job_runs_llmload_inside_the_engines_image() {
+    let text = std::fs::read_to_string("deploy/kubernetes/engine-job.yaml").unwrap();
+    let job: Value = serde_yaml_ng::from_str(&text).unwrap();
+    assert_eq!(
+        (job["apiVersion"].as_str(), job["kind"].as_str()),
+        (Some("batch/v1"), Some("Job"))
+    );
+    assert_eq!(job["spec"]["backoffLimit"], 0);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    let init = &pod["initContainers"][0];
+    let dockerfile = std::fs::read_to_string("Dockerfile").unwrap();
+    // The binary it copies is where llmload's image puts it.
+    let copied = init["command"][1].as_str().unwrap();
+    assert!(
+        dockerfile.contains(&format!("/llmload {copied}")),
+        "{copied}"
+    );
+    let into = init["command"][2].as_str().unwrap();
+    let shared = init["volumeMounts"][0]["name"].as_str().unwrap();
+    let engine = &pod["containers"][0];
+    let mounts = engine["volumeMounts"].as_array().unwrap();
+    let mount_of = |name: &str| {
+        mounts
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_else(|| panic!("{name} not mounted"))
+            .to_string()
+    };
+    let binary_dir = mount_of(shared);
+    assert!(into.starts_with(&binary_dir), "{into} outside {binary_dir}");
+    let command = engine["args"][0].as_str().unwrap();
+    for needed in [
+        format!("{into} run {}/plan.kdl", mount_of("plan")),
+        format!("--out \"{}/${{RUN_ID}}\"", mount_of("results")),
+        "exit $code".to_string(),
+    ] {
+        assert!(command.contains(&needed), "{needed} in {command}");
+    }
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert!(volumes
+        .iter()
+        .any(|v| v["persistentVolumeClaim"]["claimName"] == "llmload-results"));
+    assert!(volumes
+        .iter()
+        .any(|v| v["configMap"]["name"] == "llmload-plan"));
+    assert!(volumes
+        .iter()
+        .any(|v| v["name"] == shared && v["emptyDir"].is_object()));
+}
+
 /// A shard directory's records grown to `requests` requests, a millisecond apart.
 fn inflate(dir: &Path, shard: u64, count: u64, requests: u64) {
     let lines = lines(dir);
