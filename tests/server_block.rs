@@ -167,6 +167,128 @@ fn a_server_that_dies_mid_run_ends_it_as_not_carried_out_with_its_last_lines() {
     assert_left_nothing(&summary["launched_server"]);
 }
 
+#[test]
+fn a_server_that_stops_answering_mid_run_ends_it_as_not_carried_out() {
+    // A second in, the server and its shell are stopped (SIGSTOP): they exist, and answer
+    // nothing. Silence for `hang-after` ends the run; the timeouts its requests would reach
+    // (5 s) never come.
+    let started = Instant::now();
+    let run = run_plan(
+        &plan(
+            &format!(
+                "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & sleep 1; echo 'watchdog: scheduler deadlocked'; kill -STOP $! $$\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\"; hang-after \"2s\""
+            ),
+            "8s",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    // Ready, a second of load, two of silence, the stop (SIGCONT lets the SIGTERM in at once).
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let summary = run.summary();
+    assert_eq!(summary["verdict"]["status"], "not_carried_out");
+    let reason = summary["verdict"]["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("stopped answering during the run (it answered nothing for 2s")
+            && reason.contains("its process is stopped by a signal (state T)")
+            && reason.contains("watchdog: scheduler deadlocked"),
+        "{reason}"
+    );
+    let launched = &summary["launched_server"];
+    assert!(
+        launched["hung"].as_str().unwrap().contains("state T"),
+        "{launched}"
+    );
+    assert!(launched["died"].is_null(), "{launched}");
+    assert!(
+        launched["exit"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped with SIGTERM"),
+        "{launched}"
+    );
+    assert!(
+        run.stdout().contains("STOPPED ANSWERING DURING THE RUN"),
+        "{}",
+        run.stdout()
+    );
+    assert!(
+        run.stderr().contains("starting llmload on port"),
+        "{}",
+        run.stderr()
+    );
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(
+        report.contains("## The server stopped answering during the run"),
+        "{report}"
+    );
+    assert!(
+        report.contains("- `watchdog: scheduler deadlocked`"),
+        "{report}"
+    );
+    // Its requests were cancelled when it was taken as hung, none timed out.
+    let records = read_records(&run.out());
+    assert!(records.iter().all(|r| r["error"] != "timeout"));
+    assert!(records.iter().any(|r| r["error"] == "cancelled"));
+    assert_left_nothing(launched);
+}
+
+#[test]
+fn a_slow_server_is_slow_not_hung() {
+    // Three seconds to the first token, one of allowed silence: the run hears nothing from the
+    // requests for three seconds, but the server answers its probes, so it is judged (and
+    // fails its SLA) as the slow server it is.
+    let run = run_plan(
+        &plan(
+            &format!(
+                "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"3s\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; hang-after \"1s\""
+            ),
+            "1s",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let summary = run.summary();
+    assert_eq!(summary["verdict"]["status"], "fail");
+    assert!(summary["launched_server"]["hung"].is_null());
+    assert_left_nothing(&summary["launched_server"]);
+}
+
+#[test]
+fn a_server_that_takes_every_core_is_named_when_the_client_waits_for_them() {
+    // The server's shell keeps every core of the machine busy beside it: the client's own CPU
+    // is idle, the machine's is not.
+    let run = run_plan(
+        &plan(
+            &format!(
+                "shell \"for i in $(seq $(nproc)); do (while :; do :; done) & done; exec '{SIM}' sim --port {{port}} --ttft 20ms\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"2s\""
+            ),
+            "3s",
+        ),
+        &[],
+    );
+    assert_ne!(run.code(), 3, "{}", run.stderr());
+    let summary = run.summary();
+    let warning = warning_of(&summary, "machine-cpu")
+        .and_then(|w| w["message"].as_str())
+        .unwrap_or_else(|| panic!("no machine-cpu warning: {}", summary["warnings"]));
+    assert!(
+        warning.contains("with the server llmload started running beside the client"),
+        "{warning}"
+    );
+    assert!(warning_of(&summary, "client-cpu").is_none());
+    let machine = &phase(&summary, "steady")["client"]["machine"];
+    assert!(machine["utilization"].as_f64().unwrap() > 0.9, "{machine}");
+    assert_left_nothing(&summary["launched_server"]);
+}
+
 /// Each way a server cannot serve the run: exit 3 within its time, saying why, nothing left.
 #[test]
 fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {

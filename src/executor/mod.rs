@@ -80,6 +80,9 @@ pub struct RunConfig {
     pub stop: Stop,
     /// Start the schedule at this wall-clock instant (shards that start together), not at once.
     pub start_at: Option<std::time::SystemTime>,
+    /// What the run counts as it goes (given to observers, and read by a started server's
+    /// watcher to know whether the server is still heard from).
+    pub live: Arc<LiveCounters>,
 }
 
 /// Runs every phase of `schedule`, group by group, writing the run's log to
@@ -176,7 +179,7 @@ pub async fn run_from(
         abort: stop.in_flight(),
         stop: stop.clone(),
         in_flight: InFlight::default(),
-        live: Arc::new(LiveCounters::default()),
+        live: config.live.clone(),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
         secrets: config.secrets.clone(),

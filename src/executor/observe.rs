@@ -43,6 +43,17 @@ pub enum Event<'a> {
 pub struct LiveCounters {
     /// Token-bearing chunks received so far, over the whole run.
     pub chunks: Arc<std::sync::atomic::AtomicU64>,
+    /// Requests whose whole response came (any status), over the whole run.
+    pub answered: std::sync::atomic::AtomicU64,
+}
+
+impl LiveCounters {
+    /// Grows whenever the server is heard from (a token, a whole response): a server that
+    /// llmload started and that stops growing this is not answering anything.
+    pub fn heard(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.chunks.load(Relaxed) + self.answered.load(Relaxed)
+    }
 }
 
 /// Receives a run's events.

@@ -5,6 +5,11 @@
 //! keep sampling when the async runtime is the thing that is saturated) and writes, at the end of
 //! each phase, how busy the process was; [`crate::metrics::warnings`] says when that means the
 //! client limited the run. Unix only (getrusage); elsewhere nothing is measured.
+//!
+//! Beside it, the machine's own busy time over all its cores (/proc/stat, Linux): a server
+//! started on the same machine takes cores the client then waits for without being busy
+//! itself, and only the machine's reading says so. It counts the machine's listed CPUs: in a
+//! container limited to fewer cores than the host lists, it reads low.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +43,52 @@ pub fn cpu_seconds() -> Option<f64> {
     {
         None
     }
+}
+
+/// One reading of the clocks the sampler follows.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuReading {
+    /// The client's CPU seconds ([`cpu_seconds`]).
+    pub client: f64,
+    /// This machine's busy core-seconds, all its CPUs together (Linux).
+    pub machine: Option<f64>,
+}
+
+/// The client's CPU time and the machine's busy time, now.
+pub fn cpu_reading() -> Option<CpuReading> {
+    Some(CpuReading {
+        client: cpu_seconds()?,
+        machine: machine_busy_seconds(),
+    })
+}
+
+/// Seconds this machine's CPUs have been busy, together (everything but idle and I/O wait),
+/// from /proc/stat's first line (Linux).
+fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_ticks(stat.lines().next()?).map(|ticks| ticks as f64 / ticks_per_second().unwrap_or(100.0))
+}
+
+/// The busy ticks of /proc/stat's `cpu` line: user, nice, system, irq, softirq and steal
+/// (idle and iowait left out; guest time is already within user).
+fn busy_ticks(line: &str) -> Option<u64> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: Vec<u64> = fields.map_while(|f| f.parse().ok()).collect();
+    let at = |i: usize| ticks.get(i).copied().unwrap_or(0);
+    (ticks.len() >= 4).then(|| at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+}
+
+/// The CPUs /proc/stat lists (Linux).
+fn machine_cores() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cores = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    (cores > 0).then_some(cores as f64)
 }
 
 /// CPU seconds the embedded simulator's threads (named [`crate::sim::SIM_THREAD_PREFIX`]…)
@@ -94,6 +145,23 @@ pub(crate) fn process_cpu_seconds(pid: u32) -> Option<f64> {
     Some((own + children) as f64 / ticks_per_second()?)
 }
 
+/// What a process is doing, as people read it, from its state in /proc/PID/stat (Linux):
+/// "stopped by a signal (state T)" for a SIGSTOP, "running (state R)" for a busy loop.
+pub(crate) fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    let meaning = match state {
+        "R" => "running",
+        "S" => "sleeping",
+        "D" => "waiting on a disk or a device",
+        "T" => "stopped by a signal",
+        "t" => "stopped by a debugger",
+        "Z" => "a zombie",
+        _ => "in an unusual state",
+    };
+    Some(format!("{meaning} (state {state})"))
+}
+
 /// utime + stime of a /proc/…/stat line, in clock ticks: fields 14 and 15, counted after the
 /// command name's closing parenthesis (a name may hold spaces).
 fn thread_ticks(stat: &str) -> Option<u64> {
@@ -137,12 +205,13 @@ pub(crate) fn process_peak_rss_bytes(process: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-pub use crate::records::ClientLoad;
+pub use crate::records::{ClientLoad, MachineLoad};
 
-/// Samples this process's CPU time until dropped.
+/// Samples this process's CPU time, and the machine's, until dropped.
 pub struct CpuMonitor {
     cores: f64,
-    samples: Arc<Mutex<Vec<(Instant, f64)>>>,
+    machine_cores: Option<f64>,
+    samples: Arc<Mutex<Vec<(Instant, CpuReading)>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -150,6 +219,7 @@ impl CpuMonitor {
     /// `None` where CPU time cannot be read.
     pub fn start(cores: f64) -> Option<CpuMonitor> {
         cpu_seconds()?;
+        let machine_cores = machine_cores();
         let samples = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_samples, thread_stop) = (samples.clone(), stop.clone());
@@ -157,9 +227,9 @@ impl CpuMonitor {
             .name("llmload-cpu".into())
             .spawn(move || {
                 while !thread_stop.load(Ordering::Relaxed) {
-                    if let Some(cpu) = cpu_seconds() {
+                    if let Some(reading) = cpu_reading() {
                         if let Ok(mut samples) = thread_samples.lock() {
-                            samples.push((Instant::now(), cpu));
+                            samples.push((Instant::now(), reading));
                         }
                     }
                     std::thread::sleep(SAMPLE_EVERY);
@@ -168,25 +238,43 @@ impl CpuMonitor {
             .ok()?;
         Some(CpuMonitor {
             cores,
+            machine_cores,
             samples,
             stop,
         })
     }
 
-    /// The client's load between `start` and now; `start_cpu` was read at `start`.
-    pub fn load_since(&self, start: Instant, start_cpu: f64) -> Option<ClientLoad> {
-        let now_cpu = cpu_seconds()?;
+    /// The client's load (and the machine's) between `start` and now; `at_start` was read at
+    /// `start`.
+    pub fn load_since(&self, start: Instant, at_start: CpuReading) -> Option<ClientLoad> {
+        let now_reading = cpu_reading()?;
         let now = Instant::now();
         let samples = self.samples.lock().ok()?;
-        let mut points: Vec<(Instant, f64)> = vec![(start, start_cpu)];
-        points.extend(
+        let mut readings: Vec<(Instant, CpuReading)> = vec![(start, at_start)];
+        readings.extend(
             samples
                 .iter()
                 .filter(|(at, _)| *at > start && *at < now)
                 .copied(),
         );
-        points.push((now, now_cpu));
-        Some(summarize(&points, self.cores))
+        readings.push((now, now_reading));
+        let client: Vec<(Instant, f64)> = readings.iter().map(|(at, r)| (*at, r.client)).collect();
+        let machine: Option<Vec<(Instant, f64)>> = readings
+            .iter()
+            .map(|(at, r)| r.machine.map(|busy| (*at, busy)))
+            .collect();
+        let mut load = summarize(&client, self.cores);
+        load.machine = machine.zip(self.machine_cores).map(|(points, cores)| {
+            let machine = summarize(&points, cores);
+            MachineLoad {
+                cores,
+                busy_s: machine.cpu_s,
+                utilization: machine.utilization,
+                seconds: machine.seconds,
+                saturated_seconds: machine.saturated_seconds,
+            }
+        });
+        Some(load)
     }
 }
 
@@ -227,6 +315,7 @@ fn summarize(points: &[(Instant, f64)], cores: f64) -> ClientLoad {
         },
         seconds,
         saturated_seconds,
+        machine: None,
     }
 }
 
@@ -281,6 +370,30 @@ mod tests {
         assert!(process_cpu_seconds(pid).unwrap() >= 0.0);
         assert!(process_peak_rss_bytes(&pid.to_string()).unwrap() > 0);
         assert_eq!(process_cpu_seconds(u32::MAX), None);
+    }
+
+    #[test]
+    fn the_machines_busy_time_leaves_out_idle_and_io_wait() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let line = "cpu  36643 5 3178 16580 185 7 35 73 0 0";
+        assert_eq!(busy_ticks(line), Some(36643 + 5 + 3178 + 7 + 35 + 73));
+        assert_eq!(busy_ticks("cpu0 1 2 3 4"), None);
+        assert_eq!(busy_ticks("cpu 1 2"), None);
+        if cfg!(target_os = "linux") {
+            assert!(machine_cores().unwrap() >= 1.0);
+            assert!(machine_busy_seconds().unwrap() > 0.0);
+        }
+    }
+
+    #[test]
+    fn a_process_state_is_said_in_words() {
+        // The test harness's main thread (the one /proc/PID/stat speaks for) runs or waits.
+        let state = process_state(std::process::id()).unwrap();
+        assert!(
+            state == "running (state R)" || state == "sleeping (state S)",
+            "{state}"
+        );
+        assert_eq!(process_state(u32::MAX), None);
     }
 
     #[test]

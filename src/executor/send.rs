@@ -178,7 +178,9 @@ async fn execute(
         }
     };
     match end {
-        End::Complete => {}
+        End::Complete => {
+            context.live.answered.fetch_add(1, Ordering::Relaxed);
+        }
         End::TimedOut => {
             exchange.end_us = sent_at.elapsed().as_micros() as u64;
             exchange.fail(

@@ -7,7 +7,7 @@ use super::profile::ProfileBuilder;
 use super::table::ttft_ms;
 use super::{meets, Distribution};
 use crate::plan::Slo;
-use crate::records::{ClientLoad, ErrorClass, RequestRecord, TokenSource};
+use crate::records::{ClientLoad, ErrorClass, MachineLoad, RequestRecord, TokenSource};
 use crate::reservoir::Reservoir;
 
 /// A phase's time window in µs from the start of the run.
@@ -19,12 +19,14 @@ pub(super) struct Window {
 }
 
 /// The client's load over several phases: CPU and seconds add up; utilization is over their
-/// combined sending time.
+/// combined sending time. The machine's, likewise, when every phase has it.
 pub(super) fn combined_client_load<'a>(
-    phases: impl Iterator<Item = &'a PhaseMetrics>,
+    phases: impl Iterator<Item = &'a PhaseMetrics> + Clone,
 ) -> Option<ClientLoad> {
+    let loads = phases.filter_map(|p| p.client);
+    let machines: Option<Vec<MachineLoad>> = loads.clone().map(|l| l.machine).collect();
     let mut total: Option<(ClientLoad, f64)> = None;
-    for load in phases.filter_map(|p| p.client) {
+    for load in loads {
         let capacity_s = if load.utilization > 0.0 {
             load.cpu_s / load.utilization
         } else {
@@ -37,6 +39,7 @@ pub(super) fn combined_client_load<'a>(
                 utilization: 0.0,
                 seconds: 0,
                 saturated_seconds: 0,
+                machine: None,
             },
             0.0,
         ));
@@ -51,7 +54,30 @@ pub(super) fn combined_client_load<'a>(
         } else {
             0.0
         };
+        sum.machine = machines.and_then(|m| combined_machine_load(&m));
         sum
+    })
+}
+
+/// The machine's load over several phases, as [`combined_client_load`] adds the client's.
+fn combined_machine_load(loads: &[MachineLoad]) -> Option<MachineLoad> {
+    let first = loads.first()?;
+    let capacity: f64 = loads
+        .iter()
+        .filter(|l| l.utilization > 0.0)
+        .map(|l| l.busy_s / l.utilization)
+        .sum();
+    let busy_s: f64 = loads.iter().map(|l| l.busy_s).sum();
+    Some(MachineLoad {
+        cores: first.cores,
+        busy_s,
+        utilization: if capacity > 0.0 {
+            busy_s / capacity
+        } else {
+            0.0
+        },
+        seconds: loads.iter().map(|l| l.seconds).sum(),
+        saturated_seconds: loads.iter().map(|l| l.saturated_seconds).sum(),
     })
 }
 

@@ -239,6 +239,7 @@ fn a_saturated_client_warns_and_phases_add_up_overall() {
         utilization: cpu_s / (seconds as f64 * 2.0),
         seconds,
         saturated_seconds,
+        machine: None,
     };
     let mut run = log(vec![ok(
         1,
@@ -270,6 +271,66 @@ fn a_saturated_client_warns_and_phases_add_up_overall() {
     let overall = agg.overall.client.unwrap();
     assert_eq!((overall.seconds, overall.saturated_seconds), (30, 13));
     assert!(close(Some(overall.utilization), 50.0 / 60.0));
+}
+
+#[test]
+fn a_saturated_machine_is_named_when_the_run_started_its_server_there() {
+    use crate::records::{LaunchedServer, MachineLoad};
+    let machine = |saturated_seconds| MachineLoad {
+        cores: 2.0,
+        busy_s: 19.0,
+        utilization: 0.95,
+        seconds: 10,
+        saturated_seconds,
+    };
+    let client = |machine| ClientLoad {
+        cores: 2.0,
+        cpu_s: 2.0,
+        utilization: 0.1,
+        seconds: 10,
+        saturated_seconds: 0,
+        machine: Some(machine),
+    };
+    let mut run = log(vec![ok(1, 1_000_000, &[(100_000, 1)], 120_000)]);
+    run.phase_ends[1].client = Some(client(machine(9)));
+    let codes = |run: &RunLog| -> Vec<&'static str> {
+        compute_plain(run).warnings.iter().map(|w| w.code).collect()
+    };
+    // Another process's load is not the run's to judge: only a server the run started.
+    assert!(!codes(&run).contains(&"machine-cpu"));
+    if let Some(header) = run.header.as_mut() {
+        header.server = Some(Box::new(LaunchedServer {
+            program: "llama-server".into(),
+            command: "llama-server --port {port}".into(),
+            version: None,
+        }));
+    }
+    let agg = compute_plain(&run);
+    let warning = agg
+        .warnings
+        .iter()
+        .find(|w| w.code == "machine-cpu")
+        .unwrap();
+    assert!(
+        warning
+            .message
+            .contains("this machine's 2 CPU(s) were saturated (9 of 10 s at ≥95%, 95% on average)")
+            && warning.message.contains("(it used 10% of its own)"),
+        "{}",
+        warning.message
+    );
+    assert_eq!(
+        agg.overall
+            .client
+            .unwrap()
+            .machine
+            .unwrap()
+            .saturated_seconds,
+        9
+    );
+    // Under the client-cpu rule's share, or with the client itself saturated, it says nothing.
+    run.phase_ends[1].client = Some(client(machine(0)));
+    assert!(!codes(&run).contains(&"machine-cpu"));
 }
 
 #[test]

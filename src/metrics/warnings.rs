@@ -57,6 +57,14 @@ fn saturated_client(phase: &PhaseMetrics) -> Option<(crate::records::ClientLoad,
     (share >= SATURATED_SECONDS_LIMIT).then_some((client, share))
 }
 
+/// The machine's load in the phase, when its CPUs were all busy for as large a share of its
+/// seconds as [`saturated_client`] asks of the client's.
+fn saturated_machine(phase: &PhaseMetrics) -> Option<crate::records::MachineLoad> {
+    let machine = phase.client?.machine.filter(|m| m.seconds > 0)?;
+    let share = machine.saturated_seconds as f64 / machine.seconds as f64;
+    (share >= SATURATED_SECONDS_LIMIT).then_some(machine)
+}
+
 /// Why the client, not the server, limited the phase, if it did: its requests went out late
 /// (schedule lag p99 beyond the limit) or its CPU was saturated. The same limits as the
 /// `schedule-lag` and `client-cpu` warnings: a search does not take such a probe as evidence
@@ -308,6 +316,35 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 ),
             ));
         }
+    }
+    // A server llmload started shares this machine: when the machine, not the client, was
+    // saturated, the client waited for cores without being busy, and no `client-cpu` says so.
+    let local_server = header.is_some_and(|h| h.server.is_some());
+    for phase in aggregates
+        .phases
+        .iter()
+        .filter(|p| p.recorded && local_server)
+    {
+        let Some(machine) = saturated_machine(phase).filter(|_| saturated_client(phase).is_none())
+        else {
+            continue;
+        };
+        out.push(warning(
+            "machine-cpu",
+            format!(
+                "phase \"{}\": this machine's {} CPU(s) were saturated ({} of {} s at ≥95%, {:.0}% on \
+                 average) with the server llmload started running beside the client: the client waited \
+                 for cores it did not get, and its send times and latencies include that wait (it used \
+                 {:.0}% of its own); give the server fewer threads than the machine has cores, or run the \
+                 client on another machine",
+                phase.name,
+                machine.cores,
+                machine.saturated_seconds,
+                machine.seconds,
+                machine.utilization * 100.0,
+                phase.client.map_or(0.0, |c| c.utilization * 100.0)
+            ),
+        ));
     }
     let requests = &overall.requests;
     if requests.client_failed > 0 {

@@ -18,6 +18,11 @@ pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 /// The most of the server's output `server.log` keeps unless the plan says otherwise.
 pub const DEFAULT_LOG_MAX: u64 = 16 << 20;
+/// How long a started server may answer nothing at all (not a probe of its readiness path, not
+/// a token, not a response) before the run ends as not carried out, unless the plan says
+/// otherwise. Long enough that a saturated server whose HTTP threads are all busy streaming
+/// still gets a probe answered or a token out within it.
+pub const DEFAULT_HANG_AFTER: Duration = Duration::from_secs(60);
 
 /// A server llmload starts itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +39,8 @@ pub struct ServerSettings {
     pub ready: Readiness,
     /// How long it has to exit after SIGTERM before SIGKILL.
     pub stop_grace: Duration,
+    /// How long it may answer nothing during the run before it is taken as hung.
+    pub hang_after: Duration,
     /// The most bytes of its output `server.log` keeps (the start, and the last lines).
     pub log_max: u64,
     /// Values the plan read from the environment for it (`(env)"NAME"`): masked wherever
@@ -61,6 +68,7 @@ impl ServerCommand {
                 .find(|word| *word != "exec" && !word.contains('='))
                 .unwrap_or("sh"),
         };
+        let first = first.trim_matches(['\'', '"']);
         std::path::Path::new(first)
             .file_name()
             .map_or_else(|| first.to_string(), |n| n.to_string_lossy().into_owned())
@@ -316,6 +324,7 @@ mod tests {
             dir: ".".into(),
             port: None,
             ready: Readiness::default(),
+            hang_after: crate::plan::DEFAULT_HANG_AFTER,
             stop_grace: DEFAULT_STOP_GRACE,
             log_max: DEFAULT_LOG_MAX,
             secrets: Vec::new(),

@@ -699,6 +699,25 @@ pub struct ClientLoad {
     pub seconds: u32,
     /// Of those, the seconds in which the client used at least 95% of its cores.
     pub saturated_seconds: u32,
+    /// The whole machine's CPUs over the same time (Linux): a server on the same machine, or
+    /// anything else, takes the cores the client then waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineLoad>,
+}
+
+/// How busy the whole machine was over a phase, every process together.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MachineLoad {
+    /// The CPUs the machine lists.
+    pub cores: f64,
+    /// Core-seconds they were busy.
+    pub busy_s: f64,
+    /// `busy_s` over the phase's wall time and `cores`.
+    pub utilization: f64,
+    /// Whole seconds of the phase.
+    pub seconds: u32,
+    /// Of those, the seconds in which the machine had at least 95% of its cores busy.
+    pub saturated_seconds: u32,
 }
 
 #[cfg(test)]

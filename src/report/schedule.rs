@@ -51,11 +51,12 @@ fn server_lines(plan: &Plan) -> String {
         crate::plan::ServerCommand::Shell(line) => format!("sh -c {line:?}"),
     };
     let mut out = format!(
-        "server (started by llmload, in {}): {}\n  ready when {} answers 2xx, within {}; stopped with SIGTERM, SIGKILL after {}\n",
+        "server (started by llmload, in {}): {}\n  ready when {} answers 2xx, within {}; hung if it answers nothing for {}; stopped with SIGTERM, SIGKILL after {}\n",
         server.dir.display(),
         crate::escape::one_line(&secrets.redact(&command)),
         server.ready.path,
         crate::plan::units::format_duration(server.ready.timeout),
+        crate::plan::units::format_duration(server.hang_after),
         crate::plan::units::format_duration(server.stop_grace),
     );
     if let Some(sweep) = &plan.server_sweep {

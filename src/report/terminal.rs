@@ -181,7 +181,10 @@ fn launched_server_line(server: &crate::server::ServerRun) -> String {
     }
     if let Some(died) = &server.died {
         parts.push(format!("EXITED DURING THE RUN: {died}"));
-    } else if let Some(exit) = &server.exit {
+    } else if let Some(hung) = &server.hung {
+        parts.push(format!("STOPPED ANSWERING DURING THE RUN: {hung}"));
+    }
+    if let Some(exit) = server.exit.as_ref().filter(|_| server.died.is_none()) {
         parts.push(exit.clone());
     }
     let mut line = format!(
@@ -189,7 +192,7 @@ fn launched_server_line(server: &crate::server::ServerRun) -> String {
         crate::escape::one_line(&server.program),
         parts.join("; ")
     );
-    if server.died.is_some() {
+    if server.died.is_some() || server.hung.is_some() {
         let from = server.log_tail.len().saturating_sub(8);
         for tail in &server.log_tail[from..] {
             line.push_str(&format!("  | {}\n", crate::escape::one_line(tail)));

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub use record::{read as read_record, ServerRun, SERVER_JSON, SERVER_LOG};
 
 use crate::error::{Error, Result};
-use crate::executor::Stop;
+use crate::executor::{LiveCounters, Stop};
 use crate::plan::{ServerCommand, ServerSettings, MODEL_PLACEHOLDER, PORT_PLACEHOLDER};
 use crate::secrets::Secrets;
 
@@ -64,6 +64,9 @@ pub struct StartedServer {
     stopping: Arc<AtomicBool>,
     /// How it ended, if it exited while the run went.
     died: Arc<Mutex<Option<String>>>,
+    /// Why it was taken as hung, if it stopped answering while the run went.
+    hung: Arc<Mutex<Option<String>>>,
+    hang_after: Duration,
     watcher: Option<std::thread::JoinHandle<()>>,
     log: log::ServerLog,
     record: ServerRun,
@@ -158,6 +161,8 @@ impl StartedServer {
             child: Arc::new(Mutex::new(child)),
             stopping: Arc::new(AtomicBool::new(false)),
             died: Arc::new(Mutex::new(None)),
+            hung: Arc::new(Mutex::new(None)),
+            hang_after: settings.hang_after,
             watcher: None,
             log,
             record,
@@ -236,41 +241,38 @@ impl StartedServer {
         self.record.version = version;
     }
 
-    /// Watches the server while the run goes: if it exits before llmload stops it, the run is
-    /// stopped and ends as not carried out, saying so with its log's last lines.
-    pub fn watch(&mut self, stop: Stop) {
-        let child = self.child.clone();
-        let stopping = self.stopping.clone();
-        let tail = self.log.tail_handle();
-        let program = self.record.program.clone();
-        let died = self.died.clone();
-        self.watcher = Some(std::thread::spawn(move || loop {
-            if stopping.load(Ordering::SeqCst) {
-                return;
-            }
-            let status = child
-                .lock()
-                .ok()
-                .and_then(|mut c| c.try_wait().ok().flatten());
-            if let Some(status) = status {
-                if stopping.load(Ordering::SeqCst) {
-                    return;
+    /// Watches the server while the run goes: if it exits before llmload stops it, or answers
+    /// nothing for the plan's `hang-after` (not a probe of `ready_url`, not a token or a
+    /// response of the run, counted in `live`), the run is stopped and ends as not carried out,
+    /// saying so with its log's last line. A slow server is still heard from; a hung one (a
+    /// deadlock, a SIGSTOP) is not, and its requests would otherwise be counted as its
+    /// timeouts.
+    pub fn watch(&mut self, stop: Stop, ready_url: reqwest::Url, live: Arc<LiveCounters>) {
+        let watched = Watched {
+            child: self.child.clone(),
+            stopping: self.stopping.clone(),
+            tail: self.log.tail_handle(),
+            program: self.record.program.clone(),
+            died: self.died.clone(),
+            hung: self.hung.clone(),
+            hang_after: self.hang_after,
+            ready_url,
+            live,
+            stop,
+        };
+        self.watcher = std::thread::Builder::new()
+            .name("llmload-server-watch".into())
+            .spawn(move || {
+                // A runtime of its own: its probes never wait behind the run's requests for a
+                // worker thread or a connection.
+                if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    runtime.block_on(watched.until_stopped());
                 }
-                // Its last words come a moment after it exits: let the log pumps catch up.
-                std::thread::sleep(Duration::from_millis(200));
-                let how = describe_exit(&status);
-                if let Ok(mut died) = died.lock() {
-                    *died = Some(how.clone());
-                }
-                stop.refuse(format!(
-                    "the server that llmload started ({program}) exited during the run ({how}), \
-                     so the run is not carried out; its last line: {} (server.log has the rest)",
-                    log::last_line(&tail).unwrap_or_else(|| "(it wrote nothing)".into())
-                ));
-                return;
-            }
-            std::thread::sleep(POLL);
-        }));
+            })
+            .ok();
     }
 
     /// Stops the server (SIGTERM to its process group, SIGKILL after the grace), keeps its log
@@ -297,6 +299,8 @@ impl StartedServer {
             return format!("it had exited: {}", describe_exit(&status));
         }
         signal_group(&self.child, Signal::Terminate);
+        // A stopped process (a SIGSTOP) would hold the SIGTERM until the grace ran out.
+        signal_group(&self.child, Signal::Continue);
         let deadline = Instant::now() + self.stop_grace;
         while Instant::now() < deadline {
             if let Some(status) = self.exit_status() {
@@ -351,8 +355,133 @@ impl StartedServer {
         if let Ok(died) = self.died.lock() {
             self.record.died = died.clone();
         }
+        if let Ok(hung) = self.hung.lock() {
+            self.record.hung = hung.clone();
+        }
         self.record.write(out_dir)?;
         Ok(self.record.clone())
+    }
+}
+
+/// What the watcher of a running server needs.
+struct Watched {
+    child: Arc<Mutex<Child>>,
+    stopping: Arc<AtomicBool>,
+    tail: log::Tail,
+    program: String,
+    died: Arc<Mutex<Option<String>>>,
+    hung: Arc<Mutex<Option<String>>>,
+    hang_after: Duration,
+    ready_url: reqwest::Url,
+    live: Arc<LiveCounters>,
+    stop: Stop,
+}
+
+/// How often a running server's readiness path is asked whether it still answers (more
+/// often when `hang-after` is short: four probes fit in it).
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+impl Watched {
+    async fn until_stopped(self) {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .timeout(self.hang_after)
+            .build()
+            .ok();
+        let mut heard = self.live.heard();
+        let mut heard_at = Instant::now();
+        let mut probe: Option<tokio::task::JoinHandle<bool>> = None;
+        let mut probed_at: Option<Instant> = None;
+        let probe_every = PROBE_EVERY.min(self.hang_after / 4);
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let status = self
+                .child
+                .lock()
+                .ok()
+                .and_then(|mut c| c.try_wait().ok().flatten());
+            if let Some(status) = status {
+                return self.exited(status).await;
+            }
+            let now = Instant::now();
+            let counted = self.live.heard();
+            if counted != heard {
+                (heard, heard_at) = (counted, now);
+            }
+            if let Some(finished) = probe.take_if(|p| p.is_finished()) {
+                if let Ok(true) = finished.await {
+                    heard_at = now;
+                }
+            }
+            if let (None, Some(client)) = (&probe, &client) {
+                if probed_at.is_none_or(|at| now.duration_since(at) >= probe_every) {
+                    let (client, url) = (client.clone(), self.ready_url.clone());
+                    // Any answer at all is the server alive (a busy llama.cpp says 503 on
+                    // /health): only silence counts.
+                    probe = Some(tokio::spawn(
+                        async move { client.get(url).send().await.is_ok() },
+                    ));
+                    probed_at = Some(now);
+                }
+            }
+            if now.duration_since(heard_at) >= self.hang_after {
+                return self.hung();
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn exited(&self, status: std::process::ExitStatus) {
+        if self.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        // Its last words come a moment after it exits: let the log pumps catch up.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let how = describe_exit(&status);
+        if let Ok(mut died) = self.died.lock() {
+            *died = Some(how.clone());
+        }
+        self.stop.refuse(format!(
+            "the server that llmload started ({}) exited during the run ({how}), so the run is \
+             not carried out; its last line: {} (server.log has the rest)",
+            self.program,
+            self.last_line()
+        ));
+    }
+
+    fn hung(&self) {
+        let process = self
+            .child
+            .lock()
+            .ok()
+            .map(|c| c.id())
+            .and_then(crate::executor::resources::process_state)
+            .map(|state| format!("its process is {state}"))
+            .unwrap_or_else(|| "its process is still there".into());
+        let how = format!(
+            "it answered nothing for {}: not a probe of {}, not a token or a response of the run; \
+             {process}",
+            crate::plan::units::format_duration(self.hang_after),
+            self.ready_url.path()
+        );
+        if let Ok(mut hung) = self.hung.lock() {
+            *hung = Some(how.clone());
+        }
+        self.stop.refuse(format!(
+            "the server that llmload started ({}) stopped answering during the run ({how}), so \
+             the run is not carried out (its requests are not the server's timeouts); its last \
+             line: {} (server.log has the rest; `hang-after` in the server block sets how long \
+             a server may be silent)",
+            self.program,
+            self.last_line()
+        ));
+    }
+
+    fn last_line(&self) -> String {
+        log::last_line(&self.tail).unwrap_or_else(|| "(it wrote nothing)".into())
     }
 }
 
@@ -435,6 +564,7 @@ fn describe_exit(status: &std::process::ExitStatus) -> String {
 
 enum Signal {
     Terminate,
+    Continue,
     Kill,
 }
 
@@ -450,6 +580,7 @@ fn signal_group(child: &Arc<Mutex<Child>>, signal: Signal) {
     {
         let number = match signal {
             Signal::Terminate => libc::SIGTERM,
+            Signal::Continue => libc::SIGCONT,
             Signal::Kill => libc::SIGKILL,
         };
         if let Ok(pid) = i32::try_from(child.id()) {
@@ -508,6 +639,7 @@ mod tests {
             port: Some(port),
             ready: Default::default(),
             stop_grace: Duration::from_secs(1),
+            hang_after: crate::plan::DEFAULT_HANG_AFTER,
             log_max: 1 << 20,
             secrets: Vec::new(),
         };

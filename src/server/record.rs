@@ -40,6 +40,10 @@ pub struct ServerRun {
     /// out).
     #[serde(default)]
     pub died: Option<String>,
+    /// Why it was taken as hung, if it answered nothing for the plan's `hang-after` while the
+    /// run went (the run is then not carried out).
+    #[serde(default)]
+    pub hung: Option<String>,
     /// How it ended: stopped with SIGTERM, killed after the grace, or exited before.
     #[serde(default)]
     pub exit: Option<String>,

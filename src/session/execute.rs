@@ -95,6 +95,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             observer,
             stop: options.stop.clone(),
             start_at: options.start_at,
+            live: Arc::new(executor::LiveCounters::default()),
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
@@ -132,7 +133,10 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         };
         // From here on, a server that exits ends the run (not carried out).
         if let Some(launched) = &mut launched {
-            launched.server.watch(options.stop.clone());
+            let ready_url = launched.ready_url.clone();
+            launched
+                .server
+                .watch(options.stop.clone(), ready_url, config.live.clone());
         }
         let ran = executor::run_from(schedule, source, config).await;
         if let Some(scraper) = scraper {

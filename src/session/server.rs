@@ -10,6 +10,8 @@ use crate::server::StartedServer;
 pub(super) struct Launched {
     pub server: StartedServer,
     pub port: u16,
+    /// Its readiness path, asked again while the run goes whether it still answers.
+    pub ready_url: reqwest::Url,
 }
 
 /// Starts the plan's server and waits until it is ready; `None` when the plan has none or the
@@ -61,7 +63,11 @@ pub(super) async fn launch(
                 "{program} ready in {:.1} s",
                 took.as_secs_f64()
             )));
-            Ok(Some(Launched { server, port }))
+            Ok(Some(Launched {
+                server,
+                port,
+                ready_url,
+            }))
         }
         Err(error) => {
             server.abandon(&options.out_dir);

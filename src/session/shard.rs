@@ -488,6 +488,8 @@ fn combine(a: Option<ClientLoad>, b: Option<ClientLoad>) -> Option<ClientLoad> {
                 },
                 seconds: a.seconds.max(b.seconds),
                 saturated_seconds: a.saturated_seconds.max(b.saturated_seconds),
+                // Each shard's machine is its own: no one machine's load to keep.
+                machine: None,
             })
         }
         (a, b) => a.or(b),

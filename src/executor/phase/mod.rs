@@ -143,7 +143,7 @@ async fn run_phase(
     let (bodies, primed) = spawn_body_builder(context, &phase);
     let _ = primed.await;
     let phase_start = Instant::now();
-    let phase_start_cpu = resources::cpu_seconds();
+    let phase_start_cpu = resources::cpu_reading();
     let open_loop = phase.load_model.is_open_loop();
     let start = PhaseStart {
         index: phase.index,

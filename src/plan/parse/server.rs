@@ -6,6 +6,7 @@
 //!     env LLAMA_ARG_THREADS="2"
 //!     ready "/health" timeout="120s"
 //!     stop-grace "10s"
+//!     hang-after "60s"
 //! }
 //! ```
 
@@ -15,8 +16,8 @@ use super::cx::{children, positional, type_name, Cx, Handler};
 use super::values::{ByteSize, Count, Kind, Text, DURATION};
 use crate::plan::{
     Endpoint, MetricsSource, Readiness, ServerCommand, ServerSetting, ServerSettings, ServerSweep,
-    SweepDimension, Target, DEFAULT_LOG_MAX, DEFAULT_STOP_GRACE, MAX_SERVER_CONFIGURATIONS,
-    PORT_PLACEHOLDER,
+    SweepDimension, Target, DEFAULT_HANG_AFTER, DEFAULT_LOG_MAX, DEFAULT_STOP_GRACE,
+    MAX_SERVER_CONFIGURATIONS, PORT_PLACEHOLDER,
 };
 
 struct Fields {
@@ -176,6 +177,22 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             f.settings.stop_grace = grace;
         }
     }),
+    ("hang-after", |cx, node, f| {
+        let usage = "hang-after \"60s\" (nothing answered for this long during the run: the server is hung)";
+        if let Some(after) = cx.single(node, usage, DURATION) {
+            if after < std::time::Duration::from_secs(1) {
+                let span = positional(node).next().map_or(node.span(), |e| e.span());
+                cx.error(
+                    span,
+                    "a server is not hung after less than a second of silence",
+                    "too short",
+                    "give it at least \"1s\"; a busy server may take seconds to answer a probe",
+                );
+            } else {
+                f.settings.hang_after = after;
+            }
+        }
+    }),
     ("log-max", |cx, node, f| {
         let usage = "log-max \"16MiB\" (server.log keeps its start and its last lines)";
         if let Some(max) = cx.single(
@@ -219,6 +236,7 @@ pub(super) fn server(cx: &mut Cx, node: &KdlNode) -> Option<ServerSettings> {
             port: None,
             ready: Readiness::default(),
             stop_grace: DEFAULT_STOP_GRACE,
+            hang_after: DEFAULT_HANG_AFTER,
             log_max: DEFAULT_LOG_MAX,
             secrets: Vec::new(),
         },
@@ -469,6 +487,11 @@ mod tests {
         assert_eq!(server.ready.timeout, std::time::Duration::from_secs(90));
         assert_eq!(server.stop_grace, DEFAULT_STOP_GRACE);
         assert_eq!(server.command.program_name(), "llama-server");
+        assert_eq!(server.hang_after, DEFAULT_HANG_AFTER);
+        let quoted = ServerCommand::Shell("A=1 exec '/opt/engine/vllm' serve".into());
+        assert_eq!(quoted.program_name(), "vllm");
+        let quoted = ServerCommand::Shell("exec \"/opt/bin/sglang\" --port 1".into());
+        assert_eq!(quoted.program_name(), "sglang");
         // The key after --api-key, and the token by its variable's name, are secrets.
         assert!(server.secrets.contains(&"sk-local-123".to_string()));
         assert!(server.secrets.contains(&"hf_abcdef".to_string()));
@@ -514,6 +537,13 @@ mod tests {
         assert_eq!(
             errors("command \"a\"; port 70000", "http://127.0.0.1:{port}")[0],
             "70000 is out of range: it must be at most 65535"
+        );
+        assert_eq!(
+            errors(
+                "command \"a\"; hang-after \"200ms\"",
+                "http://127.0.0.1:{port}"
+            ),
+            vec!["a server is not hung after less than a second of silence"]
         );
         assert_eq!(
             errors("command \"a\"", "http://127.0.0.1:8000"),
