@@ -118,20 +118,20 @@ pub fn run_server_sweep(plan: &Plan, options: &RunOptions) -> Result<ServerSweep
 
 /// Every configuration must pass; one not carried out makes the sweep not carried out.
 fn verdict_of(runs: &[ConfigRun], skipped: &[ServerConfig], interrupted: bool) -> RunVerdict {
+    // Each reason names its configuration the same way, whatever the outcome.
+    let reason =
+        |run: &ConfigRun, why: &str| format!("server configuration \"{}\": {why}", run.config.name);
     let mut not_carried_out = Vec::new();
     let mut failed = Vec::new();
     for run in runs {
         match &run.outcome {
-            Err(why) => not_carried_out.push(format!("\"{}\": {why}", run.config.name)),
+            Err(why) => not_carried_out.push(reason(run, why)),
             Ok(outcome) => {
-                let verdict = outcome.verdict();
-                let why = verdict.reasons.join("; ");
+                let why = outcome.verdict().reasons.join("; ");
                 match outcome.status {
                     Status::Passed => {}
-                    Status::Failed(_) => failed.push(format!("\"{}\": {why}", run.config.name)),
-                    Status::NotCarriedOut(_) => {
-                        not_carried_out.push(format!("\"{}\": {why}", run.config.name))
-                    }
+                    Status::Failed(_) => failed.push(reason(run, &why)),
+                    Status::NotCarriedOut(_) => not_carried_out.push(reason(run, &why)),
                 }
             }
         }
@@ -145,26 +145,15 @@ fn verdict_of(runs: &[ConfigRun], skipped: &[ServerConfig], interrupted: bool) -
         reasons.extend(not_carried_out);
         (VerdictStatus::Interrupted, crate::error::EXIT_RUN, reasons)
     } else if !not_carried_out.is_empty() {
-        let mut reasons: Vec<String> = not_carried_out
-            .into_iter()
-            .map(|r| format!("server configuration {r}"))
-            .collect();
-        reasons.extend(
-            failed
-                .into_iter()
-                .map(|r| format!("server configuration {r}")),
-        );
+        let mut reasons = not_carried_out;
+        reasons.extend(failed);
         (
             VerdictStatus::NotCarriedOut,
             crate::error::EXIT_RUN,
             reasons,
         )
     } else if !failed.is_empty() {
-        let reasons = failed
-            .into_iter()
-            .map(|r| format!("server configuration {r}"))
-            .collect();
-        (VerdictStatus::Fail, crate::error::EXIT_FAIL, reasons)
+        (VerdictStatus::Fail, crate::error::EXIT_FAIL, failed)
     } else {
         (VerdictStatus::Pass, crate::error::EXIT_PASS, Vec::new())
     };
