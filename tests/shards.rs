@@ -198,6 +198,44 @@ fn shards_send_exactly_the_plan_and_merge_into_one_run() {
         );
         let header = &lines[0];
         assert_eq!(header["merged"].as_array().unwrap().len(), count as usize);
+
+        // Every shard scraped the one server: the merged run keeps one series of it, says who
+        // scraped, and keeps one scrape per moment (the scrape interval is 1 s).
+        let telemetry = |dir: &Path| -> Vec<Value> {
+            std::fs::read_to_string(dir.join("telemetry.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let kept = telemetry(&merged);
+        let sources: Vec<&Value> = kept.iter().filter(|l| l["kind"] == "source").collect();
+        assert_eq!(sources.len(), 1, "{sources:?}");
+        let every_shard: Vec<u32> = (1..=count).collect();
+        assert_eq!(sources[0]["scraped_by"], serde_json::json!(every_shard));
+        let scrapes: Vec<&Value> = kept.iter().filter(|l| l["kind"] == "sample").collect();
+        let times: Vec<f64> = scrapes
+            .iter()
+            .map(|s| s["at_unix_ms"].as_f64().unwrap())
+            .collect();
+        assert!(times.windows(2).all(|w| w[1] - w[0] >= 500.0), "{times:?}");
+        assert!(scrapes
+            .iter()
+            .all(|s| (1..=count as u64).contains(&s["shard"].as_u64().unwrap())));
+        let scraped: usize = shards
+            .iter()
+            .map(|s| {
+                telemetry(s)
+                    .iter()
+                    .filter(|l| l["kind"] == "sample")
+                    .count()
+            })
+            .sum();
+        assert!(scrapes.len() < scraped, "{} of {scraped}", scrapes.len());
+        let merged_summary = summary(&merged);
+        let target = &merged_summary["server"]["targets"][0];
+        assert_eq!(target["scraped_by"], serde_json::json!(every_shard));
+        assert_eq!(target["samples"].as_u64(), Some(scrapes.len() as u64));
         for shard in header["merged"].as_array().unwrap() {
             assert!(shard["start_late_ms"].as_f64().unwrap() < 10.0, "{shard}");
         }

@@ -313,3 +313,54 @@ fn the_html_report_is_self_contained() {
     assert_eq!(&png[1..4], b"PNG");
     assert!(png.len() > 50_000, "a blank page? {} bytes", png.len());
 }
+
+#[test]
+fn replicas_are_scraped_apart_reported_apart_and_summed() {
+    // Two replicas behind one target: the run sends to the first only, both are scraped.
+    let loaded = common::SimProcess::start_with(&["--profile", "tiny"]);
+    let idle = common::SimProcess::start_with(&["--profile", "tiny"]);
+    let metrics = |sim: &common::SimProcess| format!("{}/metrics", sim.url.trim_end_matches("/v1"));
+    let plan = format!(
+        "plan \"replicas\" {{ seed 3 }}\n\
+         target \"{}\" {{ model \"llmload-sim\"; timeout \"10s\"; metrics \"{}\" \"{}\" interval=\"200ms\" }}\n\
+         workload {{ input 32; output 16 ignore-eos=#true }}\n\
+         phase \"steady\" {{ rate 30; duration \"2s\" }}\n",
+        loaded.url,
+        metrics(&loaded),
+        metrics(&idle)
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let server = &summary["server"];
+    let targets = server["targets"].as_array().expect("each target apart");
+    assert_eq!(targets.len(), 2, "{server}");
+    assert_eq!(targets[0]["url"], metrics(&loaded).as_str());
+    let signals = |t: &serde_json::Value| t["recorded"]["signals"].clone();
+    let running = |s: &serde_json::Value| s["running"]["mean"].as_f64().unwrap();
+    let tokens = |s: &serde_json::Value| s["generation_tokens"]["delta"].as_f64().unwrap();
+    assert!(running(&signals(&targets[0])) > 0.0, "{server}");
+    assert_eq!(running(&signals(&targets[1])), 0.0, "{server}");
+    assert_eq!(tokens(&signals(&targets[1])), 0.0, "{server}");
+    // The run's own series is the sum: the loaded replica's tokens plus the idle one's none.
+    let summed = &summary["overall"]["server"]["signals"];
+    assert!(tokens(summed) > 0.0, "{summed}");
+    assert!(
+        (tokens(summed) - tokens(&signals(&targets[0]))).abs() < 1e-9,
+        "{summed} against {}",
+        signals(&targets[0])
+    );
+    let note = common::warning_of(&summary, "telemetry").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(note.contains("from 2 targets, summed"), "{note}");
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("| **all, summed** |"), "{report}");
+    assert!(
+        report.contains(&format!("| `{}` | this client |", metrics(&idle))),
+        "{report}"
+    );
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(html.contains("<strong>all, summed</strong>"));
+}

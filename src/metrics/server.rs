@@ -94,6 +94,30 @@ pub struct ServerTelemetry {
     pub problems: Vec<String>,
     /// Each gauge's samples: seconds from the run's start, and value.
     pub series: BTreeMap<String, Vec<(f64, f64)>>,
+    /// Each metrics URL apart, when the plan named several (replicas summed above), or when
+    /// shards scraped it (who did).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetServer>,
+}
+
+/// One metrics URL's telemetry, apart from the others'.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TargetServer {
+    /// Its URL.
+    pub url: String,
+    /// The engine whose metric names it used.
+    pub engine: Option<String>,
+    /// What it said it is.
+    pub server_version: Option<String>,
+    /// Scrapes that answered.
+    pub samples: usize,
+    /// Scrapes that failed.
+    pub problems: usize,
+    /// In a merged run: the shards that scraped it (one series, de-duplicated by time).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scraped_by: Vec<u32>,
+    /// What it said over the recorded phases.
+    pub recorded: Option<PhaseServer>,
 }
 
 /// A phase's time span, in ms since the Unix epoch.
@@ -126,12 +150,17 @@ pub fn overview(telemetry: &Telemetry, run_start_unix_ms: f64) -> ServerTelemetr
         samples: telemetry.samples.len(),
         problems: telemetry.problems.clone(),
         series,
+        targets: Vec::new(),
     }
 }
 
 /// What the server said over `span`.
 pub fn summarize(telemetry: &Telemetry, span: Span) -> Option<PhaseServer> {
-    let samples = &telemetry.samples;
+    summarize_samples(&telemetry.samples, span)
+}
+
+/// What one series of scrapes said over `span`.
+fn summarize_samples(samples: &[TelemetrySample], span: Span) -> Option<PhaseServer> {
     if samples.is_empty() {
         return None;
     }
@@ -340,17 +369,59 @@ pub fn attach(
     if let Some(span) = recorded_span {
         aggregates.overall.server = summarize(telemetry, span);
     }
-    let view = overview(telemetry, run_start_ms);
+    let mut view = overview(telemetry, run_start_ms);
+    let apart =
+        telemetry.targets.len() > 1 || telemetry.targets.iter().any(|t| !t.scraped_by.is_empty());
+    if apart {
+        view.targets = telemetry
+            .targets
+            .iter()
+            .map(|target| TargetServer {
+                url: target.url.clone(),
+                engine: target
+                    .samples
+                    .iter()
+                    .find_map(|s| s.engine)
+                    .map(|e| e.as_str().to_string()),
+                server_version: target.server_version.clone(),
+                samples: target.samples.len(),
+                problems: target.problems.len(),
+                scraped_by: target.scraped_by.clone(),
+                recorded: recorded_span.and_then(|span| summarize_samples(&target.samples, span)),
+            })
+            .collect();
+    }
+    let from = match telemetry.targets.len() {
+        0 | 1 => url.clone(),
+        n => format!("{n} targets, summed ({url})"),
+    };
+    let scraped_by: Vec<String> = telemetry
+        .targets
+        .iter()
+        .filter(|t| !t.scraped_by.is_empty())
+        .map(|t| {
+            let shards: Vec<String> = t.scraped_by.iter().map(u32::to_string).collect();
+            format!("{} by shard(s) {}", t.url, shards.join(", "))
+        })
+        .collect();
     aggregates.warnings.push(note(
         "telemetry",
         format!(
-            "server telemetry: {} scrape(s) of {} metrics from {url}{}",
+            "server telemetry: {} scrape(s) of {} metrics from {from}{}{}",
             view.samples,
             view.engine.as_deref().unwrap_or("known"),
             view.server_version
                 .as_deref()
                 .map(|v| format!("; server version {v}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if scraped_by.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; scraped {} (one series per target, de-duplicated by scrape time)",
+                    scraped_by.join("; ")
+                )
+            }
         ),
     ));
     if !telemetry.problems.is_empty() {

@@ -110,8 +110,9 @@ impl Endpoint {
 pub enum MetricsSource {
     /// The target's own `/metrics` (its base URL's, `/v1` left out), if it answers.
     Auto,
-    /// This URL.
-    Url(String),
+    /// These URLs: one server's, or each replica's behind a load balancer (scraped apart,
+    /// reported apart and summed).
+    Urls(Vec<String>),
     /// Not scraped.
     Off,
 }

@@ -105,31 +105,38 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             None => Box::new(executor::ScheduleSource::new(schedule.clone())),
         };
         // The server's own metrics, scraped beside the run on a thread and connection of its own.
-        let scraper = match telemetry_url(&metrics_source, &target) {
-            Some(metrics) => {
-                let shown = redact_url(metrics.as_str());
-                // The run's credentials go to its own server only, never to another host.
-                let same_origin = metrics.origin() == config.template.url.origin();
-                let headers = if same_origin {
-                    let template = &config.template;
-                    template
-                        .credentials
-                        .iter()
-                        .chain(template.headers.iter())
-                        .cloned()
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                Some(crate::telemetry::scrape::Scraper::start(
-                    metrics,
-                    shown,
-                    headers,
-                    plan.target.metrics_interval,
-                    out,
-                )?)
-            }
-            None => None,
+        let metrics = telemetry_urls(&metrics_source, &target);
+        let scraper = if metrics.is_empty() {
+            None
+        } else {
+            let targets = metrics
+                .into_iter()
+                .map(|url| {
+                    let shown = redact_url(url.as_str());
+                    // The run's credentials go to its own server only, never to another host.
+                    let headers = if url.origin() == config.template.url.origin() {
+                        let template = &config.template;
+                        template
+                            .credentials
+                            .iter()
+                            .chain(template.headers.iter())
+                            .cloned()
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    crate::telemetry::scrape::ScrapeTarget {
+                        url,
+                        shown,
+                        headers,
+                    }
+                })
+                .collect();
+            Some(crate::telemetry::scrape::Scraper::start(
+                targets,
+                plan.target.metrics_interval,
+                out,
+            )?)
         };
         // From here on, a server that exits ends the run (not carried out).
         if let Some(launched) = &mut launched {
@@ -185,16 +192,19 @@ fn records_compression(plan: &Plan, schedule: &planner::Schedule) -> records::Co
     }
 }
 
-/// Where the server's metrics are scraped: the plan's URL, or the target's own `/metrics` (its
+/// Where the server's metrics are scraped: the plan's URLs, or the target's own `/metrics` (its
 /// base URL's host, the API's path left out); none when the plan turns it off.
-fn telemetry_url(source: &plan::MetricsSource, target: &TargetUrl) -> Option<reqwest::Url> {
+fn telemetry_urls(source: &plan::MetricsSource, target: &TargetUrl) -> Vec<reqwest::Url> {
     match source {
-        plan::MetricsSource::Off => None,
-        plan::MetricsSource::Url(url) => reqwest::Url::parse(url).ok(),
+        plan::MetricsSource::Off => Vec::new(),
+        plan::MetricsSource::Urls(urls) => urls
+            .iter()
+            .filter_map(|url| reqwest::Url::parse(url).ok())
+            .collect(),
         plan::MetricsSource::Auto => {
             let mut url = target.endpoint("");
             url.set_path("/metrics");
-            Some(url)
+            vec![url]
         }
     }
 }

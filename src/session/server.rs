@@ -91,7 +91,9 @@ pub(super) fn filled_target(
         Endpoint::Simulator => Endpoint::Simulator,
     };
     let metrics = match &plan.target.metrics {
-        plan::MetricsSource::Url(url) => plan::MetricsSource::Url(fill(url)),
+        plan::MetricsSource::Urls(urls) => {
+            plan::MetricsSource::Urls(urls.iter().map(|url| fill(url)).collect())
+        }
         other => other.clone(),
     };
     (endpoint, metrics)

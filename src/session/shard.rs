@@ -250,8 +250,13 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     }
     outdir::prepare(out, None)?;
     let first = &shards[0].0;
-    // Every shard scraped the same server: the first shard's telemetry speaks for the run.
-    for name in ["plan.kdl", "plan-sources.json", crate::telemetry::FILE] {
+    // Every shard may have scraped the same servers: one series per target, with who scraped.
+    let scrapes: Vec<(u32, &Path)> = headers
+        .iter()
+        .map(|(dir, h)| (h.shard.as_ref().map_or(1, |s| s.index), dir.as_path()))
+        .collect();
+    crate::telemetry::merge_shards(&scrapes, out)?;
+    for name in ["plan.kdl", "plan-sources.json"] {
         let from = first.join(name);
         if from.is_file() {
             std::fs::copy(&from, out.join(name))

@@ -35,6 +35,12 @@ pub enum TelemetryLine {
         /// The server's version, where it tells (vLLM's /version, llama.cpp's /props, TGI's
         /// /info, SGLang's /get_server_info).
         server_version: Option<String>,
+        /// Which of the plan's metrics URLs this is (0 for the first, or the only one).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        target: u32,
+        /// In a merged run: the shards that scraped it (their samples de-duplicated by time).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scraped_by: Vec<u32>,
     },
     /// One scrape: the known signals' values at that moment.
     Sample(TelemetrySample),
@@ -44,7 +50,14 @@ pub enum TelemetryLine {
         at_unix_ms: f64,
         /// What happened.
         message: String,
+        /// The target it concerns.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        target: u32,
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One scrape of the server's metrics.
@@ -60,6 +73,12 @@ pub struct TelemetrySample {
     /// Histograms (cumulative since the server started).
     #[serde(default)]
     pub histograms: BTreeMap<Signal, HistogramSample>,
+    /// Which of the plan's metrics URLs answered (0 for the first, or the only one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub target: u32,
+    /// In a merged run: the shard whose scrape this was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 /// A Prometheus histogram at one moment.
@@ -75,10 +94,11 @@ pub struct HistogramSample {
     pub count: f64,
 }
 
-/// A run's telemetry, read back.
+/// A run's telemetry, read back: one series, the only target's or every target's summed, and
+/// each target's apart.
 #[derive(Debug, Clone, Default)]
 pub struct Telemetry {
-    /// The metrics URL.
+    /// The metrics URL (several, joined, when replicas are summed).
     pub url: Option<String>,
     /// The scrape interval, seconds.
     pub interval_s: Option<f64>,
@@ -88,6 +108,25 @@ pub struct Telemetry {
     pub samples: Vec<TelemetrySample>,
     /// What went wrong, if anything did.
     pub problems: Vec<String>,
+    /// Each metrics URL's own series, in the plan's order (one for a single server).
+    pub targets: Vec<TargetTelemetry>,
+}
+
+/// One metrics URL's telemetry.
+#[derive(Debug, Clone, Default)]
+pub struct TargetTelemetry {
+    /// Its URL.
+    pub url: String,
+    /// The scrape interval, seconds.
+    pub interval_s: f64,
+    /// What the server said it is.
+    pub server_version: Option<String>,
+    /// Every scrape that answered, in order.
+    pub samples: Vec<TelemetrySample>,
+    /// What went wrong, if anything did.
+    pub problems: Vec<String>,
+    /// In a merged run: the shards that scraped it.
+    pub scraped_by: Vec<u32>,
 }
 
 impl Telemetry {
@@ -107,7 +146,7 @@ pub fn read(dir: &Path) -> Result<Option<Telemetry>> {
         Err(e) => return Err(Error::io("read", &path, e)),
     };
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let mut telemetry = Telemetry::default();
+    let mut targets: Vec<TargetTelemetry> = Vec::new();
     for (number, line) in lines.iter().enumerate() {
         let parsed = match serde_json::from_str::<TelemetryLine>(line) {
             Ok(parsed) => parsed,
@@ -121,21 +160,262 @@ pub fn read(dir: &Path) -> Result<Option<Telemetry>> {
                 })
             }
         };
+        let slot = |targets: &mut Vec<TargetTelemetry>, index: u32| {
+            let index = index as usize;
+            if targets.len() <= index {
+                targets.resize_with(index + 1, TargetTelemetry::default);
+            }
+            index
+        };
         match parsed {
             TelemetryLine::Source {
                 url,
                 interval_s,
                 server_version,
-            } => {
-                telemetry.url = Some(url);
-                telemetry.interval_s = Some(interval_s);
-                telemetry.server_version = server_version;
+                target,
+                scraped_by,
+            } if (target as usize) < MAX_TARGETS => {
+                let at = slot(&mut targets, target);
+                targets[at] = TargetTelemetry {
+                    url,
+                    interval_s,
+                    server_version,
+                    scraped_by,
+                    ..std::mem::take(&mut targets[at])
+                };
             }
-            TelemetryLine::Sample(sample) => telemetry.samples.push(sample),
-            TelemetryLine::Problem { message, .. } => telemetry.problems.push(message),
+            TelemetryLine::Sample(sample) if (sample.target as usize) < MAX_TARGETS => {
+                let at = slot(&mut targets, sample.target);
+                targets[at].samples.push(sample);
+            }
+            TelemetryLine::Problem {
+                message, target, ..
+            } if (target as usize) < MAX_TARGETS => {
+                let at = slot(&mut targets, target);
+                targets[at].problems.push(message);
+            }
+            _ => {}
         }
     }
-    Ok(Some(telemetry))
+    Ok(Some(Telemetry::of_targets(targets)))
+}
+
+/// The most metrics URLs a run's telemetry is read for (a plan names at most 64).
+const MAX_TARGETS: usize = 256;
+
+impl Telemetry {
+    /// The run's telemetry from each target's: the only one's as it is, several summed.
+    pub fn of_targets(targets: Vec<TargetTelemetry>) -> Telemetry {
+        match targets.as_slice() {
+            [] => Telemetry::default(),
+            [only] => Telemetry {
+                url: Some(only.url.clone()),
+                interval_s: Some(only.interval_s),
+                server_version: only.server_version.clone(),
+                samples: only.samples.clone(),
+                problems: only.problems.clone(),
+                targets,
+            },
+            several => {
+                let versions: Vec<&str> = several
+                    .iter()
+                    .filter_map(|t| t.server_version.as_deref())
+                    .collect();
+                Telemetry {
+                    url: Some(
+                        several
+                            .iter()
+                            .map(|t| t.url.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" + "),
+                    ),
+                    interval_s: several.iter().map(|t| t.interval_s).reduce(f64::max),
+                    // One version when every replica says the same.
+                    server_version: versions
+                        .first()
+                        .filter(|v| {
+                            versions.len() == several.len() && versions.iter().all(|w| w == *v)
+                        })
+                        .map(|v| v.to_string()),
+                    samples: sum_targets(several),
+                    problems: several.iter().flat_map(|t| t.problems.clone()).collect(),
+                    targets,
+                }
+            }
+        }
+    }
+}
+
+/// Several targets' series as one: at each scrape of the first target that has samples, every
+/// target's sample of that round (or its latest before), summed (a signal that `sums()` adds up across replicas, the
+/// others take the largest: the fullest KV cache). Counters and histograms are cumulative, so
+/// a target's latest sample is its value then; a gauge older than two intervals is left out
+/// (that replica stopped answering). Rounds before every target has answered once are left
+/// out, so a counter's sum never jumps when a late replica joins.
+fn sum_targets(targets: &[TargetTelemetry]) -> Vec<TelemetrySample> {
+    // A target that never answered has nothing to add (its problems say why).
+    let targets: Vec<&TargetTelemetry> = targets.iter().filter(|t| !t.samples.is_empty()).collect();
+    let Some(clock) = targets.first() else {
+        return Vec::new();
+    };
+    let mut next = vec![0usize; targets.len()];
+    let mut out = Vec::with_capacity(clock.samples.len());
+    for tick in &clock.samples {
+        let at = tick.at_unix_ms;
+        let mut latest: Vec<&TelemetrySample> = Vec::with_capacity(targets.len());
+        for (target, index) in targets.iter().zip(next.iter_mut()) {
+            while *index < target.samples.len() && target.samples[*index].at_unix_ms <= at {
+                *index += 1;
+            }
+            // The sample of the same round: the nearest, a later one only within half an
+            // interval (a round's scrapes answer a little apart); else the latest before.
+            let before = index.checked_sub(1).map(|i| &target.samples[i]);
+            let after = target
+                .samples
+                .get(*index)
+                .filter(|s| s.at_unix_ms - at <= target.interval_s.max(0.1) * 500.0);
+            let nearest = match (before, after) {
+                (Some(b), Some(a)) if a.at_unix_ms - at < at - b.at_unix_ms => Some(a),
+                (Some(b), _) => Some(b),
+                (None, a) => a,
+            };
+            latest.extend(nearest);
+        }
+        if latest.len() < targets.len() {
+            continue;
+        }
+        let mut sum = TelemetrySample {
+            at_unix_ms: at,
+            engine: latest.iter().find_map(|s| s.engine),
+            ..TelemetrySample::default()
+        };
+        for (sample, target) in latest.iter().zip(&targets) {
+            let fresh = at - sample.at_unix_ms <= target.interval_s.max(0.1) * 2000.0;
+            for (signal, value) in &sample.values {
+                if signal.kind() == Kind::Gauge && !fresh {
+                    continue;
+                }
+                let slot = sum.values.entry(*signal).or_insert(if signal.sums() {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                });
+                *slot = if signal.sums() {
+                    *slot + value
+                } else {
+                    slot.max(*value)
+                };
+            }
+            for (signal, histogram) in &sample.histograms {
+                match sum.histograms.get_mut(signal) {
+                    None => {
+                        sum.histograms.insert(*signal, histogram.clone());
+                    }
+                    // Replicas of one engine share its bounds; other bounds cannot be added.
+                    Some(total) if total.le == histogram.le => {
+                        for (into, count) in total.counts.iter_mut().zip(&histogram.counts) {
+                            *into += count;
+                        }
+                        total.sum += histogram.sum;
+                        total.count += histogram.count;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        out.push(sum);
+    }
+    out
+}
+
+/// The shards' telemetry as one run's (`(shard, directory)`, into `out`): each metrics URL one
+/// series, every shard's scrapes of it together in time order, a scrape within half an
+/// interval of the last one kept left out (the same moment, scraped twice), each kept sample
+/// naming its shard. Nothing is written when no shard kept telemetry.
+pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
+    let mut targets: Vec<TargetTelemetry> = Vec::new();
+    for &(shard, dir) in shards {
+        let Some(telemetry) = read(dir)? else {
+            continue;
+        };
+        for target in telemetry.targets {
+            let at = match targets.iter().position(|t| t.url == target.url) {
+                Some(at) => at,
+                None => {
+                    targets.push(TargetTelemetry {
+                        url: target.url.clone(),
+                        interval_s: target.interval_s,
+                        ..TargetTelemetry::default()
+                    });
+                    targets.len() - 1
+                }
+            };
+            let into = &mut targets[at];
+            if !target.samples.is_empty() && !into.scraped_by.contains(&shard) {
+                into.scraped_by.push(shard);
+            }
+            into.server_version = into.server_version.take().or(target.server_version);
+            into.samples
+                .extend(target.samples.into_iter().map(|sample| TelemetrySample {
+                    shard: Some(shard),
+                    ..sample
+                }));
+            into.problems.extend(
+                target
+                    .problems
+                    .into_iter()
+                    .map(|problem| format!("shard {shard}: {problem}")),
+            );
+        }
+    }
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let path = out.join(FILE);
+    crate::files::write_whole(&path, |file| {
+        let mut line = |line: &TelemetryLine| -> std::io::Result<()> {
+            serde_json::to_writer(&mut *file, line)?;
+            std::io::Write::write_all(file, b"\n")
+        };
+        for (index, target) in (0u32..).zip(targets.iter_mut()) {
+            target.scraped_by.sort_unstable();
+            target
+                .samples
+                .sort_by(|a, b| a.at_unix_ms.total_cmp(&b.at_unix_ms));
+            let same_round_ms = target.interval_s * 500.0;
+            let mut last_kept = f64::NEG_INFINITY;
+            target.samples.retain(|sample| {
+                let keep = sample.at_unix_ms - last_kept >= same_round_ms;
+                if keep {
+                    last_kept = sample.at_unix_ms;
+                }
+                keep
+            });
+            line(&TelemetryLine::Source {
+                url: target.url.clone(),
+                interval_s: target.interval_s,
+                server_version: target.server_version.clone(),
+                target: index,
+                scraped_by: target.scraped_by.clone(),
+            })?;
+            for sample in &target.samples {
+                line(&TelemetryLine::Sample(TelemetrySample {
+                    target: index,
+                    ..sample.clone()
+                }))?;
+            }
+            for problem in &target.problems {
+                line(&TelemetryLine::Problem {
+                    // When it happened is in the shard's own file; the merged run keeps what.
+                    at_unix_ms: 0.0,
+                    message: problem.clone(),
+                    target: index,
+                })?;
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| Error::io("write", &path, e))
 }
 
 /// The samples of one scrape that llmload knows, gathered by signal.
@@ -205,6 +485,156 @@ pub fn gather(samples: &[prom::Sample], at_unix_ms: f64) -> TelemetrySample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scrape(target: u32, at: f64, running: f64, tokens: f64) -> TelemetrySample {
+        TelemetrySample {
+            at_unix_ms: at,
+            engine: Some(Engine::Vllm),
+            values: [
+                (Signal::Running, running),
+                (Signal::GenerationTokens, tokens),
+            ]
+            .into(),
+            target,
+            ..TelemetrySample::default()
+        }
+    }
+
+    fn target(url: &str, samples: Vec<TelemetrySample>) -> TargetTelemetry {
+        TargetTelemetry {
+            url: url.into(),
+            interval_s: 1.0,
+            samples,
+            ..TargetTelemetry::default()
+        }
+    }
+
+    #[test]
+    fn replicas_are_summed_round_by_round() {
+        let a = target(
+            "a",
+            vec![
+                scrape(0, 1000.0, 3.0, 10.0),
+                scrape(0, 2000.0, 5.0, 20.0),
+                scrape(0, 3000.0, 4.0, 30.0),
+                // The last scrape, at the stop: sooner than an interval.
+                scrape(0, 3100.0, 0.0, 31.0),
+            ],
+        );
+        let b = target(
+            "b",
+            vec![
+                // It answers from the second round, a little after the first replica.
+                scrape(1, 2004.0, 1.0, 100.0),
+                scrape(1, 3003.0, 2.0, 110.0),
+                scrape(1, 3101.0, 0.0, 111.0),
+            ],
+        );
+        let telemetry = Telemetry::of_targets(vec![a, b]);
+        assert_eq!(telemetry.url.as_deref(), Some("a + b"));
+        let summed: Vec<(f64, f64, f64)> = telemetry
+            .samples
+            .iter()
+            .map(|s| {
+                (
+                    s.at_unix_ms,
+                    s.values[&Signal::Running],
+                    s.values[&Signal::GenerationTokens],
+                )
+            })
+            .collect();
+        // The first round is left out: b had not answered, and its counter would jump in.
+        assert_eq!(
+            summed,
+            vec![
+                (2000.0, 6.0, 120.0),
+                (3000.0, 6.0, 140.0),
+                (3100.0, 0.0, 142.0)
+            ]
+        );
+        assert_eq!(telemetry.targets.len(), 2);
+        // A replica that stops answering: its counter stays, its gauge is left out when stale.
+        let a = target(
+            "a",
+            (1..=5)
+                .map(|i| scrape(0, i as f64 * 1000.0, 1.0, i as f64))
+                .collect(),
+        );
+        let b = target("b", vec![scrape(1, 1001.0, 7.0, 50.0)]);
+        let never = target("never", Vec::new());
+        let telemetry = Telemetry::of_targets(vec![a, b, never]);
+        assert_eq!(telemetry.samples.len(), 5);
+        let last = telemetry.samples.last().unwrap();
+        assert_eq!(last.values[&Signal::Running], 1.0);
+        assert_eq!(last.values[&Signal::GenerationTokens], 55.0);
+    }
+
+    #[test]
+    fn shards_scrapes_of_one_target_merge_into_one_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, lines: &[TelemetryLine]| {
+            let shard = dir.path().join(name);
+            std::fs::create_dir_all(&shard).unwrap();
+            let text: String = lines
+                .iter()
+                .map(|l| serde_json::to_string(l).unwrap() + "\n")
+                .collect();
+            std::fs::write(shard.join(FILE), text).unwrap();
+            shard
+        };
+        let source = |url: &str, target: u32| TelemetryLine::Source {
+            url: url.into(),
+            interval_s: 1.0,
+            server_version: None,
+            target,
+            scraped_by: Vec::new(),
+        };
+        let one = write(
+            "one",
+            &[
+                source("http://s/metrics", 0),
+                TelemetryLine::Sample(scrape(0, 1000.0, 1.0, 1.0)),
+                TelemetryLine::Sample(scrape(0, 2000.0, 2.0, 2.0)),
+            ],
+        );
+        // The second shard names the same server second, and scraped it 30 ms after the first.
+        let two = write(
+            "two",
+            &[
+                source("http://other/metrics", 0),
+                source("http://s/metrics", 1),
+                TelemetryLine::Sample(scrape(1, 1030.0, 9.0, 9.0)),
+                TelemetryLine::Sample(scrape(1, 2500.0, 3.0, 3.0)),
+                TelemetryLine::Problem {
+                    at_unix_ms: 1.0,
+                    message: "http://other/metrics: cannot connect".into(),
+                    target: 0,
+                },
+            ],
+        );
+        let out = dir.path().join("merged");
+        std::fs::create_dir_all(&out).unwrap();
+        merge_shards(&[(1, &one), (2, &two)], &out).unwrap();
+        let merged = read(&out).unwrap().unwrap();
+        assert_eq!(merged.targets.len(), 2);
+        let s = &merged.targets[0];
+        assert_eq!(
+            (s.url.as_str(), s.scraped_by.clone()),
+            ("http://s/metrics", vec![1, 2])
+        );
+        let kept: Vec<(f64, Option<u32>)> =
+            s.samples.iter().map(|x| (x.at_unix_ms, x.shard)).collect();
+        assert_eq!(
+            kept,
+            vec![(1000.0, Some(1)), (2000.0, Some(1)), (2500.0, Some(2))]
+        );
+        let other = &merged.targets[1];
+        assert!(other.samples.is_empty() && other.scraped_by.is_empty());
+        assert_eq!(
+            other.problems,
+            vec!["shard 2: http://other/metrics: cannot connect"]
+        );
+    }
 
     #[test]
     fn a_scrape_gathered_by_signal() {

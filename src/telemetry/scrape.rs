@@ -8,7 +8,7 @@
 //! is noted and the next one tried.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -25,16 +25,20 @@ pub struct Scraper {
 /// The longest a scrape may take: a server too busy to answer in this time is noted.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One metrics endpoint to scrape: a server, or one replica of several.
+pub struct ScrapeTarget {
+    /// Its URL.
+    pub url: reqwest::Url,
+    /// The URL as the file and reports write it (without credentials).
+    pub shown: String,
+    /// Headers sent with each scrape (the run's credentials, for its own server only).
+    pub headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+}
+
 impl Scraper {
-    /// Starts scraping `url` every `interval` into `dir/telemetry.jsonl`. `shown` is the URL as
-    /// the file and reports write it (without credentials).
-    pub fn start(
-        url: reqwest::Url,
-        shown: String,
-        headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-        interval: Duration,
-        dir: &Path,
-    ) -> Result<Scraper> {
+    /// Starts scraping each of `targets` every `interval` (together, so that one round's
+    /// samples can be summed) into `dir/telemetry.jsonl`.
+    pub fn start(targets: Vec<ScrapeTarget>, interval: Duration, dir: &Path) -> Result<Scraper> {
         let path = dir.join(super::FILE);
         let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
         let (stop, stopped) = watch::channel(false);
@@ -48,9 +52,7 @@ impl Scraper {
                     return;
                 };
                 let mut out = std::io::BufWriter::new(file);
-                runtime.block_on(scrape_until(
-                    url, shown, headers, interval, &mut out, stopped, path,
-                ));
+                runtime.block_on(scrape_until(targets, interval, &mut out, stopped));
             })
             .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
         Ok(Scraper { stop, thread })
@@ -76,67 +78,75 @@ fn write_line(out: &mut impl Write, line: &TelemetryLine) -> bool {
         && out.flush().is_ok()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn scrape_until(
-    url: reqwest::Url,
+/// A target being scraped, and how it has answered so far.
+struct Scraped {
+    index: u32,
     shown: String,
-    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// It has answered with known metrics at least once.
+    answered: bool,
+    /// It never answered (or with nothing llmload knows): scraped no more.
+    given_up: bool,
+}
+
+async fn scrape_until(
+    targets: Vec<ScrapeTarget>,
     interval: Duration,
     out: &mut std::io::BufWriter<std::fs::File>,
     mut stopped: watch::Receiver<bool>,
-    _path: PathBuf,
 ) {
-    // The run's credentials (and headers) when the metrics are its server's own: a server
-    // started with an API key asks for it on /metrics too.
-    let Ok(client) = reqwest::Client::builder()
-        .default_headers(headers.into_iter().collect())
-        .timeout(SCRAPE_TIMEOUT.min(interval.max(Duration::from_secs(1))))
-        .pool_max_idle_per_host(1)
-        .build()
-    else {
-        return;
-    };
-    let server_version = server_version(&client, &url).await;
-    let source = TelemetryLine::Source {
-        url: shown.clone(),
-        interval_s: interval.as_secs_f64(),
-        server_version,
-    };
-    if !write_line(out, &source) {
-        return;
+    let mut scraped = Vec::new();
+    for (index, target) in (0u32..).zip(targets) {
+        // The run's credentials (and headers) when the metrics are its server's own: a server
+        // started with an API key asks for it on /metrics too.
+        let Ok(client) = reqwest::Client::builder()
+            .default_headers(target.headers.into_iter().collect())
+            .timeout(SCRAPE_TIMEOUT.min(interval.max(Duration::from_secs(1))))
+            .pool_max_idle_per_host(1)
+            .build()
+        else {
+            continue;
+        };
+        scraped.push(Scraped {
+            index,
+            shown: target.shown,
+            client,
+            url: target.url,
+            answered: false,
+            given_up: false,
+        });
+    }
+    let versions =
+        futures_util::future::join_all(scraped.iter().map(|t| server_version(&t.client, &t.url)))
+            .await;
+    for (target, server_version) in scraped.iter().zip(versions) {
+        let source = TelemetryLine::Source {
+            url: target.shown.clone(),
+            interval_s: interval.as_secs_f64(),
+            server_version,
+            target: target.index,
+            scraped_by: Vec::new(),
+        };
+        if !write_line(out, &source) {
+            return;
+        }
     }
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut answered = false;
     loop {
         let last = tokio::select! {
             _ = ticker.tick() => false,
             _ = stopped.wait_for(|s| *s) => true,
         };
-        let problem = match scrape(&client, &url).await {
-            Ok(text) => {
-                let sample = gather(&prom::parse(&text), now_unix_ms());
-                if sample.engine.is_none() && !answered {
-                    Some(format!(
-                        "{shown} answered, but with no metric of vLLM, SGLang, TGI or llama.cpp that llmload knows"
-                    ))
-                } else {
-                    answered = true;
-                    if !write_line(out, &TelemetryLine::Sample(sample)) {
-                        return;
-                    }
-                    None
-                }
-            }
-            Err(why) => Some(format!("{shown}: {why}")),
-        };
-        if let Some(message) = problem {
-            let line = TelemetryLine::Problem {
-                at_unix_ms: now_unix_ms(),
-                message,
-            };
-            if !write_line(out, &line) || !answered {
-                // Never answered: scraping more would only repeat it.
+        let live: Vec<&mut Scraped> = scraped.iter_mut().filter(|t| !t.given_up).collect();
+        if live.is_empty() {
+            return;
+        }
+        let answers =
+            futures_util::future::join_all(live.iter().map(|t| scrape(&t.client, &t.url))).await;
+        for (target, answer) in live.into_iter().zip(answers) {
+            if !record(out, target, answer) {
                 return;
             }
         }
@@ -144,6 +154,43 @@ async fn scrape_until(
             return;
         }
     }
+}
+
+/// Writes what one scrape of `target` gave; `false` when the file cannot be written.
+fn record(
+    out: &mut impl Write,
+    target: &mut Scraped,
+    answer: std::result::Result<String, String>,
+) -> bool {
+    let problem = match answer {
+        Ok(text) => {
+            let mut sample = gather(&prom::parse(&text), now_unix_ms());
+            if sample.engine.is_none() && !target.answered {
+                Some(format!(
+                    "{} answered, but with no metric of vLLM, SGLang, TGI or llama.cpp that llmload knows",
+                    target.shown
+                ))
+            } else {
+                target.answered = true;
+                sample.target = target.index;
+                return write_line(out, &TelemetryLine::Sample(sample));
+            }
+        }
+        Err(why) => Some(format!("{}: {why}", target.shown)),
+    };
+    if let Some(message) = problem {
+        let line = TelemetryLine::Problem {
+            at_unix_ms: now_unix_ms(),
+            message,
+            target: target.index,
+        };
+        if !write_line(out, &line) {
+            return false;
+        }
+        // Never answered: scraping more would only repeat it.
+        target.given_up |= !target.answered;
+    }
+    true
 }
 
 async fn scrape(

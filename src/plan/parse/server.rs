@@ -310,11 +310,15 @@ pub(super) fn target_misfits(target: &Target, server: Option<&ServerSettings>) -
         Endpoint::Url(url) => Some(url.as_str()),
         Endpoint::Simulator => None,
     };
-    let metrics_url = match &target.metrics {
-        MetricsSource::Url(url) => Some(url.as_str()),
-        _ => None,
+    let metrics_urls: &[String] = match &target.metrics {
+        MetricsSource::Urls(urls) => urls,
+        _ => &[],
     };
     let names_port = |text: Option<&str>| text.is_some_and(|t| t.contains(PORT_PLACEHOLDER));
+    let metrics_url = metrics_urls
+        .iter()
+        .map(String::as_str)
+        .find(|url| names_port(Some(url)));
     let mut misfits = Vec::new();
     match (server, url) {
         (Some(_), None) => misfits.push(Misfit {

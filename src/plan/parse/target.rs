@@ -32,6 +32,10 @@ struct Fields {
 
 /// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
 /// are reserved too).
+/// The most metrics URLs a target may name (replicas scraped beside the run, each a
+/// connection and a line of the report).
+const MAX_METRICS_URLS: usize = 64;
+
 const OWN_HEADERS: &[&str] = &[
     "content-type",
     "content-length",
@@ -535,32 +539,52 @@ fn header(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     t.headers.push(Header { name, value });
 }
 
-/// `metrics "http://host:8000/metrics" interval="1s"`, `metrics #false`: the server telemetry.
+/// `metrics "http://host:8000/metrics" interval="1s"`, `metrics #false`: the server telemetry;
+/// several URLs for replicas behind one target (each scraped, reported apart and summed).
 fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
-    let usage = "metrics \"http://host:8000/metrics\" interval=\"1s\" (or metrics #false)";
+    let usage = "metrics \"http://host:8000/metrics\" interval=\"1s\" (several URLs for replicas; or metrics #false)";
     cx.no_children(node);
-    cx.check_entries(node, 1, &["interval"], usage);
-    match positional(node).next().map(|e| e.value()) {
-        Some(kdl::KdlValue::Bool(false)) => t.metrics = MetricsSource::Off,
+    cx.check_entries(node, MAX_METRICS_URLS, &["interval"], usage);
+    let entries: Vec<&kdl::KdlEntry> = positional(node).collect();
+    match entries.first().map(|e| e.value()) {
+        Some(kdl::KdlValue::Bool(false)) if entries.len() == 1 => t.metrics = MetricsSource::Off,
         Some(kdl::KdlValue::Bool(true)) | None => t.metrics = MetricsSource::Auto,
-        Some(kdl::KdlValue::String(url)) => {
-            if url.starts_with("http://") || url.starts_with("https://") {
-                t.metrics = MetricsSource::Url(url.clone());
-            } else {
-                cx.error(
-                    positional(node).next().map_or(node.span(), |e| e.span()),
-                    format!("\"{url}\" is not an http:// or https:// URL"),
-                    "not a URL",
-                    format!("write it as: {usage}"),
-                );
+        _ => {
+            let mut urls = Vec::new();
+            for entry in entries {
+                match entry.value() {
+                    kdl::KdlValue::String(url)
+                        if url.starts_with("http://") || url.starts_with("https://") =>
+                    {
+                        if urls.contains(url) {
+                            cx.error(
+                                entry.span(),
+                                format!("\"{url}\" is named twice"),
+                                "twice",
+                                "name each replica's metrics URL once",
+                            );
+                        } else {
+                            urls.push(url.clone());
+                        }
+                    }
+                    kdl::KdlValue::String(url) => cx.error(
+                        entry.span(),
+                        format!("\"{url}\" is not an http:// or https:// URL"),
+                        "not a URL",
+                        format!("write it as: {usage}"),
+                    ),
+                    _ => cx.error(
+                        entry.span(),
+                        "`metrics` takes URLs or one flag",
+                        "not a URL",
+                        format!("write it as: {usage}"),
+                    ),
+                }
+            }
+            if !urls.is_empty() {
+                t.metrics = MetricsSource::Urls(urls);
             }
         }
-        Some(_) => cx.error(
-            node.name().span(),
-            "`metrics` takes a URL or a flag",
-            "not a URL",
-            format!("write it as: {usage}"),
-        ),
     }
     if let Ok(Some(interval)) = cx.prop(node, "interval", usage, DURATION) {
         if interval < Duration::from_millis(100) {

@@ -314,6 +314,32 @@ fn target_and_workload_rules() {
         )),
         ["\"ftp://h\" is not an http:// or https:// URL"]
     );
+    // Replicas' metrics: several URLs, each once.
+    let replicas = |metrics: &str| {
+        format!("target \"http://lb:8000\" {{ model \"m\"; {metrics} }}\nworkload {{ input 1; output 1 }}\n{phases}")
+    };
+    let plan = parse_plan(
+        "p.kdl",
+        replicas("metrics \"http://a:8000/metrics\" \"http://b:8000/metrics\" interval=\"2s\""),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.target.metrics,
+        MetricsSource::Urls(vec![
+            "http://a:8000/metrics".into(),
+            "http://b:8000/metrics".into()
+        ])
+    );
+    assert_eq!(
+        bad(&replicas(
+            "metrics \"http://a/metrics\" \"http://a/metrics\" \"b\" 3"
+        )),
+        [
+            "\"http://a/metrics\" is named twice",
+            "\"b\" is not an http:// or https:// URL",
+            "`metrics` takes URLs or one flag"
+        ]
+    );
     assert_eq!(
         bad(&format!(
             "target \"sim\" {{ stream \"yes\" }}\nworkload {{ input 1; output 1 }}\n{phases}"
