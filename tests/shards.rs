@@ -139,7 +139,7 @@ fn shards_send_exactly_the_plan_and_merge_into_one_run() {
     );
     let single = summary(&single);
 
-    for count in [2u32, 3] {
+    for count in [2u32, 3, 8] {
         let run = dir.path().join(format!("n{count}"));
         let shards = run_shards(&plan, &run, &sim.url, count);
         let merged = run.join("merged");
