@@ -366,6 +366,9 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
                     .into_iter()
                     .map(|problem| format!("shard {shard}: {problem}")),
             );
+            // One series at a time: memory holds one target's series and one shard's, however
+            // many shards scraped it.
+            one_per_round(&mut into.samples, into.interval_s);
         }
     }
     if targets.is_empty() {
@@ -379,18 +382,6 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
         };
         for (index, target) in (0u32..).zip(targets.iter_mut()) {
             target.scraped_by.sort_unstable();
-            target
-                .samples
-                .sort_by(|a, b| a.at_unix_ms.total_cmp(&b.at_unix_ms));
-            let same_round_ms = target.interval_s * 500.0;
-            let mut last_kept = f64::NEG_INFINITY;
-            target.samples.retain(|sample| {
-                let keep = sample.at_unix_ms - last_kept >= same_round_ms;
-                if keep {
-                    last_kept = sample.at_unix_ms;
-                }
-                keep
-            });
             line(&TelemetryLine::Source {
                 url: target.url.clone(),
                 interval_s: target.interval_s,
@@ -416,6 +407,21 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
         Ok(())
     })
     .map_err(|e| Error::io("write", &path, e))
+}
+
+/// Scrapes in time order, one per moment: a scrape within half an interval of the last one
+/// kept is the same moment scraped again (by another shard), and is left out.
+fn one_per_round(samples: &mut Vec<TelemetrySample>, interval_s: f64) {
+    samples.sort_by(|a, b| a.at_unix_ms.total_cmp(&b.at_unix_ms));
+    let same_round_ms = interval_s * 500.0;
+    let mut last_kept = f64::NEG_INFINITY;
+    samples.retain(|sample| {
+        let keep = sample.at_unix_ms - last_kept >= same_round_ms;
+        if keep {
+            last_kept = sample.at_unix_ms;
+        }
+        keep
+    });
 }
 
 /// The samples of one scrape that llmload knows, gathered by signal.
