@@ -618,7 +618,8 @@ fn merge_measured(shards: &[PathBuf], out: &Path) -> f64 {
 
 /// Merging streams the shards' requests, and judging the merged run keeps nothing per request:
 /// a run four times longer merges in the same memory (the merge held every record before: some
-/// 1 KB each, 140 MB more here), and every request is there, in the order they finished.
+/// 1 KB each, 140 MB more here), and every request is there, in the order they finished; its
+/// report and a comparison of it hold no more either.
 #[cfg(target_os = "linux")]
 #[test]
 fn merging_holds_no_more_memory_for_more_records() {
@@ -659,4 +660,30 @@ fn merging_holds_no_more_memory_for_more_records() {
         large < small + 6.0,
         "merging 160,000 requests peaked at {large:.1} MB, 40,000 at {small:.1} MB"
     );
+    // Reading the merged run back holds no more either: its report, and a comparison of it
+    // with itself (each side a uniform sample of at most 25,000 requests).
+    let measured = |command: &str, run: &str| {
+        let run = dir.path().join(run);
+        let mut llmload = llmload();
+        llmload.arg(command).arg(&run);
+        if command == "compare" {
+            llmload.arg(&run);
+        }
+        let output = common::run_measured(&mut llmload);
+        assert!(
+            matches!(output.status.code(), Some(0 | 1)),
+            "{command}: {}",
+            output.status
+        );
+        output.peak_mb
+    };
+    // Measured: report 18.5 and 19.0 MB, compare 53.2 and 53.2 MB.
+    for command in ["report", "compare"] {
+        let (small, large) = (measured(command, "small"), measured(command, "large"));
+        eprintln!("{command}: 40,000 requests {small:.1} MB, 160,000 {large:.1} MB");
+        assert!(
+            large < small + 6.0,
+            "{command} of 160,000 requests peaked at {large:.1} MB, of 40,000 at {small:.1} MB"
+        );
+    }
 }
