@@ -216,6 +216,7 @@ fn write_all(
             let line = match message {
                 Message::Barrier(reply) => {
                     out.flush()?;
+                    (flushed_at, unflushed) = (std::time::Instant::now(), 0);
                     let _ = reply.send(());
                     next = receiver.try_recv().ok();
                     continue;

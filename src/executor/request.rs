@@ -285,13 +285,19 @@ async fn send(
         };
         // Boxed: sending's state (request building, the pool, hyper's dispatch) lives only
         // until the response's head, not for the whole stream.
-        match Box::pin(transport.send(outgoing)).await {
+        let sent = if exchange.connection_retries == 0 {
+            Box::pin(transport.send(outgoing)).await
+        } else {
+            Box::pin(transport.send_fresh(outgoing)).await
+        };
+        match sent {
             Ok(response) => return Some(response),
             // A server may close a keep-alive connection it advertised as open (llama.cpp's
             // server does when a request lands on one of its short-lived threads). The request
             // then dies on the pooled connection before any byte of a response: a transport
-            // race, not a server failure. Send it once more, on another connection, and count
-            // it; the send time becomes the re-send's, so the lost time shows as schedule lag.
+            // race, not a server failure. Send it once more, on a new connection (the pool's
+            // other idle ones may be closed too), and count it; the send time becomes the
+            // re-send's, so the lost time shows as schedule lag.
             Err(err)
                 if exchange.connection_retries < MAX_CONNECTION_RETRIES
                     && err.kind == SendFailure::ClosedBeforeResponse =>

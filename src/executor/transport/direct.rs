@@ -125,13 +125,18 @@ impl<'a> Server<'a> {
     }
 }
 
-impl Client for Direct {
-    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+impl Direct {
+    /// Sends on an idle connection when `reuse` allows and one is open, else on a new one.
+    pub(super) async fn send_on(
+        &self,
+        outgoing: Outgoing<'_>,
+        reuse: bool,
+    ) -> Result<Response, SendError> {
         let server = Server::of(outgoing.url);
         let request = request(outgoing, &server.key)?;
         // An idle connection whose server has closed it since is dropped, and the next tried.
         let (mut connection, connect) = loop {
-            match self.pool.take(&server.key) {
+            match self.pool.take(&server.key).filter(|_| reuse) {
                 Some(mut connection) => {
                     if connection.ready().await.is_ok() {
                         break (connection, None);
@@ -170,6 +175,12 @@ impl Client for Direct {
             }),
             connect,
         })
+    }
+}
+
+impl Client for Direct {
+    async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        self.send_on(outgoing, true).await
     }
 
     /// [`super::Transport::warm`] over the direct pool: the idle connections to the server are each

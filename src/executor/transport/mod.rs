@@ -230,6 +230,17 @@ impl Transport {
         }
     }
 
+    /// [`Transport::send`] on a connection opened for it: the re-send after a pooled one was
+    /// found closed (another idle connection of the same server may have been closed too).
+    /// reqwest keeps its own pool, and its own re-send of such a request.
+    pub async fn send_fresh(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
+        if self.direct_for(outgoing.url) {
+            self.direct.send_on(outgoing, false).await
+        } else {
+            self.reqwest.send(outgoing).await
+        }
+    }
+
     /// Leaves `count` connections to the server of `models` (its `GET /models` URL) open,
     /// checked and idle in the pool, each having answered a `GET` of `models` with the run's
     /// credentials (any answer proves the connection; the `GET` also restarts the server's
