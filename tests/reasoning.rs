@@ -141,11 +141,14 @@ fn time_to_first_answer_token_reasoning_and_itl_by_kind_are_exact_for_both_field
             20.0,
             5.0
         ));
+        // The pooled ITL holds both kinds: its upper tenth is the thinking gaps. (Not its max:
+        // one gap stretched by a busy machine is a fact of the run, not of the server here.)
         assert!(within(
-            stat(&summary, "overall", "itl_ms", "max"),
+            stat(&summary, "overall", "itl_ms", "p90"),
             30.0,
             5.0
         ));
+        assert!(stat(&summary, "overall", "itl_ms", "max") >= 25.0);
         let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
         assert!(report.contains("| TTFO (ms) |"), "{report}");
         assert!(report.contains("| Reasoning (tokens) |"), "{report}");
