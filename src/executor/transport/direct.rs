@@ -135,8 +135,14 @@ impl Direct {
         let server = Server::of(outgoing.url);
         let request = request(outgoing, &server.key)?;
         // An idle connection whose server has closed it since is dropped, and the next tried.
+        // Without `reuse`, the pool is left as it is: its idle connections serve later requests.
         let (mut connection, connect) = loop {
-            match self.pool.take(&server.key).filter(|_| reuse) {
+            let idle = if reuse {
+                self.pool.take(&server.key)
+            } else {
+                None
+            };
+            match idle {
                 Some(mut connection) => {
                     if connection.ready().await.is_ok() {
                         break (connection, None);
