@@ -295,16 +295,7 @@ fn sum_targets(targets: &[TargetTelemetry]) -> Vec<TelemetrySample> {
                 if signal.kind() == Kind::Gauge && !fresh {
                     continue;
                 }
-                let slot = sum.values.entry(*signal).or_insert(if signal.sums() {
-                    0.0
-                } else {
-                    f64::NEG_INFINITY
-                });
-                *slot = if signal.sums() {
-                    *slot + value
-                } else {
-                    slot.max(*value)
-                };
+                add_value(&mut sum.values, *signal, *value);
             }
             for (signal, histogram) in &sample.histograms {
                 match sum.histograms.get_mut(signal) {
@@ -424,6 +415,22 @@ fn one_per_round(samples: &mut Vec<TelemetrySample>, interval_s: f64) {
     });
 }
 
+/// One more value of `signal` into `values`: added where the signal sums (running requests,
+/// counters: over a server's series and over replicas alike), the largest kept where it does
+/// not (shares such as the KV cache's).
+fn add_value(values: &mut BTreeMap<Signal, f64>, signal: Signal, value: f64) {
+    let slot = values.entry(signal).or_insert(if signal.sums() {
+        0.0
+    } else {
+        f64::NEG_INFINITY
+    });
+    *slot = if signal.sums() {
+        *slot + value
+    } else {
+        slot.max(value)
+    };
+}
+
 /// The samples of one scrape that llmload knows, gathered by signal.
 pub fn gather(samples: &[prom::Sample], at_unix_ms: f64) -> TelemetrySample {
     let mut out = TelemetrySample {
@@ -442,16 +449,7 @@ pub fn gather(samples: &[prom::Sample], at_unix_ms: f64) -> TelemetrySample {
         out.engine.get_or_insert(engine);
         match part {
             names::Part::Value => {
-                let slot = out.values.entry(signal).or_insert(if signal.sums() {
-                    0.0
-                } else {
-                    f64::NEG_INFINITY
-                });
-                *slot = if signal.sums() {
-                    *slot + sample.value
-                } else {
-                    slot.max(sample.value)
-                };
+                add_value(&mut out.values, signal, sample.value);
             }
             names::Part::Bucket => {
                 let le = match sample.label("le") {
