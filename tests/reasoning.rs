@@ -78,6 +78,16 @@ fn within(value: f64, expected: f64, tolerance: f64) -> bool {
     (value - expected).abs() <= tolerance
 }
 
+/// Requests per case: the medians checked below are of five, so one request slowed by a busy
+/// machine (a 10 ms hiccup in CI's run of this test) moves no median.
+const REQUESTS: u32 = 5;
+
+/// A token measured on one request is never early (the server had not written it), and late only
+/// by the machine's scheduling: early is a bug at once, late is one only beyond a hiccup.
+fn not_early_nor_far_late(value: f64, expected: f64) -> bool {
+    value >= expected - 1.0 && value <= expected + 25.0
+}
+
 #[test]
 fn time_to_first_answer_token_reasoning_and_itl_by_kind_are_exact_for_both_field_names() {
     let _serial = serial();
@@ -91,16 +101,19 @@ fn time_to_first_answer_token_reasoning_and_itl_by_kind_are_exact_for_both_field
         ),
     ];
     for (scenario, source) in cases {
-        let port = serve(vec![scenario; 2]);
+        let port = serve(vec![scenario; REQUESTS as usize]);
         let run = run_plan(
-            &plan(2, "ttfo p99 < \"2s\"; reasoning-tokens max < 11"),
+            &plan(REQUESTS, "ttfo p99 < \"2s\"; reasoning-tokens max < 11"),
             &["--target", &format!("http://127.0.0.1:{port}")],
         );
         assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
         for r in run.records() {
             assert!(r["error"].is_null(), "{r}");
             let ttft_ms = r["ttft_us"].as_f64().unwrap() / 1000.0;
-            assert!(within(ttft_ms, 50.0, 5.0), "ttft {ttft_ms} ms: {r}");
+            assert!(
+                not_early_nor_far_late(ttft_ms, 50.0),
+                "ttft {ttft_ms} ms: {r}"
+            );
             assert_eq!(r["reasoning_tokens"], 10, "{r}");
             assert_eq!(r["reasoning_token_source"], source, "{r}");
             assert_eq!(
@@ -128,9 +141,13 @@ fn time_to_first_answer_token_reasoning_and_itl_by_kind_are_exact_for_both_field
         assert_eq!(stat(&summary, "overall", "answer_tokens", "mean"), 10.0);
         // ITL by kind: 9 gaps of each kind per request; the switch from thinking to answering
         // (20 ms) is in the pooled ITL only.
-        assert_eq!(stat(&summary, "overall", "itl_reasoning_ms", "count"), 18.0);
-        assert_eq!(stat(&summary, "overall", "itl_answer_ms", "count"), 18.0);
-        assert_eq!(stat(&summary, "overall", "itl_ms", "count"), 38.0);
+        let gaps = |per_request: u32| f64::from(per_request * REQUESTS);
+        assert_eq!(
+            stat(&summary, "overall", "itl_reasoning_ms", "count"),
+            gaps(9)
+        );
+        assert_eq!(stat(&summary, "overall", "itl_answer_ms", "count"), gaps(9));
+        assert_eq!(stat(&summary, "overall", "itl_ms", "count"), gaps(19));
         assert!(within(
             stat(&summary, "overall", "itl_reasoning_ms", "p50"),
             30.0,
