@@ -199,6 +199,7 @@ fn main() {
                 conversation: None,
                 turn_kind: None,
                 batch: 0,
+                media: Default::default(),
             };
             let time = measure(|| {
                 let copy = Exchange {

@@ -345,6 +345,10 @@ pub struct Capabilities {
     pub tool_calls: bool,
     /// It can ask for structured output (the plan's `response-format`).
     pub structured_output: bool,
+    /// It can carry images in a request (the workload's `images`).
+    pub images: bool,
+    /// It can carry audio in a request (the workload's `audio`).
+    pub audio: bool,
 }
 
 /// What a family of dialects shares beside their bodies and choices (OpenAI's chat and
@@ -456,6 +460,29 @@ pub(crate) fn body_with_plan_fields(
         own.entry(key).or_insert(value);
     }
     serde_json::Value::Object(own).to_string().into_bytes()
+}
+
+/// A message's content as parts: its media placed before or after its text, as the plan
+/// asks; `text` is the dialect's text part, `media` its part for an attachment (`None` for
+/// one it cannot carry: the plan was checked to ask none).
+pub(crate) fn content_parts(
+    m: &crate::planner::Message,
+    text: serde_json::Value,
+    media: fn(&crate::plan::Attachment) -> Option<serde_json::Value>,
+) -> serde_json::Value {
+    use crate::plan::MediaPosition;
+    let placed = |position: MediaPosition| {
+        m.media
+            .iter()
+            .filter(move |a| a.position == position)
+            .filter_map(media)
+    };
+    let mut parts: Vec<serde_json::Value> = placed(MediaPosition::Before).collect();
+    if !m.content.is_empty() {
+        parts.push(text);
+    }
+    parts.extend(placed(MediaPosition::After));
+    serde_json::Value::Array(parts)
 }
 
 /// Keeps every plan field as it is (chat's names are the dialect's).

@@ -540,7 +540,11 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
         None => (None, None),
     };
     let ttft_us = exchange.chunk_times.first().copied();
+    let carries_media = !request.media.is_empty();
     RequestRecord {
+        images: (!exchange.images.is_empty()).then(|| exchange.images.clone()),
+        audio_ms: request.media.audio.then_some(exchange.audio_ms),
+        request_bytes: carries_media.then_some(exchange.request_bytes),
         e2e_us: (error != Some(ErrorClass::Connect)).then_some(exchange.end_us),
         error,
         error_detail,
@@ -603,6 +607,7 @@ mod tests {
                 conversation: None,
                 turn_kind: None,
                 batch: 0,
+                media: Default::default(),
             },
             intended_send_us: 0,
             actual_send_us: 0,

@@ -55,6 +55,12 @@ pub struct Exchange {
     pub done: bool,
     /// Re-sends after the server closed a pooled connection before answering.
     pub connection_retries: u32,
+    /// Bytes of the request's body.
+    pub request_bytes: u64,
+    /// The images the request carried (width and height each).
+    pub images: Vec<[u32; 2]>,
+    /// The length of the audio clip it carried, ms (0 for none).
+    pub audio_ms: u32,
     /// How long opening a new connection for it took, µs; `None` when it reused one.
     pub connect_us: Option<u64>,
     /// The run's live count of chunks, bumped as each arrives (for a progress line).

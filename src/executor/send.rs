@@ -154,6 +154,17 @@ async fn execute(
         .turn
         .is_some_and(|turn| turn > 1)
         .then(|| body.clone());
+    exchange.request_bytes = body.len() as u64;
+    if let (Some(media), false) = (context.schedule.media(), request.media.is_empty()) {
+        exchange.images = media
+            .image_sizes(request.prompt_seed, request.media)
+            .iter()
+            .map(|size| [size.width, size.height])
+            .collect();
+        if let (Some(audio), true) = (media.audio(), request.media.audio) {
+            exchange.audio_ms = audio.length.as_millis().min(u32::MAX as u128) as u32;
+        }
+    }
     let body_again = || match &kept {
         Some(body) => body.clone(),
         None => template.body(&context.prompts.prompt(&request), request.output_tokens),

@@ -292,6 +292,11 @@ impl<'s> Accumulator<'s> {
             if let Some(observed) = record.prompt_tokens {
                 self.observed_in += observed as f64;
                 self.observed_in_n += 1;
+            }
+            // A request's images and audio cost the model prompt tokens its text does not
+            // count: only text is compared with the plan's lengths (the media's own cost is
+            // the `media_tokens` of the report's media table).
+            if let Some(observed) = record.prompt_tokens.filter(|_| !record.carries_media()) {
                 let (planned, observed) = (record.input_tokens_planned as f64, observed as f64);
                 self.input_pairs.push((planned, observed));
                 let difference = observed - planned;

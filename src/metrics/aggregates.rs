@@ -60,6 +60,10 @@ pub struct Aggregates {
     pub timeseries: timeseries::TimeSeries,
     /// The recorded requests by input length (the plan's buckets).
     pub by_input: Vec<InputBucket>,
+    /// The recorded requests by the media they carried, in a multimodal workload (empty
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_media: Vec<super::MediaBucket>,
     /// The recorded requests by turn, in a multi-turn workload (empty otherwise).
     pub by_turn: Vec<TurnBucket>,
     /// The recorded turns by what they answer, in an agent loop that made a tool turn (empty

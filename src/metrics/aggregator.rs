@@ -31,6 +31,7 @@ pub struct Aggregator<'s> {
     by_input_ranged: bool,
     by_turn: BTreeMap<u32, TurnAccumulator>,
     by_turn_kind: BTreeMap<crate::records::TurnKind, TurnAccumulator>,
+    by_media: super::media::MediaAccumulator,
     error_samples: BTreeMap<String, ErrorSample>,
 }
 
@@ -157,6 +158,7 @@ impl<'s> Aggregator<'s> {
             by_input_ranged: false,
             by_turn: BTreeMap::new(),
             by_turn_kind: BTreeMap::new(),
+            by_media: Default::default(),
             error_samples: BTreeMap::new(),
         }
     }
@@ -202,6 +204,7 @@ impl<'s> Aggregator<'s> {
         if self.log.phases[position].record {
             self.overall.add(record);
             self.by_input_add(record);
+            self.by_media.add(record);
             if let Some(turn) = record.turn {
                 self.by_turn
                     .entry(turn)
@@ -395,6 +398,7 @@ impl<'s> Aggregator<'s> {
             error_samples: self.error_samples.into_values().collect(),
             by_turn,
             by_turn_kind,
+            by_media: self.by_media.finish(),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);
         (log, aggregates)

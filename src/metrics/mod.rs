@@ -16,6 +16,7 @@ mod accumulator;
 mod aggregates;
 mod aggregator;
 mod distribution;
+mod media;
 pub mod profile;
 pub mod server;
 pub mod table;
@@ -27,6 +28,7 @@ use std::path::Path;
 pub use aggregates::*;
 pub use aggregator::Aggregator;
 pub use distribution::{Distribution, Summary};
+pub use media::MediaBucket;
 pub use table::{connect_ms, itl_gaps, ttft_ms, Metric, MetricKind};
 pub use warnings::{Severity, Warning};
 

@@ -20,6 +20,8 @@ pub struct Message {
     pub tool_calls: Vec<ToolCall>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// Images and audio the turn carries beside its text (a user's, in a multimodal workload).
+    pub media: Vec<super::Attachment>,
 }
 
 impl Message {
@@ -30,6 +32,7 @@ impl Message {
             content,
             tool_calls: Vec::new(),
             tool_call_id: None,
+            media: Vec::new(),
         }
     }
 }

@@ -34,3 +34,13 @@ pub const MAX_TOKENS: u64 = 4 << 20;
 pub const MAX_WEIGHT: f64 = 1e9;
 /// The coefficient of variation of gamma arrivals.
 pub const GAMMA_CV_RANGE: (f64, f64) = (0.01, 10.0);
+/// An image's sides, in pixels (a vision model's own limit is lower: Qwen2-VL's is 16,384 tokens).
+pub const IMAGE_SIDE_RANGE: (u32, u32) = (8, 8192);
+/// Images one request may carry.
+pub const MAX_IMAGES_PER_REQUEST: u64 = 64;
+/// Image size buckets a workload may have.
+pub const MAX_IMAGE_SIZES: usize = 64;
+/// The longest audio clip of a request.
+pub const MAX_AUDIO: std::time::Duration = std::time::Duration::from_secs(600);
+/// Audio sample rates, per second.
+pub const SAMPLE_RATE_RANGE: (u64, u64) = (8_000, 48_000);

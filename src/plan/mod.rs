@@ -12,6 +12,7 @@ mod diagnostic;
 pub mod fmt;
 pub mod limits;
 mod load;
+mod media;
 pub mod overrides;
 mod parse;
 mod phase;
@@ -30,6 +31,7 @@ pub use crate::api::Api;
 /// Metrics are named from the metric table, which every stage shares.
 pub use crate::metrics::table::{Metric, MetricKind};
 pub use load::{Arrivals, Load, LoadUnit, RateShape};
+pub use media::*;
 pub use phase::*;
 pub use report::*;
 pub use server::*;

@@ -31,6 +31,39 @@ pub struct SimSettings {
     /// Rounds of tool calls an answer makes in a row (when the request offers tools) before it
     /// answers in words: counted since the conversation's last user message.
     pub tool_rounds: u32,
+    /// Behave like a vision and audio model: images and clips cost prompt tokens and time.
+    pub vision: Option<Vision>,
+}
+
+/// `vision patch=28 encode="20ms" per-token="50us" audio-tokens=25`: what a request's media
+/// cost the simulator. An image of w×h pixels is ⌈w/patch⌉·⌈h/patch⌉ prompt tokens (Qwen2-VL's
+/// count, with 28-pixel patches after merging); a clip is ⌈seconds × audio-tokens⌉ (Qwen2-Audio
+/// hears 25 tokens a second). Before its first token, a request waits `encode` per image
+/// (the vision encoder's pass) and `per-token` per media token; the tokens are also prompt
+/// tokens (usage says them; the engine prefills them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vision {
+    /// Pixels per side of one image token.
+    pub patch: u32,
+    /// The encoder's time per image.
+    pub encode: Duration,
+    /// Time per media token, before the first token.
+    pub per_token: Duration,
+    /// Tokens per second of audio.
+    pub audio_tokens_per_second: f64,
+}
+
+impl Vision {
+    /// Prompt tokens of an image of `width`×`height` pixels.
+    pub fn image_tokens(&self, width: u32, height: u32) -> u64 {
+        let patch = self.patch.max(1);
+        u64::from(width.div_ceil(patch)) * u64::from(height.div_ceil(patch))
+    }
+
+    /// Prompt tokens of `seconds` of audio.
+    pub fn audio_tokens(&self, seconds: f64) -> u64 {
+        (seconds * self.audio_tokens_per_second).ceil().max(0.0) as u64
+    }
 }
 
 /// `reasoning 200 field="reasoning_content"`: the simulator's chat answers begin with this many
@@ -78,6 +111,7 @@ impl Default for SimSettings {
             tool_rounds: 1,
             models: Vec::new(),
             api_key_env: None,
+            vision: None,
         }
     }
 }

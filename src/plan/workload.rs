@@ -31,6 +31,10 @@ pub struct Workload {
     pub batch: Option<Batch>,
     /// The query's length in tokens, for the rerank API.
     pub query_tokens: Option<u32>,
+    /// Images each request carries (vision models).
+    pub images: Option<super::Images>,
+    /// An audio clip each request carries (audio models).
+    pub audio: Option<super::Audio>,
 }
 
 /// `batch 16`, or `batch min=1 max=32`: how many inputs a request of the embeddings or rerank

@@ -10,6 +10,7 @@
 
 mod arrivals;
 pub mod catalogue;
+pub mod media;
 mod prompts;
 pub mod search;
 mod shard;
@@ -165,6 +166,9 @@ pub struct ScheduledRequest {
     /// Its `input_tokens` are every input's (and, for rerank, the query's once per document).
     #[serde(skip_serializing_if = "is_zero")]
     pub batch: u32,
+    /// The images and audio it carries (drawn by the planner; made by the prompt source).
+    #[serde(skip_serializing_if = "media::MediaDraw::is_empty")]
+    pub media: media::MediaDraw,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -218,6 +222,8 @@ struct RequestMix {
     /// Inputs per request (embeddings, rerank), and the rerank query's tokens.
     batch: Option<crate::plan::Batch>,
     query_tokens: u32,
+    /// The workload's images and audio.
+    media: Option<Arc<media::MediaPlan>>,
 }
 
 impl RequestMix {
@@ -315,6 +321,7 @@ impl RequestMix {
             conversation: None,
             turn_kind: None,
             batch,
+            media: self.draw_media(request_seed),
         }
     }
 
@@ -346,7 +353,16 @@ impl RequestMix {
             conversation: None,
             turn_kind: None,
             batch: 0,
+            media: self.draw_media(request_seed),
         }
+    }
+
+    /// A request's media, from a random stream of their own (a plan without them keeps its
+    /// schedule).
+    fn draw_media(&self, request_seed: u64) -> media::MediaDraw {
+        self.media
+            .as_ref()
+            .map_or_else(Default::default, |plan| plan.draw(request_seed))
     }
 
     fn draw_output(&self, rng: &mut ChaCha8Rng) -> u32 {
@@ -420,6 +436,11 @@ impl Schedule {
             tools.tokens_max.map(u64::from),
         );
         tokens as u32
+    }
+
+    /// The workload's images and audio, when it has them.
+    pub fn media(&self) -> Option<Arc<media::MediaPlan>> {
+        self.mix.media.clone()
     }
 
     /// The dataset's usable entries, measured, when the plan reads a dataset.
@@ -496,6 +517,7 @@ pub fn compile(plan: &Plan, seed: u64) -> Result<Schedule> {
         conversation: workload.conversation,
         batch: workload.batch,
         query_tokens: workload.query_tokens.unwrap_or(0),
+        media: media::MediaPlan::of(workload).map(Arc::new),
     };
     let mut phases: Vec<Arc<PhaseSchedule>> = Vec::new();
     let mut total = 0usize;

@@ -193,6 +193,8 @@ pub struct WorkloadPrompts {
     trace_seed: u64,
     /// The rerank query's tokens.
     query_tokens: u32,
+    /// The workload's images and audio, made per request.
+    media: Option<Arc<super::media::MediaPlan>>,
 }
 
 impl WorkloadPrompts {
@@ -230,6 +232,7 @@ impl WorkloadPrompts {
             // run of every plan replaying it, whatever the seed.
             trace_seed: 0x7472_6163_6562_6c6b,
             query_tokens: workload.query_tokens.unwrap_or(0),
+            media: schedule.media(),
         }
     }
 
@@ -329,6 +332,43 @@ impl WorkloadPrompts {
 
 impl PromptSource for WorkloadPrompts {
     fn prompt(&self, request: &ScheduledRequest) -> Prompt {
+        let prompt = self.text_prompt(request);
+        match &self.media {
+            Some(media) if !request.media.is_empty() => {
+                // The media go with the user's last message (the only one, but in a dataset's
+                // conversation): the turn the model answers.
+                let mut messages = as_messages(prompt);
+                if let Some(user) = messages.iter_mut().rev().find(|m| m.role == "user") {
+                    user.media = media.attachments(request.prompt_seed, request.media);
+                }
+                Prompt::Messages(messages)
+            }
+            _ => prompt,
+        }
+    }
+
+    fn user_message(&self, request: &ScheduledRequest) -> String {
+        // A later turn says only its new message: a dataset entry's (its last user turn, for a
+        // conversation), or synthetic text of its length.
+        match self.own(request) {
+            DataPrompt::Text(text) => text,
+            DataPrompt::Messages(messages) => messages
+                .into_iter()
+                .rev()
+                .find(|m| m.role == "user")
+                .map(|m| m.content)
+                .unwrap_or_default(),
+        }
+    }
+
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+}
+
+impl WorkloadPrompts {
+    /// The prompt's text: a batch, text, or messages (with the system message and prefix).
+    fn text_prompt(&self, request: &ScheduledRequest) -> Prompt {
         if request.batch > 0 {
             return self.batch(request);
         }
@@ -354,24 +394,6 @@ impl PromptSource for WorkloadPrompts {
         }
         Prompt::Messages(messages)
     }
-
-    fn user_message(&self, request: &ScheduledRequest) -> String {
-        // A later turn says only its new message: a dataset entry's (its last user turn, for a
-        // conversation), or synthetic text of its length.
-        match self.own(request) {
-            DataPrompt::Text(text) => text,
-            DataPrompt::Messages(messages) => messages
-                .into_iter()
-                .rev()
-                .find(|m| m.role == "user")
-                .map(|m| m.content)
-                .unwrap_or_default(),
-        }
-    }
-
-    fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
 }
 
 #[cfg(test)]
@@ -394,6 +416,7 @@ mod tests {
             conversation: None,
             turn_kind: None,
             batch: 0,
+            media: Default::default(),
         };
         let (Prompt::Text(a), Prompt::Text(b)) =
             (source.prompt(&request(1)), source.prompt(&request(2)))

@@ -608,6 +608,23 @@ pub struct RequestRecord {
     /// schema); absent when it asks nothing, or the request failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_valid: Option<bool>,
+    /// The images it carried, each `[width, height]` in pixels; absent when it carried none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<[u32; 2]>>,
+    /// The audio it carried, in milliseconds; absent when it carried none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_ms: Option<u32>,
+    /// Bytes of its request body, for a request that carried media (their upload is part of
+    /// its TTFT); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_bytes: Option<u64>,
+}
+
+impl RequestRecord {
+    /// It carried images or audio.
+    pub fn carries_media(&self) -> bool {
+        self.images.is_some() || self.audio_ms.is_some()
+    }
 }
 
 impl RequestRecord {

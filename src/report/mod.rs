@@ -75,6 +75,8 @@ pub struct Summary {
     pub by_turn: Vec<crate::metrics::TurnBucket>,
     /// The recorded turns by what they answer (user messages, tool results), in an agent loop.
     pub by_turn_kind: Vec<crate::metrics::TurnKindBucket>,
+    /// The recorded requests by the media they carried.
+    pub by_media: Vec<crate::metrics::MediaBucket>,
     /// Each error class: how many, when, and what the first said.
     pub error_samples: Vec<crate::metrics::ErrorSample>,
     /// The server's telemetry over the run, when it was scraped.
@@ -252,6 +254,7 @@ impl<'a> ReportContext<'a> {
             by_input: aggregates.by_input,
             by_turn: aggregates.by_turn,
             by_turn_kind: aggregates.by_turn_kind,
+            by_media: aggregates.by_media,
             error_samples: aggregates.error_samples,
             server: aggregates.server,
             launched_server: aggregates.launched_server,

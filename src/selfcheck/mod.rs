@@ -99,6 +99,8 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             tool_rounds: plan.sim.tool_rounds,
             models: plan.sim.models.clone(),
             api_key_env: plan.sim.api_key_env.clone(),
+            // The client's own cost is measured: the server adds no media time.
+            vision: None,
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

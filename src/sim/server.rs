@@ -514,6 +514,26 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ),
         ));
     }
+    // A vision model's media: prompt tokens by their size, and the encoder's time before the
+    // first token (see `Vision`).
+    // Its answer's schedule starts once the encoder is done; its TTFT, in the server's metrics
+    // and write log, still counts from its arrival.
+    let mut encoded = arrived;
+    if let Some(vision) = &shared.settings.vision {
+        let image_tokens: u64 = request
+            .images
+            .iter()
+            .map(|&(w, h)| vision.image_tokens(w, h))
+            .sum();
+        let media_tokens = image_tokens + vision.audio_tokens(request.audio_seconds);
+        request.prompt_tokens += media_tokens as usize;
+        let delay = vision.encode * request.images.len() as u32
+            + vision.per_token.mul_f64(media_tokens as f64);
+        if !delay.is_zero() {
+            encoded += delay;
+            shared.timer.sleep_until(encoded).await;
+        }
+    }
     if request.tool_rounds >= shared.settings.tool_rounds {
         // Enough tools called since the user spoke: this turn answers.
         request.tool = None;
@@ -578,7 +598,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         None => {
             let generation = generate(&shared.settings, &shared.tokenizer, &request, request_seed);
             Tokens::Fixed {
-                arrived,
+                arrived: encoded,
                 chunks: generation.chunks.into_iter(),
                 timer: shared.timer.clone(),
             }

@@ -45,6 +45,10 @@ pub struct SimRequest {
     pub inputs: usize,
     /// Each input's tokens (a rerank document's with its query): each is its own sequence.
     pub input_sizes: Vec<u32>,
+    /// The images it carries: each one's width and height, read from its file's header.
+    pub images: Vec<(u32, u32)>,
+    /// Seconds of audio it carries.
+    pub audio_seconds: f64,
 }
 
 /// Chained hashes of the full `size`-token blocks of `ids`: each names its block's tokens and
@@ -193,7 +197,13 @@ impl SimRequest {
             .is_some_and(|kind| kind == "json_object" || kind == "json_schema");
         // Responses and Messages always end with their usage.
         let usage_always = matches!(wire, Wire::Responses | Wire::Messages);
+        let mut media = Media::default();
+        if !wire.batches() && wire != Wire::Completions {
+            media.find(&value, 0)?;
+        }
         Ok(SimRequest {
+            images: media.images,
+            audio_seconds: media.audio_seconds,
             tool,
             tool_rounds,
             json_answer,
@@ -223,6 +233,96 @@ impl SimRequest {
             cached: prefix_block.map(|_| Arc::new(AtomicU32::new(0))),
         })
     }
+}
+
+/// The images and audio of a request, each read (and refused when it is not what it says it
+/// is) as a vision or audio model's server reads them: an `image_url` part's data URL (chat),
+/// an `input_image` part's (Responses), an `image` block's base64 source (Messages), an
+/// `input_audio` part's WAV (chat).
+#[derive(Debug, Default)]
+struct Media {
+    images: Vec<(u32, u32)>,
+    audio_seconds: f64,
+}
+
+/// How deep in a request's JSON media parts are looked for (messages, then their content).
+const MEDIA_DEPTH: usize = 8;
+
+impl Media {
+    fn find(&mut self, value: &Value, depth: usize) -> Result<(), String> {
+        if depth > MEDIA_DEPTH {
+            return Ok(());
+        }
+        match value {
+            Value::Array(items) => {
+                for item in items {
+                    self.find(item, depth + 1)?;
+                }
+            }
+            Value::Object(fields) => {
+                let data_url =
+                    |url: Option<&Value>| url.and_then(Value::as_str).map(str::to_string);
+                match fields.get("type").and_then(Value::as_str) {
+                    Some("image_url") => {
+                        let url = data_url(fields.get("image_url").and_then(|u| u.get("url")));
+                        self.image(&url.ok_or("an image_url part has no url")?)?;
+                    }
+                    Some("input_image") => {
+                        let url = data_url(fields.get("image_url"));
+                        self.image(&url.ok_or("an input_image part has no image_url")?)?;
+                    }
+                    Some("image") => {
+                        let data = data_url(fields.get("source").and_then(|s| s.get("data")))
+                            .ok_or("an image block has no base64 source data")?;
+                        self.image_bytes(&decode_base64(&data)?)?;
+                    }
+                    Some("input_audio") => {
+                        let data = data_url(fields.get("input_audio").and_then(|a| a.get("data")))
+                            .ok_or("an input_audio part has no data")?;
+                        let bytes = decode_base64(&data)?;
+                        let reader = hound::WavReader::new(std::io::Cursor::new(bytes))
+                            .map_err(|e| format!("input_audio is not a WAV file: {e}"))?;
+                        let spec = reader.spec();
+                        self.audio_seconds +=
+                            f64::from(reader.duration()) / f64::from(spec.sample_rate.max(1));
+                    }
+                    _ => {
+                        for field in fields.values() {
+                            self.find(field, depth + 1)?;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn image(&mut self, url: &str) -> Result<(), String> {
+        let data = url
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"))
+            .map(|(_, data)| data)
+            .ok_or("the simulator reads images from base64 data URLs only")?;
+        self.image_bytes(&decode_base64(data)?)
+    }
+
+    fn image_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let size = image::ImageReader::new(std::io::Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| e.to_string())
+            .and_then(|reader| reader.into_dimensions().map_err(|e| e.to_string()))
+            .map_err(|e| format!("an image is not a PNG or JPEG the simulator can read: {e}"))?;
+        self.images.push(size);
+        Ok(())
+    }
+}
+
+fn decode_base64(data: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| format!("media data is not base64: {e}"))
 }
 
 /// The function a request's answer calls: `tool_choice`'s, else the first of its `tools`;

@@ -325,6 +325,7 @@ mod tests {
             by_input: Vec::new(),
             by_turn: Vec::new(),
             by_turn_kind: Vec::new(),
+            by_media: Vec::new(),
             error_samples: Vec::new(),
         }
     }

@@ -91,6 +91,13 @@ impl Choice for ChatChoice<'_> {
 /// the JSON text they streamed as), a tool result naming the call it answers.
 fn message(m: &crate::planner::Message) -> serde_json::Value {
     let mut value = serde_json::json!({"role": m.role, "content": m.content});
+    if !m.media.is_empty() {
+        value["content"] = super::content_parts(
+            m,
+            serde_json::json!({"type": "text", "text": m.content}),
+            media_part,
+        );
+    }
     if !m.tool_calls.is_empty() {
         value["tool_calls"] = m
             .tool_calls
@@ -105,6 +112,18 @@ fn message(m: &crate::planner::Message) -> serde_json::Value {
         value["tool_call_id"] = id.as_str().into();
     }
     value
+}
+
+/// An image as an `image_url` part (a data URL), a clip as an `input_audio` part.
+fn media_part(attachment: &crate::plan::Attachment) -> Option<serde_json::Value> {
+    Some(match attachment.kind {
+        crate::plan::AttachmentKind::Image { .. } => serde_json::json!(
+            {"type": "image_url", "image_url": {"url": attachment.data_url()}}
+        ),
+        crate::plan::AttachmentKind::Audio { .. } => serde_json::json!(
+            {"type": "input_audio", "input_audio": {"data": &*attachment.base64, "format": "wav"}}
+        ),
+    })
 }
 
 impl Dialect for Chat {
@@ -127,6 +146,8 @@ impl Dialect for Chat {
     fn capabilities(&self) -> super::Capabilities {
         super::Capabilities {
             tool_calls: true,
+            images: true,
+            audio: true,
             ..openai::ENVELOPE.capabilities
         }
     }

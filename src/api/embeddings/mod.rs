@@ -28,6 +28,8 @@ pub(super) const NOT_GENERATING: Capabilities = Capabilities {
     exact_lengths: false,
     tool_calls: false,
     structured_output: false,
+    images: false,
+    audio: false,
 };
 
 static ENVELOPE: Envelope = Envelope {

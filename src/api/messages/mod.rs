@@ -42,6 +42,9 @@ static ENVELOPE: Envelope = Envelope {
         // Anthropic's structured outputs are a beta of their own shape; servers that speak
         // the API locally (llama.cpp's) drop it.
         structured_output: false,
+        // Images as base64 `image` blocks; the API takes no audio.
+        images: true,
+        audio: false,
     },
     reserved_fields: &[
         ("model", "set it with `model` in the target"),
@@ -204,6 +207,22 @@ fn conversation(messages: &[Message]) -> (Option<String>, Vec<Value>) {
                 Some(blocks) => blocks.push(result),
                 None => out.push(json!({"role": "user", "content": [result]})),
             }
+            continue;
+        }
+        if !m.media.is_empty() {
+            let content = super::content_parts(
+                m,
+                json!({"type": "text", "text": m.content}),
+                // Images as base64 `image` blocks; the API takes no audio.
+                |a| match a.kind {
+                    crate::plan::AttachmentKind::Image { mime, .. } => {
+                        Some(json!({"type": "image",
+                        "source": {"type": "base64", "media_type": mime, "data": &*a.base64}}))
+                    }
+                    crate::plan::AttachmentKind::Audio { .. } => None,
+                },
+            );
+            out.push(json!({"role": m.role, "content": content}));
             continue;
         }
         if m.tool_calls.is_empty() {

@@ -25,6 +25,9 @@ pub(super) static ENVELOPE: super::Envelope = super::Envelope {
         // Chat's own: completions have no messages to carry calls and results in.
         tool_calls: false,
         structured_output: true,
+        // Completions take text; chat says it carries media (`image_url`, `input_audio`).
+        images: false,
+        audio: false,
     },
     reserved_fields: &[
         ("model", "set it with `model` in the target"),

@@ -37,6 +37,9 @@ static ENVELOPE: Envelope = Envelope {
         tool_calls: true,
         // `response_format` goes as `text.format`.
         structured_output: true,
+        // Images as `input_image` parts; the Responses API takes no audio input.
+        images: true,
+        audio: false,
     },
     reserved_fields: &[
         ("model", "set it with `model` in the target"),
@@ -211,7 +214,20 @@ fn input_items(m: &Message, items: &mut Vec<Value>) {
         items.push(json!({"type": "function_call_output", "call_id": id, "output": m.content}));
         return;
     }
-    if !m.content.is_empty() || m.tool_calls.is_empty() {
+    if !m.media.is_empty() {
+        let content = super::content_parts(
+            m,
+            json!({"type": "input_text", "text": m.content}),
+            // The Responses API takes images as `input_image` parts; it takes no audio.
+            |a| match a.kind {
+                crate::plan::AttachmentKind::Image { .. } => {
+                    Some(json!({"type": "input_image", "image_url": a.data_url()}))
+                }
+                crate::plan::AttachmentKind::Audio { .. } => None,
+            },
+        );
+        items.push(json!({"role": m.role, "content": content}));
+    } else if !m.content.is_empty() || m.tool_calls.is_empty() {
         items.push(json!({"role": m.role, "content": m.content}));
     }
     for call in &m.tool_calls {

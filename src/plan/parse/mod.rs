@@ -9,6 +9,7 @@
 
 mod cx;
 mod datafile;
+mod media;
 mod phase;
 /// What the workload asks that `api`'s kind cannot give: a message, a label and a help each.
 fn workload_misfits(
@@ -25,6 +26,17 @@ fn workload_misfits(
                 format!("`batch` and `query` are for the embeddings and rerank APIs, not api \"{name}\""),
                 "not with this api",
                 "remove them, or set api \"embeddings\" (or \"rerank\") in the target".to_string(),
+            ));
+        }
+        out.extend(media_misfits(api, workload));
+        if workload.conversation.is_some()
+            && (workload.images.is_some() || workload.audio.is_some())
+        {
+            out.push((
+                "images and audio go with single requests; a conversation's turns carry text only"
+                    .to_string(),
+                "not with a conversation",
+                "remove `conversation`, or run the media in a plan of their own".to_string(),
             ));
         }
         return out;
@@ -63,6 +75,8 @@ fn workload_misfits(
         (workload.dataset.is_some(), "`dataset`"),
         (workload.system.is_some(), "`system`"),
         (workload.output_spread.is_some(), "an output spread"),
+        (workload.images.is_some(), "`images`"),
+        (workload.audio.is_some(), "`audio`"),
     ];
     for (present, what) in unsupported {
         if present {
@@ -72,6 +86,44 @@ fn workload_misfits(
                 format!("remove {what} from the workload"),
             ));
         }
+    }
+    out
+}
+
+/// The workload's media that `api` cannot carry: a message, a label and a help each.
+fn media_misfits(
+    api: crate::api::Api,
+    workload: &crate::plan::Workload,
+) -> Vec<(String, &'static str, String)> {
+    let capabilities = api.dialect().capabilities();
+    let carriers = |can: fn(&crate::api::Capabilities) -> bool| {
+        crate::api::Api::ALL
+            .into_iter()
+            .filter(|api| can(&api.dialect().capabilities()))
+            .map(|api| format!("\"{}\"", api.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = Vec::new();
+    if workload.images.is_some() && !capabilities.images {
+        out.push((
+            format!("api \"{}\" carries no images", api.as_str()),
+            "no images",
+            format!(
+                "set api {} in the target, or remove `images`",
+                carriers(|c| c.images)
+            ),
+        ));
+    }
+    if workload.audio.is_some() && !capabilities.audio {
+        out.push((
+            format!("api \"{}\" carries no audio", api.as_str()),
+            "no audio",
+            format!(
+                "set api {} in the target, or remove `audio`",
+                carriers(|c| c.audio)
+            ),
+        ));
     }
     out
 }
@@ -113,6 +165,12 @@ fn api_misfits(
     }
     if target.response_format.is_some() && !capabilities.structured_output {
         why.push("cannot ask for structured output (the target's response-format)".to_string());
+    }
+    if workload.images.is_some() && !capabilities.images {
+        why.push("carries no images (the workload's `images`)".to_string());
+    }
+    if workload.audio.is_some() && !capabilities.audio {
+        why.push("carries no audio (the workload's `audio`)".to_string());
     }
     for key in target.body.keys() {
         if let Some(instead) = dialect.reserved(key) {

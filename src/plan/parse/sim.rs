@@ -90,6 +90,53 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             });
         }
     }),
+    ("vision", |cx, node, s| {
+        use super::values::{Number, DURATION_OR_ZERO};
+        use std::time::Duration;
+        let usage = "vision patch=28 encode=\"20ms\" per-token=\"50us\" audio-tokens=25";
+        cx.no_children(node);
+        cx.check_entries(
+            node,
+            0,
+            &["patch", "encode", "per-token", "audio-tokens"],
+            usage,
+        );
+        let patch = cx.prop_or(node, "patch", 28, usage, Count { min: 1, max: 4096 });
+        let encode = cx.prop_or(
+            node,
+            "encode",
+            Duration::from_millis(20),
+            usage,
+            DURATION_OR_ZERO,
+        );
+        let per_token = cx.prop_or(
+            node,
+            "per-token",
+            Duration::from_micros(50),
+            usage,
+            DURATION_OR_ZERO,
+        );
+        let audio = cx.prop_or(
+            node,
+            "audio-tokens",
+            25.0,
+            usage,
+            Number {
+                positive: true,
+                max: 10_000.0,
+            },
+        );
+        if let (Some(patch), Some(encode), Some(per_token), Some(audio)) =
+            (patch, encode, per_token, audio)
+        {
+            s.sim.vision = Some(crate::plan::Vision {
+                patch: patch as u32,
+                encode,
+                per_token,
+                audio_tokens_per_second: audio,
+            });
+        }
+    }),
     ("models", |cx, node, s| {
         let usage =
             "models \"meta-llama/Llama-3.1-8B-Instruct\" \"qwen3-8b\" (the models it serves)";

@@ -735,6 +735,8 @@ mod tests {
             exact_lengths: true,
             tool_calls: true,
             structured_output: true,
+            images: true,
+            audio: true,
         };
         assert_eq!(lacking(all, Need::Streaming), None);
         let unstreamed = Capabilities {

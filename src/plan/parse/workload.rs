@@ -27,6 +27,8 @@ struct Fields {
     conversation: Option<crate::plan::Conversation>,
     batch: Option<crate::plan::Batch>,
     query_tokens: Option<u32>,
+    images: Option<crate::plan::Images>,
+    audio: Option<crate::plan::Audio>,
     /// A child was present but wrong (already reported).
     broken: bool,
 }
@@ -51,6 +53,14 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             .single(node, "query 32 (the rerank query's tokens)", TOKENS)
             .map(|n| n as u32);
         w.broken |= w.query_tokens.is_none();
+    }),
+    ("images", |cx, node, w| {
+        w.images = super::media::images(cx, node);
+        w.broken |= w.images.is_none();
+    }),
+    ("audio", |cx, node, w| {
+        w.audio = super::media::audio(cx, node);
+        w.broken |= w.audio.is_none();
     }),
 ];
 
@@ -724,6 +734,8 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         conversation: None,
         batch: None,
         query_tokens: None,
+        images: None,
+        audio: None,
         broken: false,
     };
     cx.walk(node, "in `workload`", CHILDREN, &mut fields);
@@ -797,5 +809,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         conversation: fields.conversation,
         batch: fields.batch,
         query_tokens: fields.query_tokens,
+        images: fields.images,
+        audio: fields.audio,
     })
 }

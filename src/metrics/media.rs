@@ -1,0 +1,207 @@
+//! The recorded requests by the media they carried (a multimodal workload): TTFT by image
+//! count and size, the bytes each request sent, and the prompt tokens the server counted for
+//! its images and audio beyond the text's.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::distribution::{Distribution, Summary};
+use super::table;
+use crate::records::{ErrorClass, RequestRecord};
+
+/// Distinct media groups listed; a run's records (a crafted file) never size our memory.
+const MAX_GROUPS: usize = 256;
+
+/// The recorded requests that carried one kind of media: the same number of images, all of one
+/// size (or of several, "mixed"), and the same audio.
+#[derive(Debug, Clone, Serialize)]
+pub struct MediaBucket {
+    /// What its requests carried, as the report says it: `2 × 1280x720 + 5 s audio`.
+    pub media: String,
+    /// Images per request.
+    pub images: u32,
+    /// Audio per request, ms.
+    pub audio_ms: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Bytes of each request's body, on average.
+    pub request_bytes_mean: f64,
+    /// The text's prompt tokens as planned, on average.
+    pub text_tokens_mean: f64,
+    /// The prompt tokens the server counted (usage), on average over the requests it said it
+    /// for.
+    pub prompt_tokens_mean: Option<f64>,
+    /// What the media cost in prompt tokens: the server's count less the text's, on average.
+    pub media_tokens_mean: Option<f64>,
+    /// TTFT of its requests.
+    pub ttft_ms: Summary,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+}
+
+/// The key a request is grouped by: images, each image's pixels (0 when mixed), audio, label.
+type Key = (u32, u64, u32, String);
+
+struct Group {
+    sent: u64,
+    ok: u64,
+    failed: u64,
+    bytes: f64,
+    text_tokens: f64,
+    observed: f64,
+    observed_n: u64,
+    ttft: Distribution,
+    e2e: Distribution,
+}
+
+/// Gathers [`MediaBucket`]s from records.
+#[derive(Default)]
+pub(super) struct MediaAccumulator {
+    groups: BTreeMap<Key, Group>,
+    any_media: bool,
+}
+
+fn key(record: &RequestRecord) -> Key {
+    let images = record.images.as_deref().unwrap_or(&[]);
+    let audio_ms = record.audio_ms.unwrap_or(0);
+    let (pixels, size) = match images {
+        [] => (0, String::new()),
+        [first, rest @ ..] if rest.iter().all(|size| size == first) => (
+            u64::from(first[0]) * u64::from(first[1]),
+            format!("{}x{}", first[0], first[1]),
+        ),
+        _ => (0, "mixed sizes".to_string()),
+    };
+    let mut label = Vec::new();
+    if !images.is_empty() {
+        label.push(format!("{} × {size}", images.len()));
+    }
+    if audio_ms > 0 {
+        let seconds = format!("{:.3}", f64::from(audio_ms) / 1000.0);
+        let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
+        label.push(format!("{seconds} s audio"));
+    }
+    if label.is_empty() {
+        label.push("no media".to_string());
+    }
+    (images.len() as u32, pixels, audio_ms, label.join(" + "))
+}
+
+impl MediaAccumulator {
+    pub(super) fn add(&mut self, record: &RequestRecord) {
+        self.any_media |= record.carries_media();
+        let mut key = key(record);
+        if !self.groups.contains_key(&key) && self.groups.len() >= MAX_GROUPS {
+            key = (u32::MAX, 0, 0, "other media".to_string());
+        }
+        let group = self.groups.entry(key).or_insert_with(|| Group {
+            sent: 0,
+            ok: 0,
+            failed: 0,
+            bytes: 0.0,
+            text_tokens: 0.0,
+            observed: 0.0,
+            observed_n: 0,
+            ttft: Distribution::milliseconds(),
+            e2e: Distribution::milliseconds(),
+        });
+        group.sent += 1;
+        group.bytes += record.request_bytes.unwrap_or(0) as f64;
+        group.text_tokens += f64::from(record.input_tokens_planned);
+        if let Some(ttft) = table::ttft_ms(record) {
+            group.ttft.record(ttft);
+        }
+        match record.error {
+            None => {
+                group.ok += 1;
+                if let Some(e2e) = table::e2e_ms(record) {
+                    group.e2e.record(e2e);
+                }
+                if let (Some(prompt), Some(crate::records::TokenSource::Usage)) =
+                    (record.prompt_tokens, record.token_source)
+                {
+                    group.observed += prompt as f64;
+                    group.observed_n += 1;
+                }
+            }
+            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(_) => group.failed += 1,
+        }
+    }
+
+    /// The groups, fewest images and smallest first; none when no request carried media.
+    pub(super) fn finish(self) -> Vec<MediaBucket> {
+        if !self.any_media {
+            return Vec::new();
+        }
+        self.groups
+            .into_iter()
+            .map(|((images, _, audio_ms, media), g)| {
+                let sent = g.sent.max(1) as f64;
+                let text_tokens_mean = g.text_tokens / sent;
+                let prompt_tokens_mean =
+                    (g.observed_n > 0).then(|| g.observed / g.observed_n as f64);
+                MediaBucket {
+                    media,
+                    images,
+                    audio_ms,
+                    sent: g.sent,
+                    ok: g.ok,
+                    failed: g.failed,
+                    request_bytes_mean: g.bytes / sent,
+                    text_tokens_mean,
+                    prompt_tokens_mean,
+                    media_tokens_mean: prompt_tokens_mean.map(|p| (p - text_tokens_mean).max(0.0)),
+                    ttft_ms: g.ttft.summary(),
+                    e2e_ms: g.e2e.summary(),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(images: &[[u32; 2]], ttft_us: u64, prompt: u64) -> RequestRecord {
+        RequestRecord {
+            images: (!images.is_empty()).then(|| images.to_vec()),
+            request_bytes: Some(1000),
+            input_tokens_planned: 64,
+            prompt_tokens: Some(prompt),
+            token_source: Some(crate::records::TokenSource::Usage),
+            ttft_us: Some(ttft_us),
+            e2e_us: Some(ttft_us + 1000),
+            ..RequestRecord::default()
+        }
+    }
+
+    #[test]
+    fn requests_are_grouped_by_image_count_and_size_with_their_media_tokens() {
+        let mut media = MediaAccumulator::default();
+        media.add(&record(&[[448, 448]], 40_000, 320));
+        media.add(&record(&[[448, 448]], 42_000, 320));
+        media.add(&record(&[[896, 896]], 80_000, 1088));
+        media.add(&record(&[[448, 448], [896, 896]], 120_000, 1344));
+        let buckets = media.finish();
+        let labels: Vec<&str> = buckets.iter().map(|b| b.media.as_str()).collect();
+        assert_eq!(labels, ["1 × 448x448", "1 × 896x896", "2 × mixed sizes"]);
+        assert_eq!(buckets[0].sent, 2);
+        assert_eq!(buckets[0].media_tokens_mean, Some(256.0));
+        assert_eq!(buckets[1].media_tokens_mean, Some(1024.0));
+        assert_eq!(buckets[0].request_bytes_mean, 1000.0);
+    }
+
+    #[test]
+    fn a_run_without_media_has_no_table() {
+        let mut media = MediaAccumulator::default();
+        media.add(&record(&[], 1000, 64));
+        assert!(media.finish().is_empty());
+    }
+}
