@@ -266,4 +266,37 @@ fn main() {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+    if wanted("media") {
+        // What a multimodal request costs the body builder's thread before its send.
+        use llmload::plan::ImageFormat;
+        use llmload::planner::media::encode_image;
+        for (width, height, format, name) in [
+            (
+                512,
+                512,
+                ImageFormat::Jpeg { quality: 85 },
+                "image 512x512 JPEG q85",
+            ),
+            (
+                1280,
+                720,
+                ImageFormat::Jpeg { quality: 85 },
+                "image 1280x720 JPEG q85",
+            ),
+            (1280, 720, ImageFormat::Png, "image 1280x720 PNG"),
+        ] {
+            let mut seed = 0u64;
+            let mut bytes = 0usize;
+            let time = measure(|| {
+                seed += 1;
+                bytes = black_box(encode_image(width, height, format, seed)).len();
+            });
+            println!(
+                "{:<44} {:>9.2} ms/image {:>9} KiB",
+                name,
+                time.as_secs_f64() * 1e3,
+                bytes / 1024
+            );
+        }
+    }
 }

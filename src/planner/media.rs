@@ -6,7 +6,7 @@
 //! multimodal processor cache keys images by their pixels) serves one image twice and flatters
 //! the run: a seeded gradient, a few seeded blocks and seeded grain — grain that makes a JPEG
 //! about as large as a photograph of the same size (a 1280×720 one at quality 85 is about
-//! 0.3 MB), where a flat synthetic image would be a few kilobytes. Made on the body builder's
+//! 155 KiB), where a flat synthetic image would be a few kilobytes. Made on the body builder's
 //! thread, ahead of its send.
 //!
 //! What this module is not: the place an API puts the media in a body (each dialect does,
@@ -104,6 +104,103 @@ impl MediaPlan {
         self.audio.as_ref()
     }
 
+    /// What `llmload plan` says of the media: the mix, and the bytes a request carries (one
+    /// image of each size made and measured; base64 adds a third on the wire).
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut mean_bytes = 0.0;
+        if let Some((images, _)) = &self.images {
+            let total: f64 = images.sizes.iter().map(|s| s.weight).sum();
+            let mut per_image = 0.0;
+            let sizes: Vec<String> = images
+                .sizes
+                .iter()
+                .map(|size| {
+                    let bytes = encode_image(size.width, size.height, images.format, 1).len();
+                    per_image += bytes as f64 * size.weight / total;
+                    format!(
+                        "{} {:.0}% (about {} KiB)",
+                        size.label(),
+                        size.weight * 100.0 / total,
+                        bytes.div_ceil(1024)
+                    )
+                })
+                .collect();
+            let count = if images.count_min == images.count_max {
+                format!("{}", images.count_min)
+            } else {
+                format!("{}–{} (uniform)", images.count_min, images.count_max)
+            };
+            let format = match images.format {
+                ImageFormat::Png => "PNG".to_string(),
+                ImageFormat::Jpeg { quality } => format!("JPEG quality {quality}"),
+            };
+            lines.push(format!(
+                "images: {count} per request, {format}, {} the text: {}",
+                position_word(images.position),
+                sizes.join(", ")
+            ));
+            mean_bytes += per_image * images.mean_count();
+        }
+        if let Some(audio) = &self.audio {
+            lines.push(format!(
+                "audio: one WAV clip of {} per request, {} Hz 16-bit mono, {}, {} the text ({} KiB)",
+                crate::plan::units::format_duration(audio.length),
+                audio.sample_rate,
+                match audio.signal {
+                    Signal::Tone => "a tone",
+                    Signal::Noise => "white noise",
+                },
+                position_word(audio.position),
+                audio.wav_bytes().div_ceil(1024)
+            ));
+            mean_bytes += audio.wav_bytes() as f64;
+        }
+        lines.push(format!(
+            "media per request: about {:.0} KiB on average ({:.0} KiB as base64 in the body); each request's own, made from its seed ahead of its send",
+            mean_bytes / 1024.0,
+            mean_bytes * 4.0 / 3.0 / 1024.0
+        ));
+        lines
+    }
+
+    /// Stand-ins for a request's attachments in an example body: what each is, not its bytes.
+    pub fn placeholders(&self, prompt_seed: u64, draw: MediaDraw) -> Vec<Attachment> {
+        let mut out: Vec<Attachment> = Vec::new();
+        if let Some((images, _)) = &self.images {
+            for size in self.image_sizes(prompt_seed, draw) {
+                out.push(Attachment {
+                    kind: AttachmentKind::Image {
+                        mime: images.format.mime(),
+                        width: size.width,
+                        height: size.height,
+                    },
+                    base64: Arc::from(format!(
+                        "<a {} {} image>",
+                        size.label(),
+                        images.format.name()
+                    )),
+                    bytes: 0,
+                    position: images.position,
+                });
+            }
+        }
+        if let (Some(audio), true) = (&self.audio, draw.audio) {
+            out.push(Attachment {
+                kind: AttachmentKind::Audio {
+                    millis: audio.length.as_millis().min(u32::MAX as u128) as u32,
+                },
+                base64: Arc::from(format!(
+                    "<a WAV clip of {}>",
+                    crate::plan::units::format_duration(audio.length)
+                )),
+                bytes: 0,
+                position: audio.position,
+            });
+        }
+        out
+    }
+
     /// A request's attachments, made from its prompt seed: its images, then its clip.
     pub fn attachments(&self, prompt_seed: u64, draw: MediaDraw) -> Vec<Attachment> {
         let mut out = Vec::with_capacity(draw.images as usize + 1);
@@ -136,6 +233,13 @@ impl MediaPlan {
     }
 }
 
+fn position_word(position: crate::plan::MediaPosition) -> &'static str {
+    match position {
+        crate::plan::MediaPosition::Before => "before",
+        crate::plan::MediaPosition::After => "after",
+    }
+}
+
 fn attachment(
     kind: AttachmentKind,
     bytes: &[u8],
@@ -149,12 +253,18 @@ fn attachment(
     }
 }
 
-/// A seeded image's pixels, encoded. Written by hand: an image crate draws no such picture,
-/// and the grain's xorshift costs a few ns a pixel (a 1280×720 image: about 5 ms, most of it
-/// the encoder's).
+/// A seeded image, encoded: the same bytes for the same seed.
 pub fn encode_image(width: u32, height: u32, format: ImageFormat, seed: u64) -> Vec<u8> {
+    let pixels = pixels(width, height, seed);
+    encode_pixels(&pixels, width, height, format)
+}
+
+/// A seeded picture's RGB bytes: a diagonal gradient between two seeded colours, a few seeded
+/// blocks over it, and grain. Drawn by hand (no crate draws such a picture); row by row, each
+/// row's block spans found once, so that a pixel costs a few additions and the grain's
+/// xorshift (a 1280×720 picture: about 3 ms).
+fn pixels(width: u32, height: u32, seed: u64) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // A diagonal gradient between two seeded colours, and a few seeded blocks over it.
     let from: [f32; 3] = std::array::from_fn(|_| rng.random_range(0.0..255.0));
     let to: [f32; 3] = std::array::from_fn(|_| rng.random_range(0.0..255.0));
     let blocks: Vec<(u32, u32, u32, u32, [u8; 3])> = (0..6)
@@ -169,49 +279,63 @@ pub fn encode_image(width: u32, height: u32, format: ImageFormat, seed: u64) -> 
         .collect();
     let mut grain = rng.random::<u64>() | 1;
     let span = (width + height).max(1) as f32;
-    let mut pixels = vec![0u8; width as usize * height as usize * 3];
-    for y in 0..height {
-        for x in 0..width {
-            let t = (x + y) as f32 / span;
-            let mut colour: [u8; 3] =
-                std::array::from_fn(|c| (from[c] + (to[c] - from[c]) * t) as u8);
-            if let Some(block) = blocks
-                .iter()
-                .rev()
-                .find(|(bx, by, bw, bh, _)| x >= *bx && x < bx + bw && y >= *by && y < by + bh)
-            {
-                colour = block.4;
+    let step: [f32; 3] = std::array::from_fn(|c| (to[c] - from[c]) / span);
+    let row_bytes = width as usize * 3;
+    let mut pixels = vec![0u8; row_bytes * height as usize];
+    for (y, row) in pixels.chunks_exact_mut(row_bytes).enumerate() {
+        let y = y as u32;
+        // The gradient along the row.
+        for (x, pixel) in row.chunks_exact_mut(3).enumerate() {
+            let t = (x as u32 + y) as f32;
+            for c in 0..3 {
+                pixel[c] = (from[c] + step[c] * t) as u8;
             }
-            // xorshift64: grain of ±16 per channel.
+        }
+        // Blocks over it, later ones on top.
+        for &(bx, by, bw, bh, colour) in &blocks {
+            if y < by || y >= by.saturating_add(bh) {
+                continue;
+            }
+            let (left, right) = (bx as usize, bx.saturating_add(bw).min(width) as usize);
+            for pixel in row[left * 3..right * 3].chunks_exact_mut(3) {
+                pixel.copy_from_slice(&colour);
+            }
+        }
+        // Grain of -12..11 per channel (xorshift64: three channels from one draw).
+        for pixel in row.chunks_exact_mut(3) {
             grain ^= grain << 13;
             grain ^= grain >> 7;
             grain ^= grain << 17;
-            let at = (y as usize * width as usize + x as usize) * 3;
-            for (c, value) in colour.iter().enumerate() {
-                let noise = ((grain >> (c * 8)) & 31) as i16 - 16;
-                pixels[at + c] = (*value as i16 + noise).clamp(0, 255) as u8;
+            for (c, value) in pixel.iter_mut().enumerate() {
+                let noise = ((grain >> (c * 8)) & 0xff) as i16 % 24 - 12;
+                *value = (*value as i16 + noise).clamp(0, 255) as u8;
             }
         }
     }
-    let mut out = Cursor::new(Vec::new());
-    let result = match format {
-        ImageFormat::Png => image::codecs::png::PngEncoder::new(&mut out).write_image(
-            &pixels,
-            width,
-            height,
-            image::ExtendedColorType::Rgb8,
-        ),
-        ImageFormat::Jpeg { quality } => image::codecs::jpeg::JpegEncoder::new_with_quality(
-            &mut out, quality,
-        )
-        .write_image(&pixels, width, height, image::ExtendedColorType::Rgb8),
+    pixels
+}
+
+/// RGB bytes as PNG or JPEG. Encoding pixels we made, of sizes the plan bounded, into memory
+/// cannot fail; were it to, the request carries an empty file and the server's answer says so.
+fn encode_pixels(pixels: &[u8], width: u32, height: u32, format: ImageFormat) -> Vec<u8> {
+    let mut out = Vec::new();
+    let encoded = match format {
+        ImageFormat::Png => image::codecs::png::PngEncoder::new(&mut out)
+            .write_image(pixels, width, height, image::ExtendedColorType::Rgb8)
+            .is_ok(),
+        ImageFormat::Jpeg { quality } => {
+            let (Ok(w), Ok(h)) = (u16::try_from(width), u16::try_from(height)) else {
+                return Vec::new();
+            };
+            jpeg_encoder::Encoder::new(&mut out, quality)
+                .encode(pixels, w, h, jpeg_encoder::ColorType::Rgb)
+                .is_ok()
+        }
     };
-    // Encoding pixels we made, of sizes the plan bounded, into memory cannot fail; were it
-    // to, the request carries an empty file and the server's answer says so.
-    if result.is_err() {
+    if !encoded {
         return Vec::new();
     }
-    out.into_inner()
+    out
 }
 
 use image::ImageEncoder;

@@ -349,6 +349,9 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             ));
         }
     }
+    if let Some(media) = schedule.media() {
+        lines.extend(media.describe());
+    }
     lines.extend(request_lines(plan, schedule));
     if !plan.target.body.is_empty() {
         lines.push(format!(
@@ -411,6 +414,17 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
             crate::planner::Message::text("user", prompt_text),
         ]),
         None => crate::planner::Prompt::Text(prompt_text),
+    };
+    // The first request's media, each stood in for by what it is.
+    let prompt = match (schedule.media(), first) {
+        (Some(media), Some(first)) if !first.media.is_empty() => {
+            let mut messages = crate::planner::as_messages(prompt);
+            if let Some(user) = messages.iter_mut().rev().find(|m| m.role == "user") {
+                user.media = media.placeholders(first.prompt_seed, first.media);
+            }
+            crate::planner::Prompt::Messages(messages)
+        }
+        _ => prompt,
     };
     apis.iter()
         .map(|api| {
