@@ -55,7 +55,11 @@ phase "p" {{ concurrency 1; requests 6; }}
     assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
     // Records say what each request carried.
     for record in run.records() {
-        assert_eq!(record["images"].as_array().map(Vec::len), Some(2), "{record}");
+        assert_eq!(
+            record["images"].as_array().map(Vec::len),
+            Some(2),
+            "{record}"
+        );
         assert_eq!(record["audio_ms"], 250, "{record}");
         assert!(record["request_bytes"].as_u64().unwrap() > 1000, "{record}");
     }

@@ -220,7 +220,7 @@ impl MediaPlan {
             }
         }
         if let (Some(audio), true) = (&self.audio, draw.audio) {
-            let bytes = encode_wav(audio, crate::seed::mix64(prompt_seed ^ 0x6175_6469_6f));
+            let bytes = encode_wav(audio, crate::seed::mix64(prompt_seed ^ 0x0061_7564_696f));
             out.push(attachment(
                 AttachmentKind::Audio {
                     millis: audio.length.as_millis().min(u32::MAX as u128) as u32,

@@ -713,3 +713,131 @@ fn reset_cache_is_read_in_a_phase_and_before_each_step_and_probe() {
         ["expected #true or #false, found a string"]
     );
 }
+
+#[test]
+fn images_and_audio_are_read_with_their_defaults_and_every_mistake_named() {
+    let plan = plan_with(
+        "api \"chat\"",
+        "input 8; output 4; images min=0 max=3 format=\"png\" position=\"after\" { size \"1280x720\" weight=3; size \"512x512\"; }; audio \"2.5s\" signal=\"noise\"",
+    )
+    .unwrap();
+    let images = plan.workload.images.unwrap();
+    assert_eq!((images.count_min, images.count_max), (0, 3));
+    assert_eq!(images.format, ImageFormat::Png);
+    assert_eq!(images.position, MediaPosition::After);
+    assert_eq!(
+        images.sizes,
+        [
+            ImageSize {
+                width: 1280,
+                height: 720,
+                weight: 3.0
+            },
+            ImageSize {
+                width: 512,
+                height: 512,
+                weight: 1.0
+            }
+        ]
+    );
+    let audio = plan.workload.audio.unwrap();
+    assert_eq!(audio.length, Duration::from_millis(2500));
+    assert_eq!((audio.sample_rate, audio.signal), (16_000, Signal::Noise));
+    assert_eq!(audio.position, MediaPosition::Before);
+    // JPEG at quality 85, one image, before the text, unless the plan says otherwise.
+    let plan = plan_with("", "input 8; output 4; images { size \"64x64\"; }").unwrap();
+    let images = plan.workload.images.unwrap();
+    assert_eq!(images.format, ImageFormat::Jpeg { quality: 85 });
+    assert_eq!((images.count_min, images.count_max), (1, 1));
+
+    let errors = errors_of(plan_with(
+        "",
+        "input 8; output 4; images count=2 min=1 format=\"gif\" quality=0 position=\"middle\" { size \"640\"; size \"4x4\"; size \"10x10\" weight=0; }; audio \"20m\" sample-rate=100 signal=\"chirp\"",
+    ));
+    let all = errors.join("\n");
+    for expected in [
+        "`images` takes count=N, or both min= and max=",
+        "format \"gif\" is not one llmload encodes",
+        "0 is out of range: it must be at least 1",
+        "position \"middle\" is neither before nor after the text",
+        "\"640\" is not a size",
+        "4 pixels is out of range",
+        "0 is out of range: it must be greater than zero",
+        "a clip of 1200 s is longer than llmload sends",
+        "100 is out of range",
+        "signal \"chirp\" is neither a tone nor noise",
+    ] {
+        assert!(all.contains(expected), "{expected} not in {all}");
+    }
+    let errors = errors_of(plan_with(
+        "",
+        "input 8; output 4; images format=\"png\" quality=90 { size \"8x8\"; }; audio",
+    ));
+    let all = errors.join("\n");
+    for expected in ["PNG is lossless", "`audio` needs the clip's length"] {
+        assert!(all.contains(expected), "{expected} not in {all}");
+    }
+    assert!(errors_of(plan_with("", "input 8; output 4; images"))
+        .join("\n")
+        .contains("`images` has no size"));
+}
+
+#[test]
+fn media_go_only_to_an_api_that_carries_them() {
+    let images = "input 8; output 4; images { size \"64x64\"; }";
+    let audio = "input 8; output 4; audio \"1s\"";
+    for api in ["chat", "responses", "messages"] {
+        assert!(
+            plan_with(&format!("api \"{api}\""), images).is_ok(),
+            "{api}"
+        );
+    }
+    assert!(plan_with("api \"chat\"", audio).is_ok());
+    let refused = plan_with("api \"completions\"", images).unwrap_err();
+    let diagnostic = refused
+        .diagnostics
+        .iter()
+        .find(|d| d.message.contains("api \"completions\" carries no images"))
+        .expect("completions refuses images");
+    assert!(
+        diagnostic
+            .help
+            .as_deref()
+            .is_some_and(|help| help.contains("set api \"chat\", \"responses\", \"messages\"")),
+        "{diagnostic:?}"
+    );
+    let all = errors_of(plan_with("api \"messages\"", audio)).join("\n");
+    assert!(all.contains("api \"messages\" carries no audio"), "{all}");
+    let all = errors_of(plan_with(
+        "",
+        "input 8; output 4; images { size \"64x64\"; }; conversation turns=2",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("images and audio go with single requests"),
+        "{all}"
+    );
+    let all = errors_of(plan_with(
+        "api \"embeddings\"",
+        "input 8; batch 4; images { size \"64x64\"; }",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("`images` is for the APIs that generate"),
+        "{all}"
+    );
+}
+
+#[test]
+fn the_simulators_vision_mode_is_read() {
+    let plan =
+        parse("sim { vision patch=14 encode=\"5ms\" per-token=\"0us\" audio-tokens=50; }").unwrap();
+    let vision = plan.sim.vision.unwrap();
+    assert_eq!(vision.patch, 14);
+    assert_eq!(vision.encode, Duration::from_millis(5));
+    assert_eq!(vision.image_tokens(28, 29), 6);
+    assert_eq!(vision.audio_tokens(1.01), 51);
+    assert!(messages("sim { vision patch=0 tile=2; }")
+        .join("\n")
+        .contains("unknown property `tile` on `vision`"));
+}
