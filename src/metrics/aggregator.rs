@@ -48,17 +48,17 @@ fn input_range(tokens: u32) -> (u32, u32) {
     (high / 2 + 1, high)
 }
 
-struct BucketAccumulator {
-    sent: u64,
-    ok: u64,
-    failed: u64,
-    ttft: Distribution,
-    e2e: Distribution,
+pub(super) struct BucketAccumulator {
+    pub(super) sent: u64,
+    pub(super) ok: u64,
+    pub(super) failed: u64,
+    pub(super) ttft: Distribution,
+    pub(super) e2e: Distribution,
     tpot: Distribution,
 }
 
 impl BucketAccumulator {
-    fn new() -> BucketAccumulator {
+    pub(super) fn new() -> BucketAccumulator {
         BucketAccumulator {
             sent: 0,
             ok: 0,
@@ -69,7 +69,7 @@ impl BucketAccumulator {
         }
     }
 
-    fn add(&mut self, record: &RequestRecord) {
+    pub(super) fn add(&mut self, record: &RequestRecord) {
         self.sent += 1;
         if let Some(ttft) = ttft_ms(record) {
             self.ttft.record(ttft);

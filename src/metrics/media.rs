@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::distribution::{Distribution, Summary};
-use super::table;
-use crate::records::{ErrorClass, RequestRecord};
+use super::aggregator::BucketAccumulator;
+use super::distribution::Summary;
+use crate::records::{RequestRecord, TokenSource};
 
 /// Distinct media groups listed; a run's records (a crafted file) never size our memory.
 const MAX_GROUPS: usize = 256;
@@ -44,19 +44,16 @@ pub struct MediaBucket {
     pub e2e_ms: Summary,
 }
 
-/// The key a request is grouped by: images, each image's pixels (0 when mixed), audio, label.
+/// The key a request is grouped by: images, each image's pixels (the most when mixed), audio,
+/// label.
 type Key = (u32, u64, u32, String);
 
 struct Group {
-    sent: u64,
-    ok: u64,
-    failed: u64,
+    requests: BucketAccumulator,
     bytes: f64,
     text_tokens: f64,
     observed: f64,
     observed_n: u64,
-    ttft: Distribution,
-    e2e: Distribution,
 }
 
 /// Gathers [`MediaBucket`]s from records.
@@ -75,7 +72,8 @@ fn key(record: &RequestRecord) -> Key {
             u64::from(first[0]) * u64::from(first[1]),
             format!("{}x{}", first[0], first[1]),
         ),
-        _ => (0, "mixed sizes".to_string()),
+        // Listed after the count's single sizes.
+        _ => (u64::MAX, "mixed sizes".to_string()),
     };
     let mut label = Vec::new();
     if !images.is_empty() {
@@ -100,37 +98,20 @@ impl MediaAccumulator {
             key = (u32::MAX, 0, 0, "other media".to_string());
         }
         let group = self.groups.entry(key).or_insert_with(|| Group {
-            sent: 0,
-            ok: 0,
-            failed: 0,
+            requests: BucketAccumulator::new(),
             bytes: 0.0,
             text_tokens: 0.0,
             observed: 0.0,
             observed_n: 0,
-            ttft: Distribution::milliseconds(),
-            e2e: Distribution::milliseconds(),
         });
-        group.sent += 1;
+        group.requests.add(record);
         group.bytes += record.request_bytes.unwrap_or(0) as f64;
         group.text_tokens += f64::from(record.input_tokens_planned);
-        if let Some(ttft) = table::ttft_ms(record) {
-            group.ttft.record(ttft);
-        }
-        match record.error {
-            None => {
-                group.ok += 1;
-                if let Some(e2e) = table::e2e_ms(record) {
-                    group.e2e.record(e2e);
-                }
-                if let (Some(prompt), Some(crate::records::TokenSource::Usage)) =
-                    (record.prompt_tokens, record.token_source)
-                {
-                    group.observed += prompt as f64;
-                    group.observed_n += 1;
-                }
-            }
-            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
-            Some(_) => group.failed += 1,
+        if let (None, Some(prompt), Some(TokenSource::Usage)) =
+            (record.error, record.prompt_tokens, record.token_source)
+        {
+            group.observed += prompt as f64;
+            group.observed_n += 1;
         }
     }
 
@@ -142,7 +123,7 @@ impl MediaAccumulator {
         self.groups
             .into_iter()
             .map(|((images, _, audio_ms, media), g)| {
-                let sent = g.sent.max(1) as f64;
+                let sent = g.requests.sent.max(1) as f64;
                 let text_tokens_mean = g.text_tokens / sent;
                 let prompt_tokens_mean =
                     (g.observed_n > 0).then(|| g.observed / g.observed_n as f64);
@@ -150,15 +131,15 @@ impl MediaAccumulator {
                     media,
                     images,
                     audio_ms,
-                    sent: g.sent,
-                    ok: g.ok,
-                    failed: g.failed,
+                    sent: g.requests.sent,
+                    ok: g.requests.ok,
+                    failed: g.requests.failed,
                     request_bytes_mean: g.bytes / sent,
                     text_tokens_mean,
                     prompt_tokens_mean,
                     media_tokens_mean: prompt_tokens_mean.map(|p| (p - text_tokens_mean).max(0.0)),
-                    ttft_ms: g.ttft.summary(),
-                    e2e_ms: g.e2e.summary(),
+                    ttft_ms: g.requests.ttft.summary(),
+                    e2e_ms: g.requests.e2e.summary(),
                 }
             })
             .collect()

@@ -4,10 +4,9 @@
 use kdl::{KdlNode, KdlValue};
 
 use super::cx::{positional, Cx, Handler};
-use super::values::{Count, Dur, Number, Text};
+use super::values::{Count, Dur, Text, WEIGHT};
 use crate::plan::limits::{
-    IMAGE_SIDE_RANGE, MAX_AUDIO, MAX_IMAGES_PER_REQUEST, MAX_IMAGE_SIZES, MAX_WEIGHT,
-    SAMPLE_RATE_RANGE,
+    IMAGE_SIDE_RANGE, MAX_AUDIO, MAX_IMAGES_PER_REQUEST, MAX_IMAGE_SIZES, SAMPLE_RATE_RANGE,
 };
 use crate::plan::{Audio, ImageFormat, ImageSize, Images, MediaPosition, Signal};
 
@@ -66,16 +65,7 @@ const SIZES: &[(&str, Handler<Sizes>)] = &[("size", |cx, node, sizes| {
     let usage = "size \"1280x720\" weight=1";
     cx.no_children(node);
     cx.check_entries(node, 1, &["weight"], usage);
-    let weight = cx.prop_or(
-        node,
-        "weight",
-        1.0,
-        usage,
-        Number {
-            positive: true,
-            max: MAX_WEIGHT,
-        },
-    );
+    let weight = cx.prop_or(node, "weight", 1.0, usage, WEIGHT);
     let Some(entry) = cx.required_arg(node, usage) else {
         sizes.broken = true;
         return;

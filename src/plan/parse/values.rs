@@ -254,6 +254,12 @@ pub(super) const DURATION: Dur = Dur { zero_ok: false };
 /// A duration that may be zero (simulator delays and costs).
 pub(super) const DURATION_OR_ZERO: Dur = Dur { zero_ok: true };
 
+/// A share of a mix (an input bucket's, a prefix group's, an image size's): more than zero.
+pub(super) const WEIGHT: Number = Number {
+    positive: true,
+    max: crate::plan::limits::MAX_WEIGHT,
+};
+
 impl Kind for Dur {
     type Out = Duration;
     fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<Duration> {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::cx::{children, positional, property, Cx, Handler};
 use super::datafile;
-use super::values::{Count, Flag, Kind, Number, Text};
+use super::values::{Count, Flag, Kind, Number, Text, WEIGHT};
 use crate::plan::data::{self, Dataset, DatasetFormat, DatasetOrder};
-use crate::plan::limits::{MAX_TOKENS, MAX_WEIGHT};
+use crate::plan::limits::MAX_TOKENS;
 use crate::plan::{Bucket, OutputSpread, PrefixGroup, TokenizerSpec, Workload};
 
 /// Shared-prefix groups a plan may have.
@@ -431,16 +431,7 @@ const PREFIX_GROUPS: &[(&str, Handler<Option<Vec<PrefixGroup>>>)] =
         cx.no_children(node);
         cx.check_entries(node, 1, &["weight"], usage);
         let tokens = cx.arg(node, usage, TOKENS);
-        let weight = cx.prop_or(
-            node,
-            "weight",
-            1.0,
-            usage,
-            Number {
-                positive: true,
-                max: MAX_WEIGHT,
-            },
-        );
+        let weight = cx.prop_or(node, "weight", 1.0, usage, WEIGHT);
         match (tokens, weight, groups.as_mut()) {
             (Some(tokens), Some(weight), Some(list)) => list.push(PrefixGroup {
                 tokens: tokens as u32,
@@ -705,11 +696,7 @@ const BUCKETS: &[(&str, Handler<Option<Vec<Bucket>>>)] = &[("bucket", |cx, node,
     cx.no_children(node);
     cx.check_entries(node, 1, &["weight", "output"], usage);
     let tokens = cx.arg(node, usage, TOKENS);
-    let weight_kind = Number {
-        positive: true,
-        max: MAX_WEIGHT,
-    };
-    let weight = cx.prop_or(node, "weight", 1.0, usage, weight_kind);
+    let weight = cx.prop_or(node, "weight", 1.0, usage, WEIGHT);
     let output = cx.prop(node, "output", usage, TOKENS);
     match (tokens, weight, output, buckets.as_mut()) {
         (Some(tokens), Some(weight), Ok(output), Some(list)) => list.push(Bucket {
