@@ -25,7 +25,7 @@ struct Drive<'a> {
     state: &'a Arc<PhaseState>,
     phase: &'a PhaseSchedule,
     /// Request bodies, built ahead.
-    bodies: mpsc::Receiver<(ScheduledRequest, Bytes)>,
+    bodies: Bodies,
     phase_start: Instant,
     /// When the phase's duration ends, if it has one.
     deadline: Option<Instant>,
@@ -212,16 +212,36 @@ fn end_was_early(control: &super::PhaseControl) -> bool {
     control.reason().is_some()
 }
 
-/// Builds request bodies on a blocking thread, ahead of the sender. Sends `primed` once the first
-/// batch is ready, so that the phase clock starts with bodies in hand.
+/// The most bytes of bodies built ahead of the sender, in KiB (besides the count,
+/// [`BODIES_AHEAD`]): 512 text bodies are a few hundred KiB, but 512 bodies with a 1280×720
+/// image each would be 105 MB held for nothing. 16 MiB keeps 80 such bodies ahead, far more
+/// than one body-building core makes in the time the sender takes them.
+const BODY_KIB_AHEAD: u32 = 16 * 1024;
+
+/// A phase's bodies, built ahead: each body's room in the byte budget is given back as it is
+/// taken.
+pub(super) struct Bodies {
+    receiver: mpsc::Receiver<(ScheduledRequest, Bytes, tokio::sync::OwnedSemaphorePermit)>,
+}
+
+impl Bodies {
+    /// The next request and its body; `None` once the phase has no more.
+    pub(super) async fn recv(&mut self) -> Option<(ScheduledRequest, Bytes)> {
+        let (request, body, _room) = self.receiver.recv().await?;
+        Some((request, body))
+    }
+}
+
+/// Builds request bodies on a blocking thread, ahead of the sender, within [`BODIES_AHEAD`]
+/// bodies and [`BODY_KIB_AHEAD`]. Sends `primed` once the first batch is ready (or the budget is
+/// full), so that the phase clock starts with bodies in hand.
 fn spawn_body_builder(
     context: &Arc<Context>,
     phase: &Arc<PhaseSchedule>,
-) -> (
-    mpsc::Receiver<(ScheduledRequest, Bytes)>,
-    tokio::sync::oneshot::Receiver<()>,
-) {
+) -> (Bodies, tokio::sync::oneshot::Receiver<()>) {
     let (tx, rx) = mpsc::channel(BODIES_AHEAD);
+    let budget = Arc::new(tokio::sync::Semaphore::new(BODY_KIB_AHEAD as usize));
+    let runtime = tokio::runtime::Handle::current();
     let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
     let prompts = context.prompts.clone();
     let template = context.template(phase.index).clone();
@@ -244,7 +264,23 @@ fn spawn_body_builder(
             seq += 1;
             let prompt = prompts.prompt(&request);
             let body = template.body(&prompt, request.output_tokens);
-            if tx.blocking_send((request, body)).is_err() {
+            // At least 1 KiB each, and never more than the whole budget (one huge body still
+            // goes, alone).
+            let kib = (body.len().div_ceil(1024) as u32).clamp(1, BODY_KIB_AHEAD);
+            let room = match budget.clone().try_acquire_many_owned(kib) {
+                Ok(room) => room,
+                Err(_) => {
+                    // The budget is full: the phase may start with what is built.
+                    if let Some(p) = primed.take() {
+                        let _ = p.send(());
+                    }
+                    match runtime.block_on(budget.clone().acquire_many_owned(kib)) {
+                        Ok(room) => room,
+                        Err(_) => break,
+                    }
+                }
+            };
+            if tx.blocking_send((request, body, room)).is_err() {
                 break;
             }
             built += 1;
@@ -258,5 +294,5 @@ fn spawn_body_builder(
             let _ = p.send(());
         }
     });
-    (rx, primed_rx)
+    (Bodies { receiver: rx }, primed_rx)
 }
