@@ -38,6 +38,10 @@ pub const GAMMA_CV_RANGE: (f64, f64) = (0.01, 10.0);
 pub const IMAGE_SIDE_RANGE: (u32, u32) = (8, 8192);
 /// Images one request may carry.
 pub const MAX_IMAGES_PER_REQUEST: u64 = 64;
+/// Pixels of a request's images together, at most (its most images at its largest size): one
+/// 8192×8192 image, or 32 of 1448×1448. Every image is drawn and encoded in memory, and its
+/// base64 goes out in one body.
+pub const MAX_PIXELS_PER_REQUEST: u64 = 8192 * 8192;
 /// Image size buckets a workload may have.
 pub const MAX_IMAGE_SIZES: usize = 64;
 /// The longest audio clip of a request.

@@ -6,7 +6,8 @@ use kdl::{KdlNode, KdlValue};
 use super::cx::{positional, Cx, Handler};
 use super::values::{Count, Dur, Text, WEIGHT};
 use crate::plan::limits::{
-    IMAGE_SIDE_RANGE, MAX_AUDIO, MAX_IMAGES_PER_REQUEST, MAX_IMAGE_SIZES, SAMPLE_RATE_RANGE,
+    IMAGE_SIDE_RANGE, MAX_AUDIO, MAX_IMAGES_PER_REQUEST, MAX_IMAGE_SIZES, MAX_PIXELS_PER_REQUEST,
+    SAMPLE_RATE_RANGE,
 };
 use crate::plan::{Audio, ImageFormat, ImageSize, Images, MediaPosition, Signal};
 
@@ -195,6 +196,26 @@ pub(super) fn images(cx: &mut Cx, node: &KdlNode) -> Option<Images> {
     }
     let ((count_min, count_max), format, position) = (counts?, format?, position?);
     if sizes.broken {
+        return None;
+    }
+    let largest = sizes
+        .sizes
+        .iter()
+        .map(|s| u64::from(s.width) * u64::from(s.height))
+        .max()
+        .unwrap_or(0);
+    if largest * count_max > MAX_PIXELS_PER_REQUEST {
+        cx.error(
+            node.name().span(),
+            format!(
+                "a request may carry {count_max} images of {:.1} megapixels: {:.1} in all, more than one request's images may be ({:.1})",
+                largest as f64 / 1e6,
+                (largest * count_max) as f64 / 1e6,
+                MAX_PIXELS_PER_REQUEST as f64 / 1e6
+            ),
+            "too many pixels",
+            "send fewer or smaller images per request; every image is made in memory and sent in one body",
+        );
         return None;
     }
     Some(Images {

@@ -780,6 +780,18 @@ fn images_and_audio_are_read_with_their_defaults_and_every_mistake_named() {
     assert!(errors_of(plan_with("", "input 8; output 4; images"))
         .join("\n")
         .contains("`images` has no size"));
+    // Every image is made in memory and sent in one body: a request's pixels are bounded.
+    let all = errors_of(plan_with(
+        "",
+        "input 8; output 4; images count=2 { size \"64x64\"; size \"8192x8192\"; }",
+    ))
+    .join("\n");
+    assert!(all.contains("2 images of 67.1 megapixels"), "{all}");
+    assert!(plan_with(
+        "",
+        "input 8; output 4; images count=1 { size \"8192x8192\"; }"
+    )
+    .is_ok());
 }
 
 #[test]
