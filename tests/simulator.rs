@@ -212,6 +212,8 @@ fn sustained_load_past_the_kv_limit_spikes_itl_p99_and_max() {
 
 #[test]
 fn too_long_requests_get_400_and_a_full_queue_429_or_503() {
+    // One at a time, as every test here: a run beside the timing tests' inflates their steps.
+    let _serial = serial();
     let engine = "engine { max-seqs 2; max-batched-tokens 512; max-model-len 256; max-waiting 3; step-base \"5ms\"; decode-per-seq \"1ms\"; prefill-per-token \"0ns\"; attention-per-token \"0ns\" }";
     let run = run_plan(
         &engine_plan(
