@@ -69,6 +69,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             client: None,
             ended_early: None,
             connections: None,
+            body_wait: None,
         }],
         records,
         search_end: None,

@@ -49,6 +49,8 @@ impl InFlight {
 }
 
 pub(super) struct Context {
+    /// Serves the requests' images when they go out as URLs (`image-urls`).
+    pub(super) media_host: Option<super::media_host::MediaHost>,
     pub(super) transport: Arc<transport::Transport>,
     pub(super) template: RequestTemplate,
     pub(super) phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
@@ -79,6 +81,21 @@ pub(super) struct Context {
 }
 
 impl Context {
+    /// `request`'s prompt (of phase `phase`), its images put up where they go out as URLs;
+    /// and the bytes so put up.
+    pub(super) fn prompt_of(
+        &self,
+        phase: usize,
+        request: &crate::planner::ScheduledRequest,
+    ) -> (crate::planner::Prompt, u64) {
+        let mut prompt = self.prompts.prompt(request);
+        let served = self
+            .media_host
+            .as_ref()
+            .map_or(0, |host| host.publish(phase, request.seq, &mut prompt));
+        (prompt, served)
+    }
+
     /// How the requests of phase `phase` are spoken: its own model or endpoint, or the run's.
     pub(super) fn template(&self, phase: usize) -> &RequestTemplate {
         self.phase_templates.get(&phase).unwrap_or(&self.template)

@@ -17,6 +17,7 @@
 pub mod answers;
 mod connections;
 mod context;
+mod media_host;
 mod observe;
 mod phase;
 pub mod recorder;
@@ -83,6 +84,9 @@ pub struct RunConfig {
     /// What the run counts as it goes (given to observers, and read by a started server's
     /// watcher to know whether the server is still heard from).
     pub live: Arc<LiveCounters>,
+    /// Images go out as URLs served on loopback (`image-urls`), with the dataset's image
+    /// files (each once) served from the start.
+    pub image_urls: Option<(crate::plan::ImageUrls, Vec<crate::plan::Attachment>)>,
 }
 
 /// Runs every phase of `schedule`, group by group, writing the run's log to
@@ -163,7 +167,43 @@ pub async fn run_from(
             shard.start_late_ms = Some(late.as_secs_f64() * 1000.0);
         }
     }
+    let media_host = match &config.image_urls {
+        Some((urls, files)) => {
+            let files = files
+                .iter()
+                .filter_map(|file| {
+                    let crate::plan::AttachmentKind::Image { mime, .. } = file.kind else {
+                        return None;
+                    };
+                    let bytes = base64::Engine::decode(
+                        &base64::engine::general_purpose::STANDARD,
+                        &*file.base64,
+                    )
+                    .ok()?;
+                    Some(media_host::ServedFile {
+                        number: file.file?,
+                        mime,
+                        bytes,
+                    })
+                })
+                .collect();
+            let host = media_host::MediaHost::start(*urls, files).map_err(|e| {
+                Error::run(format!(
+                    "cannot serve the images (image-urls) on {}:{}: {e}",
+                    urls.host, urls.port
+                ))
+            })?;
+            let note = format!(
+                "images go out as URLs served by llmload at {} (the server fetches them; TTFT includes the fetch)",
+                host.base()
+            );
+            config.observer.on_event(Event::Note(&note));
+            Some(host)
+        }
+        None => None,
+    };
     let context = Arc::new(Context {
+        media_host,
         transport: Arc::new(transport),
         template: config.template.clone(),
         phase_templates: config.phase_templates.clone(),

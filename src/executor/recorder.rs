@@ -540,11 +540,14 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
         None => (None, None),
     };
     let ttft_us = exchange.chunk_times.first().copied();
-    let carries_media = !request.media.is_empty();
+    let carries_media = !exchange.images.is_empty() || exchange.audio_ms > 0;
+    let large_body = exchange.request_bytes >= crate::records::UPLOAD_RECORDED_BYTES;
     RequestRecord {
-        images: (!exchange.images.is_empty()).then(|| exchange.images.clone()),
-        audio_ms: request.media.audio.then_some(exchange.audio_ms),
-        request_bytes: carries_media.then_some(exchange.request_bytes),
+        images: (!exchange.images.is_empty()).then_some(exchange.images),
+        audio_ms: (exchange.audio_ms > 0).then_some(exchange.audio_ms),
+        request_bytes: (carries_media || large_body).then_some(exchange.request_bytes),
+        upload_us: exchange.upload_us.filter(|_| large_body),
+        images_fetched: exchange.images_fetched,
         e2e_us: (error != Some(ErrorClass::Connect)).then_some(exchange.end_us),
         error,
         error_detail,

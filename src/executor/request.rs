@@ -61,8 +61,14 @@ pub struct Exchange {
     pub images: Vec<[u32; 2]>,
     /// The length of the audio clip it carried, ms (0 for none).
     pub audio_ms: u32,
+    /// Of its images sent as URLs (its own, not a dataset's files), how many the server
+    /// fetched; `None` when it sent none so.
+    pub images_fetched: Option<u32>,
     /// How long opening a new connection for it took, µs; `None` when it reused one.
     pub connect_us: Option<u64>,
+    /// How long its body took to hand to the socket, µs after the send (less a new
+    /// connection's opening); `None` where the transport cannot tell.
+    pub upload_us: Option<u64>,
     /// The run's live count of chunks, bumped as each arrives (for a progress line).
     pub live_chunks: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
@@ -252,6 +258,11 @@ pub async fn exchange(
     };
     exchange.connect_us = response.connect.map(|d| d.as_micros() as u64);
     let sent_at = *sent_at;
+    // The body's upload: from the send (after a new connection's opening) to its last byte
+    // taken by the socket.
+    exchange.upload_us = response.written.map(|written| {
+        micros_since(sent_at, written).saturating_sub(exchange.connect_us.unwrap_or(0))
+    });
     let status = response.status;
     exchange.http_status = Some(status);
     if !(200..300).contains(&status) {

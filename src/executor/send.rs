@@ -155,19 +155,11 @@ async fn execute(
         .is_some_and(|turn| turn > 1)
         .then(|| body.clone());
     exchange.request_bytes = body.len() as u64;
-    if let (Some(media), false) = (context.schedule.media(), request.media.is_empty()) {
-        exchange.images = media
-            .image_sizes(request.prompt_seed, request.media)
-            .iter()
-            .map(|size| [size.width, size.height])
-            .collect();
-        if let (Some(audio), true) = (media.audio(), request.media.audio) {
-            exchange.audio_ms = audio.length.as_millis().min(u32::MAX as u128) as u32;
-        }
-    }
+    let media = context.prompts.media_of(&request);
+    (exchange.images, exchange.audio_ms) = (media.images, media.audio_ms);
     let body_again = || match &kept {
         Some(body) => body.clone(),
-        None => template.body(&context.prompts.prompt(&request), request.output_tokens),
+        None => template.body(&context.prompt_of(phase, &request).0, request.output_tokens),
     };
     let end = {
         let work = tokio::time::timeout(
@@ -219,6 +211,9 @@ async fn execute(
         }
     }
     refuse_unserved_route(context, template, &exchange);
+    if let Some(host) = &context.media_host {
+        exchange.images_fetched = host.forget(phase, request.seq);
+    }
     if request.batch > 0 && exchange.error.is_none() {
         // One embedding (or one ranked document) per input, or the answer is not whole.
         // (A rerank plan's `top_n` asks for that many results at most.)
@@ -285,6 +280,9 @@ struct InFlightGuard {
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         if let Some((phase, request, intended_send_us)) = self.pending.take() {
+            if let Some(host) = &self.ticket.context.media_host {
+                host.forget(phase, request.seq);
+            }
             let mut exchange = Exchange::default();
             exchange.fail(
                 ErrorClass::Client,

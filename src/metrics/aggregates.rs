@@ -397,6 +397,9 @@ pub struct PhaseMetrics {
     pub cache_reset: Option<crate::records::CacheReset>,
     /// The connections opened before the phase's clock started, and while it ran.
     pub connections: Option<crate::records::Connections>,
+    /// How long a closed loop's users waited for request bodies (the client's body builder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_wait: Option<crate::records::BodyWait>,
     /// Why its window shows a server that was not keeping up, if it does (see
     /// [`profile::saturation`]).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -340,6 +340,7 @@ impl<'s> Aggregator<'s> {
             metrics.cache_reset.clone_from(&start.cache_reset);
             metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
             metrics.connections = phase_end.and_then(|e| e.connections);
+            metrics.body_wait = phase_end.and_then(|e| e.body_wait);
             metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));

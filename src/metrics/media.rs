@@ -38,6 +38,13 @@ pub struct MediaBucket {
     pub prompt_tokens_mean: Option<f64>,
     /// What the media cost in prompt tokens: the server's count less the text's, on average.
     pub media_tokens_mean: Option<f64>,
+    /// Images its requests sent as URLs (`image-urls`), and how many of them the server fetched.
+    pub images_by_url: u64,
+    /// Of `images_by_url`, those fetched.
+    pub images_fetched: u64,
+    /// The bodies' upload (send → last byte taken by the socket), within TTFT; empty where the
+    /// bodies were small or the transport could not tell.
+    pub upload_ms: Summary,
     /// TTFT of its requests.
     pub ttft_ms: Summary,
     /// E2E of its successful requests.
@@ -49,7 +56,10 @@ pub struct MediaBucket {
 type Key = (u32, u64, u32, String);
 
 struct Group {
+    by_url: u64,
+    fetched: u64,
     requests: BucketAccumulator,
+    upload: super::distribution::Distribution,
     bytes: f64,
     text_tokens: f64,
     observed: f64,
@@ -98,13 +108,24 @@ impl MediaAccumulator {
             key = (u32::MAX, 0, 0, "other media".to_string());
         }
         let group = self.groups.entry(key).or_insert_with(|| Group {
+            by_url: 0,
+            fetched: 0,
             requests: BucketAccumulator::new(),
+            upload: super::distribution::Distribution::milliseconds(),
             bytes: 0.0,
             text_tokens: 0.0,
             observed: 0.0,
             observed_n: 0,
         });
         group.requests.add(record);
+        if let Some(fetched) = record.images_fetched {
+            let sent = record.images.as_ref().map_or(0, Vec::len) as u64;
+            group.by_url += sent;
+            group.fetched += u64::from(fetched).min(sent);
+        }
+        if let Some(upload) = super::table::upload_ms(record) {
+            group.upload.record(upload);
+        }
         group.bytes += record.request_bytes.unwrap_or(0) as f64;
         group.text_tokens += f64::from(record.input_tokens_planned);
         if let (None, Some(prompt), Some(TokenSource::Usage)) =
@@ -138,6 +159,9 @@ impl MediaAccumulator {
                     text_tokens_mean,
                     prompt_tokens_mean,
                     media_tokens_mean: prompt_tokens_mean.map(|p| (p - text_tokens_mean).max(0.0)),
+                    images_by_url: g.by_url,
+                    images_fetched: g.fetched,
+                    upload_ms: g.upload.summary(),
                     ttft_ms: g.requests.ttft.summary(),
                     e2e_ms: g.requests.e2e.summary(),
                 }

@@ -898,6 +898,23 @@ metric_table! {
         uses: JUDGED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
+    /// How long a large body (an image's, audio's) took to go out, within TTFT.
+    Upload {
+        name: "upload",
+        label: "Upload",
+        doc: "send → the body's last byte taken by the socket (after a new connection's opening), over requests whose body is 64 KiB or more: the part of TTFT spent sending images and audio",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "upload_ms",
+            population: Population::Every,
+            sample: Sample::One(upload_ms),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"50ms\"",
+    },
 }
 
 impl Metric {
@@ -1102,6 +1119,11 @@ pub fn schedule_lag_ms(record: &RequestRecord) -> Option<f64> {
 /// How long a request spent opening a new connection, ms; `None` when it reused one.
 pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
     record.connect_us.map(ms)
+}
+
+/// How long a large body took to go out, ms; `None` for small bodies and where not measured.
+pub fn upload_ms(record: &RequestRecord) -> Option<f64> {
+    record.upload_us.map(ms)
 }
 
 /// Every gap between consecutive token-bearing chunks of a streamed request, spread over the

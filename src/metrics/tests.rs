@@ -106,6 +106,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 client: None,
                 ended_early: None,
                 connections: None,
+                body_wait: None,
             },
             PhaseEnd {
                 index: 1,
@@ -114,6 +115,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 client: None,
                 ended_early: None,
                 connections: None,
+                body_wait: None,
             },
         ],
         records,
@@ -331,6 +333,39 @@ fn a_saturated_machine_is_named_when_the_run_started_its_server_there() {
     // Under the client-cpu rule's share, or with the client itself saturated, it says nothing.
     run.phase_ends[1].client = Some(client(machine(0)));
     assert!(!codes(&run).contains(&"machine-cpu"));
+}
+
+#[test]
+fn users_waiting_for_bodies_warn_and_make_a_probe_client_limited() {
+    use crate::records::BodyWait;
+    let mut run = log(vec![ok(1, 1_000_000, &[(100_000, 1)], 120_000)]);
+    let wait = |waited_s| BodyWait {
+        waited_s,
+        users_s: 80.0,
+    };
+    run.phase_ends[1].body_wait = Some(wait(1.5));
+    let agg = compute_plain(&run);
+    assert!(
+        !agg.warnings.iter().any(|w| w.code == "body-builder"),
+        "1.9% of the users' time is under the limit"
+    );
+    assert_eq!(super::warnings::client_limited(&agg.phases[1]), None);
+    run.phase_ends[1].body_wait = Some(wait(4.0));
+    let agg = compute_plain(&run);
+    let warning = agg
+        .warnings
+        .iter()
+        .find(|w| w.code == "body-builder")
+        .expect("5% of the users' time waiting warns");
+    assert!(
+        warning
+            .message
+            .contains("its users waited 4.0 s for request bodies (5.0% of their time)"),
+        "{}",
+        warning.message
+    );
+    assert!(super::warnings::client_limited(&agg.phases[1])
+        .is_some_and(|why| why.contains("waited for request bodies (5.0%")));
 }
 
 #[test]

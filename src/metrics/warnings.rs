@@ -19,6 +19,9 @@ pub const SATURATED_SECONDS_LIMIT: f64 = 0.10;
 pub const PARTIAL_LATENCY_SHARE: f64 = 0.05;
 /// Token counts further off the plan than this are not trusted.
 pub const TOKEN_MISMATCH_LIMIT: f64 = 0.02;
+/// The share of a closed loop's user time spent waiting for request bodies beyond which the
+/// client, not the server, set the load (`body-builder`).
+pub const BODY_WAIT_SHARE_LIMIT: f64 = 0.02;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,8 +69,8 @@ fn saturated_machine(phase: &PhaseMetrics) -> Option<crate::records::MachineLoad
 }
 
 /// Why the client, not the server, limited the phase, if it did: its requests went out late
-/// (schedule lag p99 beyond the limit) or its CPU was saturated. The same limits as the
-/// `schedule-lag` and `client-cpu` warnings: a search does not take such a probe as evidence
+/// (schedule lag p99 beyond the limit), its users waited for bodies, or its CPU was saturated.
+/// The same limits as the `schedule-lag`, `body-builder` and `client-cpu` warnings: a search does not take such a probe as evidence
 /// about the server.
 ///
 /// A straggler is no evidence: a short window's p99 is its latest request (one that waited for
@@ -94,6 +97,15 @@ pub fn client_limited(phase: &PhaseMetrics) -> Option<String> {
                 "its requests went out late (schedule lag {which} {late:.1} ms, above {LAG_P99_LIMIT_MS} ms)"
             ));
         }
+    }
+    if let Some(wait) = phase
+        .body_wait
+        .filter(|w| w.share() >= BODY_WAIT_SHARE_LIMIT)
+    {
+        return Some(format!(
+            "its users waited for request bodies ({:.1}% of their time)",
+            wait.share() * 100.0
+        ));
     }
     saturated_client(phase).map(|(client, share)| {
         format!(
@@ -289,6 +301,22 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 ),
             ));
         }
+        if let Some(wait) = phase
+            .body_wait
+            .filter(|w| w.share() >= BODY_WAIT_SHARE_LIMIT)
+        {
+            out.push(warning(
+                "body-builder",
+                format!(
+                    "phase \"{}\": its users waited {:.1} s for request bodies ({:.1}% of their time): the client \
+                     made bodies (images, audio) more slowly than its users sent them, so it, not the server, \
+                     held the load down; use smaller or fewer media, or fewer users",
+                    phase.name,
+                    wait.waited_s,
+                    wait.share() * 100.0
+                ),
+            ));
+        }
         if let Some(p99) = late_schedule(phase) {
             out.push(warning(
                 "schedule-lag",
@@ -343,6 +371,19 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 machine.seconds,
                 machine.utilization * 100.0,
                 phase.client.map_or(0.0, |c| c.utilization * 100.0)
+            ),
+        ));
+    }
+    let by_url: u64 = aggregates.by_media.iter().map(|m| m.images_by_url).sum();
+    let fetched: u64 = aggregates.by_media.iter().map(|m| m.images_fetched).sum();
+    if fetched < by_url {
+        out.push(warning(
+            "images-unfetched",
+            format!(
+                "the server fetched {fetched} of the {by_url} images sent to it as URLs (image-urls): its answers \
+                 to the others did not see their images, so their TTFT and media tokens are not a vision \
+                 model's; check that the server fetches image URLs and can reach this machine's loopback \
+                 (a server in a container needs the host's network)"
             ),
         ));
     }

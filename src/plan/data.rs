@@ -110,6 +110,36 @@ pub struct DataEntry {
     pub prompt: DataPrompt,
     /// The dataset's own answer, when it has one.
     pub answer: Option<String>,
+    /// The image and audio files the entry names, as written.
+    pub media_files: Vec<MediaFile>,
+    /// Those files, read and checked when the plan was (empty until then, and when the plan
+    /// was read without its files).
+    pub media: Vec<super::Attachment>,
+}
+
+impl DataEntry {
+    /// An entry of text or messages, naming no media.
+    pub fn new(line: usize, prompt: DataPrompt, answer: Option<String>) -> DataEntry {
+        DataEntry {
+            line,
+            prompt,
+            answer,
+            media_files: Vec::new(),
+            media: Vec::new(),
+        }
+    }
+}
+
+/// An image or audio file a dataset entry names (`"images": ["photos/cat.jpg"]`,
+/// `"image": "cat.jpg"`, `"audio": "clips/q.wav"`), relative to the dataset's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaFile {
+    /// The path as the entry writes it.
+    pub path: String,
+    /// An audio clip (else an image).
+    pub audio: bool,
+    /// Where the entry names it in the dataset file (bytes), for a diagnostic.
+    pub span: (usize, usize),
 }
 
 /// A dataset read from disk.
@@ -139,6 +169,21 @@ pub struct Dataset {
     pub skipped: usize,
     /// The file's SHA-256, kept in the run's header.
     pub sha256: String,
+    /// The image and audio files its entries name, as read.
+    pub media: DatasetMedia,
+}
+
+/// What a dataset's entries carry besides text: counted when its files are read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DatasetMedia {
+    /// Entries naming at least one image.
+    pub entries_with_images: usize,
+    /// Entries naming an audio clip.
+    pub entries_with_audio: usize,
+    /// Distinct files read.
+    pub files: usize,
+    /// Their bytes, in all (each file once, however many entries name it).
+    pub bytes: u64,
 }
 
 /// One row of an arrival trace.
@@ -305,16 +350,106 @@ pub fn read_jsonl(
                 continue;
             }
         };
+        let media_files = match media_files(&value, text, span) {
+            Ok(files) => files,
+            Err(error) => {
+                errors.push(error);
+                continue;
+            }
+        };
+        let prompt = without_markers(prompt, &media_files);
         entries.push(DataEntry {
-            line: number,
-            prompt,
-            answer,
+            media_files,
+            ..DataEntry::new(number, prompt, answer)
         });
     }
     if errors.is_empty() {
         Ok((entries, skipped))
     } else {
         Err(errors)
+    }
+}
+
+/// The fields an entry names media files in: `images` (a list, or one path), `image` (one
+/// path, as LLaVA and ShareGPT4V write it), `audio` (one path, or a list).
+const MEDIA_FIELDS: [(&str, bool); 3] = [("images", false), ("image", false), ("audio", true)];
+
+/// The media files `entry` names, each with the span of its first mention within `within` of
+/// `text` (the whole entry's span when the path is written with escapes).
+fn media_files(
+    entry: &Value,
+    text: &str,
+    within: (usize, usize),
+) -> Result<Vec<MediaFile>, DataError> {
+    let mut files = Vec::new();
+    for (field, audio) in MEDIA_FIELDS {
+        let paths: Vec<&Value> = match entry.get(field) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(list)) => list.iter().collect(),
+            Some(one) => vec![one],
+        };
+        for path in paths {
+            let Some(path) = path.as_str().filter(|p| !p.trim().is_empty()) else {
+                return Err(error_at(
+                    within,
+                    format!("\"{field}\" holds something other than file paths"),
+                    "not a path",
+                    format!("write \"{field}\": [\"photos/cat.jpg\"] (paths relative to the dataset's folder)"),
+                ));
+            };
+            if path.contains("://") || path.starts_with("data:") {
+                return Err(error_at(
+                    within,
+                    format!("\"{field}\" names {path}, which is not a file"),
+                    "not a file",
+                    "name files beside the dataset: llmload reads them once at plan time and sends their bytes (it never fetches from the network)",
+                ));
+            }
+            files.push(MediaFile {
+                path: path.to_string(),
+                audio,
+                span: span_of(text, within, path),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// The span of `needle`'s first mention as a JSON string at or after `within`'s start (all of
+/// `within` when it is not found as written).
+fn span_of(text: &str, within: (usize, usize), needle: &str) -> (usize, usize) {
+    let quoted = format!("\"{needle}\"");
+    text.get(within.0..)
+        .and_then(|rest| rest.find(&quoted))
+        .map_or(within, |at| (within.0 + at, quoted.len()))
+}
+
+/// The prompt without the `<image>` (and `<audio>`) markers LLaVA-style datasets put where a
+/// model's own template places the media: sent as parts instead, the markers would be text.
+fn without_markers(prompt: DataPrompt, files: &[MediaFile]) -> DataPrompt {
+    if files.is_empty() {
+        return prompt;
+    }
+    let strip = |text: String| {
+        let mut text = text;
+        for marker in ["<image>\n", "<image>", "<audio>\n", "<audio>"] {
+            if text.contains(marker) {
+                text = text.replace(marker, "");
+            }
+        }
+        text
+    };
+    match prompt {
+        DataPrompt::Text(text) => DataPrompt::Text(strip(text)),
+        DataPrompt::Messages(messages) => DataPrompt::Messages(
+            messages
+                .into_iter()
+                .map(|mut m| {
+                    m.content = strip(m.content);
+                    m
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -351,6 +486,7 @@ pub fn read_sharegpt(text: &str) -> Result<(Vec<DataEntry>, usize), Vec<DataErro
     };
     let mut entries = Vec::new();
     let mut skipped = 0;
+    let mut media_errors = Vec::new();
     for (index, item) in list.iter().enumerate() {
         let turns = item
             .get("conversations")
@@ -386,11 +522,22 @@ pub fn read_sharegpt(text: &str) -> Result<(Vec<DataEntry>, usize), Vec<DataErro
             .get(first + 1)
             .filter(|t| matches!(from(t).as_str(), "gpt" | "assistant" | "chatgpt" | "bard"))
             .and_then(text_of);
+        // ShareGPT4V and LLaVA name the conversation's image beside it (`"image": "coco/1.jpg"`).
+        let media_files = match media_files(item, text, (0, 1)) {
+            Ok(files) => files,
+            Err(error) => {
+                media_errors.push(error);
+                continue;
+            }
+        };
+        let prompt = without_markers(DataPrompt::Text(prompt), &media_files);
         entries.push(DataEntry {
-            line: index + 1,
-            prompt: DataPrompt::Text(prompt),
-            answer,
+            media_files,
+            ..DataEntry::new(index + 1, prompt, answer)
         });
+    }
+    if !media_errors.is_empty() {
+        return Err(media_errors);
     }
     Ok((entries, skipped))
 }

@@ -44,6 +44,9 @@ pub const MAX_IMAGES_PER_REQUEST: u64 = 64;
 pub const MAX_PIXELS_PER_REQUEST: u64 = 8192 * 8192;
 /// Image size buckets a workload may have.
 pub const MAX_IMAGE_SIZES: usize = 64;
+/// The largest image or audio file a dataset entry may name (held in memory, as base64, for
+/// the whole run; a dataset's files together are bounded by [`super::data::MAX_DATA_BYTES`]).
+pub const MAX_MEDIA_FILE_BYTES: u64 = 64 << 20;
 /// The longest audio clip of a request.
 pub const MAX_AUDIO: std::time::Duration = std::time::Duration::from_secs(600);
 /// Audio sample rates, per second.

@@ -120,18 +120,33 @@ pub enum Signal {
     Noise,
 }
 
+/// `image-urls`: images go out as `http://` URLs that llmload serves itself on loopback, for
+/// servers that fetch their images (vLLM, SGLang), instead of inline in the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageUrls {
+    /// The loopback address served on.
+    pub host: std::net::IpAddr,
+    /// The port (0: a free one, chosen when the run starts).
+    pub port: u16,
+}
+
 /// An image or audio clip made for one request, ready for a dialect to put in its body: its
-/// bytes in base64 (shared, so that a conversation's history or a re-sent body copies none).
+/// bytes in base64 (shared, so that a conversation's history or a re-sent body copies none),
+/// or the URL it is served at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
     /// What it is.
     pub kind: AttachmentKind,
-    /// The file's bytes, in standard base64.
+    /// The file's bytes, in standard base64 (empty once it is served at `url`).
     pub base64: std::sync::Arc<str>,
     /// The file's size, in bytes (before base64).
     pub bytes: u64,
     /// Where it goes in its message, against the text.
     pub position: MediaPosition,
+    /// The dataset file it is (its number among the dataset's files), for one read from disk.
+    pub file: Option<u32>,
+    /// Where llmload serves it, when it is sent as a URL (`image-urls`).
+    pub url: Option<std::sync::Arc<str>>,
 }
 
 /// What an attachment is.
@@ -154,6 +169,14 @@ pub enum AttachmentKind {
 }
 
 impl Attachment {
+    /// What an image part's URL says: where it is served, or a `data:` URL of its bytes.
+    pub fn image_url(&self) -> String {
+        match &self.url {
+            Some(url) => url.to_string(),
+            None => self.data_url(),
+        }
+    }
+
     /// A `data:` URL of it (`data:image/jpeg;base64,…`).
     pub fn data_url(&self) -> String {
         let mime = match self.kind {

@@ -8,6 +8,7 @@
 //! `llmload check` can print them together.
 
 pub mod data;
+mod data_media;
 mod diagnostic;
 pub mod fmt;
 pub mod limits;

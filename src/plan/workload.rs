@@ -35,6 +35,41 @@ pub struct Workload {
     pub images: Option<super::Images>,
     /// An audio clip each request carries (audio models).
     pub audio: Option<super::Audio>,
+    /// Images go out as URLs llmload serves on loopback, not inline.
+    pub image_urls: Option<super::ImageUrls>,
+}
+
+impl Workload {
+    /// What makes requests carry images, as a message names it: the workload's `images`, or
+    /// the image files its dataset's entries name.
+    pub fn image_source(&self) -> Option<&'static str> {
+        if self.images.is_some() {
+            Some("the workload's `images`")
+        } else if self
+            .dataset
+            .as_ref()
+            .is_some_and(|d| d.media.entries_with_images > 0)
+        {
+            Some("the image files the dataset's entries name")
+        } else {
+            None
+        }
+    }
+
+    /// What makes requests carry audio: the workload's `audio`, or its dataset's clips.
+    pub fn audio_source(&self) -> Option<&'static str> {
+        if self.audio.is_some() {
+            Some("the workload's `audio`")
+        } else if self
+            .dataset
+            .as_ref()
+            .is_some_and(|d| d.media.entries_with_audio > 0)
+        {
+            Some("the audio files the dataset's entries name")
+        } else {
+            None
+        }
+    }
 }
 
 /// `batch 16`, or `batch min=1 max=32`: how many inputs a request of the embeddings or rerank

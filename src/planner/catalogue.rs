@@ -148,15 +148,18 @@ mod tests {
                 texts
                     .iter()
                     .enumerate()
-                    .map(|(i, (p, a))| DataEntry {
-                        line: i + 1,
-                        prompt: DataPrompt::Text(p.to_string()),
-                        answer: a.map(str::to_string),
+                    .map(|(i, (p, a))| {
+                        DataEntry::new(
+                            i + 1,
+                            DataPrompt::Text(p.to_string()),
+                            a.map(str::to_string),
+                        )
                     })
                     .collect(),
             ),
             skipped: 0,
             sha256: String::new(),
+            media: Default::default(),
         }
     }
 

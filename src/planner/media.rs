@@ -195,6 +195,8 @@ impl MediaPlan {
                     )),
                     bytes: 0,
                     position: images.position,
+                    file: None,
+                    url: None,
                 });
             }
         }
@@ -209,6 +211,8 @@ impl MediaPlan {
                 )),
                 bytes: 0,
                 position: audio.position,
+                file: None,
+                url: None,
             });
         }
         out
@@ -263,6 +267,8 @@ fn attachment(
         base64: Arc::from(base64::engine::general_purpose::STANDARD.encode(bytes)),
         bytes: bytes.len() as u64,
         position,
+        file: None,
+        url: None,
     }
 }
 

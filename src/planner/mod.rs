@@ -30,7 +30,8 @@ use crate::seed;
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
 pub use prompts::{
-    as_messages, Answer, Message, Prompt, PromptSource, SyntheticPrompts, ToolCall, WorkloadPrompts,
+    as_messages, Answer, MediaCarried, Message, Prompt, PromptSource, SyntheticPrompts, ToolCall,
+    WorkloadPrompts,
 };
 pub use shard::{Shard, MAX_SHARDS};
 

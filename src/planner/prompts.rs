@@ -67,6 +67,11 @@ pub trait PromptSource: Send + Sync {
     /// The tokenizer the prompts are measured with.
     fn tokenizer(&self) -> &Tokenizer;
 
+    /// What media `request`'s prompt carries, for its record (without making them).
+    fn media_of(&self, _request: &ScheduledRequest) -> MediaCarried {
+        MediaCarried::default()
+    }
+
     /// The next turn of a conversation: `answer` (the assistant's to the turn before) appended
     /// to `history`, then `request`'s new user message, or (for a tool turn) one tool result
     /// per call the answer made; `history` then is the prompt. Returns the turn's prompt
@@ -86,6 +91,32 @@ pub trait PromptSource: Send + Sync {
             || self.user_message(request),
             input_before,
         )
+    }
+}
+
+/// The media a request carries, as its record keeps them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MediaCarried {
+    /// Each image's width and height.
+    pub images: Vec<[u32; 2]>,
+    /// Its audio, in milliseconds (all its clips).
+    pub audio_ms: u32,
+}
+
+impl MediaCarried {
+    fn of(attachments: &[crate::plan::Attachment]) -> MediaCarried {
+        let mut carried = MediaCarried::default();
+        for attachment in attachments {
+            match attachment.kind {
+                crate::plan::AttachmentKind::Image { width, height, .. } => {
+                    carried.images.push([width, height])
+                }
+                crate::plan::AttachmentKind::Audio { millis } => {
+                    carried.audio_ms = carried.audio_ms.saturating_add(millis)
+                }
+            }
+        }
+        carried
     }
 }
 
@@ -295,6 +326,18 @@ impl WorkloadPrompts {
 }
 
 impl WorkloadPrompts {
+    /// The files a dataset entry names, when the request's prompt is one that names any: they
+    /// go instead of the workload's synthetic media.
+    fn entry_media(&self, request: &ScheduledRequest) -> Option<&[crate::plan::Attachment]> {
+        let Origin::Dataset(at) = request.origin else {
+            return None;
+        };
+        let (dataset, catalogue) = self.dataset.as_ref()?;
+        let entry = catalogue.entries.get(at as usize)?;
+        let data = dataset.entries.get(entry.source as usize)?;
+        (!data.media.is_empty()).then_some(data.media.as_slice())
+    }
+
     /// The request's own part: a dataset entry, a trace row's blocks, or synthetic text of its
     /// planned length less the system message and prefix.
     fn own(&self, request: &ScheduledRequest) -> DataPrompt {
@@ -333,17 +376,37 @@ impl WorkloadPrompts {
 impl PromptSource for WorkloadPrompts {
     fn prompt(&self, request: &ScheduledRequest) -> Prompt {
         let prompt = self.text_prompt(request);
-        match &self.media {
-            Some(media) if !request.media.is_empty() => {
-                // The media go with the user's last message (the only one, but in a dataset's
-                // conversation): the turn the model answers.
-                let mut messages = as_messages(prompt);
-                if let Some(user) = messages.iter_mut().rev().find(|m| m.role == "user") {
-                    user.media = media.attachments(request.prompt_seed, request.media);
-                }
-                Prompt::Messages(messages)
+        let media = match (self.entry_media(request), &self.media) {
+            (Some(files), _) => files.to_vec(),
+            (None, Some(media)) if !request.media.is_empty() => {
+                media.attachments(request.prompt_seed, request.media)
             }
-            _ => prompt,
+            _ => return prompt,
+        };
+        // The media go with the user's last message (the only one, but in a dataset's
+        // conversation): the turn the model answers.
+        let mut messages = as_messages(prompt);
+        if let Some(user) = messages.iter_mut().rev().find(|m| m.role == "user") {
+            user.media = media;
+        }
+        Prompt::Messages(messages)
+    }
+
+    fn media_of(&self, request: &ScheduledRequest) -> MediaCarried {
+        match (self.entry_media(request), &self.media) {
+            (Some(files), _) => MediaCarried::of(files),
+            (None, Some(media)) if !request.media.is_empty() => MediaCarried {
+                images: media
+                    .image_sizes(request.prompt_seed, request.media)
+                    .iter()
+                    .map(|size| [size.width, size.height])
+                    .collect(),
+                audio_ms: match (media.audio(), request.media.audio) {
+                    (Some(audio), true) => audio.length.as_millis().min(u32::MAX as u128) as u32,
+                    _ => 0,
+                },
+            },
+            _ => MediaCarried::default(),
         }
     }
 

@@ -328,6 +328,31 @@ pub struct PhaseEnd {
     /// The connections opened before it started and while it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<Connections>,
+    /// How long a closed loop's users waited for their next request's body (absent for open
+    /// loops, whose waits show as schedule lag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_wait: Option<BodyWait>,
+}
+
+/// A closed loop's users waiting for bodies: time the client, not the server, held them idle
+/// (the body builder making images, say, slower than the users sent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BodyWait {
+    /// Seconds users spent waiting for a body, summed over users.
+    pub waited_s: f64,
+    /// Seconds users were in the phase, summed over users (users × sending time).
+    pub users_s: f64,
+}
+
+impl BodyWait {
+    /// The share of the users' time spent waiting for bodies.
+    pub fn share(&self) -> f64 {
+        if self.users_s > 0.0 {
+            self.waited_s / self.users_s
+        } else {
+            0.0
+        }
+    }
 }
 
 /// A phase's connections: opened before its clock started, and while it ran.
@@ -483,6 +508,11 @@ impl TurnKind {
     }
 }
 
+/// Bodies of this size or more keep their upload time (`upload_us`): a text prompt's few
+/// kilobytes go out in one write, in microseconds, while an image's hundreds of kilobytes
+/// can take a visible share of TTFT.
+pub const UPLOAD_RECORDED_BYTES: u64 = 64 * 1024;
+
 /// The longest a run's records may reach from its start: a year (a plan's phases are each at
 /// most 30 days). A time beyond it is a crafted or corrupted line.
 pub const MAX_RUN_MICROS: u64 = 366 * 86_400_000_000;
@@ -582,6 +612,15 @@ pub struct RequestRecord {
     /// handshake over HTTPS), µs, within its TTFT; absent when it reused an open connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_us: Option<u64>,
+    /// How long its body took to go out, µs: from the send (after a new connection's opening)
+    /// to its last byte taken by the socket, within its TTFT. Kept for bodies of
+    /// [`UPLOAD_RECORDED_BYTES`] or more (images, audio), by the direct HTTP/1.1 transport.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_us: Option<u64>,
+    /// Of its images sent as URLs (`image-urls`; its own, not a dataset's files), how many the
+    /// server fetched before the request ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_fetched: Option<u32>,
     /// Why the server's usage was not believed (a negative count, more tokens than the answer
     /// could hold): the counts then come from the tokenizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -213,6 +213,8 @@ struct Row<'a> {
     tpot_ms: Option<f64>,
     /// Opening its connection, inside its TTFT; empty when it reused one.
     connect_ms: Option<f64>,
+    /// Its body's upload (bodies of 64 KiB or more), inside its TTFT.
+    upload_ms: Option<f64>,
     chunks: usize,
     #[serde(serialize_with = "optional_text")]
     finish_reason: Option<&'a str>,
@@ -274,6 +276,7 @@ impl Exporter for RequestsCsv {
                 e2e_ms,
                 tpot_ms,
                 connect_ms: record.connect_us.map(ms),
+                upload_ms: record.upload_us.map(ms),
                 chunks: record.chunks.len(),
                 finish_reason: record.finish_reason.as_deref(),
                 http_status: record.http_status,

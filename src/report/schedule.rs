@@ -303,6 +303,24 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
                 ""
             },
         ));
+        let media = dataset.media;
+        if media.files > 0 {
+            lines.push(format!(
+                "dataset media: {} entr{} name images, {} audio; {} file{} ({} KiB, {} KiB as base64 in bodies), read once and sent before each entry's text{}",
+                media.entries_with_images,
+                if media.entries_with_images == 1 { "y" } else { "ies" },
+                media.entries_with_audio,
+                media.files,
+                if media.files == 1 { "" } else { "s" },
+                media.bytes.div_ceil(1024),
+                (media.bytes * 4 / 3).div_ceil(1024),
+                if workload.images.is_some() || workload.audio.is_some() {
+                    "; an entry's files replace the workload's synthetic media for its requests"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
     if let Some(conversation) = workload.conversation {
         let think = match conversation.think_max {

@@ -96,6 +96,10 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             stop: options.stop.clone(),
             start_at: options.start_at,
             live: Arc::new(executor::LiveCounters::default()),
+            image_urls: plan
+                .workload
+                .image_urls
+                .map(|urls| (urls, dataset_image_files(plan))),
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
@@ -388,6 +392,23 @@ fn observers(
         None => observer,
     };
     (observer, watch)
+}
+
+/// The image files a dataset's entries name, each once (served from the start of a run that
+/// sends images as URLs).
+fn dataset_image_files(plan: &Plan) -> Vec<crate::plan::Attachment> {
+    let Some(dataset) = &plan.workload.dataset else {
+        return Vec::new();
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    dataset
+        .entries
+        .iter()
+        .flat_map(|entry| entry.media.iter())
+        .filter(|a| matches!(a.kind, crate::plan::AttachmentKind::Image { .. }))
+        .filter(|a| a.file.is_some_and(|n| seen.insert(n)))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

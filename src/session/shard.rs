@@ -201,6 +201,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                         }),
                         (a, b) => a.or(b),
                     };
+                    // Each shard's users waited apart: their waits and their time add up.
+                    merged.body_wait = match (merged.body_wait, end.body_wait) {
+                        (Some(a), Some(b)) => Some(crate::records::BodyWait {
+                            waited_s: a.waited_s + b.waited_s,
+                            users_s: a.users_s + b.users_s,
+                        }),
+                        (a, b) => a.or(b),
+                    };
                 })
                 .or_insert_with(|| PhaseEnd {
                     at_us,

@@ -118,7 +118,7 @@ fn message(m: &crate::planner::Message) -> serde_json::Value {
 fn media_part(attachment: &crate::plan::Attachment) -> Option<serde_json::Value> {
     Some(match attachment.kind {
         crate::plan::AttachmentKind::Image { .. } => serde_json::json!(
-            {"type": "image_url", "image_url": {"url": attachment.data_url()}}
+            {"type": "image_url", "image_url": {"url": attachment.image_url()}}
         ),
         crate::plan::AttachmentKind::Audio { .. } => serde_json::json!(
             {"type": "input_audio", "input_audio": {"data": &*attachment.base64, "format": "wav"}}

@@ -213,13 +213,16 @@ fn conversation(messages: &[Message]) -> (Option<String>, Vec<Value>) {
             let content = super::content_parts(
                 m,
                 json!({"type": "text", "text": m.content}),
-                // Images as base64 `image` blocks; the API takes no audio.
-                |a| match a.kind {
-                    crate::plan::AttachmentKind::Image { mime, .. } => {
+                // Images as `image` blocks (base64, or a URL source); the API takes no audio.
+                |a| match (a.kind, &a.url) {
+                    (crate::plan::AttachmentKind::Image { .. }, Some(url)) => {
+                        Some(json!({"type": "image", "source": {"type": "url", "url": &**url}}))
+                    }
+                    (crate::plan::AttachmentKind::Image { mime, .. }, None) => {
                         Some(json!({"type": "image",
                         "source": {"type": "base64", "media_type": mime, "data": &*a.base64}}))
                     }
-                    crate::plan::AttachmentKind::Audio { .. } => None,
+                    (crate::plan::AttachmentKind::Audio { .. }, _) => None,
                 },
             );
             out.push(json!({"role": m.role, "content": content}));

@@ -221,7 +221,7 @@ fn input_items(m: &Message, items: &mut Vec<Value>) {
             // The Responses API takes images as `input_image` parts; it takes no audio.
             |a| match a.kind {
                 crate::plan::AttachmentKind::Image { .. } => {
-                    Some(json!({"type": "input_image", "image_url": a.data_url()}))
+                    Some(json!({"type": "input_image", "image_url": a.image_url()}))
                 }
                 crate::plan::AttachmentKind::Audio { .. } => None,
             },

@@ -174,12 +174,15 @@ async fn run_phase(
         cancel: cancel.clone(),
         ended: state.ended.clone(),
     };
-    match phase.load_model.fixed_in_flight() {
+    let body_wait = match phase.load_model.fixed_in_flight() {
         Some(workers) if !phase.load_model.is_open_loop() => {
-            closed_loop::drive(drive, workers).await
+            Some(closed_loop::drive(drive, workers).await)
         }
-        _ => open_loop::drive(drive).await,
-    }
+        _ => {
+            open_loop::drive(drive).await;
+            None
+        }
+    };
     let client = match (&context.cpu, phase_start_cpu) {
         (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
         _ => None,
@@ -195,6 +198,7 @@ async fn run_phase(
                 .connects
                 .between(phase_start, Instant::now(), warmed),
         ),
+        body_wait,
     };
     context.observer.on_event(Event::PhaseEnded(&end));
     context.log(LogLine::PhaseEnd(end));
@@ -230,6 +234,11 @@ impl Bodies {
         let (request, body, _room) = self.receiver.recv().await?;
         Some((request, body))
     }
+
+    /// No body is ready: the builder is behind (or the phase has no more).
+    pub(super) fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
+    }
 }
 
 /// Builds request bodies on a blocking thread, ahead of the sender, within [`BODIES_AHEAD`]
@@ -243,7 +252,7 @@ fn spawn_body_builder(
     let budget = Arc::new(tokio::sync::Semaphore::new(BODY_KIB_AHEAD as usize));
     let runtime = tokio::runtime::Handle::current();
     let (primed_tx, primed_rx) = tokio::sync::oneshot::channel();
-    let prompts = context.prompts.clone();
+    let context = context.clone();
     let template = context.template(phase.index).clone();
     // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
     let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
@@ -262,11 +271,11 @@ fn spawn_body_builder(
             }
             let request = schedule.request_at(&phase, seq);
             seq += 1;
-            let prompt = prompts.prompt(&request);
+            let (prompt, served) = context.prompt_of(phase.index, &request);
             let body = template.body(&prompt, request.output_tokens);
             // At least 1 KiB each, and never more than the whole budget (one huge body still
-            // goes, alone).
-            let kib = (body.len().div_ceil(1024) as u32).clamp(1, BODY_KIB_AHEAD);
+            // goes, alone); images served as URLs count as the body they would have been.
+            let kib = ((body.len() as u64 + served).div_ceil(1024) as u32).clamp(1, BODY_KIB_AHEAD);
             let room = match budget.clone().try_acquire_many_owned(kib) {
                 Ok(room) => room,
                 Err(_) => {

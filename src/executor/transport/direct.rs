@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,16 +32,16 @@ pub(super) struct Direct {
 
 /// Idle connections, per server (`host:port`), the most recently used first out.
 struct Pool {
-    idle: Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>,
+    idle: Mutex<HashMap<String, Vec<Connection>>>,
     max_idle: usize,
 }
 
 impl Pool {
-    fn take(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+    fn take(&self, key: &str) -> Option<Connection> {
         let mut idle = self.idle.lock().ok()?;
         let connections = idle.get_mut(key)?;
         while let Some(connection) = connections.pop() {
-            if !connection.is_closed() {
+            if !connection.sender.is_closed() {
                 return Some(connection);
             }
         }
@@ -49,17 +49,17 @@ impl Pool {
     }
 
     /// Every idle connection to `key` still open, taken out of the pool.
-    fn take_all(&self, key: &str) -> Vec<SendRequest<Full<Bytes>>> {
+    fn take_all(&self, key: &str) -> Vec<Connection> {
         let Ok(mut idle) = self.idle.lock() else {
             return Vec::new();
         };
         let mut connections = idle.remove(key).unwrap_or_default();
-        connections.retain(|connection| !connection.is_closed());
+        connections.retain(|connection| !connection.sender.is_closed());
         connections
     }
 
-    fn give_back(&self, key: &str, connection: SendRequest<Full<Bytes>>) {
-        if connection.is_closed() {
+    fn give_back(&self, key: &str, connection: Connection) {
+        if connection.sender.is_closed() {
             return;
         }
         if let Ok(mut idle) = self.idle.lock() {
@@ -75,7 +75,106 @@ impl Pool {
 pub struct DirectBody {
     body: hyper::body::Incoming,
     /// The connection and its pool key, returned to the pool at the body's clean end.
-    connection: Option<(Arc<Pool>, String, SendRequest<Full<Bytes>>)>,
+    connection: Option<(Arc<Pool>, String, Connection)>,
+}
+
+/// An open connection: hyper's sender, and when its socket last took bytes.
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    written: Arc<WriteClock>,
+}
+
+/// When a connection last handed bytes to the kernel, ns after [`WriteClock::EPOCH`] (0:
+/// not since it was reset). Read once a response's head has arrived, it is when the request's
+/// body was written: HTTP/1.1 carries one request at a time, so no other request's bytes
+/// follow it. One atomic store per write (a request's head and body are a write or two).
+#[derive(Default)]
+struct WriteClock(AtomicU64);
+
+impl WriteClock {
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        Instant::from_std(*EPOCH.get_or_init(std::time::Instant::now))
+    }
+
+    fn tick(&self) {
+        let nanos = Instant::now()
+            .saturating_duration_since(Self::epoch())
+            .as_nanos() as u64;
+        // Never 0, which means "not written".
+        self.0.store(nanos.max(1), Ordering::Relaxed);
+    }
+
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Self::epoch() + Duration::from_nanos(nanos)),
+        }
+    }
+}
+
+/// A socket that ticks its [`WriteClock`] as it takes bytes.
+struct ClockedIo<T> {
+    io: T,
+    clock: Arc<WriteClock>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ClockedIo<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for ClockedIo<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.tick();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.tick();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 impl DirectBody {
@@ -144,7 +243,7 @@ impl Direct {
             };
             match idle {
                 Some(mut connection) => {
-                    if connection.ready().await.is_ok() {
+                    if connection.sender.ready().await.is_ok() {
                         break (connection, None);
                     }
                 }
@@ -154,7 +253,9 @@ impl Direct {
                 }
             }
         };
+        connection.written.reset();
         let response = connection
+            .sender
             .send_request(request)
             .await
             .map_err(|err| SendError {
@@ -175,6 +276,7 @@ impl Direct {
         Ok(Response {
             status,
             content_type,
+            written: connection.written.last(),
             body: ResponseBody::Direct(DirectBody {
                 body: response.into_body(),
                 connection: Some((self.pool.clone(), server.key, connection)),
@@ -260,10 +362,7 @@ impl Direct {
     }
 
     /// Opens a connection to `server`, timed and logged.
-    async fn open(
-        &self,
-        server: &Server<'_>,
-    ) -> Result<(SendRequest<Full<Bytes>>, Duration), SendError> {
+    async fn open(&self, server: &Server<'_>) -> Result<(Connection, Duration), SendError> {
         let started = Instant::now();
         // Boxed: the connect's state would otherwise sit in every request's future for its
         // whole life (10,000 streams hold 10,000 of them).
@@ -286,7 +385,7 @@ impl Direct {
         server: &Server<'_>,
         models: &Url,
         template: &RequestTemplate,
-        mut idle: Option<SendRequest<Full<Bytes>>>,
+        mut idle: Option<Connection>,
     ) -> Result<(), String> {
         loop {
             let reused = idle.is_some();
@@ -302,8 +401,8 @@ impl Direct {
             };
             let request = request(outgoing, &server.key).map_err(|e| e.detail)?;
             let answered = async {
-                connection.ready().await?;
-                let response = connection.send_request(request).await?;
+                connection.sender.ready().await?;
+                let response = connection.sender.send_request(request).await?;
                 let mut body = response.into_body();
                 while let Some(frame) = body.frame().await {
                     frame?;
@@ -324,11 +423,7 @@ impl Direct {
 
     /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
     /// the HTTP/1.1 handshake, and the connection's own task.
-    async fn connect(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<SendRequest<Full<Bytes>>, (SendFailure, String)> {
+    async fn connect(&self, host: &str, port: u16) -> Result<Connection, (SendFailure, String)> {
         let literal = host
             .trim_start_matches('[')
             .trim_end_matches(']')
@@ -379,6 +474,11 @@ impl Direct {
             }
         };
         let _ = stream.set_nodelay(true);
+        let written = Arc::new(WriteClock::default());
+        let stream = ClockedIo {
+            io: stream,
+            clock: written.clone(),
+        };
         let (sender, connection) = hyper::client::conn::http1::Builder::new()
             .read_buf_exact_size(Some(READ_BUFFER))
             .handshake(TokioIo::new(stream))
@@ -394,7 +494,7 @@ impl Direct {
         // Spawned as it is: an `async move` block around it would hold it twice (1,352 bytes
         // instead of 672 per connection).
         tokio::spawn(connection);
-        Ok(sender)
+        Ok(Connection { sender, written })
     }
 }
 

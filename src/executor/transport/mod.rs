@@ -74,6 +74,9 @@ pub struct Response {
     /// How long opening a new connection for this request took (TCP connect, and the TLS
     /// handshake over HTTPS); `None` when it reused an open one.
     pub connect: Option<Duration>,
+    /// When the request's last byte was handed to the connection's socket (the direct
+    /// transport; `None` where it cannot tell).
+    pub written: Option<tokio::time::Instant>,
 }
 
 /// Why a request got no response.
@@ -470,6 +473,70 @@ mod tests {
                 "{}",
                 error.detail
             );
+        });
+    }
+
+    /// The direct transport says when a body's last byte was taken by the socket: a server
+    /// that reads a 32 MiB body (more than loopback's socket buffers hold) only after 300 ms
+    /// makes the upload last at least that long, and its answer comes after it; a small body
+    /// goes out at once.
+    #[test]
+    fn the_direct_transport_times_a_bodys_upload() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        on_a_runtime(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                for delay_ms in [300, 0] {
+                    // The head, then (after the delay) the body's length's worth of bytes.
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        socket.read_exact(&mut byte).await.unwrap();
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .unwrap()
+                        .trim()
+                        .parse()
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    let mut body = vec![0u8; length];
+                    socket.read_exact(&mut body).await.unwrap();
+                    socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                        .await
+                        .unwrap();
+                }
+            });
+            let url: Url = format!("http://127.0.0.1:{port}/v1/chat/completions")
+                .parse()
+                .unwrap();
+            let template = template(&url);
+            let (_, transport) = logged_transport(4, false);
+            for (bytes, at_least_ms, at_most_ms) in [(32usize << 20, 250, 10_000), (1024, 0, 100)] {
+                let started = tokio::time::Instant::now();
+                let outgoing = Outgoing {
+                    url: &url,
+                    body: Some(Bytes::from(vec![b'x'; bytes])),
+                    headers: &[],
+                    template: &template,
+                };
+                let mut response = transport.send(outgoing).await.unwrap();
+                let answered = tokio::time::Instant::now();
+                while response.body.next().await.is_some() {}
+                let written = response.written.expect("the direct transport tells");
+                let upload = written.duration_since(started).as_millis();
+                assert!(
+                    (at_least_ms..=at_most_ms).contains(&upload),
+                    "{bytes} bytes: upload {upload} ms"
+                );
+                assert!(written <= answered);
+            }
         });
     }
 

@@ -136,6 +136,8 @@ async fn send_reqwest(
                 .map(str::to_string),
             body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
             connect,
+            // reqwest owns its connections' sockets: no clock on their writes.
+            written: None,
         }),
         Err(err) => {
             let (kind, detail) = if let Some(limit) = reqwest_client_limit(&err) {

@@ -4,12 +4,12 @@
 use kdl::{KdlNode, KdlValue};
 
 use super::cx::{positional, Cx, Handler};
-use super::values::{Count, Dur, Text, WEIGHT};
+use super::values::{Count, Dur, Flag, Text, WEIGHT};
 use crate::plan::limits::{
     IMAGE_SIDE_RANGE, MAX_AUDIO, MAX_IMAGES_PER_REQUEST, MAX_IMAGE_SIZES, MAX_PIXELS_PER_REQUEST,
     SAMPLE_RATE_RANGE,
 };
-use crate::plan::{Audio, ImageFormat, ImageSize, Images, MediaPosition, Signal};
+use crate::plan::{Audio, ImageFormat, ImageSize, ImageUrls, Images, MediaPosition, Signal};
 
 const IMAGES_USAGE: &str = "images count=1 format=\"jpeg\" quality=85 position=\"before\" { size \"512x512\" weight=3; size \"1280x720\" weight=1 } (min=0 max=4 draws the count per request)";
 const AUDIO_USAGE: &str =
@@ -228,6 +228,52 @@ pub(super) fn images(cx: &mut Cx, node: &KdlNode) -> Option<Images> {
 }
 
 /// The `audio` node.
+/// `image-urls #true host="127.0.0.1" port=8090`: images served by llmload on loopback and
+/// sent as URLs. `None` after a diagnostic; `Some(None)` for `image-urls #false`.
+pub(super) fn image_urls(cx: &mut Cx, node: &KdlNode) -> Option<Option<ImageUrls>> {
+    let usage = "image-urls #true host=\"127.0.0.1\" port=0 (images served by llmload on loopback, sent as URLs)";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["host", "port"], usage);
+    let on = match positional(node).next() {
+        Some(_) => cx.arg(node, usage, Flag)?,
+        None => true,
+    };
+    let host_text = cx.prop_or(node, "host", "127.0.0.1".to_string(), usage, Text)?;
+    let port = cx.prop_or(
+        node,
+        "port",
+        0,
+        usage,
+        Count {
+            min: 0,
+            max: 65_535,
+        },
+    )?;
+    let host = match host_text.as_str() {
+        "localhost" => Some(std::net::IpAddr::from([127, 0, 0, 1])),
+        text => text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .filter(|ip| ip.is_loopback()),
+    };
+    let Some(host) = host else {
+        let span = super::cx::property(node, "host").map_or(node.name().span(), |e| e.span());
+        cx.error(
+            span,
+            format!("image-urls host \"{host_text}\" is not a loopback address"),
+            "not loopback",
+            "llmload serves images on loopback only: host=\"127.0.0.1\" or host=\"::1\" (the server under test must run on this machine)",
+        );
+        return None;
+    };
+    Some(on.then_some(ImageUrls {
+        host,
+        port: port as u16,
+    }))
+}
+
 pub(super) fn audio(cx: &mut Cx, node: &KdlNode) -> Option<Audio> {
     let usage = AUDIO_USAGE;
     cx.no_children(node);

@@ -30,7 +30,7 @@ fn workload_misfits(
         }
         out.extend(media_misfits(api, workload));
         if workload.conversation.is_some()
-            && (workload.images.is_some() || workload.audio.is_some())
+            && (workload.image_source().is_some() || workload.audio_source().is_some())
         {
             out.push((
                 "images and audio go with single requests; a conversation's turns carry text only"
@@ -105,22 +105,22 @@ fn media_misfits(
             .join(", ")
     };
     let mut out = Vec::new();
-    if workload.images.is_some() && !capabilities.images {
+    if let (Some(source), false) = (workload.image_source(), capabilities.images) {
         out.push((
-            format!("api \"{}\" carries no images", api.as_str()),
+            format!("api \"{}\" carries no images ({source})", api.as_str()),
             "no images",
             format!(
-                "set api {} in the target, or remove `images`",
+                "set api {} in the target, or send no images",
                 carriers(|c| c.images)
             ),
         ));
     }
-    if workload.audio.is_some() && !capabilities.audio {
+    if let (Some(source), false) = (workload.audio_source(), capabilities.audio) {
         out.push((
-            format!("api \"{}\" carries no audio", api.as_str()),
+            format!("api \"{}\" carries no audio ({source})", api.as_str()),
             "no audio",
             format!(
-                "set api {} in the target, or remove `audio`",
+                "set api {} in the target, or send no audio",
                 carriers(|c| c.audio)
             ),
         ));
@@ -166,11 +166,11 @@ fn api_misfits(
     if target.response_format.is_some() && !capabilities.structured_output {
         why.push("cannot ask for structured output (the target's response-format)".to_string());
     }
-    if workload.images.is_some() && !capabilities.images {
-        why.push("carries no images (the workload's `images`)".to_string());
+    if let (Some(source), false) = (workload.image_source(), capabilities.images) {
+        why.push(format!("carries no images ({source})"));
     }
-    if workload.audio.is_some() && !capabilities.audio {
-        why.push("carries no audio (the workload's `audio`)".to_string());
+    if let (Some(source), false) = (workload.audio_source(), capabilities.audio) {
+        why.push(format!("carries no audio ({source})"));
     }
     for key in target.body.keys() {
         if let Some(instead) = dialect.reserved(key) {
@@ -1166,6 +1166,26 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 "no tools",
                 "add tools \"tools.json\" to the target (a JSON list of functions the model may call)",
             );
+            cx.current = 0;
+        }
+        if workload.image_urls.is_some() {
+            cx.current = file;
+            if workload.image_source().is_none() && cx.check_files {
+                cx.error(
+                    span,
+                    "`image-urls` serves the requests' images, and the workload sends none",
+                    "no images",
+                    "add images { size \"512x512\"; } (or a dataset whose entries name image files), or remove `image-urls`",
+                );
+            }
+            if api.endpoint == crate::plan::Endpoint::Simulator {
+                cx.error(
+                    span,
+                    "the simulator reads images inline (data URLs), and `image-urls` sends them as URLs",
+                    "not with the simulator",
+                    "remove `image-urls` to measure against the simulator; keep it for a server that fetches its images (vLLM, SGLang)",
+                );
+            }
             cx.current = 0;
         }
     }

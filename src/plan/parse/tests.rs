@@ -853,3 +853,46 @@ fn the_simulators_vision_mode_is_read() {
         .join("\n")
         .contains("unknown property `tile` on `vision`"));
 }
+
+#[test]
+fn image_urls_serve_on_loopback_only_and_need_images_and_a_real_server() {
+    let real = |workload: &str| {
+        parse_plan(
+            "t.kdl",
+            format!("target \"http://127.0.0.1:8000\" {{ api \"chat\"; model \"m\"; }}\nworkload {{ {workload} }}\nphase \"a\" {{ concurrency 1; requests 2 }}\n"),
+        )
+    };
+    let plan = real("input 8; output 4; images { size \"64x64\"; }; image-urls port=8099").unwrap();
+    assert_eq!(
+        plan.workload.image_urls,
+        Some(crate::plan::ImageUrls {
+            host: std::net::IpAddr::from([127, 0, 0, 1]),
+            port: 8099
+        })
+    );
+    let plan =
+        real("input 8; output 4; images { size \"64x64\"; }; image-urls host=\"::1\"").unwrap();
+    assert!(plan.workload.image_urls.unwrap().host.is_loopback());
+    let plan = real("input 8; output 4; images { size \"64x64\"; }; image-urls #false").unwrap();
+    assert_eq!(plan.workload.image_urls, None);
+
+    let all = errors_of(real(
+        "input 8; output 4; images { size \"64x64\"; }; image-urls host=\"10.0.0.5\"",
+    ))
+    .join("\n");
+    assert!(
+        all.contains("image-urls host \"10.0.0.5\" is not a loopback address"),
+        "{all}"
+    );
+    let all = errors_of(real("input 8; output 4; image-urls")).join("\n");
+    assert!(
+        all.contains("`image-urls` serves the requests' images, and the workload sends none"),
+        "{all}"
+    );
+    let all = errors_of(plan_with(
+        "api \"chat\"",
+        "input 8; output 4; images { size \"64x64\"; }; image-urls",
+    ))
+    .join("\n");
+    assert!(all.contains("the simulator reads images inline"), "{all}");
+}

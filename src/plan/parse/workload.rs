@@ -29,6 +29,7 @@ struct Fields {
     query_tokens: Option<u32>,
     images: Option<crate::plan::Images>,
     audio: Option<crate::plan::Audio>,
+    image_urls: Option<crate::plan::ImageUrls>,
     /// A child was present but wrong (already reported).
     broken: bool,
 }
@@ -61,6 +62,12 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("audio", |cx, node, w| {
         w.audio = super::media::audio(cx, node);
         w.broken |= w.audio.is_none();
+    }),
+    ("image-urls", |cx, node, w| {
+        match super::media::image_urls(cx, node) {
+            Some(urls) => w.image_urls = urls,
+            None => w.broken = true,
+        }
     }),
 ];
 
@@ -542,6 +549,7 @@ fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
         entries: Arc::new(Vec::new()),
         skipped: 0,
         sha256: String::new(),
+        media: Default::default(),
     };
     if cx.check_files {
         let Some((path, text, sha)) = datafile::read(cx, span, &name, "dataset") else {
@@ -566,7 +574,17 @@ fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
                 );
                 w.broken = true;
             }
-            Ok((entries, skipped)) => {
+            Ok((mut entries, skipped)) => {
+                let folder = path.parent().unwrap_or(std::path::Path::new("."));
+                match crate::plan::data_media::read_media(&mut entries, folder) {
+                    Ok(media) => dataset.media = media,
+                    Err(errors) => {
+                        for error in errors {
+                            cx.error_in_data(&shown, text.clone(), error);
+                        }
+                        w.broken = true;
+                    }
+                }
                 dataset.entries = Arc::new(entries);
                 dataset.skipped = skipped;
                 dataset.sha256 = sha;
@@ -723,6 +741,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         query_tokens: None,
         images: None,
         audio: None,
+        image_urls: None,
         broken: false,
     };
     cx.walk(node, "in `workload`", CHILDREN, &mut fields);
@@ -798,5 +817,6 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         query_tokens: fields.query_tokens,
         images: fields.images,
         audio: fields.audio,
+        image_urls: fields.image_urls,
     })
 }
