@@ -36,6 +36,7 @@ fn assert_left_nothing(server: &serde_json::Value) {
 
 #[test]
 fn a_plan_starts_its_server_runs_against_it_and_stops_it() {
+    let _serial = common::serial();
     let run = run_plan(
         &plan(
             &format!(
@@ -123,6 +124,7 @@ fn a_plan_starts_its_server_runs_against_it_and_stops_it() {
 
 #[test]
 fn a_server_that_dies_mid_run_ends_it_as_not_carried_out_with_its_last_lines() {
+    let _serial = common::serial();
     // The server dies a second into a four-second run, saying why first.
     let run = run_plan(
         &plan(
@@ -169,6 +171,7 @@ fn a_server_that_dies_mid_run_ends_it_as_not_carried_out_with_its_last_lines() {
 
 #[test]
 fn a_server_that_stops_answering_mid_run_ends_it_as_not_carried_out() {
+    let _serial = common::serial();
     // A second in, the server and its shell are stopped (SIGSTOP): they exist, and answer
     // nothing. Silence for `hang-after` ends the run; the timeouts its requests would reach
     // (5 s) never come.
@@ -240,6 +243,7 @@ fn a_server_that_stops_answering_mid_run_ends_it_as_not_carried_out() {
 
 #[test]
 fn a_slow_server_is_slow_not_hung() {
+    let _serial = common::serial();
     // Three seconds to the first token, one of allowed silence: the run hears nothing from the
     // requests for three seconds, but the server answers its probes, so it is judged (and
     // fails its SLA) as the slow server it is.
@@ -262,6 +266,7 @@ fn a_slow_server_is_slow_not_hung() {
 
 #[test]
 fn a_server_that_takes_every_core_is_named_when_the_client_waits_for_them() {
+    let _serial = common::serial();
     // The server's shell keeps every core of the machine busy beside it: the client's own CPU
     // is idle, the machine's is not.
     let run = run_plan(
@@ -292,6 +297,7 @@ fn a_server_that_takes_every_core_is_named_when_the_client_waits_for_them() {
 /// Each way a server cannot serve the run: exit 3 within its time, saying why, nothing left.
 #[test]
 fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {
+    let _serial = common::serial();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
     // (what, the server block, the target URL's port, what the error says, within seconds)
@@ -365,6 +371,7 @@ fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {
 /// sweep's finding (not carried out), the others still run.
 #[test]
 fn a_server_sweep_runs_the_plan_against_each_configuration() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let sweep = |values: &str| {
         plan(

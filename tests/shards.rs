@@ -116,6 +116,7 @@ fn planned(plan: &Path) -> BTreeSet<(String, u64)> {
 
 #[test]
 fn shards_send_exactly_the_plan_and_merge_into_one_run() {
+    let _serial = common::serial();
     let sim = SimProcess::start_with(&["--ttft", "10ms", "--itl", "2ms", "--record-writes"]);
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(dir.path(), PLAN);
@@ -623,6 +624,7 @@ fn merge_measured(shards: &[PathBuf], out: &Path) -> f64 {
 #[cfg(target_os = "linux")]
 #[test]
 fn merging_holds_no_more_memory_for_more_records() {
+    let _serial = common::serial();
     let sim = SimProcess::start_with(&["--ttft", "5ms", "--itl", "1ms"]);
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(
