@@ -32,6 +32,7 @@ pub mod server;
 pub mod session;
 pub mod sim;
 pub mod telemetry;
+pub mod threads;
 pub(crate) mod timer;
 pub mod tokens;
 pub mod verdict;

@@ -27,6 +27,16 @@ fn chat_stream(seen: &Seen, stream: &mut TcpStream) {
     );
 }
 
+/// The JSON bodies of the POSTs a capturing server saw, in order.
+fn posted(seen: &std::sync::Mutex<Vec<Seen>>) -> Vec<serde_json::Value> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.line.starts_with("POST"))
+        .map(Seen::json)
+        .collect()
+}
+
 fn decode(data: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
         .decode(data)
@@ -63,11 +73,7 @@ phase "p" {{ concurrency 1; requests 6; }}
         assert_eq!(record["audio_ms"], 250, "{record}");
         assert!(record["request_bytes"].as_u64().unwrap() > 1000, "{record}");
     }
-    let seen = seen.lock().unwrap().clone();
-    seen.iter()
-        .filter(|s| s.line.starts_with("POST"))
-        .map(Seen::json)
-        .collect()
+    posted(&seen)
 }
 
 #[test]
@@ -254,13 +260,7 @@ phase "p" {{ concurrency 1; requests 3; }}
     );
     let run = common::run_in(dir, &plan, &[]);
     assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
-    let bodies: Vec<serde_json::Value> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|s| s.line.starts_with("POST"))
-        .map(Seen::json)
-        .collect();
+    let bodies = posted(&seen);
     assert_eq!(bodies.len(), 3);
     let data_of = |part: &serde_json::Value| {
         let url = part["image_url"]["url"].as_str().unwrap();
@@ -450,13 +450,7 @@ phase "p" {{ concurrency 1; requests 4; }}
     );
     let run = run_plan(&plan, &[]);
     assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
-    let bodies: Vec<serde_json::Value> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|s| s.line.starts_with("POST"))
-        .map(Seen::json)
-        .collect();
+    let bodies = posted(&seen);
     assert_eq!(bodies.len(), 4);
     let mut urls = std::collections::BTreeSet::new();
     for body in &bodies {

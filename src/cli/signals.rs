@@ -8,29 +8,19 @@ use crate::executor::Stop;
 /// Forwards the process's stop signals to `stop`, on a thread of its own, for the rest of the
 /// process's life.
 pub(super) fn forward_to(stop: Stop) {
-    let spawned = std::thread::Builder::new()
-        .name("llmload-signals".into())
-        .spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let mut signals = Signals::new();
-                signals.next().await;
-                eprintln!(
+    let spawned = crate::threads::spawn_with_runtime("llmload-signals", move || async move {
+        let mut signals = Signals::new();
+        signals.next().await;
+        eprintln!(
                     "\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to stop now)"
                 );
-                stop.stop_sending();
-                signals.next().await;
-                eprintln!(
+        stop.stop_sending();
+        signals.next().await;
+        eprintln!(
                     "\nstopping now: requests in flight cancelled; what is recorded is written without counting its tokens"
                 );
-                stop.finish_now();
-            });
-        });
+        stop.finish_now();
+    });
     if let Err(e) = spawned {
         eprintln!(
             "warning: cannot watch for Ctrl-C ({e}): an interrupted run will not write its report"

@@ -85,40 +85,30 @@ impl MediaHost {
         let store = Arc::new(Mutex::new(store));
         let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = store.clone();
-        let thread = std::thread::Builder::new()
-            .name("llmload-media".into())
-            .spawn(move || {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    loop {
-                        tokio::select! {
-                            accepted = listener.accept() => {
-                                let Ok((stream, _)) = accepted else { continue };
-                                let _ = stream.set_nodelay(true);
-                                let store = serving.clone();
-                                tokio::spawn(async move {
-                                    let service = hyper::service::service_fn(move |request| {
-                                        let answer = answer(&store, &request);
-                                        async move { Ok::<_, std::convert::Infallible>(answer) }
-                                    });
-                                    let _ = hyper::server::conn::http1::Builder::new()
-                                        .serve_connection(TokioIo::new(stream), service)
-                                        .await;
-                                });
-                            }
-                            _ = &mut stopped => break,
-                        }
+        let thread = crate::threads::spawn_with_runtime("llmload-media", move || async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let _ = stream.set_nodelay(true);
+                        let store = serving.clone();
+                        tokio::spawn(async move {
+                            let service = hyper::service::service_fn(move |request| {
+                                let answer = answer(&store, &request);
+                                async move { Ok::<_, std::convert::Infallible>(answer) }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
                     }
-                });
-            })?;
+                    _ = &mut stopped => break,
+                }
+            }
+        })?;
         let base = match addr {
             SocketAddr::V4(v4) => format!("http://{v4}"),
             SocketAddr::V6(v6) => format!("http://[{}]:{}", v6.ip(), v6.port()),

@@ -439,6 +439,26 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
             let mut messages = crate::planner::as_messages(prompt);
             if let Some(user) = messages.iter_mut().rev().find(|m| m.role == "user") {
                 user.media = media.placeholders(first.prompt_seed, first.media);
+                if let Some(urls) = plan.workload.image_urls {
+                    // Where the run will serve them (a free port is chosen when it starts).
+                    let port = match urls.port {
+                        0 => "<port>".to_string(),
+                        port => port.to_string(),
+                    };
+                    for image in user
+                        .media
+                        .iter_mut()
+                        .filter(|a| matches!(a.kind, crate::plan::AttachmentKind::Image { .. }))
+                    {
+                        image.url = Some(std::sync::Arc::from(format!(
+                            "http://{}:{port}/llmload/media/…",
+                            match urls.host {
+                                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+                                ip => ip.to_string(),
+                            }
+                        )));
+                    }
+                }
             }
             crate::planner::Prompt::Messages(messages)
         }

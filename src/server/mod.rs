@@ -260,19 +260,12 @@ impl StartedServer {
             live,
             stop,
         };
-        self.watcher = std::thread::Builder::new()
-            .name("llmload-server-watch".into())
-            .spawn(move || {
-                // A runtime of its own: its probes never wait behind the run's requests for a
-                // worker thread or a connection.
-                if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    runtime.block_on(watched.until_stopped());
-                }
-            })
-            .ok();
+        // A runtime of its own: its probes never wait behind the run's requests for a worker
+        // thread or a connection.
+        self.watcher = crate::threads::spawn_with_runtime("llmload-server-watch", move || {
+            watched.until_stopped()
+        })
+        .ok();
     }
 
     /// Stops the server (SIGTERM to its process group, SIGKILL after the grace), keeps its log

@@ -42,19 +42,11 @@ impl Scraper {
         let path = dir.join(super::FILE);
         let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
         let (stop, stopped) = watch::channel(false);
-        let thread = std::thread::Builder::new()
-            .name("llmload-telemetry".into())
-            .spawn(move || {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                let mut out = std::io::BufWriter::new(file);
-                runtime.block_on(scrape_until(targets, interval, &mut out, stopped));
-            })
-            .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
+        let thread = crate::threads::spawn_with_runtime("llmload-telemetry", move || async move {
+            let mut out = std::io::BufWriter::new(file);
+            scrape_until(targets, interval, &mut out, stopped).await;
+        })
+        .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
         Ok(Scraper { stop, thread })
     }
 
