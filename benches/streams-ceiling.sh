@@ -48,10 +48,11 @@ PLAN
 import json, sys
 s = json.load(open(sys.argv[1]))
 p = [p for p in s["phases"] if p["name"] == "p"][0]
-rates = p["rates"]
+rates = p["throughput"]
 client = p.get("client") or {}
+busy = 100 * client.get("cpu_s", 0) / max(p["wall_s"], 1e-9)
 print(f"| {sys.argv[2]} | {rates['requests_per_s']:.0f} | {rates['output_tokens_per_s']:.0f} | "
-      f"{100 * client.get('utilization', 0) * client.get('cores', 1):.0f} | {p['metrics']['ttft_ms']['p99']:.2f} |")
+      f"{busy:.0f} | {p['metrics']['ttft_ms']['p99']:.2f} |")
 PY
   if [ "${PERF:-0}" = 1 ]; then
     perf report -i "$work/perf-$n.data" --no-children --percent-limit 1.5 --stdio 2>/dev/null \
