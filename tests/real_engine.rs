@@ -21,6 +21,24 @@ use std::time::{Duration, Instant};
 
 use common::{llmload, read_records, write_plan};
 
+/// Every test here starts its own llama-server; they share the machine's cores, which is fine
+/// for what most of them assert, but not for a capacity search: one whose slots compete with
+/// other tests' servers measures the machine's load, not the slots (CI once saw 8 req/s for
+/// both 1 and 4 slots). A capacity test runs alone; the rest run side by side.
+static ENGINES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    ENGINES
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    ENGINES
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Where the scripts put the engine and the model, unless the environment says otherwise.
 fn engine_paths() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -182,6 +200,7 @@ fn warning_codes(summary: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn exact_lengths_on_chat_and_completions_streamed_and_not() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -249,6 +268,7 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
 /// a stop (a note says the lengths are as planned).
 #[test]
 fn exact_lengths_on_the_responses_api_streamed_and_not() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -300,6 +320,7 @@ fn exact_lengths_on_the_responses_api_streamed_and_not() {
 /// (`max_tokens`, read as "length") or at the model's end of turn.
 #[test]
 fn chat_responses_and_messages_side_by_side_on_one_server() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -347,6 +368,7 @@ fn chat_responses_and_messages_side_by_side_on_one_server() {
 /// plan's with one BOS token per input (per query-document pair, for rerank).
 #[test]
 fn embeddings_and_rerank_on_llama_cpp() {
+    let _engines = beside_others();
     for (api, options, workload) in [
         (
             "embeddings",
@@ -400,6 +422,7 @@ fn embeddings_and_rerank_on_llama_cpp() {
 
 #[test]
 fn a_tokenizer_that_is_not_the_models_is_warned() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -436,6 +459,7 @@ fn a_tokenizer_that_is_not_the_models_is_warned() {
 
 #[test]
 fn requests_beyond_the_slots_queue_and_it_shows_in_ttft() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -464,6 +488,7 @@ fn requests_beyond_the_slots_queue_and_it_shows_in_ttft() {
 
 #[test]
 fn the_servers_own_metrics_are_scraped() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -494,6 +519,7 @@ fn the_servers_own_metrics_are_scraped() {
 
 #[test]
 fn connections_the_server_closes_when_idle_are_not_failures() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -522,6 +548,7 @@ fn connections_the_server_closes_when_idle_are_not_failures() {
 
 #[test]
 fn ctrl_c_stops_the_run_with_a_report_and_the_server_goes_on() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start(2) else {
         return;
     };
@@ -580,6 +607,7 @@ fn ctrl_c_stops_the_run_with_a_report_and_the_server_goes_on() {
 /// server through the plan's `tools` file and `tool-choice`, and the exact lengths still hold.
 #[test]
 fn a_request_that_offers_tools_is_served_under_jinja() {
+    let _engines = beside_others();
     let Some(engine) = Engine::start_with(1, &["--jinja"]) else {
         return;
     };
@@ -660,6 +688,7 @@ fn managed_plan(extra: &[&str], phases: &str) -> Option<String> {
 
 #[test]
 fn a_plan_starts_llama_server_itself_runs_and_stops_it() {
+    let _engines = beside_others();
     let Some(plan) = managed_plan(&[], "phase \"p\" { concurrency 2; requests 8 }") else {
         return;
     };
@@ -691,6 +720,7 @@ fn a_plan_starts_llama_server_itself_runs_and_stops_it() {
 
 #[test]
 fn llama_server_killed_mid_run_ends_the_run_as_not_carried_out() {
+    let _engines = beside_others();
     let marker = format!("killed-mid-run-{}", std::process::id());
     let Some(plan) = managed_plan(
         &["--alias", &marker],
@@ -776,6 +806,7 @@ fn process_with_argument(argument: &str) -> Option<u32> {
 /// capacity grows with the slots (docs/ci.md has the measured numbers of a longer search).
 #[test]
 fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
+    let _engines = alone();
     let Some(plan) = managed_plan(
         &[],
         "search \"capacity\" { rate from=4 to=128; arrivals \"poisson\"; warmup \"1s\"; duration \"2s\"; precision \"25%\"; max-probes 8; max-duration \"90s\" }",
@@ -825,6 +856,7 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
 /// server refuses, and the run says so in a note instead of failing.
 #[test]
 fn a_cache_reset_shows_in_the_prefix_cache_hit_rate() {
+    let _engines = beside_others();
     let slots = tempfile::tempdir().unwrap();
     let phases = "phase \"warm\" { concurrency 1; requests 4 }\n\
                   phase \"after-reset\" { concurrency 1; requests 1; reset-cache #true }\n\
