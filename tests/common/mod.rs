@@ -211,13 +211,19 @@ impl SimProcess {
     }
 
     pub fn start_with(args: &[&str]) -> SimProcess {
-        let mut child = llmload()
+        let child = llmload()
             .args(["sim", "--port", "0"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        SimProcess::from_child(child)
+    }
+
+    /// A server already started with its stdout piped, whose first line names its URL.
+    #[allow(dead_code)] // the fidelity benchmark's calibrated server
+    pub fn from_child(mut child: Child) -> SimProcess {
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
