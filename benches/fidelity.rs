@@ -255,20 +255,22 @@ fn whole_run_ttft_p99(streams: &[MeasuredStream], writes: &[RequestWrites]) -> (
         .filter_map(|s| s.arrivals_us.first())
         .map(|us| *us as f64 / 1000.0)
         .collect();
+    (
+        ErrorSummary::of(&mut client).p99_ms,
+        true_ttft_p99(writes, |id| measured.contains(id)),
+    )
+}
+
+/// The server's TTFT p99 (its first token's write after the request's arrival), ms, over the
+/// requests whose id `keep` accepts.
+fn true_ttft_p99(writes: &[RequestWrites], keep: impl Fn(&str) -> bool) -> f64 {
     let mut server: Vec<f64> = writes
         .iter()
-        .filter(|w| {
-            w.request_id
-                .as_deref()
-                .is_some_and(|id| measured.contains(id))
-        })
+        .filter(|w| w.request_id.as_deref().is_some_and(&keep))
         .filter_map(|w| w.token_writes_ns.first())
         .map(|ns| *ns as f64 / 1e6)
         .collect();
-    (
-        ErrorSummary::of(&mut client).p99_ms,
-        ErrorSummary::of(&mut server).p99_ms,
-    )
+    ErrorSummary::of(&mut server).p99_ms
 }
 
 /// The simulator's write times so far.
@@ -302,12 +304,10 @@ fn arrival_cv(writes: &[RequestWrites], prefix: &str) -> Option<f64> {
 }
 
 /// A delay as the plans and `llmload sim` write it ("50ms", "500us", "0ms"), in µs.
-fn micros(text: &str) -> u64 {
-    let number = |suffix: &str| text.strip_suffix(suffix)?.parse::<f64>().ok();
-    number("us")
-        .or_else(|| number("ms").map(|ms| ms * 1e3))
-        .or_else(|| number("s").map(|s| s * 1e6))
-        .unwrap_or_else(|| panic!("not a delay: {text}")) as u64
+fn micros(text: &str) -> u128 {
+    llmload::plan::units::parse_duration(text)
+        .unwrap_or_else(|_| panic!("not a delay: {text}"))
+        .as_micros()
 }
 
 /// The core the calibrated server is pinned to (the last), and the clients' (the first).
@@ -427,16 +427,6 @@ impl Bench {
             .filter(|t| *t > 0.0)
             .map(|t| t * 1000.0)
             .collect();
-        let mut truth: Vec<f64> = writes
-            .iter()
-            .filter(|w| {
-                w.request_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with("vllm-bench-"))
-            })
-            .filter_map(|w| w.token_writes_ns.first())
-            .map(|ns| *ns as f64 / 1e6)
-            .collect();
         Some(Outcome {
             requests: result["completed"].as_u64().unwrap_or(0),
             failed: result["failed"].as_u64().unwrap_or(0),
@@ -445,7 +435,7 @@ impl Bench {
             cpu_s: fields.get(1)? + fields.get(2)?,
             peak_rss_mb: fields.get(3)? / 1024.0,
             ttft_p99_ms: ErrorSummary::of(&mut ttfts).p99_ms,
-            true_ttft_p99_ms: ErrorSummary::of(&mut truth).p99_ms,
+            true_ttft_p99_ms: true_ttft_p99(&writes, |id| id.starts_with("vllm-bench-")),
             ..Outcome::default()
         })
     }

@@ -18,21 +18,19 @@
 //! its cost per token (a `format!` of one chunk and one `write`) is the floor a real server has.
 //! Not for anything but loopback benchmarks: it trusts its client.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use llmload::sim::writes::RequestWrites;
+use llmload::sim::writes::WriteLog;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Words a BPE tokenizer keeps as one token each, so a chunk is a token for every client.
 const WORDS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " that", " for"];
 
-struct Truth {
-    started: Instant,
-    started_monotonic_ns: Option<u64>,
-    requests: Mutex<Vec<RequestWrites>>,
-}
+/// Numbers each streamed response's id.
+static RESPONSES: AtomicU64 = AtomicU64::new(0);
 
 pub fn main() {
     let micros = |name: &str| {
@@ -49,7 +47,8 @@ pub fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)
         .max(1);
-    raise_open_file_limit();
+    // Up to the hard limit: 4,000 streams are 4,000 sockets.
+    llmload::executor::resources::raise_open_file_limit();
     // One thread: the server is pinned to one core, and its cost is what it is on one core.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -65,12 +64,7 @@ pub fn main() {
         let listener: TcpListener = socket.listen(4096).expect("listen");
         let port = listener.local_addr().expect("an address").port();
         println!("calibrated server on http://127.0.0.1:{port}/v1");
-        let started = Instant::now();
-        let truth = Arc::new(Truth {
-            started,
-            started_monotonic_ns: llmload::clock::monotonic_ns(started),
-            requests: Mutex::new(Vec::new()),
-        });
+        let truth = Arc::new(WriteLog::new());
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
@@ -87,25 +81,10 @@ pub fn main() {
     });
 }
 
-/// Up to the hard limit: 4,000 streams are 4,000 sockets.
-fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct they are given.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
-}
-
 /// One connection: requests one after the other until the client closes it.
 async fn connection(
     mut stream: TcpStream,
-    truth: Arc<Truth>,
+    truth: Arc<WriteLog>,
     ttft: Duration,
     itl: Duration,
     tokens_per_write: u64,
@@ -152,16 +131,12 @@ async fn connection(
             };
             stream_completion(&mut stream, &truth, &body, request_id, received, delays).await
         } else if path == "/llmload/writes" {
-            let mut text = String::new();
-            for writes in truth.requests.lock().map(|r| r.clone()).unwrap_or_default() {
-                text.push_str(&serde_json::to_string(&writes).unwrap_or_default());
-                text.push('\n');
-            }
+            let text = truth.to_json_lines();
             respond(&mut stream, "200 OK", "application/x-ndjson", &text).await
         } else if path == "/metrics" {
             // Counters and gauges in vLLM's names, so that llmload's telemetry has something
             // to scrape and parse (its cost is measured on and off).
-            let streamed = truth.requests.lock().map(|r| r.len()).unwrap_or(0);
+            let streamed = truth.len();
             let mut text = String::new();
             for (name, kind, value) in [
                 ("vllm:num_requests_running", "gauge", 0),
@@ -246,7 +221,7 @@ struct Delays {
 
 async fn stream_completion(
     stream: &mut TcpStream,
-    truth: &Truth,
+    truth: &WriteLog,
     body: &[u8],
     request_id: Option<String>,
     received: Instant,
@@ -264,19 +239,10 @@ async fn stream_completion(
     // A prompt's tokens, roughly (its words): the server's usage is not what is measured here.
     let prompt_tokens = body.iter().filter(|b| **b == b' ').count() as u64;
     let model = "m";
-    let id = format!(
-        "cmpl-{:016x}",
-        received.duration_since(truth.started).as_nanos()
-    );
+    let id = format!("cmpl-{:016x}", RESPONSES.fetch_add(1, Ordering::Relaxed));
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
-    let received_ns = received.saturating_duration_since(truth.started).as_nanos() as u64;
-    let mut writes = RequestWrites {
-        request_id,
-        received_ns,
-        token_writes_ns: Vec::with_capacity(tokens as usize),
-        received_monotonic_ns: truth.started_monotonic_ns.map(|o| o + received_ns),
-    };
+    let mut writes = truth.begin(request_id, received);
     if stream.write_all(head.as_bytes()).await.is_err() {
         return false;
     }
@@ -309,10 +275,10 @@ async fn stream_completion(
         if stream.write_all(pending.as_bytes()).await.is_err() {
             return false;
         }
-        let written = received.elapsed().as_nanos() as u64;
-        writes
-            .token_writes_ns
-            .extend(std::iter::repeat_n(written, pending_tokens as usize));
+        let written = Instant::now();
+        for _ in 0..pending_tokens {
+            writes.token_written(written);
+        }
         pending.clear();
         pending_tokens = 0;
     }
@@ -325,8 +291,6 @@ async fn stream_completion(
     frame(&mut pending, &usage);
     pending.push_str("0\r\n\r\n");
     let ok = stream.write_all(pending.as_bytes()).await.is_ok();
-    if let Ok(mut requests) = truth.requests.lock() {
-        requests.push(writes);
-    }
+    writes.finish(truth);
     ok
 }

@@ -329,7 +329,7 @@ pub fn client_cores(worker_threads: Option<usize>) -> f64 {
 
 /// Raises this process's open-file limit to its hard limit, so that many connections can be open
 /// at once. Returns the limit now in force.
-pub(crate) fn raise_open_file_limit() -> Option<u64> {
+pub fn raise_open_file_limit() -> Option<u64> {
     #[cfg(unix)]
     {
         let mut limit = libc::rlimit {

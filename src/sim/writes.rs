@@ -63,6 +63,16 @@ impl WriteLog {
         }
     }
 
+    /// How many requests are recorded so far.
+    pub fn len(&self) -> usize {
+        self.requests.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Whether nothing is recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// A copy of everything recorded, in completion order.
     pub fn snapshot(&self) -> Vec<RequestWrites> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
