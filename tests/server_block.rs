@@ -182,14 +182,16 @@ fn a_server_that_stops_answering_mid_run_ends_it_as_not_carried_out() {
                 "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & sleep 1; echo 'watchdog: scheduler deadlocked'; kill -STOP $! $$\"; \
                  ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\"; hang-after \"2s\""
             ),
-            "8s",
+            "30s",
         ),
         &[],
     );
     assert_eq!(run.code(), 3, "{}", run.stderr());
-    // Ready, a second of load, two of silence, the stop (SIGCONT lets the SIGTERM in at once).
+    // Ready, a second of load, two of silence, the stop (SIGCONT lets the SIGTERM in at once):
+    // about 4 s, far from the phase's 30 s (the margin is for a loaded machine: the bound was
+    // once 8 s against an 8 s phase, and a busy CI machine took 8.2 s).
     assert!(
-        started.elapsed() < Duration::from_secs(8),
+        started.elapsed() < Duration::from_secs(15),
         "{:?}",
         started.elapsed()
     );
