@@ -25,6 +25,34 @@ pub(in crate::api) enum Shape {
 /// Deeper nesting than this is left to serde.
 const MAX_DEPTH: usize = 32;
 
+/// Of the eight bytes of `word` (little-endian), the high bit of each one that ends a string's
+/// run ([`STRING_STOPS`]); only the lowest set bit is exact (a borrow can mark bytes above a
+/// stop), which is the one read.
+#[inline]
+fn string_stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let quote = zero_byte(word ^ (ONES * b'"' as u64));
+    let escape = zero_byte(word ^ (ONES * b'\\' as u64));
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    quote | escape | control
+}
+
+/// The bytes that end a string's run of plain characters: its closing quote, an escape, and
+/// the control characters JSON does not allow raw.
+const STRING_STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        stops[byte] = true;
+        byte += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
 /// The chunk's generated text (appended to `text`) and finish_reason, or `None` to say that
 /// serde must read it.
 pub(in crate::api) fn decode(data: &str, out: &mut Generated, shape: Shape) -> Option<Decoded> {
@@ -229,17 +257,37 @@ impl<'a> Scanner<'a> {
 
     /// From `from`, where the string's run of plain characters ends: at its closing quote
     /// (false) or at an escape (true); `None` at a control character or the end of the data.
-    /// A plain loop: keys and tokens are a few bytes long, shorter than a vectorised search
-    /// takes to set up.
+    /// Eight bytes at a time (SWAR), then byte by byte for the last few. Keys and tokens are
+    /// a few bytes long, shorter than a vectorised search takes to set up; a byte loop was
+    /// cheap per byte, but its exit (a different length for each of a chunk's twenty-odd
+    /// strings) was a mispredicted branch for most of them, the hottest instruction of the
+    /// scanner. A word at a time, most strings end in their first or second word: the
+    /// hot-paths benchmark's read_stream went from 446 to 373 ns per chunk (vLLM's chat
+    /// chunks, 260 bytes).
+    #[inline]
     fn string_run(&self, from: usize) -> Option<(usize, bool)> {
-        let mut at = from;
-        loop {
-            match *self.bytes.get(at)? {
-                b'"' => return Some((at, false)),
-                b'\\' => return Some((at, true)),
-                0..=0x1f => return None,
-                _ => at += 1,
+        let rest = self.bytes.get(from..)?;
+        let mut words = rest.chunks_exact(8);
+        let mut run = None;
+        for (index, word) in words.by_ref().enumerate() {
+            let mask = string_stops(u64::from_le_bytes(word.try_into().ok()?));
+            if mask != 0 {
+                run = Some(index * 8 + (mask.trailing_zeros() / 8) as usize);
+                break;
             }
+        }
+        let run = match run {
+            Some(run) => run,
+            None => {
+                let tail = words.remainder();
+                let done = rest.len() - tail.len();
+                done + tail.iter().position(|&byte| STRING_STOPS[byte as usize])?
+            }
+        };
+        match rest[run] {
+            b'"' => Some((from + run, false)),
+            b'\\' => Some((from + run, true)),
+            _ => None,
         }
     }
 
@@ -474,6 +522,18 @@ mod tests {
     }
 
     proptest! {
+        /// A word's lowest marked byte is its first byte that ends a string's run, and no
+        /// byte is marked in a word without one (bytes drawn mostly from around the stops).
+        #[test]
+        fn prop_string_stops_marks_the_first_stop(bytes in prop::array::uniform8(prop_oneof![
+            Just(b'"'), Just(b'\\'), 0u8..0x21, 0x5bu8..0x5e, 0x7eu8..=0xff, any::<u8>(),
+        ])) {
+            let first = bytes.iter().position(|&b| STRING_STOPS[b as usize]);
+            let mask = string_stops(u64::from_le_bytes(bytes));
+            let marked = (mask != 0).then(|| (mask.trailing_zeros() / 8) as usize);
+            prop_assert_eq!(marked, first, "{:?}", bytes);
+        }
+
         /// Whatever the fast path reads, it reads as serde does.
         #[test]
         fn prop_the_fast_path_agrees_with_serde(data in chunk(), chat in any::<bool>()) {
