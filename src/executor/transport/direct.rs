@@ -1,10 +1,14 @@
 //! The direct HTTP/1.1 transport: hyper's client connection API driven directly, one pooled
-//! connection per request in flight (see the module above for why it exists).
+//! connection per request in flight, its I/O driven in the task of the request that holds it
+//! ([`drive`]); see the module above for why it exists.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +18,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use reqwest::header::HeaderValue;
 use reqwest::Url;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::{
@@ -78,10 +83,143 @@ pub struct DirectBody {
     connection: Option<(Arc<Pool>, String, Connection)>,
 }
 
-/// An open connection: hyper's sender, and when its socket last took bytes.
+/// An open connection: hyper's sender, the connection's I/O, and when its socket last took
+/// bytes.
 struct Connection {
     sender: SendRequest<Full<Bytes>>,
+    io: Driven,
     written: Arc<WriteClock>,
+}
+
+/// hyper's half of a connection that reads and writes its socket.
+type ConnectionIo =
+    hyper::client::conn::http1::Connection<TokioIo<ClockedIo<TcpStream>>, Full<Bytes>>;
+
+/// A connection's I/O, as [`drive`] polls it.
+struct Driven {
+    /// `None` once it has ended (the server closed it, or it failed).
+    connection: Option<Pin<Box<ConnectionIo>>>,
+    /// What the connection is polled with (its socket and hyper's channels keep it).
+    waker: Waker,
+    wake: Arc<WakeUnlessDriving>,
+}
+
+impl Driven {
+    fn new(connection: ConnectionIo) -> Driven {
+        let wake = Arc::new(WakeUnlessDriving::default());
+        Driven {
+            connection: Some(Box::pin(connection)),
+            waker: Waker::from(wake.clone()),
+            wake,
+        }
+    }
+}
+
+/// The waker a connection is polled with: it wakes the task of the request that holds the
+/// connection, except while that request is polling the connection itself ([`drive`]), when
+/// it only notes the wake-up, and `drive` passes it on if it still waits when it returns.
+///
+/// Why: each chunk the request takes out of hyper's body channel lets the connection's sender
+/// go on, which wakes the connection's waker; with the task's own waker, that woke the task
+/// that was already running, and it was polled once more for nothing after every chunk.
+#[derive(Default)]
+struct WakeUnlessDriving {
+    task: futures_util::task::AtomicWaker,
+    /// [`DRIVING`] and [`MISSED`].
+    state: AtomicU8,
+}
+
+/// The request is polling the connection.
+const DRIVING: u8 = 1;
+/// A wake-up came while it was.
+const MISSED: u8 = 2;
+
+impl std::task::Wake for WakeUnlessDriving {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Noted while driving; passed on at once otherwise. A compare-and-swap, so that a
+        // wake-up racing the end of a drive is either seen by it or passed on here.
+        let mut state = self.state.load(Ordering::Acquire);
+        while state & DRIVING != 0 {
+            match self.state.compare_exchange_weak(
+                state,
+                state | MISSED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(now) => state = now,
+            }
+        }
+        self.task.wake();
+    }
+}
+
+/// Runs `step` (a connection's readiness, a request's send, a frame of its body) while driving
+/// the connection's I/O in the same task, as the request awaits it.
+///
+/// Driven here rather than on a task of its own (hyper's usual way) because each chunk then
+/// crossed two tasks: the connection's task read and decoded it and handed it over a channel,
+/// the request's task woke to take it. On one client core at 256 streams that hand-over was
+/// the largest cost left in the answer-per-write shape (a server that writes a whole answer at
+/// once: 64 chunks meant 64 task switches each way), and it is one wake-up per read now, not
+/// one per chunk (measured in docs/performance.md, "One client core against the calibrated
+/// server"). An idle connection is polled by nobody: a server's close is noticed when it is
+/// next taken (its readiness fails, and the next is tried), as before.
+async fn drive<F: Future>(io: &mut Driven, step: F) -> F::Output {
+    let mut step = std::pin::pin!(step);
+    std::future::poll_fn(move |cx| {
+        if io.connection.is_none() {
+            // It has ended: hyper's channels are closed, and tell the step so.
+            return step.as_mut().poll(cx);
+        }
+        // Each time: a wake-up passed on takes the registered waker out.
+        io.wake.task.register(cx.waker());
+        io.wake.state.store(DRIVING, Ordering::Release);
+        let mut polled = drive_once(io, step.as_mut());
+        if polled.is_pending() && io.connection.is_none() {
+            // It ended in this poll: hyper's channels are closed, and wake the step.
+            polled = step.as_mut().poll(cx);
+        }
+        let missed = io.wake.state.swap(0, Ordering::AcqRel) & MISSED != 0;
+        // A wake-up noted while the step waits still is passed on. One noted when the step
+        // is done is not needed: the connection is polled at the next step, the only time
+        // anyone needs it to go on.
+        if polled.is_pending() && missed {
+            cx.waker().wake_by_ref();
+        }
+        polled
+    })
+    .await
+}
+
+/// One poll of [`drive`]: the step, the connection, the step again.
+fn drive_once<F: Future>(io: &mut Driven, mut step: Pin<&mut F>) -> Poll<F::Output> {
+    // Only the connection wakes the step (it alone feeds hyper's channels), and it is polled
+    // right here, the step after it: the step needs no waker of its own, and one would wake
+    // this task again for every chunk the connection hands over.
+    let mut quiet = Context::from_waker(Waker::noop());
+    let mut connection_cx = Context::from_waker(&io.waker);
+    loop {
+        if let Poll::Ready(output) = step.as_mut().poll(&mut quiet) {
+            return Poll::Ready(output);
+        }
+        let Some(connection) = io.connection.as_mut() else {
+            // It ended in this poll: `drive` polls the step with the task's waker.
+            return Poll::Pending;
+        };
+        match connection.as_mut().poll(&mut connection_cx) {
+            // Its end (or error) reaches the step through hyper's channels.
+            Poll::Ready(_) => io.connection = None,
+            // It may have handed the step what it waits for (a chunk, the response's head);
+            // if not, it waits on what it registered (the socket, the step's demand), and
+            // its waker wakes this task.
+            Poll::Pending => return step.as_mut().poll(&mut quiet),
+        }
+    }
 }
 
 /// When a connection last handed bytes to the kernel, ns after [`WriteClock::EPOCH`] (0:
@@ -180,7 +318,12 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for ClockedIo<T> {
 impl DirectBody {
     pub(super) async fn next(&mut self) -> Option<Result<Bytes, BrokenBody>> {
         loop {
-            match self.body.frame().await {
+            let frame = match &mut self.connection {
+                Some((_, _, connection)) => drive(&mut connection.io, self.body.frame()).await,
+                // It failed and was dropped: the body says so.
+                None => self.body.frame().await,
+            };
+            match frame {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         return Some(Ok(data));
@@ -243,7 +386,10 @@ impl Direct {
             };
             match idle {
                 Some(mut connection) => {
-                    if connection.sender.ready().await.is_ok() {
+                    if drive(&mut connection.io, connection.sender.ready())
+                        .await
+                        .is_ok()
+                    {
                         break (connection, None);
                     }
                 }
@@ -254,9 +400,7 @@ impl Direct {
             }
         };
         connection.written.reset();
-        let response = connection
-            .sender
-            .send_request(request)
+        let response = drive(&mut connection.io, connection.sender.send_request(request))
             .await
             .map_err(|err| SendError {
                 kind: if connect.is_none() && closed_by_the_server(&err) {
@@ -401,10 +545,11 @@ impl Direct {
             };
             let request = request(outgoing, &server.key).map_err(|e| e.detail)?;
             let answered = async {
-                connection.sender.ready().await?;
-                let response = connection.sender.send_request(request).await?;
+                let io = &mut connection.io;
+                drive(io, connection.sender.ready()).await?;
+                let response = drive(io, connection.sender.send_request(request)).await?;
                 let mut body = response.into_body();
-                while let Some(frame) = body.frame().await {
+                while let Some(frame) = drive(io, body.frame()).await {
                     frame?;
                 }
                 Ok::<(), hyper::Error>(())
@@ -422,7 +567,7 @@ impl Direct {
     }
 
     /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
-    /// the HTTP/1.1 handshake, and the connection's own task.
+    /// the HTTP/1.1 handshake (the connection's I/O is then driven by whoever holds it).
     async fn connect(&self, host: &str, port: u16) -> Result<Connection, (SendFailure, String)> {
         let literal = host
             .trim_start_matches('[')
@@ -489,12 +634,14 @@ impl Direct {
                     format!("cannot connect to the target: {}", root_cause(&err)),
                 )
             })?;
-        // The connection's I/O runs on its own task; it ends when the sender is dropped or the
-        // server closes the connection. Its error, if any, reaches the request reading it.
-        // Spawned as it is: an `async move` block around it would hold it twice (1,352 bytes
-        // instead of 672 per connection).
-        tokio::spawn(connection);
-        Ok(Connection { sender, written })
+        // The connection's I/O is driven by the request that holds it (see `drive`); its
+        // error, if any, reaches that request through hyper's channels. Boxed: it is 672 bytes,
+        // moved in and out of the pool with each request.
+        Ok(Connection {
+            sender,
+            io: Driven::new(connection),
+            written,
+        })
     }
 }
 

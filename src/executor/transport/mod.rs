@@ -3,8 +3,9 @@
 //!
 //! Two transports speak for the executor. Plain `http://` targets (every self-hosted engine,
 //! and every test and benchmark) go through [`Direct`]: hyper's HTTP/1.1 client connection API
-//! driven directly, one pooled connection per request in flight, IP literals connected without
-//! a resolver, each connection's setup timed for the request that opened it. It exists because
+//! driven directly, one pooled connection per request in flight (its I/O polled in the
+//! request's own task), IP literals connected without a resolver, each connection's setup
+//! timed for the request that opened it. It exists because
 //! the general-purpose client cost about 2.5× a bare hyper connection per request (request
 //! building, pool bookkeeping and a dispatch channel sized for its request type: measured in
 //! docs/performance.md), and that cost lands on the first wave's TTFT when hundreds of streams
@@ -537,6 +538,97 @@ mod tests {
                 );
                 assert!(written <= answered);
             }
+        });
+    }
+
+    /// The direct transport drives each connection in the task of the request holding it: a
+    /// chunked answer arrives whole and in order whether its chunks come one per read (each
+    /// a wake-up from the socket, on another worker thread) or many per read, and a kept-alive
+    /// connection serves the next request from another task just as well. A wake-up lost in
+    /// the hand-over stalls a request, and the time limit fails it.
+    #[test]
+    fn the_direct_transport_hands_over_every_chunk_whatever_the_reads() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const CHUNKS: usize = 120;
+        let chunk = |i: usize| format!("data: {{\"n\":{i}}}\n\n");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                for _ in 0..3 {
+                    let mut request = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !request.ends_with(b"\r\n\r\n") {
+                        socket.read_exact(&mut byte).await.unwrap();
+                        request.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |l| l.trim().parse().unwrap());
+                    let mut body = vec![0u8; length];
+                    socket.read_exact(&mut body).await.unwrap();
+                    socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+                        .await
+                        .unwrap();
+                    let mut pending = String::new();
+                    for i in 0..CHUNKS {
+                        let data = chunk(i);
+                        pending.push_str(&format!("{:x}\r\n{data}\r\n", data.len()));
+                        // A third one per read, a little apart; the rest forty per write.
+                        if i < CHUNKS / 3 || i % 40 == 39 {
+                            socket.write_all(pending.as_bytes()).await.unwrap();
+                            pending.clear();
+                            if i < CHUNKS / 3 {
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                            }
+                        }
+                    }
+                    pending.push_str("0\r\n\r\n");
+                    socket.write_all(pending.as_bytes()).await.unwrap();
+                }
+            });
+            let url: Url = format!("http://127.0.0.1:{port}/v1/completions")
+                .parse()
+                .unwrap();
+            let template = Arc::new(template(&url));
+            let (log, transport) = logged_transport(4, false);
+            let transport = Arc::new(transport);
+            let expected: String = (0..CHUNKS).map(chunk).collect();
+            let began = Instant::now();
+            for request in 0..3 {
+                let (url, template, transport) = (url.clone(), template.clone(), transport.clone());
+                // Each request on a task of its own, as the executor sends them.
+                let read = tokio::spawn(async move {
+                    let outgoing = Outgoing {
+                        url: &url,
+                        body: Some(Bytes::from_static(b"{}")),
+                        headers: &[],
+                        template: &template,
+                    };
+                    let mut response = transport.send(outgoing).await.unwrap();
+                    let mut text = Vec::new();
+                    while let Some(bytes) = response.body.next().await {
+                        text.extend_from_slice(&bytes.unwrap());
+                    }
+                    String::from_utf8(text).unwrap()
+                });
+                let text = tokio::time::timeout(Duration::from_secs(20), read)
+                    .await
+                    .unwrap_or_else(|_| panic!("request {request} stalled"))
+                    .unwrap();
+                assert_eq!(text, expected, "request {request}");
+            }
+            let opened = log.between(began, Instant::now(), 0);
+            assert_eq!(opened.opened, 1, "one connection, kept alive");
         });
     }
 
