@@ -491,20 +491,7 @@ mod tests {
                 let (mut socket, _) = listener.accept().await.unwrap();
                 for delay_ms in [300, 0] {
                     // The head, then (after the delay) the body's length's worth of bytes.
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") {
-                        socket.read_exact(&mut byte).await.unwrap();
-                        head.push(byte[0]);
-                    }
-                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length: "))
-                        .unwrap()
-                        .trim()
-                        .parse()
-                        .unwrap();
+                    let length = request_head(&mut socket).await;
                     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                     let mut body = vec![0u8; length];
                     socket.read_exact(&mut body).await.unwrap();
@@ -541,6 +528,23 @@ mod tests {
         });
     }
 
+    /// Reads a request's head from `socket` byte by byte (so that none of its body is taken),
+    /// and returns its `content-length` (0 without one).
+    async fn request_head(socket: &mut tokio::net::TcpStream) -> usize {
+        use tokio::io::AsyncReadExt;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            socket.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        String::from_utf8_lossy(&head)
+            .to_ascii_lowercase()
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |l| l.trim().parse().unwrap())
+    }
+
     /// The direct transport drives each connection in the task of the request holding it: a
     /// chunked answer arrives whole and in order whether its chunks come one per read (each
     /// a wake-up from the socket, on another worker thread) or many per read, and a kept-alive
@@ -562,17 +566,7 @@ mod tests {
             tokio::spawn(async move {
                 let (mut socket, _) = listener.accept().await.unwrap();
                 for _ in 0..3 {
-                    let mut request = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !request.ends_with(b"\r\n\r\n") {
-                        socket.read_exact(&mut byte).await.unwrap();
-                        request.push(byte[0]);
-                    }
-                    let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length: "))
-                        .map_or(0, |l| l.trim().parse().unwrap());
+                    let length = request_head(&mut socket).await;
                     let mut body = vec![0u8; length];
                     socket.read_exact(&mut body).await.unwrap();
                     socket
