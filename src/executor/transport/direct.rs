@@ -196,29 +196,33 @@ async fn drive<F: Future>(io: &mut Driven, step: F) -> F::Output {
     .await
 }
 
-/// One poll of [`drive`]: the step, the connection, the step again.
+/// One poll of [`drive`]: the step, the connection, the step again (`Pending` when the
+/// connection ended in it, for `drive` to poll the step with the task's waker).
 fn drive_once<F: Future>(io: &mut Driven, mut step: Pin<&mut F>) -> Poll<F::Output> {
     // Only the connection wakes the step (it alone feeds hyper's channels), and it is polled
     // right here, the step after it: the step needs no waker of its own, and one would wake
     // this task again for every chunk the connection hands over.
     let mut quiet = Context::from_waker(Waker::noop());
-    let mut connection_cx = Context::from_waker(&io.waker);
-    loop {
-        if let Poll::Ready(output) = step.as_mut().poll(&mut quiet) {
-            return Poll::Ready(output);
+    if let Poll::Ready(output) = step.as_mut().poll(&mut quiet) {
+        return Poll::Ready(output);
+    }
+    let Some(connection) = io.connection.as_mut() else {
+        return Poll::Pending;
+    };
+    match connection
+        .as_mut()
+        .poll(&mut Context::from_waker(&io.waker))
+    {
+        // Its end (or error) reaches the step through hyper's channels; `drive` polls the
+        // step again, with the task's waker.
+        Poll::Ready(_) => {
+            io.connection = None;
+            Poll::Pending
         }
-        let Some(connection) = io.connection.as_mut() else {
-            // It ended in this poll: `drive` polls the step with the task's waker.
-            return Poll::Pending;
-        };
-        match connection.as_mut().poll(&mut connection_cx) {
-            // Its end (or error) reaches the step through hyper's channels.
-            Poll::Ready(_) => io.connection = None,
-            // It may have handed the step what it waits for (a chunk, the response's head);
-            // if not, it waits on what it registered (the socket, the step's demand), and
-            // its waker wakes this task.
-            Poll::Pending => return step.as_mut().poll(&mut quiet),
-        }
+        // It may have handed the step what it waits for (a chunk, the response's head); if
+        // not, it waits on what it registered (the socket, the step's demand), and its waker
+        // wakes this task.
+        Poll::Pending => step.as_mut().poll(&mut quiet),
     }
 }
 
