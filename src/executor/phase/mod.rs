@@ -222,6 +222,10 @@ fn end_was_early(control: &super::PhaseControl) -> bool {
 /// than one body-building core makes in the time the sender takes them.
 const BODY_KIB_AHEAD: u32 = 16 * 1024;
 
+/// A full body queue is refilled when this many bodies have left it (an eighth of
+/// [`BODIES_AHEAD`]): the builder then wakes once per this many requests, not once per request.
+const REFILL_BATCH: usize = BODIES_AHEAD / 8;
+
 /// A phase's bodies, built ahead: each body's room in the byte budget is given back as it is
 /// taken.
 pub(super) struct Bodies {
@@ -289,6 +293,18 @@ fn spawn_body_builder(
                     }
                 }
             };
+            // A full queue is refilled a batch at a time: waiting for room for one body woke this
+            // thread, and switched the sender's core to it and back, once per request (256
+            // streams of short answers on one core: 39,000 switches each way in 5 s).
+            if tx.capacity() == 0 {
+                let batch =
+                    limit.map_or(REFILL_BATCH, |n| REFILL_BATCH.min((n - seq + 1) as usize));
+                match runtime.block_on(tx.reserve_many(batch)) {
+                    // The room reserved is given back at once, and taken by the sends below.
+                    Ok(permits) => drop(permits),
+                    Err(_) => break,
+                }
+            }
             if tx.blocking_send((request, body, room)).is_err() {
                 break;
             }
