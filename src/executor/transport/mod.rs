@@ -2,14 +2,15 @@
 //! opened for it, and timed.
 //!
 //! Two transports speak for the executor. Plain `http://` targets (every self-hosted engine,
-//! and every test and benchmark) go through [`Direct`]: hyper's HTTP/1.1 client connection API
-//! driven directly, one pooled connection per request in flight (its I/O polled in the
-//! request's own task), IP literals connected without a resolver, each connection's setup
-//! timed for the request that opened it. It exists because
-//! the general-purpose client cost about 2.5× a bare hyper connection per request (request
-//! building, pool bookkeeping and a dispatch channel sized for its request type: measured in
-//! docs/performance.md), and that cost lands on the first wave's TTFT when hundreds of streams
-//! start at once. `https://` targets, and any target while an HTTP proxy is configured in the
+//! and every test and benchmark) go through [`Direct`]: HTTP/1.1 written and read by the
+//! request's own task over a pooled socket ([`http1`] frames it), one connection per request
+//! in flight, IP literals connected without a resolver, each connection's setup timed for the
+//! request that opened it. It exists because the general-purpose client cost about 2.5× a bare
+//! hyper connection per request (request building, pool bookkeeping and a dispatch channel
+//! sized for its request type: measured in docs/performance.md), a cost that lands on the
+//! first wave's TTFT when hundreds of streams start at once; and because hyper's own
+//! connection hands a chunked body over one chunk at a time, a token at a time from a
+//! streaming server, where a read's chunks can be one piece (see [`http1`] for the numbers). `https://` targets, and any target while an HTTP proxy is configured in the
 //! environment, go through reqwest, which brings TLS and proxies; its connector is wrapped to
 //! time the connections it opens, and a task-local slot gives each request the setup time of
 //! the connection it opened.
@@ -22,6 +23,7 @@
 //! connections a phase needs (see [`super::connections`]).
 
 mod direct;
+mod http1;
 mod via_reqwest;
 
 use std::pin::Pin;
@@ -545,11 +547,11 @@ mod tests {
             .map_or(0, |l| l.trim().parse().unwrap())
     }
 
-    /// The direct transport drives each connection in the task of the request holding it: a
+    /// The direct transport reads each connection in the task of the request holding it: a
     /// chunked answer arrives whole and in order whether its chunks come one per read (each
     /// a wake-up from the socket, on another worker thread) or many per read, and a kept-alive
-    /// connection serves the next request from another task just as well. A wake-up lost in
-    /// the hand-over stalls a request, and the time limit fails it.
+    /// connection serves the next request from another task just as well. A lost wake-up
+    /// stalls a request, and the time limit fails it.
     #[test]
     fn the_direct_transport_hands_over_every_chunk_whatever_the_reads() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -623,6 +625,139 @@ mod tests {
             }
             let opened = log.between(began, Instant::now(), 0);
             assert_eq!(opened.opened, 1, "one connection, kept alive");
+        });
+    }
+
+    /// Each way a server may frame its answer, read by the direct transport: the body (or how
+    /// it broke off), and whether the connection served the next request. Only a connection
+    /// left clean (its body read to the end, nothing after it, not closed or said to be) is
+    /// reused; a server's close while it was idle is seen before a request is written on it.
+    #[test]
+    fn the_direct_transport_reads_each_framing_and_reuses_only_clean_connections() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const HEAD: &str = "HTTP/1.1 200 OK\r\n";
+        // (name, answer, server closes after it, body or error, connection reused)
+        type Case = (&'static str, String, bool, Result<&'static str, &'static str>, bool);
+        let cases: Vec<Case> = vec![
+            (
+                "chunked",
+                format!("{HEAD}transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+                false,
+                Ok("abc"),
+                true,
+            ),
+            (
+                "length",
+                format!("{HEAD}content-length: 3\r\n\r\nabc"),
+                false,
+                Ok("abc"),
+                true,
+            ),
+            (
+                "no body",
+                "HTTP/1.1 204 No Content\r\n\r\n".into(),
+                false,
+                Ok(""),
+                true,
+            ),
+            (
+                "said close",
+                format!("{HEAD}content-length: 3\r\nconnection: close\r\n\r\nabc"),
+                true,
+                Ok("abc"),
+                false,
+            ),
+            (
+                "until close",
+                format!("{HEAD}\r\nabc"),
+                true,
+                Ok("abc"),
+                false,
+            ),
+            (
+                "closed when idle",
+                format!("{HEAD}content-length: 3\r\n\r\nabc"),
+                true,
+                Ok("abc"),
+                false,
+            ),
+            (
+                "bytes after",
+                format!("{HEAD}content-length: 3\r\n\r\nabcXYZ"),
+                false,
+                Ok("abc"),
+                false,
+            ),
+            (
+                "cut short",
+                format!("{HEAD}content-length: 9\r\n\r\nabc"),
+                true,
+                Err("before the body's end"),
+                false,
+            ),
+            (
+                "bad chunk",
+                format!("{HEAD}transfer-encoding: chunked\r\n\r\nzz\r\n"),
+                false,
+                Err("no size"),
+                false,
+            ),
+        ];
+        on_a_runtime(async move {
+            for (name, answer, close, expected, reused) in cases {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let port = listener.local_addr().unwrap().port();
+                let answer = Arc::new(answer);
+                tokio::spawn(async move {
+                    while let Ok((mut socket, _)) = listener.accept().await {
+                        let answer = answer.clone();
+                        tokio::spawn(async move {
+                            loop {
+                                let length = request_head(&mut socket).await;
+                                let mut body = vec![0u8; length];
+                                socket.read_exact(&mut body).await.unwrap();
+                                if socket.write_all(answer.as_bytes()).await.is_err() || close {
+                                    return;
+                                }
+                            }
+                        });
+                    }
+                });
+                let url: Url = format!("http://127.0.0.1:{port}/v1/completions")
+                    .parse()
+                    .unwrap();
+                let template = template(&url);
+                let (log, transport) = logged_transport(4, false);
+                let began = Instant::now();
+                for request in 0..2 {
+                    let outgoing = Outgoing {
+                        url: &url,
+                        body: Some(Bytes::from_static(b"{}")),
+                        headers: &[],
+                        template: &template,
+                    };
+                    let mut response = transport.send(outgoing).await.unwrap();
+                    let mut text = Vec::new();
+                    let mut broken = None;
+                    while let Some(piece) = response.body.next().await {
+                        match piece {
+                            Ok(bytes) => text.extend_from_slice(&bytes),
+                            Err(err) => broken = Some(err.to_string()),
+                        }
+                    }
+                    match (expected, broken) {
+                        (Ok(body), None) => assert_eq!(text, body.as_bytes(), "{name}"),
+                        (Err(says), Some(err)) => assert!(err.contains(says), "{name}: {err}"),
+                        (expected, broken) => {
+                            panic!("{name} #{request}: {expected:?}, got {broken:?}")
+                        }
+                    }
+                    // Time for a server's close to reach the client.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                let opened = log.between(began, Instant::now(), 0).opened;
+                assert_eq!(opened, if reused { 1 } else { 2 }, "{name}");
+            }
         });
     }
 
