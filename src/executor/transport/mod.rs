@@ -547,6 +547,29 @@ mod tests {
             .map_or(0, |l| l.trim().parse().unwrap())
     }
 
+    /// POSTs `{}` to `url` and reads the whole answer: its body, and how it broke off if it did.
+    async fn post_and_read(
+        transport: &Transport,
+        url: &Url,
+        template: &RequestTemplate,
+    ) -> (Vec<u8>, Option<String>) {
+        let outgoing = Outgoing {
+            url,
+            body: Some(Bytes::from_static(b"{}")),
+            headers: &[],
+            template,
+        };
+        let mut response = transport.send(outgoing).await.unwrap();
+        let (mut text, mut broken) = (Vec::new(), None);
+        while let Some(piece) = response.body.next().await {
+            match piece {
+                Ok(bytes) => text.extend_from_slice(&bytes),
+                Err(err) => broken = Some(err.to_string()),
+            }
+        }
+        (text, broken)
+    }
+
     /// The direct transport reads each connection in the task of the request holding it: a
     /// chunked answer arrives whole and in order whether its chunks come one per read (each
     /// a wake-up from the socket, on another worker thread) or many per read, and a kept-alive
@@ -604,17 +627,8 @@ mod tests {
                 let (url, template, transport) = (url.clone(), template.clone(), transport.clone());
                 // Each request on a task of its own, as the executor sends them.
                 let read = tokio::spawn(async move {
-                    let outgoing = Outgoing {
-                        url: &url,
-                        body: Some(Bytes::from_static(b"{}")),
-                        headers: &[],
-                        template: &template,
-                    };
-                    let mut response = transport.send(outgoing).await.unwrap();
-                    let mut text = Vec::new();
-                    while let Some(bytes) = response.body.next().await {
-                        text.extend_from_slice(&bytes.unwrap());
-                    }
+                    let (text, broken) = post_and_read(&transport, &url, &template).await;
+                    assert_eq!(broken, None);
                     String::from_utf8(text).unwrap()
                 });
                 let text = tokio::time::timeout(Duration::from_secs(20), read)
@@ -637,7 +651,13 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         const HEAD: &str = "HTTP/1.1 200 OK\r\n";
         // (name, answer, server closes after it, body or error, connection reused)
-        type Case = (&'static str, String, bool, Result<&'static str, &'static str>, bool);
+        type Case = (
+            &'static str,
+            String,
+            bool,
+            Result<&'static str, &'static str>,
+            bool,
+        );
         let cases: Vec<Case> = vec![
             (
                 "chunked",
@@ -730,21 +750,7 @@ mod tests {
                 let (log, transport) = logged_transport(4, false);
                 let began = Instant::now();
                 for request in 0..2 {
-                    let outgoing = Outgoing {
-                        url: &url,
-                        body: Some(Bytes::from_static(b"{}")),
-                        headers: &[],
-                        template: &template,
-                    };
-                    let mut response = transport.send(outgoing).await.unwrap();
-                    let mut text = Vec::new();
-                    let mut broken = None;
-                    while let Some(piece) = response.body.next().await {
-                        match piece {
-                            Ok(bytes) => text.extend_from_slice(&bytes),
-                            Err(err) => broken = Some(err.to_string()),
-                        }
-                    }
+                    let (text, broken) = post_and_read(&transport, &url, &template).await;
                     match (expected, broken) {
                         (Ok(body), None) => assert_eq!(text, body.as_bytes(), "{name}"),
                         (Err(says), Some(err)) => assert!(err.contains(says), "{name}: {err}"),
