@@ -1,6 +1,7 @@
-//! Micro-benchmarks of the client's hot paths: reading a stream (SSE parsing and chunk
-//! handling), recording a finished request (token attribution and its JSON line), and
-//! aggregating records (in memory and streamed from a file).
+//! Micro-benchmarks of the client's hot paths: building a request's body (a 2,048-token prompt
+//! and its JSON), reading a stream (SSE parsing and chunk handling), recording a finished
+//! request (token attribution and its JSON line), and aggregating records (in memory and
+//! streamed from a file).
 //!
 //! `cargo bench --bench hot_paths` (optionally followed by `-- NAME` to run the benchmarks whose
 //! name contains NAME). A hand-written loop rather than a benchmark framework: each case runs
@@ -230,6 +231,39 @@ fn main() {
             });
             report(name, time, TOKENS);
         }
+    }
+    if wanted("body") {
+        // A closed loop of 2,048-token prompts builds one of each per request (issue 31's
+        // send-path scenario): the prompt's words, then the completions body around it.
+        let mut seed = 0u64;
+        let time = measure(|| {
+            seed += 1;
+            black_box(tokenizer.prompt(2048, seed));
+        });
+        report("body: a 2,048-token prompt", time, 2048);
+        let template = llmload::executor::RequestTemplate {
+            url: "http://127.0.0.1/v1/completions".parse().expect("a URL"),
+            dialect: llmload::plan::Api::Completions.dialect(),
+            options: llmload::api::BodyOptions {
+                model: "model".into(),
+                stream: true,
+                continuous_usage: false,
+                ignore_eos: true,
+                extra: Default::default(),
+            },
+            credentials: Default::default(),
+            headers: Default::default(),
+            timeout: Duration::from_secs(60),
+            request_id_prefix: "bench".into(),
+            max_line: 1 << 20,
+            max_body: 256 << 20,
+            route_answered: Default::default(),
+        };
+        let prompt = llmload::planner::Prompt::Text(tokenizer.prompt(2048, 1));
+        let time = measure(|| {
+            black_box(template.body(&prompt, 64));
+        });
+        report("body: its completions body (JSON)", time, 2048);
     }
     if wanted("aggregate") {
         let log = run_log(1000, 64);
