@@ -241,27 +241,18 @@ fn main() {
             black_box(tokenizer.prompt(2048, seed));
         });
         report("body: a 2,048-token prompt", time, 2048);
-        let template = llmload::executor::RequestTemplate {
-            url: "http://127.0.0.1/v1/completions".parse().expect("a URL"),
-            dialect: llmload::plan::Api::Completions.dialect(),
-            options: llmload::api::BodyOptions {
-                model: "model".into(),
-                stream: true,
-                continuous_usage: false,
-                ignore_eos: true,
-                extra: Default::default(),
-            },
-            credentials: Default::default(),
-            headers: Default::default(),
-            timeout: Duration::from_secs(60),
-            request_id_prefix: "bench".into(),
-            max_line: 1 << 20,
-            max_body: 256 << 20,
-            route_answered: Default::default(),
+        // The dialect's own body, as a run's request template builds it.
+        let completions = llmload::plan::Api::Completions.dialect();
+        let options = llmload::api::BodyOptions {
+            model: "model".into(),
+            stream: true,
+            continuous_usage: false,
+            ignore_eos: true,
+            extra: Default::default(),
         };
         let prompt = llmload::planner::Prompt::Text(tokenizer.prompt(2048, 1));
         let time = measure(|| {
-            black_box(template.body(&prompt, 64));
+            black_box(completions.body(&prompt, 64, &options));
         });
         report("body: its completions body (JSON)", time, 2048);
     }

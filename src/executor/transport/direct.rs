@@ -110,8 +110,7 @@ impl Connection {
             if let Some(head) = http1::parse_head(&mut self.buffer).map_err(Failed::NotHttp)? {
                 return Ok((head, written));
             }
-            self.buffer.reserve(READ_BUFFER);
-            match self.stream.read_buf(&mut self.buffer).await {
+            match self.read_more().await {
                 Ok(0) if received => return Err(Failed::EndedInHead),
                 Ok(0) => return Err(Failed::Closed),
                 Ok(_) => received = true,
@@ -120,6 +119,18 @@ impl Connection {
             }
         }
     }
+
+    /// Reads what the socket holds onto the end of the buffer, up to [`READ_BUFFER`] bytes:
+    /// how many came (0: the server closed the connection).
+    async fn read_more(&mut self) -> std::io::Result<usize> {
+        self.buffer.reserve(READ_BUFFER);
+        self.stream.read_buf(&mut self.buffer).await
+    }
+}
+
+/// What a request whose connection failed before any response says, from its `cause`.
+fn failed_before_response(cause: impl std::fmt::Display) -> String {
+    format!("the connection failed before a response: {cause}")
 }
 
 /// How a request got no response head.
@@ -165,7 +176,7 @@ impl Failed {
             }
             Failed::NotHttp(what) => what.clone(),
         };
-        format!("the connection failed before a response: {cause}")
+        failed_before_response(cause)
     }
 }
 
@@ -180,6 +191,16 @@ pub struct DirectBody {
 }
 
 impl DirectBody {
+    /// The body that `head` begins on `connection`, given back to `pool` under `key` at its
+    /// clean end.
+    fn new(head: &Head, pool: Arc<Pool>, key: String, connection: Connection) -> DirectBody {
+        DirectBody {
+            reader: BodyReader::new(head.framing),
+            keep_alive: head.keep_alive,
+            connection: Some((pool, key, connection)),
+        }
+    }
+
     /// The body's next piece: what one read brought (a chunked body's chunks joined), `None`
     /// at its end.
     pub(super) async fn next(&mut self) -> Option<Result<Bytes, BrokenBody>> {
@@ -204,8 +225,7 @@ impl DirectBody {
             if !piece.is_empty() {
                 return Some(Ok(piece));
             }
-            connection.buffer.reserve(READ_BUFFER);
-            match connection.stream.read_buf(&mut connection.buffer).await {
+            match connection.read_more().await {
                 Ok(0) => {
                     self.connection = None;
                     return if self.reader.ends_with_the_connection() {
@@ -284,15 +304,12 @@ impl Direct {
                     detail: failed.detail(),
                     connect,
                 })?;
+        let body = DirectBody::new(&response, self.pool.clone(), server.key, connection);
         Ok(Response {
             status: response.status,
             content_type: response.content_type,
             written: Some(written),
-            body: ResponseBody::Direct(DirectBody {
-                reader: BodyReader::new(response.framing),
-                keep_alive: response.keep_alive,
-                connection: Some((self.pool.clone(), server.key, connection)),
-            }),
+            body: ResponseBody::Direct(body),
             connect,
         })
     }
@@ -418,16 +435,11 @@ impl Direct {
                 Err(failed) if reused && failed.closed_by_the_server() => continue,
                 Err(failed) => return Err(failed.detail()),
             };
-            let mut body = DirectBody {
-                reader: BodyReader::new(response.framing),
-                keep_alive: response.keep_alive,
-                connection: Some((self.pool.clone(), server.key.clone(), connection)),
-            };
+            let mut body =
+                DirectBody::new(&response, self.pool.clone(), server.key.clone(), connection);
             // At its end, the body leaves the connection in the pool.
             while let Some(piece) = body.next().await {
-                piece.map_err(|broken| {
-                    format!("the connection failed before a response: {broken}")
-                })?;
+                piece.map_err(failed_before_response)?;
             }
             return Ok(());
         }

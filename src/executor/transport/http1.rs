@@ -8,8 +8,9 @@
 //! of its own, so that was a frame per token (a server writing whole answers at once, 256
 //! streams on one core: hyper's decoder, body channel and buffers were 17% of the client's
 //! CPU). Here a read's chunks are joined in place into one piece of the body, which is timed
-//! once, as it arrived (same shape: 741-759k to 1.13-1.16M tokens per client CPU-s). It is not a general HTTP client: no pipelining, no upgrades, no
-//! request bodies but whole ones; the reqwest transport is the reference for everything else.
+//! once, as it arrived (same shape: 741-759k to 1.13-1.16M tokens per client CPU-s). It is not
+//! a general HTTP client: no pipelining, no upgrades, no request bodies but whole ones; the
+//! reqwest transport is the reference for everything else.
 
 use bytes::{Buf, Bytes, BytesMut};
 

@@ -10,10 +10,11 @@
 //! sized for its request type: measured in docs/performance.md), a cost that lands on the
 //! first wave's TTFT when hundreds of streams start at once; and because hyper's own
 //! connection hands a chunked body over one chunk at a time, a token at a time from a
-//! streaming server, where a read's chunks can be one piece (see [`http1`] for the numbers). `https://` targets, and any target while an HTTP proxy is configured in the
-//! environment, go through reqwest, which brings TLS and proxies; its connector is wrapped to
-//! time the connections it opens, and a task-local slot gives each request the setup time of
-//! the connection it opened.
+//! streaming server, where a read's chunks can be one piece (see [`http1`] for the numbers).
+//! `https://` targets, and any target while an HTTP proxy is configured in the environment, go
+//! through reqwest, which brings TLS and proxies; its connector is wrapped to time the
+//! connections it opens, and a task-local slot gives each request the setup time of the
+//! connection it opened.
 //!
 //! Each transport is a file of its own behind one trait, [`Client`]: [`direct`] and
 //! [`via_reqwest`]; [`Transport`] picks one per URL. Every connection either opens is logged in
