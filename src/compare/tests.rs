@@ -70,9 +70,11 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             ended_early: None,
             connections: None,
             body_wait: None,
+            hiccups: None,
         }],
         records,
         search_end: None,
+        stalls: Vec::new(),
         end: Some(RunEnd {
             at_us: n as u64 * 10_000 + 1_000_000,
             interrupted: false,

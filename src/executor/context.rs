@@ -75,6 +75,8 @@ pub(super) struct Context {
     /// Open-loop sends are paced on it: tokio's 1 ms timer would add up to 1 ms of lag.
     pub(super) timer: PreciseTimer,
     pub(super) cpu: Option<resources::CpuMonitor>,
+    /// The client's own stalls, measured apart from any request.
+    pub(super) hiccups: Option<super::hiccups::HiccupMeter>,
     /// The run's secrets, kept out of what a server says back outside a request (a refused
     /// cache reset).
     pub(super) secrets: Arc<crate::secrets::Secrets>,

@@ -17,6 +17,7 @@
 pub mod answers;
 mod connections;
 mod context;
+pub mod hiccups;
 mod media_host;
 mod observe;
 mod phase;
@@ -202,6 +203,7 @@ pub async fn run_from(
         }
         None => None,
     };
+    let run_start = Instant::now();
     let context = Arc::new(Context {
         media_host,
         transport: Arc::new(transport),
@@ -211,7 +213,7 @@ pub async fn run_from(
         warm_connections: config.warm_connections,
         prompts: config.prompts.clone(),
         schedule: schedule.clone(),
-        run_start: Instant::now(),
+        run_start,
         records: recorder.sender(),
         record_room: Arc::new(recorder::QueueRoom::default()),
         records_path: config.records_path.clone(),
@@ -222,6 +224,7 @@ pub async fn run_from(
         live: config.live.clone(),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
+        hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
     });
     header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());

@@ -400,6 +400,12 @@ pub struct PhaseMetrics {
     /// How long a closed loop's users waited for request bodies (the client's body builder).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body_wait: Option<crate::records::BodyWait>,
+    /// What the client's hiccup meter measured while the phase sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hiccups: Option<crate::records::Hiccups>,
+    /// The client's stalls in the phase's window, and its requests in flight during them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_stalls: Option<super::stalls::ClientStalls>,
     /// Why its window shows a server that was not keeping up, if it does (see
     /// [`profile::saturation`]).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -33,6 +33,7 @@ pub struct Aggregator<'s> {
     by_turn_kind: BTreeMap<crate::records::TurnKind, TurnAccumulator>,
     by_media: super::media::MediaAccumulator,
     error_samples: BTreeMap<String, ErrorSample>,
+    stall_marks: super::stalls::StallMarks,
 }
 
 /// What one input length gathers.
@@ -160,6 +161,7 @@ impl<'s> Aggregator<'s> {
             by_turn_kind: BTreeMap::new(),
             by_media: Default::default(),
             error_samples: BTreeMap::new(),
+            stall_marks: Default::default(),
         }
     }
 
@@ -189,6 +191,10 @@ impl<'s> Aggregator<'s> {
                 }
                 self.log.push(LogLine::PhaseEnd(end));
             }
+            LogLine::Stall(stall) => {
+                self.stall_marks.stall(stall);
+                self.log.push(LogLine::Stall(stall));
+            }
             other => self.log.push(other),
         }
     }
@@ -201,6 +207,9 @@ impl<'s> Aggregator<'s> {
         };
         self.phases[position].add(record);
         self.series.record(record);
+        let end_us = record.end_us().unwrap_or(record.actual_send_us);
+        self.stall_marks
+            .request(position, record.shard, record.actual_send_us, end_us);
         if self.log.phases[position].record {
             self.overall.add(record);
             self.by_input_add(record);
@@ -316,7 +325,7 @@ impl<'s> Aggregator<'s> {
         let run_end = log.end.as_ref().map(|e| e.at_us);
         let mut phases = Vec::new();
         let mut windows = Vec::new();
-        for (start, accumulator) in log.phases.iter().zip(self.phases) {
+        for (position, (start, accumulator)) in log.phases.iter().zip(self.phases).enumerate() {
             let phase_end = log.phase_ends.iter().find(|e| e.index == start.index);
             let sending_end = phase_end
                 .map(|e| e.at_us)
@@ -341,6 +350,10 @@ impl<'s> Aggregator<'s> {
             metrics.ended_early = phase_end.and_then(|e| e.ended_early.clone());
             metrics.connections = phase_end.and_then(|e| e.connections);
             metrics.body_wait = phase_end.and_then(|e| e.body_wait);
+            metrics.hiccups = phase_end.and_then(|e| e.hiccups);
+            metrics.client_stalls = self
+                .stall_marks
+                .summary(&[(window.start, window.end)], &[position]);
             metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));
@@ -366,6 +379,12 @@ impl<'s> Aggregator<'s> {
         }
         overall.metrics = overall.distributions.summaries();
         overall.client = combined_client_load(phases.iter().filter(|p| p.recorded));
+        let recorded: Vec<usize> = (0..windows.len()).filter(|&i| windows[i].0).collect();
+        let recorded_windows: Vec<(u64, u64)> = recorded
+            .iter()
+            .map(|&i| (windows[i].2.start, windows[i].2.end))
+            .collect();
+        overall.client_stalls = self.stall_marks.summary(&recorded_windows, &recorded);
 
         let mut aggregates = Aggregates {
             phases,

@@ -19,6 +19,7 @@ mod distribution;
 mod media;
 pub mod profile;
 pub mod server;
+pub mod stalls;
 pub mod table;
 pub mod timeseries;
 pub mod warnings;

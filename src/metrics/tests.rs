@@ -107,6 +107,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 ended_early: None,
                 connections: None,
                 body_wait: None,
+                hiccups: None,
             },
             PhaseEnd {
                 index: 1,
@@ -116,10 +117,12 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
                 ended_early: None,
                 connections: None,
                 body_wait: None,
+                hiccups: None,
             },
         ],
         records,
         search_end: None,
+        stalls: Vec::new(),
         end: Some(RunEnd {
             at_us: 5_000_000,
             interrupted: false,

@@ -45,6 +45,12 @@ pub struct Warning {
 }
 
 /// The phase's schedule lag p99 (ms), when it is beyond [`LAG_P99_LIMIT_MS`]: its requests
+/// A stall at least this long is said even when few requests waited on it.
+const STALL_NOTED_MS: f64 = 20.0;
+/// The share of a phase's requests in flight during stalls beyond which they are a warning
+/// (and the verdict does not blame the server for what those requests broke).
+pub const STALLED_SHARE: f64 = 0.01;
+
 /// went out later than planned.
 fn late_schedule(phase: &PhaseMetrics) -> Option<f64> {
     phase.metrics[Metric::ScheduleLag]
@@ -329,6 +335,35 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
         }
     }
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
+        // A scheduler's few-millisecond hiccups are every busy machine's: said when they matter.
+        let matters = |s: &crate::metrics::stalls::ClientStalls| {
+            s.count > 0 && (s.worst_ms >= STALL_NOTED_MS || s.share_during() >= STALLED_SHARE)
+        };
+        if let Some(stalls) = phase.client_stalls.filter(matters) {
+            let effect = if stalls.requests_during > 0 {
+                format!(
+                    "{} of its {} requests were in flight then, and their latencies include the stall: \
+                     an assertion they break is not decided",
+                    stalls.requests_during, stalls.requests
+                )
+            } else {
+                "no request was in flight then".to_string()
+            };
+            let message = format!(
+                "phase \"{}\": the client process stalled {} time(s) for 5 ms or more (its hiccup meter woke \
+                 late), the worst {:.1} ms at {:.1} s, {:.0} ms in all; {effect}",
+                phase.name,
+                stalls.count,
+                stalls.worst_ms,
+                stalls.worst_at_s,
+                stalls.total_ms,
+            );
+            out.push(if stalls.share_during() >= STALLED_SHARE {
+                warning("client-stall", message)
+            } else {
+                note("client-stall", message)
+            });
+        }
         if let Some((client, _)) = saturated_client(phase) {
             out.push(warning(
                 "client-cpu",

@@ -25,8 +25,9 @@ pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 
 /// The records format this llmload writes. A reader refuses a newer one with a message saying
 /// to upgrade; logs written before the version was recorded are format 1. Format 2 added the
-/// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`.
-pub const RECORDS_FORMAT: u32 = 3;
+/// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`. Format 4
+/// added the `stall` line (the client's hiccup meter).
+pub const RECORDS_FORMAT: u32 = 4;
 /// The oldest records format this llmload reads.
 pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
@@ -44,6 +45,8 @@ pub enum LogLine {
     PhaseEnd(PhaseEnd),
     /// A capacity search ended (before the run's end).
     SearchEnd(SearchEnd),
+    /// The client process stalled (its hiccup meter woke late).
+    Stall(Stall),
     /// The run ended; absent when the process was killed.
     RunEnd(RunEnd),
 }
@@ -298,6 +301,39 @@ impl Stopped {
     }
 }
 
+/// The `stall` line: the client process stalled, as its hiccup meter saw (a thread that sleeps
+/// a 5 ms tick woke this late): whatever was in flight then waited on the client.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stall {
+    /// When the meter should have woken, µs from the run's start.
+    pub at_us: u64,
+    /// How late it woke, ms.
+    pub ms: f64,
+    /// The shard whose client stalled, in a merged run (its requests alone waited on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+}
+
+impl Stall {
+    /// When it ended, µs from the run's start.
+    pub fn end_us(&self) -> u64 {
+        self.at_us + (self.ms * 1e3) as u64
+    }
+}
+
+/// What the hiccup meter measured over a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Hiccups {
+    /// Its readings (a 5 ms tick each, plus its lateness).
+    pub ticks: u64,
+    /// Their 99th percentile lateness, ms.
+    pub p99_ms: f64,
+    /// The latest wake-up, ms.
+    pub max_ms: f64,
+    /// Wake-ups 5 ms or more late.
+    pub stalls: u64,
+}
+
 /// The `search_end` line: a capacity search stopped probing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SearchEnd {
@@ -332,6 +368,9 @@ pub struct PhaseEnd {
     /// loops, whose waits show as schedule lag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_wait: Option<BodyWait>,
+    /// What the hiccup meter measured while the phase sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hiccups: Option<Hiccups>,
 }
 
 /// A closed loop's users waiting for bodies: time the client, not the server, held them idle

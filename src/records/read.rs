@@ -4,7 +4,7 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader, SearchEnd};
+use super::{LogLine, PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader, SearchEnd, Stall};
 use super::{OLDEST_RECORDS_FORMAT, RECORDS_FORMAT};
 use crate::error::{Error, Result};
 
@@ -312,6 +312,8 @@ pub struct RunLog {
     pub records: Vec<RequestRecord>,
     /// A capacity search's end, if the run had one that ended.
     pub search_end: Option<SearchEnd>,
+    /// The client's stalls, as its hiccup meter saw them, in order.
+    pub stalls: Vec<Stall>,
     /// The run's end; `None` when the process was killed.
     pub end: Option<RunEnd>,
     /// When `records` is a sample of the run's requests ([`RunLog::read_sampled`]), not all.
@@ -338,6 +340,7 @@ impl RunLog {
             LogLine::Request(record) => self.records.push(record),
             LogLine::PhaseEnd(end) => self.phase_ends.push(end),
             LogLine::SearchEnd(end) => self.search_end = Some(end),
+            LogLine::Stall(stall) => self.stalls.push(stall),
             LogLine::RunEnd(end) => self.end = Some(end),
         }
     }

@@ -139,6 +139,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     let mut phases: BTreeMap<usize, PhaseStart> = BTreeMap::new();
     let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
     let mut lanes = Vec::new();
+    let mut stalls: Vec<crate::records::Stall> = Vec::new();
     let mut run_end: Option<RunEnd> = None;
     let mut every_end = true;
     for (((_, log), (_, header)), (path, requests)) in shards.iter().zip(&headers).zip(&files) {
@@ -201,6 +202,16 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                         }),
                         (a, b) => a.or(b),
                     };
+                    // Each shard's meter measured its own process: the worst is the worst.
+                    merged.hiccups = match (merged.hiccups, end.hiccups) {
+                        (Some(a), Some(b)) => Some(crate::records::Hiccups {
+                            ticks: a.ticks + b.ticks,
+                            p99_ms: a.p99_ms.max(b.p99_ms),
+                            max_ms: a.max_ms.max(b.max_ms),
+                            stalls: a.stalls + b.stalls,
+                        }),
+                        (a, b) => a.or(b),
+                    };
                     // Each shard's users waited apart: their waits and their time add up.
                     merged.body_wait = match (merged.body_wait, end.body_wait) {
                         (Some(a), Some(b)) => Some(crate::records::BodyWait {
@@ -215,6 +226,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                     ..end.clone()
                 });
         }
+        stalls.extend(log.stalls.iter().map(|stall| crate::records::Stall {
+            at_us: stall.at_us + offset_us,
+            shard: Some(shard.index),
+            ..*stall
+        }));
         lanes.push(Lane {
             reader: records::LogReader::open(path)?,
             offset_us,
@@ -288,6 +304,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     starts.sort_by_key(|p| (p.at_us, p.index));
     for start in starts {
         write(LogLine::PhaseStart(start))?;
+    }
+    // Before the requests: each is then checked against every stall of its own shard.
+    stalls.sort_by_key(|s| s.at_us);
+    for stall in stalls {
+        write(LogLine::Stall(stall))?;
     }
     merge_requests(&mut lanes, |record| write(LogLine::Request(record)))?;
     for end in ends.into_values() {

@@ -144,6 +144,7 @@ async fn run_phase(
     let _ = primed.await;
     let phase_start = Instant::now();
     let phase_start_cpu = resources::cpu_reading();
+    let phase_start_hiccups = context.hiccups.as_ref().and_then(|m| m.reading());
     let open_loop = phase.load_model.is_open_loop();
     let start = PhaseStart {
         index: phase.index,
@@ -187,7 +188,13 @@ async fn run_phase(
         (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
         _ => None,
     };
+    let hiccups = context
+        .hiccups
+        .as_ref()
+        .zip(phase_start_hiccups.as_ref())
+        .and_then(|(meter, start)| meter.since(start));
     let end = PhaseEnd {
+        hiccups,
         index: phase.index,
         at_us: context.micros(Instant::now()),
         sent: state.sent.load(Ordering::Relaxed),

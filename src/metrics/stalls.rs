@@ -1,0 +1,194 @@
+//! The client's stalls (its hiccup meter's `stall` lines) set against the requests: which
+//! requests were in flight while the client was stopped, per phase, and each phase's stalls.
+//!
+//! One streaming pass: the meter writes a stall when it wakes, so a request that overlapped it
+//! may have been written just before its line. Requests are checked against the stalls known
+//! when they are read, and the most recent [`RECENT`] requests are checked again when a stall
+//! arrives; a request written more than that many requests before the stall's line ended long
+//! before the stall (the meter writes within milliseconds of waking).
+//!
+//! Not for: judging (the verdict decides what a stall makes of an assertion), nor the server's
+//! stalls.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::records::Stall;
+
+/// Requests held to be checked against a stall whose line comes after theirs.
+const RECENT: usize = 8192;
+/// A stall is looked for this far before a request's send (none is longer).
+const LONGEST_STALL_US: u64 = 600_000_000;
+
+/// The client's stalls over a scope, and the requests in flight during them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ClientStalls {
+    /// Stalls of 5 ms or more in the scope's window.
+    pub count: u64,
+    /// The longest, ms.
+    pub worst_ms: f64,
+    /// When the longest began, seconds from the run's start.
+    pub worst_at_s: f64,
+    /// All of them together, ms.
+    pub total_ms: f64,
+    /// The scope's requests that were in flight during a stall.
+    pub requests_during: u64,
+    /// The scope's requests.
+    pub requests: u64,
+}
+
+impl ClientStalls {
+    /// The share of the scope's requests in flight during a stall.
+    pub fn share_during(&self) -> f64 {
+        self.requests_during as f64 / self.requests.max(1) as f64
+    }
+}
+
+struct Recent {
+    phase: usize,
+    shard: Option<u32>,
+    send_us: u64,
+    end_us: u64,
+    marked: bool,
+}
+
+/// Stalls and requests as the log streams by.
+#[derive(Default)]
+pub(super) struct StallMarks {
+    /// Every stall, by start.
+    stalls: Vec<Stall>,
+    recent: VecDeque<Recent>,
+    /// Per phase position: requests, and those in flight during a stall.
+    requests: Vec<(u64, u64)>,
+}
+
+fn overlaps(stall: &Stall, send_us: u64, end_us: u64) -> bool {
+    stall.at_us < end_us && stall.end_us() > send_us
+}
+
+/// In a merged run, a shard's stall held up its own requests only.
+fn same_client(stall: &Stall, shard: Option<u32>) -> bool {
+    stall.shard.is_none() || shard.is_none() || stall.shard == shard
+}
+
+impl StallMarks {
+    /// A request of the phase at `phase` (its position), sent (by `shard`, in a merged run)
+    /// and ended at these times.
+    pub fn request(&mut self, phase: usize, shard: Option<u32>, send_us: u64, end_us: u64) {
+        let known = self.stalls.partition_point(|s| s.at_us < end_us);
+        let marked = self.stalls[..known]
+            .iter()
+            .rev()
+            .take_while(|s| s.at_us + LONGEST_STALL_US > send_us)
+            .any(|s| overlaps(s, send_us, end_us) && same_client(s, shard));
+        self.count(phase, marked);
+        self.recent.push_back(Recent {
+            phase,
+            shard,
+            send_us,
+            end_us,
+            marked,
+        });
+        if self.recent.len() > RECENT {
+            self.recent.pop_front();
+        }
+    }
+
+    /// A stall: the recent requests in flight during it are marked.
+    pub fn stall(&mut self, stall: Stall) {
+        let mut newly = Vec::new();
+        for recent in self.recent.iter_mut().filter(|r| !r.marked) {
+            if overlaps(&stall, recent.send_us, recent.end_us) && same_client(&stall, recent.shard)
+            {
+                recent.marked = true;
+                newly.push(recent.phase);
+            }
+        }
+        for phase in newly {
+            if let Some(counts) = self.requests.get_mut(phase) {
+                counts.1 += 1;
+            }
+        }
+        let at = self.stalls.partition_point(|s| s.at_us <= stall.at_us);
+        self.stalls.insert(at, stall);
+    }
+
+    fn count(&mut self, phase: usize, marked: bool) {
+        if self.requests.len() <= phase {
+            self.requests.resize(phase + 1, (0, 0));
+        }
+        self.requests[phase].0 += 1;
+        self.requests[phase].1 += u64::from(marked);
+    }
+
+    /// The stalls within these windows (start, end µs) and the requests of these phase
+    /// positions; `None` when the meter saw no stall there and no request waited on one.
+    pub fn summary(&self, windows: &[(u64, u64)], phases: &[usize]) -> Option<ClientStalls> {
+        let mut summary = ClientStalls::default();
+        for stall in self
+            .stalls
+            .iter()
+            .filter(|s| windows.iter().any(|&(start, end)| overlaps(s, start, end)))
+        {
+            summary.count += 1;
+            summary.total_ms += stall.ms;
+            if stall.ms > summary.worst_ms {
+                summary.worst_ms = stall.ms;
+                summary.worst_at_s = stall.at_us as f64 / 1e6;
+            }
+        }
+        for &phase in phases {
+            let (requests, during) = self.requests.get(phase).copied().unwrap_or((0, 0));
+            summary.requests += requests;
+            summary.requests_during += during;
+        }
+        (summary.count > 0 || summary.requests_during > 0).then_some(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stall(at_ms: u64, ms: f64) -> Stall {
+        Stall {
+            at_us: at_ms * 1000,
+            ms,
+            shard: None,
+        }
+    }
+
+    #[test]
+    fn requests_in_flight_during_a_stall_are_marked_whichever_line_comes_first() {
+        let mut marks = StallMarks::default();
+        // Written before the stall's line: 900-1100 ms and 1000-1400 ms overlap 1000-1300.
+        marks.request(0, None, 900_000, 1_100_000);
+        marks.request(0, None, 100_000, 200_000);
+        marks.stall(stall(1000, 300.0));
+        // Written after: 1250-1500 overlaps, 1400-1600 does not.
+        marks.request(0, None, 1_250_000, 1_500_000);
+        marks.request(0, None, 1_400_000, 1_600_000);
+        // Another phase's request during it.
+        marks.request(1, None, 1_100_000, 1_200_000);
+        let phase0 = marks.summary(&[(0, 2_000_000)], &[0]).unwrap();
+        assert_eq!(phase0.requests, 4);
+        assert_eq!(phase0.requests_during, 2);
+        assert_eq!(phase0.count, 1);
+        assert_eq!(phase0.worst_ms, 300.0);
+        assert_eq!(phase0.worst_at_s, 1.0);
+        let both = marks.summary(&[(0, 2_000_000)], &[0, 1]).unwrap();
+        assert_eq!(both.requests_during, 3);
+        // A window the stall is not in, with no request during it: nothing to say.
+        assert!(marks.summary(&[(5_000_000, 6_000_000)], &[]).is_none());
+        // Marked once, whatever the stalls.
+        marks.stall(stall(1050, 10.0));
+        assert_eq!(
+            marks
+                .summary(&[(0, 2_000_000)], &[0])
+                .unwrap()
+                .requests_during,
+            2
+        );
+    }
+}
