@@ -118,6 +118,13 @@ fn blocks() -> Vec<Block> {
 
 /// `text` with every `duration`, `warmup` and `max-duration` value cut twentyfold.
 fn shorten(text: &str) -> String {
+    // Cut to a sixtieth, a plan's percentiles rest on too few requests to be decided: what its
+    // data cannot decide passes, shown as not decided (a smoke run of the plan).
+    let smoke = format!("\n{text}").replace(
+        "\nsla {\n",
+        "\nsla {\n    undecided \"pass\" // cut short by the test\n",
+    );
+    let text = smoke.strip_prefix('\n').unwrap_or(&smoke);
     let mut out = String::new();
     let mut rest = text;
     loop {

@@ -20,7 +20,7 @@ fn plan(server: &str, duration: &str) -> String {
          target \"http://127.0.0.1:{{port}}\" {{ model \"llmload-sim\"; timeout \"5s\" }}\n\
          workload {{ input 32; output 8 }}\n\
          phase \"steady\" {{ rate 10; duration \"{duration}\" }}\n\
-         sla {{ ttft p99 < \"2s\" }}\n"
+         sla {{ ttft max < \"2s\" }}\n"
     )
 }
 
@@ -281,8 +281,14 @@ fn a_server_that_takes_every_core_is_named_when_the_client_waits_for_them() {
         ),
         &[],
     );
-    assert_ne!(run.code(), 3, "{}", run.stderr());
     let summary = run.summary();
+    // Carried out: judged, or not decided because the client waited for its cores.
+    assert_ne!(
+        summary["verdict"]["status"],
+        "not_carried_out",
+        "{}",
+        run.stderr()
+    );
     let warning = warning_of(&summary, "machine-cpu")
         .and_then(|w| w["message"].as_str())
         .unwrap_or_else(|| panic!("no machine-cpu warning: {}", summary["warnings"]));
@@ -383,7 +389,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
             "2s",
         )
         .replace("sla {", &format!("server-sweep {{ arg \"--ttft\" {values} }}\nsla {{"))
-        .replace("ttft p99 < \"2s\"", "ttft p99 < \"100ms\"")
+        .replace("ttft max < \"2s\"", "ttft max < \"100ms\"")
     };
     let path = write_plan(dir.path(), &sweep("\"20ms\" \"200ms\""));
     let out = dir.path().join("out");

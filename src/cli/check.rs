@@ -65,6 +65,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
     let mut problems = 0usize;
     let mut bad_files = 0usize;
     let mut diagnostics = Vec::new();
+    let mut warnings = Vec::new();
     let annotate = std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true");
     for file in &files {
         let checked = plan::read_plan_text(file).and_then(|text| {
@@ -95,6 +96,18 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                         plan.sla.len()
                     )?;
                 }
+                for warning in undecidable_assertions(&plan) {
+                    if matches!(args.format, Format::Text) {
+                        say!(
+                            "{}: warning: {}",
+                            file.display(),
+                            crate::escape::one_line(&warning)
+                        )?;
+                    }
+                    warnings.push(
+                        serde_json::json!({"file": file.display().to_string(), "message": warning}),
+                    );
+                }
             }
             Ok(Checked::Fragment) => {
                 if matches!(args.format, Format::Text) {
@@ -123,6 +136,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                 "files": files.len(),
                 "files_with_problems": bad_files,
                 "diagnostics": diagnostics,
+                "warnings": warnings,
             });
             say!(
                 "{}",
@@ -137,6 +151,14 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
         Format::Text => {}
     }
     Ok(if bad_files > 0 { EXIT_USAGE } else { EXIT_PASS })
+}
+
+/// The plan's percentile assertions its planned requests can never decide (a schedule that
+/// cannot be compiled here says nothing: `plan` and `run` say why).
+fn undecidable_assertions(plan: &plan::Plan) -> Vec<String> {
+    crate::planner::compile(plan, plan.seed)
+        .map(|schedule| crate::verdict::undecidable(plan, &schedule))
+        .unwrap_or_default()
 }
 
 /// A mistake where an editor or a review bot can show it.

@@ -57,7 +57,7 @@ fn compare_runs(
     let junit = match &args.junit {
         Some(_) => {
             let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
-            let verdicts = verdict::evaluate(&[], &aggregates);
+            let verdicts = verdict::evaluate(&[], &Default::default(), &aggregates);
             let status = if comparison.regressed {
                 Status::Failed(vec![Failure::Regression])
             } else {

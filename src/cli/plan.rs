@@ -49,5 +49,8 @@ pub(super) fn show(args: &PlanArgs) -> Result<u8> {
         Format::Table => schedule::table(&plan, &schedule),
     };
     say_raw!("{output}")?;
+    for warning in crate::verdict::undecidable(&plan, &schedule) {
+        eprintln!("warning: {}", crate::escape::one_line(&warning));
+    }
     Ok(EXIT_PASS)
 }

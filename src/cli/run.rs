@@ -225,6 +225,8 @@ fn shard_said(
         Status::Failed(_) => {
             super::say!("shard {shard} ABORTED: its plan's abort condition held")?;
         }
+        // A shard judges no assertion: only the merged run decides.
+        Status::NotDecided(_) => {}
         Status::Passed => {
             super::say!(
                 "shard {shard} is judged with the others: llmload merge <every shard's directory> --out DIR"

@@ -126,6 +126,35 @@ impl Distribution {
         })
     }
 
+    /// The `rank`-th smallest value (1-based; ranks beyond the count are the largest), as
+    /// [`Distribution::stat`] reads a percentile: the histogram's bucket top, within the exact
+    /// extremes. `None` without values.
+    pub fn value_at_rank(&self, rank: u64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let n = self.count as f64;
+        let rank = (rank as f64).clamp(1.0, n);
+        let value = self.hist.value_at_quantile((rank - 0.5) / n) as f64 / self.resolution;
+        Some(value.clamp(self.min, self.max))
+    }
+
+    /// The share of the values at or below `value` (in the reported unit), to the histogram's
+    /// precision.
+    pub fn share_at_or_below(&self, value: f64) -> f64 {
+        if self.count == 0 || !value.is_finite() {
+            return 0.0;
+        }
+        if value < self.min {
+            return 0.0;
+        }
+        if value >= self.max {
+            return 1.0;
+        }
+        let scaled = (value * self.resolution).max(0.0) as u64;
+        self.hist.quantile_below(scaled)
+    }
+
     /// Adds every value of `other`.
     pub fn merge(&mut self, other: &Distribution) {
         if other.count == 0 {

@@ -68,6 +68,8 @@ pub struct Plan {
     pub phases: Vec<Phase>,
     /// The SLA assertions, judged on the run's aggregates.
     pub sla: Vec<Assertion>,
+    /// How the `sla` is judged (`confidence`, `undecided`).
+    pub judging: Judging,
     /// Per-request objectives that define goodput.
     pub slo: Option<Slo>,
     /// Tolerances for comparing a run with a baseline (`llmload compare`, `run --baseline`).

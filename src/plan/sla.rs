@@ -22,6 +22,59 @@ pub struct Assertion {
     pub text: String,
 }
 
+/// How the `sla` is judged: the confidence a percentile's bound must reach, and what a judgement
+/// the run's data cannot decide makes of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judging {
+    /// `confidence "95%"`: a percentile assertion passes when its one-sided bound at this
+    /// confidence holds, fails when the other bound breaks it (a fraction in [0.5, 0.9999]).
+    pub confidence: f64,
+    /// `undecided "not-decided"`: what a judgement the data cannot decide makes of the run.
+    pub undecided: Undecided,
+}
+
+/// The confidence percentile assertions are judged at unless the plan says otherwise.
+pub const DEFAULT_CONFIDENCE: f64 = 0.95;
+
+impl Default for Judging {
+    fn default() -> Judging {
+        Judging {
+            confidence: DEFAULT_CONFIDENCE,
+            undecided: Undecided::NotDecided,
+        }
+    }
+}
+
+/// What a judgement the run's data cannot decide makes of the run (`sla { undecided "…" }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Undecided {
+    /// The run is not decided (exit 3), naming each judgement and what would decide it.
+    #[default]
+    NotDecided,
+    /// The run fails (exit 1): a gate that must show its objectives hold.
+    Fail,
+    /// The judgement is shown and does not gate (a smoke test of a plan, too short to decide).
+    Pass,
+}
+
+impl Undecided {
+    /// Every value, as plans write them.
+    pub const ALL: [(&'static str, Undecided); 3] = [
+        ("not-decided", Undecided::NotDecided),
+        ("fail", Undecided::Fail),
+        ("pass", Undecided::Pass),
+    ];
+
+    /// As plans write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Undecided::NotDecided => "not-decided",
+            Undecided::Fail => "fail",
+            Undecided::Pass => "pass",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 /// A statistic of a distribution.
 pub enum Stat {

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::Api;
 
+/// How long a target may refuse every request before the run ends as not carried out.
+pub const DEFAULT_UNREACHABLE_AFTER: Duration = Duration::from_secs(5);
+
 /// Where requests go and how they are spoken.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -20,6 +23,10 @@ pub struct Target {
     pub stream: bool,
     /// Per request, from the send to the end of the response.
     pub timeout: Duration,
+    /// `unreachable-after "5s"`: when every request for this long met a refused or reset
+    /// connection (or no answer at all) and nothing was heard from the target, the run ends as
+    /// not carried out; `None` (`#false`) waits out the schedule (a fail-over test).
+    pub unreachable_after: Option<Duration>,
     /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
     /// gives exact tokens per chunk.
     pub continuous_usage: bool,

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use super::{Summary, VerdictStatus};
 use crate::compare::{Change, Comparison};
 use crate::metrics::Severity;
+use crate::verdict::Outcome;
 
 /// Escapes text for XML attributes and content.
 fn xml(text: &str) -> String {
@@ -29,6 +30,8 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
     // unreachable, every request failed), a failure when an abort condition stopped it. With
     // the cases below, the report fails exactly when the exit code does.
     match summary.verdict.status {
+        // A run that is not decided fails through its undecided assertions' error cases.
+        VerdictStatus::Pass | VerdictStatus::Fail | VerdictStatus::NotDecided => {}
         VerdictStatus::Interrupted | VerdictStatus::NotCarriedOut => cases.push(Case {
             name: "run completed".into(),
             class: "run",
@@ -38,7 +41,6 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
                 "No verdict is given on a run that was not carried out.".into(),
             )),
         }),
-        _ => {}
     }
     if let Some(reason) = &summary.aborted {
         cases.push(Case {
@@ -56,16 +58,38 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
             "observed {}, threshold {}, phase {}",
             v.observed_display, v.threshold_display, v.phase
         );
+        let interval = v
+            .interval
+            .as_ref()
+            .map(|i| format!(", interval {}", i.display))
+            .unwrap_or_default();
+        let message = format!("{message}{interval}");
+        let outcome = match (v.outcome, v.passed) {
+            (Outcome::Pass, _) => None,
+            (Outcome::Fail, _) => Some((
+                "failure",
+                message.clone(),
+                format!("{}: {message}", v.assertion),
+            )),
+            // Not decided, and the plan lets it pass: shown, not gating.
+            (Outcome::NotDecided, true) => Some((
+                "skipped",
+                format!("not decided: {}", v.undecided.as_deref().unwrap_or("")),
+                String::new(),
+            )),
+            (Outcome::NotDecided, false) => Some((
+                "error",
+                format!("not decided: {}", v.undecided.as_deref().unwrap_or("")),
+                format!(
+                    "{}: {message}; this run's data cannot decide it",
+                    v.assertion
+                ),
+            )),
+        };
         cases.push(Case {
             name: format!("{} [{}]", v.assertion, v.phase),
             class: "sla",
-            outcome: (!v.passed).then(|| {
-                (
-                    "failure",
-                    message.clone(),
-                    format!("{}: {message}", v.assertion),
-                )
-            }),
+            outcome,
         });
     }
     if let Some(comparison) = comparison {
@@ -111,6 +135,10 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
         .iter()
         .filter(|c| matches!(c.outcome, Some(("error", _, _))))
         .count();
+    let skipped = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Some(("skipped", _, _))))
+        .count();
     let time = format!("{:.3}", summary.context.duration_s);
     // Ant's schema wants a timestamp without a zone; the run's start is UTC.
     let timestamp = summary
@@ -140,7 +168,7 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
     );
     let _ = writeln!(
         out,
-        "  <testsuite name=\"llmload.{}\" package=\"llmload\" id=\"0\" hostname=\"{}\" timestamp=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"0\" time=\"{time}\">",
+        "  <testsuite name=\"llmload.{}\" package=\"llmload\" id=\"0\" hostname=\"{}\" timestamp=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{time}\">",
         xml(plan),
         xml(&summary.context.header.client_host),
         xml(&timestamp),
@@ -173,6 +201,13 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
         );
         match &case.outcome {
             None => out.push_str("/>\n"),
+            Some(("skipped", message, _)) => {
+                let _ = writeln!(
+                    out,
+                    ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                    xml(message)
+                );
+            }
             Some((kind, message, body)) => {
                 let _ = writeln!(
                     out,

@@ -37,6 +37,9 @@ pub struct SweepSummary {
     pub best_by: &'static str,
     /// Whether the plan searches for capacity (the table and chart show it).
     pub searched: bool,
+    /// Why the capacities the best was chosen by are uncertain, when they are: searches that
+    /// stopped before their precision (each named with its bracket's width).
+    pub best_caveat: Option<String>,
     /// Each configuration, in the order run.
     pub configurations: Vec<ConfigRow>,
     /// The configurations not run (the sweep was stopped).
@@ -58,6 +61,9 @@ pub struct ConfigRow {
     pub reasons: Vec<String>,
     /// Its capacity headline, when the plan searches.
     pub capacity: Option<String>,
+    /// Why its capacity is known only to a wide bracket, when its search stopped before its
+    /// precision.
+    pub capacity_caveat: Option<String>,
     /// Its headline numbers, by the columns' slugs (absent where the run has none).
     pub values: Vec<Option<f64>>,
     /// Its server's time to ready, seconds.
@@ -98,6 +104,7 @@ pub fn summary(
                     status: "not_carried_out".into(),
                     reasons: vec![why.clone()],
                     capacity: None,
+                    capacity_caveat: None,
                     values: vec![None; columns.len()],
                     ready_seconds: None,
                     server_cpu_seconds: None,
@@ -109,6 +116,7 @@ pub fn summary(
                     status: status_name(&s.verdict),
                     reasons: s.verdict.reasons.clone(),
                     capacity: s.capacity.as_ref().map(|c| c.headline.clone()),
+                    capacity_caveat: s.capacity.as_ref().and_then(|c| caveat(&c.bracket)),
                     values: columns
                         .iter()
                         .map(|(slug, _, _)| value_of(&s.measures, slug))
@@ -120,7 +128,9 @@ pub fn summary(
             }
         })
         .collect();
+    let best_caveat = best_caveat(&configurations, best_by);
     SweepSummary {
+        best_caveat,
         plan: plan.to_string(),
         passed: verdict.exit_code == crate::error::EXIT_PASS,
         verdict,
@@ -222,6 +232,46 @@ pub fn render(summary: &SweepSummary) -> Result<[String; 3]> {
     Ok([markdown, html, json + "\n"])
 }
 
+/// Why a search's capacity is known only to a wide bracket: it stopped on a budget (time,
+/// probes), the client, or an interruption, not on its precision.
+fn caveat(bracket: &crate::planner::search::Bracket) -> Option<String> {
+    use crate::records::Stopped;
+    match bracket.stopped {
+        Stopped::Precise | Stopped::BelowRange | Stopped::AboveRange => None,
+        Stopped::ProbeBudget
+        | Stopped::TimeBudget
+        | Stopped::Interrupted
+        | Stopped::ClientLimited => Some(match bracket.width {
+            Some(width) => format!(
+                "{}: its bracket is {:.0}% wide",
+                bracket.stopped.describe(),
+                width * 100.0
+            ),
+            None => format!("{}, with no bracket", bracket.stopped.describe()),
+        }),
+    }
+}
+
+/// When the best was chosen by capacity and some capacities compared are known only to wide
+/// brackets, what a reader must know before trusting the choice.
+fn best_caveat(rows: &[ConfigRow], best_by: &str) -> Option<String> {
+    if best_by != "capacity" {
+        return None;
+    }
+    let uncertain: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == "pass")
+        .filter_map(|r| Some(format!("{}: {}", r.name, r.capacity_caveat.as_ref()?)))
+        .collect();
+    (!uncertain.is_empty()).then(|| {
+        format!(
+            "the capacities it was chosen by are uncertain: {}; a longer max-duration or more \
+             max-probes would decide between them",
+            uncertain.join("; ")
+        )
+    })
+}
+
 /// The terminal's table: one line per configuration, the best marked, then the verdict.
 pub fn terminal(summary: &SweepSummary) -> String {
     let width = summary
@@ -263,6 +313,9 @@ pub fn terminal(summary: &SweepSummary) -> String {
         )),
         None => out.push_str("no configuration met the objectives\n"),
     }
+    if let Some(caveat) = &summary.best_caveat {
+        out.push_str(&format!("but {}\n", crate::escape::one_line(caveat)));
+    }
     out.push_str(&headline(&summary.verdict));
     out.push('\n');
     out
@@ -274,5 +327,60 @@ pub fn headline(verdict: &RunVerdict) -> String {
         "PASS: every server configuration passed its gate".to_string()
     } else {
         verdict.headline(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::LoadUnit;
+    use crate::planner::search::Bracket;
+    use crate::records::Stopped;
+
+    fn bracket(stopped: Stopped, sustains: f64, fails_at: f64) -> Bracket {
+        Bracket {
+            sustains: Some(sustains),
+            fails_at: Some(fails_at),
+            width: Some((fails_at - sustains) / sustains),
+            unit: LoadUnit::RequestsPerSecond,
+            probes: 5,
+            stopped,
+        }
+    }
+
+    fn row(name: &str, status: &str, caveat: Option<String>) -> ConfigRow {
+        ConfigRow {
+            name: name.into(),
+            dir: name.into(),
+            status: status.into(),
+            reasons: Vec::new(),
+            capacity: Some("sustains 8 req/s".into()),
+            capacity_caveat: caveat,
+            values: Vec::new(),
+            ready_seconds: None,
+            server_cpu_seconds: None,
+            best: false,
+        }
+    }
+
+    #[test]
+    fn a_best_chosen_by_capacities_of_wide_brackets_says_so() {
+        assert_eq!(caveat(&bracket(Stopped::Precise, 8.0, 8.5)), None);
+        let wide = caveat(&bracket(Stopped::TimeBudget, 8.0, 11.28)).unwrap();
+        assert!(
+            wide.contains("max-duration") && wide.ends_with("its bracket is 41% wide"),
+            "{wide}"
+        );
+        let rows = [
+            row("--parallel 1", "pass", Some(wide.clone())),
+            row("--parallel 4", "pass", None),
+            row("--parallel 8", "fail", Some(wide)),
+        ];
+        let said = best_caveat(&rows, "capacity").unwrap();
+        assert!(said.contains("--parallel 1: its time ran out"), "{said}");
+        assert!(!said.contains("--parallel 8"), "{said}");
+        // Chosen by anything else, capacities do not matter to the choice.
+        assert_eq!(best_caveat(&rows, "headroom"), None);
+        assert_eq!(best_caveat(&rows[1..2], "capacity"), None);
     }
 }

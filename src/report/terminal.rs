@@ -3,6 +3,27 @@
 use super::Summary;
 use crate::metrics::{Metric, Severity};
 
+/// What the failed requests met, a line per error class with its count, when it was first and
+/// last seen and what the first said: a run that failed on its error rate says why.
+fn error_lines(summary: &Summary) -> String {
+    let mut out = String::new();
+    for e in &summary.error_samples {
+        let status = e
+            .http_status
+            .map(|s| format!(" HTTP {s},"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "errors: {} {} ({:.1}-{:.1} s),{status} the first said: {}\n",
+            e.class,
+            e.count,
+            e.first_s,
+            e.last_s,
+            crate::escape::one_line(&crate::error::shorten(&e.sample))
+        ));
+    }
+    out
+}
+
 /// What the terminal shows at the end of a run.
 pub fn terminal_summary(summary: &Summary) -> String {
     let mut out = String::new();
@@ -43,6 +64,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
         ));
     }
     out.push_str("(latencies in ms)\n");
+    out.push_str(&error_lines(summary));
     if !summary.steps.is_empty() {
         out.push('\n');
         out.push_str(&steps_table(summary));
@@ -80,19 +102,33 @@ pub fn terminal_summary(summary: &Summary) -> String {
             .max()
             .unwrap_or(5)
             .clamp(5, 24);
+        let interval_width = summary
+            .verdicts
+            .iter()
+            .map(|v| v.interval.as_ref().map_or(1, |i| i.display.chars().count()))
+            .max()
+            .unwrap_or(8)
+            .max(8);
         out.push_str(&format!(
-            "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  result\n",
-            "assertion", "phase", "threshold", "observed"
+            "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  {:<interval_width$}  result\n",
+            "assertion", "phase", "threshold", "observed", "interval"
         ));
         for v in &summary.verdicts {
             out.push_str(&format!(
-                "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  {}\n",
+                "{:<width$}  {:<phase_width$}  {:>14}  {:>14}  {:<interval_width$}  {}\n",
                 v.assertion,
                 truncate(&v.phase, phase_width),
                 v.threshold_display,
                 v.observed_display,
-                if v.passed { "PASS" } else { "FAIL" }
+                v.interval.as_ref().map_or("-", |i| i.display.as_str()),
+                v.outcome.word().to_uppercase()
             ));
+            if let Some(why) = &v.undecided {
+                out.push_str(&format!(
+                    "  not decided: {}\n",
+                    crate::escape::one_line(why)
+                ));
+            }
         }
         out.push('\n');
     }

@@ -371,15 +371,23 @@ fn observers(
     options: &RunOptions,
     schedule: &planner::Schedule,
 ) -> (Arc<dyn Observer>, Option<Arc<search::ProbeWatch>>) {
-    // The plan's abort conditions watch the run between the executor and the caller.
+    // A target that stops answering ends the run; the plan's abort conditions watch it too.
+    let observer: Arc<dyn Observer> = match plan.target.unreachable_after {
+        Some(window) => Arc::new(unreachable::UnreachableWatch::new(
+            window,
+            options.stop.clone(),
+            options.observer.clone(),
+        )),
+        None => options.observer.clone(),
+    };
     let observer: Arc<dyn Observer> = if plan.abort.is_empty() {
-        options.observer.clone()
+        observer
     } else {
         Arc::new(abort::AbortWatch::new(
             plan.abort.clone(),
             plan.slo,
             options.stop.clone(),
-            options.observer.clone(),
+            observer,
         ))
     };
     // A search probes from what its earlier probes' records say, and watches each probe.

@@ -23,6 +23,7 @@ mod server;
 mod server_sweep;
 mod shard;
 mod target;
+mod unreachable;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

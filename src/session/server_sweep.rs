@@ -131,7 +131,9 @@ fn verdict_of(runs: &[ConfigRun], skipped: &[ServerConfig], interrupted: bool) -
                 match outcome.status {
                     Status::Passed => {}
                     Status::Failed(_) => failed.push(reason(run, &why)),
-                    Status::NotCarriedOut(_) => not_carried_out.push(reason(run, &why)),
+                    Status::NotCarriedOut(_) | Status::NotDecided(_) => {
+                        not_carried_out.push(reason(run, &why))
+                    }
                 }
             }
         }
@@ -161,6 +163,7 @@ fn verdict_of(runs: &[ConfigRun], skipped: &[ServerConfig], interrupted: bool) -
         status,
         exit_code,
         reasons,
+        found: Vec::new(),
     }
 }
 

@@ -2,17 +2,25 @@
 //! sweeps and the probes of its search judged on its objectives ([`steps`]), and the capacity
 //! the search found.
 //!
-//! An assertion with no data to judge (no successful request in its scope) fails: an SLA that
-//! cannot be shown to hold does not pass. This module only judges; exit codes are the session's
-//! and the CLI's.
+//! Every assertion has one of three outcomes ([`Outcome`]): it passes, it fails, or the run's data
+//! cannot decide it, with the reason and what would decide it. A percentile is judged by its
+//! distribution-free confidence bounds ([`confidence`]): it passes when the bound on its side
+//! holds at the plan's `confidence`, fails when the other bound breaks it, and is otherwise not
+//! decided (40 requests cannot show a p99.9). An assertion with no data to judge is not decided
+//! either: an SLA that cannot be shown to hold does not pass, and one that cannot be shown to
+//! break does not fail. This module only judges; exit codes are the session's and the CLI's.
 
 use serde::Serialize;
 
+pub(crate) mod confidence;
+mod sizing;
 mod status;
 mod steps;
 
 use crate::metrics::{Aggregates, PhaseMetrics, Severity, Warning};
-use crate::plan::{Assertion, LoadUnit, Metric, MetricKind, Plan, Stat};
+use crate::plan::{Assertion, Judging, LoadUnit, Metric, MetricKind, Op, Plan, Stat, Undecided};
+use confidence::Lean;
+pub use sizing::undecidable;
 pub use status::{Failure, NotCarriedOut, RunVerdict, Status, VerdictStatus};
 pub use steps::{judge_step, objectives, CapacityResult, SeriesResult, StepResult};
 
@@ -33,10 +41,58 @@ pub struct VerdictResult {
     pub threshold_display: String,
     /// The observed value as people read it.
     pub observed_display: String,
-    /// Whether the assertion held.
+    /// Whether it lets the run pass: its outcome is a pass, or not decided in a plan that says
+    /// `undecided "pass"`.
     pub passed: bool,
+    /// Pass, fail, or not decided.
+    pub outcome: Outcome,
+    /// Why it is not decided, and what would decide it (absent unless not decided).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<String>,
+    /// A percentile's confidence interval (each end a one-sided bound at the plan's
+    /// confidence), in `unit`; absent for other statistics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
     /// How many values the observed statistic rests on (distributions only).
     pub samples: Option<u64>,
+}
+
+/// The three outcomes of a judgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It holds (for a percentile: its bound at the plan's confidence holds).
+    Pass,
+    /// It is broken (for a percentile: beyond doubt at the plan's confidence).
+    Fail,
+    /// The run's data cannot say: too few values, no data, or a client that limited the run.
+    NotDecided,
+}
+
+impl Outcome {
+    /// As the reports write it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::NotDecided => "not decided",
+        }
+    }
+}
+
+/// A percentile's confidence interval from order statistics: the true value is at least `low`,
+/// and at most `high`, each with the plan's confidence; an end the sample is too small to
+/// bound is absent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    /// The lower bound, if the sample has one.
+    pub low: Option<f64>,
+    /// The upper bound, if the sample has one.
+    pub high: Option<f64>,
+    /// The confidence of each bound (0.95).
+    pub confidence: f64,
+    /// As people read it: `95%: 12.10ms … 15.30ms`, `95%: 12.10ms … unbounded`.
+    pub display: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +110,40 @@ pub struct Verdicts {
     pub series: Vec<SeriesResult>,
     /// What the plan's search found.
     pub capacity: Option<CapacityResult>,
+}
+
+impl Verdicts {
+    /// The judgements that fail the run.
+    pub fn failing(&self) -> impl Iterator<Item = &VerdictResult> {
+        self.results.iter().filter(|r| r.outcome == Outcome::Fail)
+    }
+
+    /// The judgements that leave the run not decided (none when the plan says `undecided
+    /// "pass"`: those are shown, and pass).
+    pub fn deciding_nothing(&self) -> impl Iterator<Item = &VerdictResult> {
+        self.results
+            .iter()
+            .filter(|r| r.outcome == Outcome::NotDecided && !r.passed)
+    }
+}
+
+/// What the plan says a judgement its data cannot decide makes of the run: with `undecided
+/// "fail"` it fails (its reason kept), with `"pass"` it passes the gate and stays marked not
+/// decided.
+fn apply_undecided(results: &mut [VerdictResult], policy: Undecided) {
+    for result in results
+        .iter_mut()
+        .filter(|r| r.outcome == Outcome::NotDecided)
+    {
+        match policy {
+            Undecided::NotDecided => result.passed = false,
+            Undecided::Fail => {
+                result.outcome = Outcome::Fail;
+                result.passed = false;
+            }
+            Undecided::Pass => result.passed = true,
+        }
+    }
 }
 
 /// The fewest values a percentile `p` needs to be more than the largest value (nearest rank).
@@ -90,19 +180,21 @@ pub fn display(kind: MetricKind, value: f64) -> String {
 }
 
 /// Judges each assertion against the aggregates of its scope.
-pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
-    let mut notes = Vec::new();
-    let results: Vec<VerdictResult> = assertions
+pub fn evaluate(assertions: &[Assertion], judging: &Judging, aggregates: &Aggregates) -> Verdicts {
+    let mut results: Vec<VerdictResult> = assertions
         .iter()
         .map(|assertion| {
             let metrics = scope(aggregates, assertion.phase.as_deref());
-            judge_assertion(assertion, metrics, Some(&mut notes))
+            let mut result = judge_assertion(assertion, metrics, Judge::Confidence(judging));
+            say_which_telemetry(&mut result, assertion, aggregates);
+            result
         })
         .collect();
+    apply_undecided(&mut results, judging.undecided);
     Verdicts {
         passed: results.iter().all(|r| r.passed),
         results,
-        notes,
+        notes: Vec::new(),
         steps: Vec::new(),
         series: Vec::new(),
         capacity: None,
@@ -116,7 +208,7 @@ pub fn evaluate(assertions: &[Assertion], aggregates: &Aggregates) -> Verdicts {
 /// is failed by the assertions that name a phase and by `capacity`.
 pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
     if !plan.is_stepped() {
-        return evaluate(&plan.sla, aggregates);
+        return evaluate(&plan.sla, &plan.judging, aggregates);
     }
     let objectives = steps::objectives(plan);
     let steps: Vec<StepResult> = aggregates
@@ -144,8 +236,8 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
             bracket,
         }
     });
-    let mut notes = few_samples_in_steps(&objectives, &steps);
-    let results: Vec<VerdictResult> = plan
+    let notes = few_samples_in_steps(&objectives, &steps);
+    let mut results: Vec<VerdictResult> = plan
         .sla
         .iter()
         .filter(|a| a.phase.is_some() || a.metric == Metric::Capacity)
@@ -154,9 +246,12 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
                 return judge_capacity(assertion, capacity.as_ref());
             }
             let metrics = scope(aggregates, assertion.phase.as_deref());
-            judge_assertion(assertion, metrics, Some(&mut notes))
+            let mut result = judge_assertion(assertion, metrics, Judge::Confidence(&plan.judging));
+            say_which_telemetry(&mut result, assertion, aggregates);
+            result
         })
         .collect();
+    apply_undecided(&mut results, plan.judging.undecided);
     Verdicts {
         passed: results.iter().all(|r| r.passed),
         results,
@@ -226,38 +321,111 @@ fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> V
             None => "none: no load held".into(),
         },
         passed: observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold)),
+        outcome: if observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold)) {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        },
+        undecided: None,
+        interval: None,
         samples: None,
     }
 }
 
-/// One assertion judged on one scope's metrics (`None`: the scope has no data). A percentile
-/// of too few values adds a note to `notes`, when given.
+/// A server metric the scrapes answered without: whether the engine exported it at all in this
+/// run ("llama.cpp's /metrics has no KV cache": builds differ, so it is the scrapes that say),
+/// rather than "no server telemetry".
+fn say_which_telemetry(result: &mut VerdictResult, assertion: &Assertion, aggregates: &Aggregates) {
+    use crate::metrics::table::Source;
+    let Source::Server(signal) = assertion.metric.def().source else {
+        return;
+    };
+    let Some(server) = aggregates.server.as_ref().filter(|s| s.samples > 0) else {
+        return;
+    };
+    if result.observed.is_some() {
+        return;
+    }
+    let engine = server.engine.as_deref().unwrap_or("the server");
+    let label = assertion.metric.def().label;
+    let what = label.strip_prefix("Server ").unwrap_or(label);
+    let exported = aggregates
+        .phases
+        .iter()
+        .chain(std::iter::once(&aggregates.overall))
+        .any(|p| {
+            p.server
+                .as_ref()
+                .is_some_and(|s| s.signal(signal).is_some())
+        });
+    result.observed_display = if exported {
+        format!("{engine}'s /metrics did not report its {what} here")
+    } else {
+        format!("{engine}'s /metrics has no {what}")
+    };
+    result.undecided = Some(format!(
+        "{} ({} scrape(s) answered): llmload cannot judge it on this server; assert a measure \
+         the client takes, or scrape a server that exports it",
+        result.observed_display, server.samples
+    ));
+}
+
+/// Whether the client's stalls could by themselves have made the assertion miss: for a
+/// latency, enough stalled requests to move its statistic (a p99 of 600 requests: 6; a max:
+/// one), and a stall as long as the distance between the value and its threshold; for any other
+/// metric (throughput, rates), 1% or more of the scope's requests in flight during a stall.
+fn could_explain(
+    stalls: &crate::metrics::stalls::ClientStalls,
+    assertion: &Assertion,
+    result: &VerdictResult,
+) -> bool {
+    if assertion.metric.kind() != MetricKind::Latency {
+        return stalls.share_during() >= crate::metrics::warnings::STALLED_SHARE;
+    }
+    let distance = result
+        .observed
+        .map_or(f64::INFINITY, |v| (v - assertion.threshold).abs());
+    let n = stalls.requests.max(1) as f64;
+    let needed = match assertion.stat {
+        Some(Stat::Percentile(p)) => ((1.0 - p / 100.0) * n).ceil().max(1.0),
+        Some(Stat::Max) | None => 1.0,
+        Some(Stat::Min) => n,
+        Some(Stat::Mean) => (distance * n / stalls.worst_ms.max(1e-9)).ceil(),
+    };
+    stalls.worst_ms >= distance && stalls.requests_during as f64 >= needed
+}
+
+/// How an assertion is judged.
+#[derive(Debug, Clone, Copy)]
+pub enum Judge<'a> {
+    /// On the observed value alone, with no data a failure: a sweep's step or a search's
+    /// probe, whose uncertainty the search handles itself (margins, repeats).
+    Point,
+    /// A percentile by its confidence bounds; no data is not decided: the run's assertions.
+    Confidence(&'a Judging),
+}
+
+/// One assertion judged on one scope's metrics (`None`: the scope has no data).
 pub fn judge_assertion(
     assertion: &Assertion,
     metrics: Option<&PhaseMetrics>,
-    notes: Option<&mut Vec<Warning>>,
+    judge: Judge,
 ) -> VerdictResult {
     let kind = assertion.metric.kind();
     let distribution = metrics.and_then(|m| m.distribution(assertion.metric));
     let observed = metrics.and_then(|m| m.value(assertion.metric, assertion.stat));
     let samples = distribution.map(|d| d.count());
-    if let (Some(Stat::Percentile(p)), Some(n), Some(notes)) = (assertion.stat, samples, notes) {
-        let needed = samples_needed(p);
-        if n > 0 && n < needed {
-            notes.push(Warning {
-                severity: Severity::Note,
-                code: "few-samples",
-                message: format!(
-                    "`{}` ({}): its p{p} rests on {n} value(s), so it is simply the largest; a p{p} \
-                     needs at least {needed} values to mean what it says",
-                    assertion.text,
-                    assertion.phase.as_deref().unwrap_or("all recorded phases")
-                ),
-            });
+    let holds = observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
+    let observed_display = observed.map(|v| display(kind, v)).unwrap_or_else(|| {
+        if assertion.metric.is_server() {
+            "no server telemetry".into()
+        } else if assertion.metric == crate::plan::Metric::PrefixCacheHitRate {
+            "the server reported no cached tokens".into()
+        } else {
+            "no data".into()
         }
-    }
-    let passed = observed.is_some_and(|value| assertion.op.holds(value, assertion.threshold));
-    VerdictResult {
+    });
+    let mut result = VerdictResult {
         assertion: assertion.text.clone(),
         phase: assertion.phase.clone().unwrap_or_else(|| "all".into()),
         threshold: assertion.threshold,
@@ -268,18 +436,192 @@ pub fn judge_assertion(
             assertion.op.symbol(),
             display(kind, assertion.threshold)
         ),
-        observed_display: observed.map(|v| display(kind, v)).unwrap_or_else(|| {
-            if assertion.metric.is_server() {
-                "no server telemetry".into()
-            } else if assertion.metric == crate::plan::Metric::PrefixCacheHitRate {
-                "the server reported no cached tokens".into()
-            } else {
-                "no data".into()
-            }
-        }),
-        passed,
+        observed_display,
+        passed: holds,
+        outcome: if holds { Outcome::Pass } else { Outcome::Fail },
+        undecided: None,
+        interval: None,
         samples: samples.filter(|_| !assertion.metric.is_server()),
+    };
+    let Judge::Confidence(judging) = judge else {
+        return result;
+    };
+    if observed.is_none() {
+        result.outcome = Outcome::NotDecided;
+        result.undecided = Some(format!(
+            "{}: nothing in its scope to judge",
+            result.observed_display
+        ));
+    } else if let (Some(Stat::Percentile(p)), Some(distribution)) = (assertion.stat, distribution) {
+        let ok = metrics.map_or(0, |m| m.requests.ok);
+        judge_percentile(&mut result, assertion, p, distribution, ok, judging);
     }
+    if let Some(why) = metrics.and_then(|m| client_at_fault(m, assertion, &result)) {
+        result.outcome = Outcome::NotDecided;
+        result.undecided = Some(why);
+    }
+    result.passed = result.outcome == Outcome::Pass;
+    result
+}
+
+/// Why the client, not the server, may have made this judgement what it is, if it may: the
+/// client stalled while a share of the scope's requests were in flight (or a stall alone spans
+/// the distance between a latency and its threshold) and the judgement did not pass — a stall
+/// only makes latencies longer, so a pass still stands —, or the client could not deliver the
+/// load (schedule lag, its CPU, its users waiting for bodies), which no outcome survives: the
+/// server was not sent the plan.
+fn client_at_fault(
+    metrics: &PhaseMetrics,
+    assertion: &Assertion,
+    result: &VerdictResult,
+) -> Option<String> {
+    let stalls = metrics.client_stalls.filter(|s| s.count > 0);
+    let stalled = stalls.map(|s| {
+        format!(
+            "the client stalled ({} stall(s) of 5 ms or more, the worst {:.0} ms at {:.1} s, with {} of \
+             {} requests in flight)",
+            s.count, s.worst_ms, s.worst_at_s, s.requests_during, s.requests
+        )
+    });
+    let blamed = match (stalled, crate::metrics::warnings::client_limited(metrics)) {
+        // The load was not delivered: no outcome stands, whatever stalled.
+        (Some(stalled), Some(why)) => format!("{stalled}, and {why}"),
+        (None, Some(why)) => format!("the client, not the server, limited this scope: {why}"),
+        (Some(stalled), None) if result.outcome != Outcome::Pass => {
+            if !stalls.is_some_and(|s| could_explain(&s, assertion, result)) {
+                return None;
+            }
+            stalled
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{blamed}: not evidence about the server (observed {}); run it where the client is not starved",
+        result.observed_display
+    ))
+}
+
+/// A percentile judged by its one-sided bounds at the plan's confidence: the bound on the
+/// assertion's side decides a pass, the other a failure; between them, not decided, with the
+/// requests that would decide it.
+fn judge_percentile(
+    result: &mut VerdictResult,
+    assertion: &Assertion,
+    p: f64,
+    distribution: &crate::metrics::Distribution,
+    ok_requests: u64,
+    judging: &Judging,
+) {
+    let n = distribution.count();
+    if p >= 100.0 || n == 0 {
+        return;
+    }
+    let kind = assertion.metric.kind();
+    let ranks = confidence::ranks(n, p / 100.0, judging.confidence);
+    let low = ranks.lower.and_then(|r| distribution.value_at_rank(r));
+    let high = ranks.upper.and_then(|r| distribution.value_at_rank(r));
+    let end = |v: Option<f64>| v.map_or_else(|| "unbounded".to_string(), |v| display(kind, v));
+    result.interval = Some(Interval {
+        low,
+        high,
+        confidence: judging.confidence,
+        display: format!(
+            "{}%: {} … {}",
+            crate::plan::units::format_load(judging.confidence * 100.0),
+            end(low),
+            end(high)
+        ),
+    });
+    let (op, threshold) = (assertion.op, assertion.threshold);
+    // The bound that shows the assertion holds, and the one that shows it broken.
+    let (shows_pass, shows_fail) = match op {
+        Op::Lt | Op::Le => (high, low),
+        Op::Gt | Op::Ge => (low, high),
+    };
+    result.outcome = if shows_pass.is_some_and(|v| op.holds(v, threshold)) {
+        Outcome::Pass
+    } else if shows_fail.is_some_and(|v| !op.holds(v, threshold)) {
+        Outcome::Fail
+    } else {
+        Outcome::NotDecided
+    };
+    if result.outcome != Outcome::NotDecided {
+        return;
+    }
+    let leans_pass = result.observed.is_some_and(|v| op.holds(v, threshold));
+    let lean = match (op, leans_pass) {
+        (Op::Lt | Op::Le, true) | (Op::Gt | Op::Ge, false) => Lean::Below,
+        _ => Lean::Above,
+    };
+    let below = distribution.share_at_or_below(threshold);
+    let needed = confidence::requests_to_decide(p / 100.0, judging.confidence, below, lean);
+    let confidence = crate::plan::units::format_load(judging.confidence * 100.0);
+    let bounds = match (low, high) {
+        (Some(low), Some(high)) => {
+            format!("between {} and {}", display(kind, low), display(kind, high))
+        }
+        (Some(low), None) => format!(
+            "at least {}, with no upper bound from so few values",
+            display(kind, low)
+        ),
+        (None, Some(high)) => format!(
+            "at most {}, with no lower bound from so few values",
+            display(kind, high)
+        ),
+        (None, None) => "unbounded either way from so few values".to_string(),
+    };
+    let decide = match needed {
+        Some(values) => format!(
+            "about {} would decide it, if their values keep this run's shape",
+            requests_for(values, n, ok_requests)
+        ),
+        None => "its values sit on the threshold: no run length decides it".to_string(),
+    };
+    result.undecided = Some(format!(
+        "its p{p} rests on {}: at {confidence}% confidence it is {bounds}, so `{}` is open; {decide}",
+        values_word(n, ok_requests),
+        result.threshold_display
+    ));
+}
+
+/// `40 requests`, or `1,200 values (40 requests)` for a per-gap metric.
+fn values_word(values: u64, requests: u64) -> String {
+    if requests == 0 || values == requests {
+        format!("{} requests", thousands(values))
+    } else {
+        format!(
+            "{} values ({} requests)",
+            thousands(values),
+            thousands(requests)
+        )
+    }
+}
+
+/// The requests that give `needed` values, at this run's values per request.
+fn requests_for(needed: u64, values: u64, requests: u64) -> String {
+    if requests == 0 || values == requests {
+        return format!("{} requests", thousands(needed));
+    }
+    let per_request = values as f64 / requests as f64;
+    let requests_needed = (needed as f64 / per_request).ceil() as u64;
+    format!(
+        "{} requests ({} values)",
+        thousands(requests_needed.max(1)),
+        thousands(needed)
+    )
+}
+
+/// 2995 → `2,995`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -352,7 +694,8 @@ mod tests {
         let agg = aggregates();
         let p99 = Some(Stat::Percentile(99.0));
         let check = |op, threshold| {
-            evaluate(&[assertion(Metric::Ttft, p99, op, threshold, None)], &agg).passed
+            let a = assertion(Metric::Ttft, p99, op, threshold, None);
+            judge_assertion(&a, Some(&agg.overall), Judge::Point).passed
         };
         // p99 is 990 ms.
         assert!(check(Op::Lt, 1000.0));
@@ -373,6 +716,7 @@ mod tests {
                 assertion(Metric::ErrorRate, None, Op::Lt, 0.02, Some("steady")),
                 assertion(Metric::RequestThroughput, None, Op::Gt, 10.0, None),
             ],
+            &Judging::default(),
             &agg,
         );
         assert!(v.passed, "{v:?}");
@@ -380,46 +724,174 @@ mod tests {
         assert_eq!(v.results[0].observed_display, "1.00%");
     }
 
+    /// `n` values 1..=n ms in the overall scope.
+    fn with_values(n: u64) -> Aggregates {
+        let mut agg = aggregates();
+        let mut d = Distribution::milliseconds();
+        for v in 1..=n {
+            d.record(v as f64);
+        }
+        *agg.overall.distributions.get_mut(Metric::Ttft).unwrap() = d;
+        agg.overall.requests.ok = n;
+        agg
+    }
+
+    fn judged(agg: &Aggregates, stat: Stat, op: Op, threshold: f64) -> VerdictResult {
+        let a = assertion(Metric::Ttft, Some(stat), op, threshold, None);
+        evaluate(&[a], &Judging::default(), agg).results.remove(0)
+    }
+
     #[test]
-    fn a_percentile_of_too_few_values_gets_a_note() {
+    fn a_percentile_of_too_few_values_is_not_decided_and_says_what_would_decide_it() {
         assert_eq!(samples_needed(99.0), 100);
         assert_eq!(samples_needed(99.9), 1000);
-        assert_eq!(samples_needed(50.0), 2);
-        assert_eq!(samples_needed(100.0), 1);
-        let mut agg = aggregates();
-        *agg.overall.distributions.get_mut(Metric::Ttft).unwrap() = Distribution::milliseconds();
-        for v in 1..=7 {
-            agg.overall
-                .distributions
-                .get_mut(Metric::Ttft)
-                .unwrap()
-                .record(v as f64);
-        }
-        let p99 = Some(Stat::Percentile(99.0));
-        let v = evaluate(&[assertion(Metric::Ttft, p99, Op::Lt, 1e3, None)], &agg);
-        assert_eq!(v.results[0].samples, Some(7));
-        assert_eq!(v.notes.len(), 1);
+        // 40 values all below the threshold: a p99.9 cannot be shown below it.
+        let agg = with_values(40);
+        let v = judged(&agg, Stat::Percentile(99.9), Op::Lt, 45.0);
+        assert_eq!(v.outcome, Outcome::NotDecided);
+        assert!(!v.passed);
+        let why = v.undecided.as_deref().unwrap();
+        assert!(why.contains("40 requests"), "{why}");
         assert!(
-            v.notes[0].message.contains("rests on 7 value(s)"),
-            "{}",
-            v.notes[0].message
+            why.contains("about 2,995 requests would decide it"),
+            "{why}"
         );
-        let p50 = Some(Stat::Percentile(50.0));
+        assert_eq!(v.interval.as_ref().unwrap().high, None);
+        let verdicts = evaluate(
+            &[assertion(
+                Metric::Ttft,
+                Some(Stat::Percentile(99.9)),
+                Op::Lt,
+                45.0,
+                None,
+            )],
+            &Judging::default(),
+            &agg,
+        );
+        assert_eq!(verdicts.deciding_nothing().count(), 1);
+        assert_eq!(verdicts.failing().count(), 0);
+    }
+
+    #[test]
+    fn a_percentile_passes_on_its_upper_bound_and_fails_on_its_lower_bound() {
+        let agg = with_values(1000);
+        // The p99's 95% bounds of 1..=1000 ms are near 985 and 995 ms.
+        let v = judged(&agg, Stat::Percentile(99.0), Op::Lt, 1000.0);
+        assert_eq!(v.outcome, Outcome::Pass, "{v:?}");
+        let v = judged(&agg, Stat::Percentile(99.0), Op::Lt, 980.0);
+        assert_eq!(v.outcome, Outcome::Fail, "{v:?}");
+        // The observed p99 (990) holds, but the upper bound does not: not decided.
+        let v = judged(&agg, Stat::Percentile(99.0), Op::Lt, 992.0);
+        assert_eq!(v.outcome, Outcome::NotDecided, "{v:?}");
+        let interval = v.interval.unwrap();
+        let (low, high) = (interval.low.unwrap(), interval.high.unwrap());
+        assert!(low < 990.0 && 990.0 < high, "{low} {high}");
+        // The other direction: a p10 above 50 ms holds on its lower bound.
+        let v = judged(&agg, Stat::Percentile(10.0), Op::Gt, 50.0);
+        assert_eq!(v.outcome, Outcome::Pass, "{v:?}");
+        let v = judged(&agg, Stat::Percentile(10.0), Op::Gt, 200.0);
+        assert_eq!(v.outcome, Outcome::Fail, "{v:?}");
+    }
+
+    #[test]
+    fn the_plan_chooses_what_an_undecided_judgement_makes_of_the_run() {
+        let agg = with_values(40);
+        let a = assertion(
+            Metric::Ttft,
+            Some(Stat::Percentile(99.9)),
+            Op::Lt,
+            45.0,
+            None,
+        );
+        let judging = |undecided| Judging {
+            undecided,
+            ..Judging::default()
+        };
+        let v = evaluate(std::slice::from_ref(&a), &judging(Undecided::Fail), &agg);
+        assert_eq!(v.failing().count(), 1);
+        assert!(v.results[0].undecided.is_some());
+        let v = evaluate(std::slice::from_ref(&a), &judging(Undecided::Pass), &agg);
+        assert!(v.passed);
+        assert_eq!(v.results[0].outcome, Outcome::NotDecided);
+        assert_eq!(v.deciding_nothing().count(), 0);
+        // A higher confidence asks for more: 99% cannot show a p99 from 300 values.
+        let agg = with_values(300);
+        let a = assertion(
+            Metric::Ttft,
+            Some(Stat::Percentile(99.0)),
+            Op::Lt,
+            1e3,
+            None,
+        );
+        let at = |confidence| Judging {
+            confidence,
+            ..Judging::default()
+        };
+        assert!(evaluate(std::slice::from_ref(&a), &at(0.95), &agg).passed);
+        assert!(!evaluate(std::slice::from_ref(&a), &at(0.99), &agg).passed);
+    }
+
+    #[test]
+    fn a_server_metric_the_engine_does_not_export_says_so() {
+        let mut agg = aggregates();
+        agg.server = Some(crate::metrics::server::ServerTelemetry {
+            engine: Some("llama.cpp".into()),
+            samples: 7,
+            ..Default::default()
+        });
+        let kv = assertion(Metric::ServerKvCache, Some(Stat::Max), Op::Lt, 0.95, None);
+        let v = evaluate(&[kv], &Judging::default(), &agg);
+        assert_eq!(v.results[0].outcome, Outcome::NotDecided);
+        assert_eq!(
+            v.results[0].observed_display,
+            "llama.cpp's /metrics has no KV cache"
+        );
         assert!(
-            evaluate(&[assertion(Metric::Ttft, p50, Op::Lt, 1e3, None)], &agg)
-                .notes
-                .is_empty()
+            v.results[0]
+                .undecided
+                .as_deref()
+                .unwrap()
+                .contains("7 scrape(s) answered"),
+            "{:?}",
+            v.results[0]
+        );
+        // Reported in another phase than the one asserted on: this scope's gap.
+        let mut other = PhaseMetrics {
+            name: "other".into(),
+            ..PhaseMetrics::default()
+        };
+        let mut server = crate::metrics::server::PhaseServer::default();
+        server.signals.insert(
+            crate::telemetry::Signal::Running.name().to_string(),
+            Default::default(),
+        );
+        other.server = Some(server);
+        agg.phases.push(other);
+        let running = assertion(Metric::ServerRunning, Some(Stat::Max), Op::Lt, 10.0, None);
+        let v = evaluate(&[running], &Judging::default(), &agg);
+        assert!(
+            v.results[0].observed_display.contains("did not report"),
+            "{:?}",
+            v.results[0]
         );
     }
 
     #[test]
-    fn no_data_fails() {
+    fn no_data_is_not_decided() {
         let agg = aggregates();
         let v = evaluate(
             &[assertion(Metric::Itl, Some(Stat::Max), Op::Lt, 1e9, None)],
+            &Judging::default(),
             &agg,
         );
         assert!(!v.passed);
+        assert_eq!(v.results[0].outcome, Outcome::NotDecided);
         assert_eq!(v.results[0].observed_display, "no data");
+        // A step's objective is judged on the point value: no data fails the step.
+        let a = assertion(Metric::Itl, Some(Stat::Max), Op::Lt, 1e9, None);
+        assert_eq!(
+            judge_assertion(&a, Some(&agg.overall), Judge::Point).outcome,
+            Outcome::Fail
+        );
     }
 }

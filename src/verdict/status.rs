@@ -105,6 +105,9 @@ pub enum Status {
     Failed(Vec<Failure>),
     /// The run could not be carried out or judged.
     NotCarriedOut(NotCarriedOut),
+    /// The run was carried out, and its data cannot decide these judgements (each with why and
+    /// what would decide it); nothing failed.
+    NotDecided(Vec<String>),
 }
 
 impl Status {
@@ -164,7 +167,7 @@ impl Status {
         {
             return Status::NotCarriedOut(NotCarriedOut::SearchClientLimited(end.name.clone()));
         }
-        if !verdicts.passed {
+        if verdicts.failing().next().is_some() {
             failures.push(Failure::Assertions);
         }
         if comparison.is_some_and(|c| c.regressed) {
@@ -178,19 +181,32 @@ impl Status {
         {
             failures.push(Failure::Untrustworthy);
         }
-        if failures.is_empty() {
-            Status::Passed
-        } else {
+        let undecided: Vec<String> = verdicts
+            .deciding_nothing()
+            .map(|v| {
+                format!(
+                    "`{}` ({}): {}",
+                    v.assertion,
+                    v.phase,
+                    v.undecided.as_deref().unwrap_or("not decided")
+                )
+            })
+            .collect();
+        if !failures.is_empty() {
             Status::Failed(failures)
+        } else if !undecided.is_empty() {
+            Status::NotDecided(undecided)
+        } else {
+            Status::Passed
         }
     }
 
-    /// The exit code: 0 passed, 1 failed, 3 not carried out.
+    /// The exit code: 0 passed, 1 failed, 3 not carried out or not decided.
     pub fn exit_code(&self) -> u8 {
         match self {
             Status::Passed => EXIT_PASS,
             Status::Failed(_) => EXIT_FAIL,
-            Status::NotCarriedOut(_) => EXIT_RUN,
+            Status::NotCarriedOut(_) | Status::NotDecided(_) => EXIT_RUN,
         }
     }
 }
@@ -208,6 +224,9 @@ pub enum VerdictStatus {
     Interrupted,
     /// The run could not be carried out: the target unreachable, every request failed (exit 3).
     NotCarriedOut,
+    /// The run was carried out and its data cannot decide some judgement, and none failed
+    /// (exit 3): too few requests for a percentile, no data, a client that limited the run.
+    NotDecided,
 }
 
 /// The one verdict of a run, as its exit code says it.
@@ -219,6 +238,11 @@ pub struct RunVerdict {
     pub exit_code: u8,
     /// Why, in sentences (empty for a pass).
     pub reasons: Vec<String>,
+    /// What the run found beside its gate, as its banner says it: each sweep's knee and the
+    /// search's bracket ("sweep \"c\": the objectives hold up to 16 users and fail from 32
+    /// users"), so that a pass no assertion gates does not read as a load that held throughout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<String>,
 }
 
 impl RunVerdict {
@@ -241,6 +265,7 @@ impl RunVerdict {
             Status::NotCarriedOut(reason) => {
                 (VerdictStatus::NotCarriedOut, vec![reason.to_string()])
             }
+            Status::NotDecided(undecided) => (VerdictStatus::NotDecided, undecided.clone()),
             Status::Failed(failures) => {
                 let reasons = failures
                     .iter()
@@ -248,15 +273,28 @@ impl RunVerdict {
                         Failure::Aborted(reason) => format!("aborted early: {reason}"),
                         Failure::Assertions => {
                             let failed: Vec<String> = verdicts
-                                .results
-                                .iter()
-                                .filter(|v| !v.passed)
+                                .failing()
                                 .map(|v| {
-                                    format!("{} ({}: {})", v.assertion, v.phase, v.observed_display)
+                                    let undecided = match &v.undecided {
+                                        Some(why) => format!(
+                                            ", not decided, and the plan fails what is not: {why}"
+                                        ),
+                                        None => String::new(),
+                                    };
+                                    format!(
+                                        "{} ({}: {}{undecided})",
+                                        v.assertion, v.phase, v.observed_display
+                                    )
                                 })
                                 .collect();
+                            let undecided = verdicts.deciding_nothing().count();
+                            let also = if undecided > 0 {
+                                format!("; {undecided} not decided")
+                            } else {
+                                String::new()
+                            };
                             format!(
-                                "{} of {} assertions failed: {}",
+                                "{} of {} assertions failed: {}{also}",
                                 failed.len(),
                                 verdicts.results.len(),
                                 failed.join(", ")
@@ -302,16 +340,29 @@ impl RunVerdict {
                 (VerdictStatus::Fail, reasons)
             }
         };
+        let found = verdicts
+            .series
+            .iter()
+            .map(|s| {
+                let kind = if s.search { "search" } else { "sweep" };
+                format!("{kind} \"{}\": {}", s.name, s.headline)
+            })
+            .collect();
         RunVerdict {
             status: status_kind,
             exit_code: status.exit_code(),
             reasons,
+            found,
         }
     }
 
     /// The verdict's headline, as the terminal's last line and the reports say it.
     pub fn headline(&self, assertions: usize) -> String {
         match self.status {
+            VerdictStatus::Pass if assertions == 0 && !self.found.is_empty() => format!(
+                "PASS: no assertion gates this run; {}",
+                self.found.join("; ")
+            ),
             VerdictStatus::Pass if assertions == 0 => {
                 "PASS: no assertion gates this run".to_string()
             }
@@ -319,6 +370,11 @@ impl RunVerdict {
             VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
             VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
             VerdictStatus::NotCarriedOut => format!("NOT CARRIED OUT: {}", self.reasons.join("; ")),
+            VerdictStatus::NotDecided => format!(
+                "NOT DECIDED: {} of {assertions} assertion(s) cannot be decided from this run: {}",
+                self.reasons.len(),
+                self.reasons.join("; ")
+            ),
         }
     }
 }

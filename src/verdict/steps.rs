@@ -109,7 +109,7 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
     let results: Vec<VerdictResult> = objectives
         .iter()
         .map(|objective| {
-            let mut result = judge_assertion(objective, Some(phase), None);
+            let mut result = judge_assertion(objective, Some(phase), super::Judge::Point);
             result.phase = phase.name.clone();
             result
         })

@@ -676,6 +676,8 @@ fn fragment(cx: &mut Cx, placed: &[Placed]) {
         has_search: true,
         // A fragment's assertions may name the phases of the plans that include it.
         phases_incomplete: true,
+        // Nor is its target known: the plans that include it check what they measure.
+        answers: None,
     };
     for p in placed {
         cx.current = p.file;
@@ -1201,19 +1203,37 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         has_slo,
         has_search: search.is_some(),
         phases_incomplete: unreadable.unnamed_phase,
+        answers: target.as_ref().map(|t: &crate::plan::Target| {
+            let apis: Vec<crate::api::Api> = std::iter::once(t.api)
+                .chain(phases.iter().filter_map(|p| p.api))
+                .collect();
+            let kind = |api: &crate::api::Api| api.dialect().capabilities().kind;
+            sla::Answers {
+                generated: apis
+                    .iter()
+                    .any(|a| kind(a) == crate::api::ApiKind::Generate),
+                streamed: t.stream,
+                batches: apis
+                    .iter()
+                    .any(|a| kind(a) != crate::api::ApiKind::Generate),
+                api: t.api.as_str(),
+            }
+        }),
     };
-    let mut assertions = Vec::new();
+    let mut sla_block = sla::SlaBlock::default();
     let mut regression = Vec::new();
     let mut abort = Vec::new();
     for p in judging {
         cx.current = p.file;
         match p.node.name().value() {
-            "sla" => assertions.extend(sla::sla(cx, p.node, &scope)),
+            "sla" => sla_block.extend(sla::sla(cx, p.node, &scope)),
             "regression" => regression.extend(sla::regression(cx, p.node, &scope)),
             _ => abort.extend(sla::abort(cx, p.node, &scope)),
         }
     }
     cx.current = 0;
+    let judging = sla_block.judging();
+    let assertions = sla_block.assertions;
     if let (Some(spec), Some((file, span))) = (&search, search_at) {
         cx.current = file;
         let objectives = assertions
@@ -1293,6 +1313,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         workload: workload?,
         phases,
         sla: assertions,
+        judging,
         slo,
         regression,
         abort,

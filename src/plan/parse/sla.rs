@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use kdl::{KdlEntry, KdlNode, KdlValue};
 
-use super::cx::{children, positional, property, Cx};
-use super::values::{trim_float, Count, Kind, Number, Percent, DURATION};
+use super::cx::{children, first_arg_span, positional, property, Cx};
+use super::values::{trim_float, Count, Kind, Number, Percent, Text, DURATION};
 use crate::metrics::table::{Needs, Stats};
 use crate::plan::limits::MAX_REQUESTS;
-use crate::plan::{AbortRule, Assertion, Metric, MetricKind, Op, Slo, Stat, Tolerance};
+use crate::plan::{
+    AbortRule, Assertion, Judging, Metric, MetricKind, Op, Slo, Stat, Tolerance, Undecided,
+};
 
 /// What an assertion or a tolerance may refer to.
 pub(super) struct Scope<'a> {
@@ -24,6 +26,22 @@ pub(super) struct Scope<'a> {
     pub has_search: bool,
     /// Part of the plan could not be read (a syntax error): a phase it named may exist.
     pub phases_incomplete: bool,
+    /// What the plan's APIs answer with, for the metrics that need it; `None` where it is not
+    /// known (a shared file, a target that could not be read).
+    pub answers: Option<Answers>,
+}
+
+/// What a plan's requests come back with.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answers {
+    /// Some API of the plan generates tokens.
+    pub generated: bool,
+    /// They are streamed (`stream #true`).
+    pub streamed: bool,
+    /// Some API of the plan answers batches of inputs (embeddings, rerank).
+    pub batches: bool,
+    /// The target's API, as plans write it.
+    pub api: &'static str,
 }
 
 /// Comparisons as bare values (`<`, `>`) or strings (`"<="`).
@@ -45,13 +63,88 @@ fn comparison_props(node: &KdlNode) -> Vec<&KdlEntry> {
         .collect()
 }
 
+/// What one `sla` block says: its assertions, and how they are judged where it says so.
+#[derive(Default)]
+pub(super) struct SlaBlock {
+    pub assertions: Vec<Assertion>,
+    /// `confidence "95%"`.
+    pub confidence: Option<f64>,
+    /// `undecided "not-decided"`.
+    pub undecided: Option<Undecided>,
+}
+
+impl SlaBlock {
+    /// Adds what another `sla` block (an included file's) says.
+    pub fn extend(&mut self, other: SlaBlock) {
+        self.assertions.extend(other.assertions);
+        self.confidence = other.confidence.or(self.confidence);
+        self.undecided = other.undecided.or(self.undecided);
+    }
+
+    /// How the plan's assertions are judged.
+    pub fn judging(&self) -> Judging {
+        let default = Judging::default();
+        Judging {
+            confidence: self.confidence.unwrap_or(default.confidence),
+            undecided: self.undecided.unwrap_or(default.undecided),
+        }
+    }
+}
+
+/// The lowest and highest confidence a plan may ask: below half, a bound is on the wrong side
+/// of the estimate; above 99.99%, no run is long enough to show a p99.
+const CONFIDENCE_RANGE: (f64, f64) = (0.5, 0.9999);
+
 /// The `sla` block.
-pub(super) fn sla(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Vec<Assertion> {
+pub(super) fn sla(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> SlaBlock {
     cx.no_args(node, "sla { ttft p99 < \"500ms\" }");
-    children(node)
-        .iter()
-        .filter_map(|child| assertion(cx, child, scope))
-        .collect()
+    let mut block = SlaBlock::default();
+    for child in children(node) {
+        match child.name().value() {
+            "confidence" => block.confidence = confidence(cx, child),
+            "undecided" => block.undecided = undecided(cx, child),
+            _ => block.assertions.extend(assertion(cx, child, scope)),
+        }
+    }
+    block
+}
+
+/// `confidence "95%"`: how sure a percentile's bound must be to decide it.
+fn confidence(cx: &mut Cx, node: &KdlNode) -> Option<f64> {
+    let usage = "confidence \"95%\"";
+    let value = cx.single(node, usage, Percent)?;
+    let (low, high) = CONFIDENCE_RANGE;
+    if !(low..=high).contains(&value) {
+        cx.error(
+            first_arg_span(node),
+            format!(
+                "a confidence of {}% cannot judge an assertion",
+                trim_float(value * 100.0)
+            ),
+            "out of range",
+            "write one from \"50%\" to \"99.99%\"; 95% is the usual, 99% asks for about 1.5x the requests",
+        );
+        return None;
+    }
+    Some(value)
+}
+
+/// `undecided "not-decided"`: what a judgement the data cannot decide makes of the run.
+fn undecided(cx: &mut Cx, node: &KdlNode) -> Option<Undecided> {
+    let usage = "undecided \"not-decided\"";
+    let text = cx.single(node, usage, Text)?;
+    let found = Undecided::ALL.iter().find(|(name, _)| *name == text);
+    if found.is_none() {
+        let names: Vec<&str> = Undecided::ALL.iter().map(|(n, _)| *n).collect();
+        cx.error(
+            first_arg_span(node),
+            format!("`undecided` is one of {}", names.join(", ")),
+            "unknown choice",
+            "not-decided: the run exits 3 naming what would decide it; fail: it fails (exit 1); \
+             pass: the judgement is shown and does not gate",
+        );
+    }
+    found.map(|(_, u)| *u)
 }
 
 /// The `regression` block.
@@ -77,8 +170,12 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
         );
         return None;
     };
+    if let Some((message, label, help)) = scope.answers.and_then(|a| unmeasurable(metric, a)) {
+        cx.error(node.name().span(), message, label, help);
+        return None;
+    }
     match metric.def().needs {
-        Needs::Nothing => {}
+        Needs::Nothing | Needs::Streaming | Needs::Generation | Needs::Batch => {}
         Needs::Slo if has_slo => {}
         Needs::Search if scope.has_search => {}
         Needs::Slo => {
@@ -101,6 +198,38 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
         }
     }
     Some(metric)
+}
+
+/// Why the plan's requests can never give `metric`, if they cannot: a diagnostic's message,
+/// label and help.
+fn unmeasurable(metric: Metric, answers: Answers) -> Option<(String, &'static str, String)> {
+    let name = metric.name();
+    let api = answers.api;
+    let whole = "assert e2e, e2e-per-input, input-throughput or error-rate";
+    match metric.def().needs {
+        Needs::Streaming | Needs::Generation if !answers.generated => Some((
+            format!("`{name}` measures generated tokens, and api \"{api}\" generates none"),
+            "not measured",
+            format!("api \"{api}\" answers a batch whole: {whole}"),
+        )),
+        Needs::Streaming if !answers.streamed => Some((
+            format!("`{name}` is measured on streamed answers, and the target is not streamed"),
+            "not measured",
+            "set stream #true in the target, or assert e2e (all a whole answer can show)".to_string(),
+        )),
+        Needs::Batch if !answers.batches => Some((
+            format!("`{name}` is per input of a batch, and api \"{api}\" sends none"),
+            "not measured",
+            "batches are sent by api \"embeddings\" or \"rerank\"; for generation assert e2e or output-throughput"
+                .to_string(),
+        )),
+        Needs::Nothing
+        | Needs::Streaming
+        | Needs::Generation
+        | Needs::Batch
+        | Needs::Slo
+        | Needs::Search => None,
+    }
 }
 
 /// The statistic of a distribution metric, at the first positional argument.

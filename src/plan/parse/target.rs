@@ -9,7 +9,7 @@ use super::values::{ByteSize, Flag, Kind, Text, DURATION};
 use crate::api::Capabilities;
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, ResponseFormat, Target, DEFAULT_MAX_BODY,
-    DEFAULT_MAX_LINE,
+    DEFAULT_MAX_LINE, DEFAULT_UNREACHABLE_AFTER,
 };
 
 struct Fields {
@@ -18,6 +18,7 @@ struct Fields {
     api_key_env: Option<String>,
     stream: bool,
     timeout: Duration,
+    unreachable_after: Option<Duration>,
     continuous_usage: bool,
     max_line: u64,
     max_body: u64,
@@ -85,6 +86,21 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("timeout", |cx, node, t| {
         if let Some(d) = cx.single(node, "timeout \"60s\"", DURATION) {
             t.timeout = d;
+        }
+    }),
+    ("unreachable-after", |cx, node, t| {
+        let usage = "unreachable-after \"5s\" (or #false to wait out the schedule)";
+        cx.no_children(node);
+        let Some(entry) = cx.required_arg(node, usage) else {
+            return;
+        };
+        match entry.value() {
+            kdl::KdlValue::Bool(false) => t.unreachable_after = None,
+            _ => {
+                if let Some(d) = DURATION.read(cx, entry, usage) {
+                    t.unreachable_after = Some(d);
+                }
+            }
         }
     }),
     ("continuous-usage", |cx, node, t| {
@@ -668,6 +684,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         api_key_env: None,
         stream: true,
         timeout: Duration::from_secs(60),
+        unreachable_after: Some(DEFAULT_UNREACHABLE_AFTER),
         continuous_usage: false,
         max_line: DEFAULT_MAX_LINE,
         max_body: DEFAULT_MAX_BODY,
@@ -709,6 +726,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         api_key_env: fields.api_key_env,
         stream: fields.stream,
         timeout: fields.timeout,
+        unreachable_after: fields.unreachable_after,
         continuous_usage: fields.continuous_usage,
         max_line: fields.max_line,
         max_body: fields.max_body,

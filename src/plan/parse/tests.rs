@@ -227,6 +227,80 @@ fn assertion_mistakes() {
 }
 
 #[test]
+fn how_the_sla_is_judged_and_how_long_a_dead_target_is_waited_for() {
+    let plan = parse("sla { ttft p99 < \"1s\" }").unwrap();
+    assert_eq!(plan.judging, Judging::default());
+    assert_eq!(plan.judging.confidence, 0.95);
+    assert_eq!(
+        plan.target.unreachable_after,
+        Some(DEFAULT_UNREACHABLE_AFTER)
+    );
+    let plan = parse("sla { confidence \"99%\"; undecided \"fail\"; ttft p99 < \"1s\" }").unwrap();
+    assert_eq!(plan.judging.confidence, 0.99);
+    assert_eq!(plan.judging.undecided, Undecided::Fail);
+    assert_eq!(plan.sla.len(), 1);
+    assert_eq!(
+        messages("sla { confidence \"20%\" }"),
+        ["a confidence of 20% cannot judge an assertion"]
+    );
+    assert_eq!(
+        messages("sla { undecided \"maybe\" }"),
+        ["`undecided` is one of not-decided, fail, pass"]
+    );
+    let plan = plan_with("unreachable-after #false", "input 8; output 2").unwrap();
+    assert_eq!(plan.target.unreachable_after, None);
+    let plan = plan_with("unreachable-after \"30s\"", "input 8; output 2").unwrap();
+    assert_eq!(plan.target.unreachable_after, Some(Duration::from_secs(30)));
+    assert_eq!(
+        errors_of(plan_with("unreachable-after #true", "input 8; output 2")),
+        ["expected a duration, found a boolean"]
+    );
+}
+
+#[test]
+fn an_assertion_the_requests_can_never_give_is_refused_before_the_run() {
+    let embeddings = |sla: &str| {
+        errors_of(parse_plan(
+            "t.kdl",
+            format!(
+                "target \"sim\" {{ api \"embeddings\" }}\nworkload {{ input 16; batch 4 }}\n\
+                 phase \"a\" {{ concurrency 1; requests 2 }}\nsla {{ {sla} }}\n"
+            ),
+        ))
+    };
+    assert_eq!(
+        embeddings("ttft p99 < \"1s\""),
+        ["`ttft` measures generated tokens, and api \"embeddings\" generates none"]
+    );
+    assert_eq!(
+        embeddings("output-throughput > 10"),
+        ["`output-throughput` measures generated tokens, and api \"embeddings\" generates none"]
+    );
+    // What a batch can give is accepted.
+    assert!(parse_plan(
+        "t.kdl",
+        "target \"sim\" { api \"embeddings\" }\nworkload { input 16; batch 4 }\n\
+         phase \"a\" { concurrency 1; requests 2 }\nsla { e2e-per-input max < \"1s\"; error-rate < \"1%\" }\n"
+            .to_string()
+    )
+    .is_ok());
+    // A whole answer has no first token; a generation has no inputs per batch.
+    assert_eq!(
+        errors_of(parse_plan(
+            "t.kdl",
+            "target \"sim\" { stream #false }\nworkload { input 16; output 4 }\n\
+             phase \"a\" { concurrency 1; requests 2 }\nsla { itl p99 < \"1s\" }\n"
+                .to_string()
+        )),
+        ["`itl` is measured on streamed answers, and the target is not streamed"]
+    );
+    assert_eq!(
+        messages("sla { e2e-per-input p99 < \"1s\" }"),
+        ["`e2e-per-input` is per input of a batch, and api \"chat\" sends none"]
+    );
+}
+
+#[test]
 fn every_mistake_is_reported_not_only_the_first() {
     let errors = parse_plan(
         "t.kdl",
