@@ -88,7 +88,8 @@ pub struct RunPoint {
     pub label: Option<String>,
     /// Every label of the run.
     pub labels: BTreeMap<String, String>,
-    /// `pass`, `fail`, `interrupted`, `not_carried_out`.
+    /// `pass`, `fail`, `interrupted`, `not_carried_out`, `not_decided` (which, like the last
+    /// two, is no part of any band).
     pub status: String,
     /// Why, when it did not pass.
     pub reasons: Vec<String>,

@@ -578,7 +578,7 @@ fn judge_percentile(
         None => "its values sit on the threshold: no run length decides it".to_string(),
     };
     result.undecided = Some(format!(
-        "its p{p} rests on {}: at {confidence}% confidence it is {bounds}, so `{}` is open; {decide}",
+        "its p{p} rests on {}: at {confidence}% confidence it is {bounds}, which leaves {} open; {decide}",
         values_word(n, ok_requests),
         result.threshold_display
     ));

@@ -185,7 +185,7 @@ impl Status {
             .deciding_nothing()
             .map(|v| {
                 format!(
-                    "`{}` ({}): {}",
+                    "{} ({}): {}",
                     v.assertion,
                     v.phase,
                     v.undecided.as_deref().unwrap_or("not decided")
