@@ -8,22 +8,25 @@ use std::time::{Duration, Instant};
 
 use common::{run_plan, serial, sim_plan, SimProcess};
 
+/// A run of 40 requests to a fast simulator judged on `sla`, with its JUnit file.
+fn forty_requests(sla: &str) -> (common::Run, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let plan = sim_plan(
+        "ttft \"5ms\"; itl \"1ms\"",
+        "input 32; output 4",
+        "phase \"steady\" { rate 40; requests 40 }",
+        sla,
+    );
+    let run = common::run_in(dir, &plan, &["--junit", junit.to_str().unwrap()]);
+    (run, junit)
+}
+
 #[test]
 fn a_percentile_too_few_requests_cannot_decide_is_not_decided_with_the_count_that_would() {
     let _serial = serial();
     // 40 requests: their p99.9 is their largest, and no 40 values bound it from above.
-    let dir = tempfile::tempdir().unwrap();
-    let junit = dir.path().join("junit.xml");
-    let run = common::run_in(
-        dir,
-        &sim_plan(
-            "ttft \"5ms\"; itl \"1ms\"",
-            "input 32; output 4",
-            "phase \"steady\" { rate 40; requests 40 }",
-            "ttft p99.9 < \"45ms\"\nerror-rate < \"1%\"",
-        ),
-        &["--junit", junit.to_str().unwrap()],
-    );
+    let (run, junit) = forty_requests("ttft p99.9 < \"45ms\"\nerror-rate < \"1%\"");
     // JUnit fails as the exit code does: the undecided assertion is an error case.
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("errors=\"1\""), "{xml}");
@@ -57,18 +60,7 @@ fn a_percentile_too_few_requests_cannot_decide_is_not_decided_with_the_count_tha
 
     // The same plan, told that what its data cannot decide passes: shown, not gating; JUnit
     // skips it.
-    let dir = tempfile::tempdir().unwrap();
-    let junit = dir.path().join("junit.xml");
-    let run = common::run_in(
-        dir,
-        &sim_plan(
-            "ttft \"5ms\"; itl \"1ms\"",
-            "input 32; output 4",
-            "phase \"steady\" { rate 40; requests 40 }",
-            "undecided \"pass\"\nttft p99.9 < \"45ms\"",
-        ),
-        &["--junit", junit.to_str().unwrap()],
-    );
+    let (run, junit) = forty_requests("undecided \"pass\"\nttft p99.9 < \"45ms\"");
     assert_eq!(run.code(), 0, "{}", run.stdout());
     let summary = run.summary();
     assert_eq!(summary["verdicts"][0]["outcome"], "not_decided");
