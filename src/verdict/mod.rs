@@ -183,12 +183,7 @@ pub fn display(kind: MetricKind, value: f64) -> String {
 pub fn evaluate(assertions: &[Assertion], judging: &Judging, aggregates: &Aggregates) -> Verdicts {
     let mut results: Vec<VerdictResult> = assertions
         .iter()
-        .map(|assertion| {
-            let metrics = scope(aggregates, assertion.phase.as_deref());
-            let mut result = judge_assertion(assertion, metrics, Judge::Confidence(judging));
-            say_which_telemetry(&mut result, assertion, aggregates);
-            result
-        })
+        .map(|assertion| judge_in_run(assertion, judging, aggregates))
         .collect();
     apply_undecided(&mut results, judging.undecided);
     Verdicts {
@@ -245,10 +240,7 @@ pub fn evaluate_plan(plan: &Plan, aggregates: &Aggregates) -> Verdicts {
             if assertion.metric == Metric::Capacity {
                 return judge_capacity(assertion, capacity.as_ref());
             }
-            let metrics = scope(aggregates, assertion.phase.as_deref());
-            let mut result = judge_assertion(assertion, metrics, Judge::Confidence(&plan.judging));
-            say_which_telemetry(&mut result, assertion, aggregates);
-            result
+            judge_in_run(assertion, &plan.judging, aggregates)
         })
         .collect();
     apply_undecided(&mut results, plan.judging.undecided);
@@ -305,6 +297,7 @@ fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> V
         Some(unit) => format!("{} {}", crate::plan::units::format_load(v), unit.symbol()),
         None => crate::plan::units::format_load(v),
     };
+    let holds = observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold));
     VerdictResult {
         assertion: assertion.text.clone(),
         phase: capacity.map_or_else(|| "search".into(), |c| c.name.clone()),
@@ -320,16 +313,25 @@ fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> V
             Some(v) => show(v),
             None => "none: no load held".into(),
         },
-        passed: observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold)),
-        outcome: if observed.is_some_and(|v| assertion.op.holds(v, assertion.threshold)) {
-            Outcome::Pass
-        } else {
-            Outcome::Fail
-        },
+        passed: holds,
+        outcome: if holds { Outcome::Pass } else { Outcome::Fail },
         undecided: None,
         interval: None,
         samples: None,
     }
+}
+
+/// One of the run's assertions judged on its scope, by its confidence bounds, and a server
+/// metric the scrapes answered without said as such.
+fn judge_in_run(
+    assertion: &Assertion,
+    judging: &Judging,
+    aggregates: &Aggregates,
+) -> VerdictResult {
+    let metrics = scope(aggregates, assertion.phase.as_deref());
+    let mut result = judge_assertion(assertion, metrics, Judge::Confidence(judging));
+    say_which_telemetry(&mut result, assertion, aggregates);
+    result
 }
 
 /// A server metric the scrapes answered without: whether the engine exported it at all in this
