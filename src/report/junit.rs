@@ -127,18 +127,13 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
             });
         }
     }
-    let failures = cases
-        .iter()
-        .filter(|c| matches!(c.outcome, Some(("failure", _, _))))
-        .count();
-    let errors = cases
-        .iter()
-        .filter(|c| matches!(c.outcome, Some(("error", _, _))))
-        .count();
-    let skipped = cases
-        .iter()
-        .filter(|c| matches!(c.outcome, Some(("skipped", _, _))))
-        .count();
+    let count = |kind: &str| {
+        cases
+            .iter()
+            .filter(|c| c.outcome.as_ref().is_some_and(|o| o.0 == kind))
+            .count()
+    };
+    let (failures, errors, skipped) = (count("failure"), count("error"), count("skipped"));
     let time = format!("{:.3}", summary.context.duration_s);
     // Ant's schema wants a timestamp without a zone; the run's start is UTC.
     let timestamp = summary
