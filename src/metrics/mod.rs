@@ -74,6 +74,11 @@ pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
     for phase in &log.phases {
         aggregator.push(LogLine::PhaseStart(phase.clone()));
     }
+    // The client's stalls before the records: each request is then checked against every
+    // stall as it is read (a file interleaves them; an in-memory log keeps them apart).
+    for stall in &log.stalls {
+        aggregator.push(LogLine::Stall(*stall));
+    }
     for record in &log.records {
         aggregator.record(record);
     }

@@ -447,7 +447,7 @@ fn goodput_counts_requests_meeting_every_objective() {
 
 #[test]
 fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
-    let in_memory = log(vec![
+    let mut in_memory = log(vec![
         ok(0, 10, &[(100, 1), (200, 1)], 300),
         ok(
             1,
@@ -458,7 +458,15 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
         failed(1, ErrorClass::Http5xx),
         ok(1, 2_000_000, &[(40_000, 1), (45_000, 1)], 50_000),
     ]);
-    // The executor's order: a phase's start, its records, its end.
+    // The client stalled 30 ms during the second phase's first request.
+    let stall = crate::records::Stall {
+        at_us: 1_120_000,
+        ms: 30.0,
+        shard: None,
+    };
+    in_memory.stalls.push(stall);
+    // The executor's order: a phase's start, its records (the meter's stall line after the
+    // request it overlapped: it writes when it wakes), its end.
     let mut lines = vec![LogLine::Run(crate::records::RunLine::current(
         in_memory.header.clone().unwrap(),
     ))];
@@ -466,6 +474,9 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
         lines.push(LogLine::PhaseStart(phase.clone()));
         for record in in_memory.records.iter().filter(|r| r.phase == phase.index) {
             lines.push(LogLine::Request(record.clone()));
+            if record.actual_send_us == 1_100_000 {
+                lines.push(LogLine::Stall(stall));
+            }
         }
         let end = in_memory.phase_ends.iter().find(|e| e.index == phase.index);
         lines.push(LogLine::PhaseEnd(end.unwrap().clone()));
@@ -495,6 +506,11 @@ fn streaming_a_records_file_gives_the_same_aggregates_as_the_log_in_memory() {
         serde_json::to_value(&expected).unwrap()
     );
     assert_eq!(streamed.overall.goodput.as_ref().unwrap().good, 1);
+    let stalls = expected.overall.client_stalls.unwrap();
+    assert!(
+        stalls.count == 1 && stalls.requests_during >= 1,
+        "{stalls:?}"
+    );
     assert_eq!(streamed.last_response_us, Some(1_000_000_000));
     assert_eq!(
         streamed.first_error.as_deref(),
