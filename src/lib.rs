@@ -36,3 +36,4 @@ pub mod threads;
 pub(crate) mod timer;
 pub mod tokens;
 pub mod verdict;
+pub(crate) mod words;

@@ -496,7 +496,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
         .unwrap();
     let table = String::from_utf8_lossy(&compared.stdout);
     assert!(
-        matches!(compared.status.code(), Some(0 | 1)),
+        matches!(compared.status.code(), Some(0 | 1 | 3)),
         "{table}{}",
         String::from_utf8_lossy(&compared.stderr)
     );

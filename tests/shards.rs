@@ -686,8 +686,9 @@ fn merging_holds_no_more_memory_for_more_records() {
             llmload.arg(&run);
         }
         let output = common::run_measured(&mut llmload);
+        // (A run compared with itself may not be decided: the same noise on both sides.)
         assert!(
-            matches!(output.status.code(), Some(0 | 1)),
+            matches!(output.status.code(), Some(0 | 1 | 3)),
             "{command}: {}",
             output.status
         );

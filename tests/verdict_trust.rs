@@ -51,7 +51,7 @@ fn a_percentile_too_few_requests_cannot_decide_is_not_decided_with_the_count_tha
     assert_eq!(summary["verdicts"][1]["outcome"], "pass");
     let stdout = run.stdout();
     assert!(
-        stdout.contains("NOT DECIDED: 1 of 2 assertion(s)"),
+        stdout.contains("NOT DECIDED: this run cannot decide 1 judgement: "),
         "{stdout}"
     );
     let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();

@@ -1,13 +1,14 @@
 //! `llmload compare BASELINE CURRENT`: is the current run worse than the baseline beyond the
-//! noise? A Markdown table for the pull request; exit 1 on a regression.
+//! noise? A Markdown table for the pull request; exit 1 on a regression, 3 when the runs
+//! cannot decide a metric (too short for its tolerance, or a client that stalled).
 
 use std::path::{Path, PathBuf};
 
 use super::output::{append_step_summary, write};
 use super::say_raw;
-use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS};
+use crate::error::{Error, Result, EXIT_FAIL, EXIT_PASS, EXIT_RUN};
 use crate::report::{self, Judged, Records, ReportContext};
-use crate::session::{self, Failure, Status};
+use crate::session::{self, Status};
 use crate::verdict;
 
 #[derive(clap::Args, Debug)]
@@ -32,55 +33,54 @@ pub(super) fn compare(args: &CompareArgs) -> Result<u8> {
     if sweep_of(&args.current).is_file() || sweep_of(&args.baseline).is_file() {
         return compare_sweeps(args);
     }
-    let (markdown, regressed, junit) = compare_runs(&args.baseline, &args.current, args)?;
-    say_raw!("{markdown}")?;
+    let compared = compare_runs(&args.baseline, &args.current, args)?;
+    say_raw!("{}", compared.markdown)?;
     if let Some(path) = &args.out {
-        write(path, markdown.as_bytes())?;
+        write(path, compared.markdown.as_bytes())?;
     }
-    if let (Some(path), Some(xml)) = (&args.junit, junit) {
+    if let (Some(path), Some(xml)) = (&args.junit, compared.junit) {
         write(path, xml.as_bytes())?;
     }
-    append_step_summary(&markdown);
-    Ok(if regressed { EXIT_FAIL } else { EXIT_PASS })
+    append_step_summary(&compared.markdown);
+    Ok(compared.status.exit_code())
 }
 
-/// One run against its baseline: the Markdown table, whether it regressed, and its JUnit when
-/// asked.
-fn compare_runs(
-    baseline: &Path,
-    current: &Path,
-    args: &CompareArgs,
-) -> Result<(String, bool, Option<String>)> {
+/// One run compared with its baseline.
+struct Compared {
+    /// The Markdown table.
+    markdown: String,
+    /// Its one status: failed on a regression, not decided on a row the runs cannot decide
+    /// (unless the plan lets it pass), passed otherwise.
+    status: Status,
+    /// Its JUnit, when asked.
+    junit: Option<String>,
+}
+
+/// One run against its baseline.
+fn compare_runs(baseline: &Path, current: &Path, args: &CompareArgs) -> Result<Compared> {
     let (log, plan) = session::read_run_dir(current)?;
     let comparison = session::compare_with(baseline, &log, &plan, args.force)?;
     let markdown = report::comparison_markdown(&comparison)?;
-    let junit = match &args.junit {
-        Some(_) => {
-            let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
-            let verdicts = verdict::evaluate(&[], &Default::default(), &aggregates);
-            let status = if comparison.regressed {
-                Status::Failed(vec![Failure::Regression])
-            } else {
-                Status::Passed
-            };
-            let verdict =
-                session::RunVerdict::of(&status, &verdicts, Some(&comparison), &aggregates);
-            let judged = Judged {
-                aggregates,
-                verdicts,
-                comparison: Some(comparison.clone()),
-                verdict,
-            };
-            let context = ReportContext::new(&log, Records::InMemory(&log.records), judged);
-            Some(report::junit::render(
-                &context.summary,
-                Some(&comparison),
-                false,
-            ))
-        }
-        None => None,
-    };
-    Ok((markdown, comparison.regressed, junit))
+    let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
+    // Only the comparison is judged here: the run's own assertions were its run's verdict.
+    let verdicts = verdict::evaluate(&[], &Default::default(), &aggregates);
+    let status = Status::decide(&aggregates, &verdicts, Some(&comparison), false);
+    let junit = args.junit.as_ref().map(|_| {
+        let verdict = session::RunVerdict::of(&status, &verdicts, Some(&comparison), &aggregates);
+        let judged = Judged {
+            aggregates,
+            verdicts,
+            comparison: Some(comparison.clone()),
+            verdict,
+        };
+        let context = ReportContext::new(&log, Records::InMemory(&log.records), judged);
+        report::junit::render(&context.summary, Some(&comparison), false)
+    });
+    Ok(Compared {
+        markdown,
+        status,
+        junit,
+    })
 }
 
 /// Two runs of a server sweep: each configuration against the same configuration's run in the
@@ -115,6 +115,7 @@ fn compare_sweeps(args: &CompareArgs) -> Result<u8> {
     let (_, baseline) = configurations(&args.baseline)?;
     let mut markdown = String::from("# Server sweep compared with its baseline\n\n");
     let mut regressed = Vec::new();
+    let mut undecided = Vec::new();
     let mut suites = Vec::new();
     for (name, dir) in &current {
         // (A directory name from the file is a plain name: never a path elsewhere.)
@@ -126,29 +127,40 @@ fn compare_sweeps(args: &CompareArgs) -> Result<u8> {
             ));
             continue;
         }
-        let (table, worse, junit) =
-            compare_runs(&args.baseline.join(dir), &args.current.join(dir), args)?;
+        let compared = compare_runs(&args.baseline.join(dir), &args.current.join(dir), args)?;
         markdown.push_str(&format!(
-            "## `{}`\n\n{table}\n",
-            crate::escape::one_line(name)
+            "## `{}`\n\n{}\n",
+            crate::escape::one_line(name),
+            compared.markdown
         ));
-        if worse {
-            regressed.push(name.clone());
+        match compared.status {
+            Status::Failed(_) => regressed.push(name.clone()),
+            Status::NotDecided(_) | Status::NotCarriedOut(_) => undecided.push(name.clone()),
+            Status::Passed => {}
         }
-        suites.push((name.clone(), junit.ok_or_else(String::new)));
+        suites.push((name.clone(), compared.junit.ok_or_else(String::new)));
     }
-    markdown.push_str(&if regressed.is_empty() {
-        "**No configuration regressed against its baseline.**\n".to_string()
-    } else {
-        format!(
+    let names = |list: &[String]| {
+        list.iter()
+            .map(|n| format!("`{}`", crate::escape::one_line(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if regressed.is_empty() && undecided.is_empty() {
+        markdown.push_str("**No configuration regressed against its baseline.**\n");
+    }
+    if !regressed.is_empty() {
+        markdown.push_str(&format!(
             "**Regressed against the baseline: {}.**\n",
-            regressed
-                .iter()
-                .map(|n| format!("`{}`", crate::escape::one_line(n)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    });
+            names(&regressed)
+        ));
+    }
+    if !undecided.is_empty() {
+        markdown.push_str(&format!(
+            "**Not decided against the baseline: {}** (their tables say why).\n",
+            names(&undecided)
+        ));
+    }
     say_raw!("{markdown}")?;
     if let Some(path) = &args.out {
         write(path, markdown.as_bytes())?;
@@ -158,9 +170,11 @@ fn compare_sweeps(args: &CompareArgs) -> Result<u8> {
         write(path, xml.as_bytes())?;
     }
     append_step_summary(&markdown);
-    Ok(if regressed.is_empty() {
-        EXIT_PASS
-    } else {
+    Ok(if !regressed.is_empty() {
         EXIT_FAIL
+    } else if !undecided.is_empty() {
+        EXIT_RUN
+    } else {
+        EXIT_PASS
     })
 }

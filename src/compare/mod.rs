@@ -4,9 +4,11 @@
 //! latencies, token rates and throughputs; in rate points for error, timeout and goodput rates),
 //! and a 95% confidence interval for that change from a seeded bootstrap over the per-request
 //! records of both runs. A regression is declared only when the whole interval lies beyond the
-//! plan's tolerance, so a gate neither flakes on noise nor lets a clear slowdown through; a
-//! change beyond the tolerance whose interval still reaches inside it is reported as
-//! "inconclusive" and does not fail the gate.
+//! plan's tolerance, so a gate neither flakes on noise nor lets a clear slowdown through. A
+//! change is "unchanged" only when the whole interval lies within the tolerance: an interval
+//! that reaches past it (runs too short or too noisy to gate at that tolerance) is *not
+//! decided*, with the run length that would decide it, and so is a row whose run's client
+//! stalled or was limited (its numbers are not evidence about the server).
 //!
 //! This stage reads two runs' records and the current plan's tolerances; it renders nothing
 //! (that is [`crate::report`]).
@@ -18,7 +20,7 @@ use serde::Serialize;
 use crate::metrics;
 use crate::metrics::percentile;
 use crate::metrics::table::{self, Source};
-use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance};
+use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance, Undecided};
 use crate::planner::search::Bracket;
 use crate::records::{ErrorClass, RequestRecord, RunHeader, RunLog};
 use bootstrap::Resampler;
@@ -34,11 +36,13 @@ const ITL_RESAMPLES: usize = 200;
 pub enum Change {
     /// Worse than the tolerance allows, beyond the noise: fails the gate.
     Regression,
-    /// Worse than the tolerance on the point estimate, but within the noise.
-    Inconclusive,
+    /// The interval of the change reaches past the tolerance without lying wholly beyond it,
+    /// or the client stalled or was limited in one of the runs: the runs cannot say whether
+    /// the metric regressed ([`Row::undecided`] says why, and what would decide it).
+    NotDecided,
     /// Better, beyond the noise.
     Improvement,
-    /// Within the tolerance.
+    /// Within the tolerance, beyond the noise.
     Unchanged,
     /// One of the runs has no data for it.
     NoData,
@@ -69,6 +73,12 @@ pub struct Row {
     pub allowed: f64,
     /// What the change means.
     pub verdict: Change,
+    /// Why the runs cannot decide it, and what would (a not-decided row only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<String>,
+    /// Whether this row lets the run pass: a regression never does; a row not decided does
+    /// only under the plan's `sla { undecided "pass" }`.
+    pub passes: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +92,9 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Whether any row is a regression (which fails the gate).
     pub regressed: bool,
+    /// What the plan makes of a row the runs cannot decide (`sla { undecided }`).
+    #[serde(skip)]
+    pub undecided_policy: Undecided,
     /// What a reader should know (a forced comparison, an edited plan).
     pub notes: Vec<String>,
 }
@@ -403,6 +416,8 @@ fn capacity_row(tolerance: &Tolerance, capacities: Option<(&Bracket, &Bracket)>)
         relative: true,
         allowed: -tolerance.allowed,
         verdict,
+        undecided: None,
+        passes: true,
     };
     let Some((base, cur)) = capacities else {
         return row(None, None, None, None, None, Change::NoData);
@@ -425,24 +440,33 @@ fn capacity_row(tolerance: &Tolerance, capacities: Option<(&Bracket, &Bracket)>)
     let change = cur_low / base_low - 1.0;
     let ci_low = base.fails_at.map(|base_high| cur_low / base_high - 1.0);
     let ci_high = cur.fails_at.map(|cur_high| cur_high / base_low - 1.0);
-    let allowed = tolerance.allowed;
-    let verdict = if ci_high.is_some_and(|high| -high > allowed) {
-        Change::Regression
-    } else if -change > allowed {
-        Change::Inconclusive
-    } else if ci_low.is_some_and(|low| low > 0.0) {
-        Change::Improvement
-    } else {
-        Change::Unchanged
+    // A search that never failed bounds nothing above: the current one's optimistic reading is
+    // unbounded; the baseline's pessimistic one is its sustained load (the plan's range is all
+    // it asked about).
+    let worse = Worse {
+        point: -change,
+        low: ci_high.map_or(f64::NEG_INFINITY, |high| -high),
+        high: ci_low.map_or(-change, |low| -low),
     };
-    row(
+    let verdict = worse.verdict(tolerance.allowed);
+    let mut row = row(
         base.sustains,
         cur.sustains,
         Some(change),
         ci_low,
         ci_high,
         verdict,
-    )
+    );
+    if verdict == Change::NotDecided {
+        row.undecided = Some(format!(
+            "the searches' brackets leave the change between {:+.1}% and {:+.1}%, past the \
+             tolerance: narrow them (a finer search precision, more max-probes or a longer max-duration) to decide {}",
+            -worse.high * 100.0,
+            -worse.low.max(-10.0) * 100.0,
+            tolerance.text
+        ));
+    }
+    row
 }
 
 /// A statistic of raw values (reordered in place).
@@ -458,7 +482,9 @@ fn statistic(stat: Stat, values: &mut [f64]) -> Option<f64> {
     })
 }
 
-/// Compares `current` with `baseline` under `tolerances`; `seed` makes the bootstrap repeatable.
+/// Compares `current` with `baseline` under `tolerances`; `seed` makes the bootstrap
+/// repeatable; `undecided` is what the plan makes of a row the runs cannot decide.
+#[allow(clippy::too_many_arguments)]
 pub fn compare(
     baseline: &RunLog,
     current: &RunLog,
@@ -467,121 +493,297 @@ pub fn compare(
     capacities: Option<(&Bracket, &Bracket)>,
     notes: Vec<String>,
     seed: u64,
+    undecided: Undecided,
 ) -> Comparison {
-    let mut rows = Vec::new();
-    // Wall times come from the aggregates: computed once per run, not once per tolerance.
-    let baseline_aggregates = metrics::compute(baseline, slo);
-    let current_aggregates = metrics::compute(current, slo);
-    for (index, tolerance) in tolerances.iter().enumerate() {
-        if matches!(tolerance.metric.def().source, Source::Search) {
-            rows.push(capacity_row(tolerance, capacities));
-            continue;
-        }
-        let (metric, phase) = (tolerance.metric, tolerance.phase.as_deref());
-        let base = side(baseline, &baseline_aggregates, metric, phase, slo);
-        let cur = side(current, &current_aggregates, metric, phase, slo);
-        let relative = tolerance.metric.kind() != MetricKind::Fraction;
-        let sign = if tolerance.metric.higher_is_better() {
-            -1.0
-        } else {
-            1.0
-        };
-        let mut scratch = Vec::new();
-        let units = |side: &Side| {
-            if by_window(tolerance.metric) {
-                side.windows.len()
+    // Wall times and the client's stalls come from the aggregates: computed once per run, not
+    // once per tolerance.
+    let runs = Runs {
+        baseline,
+        current,
+        baseline_aggregates: metrics::compute(baseline, slo),
+        current_aggregates: metrics::compute(current, slo),
+        slo,
+    };
+    let rows: Vec<Row> = tolerances
+        .iter()
+        .enumerate()
+        .map(|(index, tolerance)| {
+            let mut row = if matches!(tolerance.metric.def().source, Source::Search) {
+                capacity_row(tolerance, capacities)
             } else {
-                side.samples.len()
-            }
-        };
-        let all_base: Vec<usize> = (0..units(&base)).collect();
-        let all_cur: Vec<usize> = (0..units(&cur)).collect();
-        let b = value(tolerance, &base, &all_base, &mut scratch);
-        let c = value(tolerance, &cur, &all_cur, &mut scratch);
-        let change_of = |b: f64, c: f64| -> Option<f64> {
-            if relative {
-                (b.abs() > 0.0).then(|| (c - b) / b)
-            } else {
-                Some(c - b)
-            }
-        };
-        let change = b.zip(c).and_then(|(b, c)| change_of(b, c));
-        let resamples = if matches!(
-            metric.def().source,
-            Source::Distribution {
-                sample: table::Sample::Gaps(_),
-                ..
-            }
-        ) {
-            ITL_RESAMPLES
-        } else {
-            RESAMPLES
-        };
-        let mut resampler = Resampler::new(seed ^ crate::seed::mix64(index as u64 + 1));
-        let mut changes = Vec::with_capacity(resamples);
-        if change.is_some() {
-            let mut pick_base = Vec::new();
-            let mut pick_cur = Vec::new();
-            for _ in 0..resamples {
-                resampler.resample(units(&base), &mut pick_base);
-                resampler.resample(units(&cur), &mut pick_cur);
-                let vb = value(tolerance, &base, &pick_base, &mut scratch);
-                let vc = value(tolerance, &cur, &pick_cur, &mut scratch);
-                if let Some(d) = vb.zip(vc).and_then(|(vb, vc)| change_of(vb, vc)) {
-                    changes.push(d);
+                let seed = seed ^ crate::seed::mix64(index as u64 + 1);
+                let mut row = metric_row(&runs, tolerance, seed);
+                if let Some(why) = runs.client_doubt(tolerance, &row) {
+                    row.verdict = Change::NotDecided;
+                    row.undecided = Some(why);
                 }
-            }
-        }
-        let (ci_low, ci_high) = if changes.len() >= resamples / 2 {
-            (
-                Some(percentile(&mut changes.clone(), 2.5)),
-                Some(percentile(&mut changes, 97.5)),
-            )
-        } else {
-            (None, None)
-        };
-        let allowed = tolerance.allowed;
-        // "Worsening": the change in the direction that is bad for this metric.
-        let verdict = match (change, ci_low, ci_high) {
-            (Some(change), Some(low), Some(high)) => {
-                let (worse_point, worse_low, worse_high) = if sign > 0.0 {
-                    (change, low, high)
-                } else {
-                    (-change, -high, -low)
-                };
-                if worse_low > allowed {
-                    Change::Regression
-                } else if worse_point > allowed {
-                    Change::Inconclusive
-                } else if worse_high < 0.0 {
-                    Change::Improvement
-                } else {
-                    Change::Unchanged
-                }
-            }
-            _ => Change::NoData,
-        };
-        rows.push(Row {
-            metric: tolerance.text.clone(),
-            phase: tolerance.phase.clone().unwrap_or_else(|| "all".into()),
-            unit: tolerance.metric.kind().unit(),
-            baseline: b,
-            current: c,
-            change,
-            ci_low,
-            ci_high,
-            relative,
-            allowed: sign * allowed,
-            verdict,
-        });
-    }
+                row
+            };
+            row.passes = match row.verdict {
+                Change::Regression => false,
+                Change::NotDecided => undecided == Undecided::Pass,
+                Change::Improvement | Change::Unchanged | Change::NoData => true,
+            };
+            row
+        })
+        .collect();
     Comparison {
         baseline: baseline.header.clone().unwrap_or_default(),
         current: current.header.clone().unwrap_or_default(),
         regressed: rows.iter().any(|r| r.verdict == Change::Regression),
         rows,
         notes,
+        undecided_policy: undecided,
     }
+}
+
+impl Comparison {
+    /// The rows the runs cannot decide.
+    pub fn not_decided(&self) -> impl Iterator<Item = &Row> {
+        self.rows.iter().filter(|r| r.verdict == Change::NotDecided)
+    }
+}
+
+/// The two runs compared, and their aggregates.
+struct Runs<'a> {
+    baseline: &'a RunLog,
+    current: &'a RunLog,
+    baseline_aggregates: metrics::Aggregates,
+    current_aggregates: metrics::Aggregates,
+    slo: Option<&'a Slo>,
+}
+
+impl Runs<'_> {
+    /// Why a row is no evidence about the server, if it is not: the client was limited in
+    /// either run (the load was not the plan's: no reading stands), or it stalled in the
+    /// current run while the row reads worse — or in the baseline while it does not — long
+    /// and often enough to have moved the metric by the change seen.
+    fn client_doubt(&self, tolerance: &Tolerance, row: &Row) -> Option<String> {
+        let phase = tolerance.phase.as_deref();
+        let sides = [
+            ("baseline", self.baseline_aggregates.scope(phase)),
+            ("current", self.current_aggregates.scope(phase)),
+        ];
+        for (which, scope) in sides {
+            if let Some(why) = scope.and_then(metrics::warnings::client_limited) {
+                return Some(format!(
+                    "the {which} run's client, not the server, limited it: {why}; run both where \
+                     the client is not starved"
+                ));
+            }
+        }
+        let worse = matches!(row.verdict, Change::Regression | Change::NotDecided);
+        let (which, scope) = sides[usize::from(worse)];
+        let stalls = scope
+            .and_then(|s| s.client_stalls)
+            .filter(|s| s.count > 0)?;
+        let distance = row.baseline.zip(row.current).map(|(b, c)| (c - b).abs())?;
+        if !stalls.could_move(tolerance.metric.kind(), tolerance.stat, distance) {
+            return None;
+        }
+        Some(format!(
+            "the {which} run's client stalled ({} stall(s) of 5 ms or more, the worst {:.0} ms at \
+             {:.1} s, with {} of {} requests in flight), enough to make this change: not evidence \
+             about the server; run both where the client is not starved",
+            stalls.count,
+            stalls.worst_ms,
+            stalls.worst_at_s,
+            stalls.requests_during,
+            stalls.requests
+        ))
+    }
+}
+
+/// One tolerance's row: both runs' values, the change, its bootstrap interval, and what it
+/// means.
+fn metric_row(runs: &Runs, tolerance: &Tolerance, seed: u64) -> Row {
+    let (metric, phase) = (tolerance.metric, tolerance.phase.as_deref());
+    let base = side(
+        runs.baseline,
+        &runs.baseline_aggregates,
+        metric,
+        phase,
+        runs.slo,
+    );
+    let cur = side(
+        runs.current,
+        &runs.current_aggregates,
+        metric,
+        phase,
+        runs.slo,
+    );
+    let relative = metric.kind() != MetricKind::Fraction;
+    let sign = if metric.higher_is_better() { -1.0 } else { 1.0 };
+    let mut scratch = Vec::new();
+    let units = |side: &Side| {
+        if by_window(metric) {
+            side.windows.len()
+        } else {
+            side.samples.len()
+        }
+    };
+    let all = |side: &Side| (0..units(side)).collect::<Vec<usize>>();
+    let b = value(tolerance, &base, &all(&base), &mut scratch);
+    let c = value(tolerance, &cur, &all(&cur), &mut scratch);
+    let change_of = |b: f64, c: f64| -> Option<f64> {
+        if relative {
+            (b.abs() > 0.0).then(|| (c - b) / b)
+        } else {
+            Some(c - b)
+        }
+    };
+    let change = b.zip(c).and_then(|(b, c)| change_of(b, c));
+    let resamples = match metric.def().source {
+        Source::Distribution {
+            sample: table::Sample::Gaps(_),
+            ..
+        } => ITL_RESAMPLES,
+        _ => RESAMPLES,
+    };
+    let mut resampler = Resampler::new(seed);
+    let mut changes = Vec::with_capacity(resamples);
+    if change.is_some() {
+        let (mut pick_base, mut pick_cur) = (Vec::new(), Vec::new());
+        for _ in 0..resamples {
+            resampler.resample(units(&base), &mut pick_base);
+            resampler.resample(units(&cur), &mut pick_cur);
+            let vb = value(tolerance, &base, &pick_base, &mut scratch);
+            let vc = value(tolerance, &cur, &pick_cur, &mut scratch);
+            if let Some(d) = vb.zip(vc).and_then(|(vb, vc)| change_of(vb, vc)) {
+                changes.push(d);
+            }
+        }
+    }
+    let (ci_low, ci_high) = if changes.len() >= resamples / 2 {
+        (
+            Some(percentile(&mut changes.clone(), 2.5)),
+            Some(percentile(&mut changes, 97.5)),
+        )
+    } else {
+        (None, None)
+    };
+    let mut row = Row {
+        metric: tolerance.text.clone(),
+        phase: tolerance.phase.clone().unwrap_or_else(|| "all".into()),
+        unit: metric.kind().unit(),
+        baseline: b,
+        current: c,
+        change,
+        ci_low,
+        ci_high,
+        relative,
+        allowed: sign * tolerance.allowed,
+        verdict: Change::NoData,
+        undecided: None,
+        passes: true,
+    };
+    if let (Some(change), Some(low), Some(high)) = (change, ci_low, ci_high) {
+        // "Worse": the change in the direction that is bad for this metric.
+        let worse = if sign > 0.0 {
+            Worse {
+                point: change,
+                low,
+                high,
+            }
+        } else {
+            Worse {
+                point: -change,
+                low: -high,
+                high: -low,
+            }
+        };
+        row.verdict = worse.verdict(tolerance.allowed);
+        if row.verdict == Change::NotDecided {
+            let length = match by_window(metric) {
+                true => RunLength::Seconds(base.wall_s.max(cur.wall_s)),
+                false => RunLength::Requests(base.samples.len(), cur.samples.len()),
+            };
+            row.undecided = Some(too_short(&row, tolerance, &worse, length));
+        }
+    }
+    row
+}
+
+/// A change and its interval, signed so that positive is worse for the metric.
+struct Worse {
+    point: f64,
+    low: f64,
+    high: f64,
+}
+
+impl Worse {
+    /// A regression when the whole interval lies beyond the tolerance; unchanged or improved
+    /// only when the whole interval lies within it; otherwise not decided.
+    fn verdict(&self, allowed: f64) -> Change {
+        if self.low > allowed {
+            Change::Regression
+        } else if self.high > allowed {
+            Change::NotDecided
+        } else if self.high < 0.0 {
+            Change::Improvement
+        } else {
+            Change::Unchanged
+        }
+    }
+
+    /// How many times longer both runs would have to be for the interval, which narrows as
+    /// 1/√n, to clear the tolerance on the side of its point: `None` when the point sits on
+    /// the tolerance itself, where no length decides.
+    fn length_factor(&self, allowed: f64) -> Option<f64> {
+        let (reach, room) = if self.point <= allowed {
+            (self.high - self.point, allowed - self.point)
+        } else {
+            (self.point - self.low, self.point - allowed)
+        };
+        (room > 1e-12).then(|| (reach / room).powi(2))
+    }
+}
+
+/// How long the compared runs were, in the units their interval was resampled by.
+enum RunLength {
+    /// Throughputs: seconds of each run.
+    Seconds(f64),
+    /// Per-request metrics: the baseline's and the current run's requests.
+    Requests(usize, usize),
+}
+
+/// Why a row whose interval reaches past its tolerance is not decided, and the run length that
+/// would decide it.
+fn too_short(row: &Row, tolerance: &Tolerance, worse: &Worse, length: RunLength) -> String {
+    let show = |v: f64| match row.relative {
+        true => format!("{:+.1}%", v * 100.0),
+        false => format!("{:+.2} pts", v * 100.0),
+    };
+    let interval = format!(
+        "the change's 95% interval ({} to {}) reaches past the tolerance",
+        show(row.ci_low.unwrap_or(0.0)),
+        show(row.ci_high.unwrap_or(0.0))
+    );
+    let Some(factor) = worse.length_factor(tolerance.allowed) else {
+        return format!(
+            "{interval}, and the change sits on the tolerance itself: no run length decides {}",
+            tolerance.text
+        );
+    };
+    let needs = match length {
+        RunLength::Seconds(s) => format!(
+            "runs of ≈ {} s each (these: {})",
+            crate::words::thousands((s * factor).ceil() as u64),
+            if s < 10.0 {
+                format!("{s:.1} s")
+            } else {
+                format!("{s:.0} s")
+            }
+        ),
+        RunLength::Requests(b, c) => format!(
+            "≈ {} requests in each run (these: {b} and {c})",
+            crate::words::thousands((b.max(c) as f64 * factor).ceil() as u64)
+        ),
+    };
+    format!(
+        "{interval}: these runs are too short to gate {}; it needs {needs}",
+        tolerance.text
+    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Comparison math on hand-made runs.
 
 use super::*;
+use crate::plan::Undecided;
 use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
 
 fn header(seed: u64, plan: &str) -> RunHeader {
@@ -87,6 +88,30 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
     }
 }
 
+/// `current` against `baseline` under the default tolerances, bootstrap seed 7, what is not
+/// decided left not decided.
+fn compared(baseline: &RunLog, current: &RunLog) -> Comparison {
+    compared_with(baseline, current, 7, Undecided::NotDecided)
+}
+
+fn compared_with(
+    baseline: &RunLog,
+    current: &RunLog,
+    seed: u64,
+    undecided: Undecided,
+) -> Comparison {
+    compare(
+        baseline,
+        current,
+        &default_tolerances(),
+        None,
+        None,
+        vec![],
+        seed,
+        undecided,
+    )
+}
+
 fn verdict(comparison: &Comparison, metric: &str) -> Change {
     comparison
         .rows
@@ -98,19 +123,18 @@ fn verdict(comparison: &Comparison, metric: &str) -> Change {
 
 #[test]
 fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
-    let tolerances = default_tolerances();
     let base = run(300, 100.0, 1, 0);
     let slow = run(300, 140.0, 2, 0);
     let same = run(300, 100.0, 3, 0);
-    let c = compare(&base, &slow, &tolerances, None, None, vec![], 7);
+    let c = compared(&base, &slow);
     assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
     assert!(c.regressed);
     let row = c.rows.iter().find(|r| r.metric == "ttft p50 +10%").unwrap();
     assert!(row.ci_low.unwrap() > 0.1 && row.ci_low.unwrap() < row.change.unwrap());
-    let c = compare(&base, &same, &tolerances, None, None, vec![], 7);
+    let c = compared(&base, &same);
     assert!(!c.regressed, "{:#?}", c.rows);
     // The other way round the slowdown is an improvement.
-    let c = compare(&slow, &base, &tolerances, None, None, vec![], 7);
+    let c = compared(&slow, &base);
     assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Improvement);
 }
 
@@ -118,15 +142,7 @@ fn a_clear_slowdown_is_a_regression_and_noise_is_not() {
 fn rates_compare_in_points_and_throughput_regresses_downward() {
     let base = run(200, 100.0, 1, 0);
     let failing = run(200, 100.0, 1, 40);
-    let c = compare(
-        &base,
-        &failing,
-        &default_tolerances(),
-        None,
-        None,
-        vec![],
-        7,
-    );
+    let c = compared(&base, &failing);
     let row = c
         .rows
         .iter()
@@ -143,8 +159,8 @@ fn rates_compare_in_points_and_throughput_regresses_downward() {
 fn bootstrap_is_repeatable() {
     let base = run(100, 100.0, 1, 0);
     let cur = run(100, 105.0, 2, 0);
-    let a = compare(&base, &cur, &default_tolerances(), None, None, vec![], 9);
-    let b = compare(&base, &cur, &default_tolerances(), None, None, vec![], 9);
+    let a = compared_with(&base, &cur, 9, Undecided::NotDecided);
+    let b = compared_with(&base, &cur, 9, Undecided::NotDecided);
     assert_eq!(
         serde_json::to_string(&a.rows).unwrap(),
         serde_json::to_string(&b.rows).unwrap()
@@ -173,7 +189,7 @@ fn different_plans_seeds_or_models_are_refused_unless_forced() {
 fn throughput_has_an_honest_interval() {
     let base = run(300, 100.0, 1, 0);
     let same = run(300, 100.0, 3, 0);
-    let c = compare(&base, &same, &default_tolerances(), None, None, vec![], 7);
+    let c = compared(&base, &same);
     let row = c
         .rows
         .iter()
@@ -203,10 +219,10 @@ fn capacities_compare_by_their_brackets() {
     let tolerance = &default_search_tolerances()[0];
     let verdict =
         |base: Bracket, cur: Bracket| capacity_row(tolerance, Some((&base, &cur))).verdict;
-    let base = bracket(Some(20.0), Some(22.0));
-    // Within the tolerance.
+    let base = bracket(Some(20.0), Some(21.0));
+    // Within the tolerance, even on the most pessimistic reading of both brackets (-7.1%).
     assert_eq!(
-        verdict(base.clone(), bracket(Some(19.0), Some(21.0))),
+        verdict(base.clone(), bracket(Some(19.5), Some(20.4))),
         Change::Unchanged
     );
     // A drop beyond 10% even on the most optimistic reading of the current bracket.
@@ -217,8 +233,19 @@ fn capacities_compare_by_their_brackets() {
     // Beyond 10% on the point, but the current bracket is too wide to say.
     assert_eq!(
         verdict(base.clone(), bracket(Some(15.0), Some(30.0))),
-        Change::Inconclusive
+        Change::NotDecided
     );
+    // Within 10% on the point, but the baseline's bracket is too wide to say: its capacity may
+    // be 40, which 19 is half of.
+    let wide = capacity_row(
+        tolerance,
+        Some((
+            &bracket(Some(20.0), Some(40.0)),
+            &bracket(Some(19.0), Some(21.0)),
+        )),
+    );
+    assert_eq!(wide.verdict, Change::NotDecided);
+    assert!(wide.undecided.unwrap().contains("narrow them"));
     // Better beyond the baseline's bracket.
     assert_eq!(
         verdict(base.clone(), bracket(Some(25.0), Some(27.0))),
@@ -234,7 +261,6 @@ fn capacities_compare_by_their_brackets() {
 /// throughput).
 #[test]
 fn a_sampled_run_compares_like_the_whole_run() {
-    let tolerances = default_tolerances();
     let base = run(20_000, 100.0, 1, 0);
     let mut sampled = run(20_000, 100.0, 1, 0);
     let kept: Vec<RequestRecord> = sampled.records.iter().step_by(4).cloned().collect();
@@ -244,7 +270,7 @@ fn a_sampled_run_compares_like_the_whole_run() {
         path: "records.jsonl".into(),
     });
     sampled.records = kept;
-    let c = compare(&base, &sampled, &tolerances, None, None, vec![], 7);
+    let c = compared(&base, &sampled);
     assert!(!c.regressed, "{:#?}", c.rows);
     for metric in ["output-throughput -5%", "ttft p50 +10%"] {
         let row = c.rows.iter().find(|r| r.metric == metric).unwrap();
@@ -252,7 +278,7 @@ fn a_sampled_run_compares_like_the_whole_run() {
     }
     // Unscaled, the sample would have lost three quarters of the throughput.
     sampled.sampled = None;
-    let c = compare(&base, &sampled, &tolerances, None, None, vec![], 7);
+    let c = compared(&base, &sampled);
     assert_eq!(verdict(&c, "output-throughput -5%"), Change::Regression);
 }
 
@@ -287,4 +313,89 @@ fn a_baseline_from_another_server_build_or_command_line_is_named() {
     assert!(notes[1].contains("-np 4"));
     let one_sided = comparable(&with(server("x", None)), &header(1, "p"), false).unwrap();
     assert!(one_sided[0].contains("the baseline started its server itself"));
+}
+
+fn row<'a>(comparison: &'a Comparison, metric: &str) -> &'a Row {
+    comparison.rows.iter().find(|r| r.metric == metric).unwrap()
+}
+
+/// Two short runs of the same server: a tolerance their interval cannot resolve is not decided,
+/// not "ok", with the run length that would decide it; runs of that length do decide it.
+#[test]
+fn an_interval_wider_than_its_tolerance_is_not_decided_and_says_what_would_decide_it() {
+    let c = compared(&run(40, 100.0, 1, 0), &run(40, 100.0, 3, 0));
+    assert!(!c.regressed);
+    let p50 = row(&c, "ttft p50 +10%");
+    assert_eq!(p50.verdict, Change::NotDecided, "{p50:?}");
+    assert!(!p50.passes);
+    let why = p50.undecided.as_deref().unwrap();
+    assert!(
+        why.contains("reaches past the tolerance") && why.contains("(these: 40 and 40)"),
+        "{why}"
+    );
+    let needed: usize = why
+        .split("needs ≈ ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap();
+    assert!((41..2_000).contains(&needed), "{why}");
+    let throughput = row(&c, "output-throughput -5%");
+    assert!(
+        throughput
+            .undecided
+            .as_deref()
+            .is_some_and(|w| w.contains(" s each (these: ")),
+        "{throughput:?}"
+    );
+    // Runs of the length it named decide it.
+    let c = compared(&run(needed, 100.0, 1, 0), &run(needed, 100.0, 3, 0));
+    assert_eq!(
+        row(&c, "ttft p50 +10%").verdict,
+        Change::Unchanged,
+        "{:?}",
+        row(&c, "ttft p50 +10%")
+    );
+    // The plan may let what is not decided pass: still marked, no longer gating.
+    let c = compared_with(
+        &run(40, 100.0, 1, 0),
+        &run(40, 100.0, 3, 0),
+        7,
+        Undecided::Pass,
+    );
+    let p50 = row(&c, "ttft p50 +10%");
+    assert!(p50.verdict == Change::NotDecided && p50.passes);
+}
+
+/// A slowdown the current run's client stalled through is no evidence about the server; the same
+/// slowdown without the stall is a regression.
+#[test]
+fn a_slowdown_the_client_stalled_through_is_not_decided() {
+    let base = run(300, 100.0, 1, 0);
+    let mut slow = run(300, 140.0, 2, 0);
+    let c = compared(&base, &slow);
+    assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
+    // One 3.5 s stall with every request in flight.
+    slow.stalls = vec![crate::records::Stall {
+        at_us: 0,
+        ms: 3_500.0,
+        shard: None,
+    }];
+    let c = compared(&base, &slow);
+    assert!(!c.regressed, "{:#?}", c.rows);
+    let p50 = row(&c, "ttft p50 +10%");
+    assert_eq!(p50.verdict, Change::NotDecided);
+    assert!(
+        p50.undecided
+            .as_deref()
+            .unwrap()
+            .contains("the current run's client stalled"),
+        "{p50:?}"
+    );
+    // A stall in the baseline does not excuse a regression: it only flatters the current run.
+    let mut stalled_base = run(300, 100.0, 1, 0);
+    stalled_base.stalls = slow.stalls.clone();
+    slow.stalls.clear();
+    let c = compared(&stalled_base, &slow);
+    assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
 }

@@ -73,6 +73,16 @@ pub struct Aggregates {
     pub error_samples: Vec<ErrorSample>,
 }
 
+impl Aggregates {
+    /// A scope's metrics: the named phase's, or all recorded phases' together (`None`).
+    pub fn scope(&self, phase: Option<&str>) -> Option<&PhaseMetrics> {
+        match phase {
+            None => Some(&self.overall),
+            Some(name) => self.phases.iter().find(|p| p.name == name),
+        }
+    }
+}
+
 /// The recorded requests of one input length.
 #[derive(Debug, Clone, Serialize)]
 pub struct InputBucket {

@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::warnings::STALLED_SHARE;
+use crate::plan::{MetricKind, Stat};
 use crate::records::Stall;
 
 /// Requests held to be checked against a stall whose line comes after theirs.
@@ -42,6 +44,25 @@ impl ClientStalls {
     /// The share of the scope's requests in flight during a stall.
     pub fn share_during(&self) -> f64 {
         self.requests_during as f64 / self.requests.max(1) as f64
+    }
+
+    /// Whether these stalls could by themselves have moved a statistic of the scope by
+    /// `distance` (in its unit): for a latency, enough stalled requests to move the statistic
+    /// (a p99 of 600 requests: 6; a max: one) and a stall as long as the distance; for any
+    /// other metric (throughputs, rates), [`STALLED_SHARE`] or more of the scope's requests in
+    /// flight during a stall.
+    pub fn could_move(&self, kind: MetricKind, stat: Option<Stat>, distance: f64) -> bool {
+        if kind != MetricKind::Latency {
+            return self.share_during() >= STALLED_SHARE;
+        }
+        let n = self.requests.max(1) as f64;
+        let needed = match stat {
+            Some(Stat::Percentile(p)) => ((1.0 - p / 100.0) * n).ceil().max(1.0),
+            Some(Stat::Max) | None => 1.0,
+            Some(Stat::Min) => n,
+            Some(Stat::Mean) => (distance * n / self.worst_ms.max(1e-9)).ceil(),
+        };
+        self.worst_ms >= distance && self.requests_during as f64 >= needed
     }
 }
 

@@ -106,11 +106,18 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
                 pct(row.ci_high),
                 pct(Some(row.allowed))
             );
+            let undecided = || format!("not decided: {}", row.undecided.as_deref().unwrap_or(""));
+            let outcome = match (row.verdict, row.passes) {
+                (Change::Regression, _) => Some(("failure", message.clone(), message.clone())),
+                // Not decided, and the plan lets it pass: shown, not gating.
+                (Change::NotDecided, true) => Some(("skipped", undecided(), String::new())),
+                (Change::NotDecided, false) => Some(("error", undecided(), message.clone())),
+                (Change::Improvement | Change::Unchanged | Change::NoData, _) => None,
+            };
             cases.push(Case {
                 name: format!("{} [{}]", row.metric, row.phase),
                 class: "regression",
-                outcome: (row.verdict == Change::Regression)
-                    .then(|| ("failure", message.clone(), message.clone())),
+                outcome,
             });
         }
     }

@@ -56,6 +56,7 @@ pub fn compare_with(
         base_capacity.as_ref().zip(current_capacity.as_ref()),
         notes,
         plan.seed,
+        plan.judging.undecided,
     ))
 }
 

@@ -154,13 +154,6 @@ pub fn samples_needed(p: f64) -> u64 {
     (100.0 / (100.0 - p) - 1e-9).ceil() as u64
 }
 
-fn scope<'a>(aggregates: &'a Aggregates, phase: Option<&str>) -> Option<&'a PhaseMetrics> {
-    match phase {
-        None => Some(&aggregates.overall),
-        Some(name) => aggregates.phases.iter().find(|p| p.name == name),
-    }
-}
-
 /// Formats a value in an assertion's unit.
 pub fn display(kind: MetricKind, value: f64) -> String {
     match kind {
@@ -328,7 +321,7 @@ fn judge_in_run(
     judging: &Judging,
     aggregates: &Aggregates,
 ) -> VerdictResult {
-    let metrics = scope(aggregates, assertion.phase.as_deref());
+    let metrics = aggregates.scope(assertion.phase.as_deref());
     let mut result = judge_assertion(assertion, metrics, Judge::Confidence(judging));
     say_which_telemetry(&mut result, assertion, aggregates);
     result
@@ -370,31 +363,6 @@ fn say_which_telemetry(result: &mut VerdictResult, assertion: &Assertion, aggreg
          the client takes, or scrape a server that exports it",
         result.observed_display, server.samples
     ));
-}
-
-/// Whether the client's stalls could by themselves have made the assertion miss: for a
-/// latency, enough stalled requests to move its statistic (a p99 of 600 requests: 6; a max:
-/// one), and a stall as long as the distance between the value and its threshold; for any other
-/// metric (throughput, rates), 1% or more of the scope's requests in flight during a stall.
-fn could_explain(
-    stalls: &crate::metrics::stalls::ClientStalls,
-    assertion: &Assertion,
-    result: &VerdictResult,
-) -> bool {
-    if assertion.metric.kind() != MetricKind::Latency {
-        return stalls.share_during() >= crate::metrics::warnings::STALLED_SHARE;
-    }
-    let distance = result
-        .observed
-        .map_or(f64::INFINITY, |v| (v - assertion.threshold).abs());
-    let n = stalls.requests.max(1) as f64;
-    let needed = match assertion.stat {
-        Some(Stat::Percentile(p)) => ((1.0 - p / 100.0) * n).ceil().max(1.0),
-        Some(Stat::Max) | None => 1.0,
-        Some(Stat::Min) => n,
-        Some(Stat::Mean) => (distance * n / stalls.worst_ms.max(1e-9)).ceil(),
-    };
-    stalls.worst_ms >= distance && stalls.requests_during as f64 >= needed
 }
 
 /// How an assertion is judged.
@@ -490,7 +458,11 @@ fn client_at_fault(
         (Some(stalled), Some(why)) => format!("{stalled}, and {why}"),
         (None, Some(why)) => format!("the client, not the server, limited this scope: {why}"),
         (Some(stalled), None) if result.outcome != Outcome::Pass => {
-            if !stalls.is_some_and(|s| could_explain(&s, assertion, result)) {
+            let distance = result
+                .observed
+                .map_or(f64::INFINITY, |v| (v - assertion.threshold).abs());
+            let kind = assertion.metric.kind();
+            if !stalls.is_some_and(|s| s.could_move(kind, assertion.stat, distance)) {
                 return None;
             }
             stalled
@@ -589,12 +561,12 @@ fn judge_percentile(
 /// `40 requests`, or `1,200 values (40 requests)` for a per-gap metric.
 fn values_word(values: u64, requests: u64) -> String {
     if requests == 0 || values == requests {
-        format!("{} requests", thousands(values))
+        format!("{} requests", crate::words::thousands(values))
     } else {
         format!(
             "{} values ({} requests)",
-            thousands(values),
-            thousands(requests)
+            crate::words::thousands(values),
+            crate::words::thousands(requests)
         )
     }
 }
@@ -602,28 +574,15 @@ fn values_word(values: u64, requests: u64) -> String {
 /// The requests that give `needed` values, at this run's values per request.
 fn requests_for(needed: u64, values: u64, requests: u64) -> String {
     if requests == 0 || values == requests {
-        return format!("{} requests", thousands(needed));
+        return format!("{} requests", crate::words::thousands(needed));
     }
     let per_request = values as f64 / requests as f64;
     let requests_needed = (needed as f64 / per_request).ceil() as u64;
     format!(
         "{} requests ({} values)",
-        thousands(requests_needed.max(1)),
-        thousands(needed)
+        crate::words::thousands(requests_needed.max(1)),
+        crate::words::thousands(needed)
     )
-}
-
-/// 2995 → `2,995`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -170,7 +170,12 @@ impl Status {
         if verdicts.failing().next().is_some() {
             failures.push(Failure::Assertions);
         }
-        if comparison.is_some_and(|c| c.regressed) {
+        let comparison_undecided =
+            comparison.map_or(0, |c| c.not_decided().filter(|r| !r.passes).count());
+        let fails_undecided =
+            comparison.is_some_and(|c| c.undecided_policy == crate::plan::Undecided::Fail);
+        if comparison.is_some_and(|c| c.regressed) || (fails_undecided && comparison_undecided > 0)
+        {
             failures.push(Failure::Regression);
         }
         if fail_on_warning
@@ -181,7 +186,7 @@ impl Status {
         {
             failures.push(Failure::Untrustworthy);
         }
-        let undecided: Vec<String> = verdicts
+        let mut undecided: Vec<String> = verdicts
             .deciding_nothing()
             .map(|v| {
                 format!(
@@ -192,6 +197,16 @@ impl Status {
                 )
             })
             .collect();
+        undecided.extend(comparison.into_iter().flat_map(|c| {
+            c.not_decided().filter(|r| !r.passes).map(|r| {
+                format!(
+                    "{} ({}) against the baseline: {}",
+                    r.metric,
+                    r.phase,
+                    undecided_row(r)
+                )
+            })
+        }));
         if !failures.is_empty() {
             Status::Failed(failures)
         } else if !undecided.is_empty() {
@@ -300,29 +315,7 @@ impl RunVerdict {
                                 failed.join(", ")
                             )
                         }
-                        Failure::Regression => {
-                            let regressed: Vec<String> = comparison
-                                .map(|c| {
-                                    c.rows
-                                        .iter()
-                                        .filter(|r| r.verdict == compare::Change::Regression)
-                                        .map(|r| match r.change {
-                                            Some(change) if r.relative => {
-                                                format!("{} ({:+.1}%)", r.metric, change * 100.0)
-                                            }
-                                            Some(change) => {
-                                                format!("{} ({:+.2} pts)", r.metric, change * 100.0)
-                                            }
-                                            None => r.metric.clone(),
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default();
-                            format!(
-                                "a regression against the baseline: {}",
-                                regressed.join(", ")
-                            )
-                        }
+                        Failure::Regression => regression_reason(comparison),
                         Failure::Untrustworthy => {
                             let codes: Vec<&str> = aggregates
                                 .warnings
@@ -370,11 +363,53 @@ impl RunVerdict {
             VerdictStatus::Fail => format!("FAIL: {}", self.reasons.join("; ")),
             VerdictStatus::Interrupted => "INTERRUPTED: no verdict on a partial run".to_string(),
             VerdictStatus::NotCarriedOut => format!("NOT CARRIED OUT: {}", self.reasons.join("; ")),
+            // Assertions and comparison rows alike: each reason names which it is.
             VerdictStatus::NotDecided => format!(
-                "NOT DECIDED: {} of {assertions} assertion(s) cannot be decided from this run: {}",
+                "NOT DECIDED: this run cannot decide {} judgement{}: {}",
                 self.reasons.len(),
+                if self.reasons.len() == 1 { "" } else { "s" },
                 self.reasons.join("; ")
             ),
         }
+    }
+}
+
+/// Why a not-decided comparison row is not decided.
+fn undecided_row(row: &compare::Row) -> &str {
+    row.undecided.as_deref().unwrap_or("not decided")
+}
+
+/// The regressed rows of a comparison, each with its change, and the rows not decided that the
+/// plan fails (`sla { undecided "fail" }`).
+fn regression_reason(comparison: Option<&Comparison>) -> String {
+    let Some(c) = comparison else {
+        return "a regression against the baseline".into();
+    };
+    let regressed: Vec<String> = c
+        .rows
+        .iter()
+        .filter(|r| r.verdict == compare::Change::Regression)
+        .map(|r| match r.change {
+            Some(change) if r.relative => format!("{} ({:+.1}%)", r.metric, change * 100.0),
+            Some(change) => format!("{} ({:+.2} pts)", r.metric, change * 100.0),
+            None => r.metric.clone(),
+        })
+        .collect();
+    let failed_undecided: Vec<String> = c
+        .not_decided()
+        .filter(|r| !r.passes && c.undecided_policy == crate::plan::Undecided::Fail)
+        .map(|r| format!("{} ({})", r.metric, undecided_row(r)))
+        .collect();
+    match (regressed.is_empty(), failed_undecided.is_empty()) {
+        (false, true) => format!("a regression against the baseline: {}", regressed.join(", ")),
+        (true, _) => format!(
+            "not decided against the baseline, and the plan fails what is not: {}",
+            failed_undecided.join(", ")
+        ),
+        (false, false) => format!(
+            "a regression against the baseline: {}; not decided, and the plan fails what is not: {}",
+            regressed.join(", "),
+            failed_undecided.join(", ")
+        ),
     }
 }
