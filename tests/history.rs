@@ -147,6 +147,11 @@ fn a_history_of_runs_names_exactly_the_slow_ones() {
     let html = std::fs::read_to_string(out.join("history.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("c05") && html.contains("c08"));
     assert!(html.contains("id=\"chart-ttft-p50-ms\""));
+    // The charts' axis names the runs by their commit, as `--label commit` asked.
+    assert!(
+        html.contains(">c01</text>") && html.contains(">c11</text>"),
+        "{html}"
+    );
     // As a reader's browser lays it out: every chart drawn with its marks, no label over another.
     if let Some(chromium) = chromium() {
         let measured = measure_page(chromium, &out.join("history.html"), dir.path(), "history");

@@ -105,8 +105,17 @@ pub struct RunPoint {
     pub measures: Vec<Measured>,
     /// The plan's assertions, as judged.
     pub objectives: Vec<Objective>,
-    /// Whether its numbers can be set against others' (it was carried out to its end).
+    /// Whether its numbers can be set against others': carried out to its end, decided, and
+    /// not limited by its client.
     pub trusted: bool,
+    /// Why it is no part of any band, when it is not (not carried out, not decided, its client
+    /// limited it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_apart: Option<String>,
+    /// The command line of the server it started (`{port}` as written), if it started one: runs
+    /// of other server configurations are other histories.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 impl RunPoint {
@@ -168,13 +177,16 @@ pub struct StandOut {
     pub percent: Option<f64>,
 }
 
-/// The runs of one plan against one model, in order.
+/// The runs of one plan against one model and server configuration, in order.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanHistory {
     /// The plan's name.
     pub plan: String,
     /// The model its runs asked for.
     pub model: String,
+    /// The command line of the server its runs started, if they started one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// Its runs, in the order they started.
     pub runs: Vec<RunPoint>,
     /// Its headline numbers.
@@ -290,6 +302,15 @@ struct SummaryHead {
     context: crate::records::RunHeader,
     /// Absent in summaries written before `llmload history` read them.
     measures: Option<Vec<Measured>>,
+    #[serde(default)]
+    warnings: Vec<WarningHead>,
+}
+
+/// What a history reads of a run's warning.
+#[derive(Deserialize)]
+struct WarningHead {
+    severity: String,
+    code: String,
 }
 
 #[derive(Deserialize)]
@@ -315,7 +336,7 @@ fn read_run(dir: &Path, options: &HistoryOptions) -> Result<Option<RunPoint>> {
         return Ok(None);
     }
     let status = head.verdict.status;
-    let trusted = !head.interrupted && (status == "pass" || status == "fail");
+    let set_apart = set_apart(&status, head.interrupted, &head.warnings);
     Ok(Some(RunPoint {
         dir: dir.display().to_string(),
         started_at: header.started_at,
@@ -340,8 +361,29 @@ fn read_run(dir: &Path, options: &HistoryOptions) -> Result<Option<RunPoint>> {
             .filter(|m| m.value.is_finite())
             .collect(),
         objectives: head.verdicts,
-        trusted,
+        trusted: set_apart.is_none(),
+        set_apart,
+        server: header.server.map(|server| server.command),
     }))
+}
+
+/// Why a run's numbers are no part of any band, if they are not: it was not carried out to its
+/// end, its data could not decide its judgements, or its client limited it (a warning that the
+/// client, not the server, set the numbers).
+fn set_apart(status: &str, interrupted: bool, warnings: &[WarningHead]) -> Option<String> {
+    if interrupted || !matches!(status, "pass" | "fail") {
+        return Some(format!(
+            "{}: not a measure of the server",
+            status.replace('_', " ")
+        ));
+    }
+    let limits: Vec<&str> = warnings
+        .iter()
+        .filter(|w| w.severity == "warning")
+        .map(|w| w.code.as_str())
+        .filter(|code| crate::metrics::warnings::CLIENT_LIMITS.contains(code))
+        .collect();
+    (!limits.is_empty()).then(|| format!("its client limited it ({})", limits.join(", ")))
 }
 
 /// A run without a readable summary (or one from before `measures`): judged again from its
@@ -357,16 +399,18 @@ fn judge_again(dir: &Path) -> Result<SummaryHead> {
         .map_err(|e| Error::run(format!("cannot read back a summary: {e}")))
 }
 
-/// Runs grouped by plan and model, each group in the order its runs started.
+/// Runs grouped by plan, model and server configuration, each group in the order its runs
+/// started: a server sweep's configurations are one history each.
 fn group(runs: Vec<RunPoint>) -> Vec<PlanHistory> {
-    let mut groups: BTreeMap<(String, String), Vec<RunPoint>> = BTreeMap::new();
+    type Key = (String, String, Option<String>);
+    let mut groups: BTreeMap<Key, Vec<RunPoint>> = BTreeMap::new();
     for run in runs {
-        let key = (run.plan.clone(), run.model.clone());
+        let key = (run.plan.clone(), run.model.clone(), run.server.clone());
         groups.entry(key).or_default().push(run);
     }
     groups
         .into_iter()
-        .map(|((plan, model), mut runs)| {
+        .map(|((plan, model, server), mut runs)| {
             runs.sort_by(|a, b| {
                 (a.started_unix_ns, &a.started_at, &a.dir).cmp(&(
                     b.started_unix_ns,
@@ -382,6 +426,7 @@ fn group(runs: Vec<RunPoint>) -> Vec<PlanHistory> {
             PlanHistory {
                 plan,
                 model,
+                server,
                 runs,
                 measures,
                 stand_outs,

@@ -1,8 +1,8 @@
 //! What "beyond run-to-run noise" means in a history, for one measure of one run.
 //!
 //! The run is set against the band of the [`WINDOW`] trusted runs before it (at least
-//! [`MIN_REFERENCE`]): their median, ± the noise, which is the larger of a prediction interval's
-//! half-width and [`FLOOR`] of the median (so that a history of near-identical runs does not
+//! [`MIN_REFERENCE`]): their median, ± the noise (never below zero: no measure is), which is
+//! the larger of a prediction interval's half-width and [`FLOOR`] of the median (so that a history of near-identical runs does not
 //! call a 1% move a change). The prediction interval is the one a next run of the same code
 //! falls in 99.73% of the time (what "3 σ" means for a known σ): Student's t at n − 1 degrees
 //! of freedom × √(1 + 1/n) × a robust standard deviation (1.4826 × the median absolute
@@ -76,9 +76,11 @@ pub fn band(values: &[f64]) -> Option<Band> {
     let middle = median(values.to_vec());
     let mad = median(values.iter().map(|v| (v - middle).abs()).collect());
     let noise = (prediction_sigmas(values.len()) * MAD_TO_SIGMA * mad).max(FLOOR * middle.abs());
+    // Every measure is a latency, a rate, a share or a load: none is below zero, and a band
+    // reaching below it (three runs' t is 22 σ) would draw and say a value no run can have.
     Some(Band {
         median: middle,
-        low: middle - noise,
+        low: (middle - noise).max(0.0),
         high: middle + noise,
         runs: values.len(),
     })
@@ -250,6 +252,11 @@ mod tests {
         // Identical runs: the floor, 2% of the median.
         let flat = band(&[100.0; 5]).unwrap();
         assert_eq!((flat.low, flat.high), (98.0, 102.0));
+        // Three runs far apart: t at 2 degrees of freedom reaches below zero; the band stops
+        // there (what history once drew as -618–773 ms).
+        let spread = band(&[80.0, 150.0, 400.0]).unwrap();
+        assert_eq!(spread.low, 0.0, "{spread:?}");
+        assert!(spread.high > 400.0, "{spread:?}");
         // A median of zero (no errors): no floor, any error stands out.
         let zero = band(&[0.0; 4]).unwrap();
         assert_eq!((zero.low, zero.high), (0.0, 0.0));
@@ -338,5 +345,98 @@ mod tests {
             judge(25.0, Some((22.5, 28.0)), Open::Both, &b, Lower),
             Within
         );
+    }
+
+    /// A hundred runs of a server that never changes, each some 60 requests whose TTFT is
+    /// 100 ms stretched by up to 20 ms (the simulator's jitter), sent at a steady 20 req/s for
+    /// 3 s (a fixed count; the wall time wobbling by up to ±3%, as a runner's start-up does):
+    /// no run stands out. Without the throughput's interval, that wobble stood out (what CI
+    /// once met: a 2.2% move of an unchanged run called WORSE).
+    #[test]
+    fn unchanged_runs_do_not_stand_out() {
+        use crate::metrics::{Distribution, Metric, PhaseMetrics};
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+        let mut runs: Vec<RunPoint> = (0..100u64)
+            .map(|i| {
+                let mut phase = PhaseMetrics::default();
+                let mut ttft = Distribution::milliseconds();
+                for _ in 0..60 {
+                    ttft.record(100.0 + rng.random_range(0.0..20.0));
+                }
+                *phase.distributions.get_mut(Metric::Ttft).unwrap() = ttft;
+                let mut measures = Vec::new();
+                for (slug, q) in [("ttft-p50-ms", 50.0), ("ttft-p99-ms", 99.0)] {
+                    let (value, bounds, open) =
+                        crate::report::benchmarks::percentile_with_bounds(&phase, Metric::Ttft, q)
+                            .unwrap();
+                    measures.push(measured(slug, value, bounds, open, Direction::Lower));
+                }
+                let rate = 60.0 / (3.0 * (1.0 + rng.random_range(-0.03..0.03)));
+                let (value, bounds) = crate::report::benchmarks::per_completion(rate, 60);
+                let throughput = "requests-per-second";
+                measures.push(measured(
+                    throughput,
+                    value,
+                    bounds,
+                    Open::Neither,
+                    Direction::Higher,
+                ));
+                point(i, measures)
+            })
+            .collect();
+        let flagged = |runs: &[RunPoint]| stand_outs(runs, &measure_histories(runs));
+        let found = flagged(&runs);
+        assert!(found.is_empty(), "{found:#?}");
+        // The same runs with bare throughputs: the wobble stands out.
+        for run in &mut runs {
+            run.measures[2].bounds = None;
+        }
+        let bare = flagged(&runs);
+        assert!(
+            bare.iter().any(|s| s.slug == "requests-per-second"),
+            "a ±3% wobble against a 2% floor: {bare:#?}"
+        );
+    }
+
+    fn measured(
+        slug: &str,
+        value: f64,
+        bounds: Option<(f64, f64)>,
+        open: Open,
+        direction: Direction,
+    ) -> crate::history::Measured {
+        crate::history::Measured {
+            slug: slug.into(),
+            name: slug.into(),
+            unit: "x".into(),
+            value,
+            bounds,
+            open,
+            direction,
+        }
+    }
+
+    fn point(i: u64, measures: Vec<crate::history::Measured>) -> RunPoint {
+        RunPoint {
+            dir: format!("run-{i}"),
+            started_at: format!("run {i}"),
+            started_unix_ns: Some(i),
+            plan: "p".into(),
+            model: "m".into(),
+            label: None,
+            labels: Default::default(),
+            status: "pass".into(),
+            reasons: Vec::new(),
+            tool_version: String::new(),
+            plan_sha256: String::new(),
+            plan_changed: false,
+            target: String::new(),
+            measures,
+            objectives: Vec::new(),
+            trusted: true,
+            set_apart: None,
+            server: None,
+        }
     }
 }

@@ -59,16 +59,26 @@ pub fn terminal(history: &History) -> String {
     let mut out = String::new();
     for plan in &history.plans {
         let passed = plan.runs.iter().filter(|r| r.status == "pass").count();
+        let apart = plan.runs.iter().filter(|r| r.set_apart.is_some()).count();
         out.push_str(&format!(
-            "{} ({}): {} runs, {} passed, from {} to {}\n",
+            "{} ({}{}): {} runs, {} passed{}, from {} to {}\n",
             one_line(&plan.plan),
             one_line(if plan.model.is_empty() {
                 "-"
             } else {
                 &plan.model
             }),
+            plan.server
+                .as_deref()
+                .map(|s| format!("; server `{}`", one_line(s)))
+                .unwrap_or_default(),
             plan.runs.len(),
             passed,
+            if apart > 0 {
+                format!(", {apart} set apart from the bands")
+            } else {
+                String::new()
+            },
             plan.runs.first().map_or("", |r| r.started_at.as_str()),
             plan.runs.last().map_or("", |r| r.started_at.as_str()),
         ));
@@ -140,6 +150,7 @@ fn change_name(change: Option<Change>) -> &'static str {
 struct PlanView {
     plan: String,
     model: String,
+    server: Option<String>,
     first: String,
     last: String,
     passed: usize,
@@ -168,6 +179,7 @@ struct Row {
     status: String,
     reasons: Vec<String>,
     plan_changed: bool,
+    set_apart: Option<String>,
     held: usize,
     objectives: usize,
     failed: Vec<FailedObjective>,
@@ -243,6 +255,7 @@ impl PlanView {
                 status: run.status.clone(),
                 reasons: run.reasons.clone(),
                 plan_changed: run.plan_changed,
+                set_apart: run.set_apart.clone(),
                 held: run.objectives.iter().filter(|o| o.passed).count(),
                 objectives: run.objectives.len(),
                 failed: run
@@ -293,6 +306,7 @@ impl PlanView {
         PlanView {
             plan: plan.plan.clone(),
             model: plan.model.clone(),
+            server: plan.server.clone(),
             first: plan
                 .runs
                 .first()
@@ -327,6 +341,44 @@ impl PlanView {
     }
 }
 
+/// The most run names an axis shows: one in so many beyond it, so that names never overlap.
+const AXIS_NAMES: usize = 12;
+/// The longest run name on an axis (a commit's SHA is cut to its first characters; the point's
+/// hover title has it whole).
+const AXIS_NAME_CHARS: usize = 10;
+
+/// The charts' x axis: runs by their `--label` value when they have one (every k-th, so that
+/// at most [`AXIS_NAMES`] show), else numbered.
+fn run_axis(plan: &PlanHistory, labelled: bool) -> Axis {
+    if !labelled {
+        return Axis::new("run", Scale::Linear, Unit::Number);
+    }
+    let n = plan.runs.len();
+    let every = n.div_ceil(AXIS_NAMES).max(1);
+    let mut axis = Axis::new(
+        "run (by label; hover a point for the whole name)",
+        Scale::Linear,
+        Unit::Number,
+    )
+    .range(-0.5, n as f64 - 0.5);
+    axis.categories = plan
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            if i % every != 0 {
+                return String::new();
+            }
+            let name = run.name();
+            match name.char_indices().nth(AXIS_NAME_CHARS) {
+                Some((cut, _)) => format!("{}…", &name[..cut]),
+                None => name.to_string(),
+            }
+        })
+        .collect();
+    axis
+}
+
 /// A table cell: the value; a capacity with the load it failed at.
 fn cell_text(slug: &str, m: &crate::history::Measured) -> String {
     match (slug, m.bounds) {
@@ -351,7 +403,9 @@ fn charts(plan: &PlanHistory) -> Vec<ChartView> {
     plan.measures
         .iter()
         .filter_map(|history| {
-            let at = |index: usize| (index + 1) as f64;
+            // Labelled runs are named on the axis (`--label commit`); others numbered from 1.
+            let labelled = plan.runs.iter().any(|r| r.label.is_some());
+            let at = |index: usize| index as f64 + if labelled { 0.0 } else { 1.0 };
             let values: Vec<(f64, f64)> = plan
                 .runs
                 .iter()
@@ -377,7 +431,7 @@ fn charts(plan: &PlanHistory) -> Vec<ChartView> {
             let title = format!("{} ({})", history.name, history.unit);
             let mut plot = Plot::new(
                 &title,
-                Axis::new("run", Scale::Linear, Unit::Number),
+                run_axis(plan, labelled),
                 Axis::new(&title, Scale::Linear, unit),
             );
             plot.lines
@@ -411,11 +465,13 @@ fn charts(plan: &PlanHistory) -> Vec<ChartView> {
                         run.name(),
                         number(m.value),
                         history.unit,
-                        match change {
-                            Some(Change::Worse) => ", worse than the runs before",
-                            Some(Change::Better) => ", better than the runs before",
-                            _ if !run.trusted => ", not carried out to its end",
-                            _ => "",
+                        match (change, &run.set_apart) {
+                            (Some(Change::Worse), _) => ", worse than the runs before".to_string(),
+                            (Some(Change::Better), _) => {
+                                ", better than the runs before".to_string()
+                            }
+                            (_, Some(why)) => format!(", set apart from the bands: {why}"),
+                            _ => String::new(),
                         }
                     ),
                     hollow,
@@ -462,6 +518,9 @@ mod tests {
             }],
             objectives: Vec::new(),
             trusted: status == "pass" || status == "fail",
+            set_apart: (status != "pass" && status != "fail")
+                .then(|| format!("{status}: not a measure of the server")),
+            server: None,
         }
     }
 
@@ -510,5 +569,73 @@ mod tests {
         assert_eq!(json["plans"][0]["stand_outs"][0]["run_name"], hostile);
         let terminal = terminal(&history);
         assert!(terminal.contains("WORSE  run 7"), "{terminal}");
+    }
+
+    /// A server sweep's configurations are histories of their own, and a run whose client
+    /// limited it is listed apart from the bands, as are runs not decided.
+    #[test]
+    fn server_configurations_are_kept_apart_and_limited_runs_set_apart() {
+        let mut runs: Vec<RunPoint> = (1..=8)
+            .map(|i| run(i, &format!("c{i}"), 8.0, "pass"))
+            .collect();
+        for (i, r) in runs.iter_mut().enumerate() {
+            r.server = Some(format!(
+                "llama-server --port {{port}} -np {}",
+                1 + 3 * (i % 2)
+            ));
+        }
+        let plans = group(runs);
+        assert_eq!(plans.len(), 2);
+        assert!(plans.iter().all(|p| p.runs.len() == 4));
+        assert_eq!(
+            plans[0].server.as_deref(),
+            Some("llama-server --port {port} -np 1")
+        );
+        use super::super::{set_apart, WarningHead};
+        let warned = |severity: &str, code: &str| {
+            vec![WarningHead {
+                severity: severity.into(),
+                code: code.into(),
+            }]
+        };
+        let why = set_apart("pass", false, &warned("warning", "client-stall")).unwrap();
+        assert!(
+            why.contains("its client limited it (client-stall)"),
+            "{why}"
+        );
+        assert_eq!(
+            set_apart("fail", false, &warned("note", "client-stall")),
+            None
+        );
+        assert_eq!(
+            set_apart("fail", false, &warned("warning", "finish-stop")),
+            None
+        );
+        assert!(set_apart("not_decided", false, &[])
+            .unwrap()
+            .starts_with("not decided"));
+        assert!(set_apart("pass", true, &[]).is_some());
+    }
+
+    /// Runs named by `--label` are named on the charts' axis, one in so many when they are many.
+    #[test]
+    fn labelled_runs_are_named_on_the_axis() {
+        let svg = |n: usize| {
+            let runs: Vec<RunPoint> = (1..=n)
+                .map(|i| run(i, &format!("c{i}"), 8.0 + (i % 3) as f64, "pass"))
+                .collect();
+            let plans = group(runs);
+            charts(&plans[0])[0].svg.to_string()
+        };
+        let few = svg(6);
+        for i in 1..=6 {
+            assert!(few.contains(&format!(">c{i}<")), "{few}");
+        }
+        let many = svg(30);
+        assert!(many.contains(">c1<") && many.contains(">c4<"), "{many}");
+        assert!(!many.contains(">c2<"), "at most {AXIS_NAMES} names: {many}");
+        let long = run(1, "0123456789abcdef", 1.0, "pass");
+        let axis = run_axis(&group(vec![long.clone(), long])[0], true);
+        assert_eq!(axis.categories[0], "0123456789…");
     }
 }

@@ -45,6 +45,18 @@ pub struct Warning {
 }
 
 /// The phase's schedule lag p99 (ms), when it is beyond [`LAG_P99_LIMIT_MS`]: its requests
+/// The warnings that say the client, not the server, limited the run: its numbers are about
+/// the runner (a history sets such a run apart from its bands).
+pub const CLIENT_LIMITS: [&str; 7] = [
+    "schedule-lag",
+    "client-cpu",
+    "client-limit",
+    "client-stall",
+    "body-builder",
+    "machine-cpu",
+    "recorder-backlog",
+];
+
 /// A stall at least this long is said even when few requests waited on it.
 const STALL_NOTED_MS: f64 = 20.0;
 /// The share of a phase's requests in flight during stalls beyond which they are a warning
