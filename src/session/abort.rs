@@ -8,11 +8,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::live::Live;
 use crate::executor::{Event, Observer, Stop};
-use crate::metrics::table::Source;
-use crate::metrics::{self, Distribution};
+use crate::metrics;
 use crate::plan::{AbortRule, Slo};
-use crate::records::{ErrorClass, RequestRecord};
+use crate::records::ErrorClass;
 use crate::verdict::display;
 
 /// Distributions are judged every this many requests (a percentile of a histogram costs more
@@ -33,43 +33,8 @@ struct State {
     recorded: Vec<bool>,
     completed: u64,
     /// What each rule's metric has gathered so far, in the order of the rules.
-    watched: Vec<Watched>,
+    watched: Vec<Live>,
     fired: bool,
-}
-
-/// What one abort rule's metric gathers, as the metric table defines it.
-enum Watched {
-    /// The completed requests a share counts, of those it is taken among.
-    Share { counted: u64, among: u64 },
-    /// A per-request distribution.
-    Distribution(Distribution),
-    /// Nothing the run can watch while it goes (the parser lets no such rule through).
-    Nothing,
-}
-
-impl Watched {
-    fn add(&mut self, rule: &AbortRule, record: &RequestRecord, good: bool) {
-        let metric = rule.condition.metric;
-        match (self, metric.def().source) {
-            (
-                Watched::Share { counted, among },
-                Source::Share {
-                    among: takes,
-                    counts,
-                    ..
-                },
-            ) if takes(record) => {
-                *among += 1;
-                *counted += u64::from(counts(record, good));
-            }
-            (Watched::Distribution(distribution), _) => {
-                metric.samples(record, false, |value, weight| {
-                    distribution.record_n(value, weight)
-                });
-            }
-            _ => {}
-        }
-    }
 }
 
 impl AbortWatch {
@@ -81,19 +46,7 @@ impl AbortWatch {
     ) -> AbortWatch {
         let watched = rules
             .iter()
-            .map(|rule| {
-                let metric = rule.condition.metric;
-                match metric.def().source {
-                    Source::Share { .. } => Watched::Share {
-                        counted: 0,
-                        among: 0,
-                    },
-                    Source::Distribution { .. } => {
-                        Watched::Distribution(Distribution::for_kind(metric.kind()))
-                    }
-                    _ => Watched::Nothing,
-                }
-            })
+            .map(|rule| Live::of(rule.condition.metric))
             .collect();
         AbortWatch {
             rules,
@@ -120,11 +73,8 @@ impl AbortWatch {
                 }
                 let condition = &rule.condition;
                 let observed = match watched {
-                    Watched::Share { counted, among } if *among > 0 => {
-                        Some(*counted as f64 / *among as f64)
-                    }
-                    Watched::Distribution(d) if distributions_too => d.stat(condition.stat?),
-                    _ => None,
+                    Live::Distribution(_) if !distributions_too => None,
+                    _ => watched.observed(condition.stat),
                 }?;
                 condition.op.holds(observed, condition.threshold).then(|| {
                     format!(
@@ -168,7 +118,7 @@ impl Observer for AbortWatch {
                         .is_some_and(|slo| metrics::meets(slo, record));
                     let state = &mut *state;
                     for (rule, watched) in self.rules.iter().zip(&mut state.watched) {
-                        watched.add(rule, record, good);
+                        watched.add(rule.condition.metric, record, good);
                     }
                     let reason = self.breached(state, state.completed % DISTRIBUTION_EVERY == 0);
                     state.fired = reason.is_some();

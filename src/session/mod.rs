@@ -16,6 +16,7 @@ mod abort;
 mod archive;
 mod baseline;
 mod execute;
+mod live;
 mod outcome;
 pub mod outdir;
 mod search;
