@@ -214,3 +214,61 @@ fn a_stalled_client_is_reported_and_is_not_a_failure_of_the_server() {
         .any(|w| w["code"] == "client-stall");
     assert!(warned, "{}", summary["warnings"]);
 }
+
+/// `duration "60s" until="decided"`: a phase whose assertions are decided after a few hundred
+/// requests ends then, not at its duration; one whose assertion its duration cannot decide
+/// runs to its end and says what would decide it.
+#[test]
+fn a_phase_ends_once_its_assertions_are_decided() {
+    let _serial = serial();
+    let plan = |duration: &str, sla: &str| {
+        sim_plan(
+            "ttft \"5ms\"; itl \"1ms\"",
+            "input 32; output 4",
+            &format!("phase \"steady\" {{ rate 100; duration {duration} }}"),
+            sla,
+        )
+    };
+    // p95 below 200 ms: 59 requests show it; 0 errors of 381 show the error rate below 1%.
+    let started = Instant::now();
+    let run = run_plan(
+        &plan(
+            "\"60s\" until=\"decided\" min=\"2s\"",
+            "ttft p95 < \"200ms\"\nerror-rate < \"1%\"",
+        ),
+        &[],
+    );
+    let took = started.elapsed();
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let phase = &summary["phases"][0];
+    let why = phase["ended_early"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("decided: every assertion on phase \"steady\" was decided after"),
+        "{phase}"
+    );
+    let ok = phase["requests"]["ok"].as_u64().unwrap();
+    assert!((381..2_000).contains(&ok), "{ok} requests");
+    assert!(took < Duration::from_secs(30), "a 60 s phase took {took:?}");
+    assert!(
+        run.stderr().contains("note: decided: every assertion"),
+        "{}",
+        run.stderr()
+    );
+    // p99.9 takes 2,995 requests: 3 s at 100/s cannot decide it; the phase runs its 3 s.
+    let run = run_plan(
+        &plan(
+            "\"3s\" until=\"decided\" min=\"1s\"",
+            "ttft p99.9 < \"200ms\"",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 3, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    assert!(summary["phases"][0]["ended_early"].is_null(), "{summary}");
+    let why = summary["verdicts"][0]["undecided"].as_str().unwrap();
+    assert!(
+        why.contains("about 2,995 requests would decide it"),
+        "{why}"
+    );
+}

@@ -111,6 +111,9 @@ impl Between {
 pub struct ScheduleSource {
     schedule: Arc<Schedule>,
     groups: VecDeque<Vec<usize>>,
+    /// The controls of phases something else may end early (by phase index): a phase that
+    /// ends once decided.
+    controls: std::collections::HashMap<usize, PhaseControl>,
 }
 
 impl ScheduleSource {
@@ -124,7 +127,18 @@ impl ScheduleSource {
         ScheduleSource {
             schedule,
             groups: groups.into(),
+            controls: Default::default(),
         }
+    }
+
+    /// Runs each phase in `controls` (by index) under its control, for whoever holds its clone
+    /// to end it early.
+    pub fn with_controls(
+        mut self,
+        controls: std::collections::HashMap<usize, PhaseControl>,
+    ) -> ScheduleSource {
+        self.controls = controls;
+        self
     }
 }
 
@@ -135,7 +149,10 @@ impl PhaseSource for ScheduleSource {
             group
                 .into_iter()
                 .filter_map(|index| self.schedule.phases.get(index))
-                .map(|phase| PhaseRun::new(phase.clone()))
+                .map(|phase| PhaseRun {
+                    phase: phase.clone(),
+                    control: self.controls.get(&phase.index).cloned().unwrap_or_default(),
+                })
                 .collect(),
         )
     }

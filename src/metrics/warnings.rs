@@ -279,6 +279,17 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
         ));
     }
     for phase in aggregates.phases.iter().filter(|p| p.recorded) {
+        // A sweep's step or a search's probe says its own early end in the steps' table.
+        if let Some(why) = phase.ended_early.as_ref().filter(|_| phase.step.is_none()) {
+            out.push(note(
+                "ended-early",
+                format!(
+                    "phase \"{}\" ended before its duration: {why}; its requests in flight then \
+                     were cancelled, and are in no metric",
+                    phase.name
+                ),
+            ));
+        }
         // On loopback a connection opens in a fraction of a millisecond: only slower ones can
         // show in TTFT.
         let connect = &phase.metrics[Metric::Connect];

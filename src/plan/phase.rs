@@ -34,6 +34,9 @@ pub struct Phase {
     pub api: Option<crate::api::Api>,
     /// The server's caches (its prefix cache) are reset before it starts: a cold cache.
     pub reset_cache: bool,
+    /// `duration "10m" until="decided" min="30s"`: the phase ends as soon as every assertion on
+    /// it is decided, never before this minimum; its `duration` is then its maximum.
+    pub until_decided: Option<Duration>,
 }
 
 impl Phase {
@@ -54,6 +57,7 @@ impl Phase {
             endpoint: None,
             api: None,
             reset_cache: false,
+            until_decided: None,
         }
     }
 }

@@ -22,6 +22,41 @@ pub struct Assertion {
     pub text: String,
 }
 
+/// The assertions that judge phase `name` on its own, for `until="decided"`: those naming it,
+/// and those naming no phase when it is the plan's only recorded phase (they then judge it
+/// alone too).
+pub fn judging_phase<'a>(
+    name: &str,
+    only_recorded: bool,
+    assertions: &'a [Assertion],
+) -> Vec<&'a Assertion> {
+    assertions
+        .iter()
+        .filter(|a| match &a.phase {
+            Some(phase) => phase == name,
+            None => only_recorded && a.metric != Metric::Capacity,
+        })
+        .collect()
+}
+
+/// Whether a running phase's requests can decide `assertion` before the phase ends: a
+/// percentile (by its confidence bounds), a maximum or minimum (once more requests can no
+/// longer change its outcome) and a share (by its interval). A mean, a throughput or the
+/// server's telemetry is judged on the phase as it ran.
+pub fn decides_while_running(assertion: &Assertion) -> bool {
+    use crate::metrics::table::Source;
+    match assertion.metric.def().source {
+        Source::Distribution { .. } => matches!(
+            assertion.stat,
+            Some(Stat::Percentile(_) | Stat::Max | Stat::Min)
+        ),
+        Source::Share { .. } => true,
+        Source::PerSecond { .. } | Source::Aggregate(_) | Source::Server(_) | Source::Search => {
+            false
+        }
+    }
+}
+
 /// How the `sla` is judged: the confidence a percentile's bound must reach, and what a judgement
 /// the run's data cannot decide makes of the run.
 #[derive(Debug, Clone, Copy, PartialEq)]

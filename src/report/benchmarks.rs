@@ -220,7 +220,7 @@ pub(crate) fn per_completion(rate: f64, n: u64) -> (f64, Option<(f64, f64)>) {
 /// The 95% Wilson score interval of a share `p` observed over `n` trials: a share of errors
 /// over the completed requests. Unlike the normal approximation it stays within 0..1 and is not
 /// empty when no error was seen (0 of 200 errors: up to 1.9%).
-fn wilson(p: f64, n: u64) -> Option<(f64, f64)> {
+pub(crate) fn wilson(p: f64, n: u64) -> Option<(f64, f64)> {
     if n == 0 || !p.is_finite() {
         return None;
     }

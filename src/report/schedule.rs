@@ -165,8 +165,21 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
             })
             .flatten()
             .unwrap_or_default();
+        // A phase that ends once decided: its requests and duration are its most.
+        let decided = plan
+            .phases
+            .iter()
+            .find(|p| p.name == phase.name)
+            .and_then(|p| p.until_decided)
+            .map(|min| {
+                format!(
+                    "  (ends once decided, from {}: requests and duration at most)",
+                    crate::plan::units::format_duration(min)
+                )
+            })
+            .unwrap_or_default();
         out.push_str(&format!(
-            "{:<width$} {:<28} {:>10} {:>10} {:>12}  {}{}{}\n",
+            "{:<width$} {:<28} {:>10} {:>10} {:>12}  {}{}{}{}\n",
             phase.name,
             phase.load,
             requests,
@@ -174,7 +187,8 @@ pub fn table(plan: &Plan, schedule: &Schedule) -> String {
             duration,
             mix_text,
             if phase.record { "" } else { "  (not recorded)" },
-            alongside
+            alongside,
+            decided
         ));
     }
     out.push_str(&workload_lines(plan, schedule));

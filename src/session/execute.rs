@@ -3,6 +3,7 @@
 //! run (abort conditions, a search's probes) put in place, the server's telemetry scraped
 //! beside it, and the executor run.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::archive::{keep_sources, sha256};
@@ -73,7 +74,11 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
-        let (observer, watch) = observers(plan, options, &schedule);
+        let Watching {
+            observer,
+            probes: watch,
+            controls,
+        } = observers(plan, options, &schedule);
         let answers = match &plan.target.response_format {
             Some(format) => Some(Arc::new(
                 executor::answers::AnswerCheck::new(format).map_err(Error::usage)?,
@@ -106,7 +111,9 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             search::SearchSource::new(schedule.clone(), verdict::objectives(plan), plan.slo, watch)
         }) {
             Some(search) => Box::new(search),
-            None => Box::new(executor::ScheduleSource::new(schedule.clone())),
+            None => {
+                Box::new(executor::ScheduleSource::new(schedule.clone()).with_controls(controls))
+            }
         };
         // The server's own metrics, scraped beside the run on a thread and connection of its own.
         let metrics = telemetry_urls(&metrics_source, &target);
@@ -365,12 +372,10 @@ fn templates(
 }
 
 /// What watches the run between the executor and the caller's observer: the plan's abort
-/// conditions, and a search's probe watch (returned too: the search's source needs it).
-fn observers(
-    plan: &Plan,
-    options: &RunOptions,
-    schedule: &planner::Schedule,
-) -> (Arc<dyn Observer>, Option<Arc<search::ProbeWatch>>) {
+/// conditions, the phases that end once decided (their controls returned too: the schedule's
+/// source runs them under these), and a search's probe watch (returned too: the search's
+/// source needs it).
+fn observers(plan: &Plan, options: &RunOptions, schedule: &planner::Schedule) -> Watching {
     // A target that stops answering ends the run; the plan's abort conditions watch it too.
     let observer: Arc<dyn Observer> = match plan.target.unreachable_after {
         Some(window) => Arc::new(unreachable::UnreachableWatch::new(
@@ -390,6 +395,23 @@ fn observers(
             observer,
         ))
     };
+    let phase_names: Vec<(usize, String)> = schedule
+        .phases
+        .iter()
+        .map(|p| (p.index, p.name.clone()))
+        .collect();
+    let controls: HashMap<usize, executor::PhaseControl> = plan
+        .phases
+        .iter()
+        .filter(|p| p.until_decided.is_some())
+        .filter_map(|p| phase_names.iter().find(|(_, name)| *name == p.name))
+        .map(|(index, _)| (*index, executor::PhaseControl::new()))
+        .collect();
+    let observer: Arc<dyn Observer> =
+        match decided::DecidedWatch::new(plan, &controls, &phase_names, observer.clone()) {
+            Some(decided) => Arc::new(decided),
+            None => observer,
+        };
     // A search probes from what its earlier probes' records say, and watches each probe.
     let watch = schedule
         .search
@@ -399,7 +421,21 @@ fn observers(
         Some(watch) => watch.clone(),
         None => observer,
     };
-    (observer, watch)
+    Watching {
+        observer,
+        probes: watch,
+        controls,
+    }
+}
+
+/// What watches a run, and what the schedule's source needs of it.
+struct Watching {
+    /// The outermost observer: it hands every event on to the ones inside it.
+    observer: Arc<dyn Observer>,
+    /// A search's probe watch.
+    probes: Option<Arc<search::ProbeWatch>>,
+    /// The controls of the phases that end once decided, by phase index.
+    controls: HashMap<usize, executor::PhaseControl>,
 }
 
 /// The image files a dataset's entries name, each once (served from the start of a run that

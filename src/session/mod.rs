@@ -15,6 +15,7 @@
 mod abort;
 mod archive;
 mod baseline;
+mod decided;
 mod execute;
 mod live;
 mod outcome;

@@ -904,6 +904,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
     // Phases that speak an API of their own, and where they name it.
     let mut phase_apis: Vec<(usize, SourceSpan, crate::api::Api)> = Vec::new();
+    // Phases written with `duration … until="decided"`: where, and which.
+    let mut decided_at: Vec<(usize, SourceSpan, String)> = Vec::new();
     let mut judging: Vec<Placed> = Vec::new();
     let mut search = None;
     let mut search_at = None;
@@ -1034,6 +1036,9 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 }
                 if let (Some(api), Some(span)) = (checked.phase.api, checked.api_span) {
                     phase_apis.push((p.file, span, api));
+                }
+                if let Some(span) = checked.until_span {
+                    decided_at.push((p.file, span, checked.phase.name.clone()));
                 }
                 phases.push(checked.phase);
             }
@@ -1234,6 +1239,12 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     cx.current = 0;
     let judging = sla_block.judging();
     let assertions = sla_block.assertions;
+    for (file, span, name) in &decided_at {
+        cx.current = *file;
+        let recorded = phase_names.len() - unrecorded.len() + usize::from(search.is_some());
+        decided_phase_checks(cx, *span, name, recorded, &phases, &assertions);
+    }
+    cx.current = 0;
     if let (Some(spec), Some((file, span))) = (&search, search_at) {
         cx.current = file;
         let objectives = assertions
@@ -1335,4 +1346,43 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
             overrides: Vec::new(),
         },
     })
+}
+
+/// A phase that ends once decided: recorded, and with an assertion its running requests can
+/// decide (else it would run to its maximum every time, and say nothing of why).
+fn decided_phase_checks(
+    cx: &mut Cx,
+    span: SourceSpan,
+    name: &str,
+    recorded: usize,
+    phases: &[crate::plan::Phase],
+    assertions: &[crate::plan::Assertion],
+) {
+    if phases.iter().any(|p| p.name == name && !p.record) {
+        cx.error(
+            span,
+            format!(
+                "phase \"{name}\" is not recorded: no assertion judges it, so nothing decides it"
+            ),
+            "nothing to decide",
+            "remove until=\"decided\" from a warmup, or record the phase",
+        );
+        return;
+    }
+    let judging = crate::plan::sla::judging_phase(name, recorded == 1, assertions);
+    if !judging
+        .iter()
+        .any(|a| crate::plan::sla::decides_while_running(a))
+    {
+        cx.error(
+            span,
+            format!("no assertion on phase \"{name}\" can be decided while it runs"),
+            "nothing to decide",
+            format!(
+                "add one that names it, e.g. sla {{ ttft p95 < \"500ms\" phase=\"{name}\" }} (a \
+                 percentile, max, min or rate; a mean, a throughput or the server's telemetry is \
+                 judged on the phase as it ran)"
+            ),
+        );
+    }
 }

@@ -15,6 +15,10 @@ use crate::plan::limits::{
 use crate::plan::units::format_duration;
 use crate::plan::{Arrivals, Load, Phase, RateShape, StartWith};
 
+/// The least a phase that ends once decided runs, unless its `min=` says otherwise: a steady
+/// state's first seconds are not yet the server's steady state.
+pub(super) const DEFAULT_DECIDED_MIN: Duration = Duration::from_secs(10);
+
 const RATE: Number = Number {
     positive: true,
     max: MAX_RATE,
@@ -32,6 +36,8 @@ struct Fields {
     loads: Vec<(Load, SourceSpan)>,
     arrivals: Option<(Arrivals, SourceSpan)>,
     duration: Option<Duration>,
+    /// `until="decided"` on `duration`, with its `min=`, and where it is written.
+    until_decided: Option<(Duration, SourceSpan)>,
     max_requests: Option<u64>,
     record: bool,
     reset_cache: bool,
@@ -138,8 +144,60 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         None => p.broken = true,
     }),
     ("duration", |cx, node, p| {
-        p.duration = cx.single(node, "duration \"60s\"", DURATION);
+        let usage =
+            "duration \"60s\", or duration \"10m\" until=\"decided\" min=\"30s\" (ends once \
+                     every assertion on the phase is decided)";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["until", "min"], usage);
+        p.duration = cx.arg(node, usage, DURATION);
         p.broken |= p.duration.is_none();
+        let Some(until) = property(node, "until") else {
+            if let Some(min) = property(node, "min") {
+                cx.error(
+                    min.span(),
+                    "min= goes with until=\"decided\"",
+                    "a minimum of what",
+                    "add until=\"decided\" (the phase may end before its duration), or remove min=",
+                );
+                p.broken = true;
+            }
+            return;
+        };
+        match cx.prop(node, "until", usage, Text) {
+            Ok(Some(word)) if word == "decided" => {}
+            Ok(_) => {
+                cx.error(
+                    until.span(),
+                    "until= takes \"decided\"",
+                    "unknown condition",
+                    "until=\"decided\": the phase ends once every assertion on it is decided",
+                );
+                p.broken = true;
+                return;
+            }
+            Err(()) => {
+                p.broken = true;
+                return;
+            }
+        }
+        let min = cx.prop_or(node, "min", DEFAULT_DECIDED_MIN, usage, DURATION_OR_ZERO);
+        match (min, p.duration) {
+            (Some(min), Some(max)) if min > max && property(node, "min").is_some() => {
+                cx.error(
+                    property(node, "min").map_or(until.span(), |e| e.span()),
+                    format!(
+                        "min= ({}) is longer than the duration ({})",
+                        format_duration(min),
+                        format_duration(max)
+                    ),
+                    "min beyond max",
+                    "the duration is the most the phase runs: lower min= or lengthen the duration",
+                );
+                p.broken = true;
+            }
+            (Some(min), Some(max)) => p.until_decided = Some((min.min(max), until.span())),
+            _ => p.broken = true,
+        }
     }),
     ("requests", |cx, node, p| {
         p.max_requests = cx.single(node, "requests 500", Count::positive(MAX_REQUESTS));
@@ -291,6 +349,8 @@ pub(super) struct CheckedPhase {
     pub with_span: Option<SourceSpan>,
     /// Where it names an API of its own.
     pub api_span: Option<SourceSpan>,
+    /// Where its `until="decided"` is written.
+    pub until_span: Option<SourceSpan>,
 }
 
 /// `trace "mooncake.jsonl" speed=2 from="10m" block=512`: an open loop replaying a trace.
@@ -362,6 +422,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
         loads: Vec::new(),
         arrivals: None,
         duration: None,
+        until_decided: None,
         max_requests: None,
         record: true,
         reset_cache: false,
@@ -527,11 +588,13 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             endpoint: fields.endpoint,
             api: fields.api.map(|(api, _)| api),
             reset_cache: fields.reset_cache,
+            until_decided: fields.until_decided.map(|(min, _)| min),
             ..Phase::new(name, load)
         },
         expected_requests,
         load_span,
         with_span,
         api_span: fields.api.map(|(_, span)| span),
+        until_span: fields.until_decided.map(|(_, span)| span),
     })
 }

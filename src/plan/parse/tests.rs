@@ -361,6 +361,78 @@ fn phase_rules() {
     );
 }
 
+/// `duration "2m" until="decided" min="20s"`: a phase that ends once its assertions are decided,
+/// refused where nothing could decide it.
+#[test]
+fn a_phase_that_ends_once_decided() {
+    let decided = |phase: &str, sla: &str| {
+        parse_plan(
+            "t.kdl",
+            format!(
+                "target \"sim\"\nworkload {{ input 64; output 8 }}\n{phase}\nsla {{ {sla} }}\n"
+            ),
+        )
+    };
+    let plan = decided(
+        "phase \"s\" { rate 5; duration \"2m\" until=\"decided\" min=\"20s\" }",
+        "ttft p95 < \"1s\"",
+    )
+    .unwrap();
+    assert_eq!(plan.phases[0].duration, Some(Duration::from_secs(120)));
+    assert_eq!(plan.phases[0].until_decided, Some(Duration::from_secs(20)));
+    // The minimum defaults to 10 s, and never beyond the duration.
+    let plan = decided(
+        "phase \"s\" { rate 5; duration \"5s\" until=\"decided\" }",
+        "error-rate < \"1%\" phase=\"s\"",
+    )
+    .unwrap();
+    assert_eq!(plan.phases[0].until_decided, Some(Duration::from_secs(5)));
+    let refused = |phase: &str, sla: &str| errors_of(decided(phase, sla));
+    assert_eq!(
+        refused(
+            "phase \"s\" { rate 5; duration \"1m\" until=\"later\" }",
+            "ttft p95 < \"1s\""
+        ),
+        ["until= takes \"decided\""]
+    );
+    assert_eq!(
+        refused(
+            "phase \"s\" { rate 5; duration \"1m\" min=\"5s\" }",
+            "ttft p95 < \"1s\""
+        ),
+        ["min= goes with until=\"decided\""]
+    );
+    assert_eq!(
+        refused(
+            "phase \"s\" { rate 5; duration \"1m\" until=\"decided\" min=\"2m\" }",
+            "ttft p95 < \"1s\""
+        ),
+        ["min= (2m) is longer than the duration (1m)"]
+    );
+    // Nothing its requests can decide: a throughput, or assertions on another phase.
+    assert_eq!(
+        refused(
+            "phase \"s\" { rate 5; duration \"1m\" until=\"decided\" }",
+            "output-throughput > 10"
+        ),
+        ["no assertion on phase \"s\" can be decided while it runs"]
+    );
+    assert_eq!(
+        refused(
+            "phase \"s\" { rate 5; duration \"1m\" until=\"decided\" }\nphase \"t\" { rate 5; duration \"1m\" }",
+            "ttft p95 < \"1s\""
+        ),
+        ["no assertion on phase \"s\" can be decided while it runs"]
+    );
+    assert_eq!(
+        refused(
+            "phase \"w\" { rate 5; duration \"1m\" until=\"decided\"; record #false }\nphase \"s\" { rate 5; duration \"1m\" }",
+            "ttft p95 < \"1s\""
+        ),
+        ["phase \"w\" is not recorded: no assertion judges it, so nothing decides it"]
+    );
+}
+
 #[test]
 fn target_and_workload_rules() {
     let bad = |text: &str| {
