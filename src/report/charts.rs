@@ -357,6 +357,7 @@ fn by_input_chart(summary: &Summary) -> Option<Chart> {
             ("E2E p50".into(), colour::E2E),
         ],
         values,
+        whiskers: Vec::new(),
     });
     chart(
         "by-input",

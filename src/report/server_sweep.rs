@@ -10,7 +10,7 @@ use minijinja::Value;
 use serde::Serialize;
 
 use super::benchmarks::Measure;
-use super::svg::{Axis, Bars, Plot, Scale, Unit};
+use super::svg::{Axis, Bars, Plot, Scale, Unit, Whisker};
 use super::{template, RunVerdict, Summary};
 use crate::error::Result;
 use crate::plan::ServerConfig;
@@ -64,6 +64,10 @@ pub struct ConfigRow {
     /// Why its capacity is known only to a wide bracket, when its search stopped before its
     /// precision.
     pub capacity_caveat: Option<String>,
+    /// Its search's bracket (the load that held, the load that failed, their unit), when the
+    /// plan searches: the chart's whisker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bracket: Option<crate::planner::search::Bracket>,
     /// Its headline numbers, by the columns' slugs (absent where the run has none).
     pub values: Vec<Option<f64>>,
     /// Its server's time to ready, seconds.
@@ -105,6 +109,7 @@ pub fn summary(
                     reasons: vec![why.clone()],
                     capacity: None,
                     capacity_caveat: None,
+                    bracket: None,
                     values: vec![None; columns.len()],
                     ready_seconds: None,
                     server_cpu_seconds: None,
@@ -117,6 +122,7 @@ pub fn summary(
                     reasons: s.verdict.reasons.clone(),
                     capacity: s.capacity.as_ref().map(|c| c.headline.clone()),
                     capacity_caveat: s.capacity.as_ref().and_then(|c| caveat(&c.bracket)),
+                    bracket: s.capacity.as_ref().map(|c| c.bracket.clone()),
                     values: columns
                         .iter()
                         .map(|(slug, _, _)| value_of(&s.measures, slug))
@@ -191,8 +197,16 @@ fn chart(summary: &SweepSummary) -> Option<String> {
     if values.iter().flatten().all(|v| *v <= 0.0) {
         return None;
     }
+    let unit_name = summary
+        .configurations
+        .iter()
+        .find_map(|c| c.bracket.as_ref())
+        .map_or("load", |b| match b.unit {
+            crate::plan::LoadUnit::RequestsPerSecond => "req/s",
+            crate::plan::LoadUnit::Concurrency => "concurrent requests",
+        });
     let y_title = if summary.searched {
-        "capacity (the highest load that held)".to_string()
+        format!("capacity, {unit_name} (bar: held; whisker: to the load that failed)")
     } else {
         "latency".to_string()
     };
@@ -214,8 +228,33 @@ fn chart(summary: &SweepSummary) -> Option<String> {
             .map(|(&k, colour)| (summary.columns[k].1.clone(), colour))
             .collect(),
         values,
+        whiskers: summary
+            .configurations
+            .iter()
+            .map(|c| vec![whisker(c.bracket.as_ref(), unit_name)])
+            .collect(),
     });
     plot.render()
+}
+
+/// A search's bracket as a whisker over its capacity's bar: from the load that held to the load
+/// that failed (a search that never failed has no top, and no whisker).
+fn whisker(bracket: Option<&crate::planner::search::Bracket>, unit: &str) -> Option<Whisker> {
+    let bracket = bracket?;
+    let (held, failed) = (bracket.sustains.unwrap_or(0.0), bracket.fails_at?);
+    Some(Whisker {
+        low: held,
+        high: failed,
+        title: format!(
+            "held at {} {unit}, failed at {} {unit}{}",
+            crate::report::svg::number(held),
+            crate::report::svg::number(failed),
+            bracket
+                .width
+                .map(|w| format!(" (a bracket {:.0}% wide)", w * 100.0))
+                .unwrap_or_default()
+        ),
+    })
 }
 
 /// The sweep's Markdown, HTML and JSON, in the order of [`FILES`].
@@ -356,6 +395,7 @@ mod tests {
             reasons: Vec::new(),
             capacity: Some("sustains 8 req/s".into()),
             capacity_caveat: caveat,
+            bracket: None,
             values: Vec::new(),
             ready_seconds: None,
             server_cpu_seconds: None,
@@ -382,5 +422,48 @@ mod tests {
         // Chosen by anything else, capacities do not matter to the choice.
         assert_eq!(best_caveat(&rows, "headroom"), None);
         assert_eq!(best_caveat(&rows[1..2], "capacity"), None);
+    }
+
+    /// The capacity chart draws each search's bracket as a whisker over its bar, in the
+    /// bracket's unit; a search that never failed has none.
+    #[test]
+    fn the_capacity_chart_draws_brackets_as_whiskers_in_their_unit() {
+        let mut held = row("--parallel 1", "pass", None);
+        held.bracket = Some(bracket(Stopped::TimeBudget, 8.0, 11.28));
+        held.values = vec![Some(8.0)];
+        let mut top = row("--parallel 4", "pass", None);
+        top.bracket = Some(Bracket {
+            fails_at: None,
+            width: None,
+            ..bracket(Stopped::Precise, 20.0, 20.0)
+        });
+        top.values = vec![Some(20.0)];
+        let summary = SweepSummary {
+            plan: "p".into(),
+            verdict: RunVerdict {
+                status: crate::verdict::VerdictStatus::Pass,
+                exit_code: 0,
+                reasons: Vec::new(),
+                found: Vec::new(),
+            },
+            passed: true,
+            best: None,
+            best_by: "capacity",
+            searched: true,
+            best_caveat: None,
+            configurations: vec![held, top],
+            skipped: Vec::new(),
+            columns: vec![("capacity".into(), "capacity".into(), "load".into())],
+        };
+        let svg = chart(&summary).unwrap();
+        assert_eq!(svg.matches("class=\"whisker\"").count(), 1, "{svg}");
+        assert!(
+            svg.contains("held at 8 req/s, failed at 11.3 req/s (a bracket 41% wide)"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("capacity, req/s (bar: held; whisker: to the load that failed)"),
+            "{svg}"
+        );
     }
 }

@@ -143,6 +143,19 @@ pub struct Bars {
     pub series: Vec<(String, &'static str)>,
     /// Per group, one value per series.
     pub values: Vec<Vec<f64>>,
+    /// Per group and series, an interval drawn as a whisker over the bar (a search's bracket:
+    /// the load that held, and the load that failed), with what it is for its hover title;
+    /// empty when the bars have none.
+    pub whiskers: Vec<Vec<Option<Whisker>>>,
+}
+
+/// An interval over one bar.
+#[derive(Debug, Clone)]
+pub struct Whisker {
+    pub low: f64,
+    pub high: f64,
+    /// What the interval is, for its hover title ("held at 12 req/s, failed at 16 req/s").
+    pub title: String,
 }
 
 /// One chart.
@@ -219,6 +232,9 @@ impl Plot {
             xs.extend([-0.5, bars.values.len() as f64 - 0.5]);
             ys.push(0.0);
             ys.extend(bars.values.iter().flatten().copied());
+            for whisker in bars.whiskers.iter().flatten().flatten() {
+                ys.extend([whisker.low, whisker.high]);
+            }
         }
         for band in &self.bands {
             xs.extend([band.from, band.to]);
@@ -386,6 +402,29 @@ impl Plot {
                         value_text(value, self.y.unit)
                     ))
                 );
+                let whisker = bars
+                    .whiskers
+                    .get(g)
+                    .and_then(|w| w.get(s))
+                    .and_then(Option::as_ref);
+                if let Some(whisker) = whisker {
+                    let centre = left + width * 0.45;
+                    let cap = width * 0.25;
+                    let (low, high) = (y.px(whisker.low), y.px(whisker.high));
+                    let _ = write!(
+                        svg,
+                        "<g class=\"whisker\" stroke=\"{INK}\" stroke-width=\"1.5\">\
+                         <line x1=\"{centre:.1}\" x2=\"{centre:.1}\" y1=\"{low:.1}\" y2=\"{high:.1}\"/>\
+                         <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{low:.1}\" y2=\"{low:.1}\"/>\
+                         <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{high:.1}\" y2=\"{high:.1}\"/>\
+                         <title>{}</title></g>",
+                        centre - cap,
+                        centre + cap,
+                        centre - cap,
+                        centre + cap,
+                        xml_text(&format!("{name}, {category}: {}", whisker.title))
+                    );
+                }
             }
         }
     }
