@@ -272,3 +272,48 @@ fn a_phase_ends_once_its_assertions_are_decided() {
         "{why}"
     );
 }
+
+/// A phase whose first seconds meet a backlog (a burst beside it, not recorded) has its warm-up
+/// cut from its steady window: every output shows both, and `sla { window "steady" }` judges
+/// on the steady one — the same TTFT objective fails on the whole phase and holds on it.
+#[test]
+fn a_warm_up_transient_is_cut_and_window_steady_judges_without_it() {
+    let _serial = serial();
+    let plan = |window: &str| {
+        format!(
+            "plan \"transient\" {{ seed 3 }}\ntarget \"sim\"\nsim {{ profile \"tiny\" }}\n\
+             workload {{ input 64; output 32 }}\n\
+             phase \"steady\" {{ rate 10; duration \"20s\" }}\n\
+             phase \"spike\" {{ with \"steady\"; at-once 40; record #false }}\n\
+             sla {{ {window} ttft p90 < \"300ms\" phase=\"steady\" }}\n"
+        )
+    };
+    let whole = run_plan(&plan(""), &[]);
+    assert_eq!(whole.code(), 1, "{}\n{}", whole.stdout(), whole.stderr());
+    let summary = whole.summary();
+    let window = &summary["steady"]["phases"][0];
+    let cut = window["cut_s"].as_f64().unwrap();
+    assert!((2.0..=10.0).contains(&cut), "{window}");
+    let p99 = |m: &serde_json::Value| m["metrics"]["ttft_ms"]["p99"].as_f64().unwrap();
+    assert!(
+        p99(&window["metrics"]) * 5.0 < p99(&summary["phases"][0]),
+        "{summary}"
+    );
+    assert!(
+        whole.stdout().contains("  steady, from +"),
+        "{}",
+        whole.stdout()
+    );
+    let report = std::fs::read_to_string(whole.out().join("report.md")).unwrap();
+    assert!(report.contains("| ↳ steady, from +"), "{report}");
+    let steady = run_plan(&plan("window \"steady\";"), &[]);
+    assert_eq!(steady.code(), 0, "{}\n{}", steady.stdout(), steady.stderr());
+    let judged = &steady.summary()["verdicts"][0];
+    assert!(
+        judged["phase"]
+            .as_str()
+            .unwrap()
+            .starts_with("steady (from +"),
+        "{judged}"
+    );
+}

@@ -71,6 +71,9 @@ pub struct Aggregates {
     pub by_turn_kind: Vec<TurnKindBucket>,
     /// Each error class of the recorded phases: how many, when, and what the first said.
     pub error_samples: Vec<ErrorSample>,
+    /// Each recorded phase's steady window (its warm-up transient cut) and its numbers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<super::steady::Steady>,
 }
 
 impl Aggregates {

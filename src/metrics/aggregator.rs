@@ -418,6 +418,7 @@ impl<'s> Aggregator<'s> {
             error_samples: self.error_samples.into_values().collect(),
             by_turn,
             by_turn_kind,
+            steady: None,
             by_media: self.by_media.finish(),
         };
         aggregates.warnings = warnings::assess(&log, &aggregates);

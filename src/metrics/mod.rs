@@ -20,6 +20,7 @@ mod media;
 pub mod profile;
 pub mod server;
 pub mod stalls;
+pub mod steady;
 pub mod table;
 pub mod timeseries;
 pub mod warnings;
@@ -65,33 +66,101 @@ pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
 
 /// Computes every aggregate of a run held in memory; `slo` (the plan's) defines goodput.
 pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
+    let mut aggregates = replay(log, slo, &mut SteadyFilter::none());
+    let cuts = steady::cuts(&aggregates);
+    aggregates.steady = Some(if cuts.iter().any(|c| c.cut_s > 0.0) {
+        let mut filter = SteadyFilter::of(&cuts);
+        steady::assemble(cuts, &replay(log, slo, &mut filter))
+    } else {
+        steady::assemble(cuts, &aggregates)
+    });
+    aggregates
+}
+
+/// The aggregates of an in-memory log's lines, as `filter` passes them.
+fn replay(log: &RunLog, slo: Option<&Slo>, filter: &mut SteadyFilter) -> Aggregates {
     let mut aggregator = Aggregator::new(slo);
+    let mut lines: Vec<LogLine> = Vec::new();
     if let Some(header) = &log.header {
-        aggregator.push(LogLine::Run(crate::records::RunLine::current(
+        lines.push(LogLine::Run(crate::records::RunLine::current(
             header.clone(),
         )));
     }
-    for phase in &log.phases {
-        aggregator.push(LogLine::PhaseStart(phase.clone()));
-    }
+    lines.extend(log.phases.iter().cloned().map(LogLine::PhaseStart));
     // The client's stalls before the records: each request is then checked against every
     // stall as it is read (a file interleaves them; an in-memory log keeps them apart).
-    for stall in &log.stalls {
-        aggregator.push(LogLine::Stall(*stall));
+    lines.extend(log.stalls.iter().copied().map(LogLine::Stall));
+    for line in lines {
+        filter.feed(&mut aggregator, line);
     }
-    for record in &log.records {
+    // Records are added as they are: no copy of a long run's requests.
+    for record in log.records.iter().filter(|r| filter.keeps(r)) {
         aggregator.record(record);
     }
-    for end in &log.phase_ends {
-        aggregator.push(LogLine::PhaseEnd(end.clone()));
-    }
-    if let Some(end) = &log.search_end {
-        aggregator.push(LogLine::SearchEnd(end.clone()));
-    }
-    if let Some(end) = &log.end {
-        aggregator.push(LogLine::RunEnd(end.clone()));
+    let ends = log.phase_ends.iter().cloned().map(LogLine::PhaseEnd);
+    let search = log.search_end.iter().cloned().map(LogLine::SearchEnd);
+    let run = log.end.iter().cloned().map(LogLine::RunEnd);
+    for line in ends.chain(search).chain(run) {
+        filter.feed(&mut aggregator, line);
     }
     aggregator.finish().1
+}
+
+/// Which lines a pass over a run's records keeps: all of them, or, for the steady windows, a
+/// cut phase's requests sent from its cut on, with the phase starting there.
+struct SteadyFilter {
+    /// Each cut phase's window start, µs from the run's start, by name.
+    cuts: std::collections::HashMap<String, u64>,
+    /// The same by phase index, as the phases' starts name them.
+    by_index: std::collections::HashMap<usize, u64>,
+}
+
+impl SteadyFilter {
+    fn none() -> SteadyFilter {
+        SteadyFilter {
+            cuts: Default::default(),
+            by_index: Default::default(),
+        }
+    }
+
+    fn of(cuts: &[steady::Cut]) -> SteadyFilter {
+        SteadyFilter {
+            cuts: cuts
+                .iter()
+                .filter(|c| c.cut_s > 0.0)
+                .map(|c| (c.phase.clone(), c.from_us))
+                .collect(),
+            by_index: Default::default(),
+        }
+    }
+
+    fn pass(&mut self, line: LogLine) -> Option<LogLine> {
+        match line {
+            LogLine::PhaseStart(mut start) => {
+                if let Some(&from) = self.cuts.get(&start.name) {
+                    start.at_us = start.at_us.max(from);
+                    self.by_index.insert(start.index, from);
+                }
+                Some(LogLine::PhaseStart(start))
+            }
+            LogLine::Request(record) if !self.keeps(&record) => None,
+            other => Some(other),
+        }
+    }
+
+    /// Hands `line` to `aggregator` if it passes.
+    fn feed(&mut self, aggregator: &mut Aggregator, line: LogLine) {
+        if let Some(line) = self.pass(line) {
+            aggregator.push(line);
+        }
+    }
+
+    /// Whether a request is in its phase's window: sent from the cut on.
+    fn keeps(&self, record: &crate::records::RequestRecord) -> bool {
+        self.by_index
+            .get(&record.phase)
+            .is_none_or(|&from| record.actual_send_us >= from)
+    }
 }
 
 /// Computes every aggregate of the run in `records.jsonl` in one pass over the file, holding no
@@ -110,7 +179,18 @@ pub fn compute_file_with(
     let mut aggregator = Aggregator::new(slo).with_interval(interval);
     crate::records::read_lines(path, |line| aggregator.push(line))?;
     RunLog::check_header(&aggregator.log, path)?;
-    Ok(aggregator.finish())
+    let (log, mut aggregates) = aggregator.finish();
+    let cuts = steady::cuts(&aggregates);
+    aggregates.steady = Some(if cuts.iter().any(|c| c.cut_s > 0.0) {
+        // One more pass, only when a phase was cut: its requests from the cut on.
+        let mut filter = SteadyFilter::of(&cuts);
+        let mut again = Aggregator::new(slo).with_interval(interval);
+        crate::records::read_lines(path, |line| filter.feed(&mut again, line))?;
+        steady::assemble(cuts, &again.finish().1)
+    } else {
+        steady::assemble(cuts, &aggregates)
+    });
+    Ok((log, aggregates))
 }
 
 #[cfg(test)]

@@ -560,3 +560,77 @@ fn a_search_the_client_limited_is_not_carried_out() {
         "{headline}"
     );
 }
+
+/// A phase whose first 10 s are a warm-up (TTFT 300 ms while a queue drains) and whose next
+/// 50 s are steady (TTFT 30 ms): the cut finds the transient, the steady window's numbers are
+/// the steady requests', in memory as from the file, and a short phase is not looked at.
+#[test]
+fn a_warm_up_transient_is_cut_from_the_steady_window() {
+    let records: Vec<RequestRecord> = (0..600u64)
+        .map(|i| {
+            let send = 1_000_000 + i * 100_000;
+            let ttft = if i < 100 {
+                300_000
+            } else {
+                30_000 + (i % 7) * 500
+            };
+            ok(1, send, &[(ttft, 1), (ttft + 5_000, 1)], ttft + 10_000)
+        })
+        .collect();
+    let mut run = log(records);
+    run.phase_ends[1].at_us = 61_000_000;
+    run.end.as_mut().unwrap().at_us = 62_000_000;
+    let aggregates = compute(&run, None);
+    let steady = aggregates.steady.as_ref().unwrap();
+    let window = &steady.phases[0];
+    assert_eq!(window.phase, "steady");
+    assert!((9.0..=12.0).contains(&window.cut_s), "cut {}", window.cut_s);
+    assert_eq!(window.series, "ttft p50");
+    let kept = window.metrics.requests.ok;
+    assert!((480..=510).contains(&kept), "{kept} requests kept");
+    let p99 = |m: &PhaseMetrics| {
+        m.distribution(Metric::Ttft)
+            .unwrap()
+            .stat(crate::plan::Stat::Percentile(99.0))
+            .unwrap()
+    };
+    assert!(p99(&aggregates.phases[1]) > 290.0);
+    assert!(p99(&window.metrics) < 40.0, "{}", p99(&window.metrics));
+    assert_eq!(steady.overall.requests.ok, kept);
+    // The steady window's throughput is over its own time.
+    assert!(
+        (window.metrics.wall_s - (61.0 - 1.0 - window.cut_s)).abs() < 1.0,
+        "{}",
+        window.metrics.wall_s
+    );
+
+    // The same from the records file, in one pass and one more for the cut phase.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("records.jsonl");
+    let mut lines = vec![LogLine::Run(crate::records::RunLine::current(
+        run.header.clone().unwrap(),
+    ))];
+    lines.extend(run.phases.iter().cloned().map(LogLine::PhaseStart));
+    lines.extend(run.records.iter().cloned().map(LogLine::Request));
+    lines.extend(run.phase_ends.iter().cloned().map(LogLine::PhaseEnd));
+    lines.push(LogLine::RunEnd(run.end.clone().unwrap()));
+    let text: String = lines
+        .iter()
+        .map(|l| serde_json::to_string(l).unwrap() + "\n")
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let (_, streamed) = compute_file(&path, None).unwrap();
+    assert_eq!(
+        serde_json::to_value(&streamed.steady).unwrap(),
+        serde_json::to_value(&aggregates.steady).unwrap()
+    );
+
+    // Three seconds of windows: too few to tell a warm-up from noise.
+    let short = compute(&log(vec![ok(1, 1_000_000, &[(50_000, 1)], 60_000)]), None);
+    let window = &short.steady.as_ref().unwrap().phases[0];
+    assert_eq!(window.cut_s, 0.0);
+    assert!(
+        window.not_looked.as_deref().unwrap().contains("too few"),
+        "{window:?}"
+    );
+}

@@ -66,6 +66,26 @@ pub struct Judging {
     pub confidence: f64,
     /// `undecided "not-decided"`: what a judgement the data cannot decide makes of the run.
     pub undecided: Undecided,
+    /// `window "steady"`: which of each phase's requests are judged.
+    pub window: JudgedWindow,
+}
+
+/// Which of a phase's requests its assertions are judged on (`sla { window "…" }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JudgedWindow {
+    /// Every recorded request of the phase.
+    #[default]
+    Whole,
+    /// Those sent after the phase's warm-up transient (`metrics::steady`).
+    Steady,
+}
+
+impl JudgedWindow {
+    /// Every value, as plans write them.
+    pub const ALL: [(&'static str, JudgedWindow); 2] = [
+        ("whole", JudgedWindow::Whole),
+        ("steady", JudgedWindow::Steady),
+    ];
 }
 
 /// The confidence percentile assertions are judged at unless the plan says otherwise.
@@ -76,6 +96,7 @@ impl Default for Judging {
         Judging {
             confidence: DEFAULT_CONFIDENCE,
             undecided: Undecided::NotDecided,
+            window: JudgedWindow::Whole,
         }
     }
 }

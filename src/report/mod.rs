@@ -59,6 +59,9 @@ pub struct Summary {
     pub phases: Vec<PhaseMetrics>,
     /// All recorded phases together.
     pub overall: PhaseMetrics,
+    /// Each recorded phase's steady window (its warm-up transient cut) and its numbers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<crate::metrics::steady::Steady>,
     /// What the plan's search found (its headline and bracket), if it had one.
     pub capacity: Option<crate::verdict::CapacityResult>,
     /// Each sweep and the search as a whole: where the objectives stop holding.
@@ -266,6 +269,7 @@ impl<'a> ReportContext<'a> {
             verdicts: verdicts.results,
             phases: aggregates.phases,
             overall: aggregates.overall,
+            steady: aggregates.steady,
             warnings: aggregates.warnings,
             context,
             measures: Vec::new(),

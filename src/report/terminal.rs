@@ -39,13 +39,22 @@ pub fn terminal_summary(summary: &Summary) -> String {
         "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo_head} {:>10} {:>10} {:>9}\n",
         "phase", "ok", "failed", "TTFT p50", "TTFT p99", "ITL p99", "E2E p99", "req/s"
     ));
-    let scopes = summary
-        .phases
-        .iter()
-        .filter(|p| p.recorded)
-        // Steps each have their own load: a total over them mixes loads.
-        .chain(std::iter::once(&summary.overall).filter(|_| summary.steps.is_empty()));
-    for scope in scopes {
+    // Each recorded phase, then its steady window when a warm-up was cut from it.
+    let mut scopes: Vec<(String, &crate::metrics::PhaseMetrics)> = Vec::new();
+    for phase in summary.phases.iter().filter(|p| p.recorded) {
+        scopes.push((phase.name.clone(), phase));
+        if let Some(window) = steady_window(summary, &phase.name) {
+            scopes.push((
+                format!("  steady, from +{:.0} s", window.cut_s),
+                &window.metrics,
+            ));
+        }
+    }
+    // Steps each have their own load: a total over them mixes loads.
+    if summary.steps.is_empty() {
+        scopes.push((summary.overall.name.clone(), &summary.overall));
+    }
+    for (name, scope) in scopes {
         let ttfo = if reasoned {
             format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
         } else {
@@ -53,7 +62,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
         };
         out.push_str(&format!(
             "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo} {:>10} {:>10} {:>9.2}\n",
-            truncate(&scope.name, 24),
+            truncate(&name, 24),
             scope.requests.ok,
             scope.requests.failed,
             ms(scope.metrics[Metric::Ttft].p50),
@@ -188,6 +197,19 @@ fn steps_table(summary: &Summary) -> String {
         }
     }
     out
+}
+
+/// A phase's steady window, when a warm-up transient was cut from it.
+fn steady_window<'a>(
+    summary: &'a Summary,
+    phase: &str,
+) -> Option<&'a crate::metrics::steady::SteadyWindow> {
+    summary
+        .steady
+        .as_ref()?
+        .phases
+        .iter()
+        .find(|w| w.phase == phase && w.cut_s > 0.0)
 }
 
 fn truncate(text: &str, width: usize) -> String {

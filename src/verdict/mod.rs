@@ -18,7 +18,9 @@ mod status;
 mod steps;
 
 use crate::metrics::{Aggregates, PhaseMetrics, Severity, Warning};
-use crate::plan::{Assertion, Judging, LoadUnit, Metric, MetricKind, Op, Plan, Stat, Undecided};
+use crate::plan::{
+    Assertion, JudgedWindow, Judging, LoadUnit, Metric, MetricKind, Op, Plan, Stat, Undecided,
+};
 use confidence::Lean;
 pub use sizing::undecidable;
 pub use status::{Failure, NotCarriedOut, RunVerdict, Status, VerdictStatus};
@@ -321,10 +323,38 @@ fn judge_in_run(
     judging: &Judging,
     aggregates: &Aggregates,
 ) -> VerdictResult {
-    let metrics = aggregates.scope(assertion.phase.as_deref());
+    let phase = assertion.phase.as_deref();
+    let steady = match judging.window {
+        // The server's telemetry is scraped over the whole run, not by request.
+        JudgedWindow::Steady if !assertion.metric.is_server() => steady_scope(aggregates, phase),
+        JudgedWindow::Steady | JudgedWindow::Whole => None,
+    };
+    let metrics = steady
+        .as_ref()
+        .map(|(m, _)| *m)
+        .or_else(|| aggregates.scope(phase));
     let mut result = judge_assertion(assertion, metrics, Judge::Confidence(judging));
+    if let Some((_, window)) = steady {
+        result.phase = format!("{} ({window})", result.phase);
+    }
     say_which_telemetry(&mut result, assertion, aggregates);
     result
+}
+
+/// A scope's steady window (`sla { window "steady" }`): its metrics, and how reports name it;
+/// `None` for a phase with none (a sweep's step, a search's probe: judged whole).
+fn steady_scope<'a>(
+    aggregates: &'a Aggregates,
+    phase: Option<&str>,
+) -> Option<(&'a PhaseMetrics, String)> {
+    let steady = aggregates.steady.as_ref()?;
+    match phase {
+        None => Some((&steady.overall, "steady windows".to_string())),
+        Some(name) => {
+            let window = steady.phases.iter().find(|w| w.phase == name)?;
+            Some((&window.metrics, format!("from +{:.1} s", window.cut_s)))
+        }
+    }
 }
 
 /// A server metric the scrapes answered without: whether the engine exported it at all in this
@@ -630,6 +660,7 @@ mod tests {
             by_turn_kind: Vec::new(),
             by_media: Vec::new(),
             error_samples: Vec::new(),
+            steady: None,
         }
     }
 

@@ -10,7 +10,8 @@ use super::values::{trim_float, Count, Kind, Number, Percent, Text, DURATION};
 use crate::metrics::table::{Needs, Stats};
 use crate::plan::limits::MAX_REQUESTS;
 use crate::plan::{
-    AbortRule, Assertion, Judging, Metric, MetricKind, Op, Slo, Stat, Tolerance, Undecided,
+    AbortRule, Assertion, JudgedWindow, Judging, Metric, MetricKind, Op, Slo, Stat, Tolerance,
+    Undecided,
 };
 
 /// What an assertion or a tolerance may refer to.
@@ -71,6 +72,8 @@ pub(super) struct SlaBlock {
     pub confidence: Option<f64>,
     /// `undecided "not-decided"`.
     pub undecided: Option<Undecided>,
+    /// `window "steady"`.
+    pub window: Option<JudgedWindow>,
 }
 
 impl SlaBlock {
@@ -79,6 +82,7 @@ impl SlaBlock {
         self.assertions.extend(other.assertions);
         self.confidence = other.confidence.or(self.confidence);
         self.undecided = other.undecided.or(self.undecided);
+        self.window = other.window.or(self.window);
     }
 
     /// How the plan's assertions are judged.
@@ -87,6 +91,7 @@ impl SlaBlock {
         Judging {
             confidence: self.confidence.unwrap_or(default.confidence),
             undecided: self.undecided.unwrap_or(default.undecided),
+            window: self.window.unwrap_or(default.window),
         }
     }
 }
@@ -103,6 +108,7 @@ pub(super) fn sla(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> SlaBlock {
         match child.name().value() {
             "confidence" => block.confidence = confidence(cx, child),
             "undecided" => block.undecided = undecided(cx, child),
+            "window" => block.window = window(cx, child),
             _ => block.assertions.extend(assertion(cx, child, scope)),
         }
     }
@@ -131,20 +137,48 @@ fn confidence(cx: &mut Cx, node: &KdlNode) -> Option<f64> {
 
 /// `undecided "not-decided"`: what a judgement the data cannot decide makes of the run.
 fn undecided(cx: &mut Cx, node: &KdlNode) -> Option<Undecided> {
-    let usage = "undecided \"not-decided\"";
+    choice(
+        cx,
+        node,
+        "undecided \"not-decided\"",
+        &Undecided::ALL,
+        "not-decided: the run exits 3 naming what would decide it; fail: it fails (exit 1); \
+         pass: the judgement is shown and does not gate",
+    )
+}
+
+/// `window "steady"`: which of each phase's requests its assertions are judged on.
+fn window(cx: &mut Cx, node: &KdlNode) -> Option<JudgedWindow> {
+    choice(
+        cx,
+        node,
+        "window \"steady\"",
+        &JudgedWindow::ALL,
+        "whole: every request of the phase; steady: those sent after its warm-up transient \
+         (docs/metrics.md#steady-state)",
+    )
+}
+
+/// A node whose one value is one of `all`'s names; otherwise a diagnostic listing them.
+fn choice<T: Copy>(
+    cx: &mut Cx,
+    node: &KdlNode,
+    usage: &str,
+    all: &[(&'static str, T)],
+    help: &str,
+) -> Option<T> {
     let text = cx.single(node, usage, Text)?;
-    let found = Undecided::ALL.iter().find(|(name, _)| *name == text);
+    let found = all.iter().find(|(name, _)| *name == text);
     if found.is_none() {
-        let names: Vec<&str> = Undecided::ALL.iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         cx.error(
             first_arg_span(node),
-            format!("`undecided` is one of {}", names.join(", ")),
+            format!("`{}` is one of {}", node.name().value(), names.join(", ")),
             "unknown choice",
-            "not-decided: the run exits 3 naming what would decide it; fail: it fails (exit 1); \
-             pass: the judgement is shown and does not gate",
+            help,
         );
     }
-    found.map(|(_, u)| *u)
+    found.map(|(_, value)| *value)
 }
 
 /// The `regression` block.

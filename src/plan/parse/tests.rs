@@ -247,6 +247,12 @@ fn how_the_sla_is_judged_and_how_long_a_dead_target_is_waited_for() {
         messages("sla { undecided \"maybe\" }"),
         ["`undecided` is one of not-decided, fail, pass"]
     );
+    let plan = parse("sla { window \"steady\"; ttft p99 < \"1s\" }").unwrap();
+    assert_eq!(plan.judging.window, JudgedWindow::Steady);
+    assert_eq!(
+        messages("sla { window \"warm\" }"),
+        ["`window` is one of whole, steady"]
+    );
     let plan = plan_with("unreachable-after #false", "input 8; output 2").unwrap();
     assert_eq!(plan.target.unreachable_after, None);
     let plan = plan_with("unreachable-after \"30s\"", "input 8; output 2").unwrap();
