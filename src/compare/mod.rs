@@ -582,14 +582,9 @@ impl Runs<'_> {
             return None;
         }
         Some(format!(
-            "the {which} run's client stalled ({} stall(s) of 5 ms or more, the worst {:.0} ms at \
-             {:.1} s, with {} of {} requests in flight), enough to make this change: not evidence \
+            "the {which} run's client stalled ({}), enough to make this change: not evidence \
              about the server; run both where the client is not starved",
-            stalls.count,
-            stalls.worst_ms,
-            stalls.worst_at_s,
-            stalls.requests_during,
-            stalls.requests
+            stalls.describe()
         ))
     }
 }

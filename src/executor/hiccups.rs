@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::recorder::Message;
-use crate::records::{Hiccups, LogLine, Stall};
+use crate::records::{Hiccups, LogLine, Stall, STALL_RECORDED};
 
 /// How long the meter sleeps between readings.
 ///
@@ -26,9 +26,6 @@ use crate::records::{Hiccups, LogLine, Stall};
 /// 25 s run), 5 ms 0.4% (0.11 CPU-s; docs/reliability.md); a stall is what lasts 5 ms or more,
 /// which either tick measures.
 pub const TICK: Duration = Duration::from_millis(5);
-/// A wake-up this late is a stall worth a line of the records: a scheduler's ordinary jitter
-/// on a loaded 2-core runner stays below it (measured in docs/reliability.md).
-pub const STALL_RECORDED: Duration = Duration::from_millis(5);
 /// The most `stall` lines a second: a machine stalling all the time says so within the first,
 /// and its lines do not crowd out the requests' (the histogram still takes every tick).
 const MOST_LINES_PER_SECOND: u32 = 100;

@@ -46,6 +46,21 @@ impl ClientStalls {
         self.requests_during as f64 / self.requests.max(1) as f64
     }
 
+    /// The stalls as a sentence's parenthesis: "3 stall(s) of 5 ms or more, the worst 130 ms at
+    /// 4.2 s, with 12 of 600 requests in flight".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} stall(s) of {} ms or more, the worst {:.0} ms at {:.1} s, with {} of {} requests \
+             in flight",
+            self.count,
+            crate::records::STALL_RECORDED.as_millis(),
+            self.worst_ms,
+            self.worst_at_s,
+            self.requests_during,
+            self.requests
+        )
+    }
+
     /// Whether these stalls could by themselves have moved a statistic of the scope by
     /// `distance` (in its unit): for a latency, enough stalled requests to move the statistic
     /// (a p99 of 600 requests: 6; a max: one) and a stall as long as the distance; for any

@@ -373,10 +373,11 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 "no request was in flight then".to_string()
             };
             let message = format!(
-                "phase \"{}\": the client process stalled {} time(s) for 5 ms or more (its hiccup meter woke \
-                 late), the worst {:.1} ms at {:.1} s, {:.0} ms in all; {effect}",
+                "phase \"{}\": the client process stalled {} time(s) for {} ms or more (its hiccup meter \
+                 woke late), the worst {:.1} ms at {:.1} s, {:.0} ms in all; {effect}",
                 phase.name,
                 stalls.count,
+                crate::records::STALL_RECORDED.as_millis(),
                 stalls.worst_ms,
                 stalls.worst_at_s,
                 stalls.total_ms,

@@ -301,6 +301,11 @@ impl Stopped {
     }
 }
 
+/// A hiccup-meter wake-up this late is a stall worth a `stall` line: a scheduler's ordinary
+/// jitter on a loaded 2-core runner stays below it (measured in docs/reliability.md). The
+/// executor writes by it; every message about stalls names it.
+pub const STALL_RECORDED: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The `stall` line: the client process stalled, as its hiccup meter saw (a thread that sleeps
 /// a 5 ms tick woke this late): whatever was in flight then waited on the client.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -476,13 +476,7 @@ fn client_at_fault(
     result: &VerdictResult,
 ) -> Option<String> {
     let stalls = metrics.client_stalls.filter(|s| s.count > 0);
-    let stalled = stalls.map(|s| {
-        format!(
-            "the client stalled ({} stall(s) of 5 ms or more, the worst {:.0} ms at {:.1} s, with {} of \
-             {} requests in flight)",
-            s.count, s.worst_ms, s.worst_at_s, s.requests_during, s.requests
-        )
-    });
+    let stalled = stalls.map(|s| format!("the client stalled ({})", s.describe()));
     let blamed = match (stalled, crate::metrics::warnings::client_limited(metrics)) {
         // The load was not delivered: no outcome stands, whatever stalled.
         (Some(stalled), Some(why)) => format!("{stalled}, and {why}"),
