@@ -59,7 +59,9 @@ pub struct StepRow {
     pub saturation: Option<String>,
     /// Why it was ended early, if it was.
     pub ended_early: Option<String>,
-    /// "pass", "fail", "fail (saturated)", "fail (ended early)", or "-" without objectives.
+    /// "pass", "fail", "fail (saturated)", "fail (ended early)", "pass (not decided)" or "fail
+    /// (not decided)" when its window's requests cannot decide an objective at 95% (judged on
+    /// the observed values), or "-" without objectives.
     pub result: String,
     /// Why it failed or was not judged, in a sentence (what the terminal says of it too).
     pub why: Option<String>,
@@ -121,10 +123,14 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                 "fail (saturated)"
             } else if !judged {
                 "-"
-            } else if step.passed {
+            } else if step.passed && step.undecided.is_empty() {
                 "pass"
-            } else {
+            } else if step.passed {
+                "pass (not decided)"
+            } else if step.undecided.is_empty() {
                 "fail"
+            } else {
+                "fail (not decided)"
             };
             Some(StepRow {
                 phase: step.phase.clone(),
@@ -164,8 +170,10 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                     .collect(),
                 saturation: step.saturation.clone(),
                 ended_early: step.ended_early.clone(),
-                why: (judged && !step.passed || step.client_limited.is_some())
-                    .then(|| step.outcome()),
+                why: (judged && !step.passed
+                    || step.client_limited.is_some()
+                    || !step.undecided.is_empty())
+                .then(|| step.outcome()),
                 result: result.to_string(),
             })
         })

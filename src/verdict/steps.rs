@@ -50,6 +50,11 @@ pub struct StepResult {
     /// repeats it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_limited: Option<String>,
+    /// The objectives its window's requests cannot decide at 95% confidence (each with why):
+    /// the step was judged on their observed values, as a search must be to choose its next
+    /// load, and says that they rest on that alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
 }
 
 /// A sweep, or the search, as a whole.
@@ -114,6 +119,22 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
             result
         })
         .collect();
+    // The same objectives by their confidence bounds: what the window alone cannot decide.
+    let judging = crate::plan::Judging::default();
+    let undecided = objectives
+        .iter()
+        .filter_map(|objective| {
+            let bounded =
+                judge_assertion(objective, Some(phase), super::Judge::Confidence(&judging));
+            (bounded.outcome == super::Outcome::NotDecided).then(|| {
+                format!(
+                    "`{}`: {}",
+                    objective.text,
+                    bounded.undecided.unwrap_or_default()
+                )
+            })
+        })
+        .collect();
     let trouble = phase.saturation.is_some() || phase.ended_early.is_some();
     let marginal = !trouble
         && objectives
@@ -132,6 +153,7 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
         saturation: phase.saturation.clone(),
         ended_early: phase.ended_early.clone(),
         client_limited: crate::metrics::warnings::client_limited(phase),
+        undecided,
     })
 }
 
@@ -143,6 +165,18 @@ impl StepResult {
         if let Some(why) = &self.client_limited {
             return format!("not judged, the client limited it: {why}");
         }
+        let point = self.point_outcome();
+        if self.undecided.is_empty() {
+            return point;
+        }
+        format!(
+            "{point}; on its observed values only, not decided at 95%: {}",
+            self.undecided.join("; ")
+        )
+    }
+
+    /// [`StepResult::outcome`] on the observed values.
+    fn point_outcome(&self) -> String {
         let why = if let Some(why) = &self.ended_early {
             why.clone()
         } else if let Some(why) = &self.saturation {
@@ -370,7 +404,12 @@ mod tests {
             "{}",
             missed.outcome()
         );
-        assert_eq!(on_time.outcome(), "pass");
+        // (200 requests show no p99 at 95%: the pass rests on the observed value, and says so.)
+        assert!(
+            on_time.outcome().starts_with("pass; "),
+            "{}",
+            on_time.outcome()
+        );
     }
 
     #[test]
@@ -388,5 +427,30 @@ mod tests {
             series(&steps, Some(&end))[0].bracket.stopped,
             Stopped::AboveRange
         );
+    }
+
+    /// A step's 200 requests cannot show a p99 below its threshold at 95% (that takes 299): it
+    /// passes on the observed value, as the search needs, and says it is not decided; a p50
+    /// objective on the same window is decided.
+    #[test]
+    fn a_step_says_which_objectives_its_window_cannot_decide() {
+        let p99 = judge_step(&[p99_under(500.0)], &step(2.0, 100.0, false)).unwrap();
+        assert!(p99.passed);
+        assert_eq!(p99.undecided.len(), 1, "{:?}", p99.undecided);
+        let said = p99.outcome();
+        assert!(
+            said.starts_with(
+                "pass; on its observed values only, not decided at 95%: `ttft p99 < 500ms`: its p99 rests on 200"
+            ),
+            "{said}"
+        );
+        let p50 = Assertion {
+            stat: Some(Stat::Percentile(50.0)),
+            text: "ttft p50 < 500ms".into(),
+            ..p99_under(500.0)
+        };
+        let decided = judge_step(&[p50], &step(2.0, 100.0, false)).unwrap();
+        assert!(decided.undecided.is_empty(), "{:?}", decided.undecided);
+        assert_eq!(decided.outcome(), "pass");
     }
 }
