@@ -817,7 +817,7 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     let plan = plan
         .replace(
             "sla {",
-            "server-sweep { arg \"--parallel\" 1 4 }\nsla { ttft p99 < \"150ms\";",
+            "server-sweep { arg \"--parallel\" 1 4 }\nsla { ttft p90 < \"150ms\";",
         )
         .replace("input 32; output 16", "input 64; output 48")
         .replace("--ctx-size\" \"4096\"", "--ctx-size\" \"8192\"");
