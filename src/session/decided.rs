@@ -34,10 +34,15 @@ struct Watched {
     min_us: u64,
     control: PhaseControl,
     assertions: Vec<Assertion>,
+    /// Each assertion's share, as it gathers (distributions go to `scope`).
     gathered: Vec<Live>,
+    /// The distribution metrics its assertions read, each once.
+    distributions: Vec<crate::plan::Metric>,
+    /// The phase so far as the verdict's judge reads a scope: those distributions, and its
+    /// successful requests. Judged in place, never copied.
+    scope: PhaseMetrics,
     started_us: Option<u64>,
     completed: u64,
-    ok: u64,
     ended: bool,
 }
 
@@ -75,7 +80,29 @@ impl DecidedWatch {
                     .into_iter()
                     .cloned()
                     .collect();
-            let gathered = assertions.iter().map(|a| Live::of(a.metric)).collect();
+            // Shares gather apart; distributions into the phase's one scope, a metric once.
+            let distribution = |a: &Assertion| {
+                matches!(
+                    a.metric.def().source,
+                    crate::metrics::table::Source::Distribution { .. }
+                )
+            };
+            let gathered = assertions
+                .iter()
+                .map(|a| {
+                    if distribution(a) {
+                        Live::Nothing
+                    } else {
+                        Live::of(a.metric)
+                    }
+                })
+                .collect();
+            let mut distributions = Vec::new();
+            for a in assertions.iter().filter(|a| distribution(a)) {
+                if !distributions.contains(&a.metric) {
+                    distributions.push(a.metric);
+                }
+            }
             phases.insert(
                 *index,
                 Watched {
@@ -84,9 +111,10 @@ impl DecidedWatch {
                     control: control.clone(),
                     assertions,
                     gathered,
+                    distributions,
+                    scope: PhaseMetrics::default(),
                     started_us: None,
                     completed: 0,
-                    ok: 0,
                     ended: false,
                 },
             );
@@ -101,42 +129,34 @@ impl DecidedWatch {
 }
 
 /// Whether more requests could still change `assertion`'s outcome, from what it has gathered
-/// (`ok`: the phase's successful requests so far).
-fn decided(live: &Live, assertion: &Assertion, ok: u64, judging: &Judging) -> bool {
+/// (`live`: its share; `scope`: the phase so far).
+fn decided(live: &Live, assertion: &Assertion, scope: &PhaseMetrics, judging: &Judging) -> bool {
     if !crate::plan::decides_while_running(assertion) {
         return true;
     }
-    match live {
-        Live::Nothing => true,
-        Live::Share { counted, among } => {
-            let share = *counted as f64 / (*among).max(1) as f64;
-            crate::report::benchmarks::wilson(share, *among).is_some_and(|(low, high)| {
-                let holds = |v: f64| assertion.op.holds(v, assertion.threshold);
-                holds(low) == holds(high)
-            })
+    if let Live::Share { counted, among } = live {
+        let share = *counted as f64 / (*among).max(1) as f64;
+        return crate::report::benchmarks::wilson(share, *among).is_some_and(|(low, high)| {
+            let holds = |v: f64| assertion.op.holds(v, assertion.threshold);
+            holds(low) == holds(high)
+        });
+    }
+    match assertion.stat {
+        Some(Stat::Max | Stat::Min) => {
+            let Some(observed) = scope.value(assertion.metric, assertion.stat) else {
+                return false;
+            };
+            let holds = assertion.op.holds(observed, assertion.threshold);
+            // A maximum only grows and a minimum only falls: the outcome is final once it is
+            // the one more requests lead to.
+            let bounds_from_above = matches!(assertion.op, Op::Lt | Op::Le);
+            let grows = assertion.stat == Some(Stat::Max);
+            holds != (bounds_from_above == grows)
         }
-        Live::Distribution(distribution) => match assertion.stat {
-            Some(Stat::Max | Stat::Min) => {
-                let Some(observed) = distribution.stat(assertion.stat.unwrap_or(Stat::Max)) else {
-                    return false;
-                };
-                let holds = assertion.op.holds(observed, assertion.threshold);
-                // A maximum only grows and a minimum only falls: the outcome is final once
-                // it is the one more requests lead to.
-                let bounds_from_above = matches!(assertion.op, Op::Lt | Op::Le);
-                let grows = assertion.stat == Some(Stat::Max);
-                holds != (bounds_from_above == grows)
-            }
-            _ => {
-                let mut scope = PhaseMetrics::default();
-                if let Some(slot) = scope.distributions.get_mut(assertion.metric) {
-                    *slot = distribution.clone();
-                }
-                scope.requests.ok = ok;
-                let judged = judge_assertion(assertion, Some(&scope), Judge::Confidence(judging));
-                judged.outcome != Outcome::NotDecided
-            }
-        },
+        _ => {
+            let judged = judge_assertion(assertion, Some(scope), Judge::Confidence(judging));
+            judged.outcome != Outcome::NotDecided
+        }
     }
 }
 
@@ -157,10 +177,17 @@ impl Watched {
             return None;
         }
         self.completed += 1;
-        self.ok += u64::from(record.error.is_none());
+        self.scope.requests.ok += u64::from(record.error.is_none());
         let good = slo.is_some_and(|slo| metrics::meets(slo, record));
         for (assertion, gathered) in self.assertions.iter().zip(&mut self.gathered) {
             gathered.add(assertion.metric, record, good);
+        }
+        for &metric in &self.distributions {
+            if let Some(distribution) = self.scope.distributions.get_mut(metric) {
+                metric.samples(record, false, |value, weight| {
+                    distribution.record_n(value, weight)
+                });
+            }
         }
         let now_us = record.end_us().unwrap_or(record.actual_send_us);
         let ran_us = now_us.saturating_sub(self.started_us?);
@@ -171,7 +198,7 @@ impl Watched {
             .assertions
             .iter()
             .zip(&self.gathered)
-            .all(|(assertion, gathered)| decided(gathered, assertion, self.ok, judging));
+            .all(|(assertion, gathered)| decided(gathered, assertion, &self.scope, judging));
         all_decided.then(|| {
             self.ended = true;
             format!(
