@@ -67,14 +67,24 @@ pub fn meets(slo: &Slo, record: &RequestRecord) -> bool {
 /// Computes every aggregate of a run held in memory; `slo` (the plan's) defines goodput.
 pub fn compute(log: &RunLog, slo: Option<&Slo>) -> Aggregates {
     let mut aggregates = replay(log, slo, &mut SteadyFilter::none());
-    let cuts = steady::cuts(&aggregates);
-    aggregates.steady = Some(if cuts.iter().any(|c| c.cut_s > 0.0) {
-        let mut filter = SteadyFilter::of(&cuts);
-        steady::assemble(cuts, &replay(log, slo, &mut filter))
-    } else {
-        steady::assemble(cuts, &aggregates)
-    });
+    let steady = with_steady(&aggregates, |filter| Ok(replay(log, slo, filter)));
+    aggregates.steady = steady.ok();
     aggregates
+}
+
+/// The steady windows of a run's `aggregates`: each phase's cut, and the aggregates of the
+/// requests from the cuts on, from `again` — one more pass over the run's lines through the
+/// filter, made only when some phase was cut.
+fn with_steady(
+    aggregates: &Aggregates,
+    again: impl FnOnce(&mut SteadyFilter) -> crate::error::Result<Aggregates>,
+) -> crate::error::Result<steady::Steady> {
+    let cuts = steady::cuts(aggregates);
+    if cuts.iter().all(|c| c.cut_s <= 0.0) {
+        return Ok(steady::assemble(cuts, aggregates));
+    }
+    let steady = again(&mut SteadyFilter::of(&cuts))?;
+    Ok(steady::assemble(cuts, &steady))
 }
 
 /// The aggregates of an in-memory log's lines, as `filter` passes them.
@@ -180,16 +190,12 @@ pub fn compute_file_with(
     crate::records::read_lines(path, |line| aggregator.push(line))?;
     RunLog::check_header(&aggregator.log, path)?;
     let (log, mut aggregates) = aggregator.finish();
-    let cuts = steady::cuts(&aggregates);
-    aggregates.steady = Some(if cuts.iter().any(|c| c.cut_s > 0.0) {
-        // One more pass, only when a phase was cut: its requests from the cut on.
-        let mut filter = SteadyFilter::of(&cuts);
+    let steady = with_steady(&aggregates, |filter| {
         let mut again = Aggregator::new(slo).with_interval(interval);
         crate::records::read_lines(path, |line| filter.feed(&mut again, line))?;
-        steady::assemble(cuts, &again.finish().1)
-    } else {
-        steady::assemble(cuts, &aggregates)
-    });
+        Ok(again.finish().1)
+    })?;
+    aggregates.steady = Some(steady);
     Ok((log, aggregates))
 }
 
