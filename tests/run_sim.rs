@@ -132,7 +132,8 @@ fn each_load_model_has_its_shape() {
             "ttft \"30ms\"; itl \"3ms\"",
             "input 16; output 10",
             "phase \"closed\" { concurrency 3; requests 15 }\nphase \"burst\" { at-once 12 }\nphase \"open\" { rate 40; arrivals \"constant\"; duration \"500ms\" }",
-            "error-rate < \"1%\"",
+            // The shapes are under test: a noisy runner's late burst is not decided, not a failure.
+            "error-rate < \"1%\"; undecided \"pass\"",
         ),
         &[],
     );

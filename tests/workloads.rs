@@ -593,7 +593,9 @@ fn connections_are_opened_before_the_clock_unless_cold_starts_are_measured() {
             "ttft \"20ms\"; itl \"2ms\"",
             "input 16; output 4",
             "phase \"burst\" { at-once 32 }",
-            "error-rate < \"1%\"",
+            // The connections are under test, not the verdict: a runner that stalls the burst
+            // past the lag limit makes it not decided, which must not fail this test.
+            "error-rate < \"1%\"; undecided \"pass\"",
         )
         .replace(
             "target \"sim\" {",
