@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use llmload::api::sse::SseParser;
-use llmload::executor::recorder::{finalize, Finished, COUNT_BUDGET_BYTES};
+use llmload::executor::recorder::{finalize, Finished, COUNT_BUDGET};
 use llmload::executor::request::Exchange;
 use llmload::plan::TokenizerSpec;
 use llmload::planner::ScheduledRequest;
@@ -223,7 +223,7 @@ fn main() {
                         room: None,
                     },
                     &tokenizer,
-                    COUNT_BUDGET_BYTES,
+                    COUNT_BUDGET,
                 );
                 let mut line = Vec::with_capacity(16 * 1024);
                 serde_json::to_writer(&mut line, &LogLine::Request(record)).expect("JSON");

@@ -309,14 +309,14 @@ fn request_lines(path: &std::path::Path) -> usize {
         .unwrap_or(0)
 }
 
-fn start_huge_run(dir: &std::path::Path, port: u16) -> std::process::Child {
+fn start_huge_run(dir: &std::path::Path, port: u16, requests: u32) -> std::process::Child {
     let plan = common::write_plan(
         dir,
         &format!(
             "plan \"huge\" {{ seed 1; }}\n\
              target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; connections \"cold\"; timeout \"120s\"; }}\n\
              workload {{ tokenizer \"cl100k_base\"; input 8; output 16; }}\n\
-             phase \"p\" {{ concurrency 12; requests 60; }}\n"
+             phase \"p\" {{ concurrency 12; requests {requests}; }}\n"
         ),
     );
     common::llmload()
@@ -331,6 +331,80 @@ fn start_huge_run(dir: &std::path::Path, port: u16) -> std::process::Child {
         .unwrap()
 }
 
+/// Answers every chat request with a megabyte of newlines in 64 chunks and no usage: text a
+/// byte-pair tokenizer merges in time quadratic in its length (8.3 s a record, unbounded).
+fn newline_answers(seen: &Seen, stream: &mut TcpStream) {
+    if !seen.line.starts_with("POST") {
+        respond(stream, "404 Not Found", "text/plain", "no");
+        return;
+    }
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    );
+    let piece = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+        "\\n".repeat(16 * 1024)
+    );
+    for _ in 0..64 {
+        if stream.write_all(piece.as_bytes()).is_err() {
+            return;
+        }
+    }
+    let _ = stream.write_all(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n",
+    );
+}
+
+/// One slow answer to count holds no record behind it: 30 answers of a megabyte of newlines
+/// each are on disk in seconds (before, one every 8 s: the 10th after 80 s), every request ok.
+#[test]
+fn answers_slow_to_count_hold_no_record_back() {
+    let _serial = serial();
+    let (port, _) = serve(newline_answers);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = common::write_plan(
+        dir.path(),
+        &format!(
+            "plan \"newlines\" {{ seed 1; }}\n\
+             target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; timeout \"120s\"; }}\n\
+             workload {{ tokenizer \"cl100k_base\"; input 8; output 16; }}\n\
+             phase \"p\" {{ concurrency 10; requests 30; }}\n"
+        ),
+    );
+    let child = common::llmload()
+        .args(["run", "--quiet", "--out"])
+        .arg(dir.path().join("out"))
+        .arg(&plan)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let records = dir.path().join("out").join("records.jsonl");
+    let started = std::time::Instant::now();
+    while request_lines(&records) < 10 && started.elapsed() < std::time::Duration::from_secs(40) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (on_disk, waited) = (request_lines(&records), started.elapsed());
+    let output = child.wait_with_output().unwrap();
+    assert!(on_disk >= 10, "{on_disk} records on disk after {waited:?}");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines = common::read_records(&dir.path().join("out"));
+    assert_eq!(lines.len(), 30);
+    for record in &lines {
+        assert!(record["error"].is_null(), "{record:.300}");
+        assert!(
+            record["completion_tokens"].as_u64().unwrap() > 1_000,
+            "{record:.300}"
+        );
+    }
+}
+
 /// Records reach the disk within a bounded time even while the recorder is far behind (huge
 /// answers to count come faster than it counts them): a run killed with SIGKILL keeps them.
 #[test]
@@ -338,7 +412,7 @@ fn records_reach_the_disk_while_the_recorder_is_behind_and_survive_a_kill() {
     let _serial = serial();
     let (port, _) = serve(huge_answers);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = start_huge_run(dir.path(), port);
+    let mut child = start_huge_run(dir.path(), port, 60);
     let records = dir.path().join("out").join("records.jsonl");
     let started = std::time::Instant::now();
     while request_lines(&records) < 3 && started.elapsed() < std::time::Duration::from_secs(20) {
@@ -370,7 +444,7 @@ fn a_second_ctrl_c_stops_at_once_with_what_is_recorded_written() {
     let _serial = serial();
     let (port, _) = serve(huge_answers);
     let dir = tempfile::tempdir().unwrap();
-    let child = start_huge_run(dir.path(), port);
+    let child = start_huge_run(dir.path(), port, 60);
     let records = dir.path().join("out").join("records.jsonl");
     let started = std::time::Instant::now();
     while request_lines(&records) < 1 && started.elapsed() < std::time::Duration::from_secs(20) {

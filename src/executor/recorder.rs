@@ -4,8 +4,8 @@
 //! Running on its own thread keeps tokenizing, JSON encoding and file writes off the I/O tasks.
 //! What a killed run can lose is bounded three ways: the file is flushed at least every
 //! [`FLUSH_EVERY`] and every [`FLUSH_RECORDS`] records whatever the queue holds (and whenever it
-//! runs dry); counting one record's tokens costs at most [`COUNT_BUDGET_BYTES`] of tokenizing
-//! (beyond, the count is estimated); and the queue holds at most [`QUEUE_KIB`] KiB of answers
+//! runs dry); counting one record's tokens costs at most [`COUNT_BUDGET`] (a megabyte of text,
+//! a quarter of a second: beyond, the count is estimated, and the record says so); and the queue holds at most [`QUEUE_KIB`] KiB of answers
 //! (a request whose answer does not fit waits for room, and the run says how long). After a
 //! second Ctrl-C ([`Stop::finish_now`]) nothing is tokenized any more: what is queued is written
 //! at once.
@@ -50,10 +50,46 @@ pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// ... and at least every this many records.
 pub const FLUSH_RECORDS: usize = 256;
 
-/// The most of one answer's text the tokenizer counts: an answer longer than this (a megabyte
-/// of text, some 250,000 tokens) has its first part counted and the rest estimated in
-/// proportion, so that no record waits long for its count.
-pub const COUNT_BUDGET_BYTES: usize = 1 << 20;
+/// What counting one answer's tokens may spend: the tokenizer counts at most `bytes` of its
+/// text, and starts no piece of it after `time`; the rest is estimated in proportion, and the
+/// record says its count was estimated.
+#[derive(Debug, Clone, Copy)]
+pub struct CountBudget {
+    /// The most of the answer's text tokenized (its first part).
+    pub bytes: usize,
+    /// The longest counting may go on (passed by one piece of text at most).
+    pub time: std::time::Duration,
+}
+
+/// A record's budget: a megabyte of text (some 250,000 tokens), a quarter of a second. Bytes
+/// alone did not bound the time: text the tokenizers merge slowly (a megabyte of one repeated
+/// character took 8.3 s before `Tokenizer::count` learnt runs) held every record behind it, on
+/// disk and in the queue, while the network side waited for room.
+pub const COUNT_BUDGET: CountBudget = CountBudget {
+    bytes: 1 << 20,
+    time: std::time::Duration::from_millis(250),
+};
+
+/// Nothing may be counted (after a second Ctrl-C): every count is estimated.
+pub const NO_COUNTING: CountBudget = CountBudget {
+    bytes: 0,
+    time: std::time::Duration::ZERO,
+};
+
+/// A budget being spent: the bytes it allows, and when its time is up.
+struct Meter {
+    bytes: usize,
+    until: std::time::Instant,
+}
+
+impl CountBudget {
+    fn start(self) -> Meter {
+        Meter {
+            bytes: self.bytes,
+            until: std::time::Instant::now() + self.time,
+        }
+    }
+}
 
 /// Room in the recorder's queue, and how long requests waited for it.
 #[derive(Debug)]
@@ -226,12 +262,12 @@ fn write_all(
                     room = finished.room.take();
                     // After a second Ctrl-C, what is queued is written at once, uncounted.
                     let budget = if stop.hurried() {
-                        0
+                        NO_COUNTING
                     } else {
-                        COUNT_BUDGET_BYTES
+                        COUNT_BUDGET
                     };
                     let valid = answers
-                        .filter(|_| finished.exchange.error.is_none() && budget > 0)
+                        .filter(|_| finished.exchange.error.is_none() && budget.bytes > 0)
                         .map(|check| check.holds(&finished.exchange.answer_text()));
                     let mut record = finalize_safely(*finished, tokenizer, budget);
                     record.answer_valid = valid;
@@ -265,7 +301,11 @@ fn write_all(
 
 /// [`finalize`], never losing the record: if counting panics (it must not; a tokenizer is
 /// outside code), the request is kept with its timing and no counts, as the client's failure.
-fn finalize_safely(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> RequestRecord {
+fn finalize_safely(
+    finished: Finished,
+    tokenizer: &Tokenizer,
+    budget: CountBudget,
+) -> RequestRecord {
     let (phase, request) = (finished.phase, finished.request);
     let (intended_send_us, actual_send_us) = (finished.intended_send_us, finished.actual_send_us);
     let (http_status, end_us) = (finished.exchange.http_status, finished.exchange.end_us);
@@ -316,7 +356,7 @@ fn reasoning_tokens(
     chunk_tokens: &[u32],
     chunk_source: Option<TokenSource>,
     tokenizer: &Tokenizer,
-    budget: usize,
+    meter: &Meter,
 ) -> (Option<u64>, Option<TokenSource>) {
     if let Some(reasoning) = usage.and_then(|u| u.reasoning) {
         return (Some(reasoning), Some(TokenSource::Usage));
@@ -326,7 +366,7 @@ fn reasoning_tokens(
     }
     if exchange.chunk_kinds.is_empty() {
         let text = exchange.text.get(..exchange.reasoning_bytes).unwrap_or("");
-        let (count, exact) = count_within(tokenizer, text, budget);
+        let (count, exact) = count_within(tokenizer, text, meter);
         let source = if exact {
             TokenSource::Tokenizer
         } else {
@@ -400,35 +440,60 @@ fn spread_total(counts: &[u32], total: u64) -> Vec<u32> {
     spread
 }
 
-/// Counts tokens and builds the record of one finished request.
-/// `text`'s tokens, and whether they were all counted: the tokenizer counts at most `budget`
-/// bytes of it (the first), and the rest is estimated in proportion (at 4 bytes a token when
-/// nothing could be counted). Tokenizing costs about a second per 10 MB on one core: a budget
-/// keeps one huge answer from holding every record behind it.
-fn count_within(tokenizer: &Tokenizer, text: &str, budget: usize) -> (u64, bool) {
-    if text.len() <= budget {
-        return (tokenizer.count(text) as u64, true);
-    }
-    let mut cut = budget;
+/// `text`'s tokens, and whether they were all counted: the tokenizer counts as much of its
+/// first `meter.bytes` as it can before `meter.until`, and the rest is estimated in proportion
+/// (at 4 bytes a token when nothing could be counted). Tokenizing ordinary text costs about a
+/// second per 10 MB on one core: a budget keeps one huge or slow answer from holding every
+/// record behind it.
+fn count_within(tokenizer: &Tokenizer, text: &str, meter: &Meter) -> (u64, bool) {
+    let mut cut = meter.bytes.min(text.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    let counted = if cut > 0 {
-        tokenizer.count(&text[..cut])
+    let (counted, bytes) = if cut > 0 {
+        tokenizer.count_until(&text[..cut], meter.until)
     } else {
-        0
+        (0, 0)
     };
-    let estimate = if counted > 0 {
-        (counted as f64 * text.len() as f64 / cut as f64).round()
+    if bytes == text.len() {
+        return (counted as u64, true);
+    }
+    let estimate = if bytes > 0 {
+        (counted as f64 * text.len() as f64 / bytes as f64).round()
     } else {
         (text.len() as f64 / 4.0).ceil()
     };
     (estimate as u64, false)
 }
 
-/// Counts tokens and builds the record of one finished request, tokenizing at most `budget`
-/// bytes of its answer (see [`count_within`]).
-pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> RequestRecord {
+/// Each chunk's tokens by the tokenizer (at least one each), if the whole answer fits the
+/// budget's bytes and its time allows: `None` once the time is up.
+fn count_chunks(exchange: &Exchange, tokenizer: &Tokenizer, meter: &Meter) -> Option<Vec<u32>> {
+    if exchange.text.len() > meter.bytes {
+        return None;
+    }
+    let mut start = 0usize;
+    let mut counts = Vec::with_capacity(exchange.chunk_ends.len());
+    for &end in &exchange.chunk_ends {
+        if std::time::Instant::now() >= meter.until {
+            return None;
+        }
+        let end = end as usize;
+        let text = exchange.text.get(start..end).unwrap_or("");
+        start = end;
+        let (tokens, counted) = tokenizer.count_until(text, meter.until);
+        if counted < text.len() {
+            return None;
+        }
+        counts.push(tokens.max(1) as u32);
+    }
+    Some(counts)
+}
+
+/// Counts tokens and builds the record of one finished request, spending at most `budget` on
+/// counting (see [`count_within`]).
+pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) -> RequestRecord {
+    let meter = budget.start();
     let Finished {
         phase,
         request,
@@ -450,9 +515,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
     let needs_count = usage_completion.is_none()
         || (!usage_per_chunk && usage_completion != Some(chunk_count as u64))
         || request.seq % CROSS_CHECK_EVERY == 0;
-    let within_budget = exchange.text.len() <= budget;
     let counted = (needs_count && !exchange.text.is_empty())
-        .then(|| count_within(tokenizer, &exchange.text, budget));
+        .then(|| count_within(tokenizer, &exchange.text, &meter));
     let tokenizer_completion = counted.map(|(n, _)| n);
     let counted_source = match counted {
         Some((_, false)) => TokenSource::Estimated,
@@ -471,9 +535,18 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
         )
     } else if usage_completion == Some(chunk_count as u64) {
         (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
-    } else if !within_budget {
-        // Too much text to tokenize chunk by chunk: the chunks' bytes say where the tokens
-        // (the server's, or the estimate) fell.
+    } else if let Some(counts) = count_chunks(&exchange, tokenizer, &meter) {
+        match usage_completion {
+            // The server's total is the truth; the tokenizer only says where its tokens fell.
+            Some(total) if total >= chunk_count as u64 => (
+                spread_total(&counts, total),
+                Some(TokenSource::UsageByTokenizer),
+            ),
+            _ => (counts, Some(TokenSource::Tokenizer)),
+        }
+    } else {
+        // Too much text to tokenize chunk by chunk in the budget: the chunks' bytes say where
+        // the tokens (the server's, or the estimate) fell.
         let mut start = 0u32;
         let bytes: Vec<u32> = exchange
             .chunk_ends
@@ -489,26 +562,6 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
             .unwrap_or(chunk_count as u64)
             .max(chunk_count as u64);
         (spread_total(&bytes, total), Some(TokenSource::Estimated))
-    } else {
-        let mut start = 0usize;
-        let counts = exchange
-            .chunk_ends
-            .iter()
-            .map(|&end| {
-                let end = end as usize;
-                let text = exchange.text.get(start..end).unwrap_or("");
-                start = end;
-                tokenizer.count(text).max(1) as u32
-            })
-            .collect::<Vec<u32>>();
-        match usage_completion {
-            // The server's total is the truth; the tokenizer only says where its tokens fell.
-            Some(total) if total >= chunk_count as u64 => (
-                spread_total(&counts, total),
-                Some(TokenSource::UsageByTokenizer),
-            ),
-            _ => (counts, Some(TokenSource::Tokenizer)),
-        }
     };
 
     let (completion_tokens, token_source) = match usage_completion {
@@ -532,7 +585,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: usize) -> Req
         &chunk_tokens,
         chunk_source,
         tokenizer,
-        budget,
+        &meter,
     );
 
     let (error, error_detail) = match exchange.error {
@@ -624,18 +677,38 @@ mod tests {
         let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
         let text = "word ".repeat(1000);
         let exact = tokenizer.count(&text) as u64;
-        assert_eq!(count_within(&tokenizer, &text, text.len()), (exact, true));
+        let bytes = |bytes: usize| Meter {
+            bytes,
+            until: std::time::Instant::now() + std::time::Duration::from_secs(60),
+        };
+        assert_eq!(
+            count_within(&tokenizer, &text, &bytes(text.len())),
+            (exact, true)
+        );
         // Half counted, the rest in proportion: close to the truth on even text.
-        let (estimate, counted) = count_within(&tokenizer, &text, text.len() / 2);
+        let (estimate, counted) = count_within(&tokenizer, &text, &bytes(text.len() / 2));
         assert!(!counted);
         assert!(
             estimate.abs_diff(exact) <= exact / 50,
             "{estimate} vs {exact}"
         );
         // Nothing counted (after a second Ctrl-C): 4 bytes a token.
-        assert_eq!(count_within(&tokenizer, &text, 0), (1250, false));
+        assert_eq!(count_within(&tokenizer, &text, &bytes(0)), (1250, false));
         // A cut inside a character moves back to its start.
-        assert!(count_within(&tokenizer, "é".repeat(10).as_str(), 3).0 > 0);
+        assert!(count_within(&tokenizer, "é".repeat(10).as_str(), &bytes(3)).0 > 0);
+        // Time up: one piece counted, the rest in proportion.
+        let long = "word ".repeat(100_000);
+        let late = Meter {
+            bytes: long.len(),
+            until: std::time::Instant::now(),
+        };
+        let (estimate, counted) = count_within(&tokenizer, &long, &late);
+        assert!(!counted);
+        let exact = tokenizer.count(&long) as u64;
+        assert!(
+            estimate.abs_diff(exact) <= exact / 50,
+            "{estimate} vs {exact}"
+        );
     }
 
     #[test]
@@ -656,7 +729,7 @@ mod tests {
             done: true,
             ..Exchange::default()
         };
-        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET_BYTES);
+        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET);
         assert_eq!(record.chunks, vec![(100, 2), (200, 1)]);
         assert_eq!(record.chunk_tokens, Some(TokenSource::UsageByTokenizer));
         assert_eq!(record.completion_tokens, Some(3));
@@ -706,7 +779,7 @@ mod tests {
             usage: request.exchange.usage,
             ..Exchange::default()
         };
-        let record = finalize(request, &tokenizer, COUNT_BUDGET_BYTES);
+        let record = finalize(request, &tokenizer, COUNT_BUDGET);
         assert_eq!(record.chunk_tokens, Some(TokenSource::OnePerChunk));
         assert!(record.chunks.iter().all(|c| c.1 == 1));
         // Request 0 is one of the one-in-16 whose completion the tokenizer also counts...
@@ -714,7 +787,7 @@ mod tests {
         // ...request 1 is not: the usage says it all.
         request = finished(exchange);
         request.request.seq = 1;
-        let record = finalize(request, &tokenizer, COUNT_BUDGET_BYTES);
+        let record = finalize(request, &tokenizer, COUNT_BUDGET);
         assert_eq!(record.completion_tokens, Some(3));
         assert_eq!(record.completion_tokens_tokenizer, None);
     }
@@ -731,7 +804,7 @@ mod tests {
             done: true,
             ..Exchange::default()
         };
-        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET_BYTES);
+        let record = finalize(finished(exchange), &tokenizer, COUNT_BUDGET);
         assert_eq!(record.completion_tokens, Some(2));
         assert_eq!(record.token_source, Some(TokenSource::Tokenizer));
         assert_eq!(record.prompt_tokens, Some(10));
