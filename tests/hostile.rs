@@ -444,7 +444,9 @@ fn a_second_ctrl_c_stops_at_once_with_what_is_recorded_written() {
     let _serial = serial();
     let (port, _) = serve(huge_answers);
     let dir = tempfile::tempdir().unwrap();
-    let child = start_huge_run(dir.path(), port, 60);
+    // More answers than the recorder's queue holds (400 MB, 256 MiB): requests wait in flight
+    // for room, and the second Ctrl-C cuts them short.
+    let child = start_huge_run(dir.path(), port, 200);
     let records = dir.path().join("out").join("records.jsonl");
     let started = std::time::Instant::now();
     while request_lines(&records) < 1 && started.elapsed() < std::time::Duration::from_secs(20) {
@@ -474,6 +476,66 @@ fn a_second_ctrl_c_stops_at_once_with_what_is_recorded_written() {
     .unwrap();
     assert_eq!(summary["verdict"]["status"], "interrupted");
     assert!(request_lines(&records) >= 1);
+}
+
+/// Answers each chat request after 1.5 s.
+fn slow_answer(seen: &Seen, stream: &mut TcpStream) {
+    if !seen.line.starts_with("POST") {
+        respond(stream, "404 Not Found", "text/plain", "no");
+        return;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    respond(
+        stream,
+        "200 OK",
+        "application/json",
+        "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"hi there\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":2}}",
+    );
+}
+
+/// A stop (a CI job's timeout) that comes once every phase was sent, and whose grace lets the
+/// last answers finish, interrupts nothing: the run is judged, not called INTERRUPTED.
+#[test]
+fn a_stop_after_the_last_request_went_out_interrupts_nothing() {
+    let _serial = serial();
+    let (port, _) = serve(slow_answer);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = common::write_plan(
+        dir.path(),
+        &format!(
+            "plan \"last\" {{ seed 1; }}\n\
+             target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; stream #false; }}\n\
+             workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+             phase \"p\" {{ concurrency 2; requests 2; }}\n\
+             sla {{ error-rate <= \"0%\"; undecided \"pass\"; }}\n"
+        ),
+    );
+    let child = common::llmload()
+        .args(["run", "--quiet", "--out"])
+        .arg(dir.path().join("out"))
+        .arg(&plan)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    // SAFETY: kill sends a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("out").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        summary["verdict"]["status"], "pass",
+        "{stderr}{}",
+        summary["verdict"]
+    );
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(common::read_records(&dir.path().join("out")).len(), 2);
 }
 
 /// Answers one request per connection as if keeping it alive (no `Connection: close`), then

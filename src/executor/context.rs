@@ -37,6 +37,9 @@ impl InFlight {
             self.drained.notify_waiters();
         }
     }
+    pub(super) fn is_empty(&self) -> bool {
+        self.count.load(Ordering::SeqCst) == 0
+    }
     pub(super) async fn wait_empty(&self) {
         loop {
             let notified = self.drained.notified();

@@ -256,8 +256,13 @@ pub async fn run_from(
     let mut between = Between {
         context: context.clone(),
     };
+    // Every phase was sent: a stop after this interrupts nothing unless it cuts an answer short.
+    // A stop that comes after a group ran its course (while it drained, or while its records
+    // were written) still asks the source whether more was planned.
+    let mut exhausted = false;
+    let mut last_group_ran = true;
     loop {
-        if *sending.borrow() {
+        if *sending.borrow() && !last_group_ran {
             break;
         }
         // The source may read the records of the group that just ended, and may take a while
@@ -273,11 +278,14 @@ pub async fn run_from(
             ));
         };
         (source, between) = (returned, kept);
-        let Some(group) = group else { break };
+        let Some(group) = group else {
+            exhausted = true;
+            break;
+        };
         if *sending.borrow() {
             break;
         }
-        phase::run_group(&context, group, sending.clone()).await;
+        last_group_ran = phase::run_group(&context, group, sending.clone()).await;
         // Every record of the group is written and observed before the source is asked again.
         let (reply, written) = tokio::sync::oneshot::channel();
         let _ = context.records.send(Message::Barrier(reply));
@@ -287,6 +295,7 @@ pub async fn run_from(
 
     // Let in-flight requests finish; after an early stop, only for the grace period.
     let mut stop_wait = sending.clone();
+    let mut cut_short = false;
     tokio::select! {
         _ = context.in_flight.wait_empty() => {}
         _ = stopped(&mut stop_wait) => {
@@ -295,6 +304,7 @@ pub async fn run_from(
                 _ = tokio::time::sleep(config.grace) => {}
                 _ = async { let mut a = context.abort.clone(); stopped(&mut a).await } => {}
             }
+            cut_short = !context.in_flight.is_empty();
             stop.cancel_in_flight();
             context.in_flight.wait_empty().await;
         }
@@ -303,7 +313,12 @@ pub async fn run_from(
     let refused = stop.refused_reason();
     let end = RunEnd {
         at_us: context.micros(Instant::now()),
-        interrupted: *sending.borrow() && aborted.is_none() && refused.is_none(),
+        // A stop that came once every phase was sent, and whose grace let every answer finish,
+        // interrupted nothing (a CI job's timeout while the last answers came in).
+        interrupted: *sending.borrow()
+            && (!exhausted || cut_short)
+            && aborted.is_none()
+            && refused.is_none(),
         aborted,
         client_peak_rss_bytes: resources::peak_rss_bytes(),
         recorder_backlog: context.record_room.backlog(),

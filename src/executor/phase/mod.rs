@@ -36,12 +36,13 @@ struct Drive<'a> {
 }
 
 /// Runs the phases of one group together, each from its offset, and returns when every one
-/// has ended (and drained, where it asks).
+/// has ended (and drained, where it asks). Whether every phase of it ran its course: `false`
+/// when the run's stop came before a phase had sent what it planned.
 pub(super) async fn run_group(
     context: &Arc<Context>,
     group: Vec<PhaseRun>,
     sending: watch::Receiver<bool>,
-) {
+) -> bool {
     // A cold cache first, when a phase of the group asks for one (before the connections'
     // warm-up, which sends no prompt).
     let cache_reset = match group.iter().find(|run| run.phase.reset_cache) {
@@ -51,7 +52,7 @@ pub(super) async fn run_group(
             let mut cancel_wait = sending.clone();
             tokio::select! {
                 _ = context.in_flight.wait_empty() => {}
-                _ = stopped(&mut cancel_wait) => return,
+                _ = stopped(&mut cancel_wait) => return false,
             }
             let outcome = super::reset::reset(context.template(run.phase.index)).await;
             let reset = match outcome {
@@ -105,7 +106,7 @@ pub(super) async fn run_group(
                 Some(Err(_)) => {}
                 None => break,
             },
-            _ = stopped(&mut cancel_warming) => return,
+            _ = stopped(&mut cancel_warming) => return false,
         }
     }
     let group_start = Instant::now();
@@ -118,12 +119,16 @@ pub(super) async fn run_group(
             let starts = group_start + run.phase.offset;
             tokio::select! {
                 _ = tokio::time::sleep_until(starts) => {}
-                _ = stopped(&mut cancel) => return,
+                _ = stopped(&mut cancel) => return false,
             }
-            run_phase(&context, run, cancel, warmed, cache_reset).await;
+            run_phase(&context, run, cancel, warmed, cache_reset).await
         });
     }
-    while phases.join_next().await.is_some() {}
+    let mut ran = true;
+    while let Some(phase_ran) = phases.join_next().await {
+        ran &= phase_ran.unwrap_or(false);
+    }
+    ran
 }
 
 async fn run_phase(
@@ -132,7 +137,7 @@ async fn run_phase(
     mut cancel: watch::Receiver<bool>,
     warmed: u64,
     cache_reset: Option<crate::records::CacheReset>,
-) {
+) -> bool {
     let phase = run.phase;
     let state = Arc::new(PhaseState {
         index: phase.index,
@@ -184,6 +189,11 @@ async fn run_phase(
             None
         }
     };
+    // Sending ended by the plan, not by the run's stop (which may come while it drains, or
+    // while a closed loop's users wait for their last answers).
+    let sent_all =
+        !phase.open_ended && state.sent.load(Ordering::Relaxed) >= phase.requests.len() as u64;
+    let ran = !*cancel.borrow() || sent_all;
     let client = match (&context.cpu, phase_start_cpu) {
         (Some(cpu), Some(start_cpu)) => cpu.load_since(phase_start.into_std(), start_cpu),
         _ => None,
@@ -217,6 +227,7 @@ async fn run_phase(
             _ = stopped(&mut cancel) => {}
         }
     }
+    ran
 }
 
 fn end_was_early(control: &super::PhaseControl) -> bool {
