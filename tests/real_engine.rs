@@ -450,7 +450,7 @@ fn a_tokenizer_that_is_not_the_models_is_warned() {
         "phase \"a\" { concurrency 2; requests 12 }",
         "",
     );
-    let run = common::run_in(dir, &plan, &[]);
+    let run = common::run_in(dir, &plan, &["--allow-server"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
     let codes = warning_codes(&summary);
@@ -626,7 +626,7 @@ fn a_request_that_offers_tools_is_served_under_jinja() {
         "phase \"p\" { concurrency 1; requests 3 }",
         "error-rate < \"1%\"",
     );
-    let run = common::run_in(dir, &plan, &[]);
+    let run = common::run_in(dir, &plan, &["--allow-server"]);
     assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
     let records = run.records();
     assert_eq!(records.len(), 3);
@@ -692,7 +692,7 @@ fn a_plan_starts_llama_server_itself_runs_and_stops_it() {
     let Some(plan) = managed_plan(&[], "phase \"p\" { concurrency 2; requests 8 }") else {
         return;
     };
-    let run = common::run_plan(&plan, &[]);
+    let run = common::run_plan(&plan, &["--allow-server"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
     let server = &summary["launched_server"];
@@ -736,7 +736,7 @@ fn llama_server_killed_mid_run_ends_the_run_as_not_carried_out() {
         .arg(&path)
         .arg("--out")
         .arg(&out)
-        .arg("--quiet")
+        .args(["--quiet", "--allow-server"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -824,7 +824,7 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = common::write_plan(dir.path(), &plan);
     let out = dir.path().join("out");
-    let ran = common::run_file(&path, &out, &[], &[]);
+    let ran = common::run_file(&path, &out, &["--allow-server"], &[]);
     let stderr = String::from_utf8_lossy(&ran.stderr);
     assert_eq!(ran.status.code(), Some(0), "{stderr}");
     let summary: serde_json::Value =
@@ -879,7 +879,7 @@ fn a_cache_reset_shows_in_the_prefix_cache_hit_rate() {
         "input 32; output 16",
         "input 96; prefix 64 groups=1; output 4",
     );
-    let run = common::run_plan(&plan, &[]);
+    let run = common::run_plan(&plan, &["--allow-server"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
     let hit_rate = |name: &str| {
@@ -907,7 +907,7 @@ fn a_cache_reset_shows_in_the_prefix_cache_hit_rate() {
     let Some(plan) = managed_plan(&[], phases) else {
         return;
     };
-    let run = common::run_plan(&plan, &[]);
+    let run = common::run_plan(&plan, &["--allow-server"]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
     let note = common::warning_of(&summary, "cache-reset")

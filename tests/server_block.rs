@@ -45,7 +45,7 @@ fn a_plan_starts_its_server_runs_against_it_and_stops_it() {
             ),
             "1s",
         ),
-        &[],
+        &["--allow-server"],
     );
     // `llmload sim` has no --api-key: it refuses to start. That is the secret-masking case;
     // the run itself is the next one.
@@ -72,7 +72,7 @@ fn a_plan_starts_its_server_runs_against_it_and_stops_it() {
             ),
             "2s",
         ),
-        &[],
+        &["--allow-server"],
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let summary = run.summary();
@@ -134,7 +134,7 @@ fn a_server_that_dies_mid_run_ends_it_as_not_carried_out_with_its_last_lines() {
             ),
             "4s",
         ),
-        &[],
+        &["--allow-server"],
     );
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let summary = run.summary();
@@ -184,7 +184,7 @@ fn a_server_that_stops_answering_mid_run_ends_it_as_not_carried_out() {
             ),
             "30s",
         ),
-        &[],
+        &["--allow-server"],
     );
     assert_eq!(run.code(), 3, "{}", run.stderr());
     // Ready, a second of load, two of silence, the stop (SIGCONT lets the SIGTERM in at once):
@@ -257,7 +257,7 @@ fn a_slow_server_is_slow_not_hung() {
             ),
             "1s",
         ),
-        &[],
+        &["--allow-server"],
     );
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let summary = run.summary();
@@ -279,7 +279,7 @@ fn a_server_that_takes_every_core_is_named_when_the_client_waits_for_them() {
             ),
             "3s",
         ),
-        &[],
+        &["--allow-server"],
     );
     let summary = run.summary();
     // Carried out: judged, or not decided because the client waited for its cores.
@@ -347,7 +347,7 @@ fn a_server_that_cannot_serve_the_run_is_named_within_its_time() {
             "http://127.0.0.1:{port}",
             &format!("http://127.0.0.1:{target_port}"),
         );
-        let run = run_plan(&text, &[]);
+        let run = run_plan(&text, &["--allow-server"]);
         let took = started.elapsed();
         assert_eq!(run.code(), 3, "{case}: {}", run.stderr());
         assert!(run.stderr().contains(&says), "{case}: {}", run.stderr());
@@ -399,6 +399,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
         &path,
         &out,
         &[
+            "--allow-server",
             "--junit",
             junit.to_str().unwrap(),
             "--export",
@@ -484,7 +485,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
 
     // `compare` between two runs of the sweep: configuration by configuration.
     let again = dir.path().join("again");
-    run_file(&path, &again, &[], &[]);
+    run_file(&path, &again, &["--allow-server"], &[]);
     let compare_junit = dir.path().join("compare.xml");
     let compared = llmload()
         .arg("compare")
@@ -518,7 +519,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
     // A configuration whose server cannot start: the others still run, the sweep is not
     // carried out, and says which and why. The directory of the sweep before is reused.
     std::fs::write(&path, sweep("\"20ms\" \"not-a-duration\"")).unwrap();
-    let ran = run_file(&path, &out, &[], &[]);
+    let ran = run_file(&path, &out, &["--allow-server"], &[]);
     let stderr = String::from_utf8_lossy(&ran.stderr);
     assert_eq!(ran.status.code(), Some(3), "{stderr}");
     let summary: serde_json::Value =
@@ -537,4 +538,67 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
 
 fn read_summary(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// A plan's command runs only when the caller says so: without `--allow-server` the run is
+/// refused before anything is started or written, showing the whole command (not its first
+/// word) with its secrets masked; `check` and `plan` show the same line; `--allow-server` or
+/// `LLMLOAD_ALLOW_SERVER=1` runs it.
+#[test]
+fn a_plans_command_runs_only_when_allowed_and_is_shown_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let text = plan(
+        &format!(
+            "shell \"touch '{}'; exec '{SIM}' sim --port {{port}} --api-key-env X --api-key sk-hidden-value-12345\"; \
+             env HF_TOKEN=\"hf-secret-token-67890\"; ready \"/v1/models\" timeout=\"30s\"",
+            marker.display()
+        ),
+        "1s",
+    );
+    let path = write_plan(dir.path(), &text);
+    let whole = |said: &str| {
+        assert!(said.contains("touch"), "{said}");
+        assert!(said.contains("exec"), "{said}");
+        assert!(said.contains("--port {port}"), "{said}");
+        assert!(said.contains("HF_TOKEN="), "{said}");
+        assert!(!said.contains("sk-hidden-value-12345"), "{said}");
+        assert!(!said.contains("hf-secret-token-67890"), "{said}");
+    };
+
+    let out = dir.path().join("refused");
+    let refused = run_file(&path, &out, &[], &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--allow-server"), "{stderr}");
+    assert!(stderr.contains("starts a process"), "{stderr}");
+    whole(&stderr);
+    assert!(!marker.exists(), "the command ran without --allow-server");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+
+    let checked = llmload().arg("check").arg(&path).output().unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{said}");
+    assert!(said.contains("starts a process on this machine"), "{said}");
+    whole(&said);
+    let planned = llmload().arg("plan").arg(&path).output().unwrap();
+    whole(&String::from_utf8_lossy(&planned.stdout));
+    assert!(!marker.exists(), "check or plan ran the command");
+
+    // The setting a CI job sets deliberately runs it, and the terminal shows it whole first.
+    let allowed = run_file(
+        &path,
+        &dir.path().join("allowed"),
+        &[],
+        &[("LLMLOAD_ALLOW_SERVER", std::ffi::OsStr::new("1"))],
+    );
+    assert!(
+        marker.exists(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&allowed.stderr);
+    // A shell line's program is what it execs, not its first word.
+    assert!(stderr.contains("starting llmload on port"), "{stderr}");
+    whole(&stderr);
 }

@@ -66,6 +66,8 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
     let mut bad_files = 0usize;
     let mut diagnostics = Vec::new();
     let mut warnings = Vec::new();
+    // Plans that start a process when run: what a reviewer of a plan change must read.
+    let mut starts = Vec::new();
     let annotate = std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true");
     for file in &files {
         let checked = plan::read_plan_text(file).and_then(|text| {
@@ -95,6 +97,24 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                         plan.phases.len(),
                         plan.sla.len()
                     )?;
+                }
+                if let Some(server) = &plan.server {
+                    let message = format!(
+                        "this plan starts a process on this machine when it runs (run needs \
+                         --allow-server): {}",
+                        server.shown_command()
+                    );
+                    if matches!(args.format, Format::Text) {
+                        say!("{}: note: {message}", file.display())?;
+                    }
+                    if annotate {
+                        let file = file.display().to_string();
+                        say!("{}", annotation("notice", &file, 1, 1, &message))?;
+                    }
+                    starts.push(serde_json::json!({
+                        "file": file.display().to_string(),
+                        "command": server.shown_command(),
+                    }));
                 }
                 for warning in undecidable_assertions(&plan) {
                     if matches!(args.format, Format::Text) {
@@ -137,6 +157,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                 "files_with_problems": bad_files,
                 "diagnostics": diagnostics,
                 "warnings": warnings,
+                "starts_processes": starts,
             });
             say!(
                 "{}",
@@ -203,23 +224,26 @@ fn located(file: &std::path::Path, errors: &plan::PlanErrors) -> Vec<Located> {
 
 /// A GitHub Actions error annotation: it shows on the line in the pull request's diff.
 fn github_annotation(d: &Located) -> String {
+    let mut message = d.message.clone();
+    if let Some(help) = &d.help {
+        message.push_str("\nhelp: ");
+        message.push_str(help);
+    }
+    annotation("error", &d.file, d.line, d.column, &message)
+}
+
+/// A GitHub Actions workflow command that marks `file` at `line`:`column` with `message`.
+fn annotation(level: &str, file: &str, line: usize, column: usize, message: &str) -> String {
     let escape = |s: &str| {
         s.replace('%', "%25")
             .replace('\r', "%0D")
             .replace('\n', "%0A")
     };
     let property = |s: &str| escape(s).replace(':', "%3A").replace(',', "%2C");
-    let mut message = d.message.clone();
-    if let Some(help) = &d.help {
-        message.push_str("\nhelp: ");
-        message.push_str(help);
-    }
     format!(
-        "::error file={},line={},col={},title=llmload::{}",
-        property(&d.file),
-        d.line,
-        d.column,
-        escape(&message)
+        "::{level} file={},line={line},col={column},title=llmload::{}",
+        property(file),
+        escape(message)
     )
 }
 

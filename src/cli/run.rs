@@ -51,8 +51,20 @@ pub(super) struct RunArgs {
     /// gpu=H100, engine-flags="--max-num-seqs 256".
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// Let the plan's `server` block start its command on this machine (also
+    /// LLMLOAD_ALLOW_SERVER=1). Without it such a plan is refused and its whole command shown:
+    /// a plan from a pull request would otherwise run its author's command.
+    #[arg(long)]
+    allow_server: bool,
     #[command(flatten)]
     values: super::PlanValues,
+}
+
+/// The setting a CI job sets deliberately, for plans it has reviewed: `LLMLOAD_ALLOW_SERVER`
+/// of `1`, `true` or `yes`.
+pub(super) fn server_allowed_by_env() -> bool {
+    std::env::var("LLMLOAD_ALLOW_SERVER")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
 }
 
 /// `--label KEY=VALUE`: a key of letters, digits, `-`, `_` and `.`; any value.
@@ -178,6 +190,10 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     options.grace = args.grace;
     options.threads = args.threads.map(usize::from);
     options.gate = args.gate.gate();
+    options.shard = args.shard;
+    options.allow_server = args.allow_server || server_allowed_by_env();
+    // Refused before the run starts anything (its progress, the output directory).
+    session::permitted(&plan, &options)?;
     let live = progress::Live::start(!args.quiet);
     options.observer = live.observer();
     signals::forward_to(options.stop.clone());

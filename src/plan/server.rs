@@ -57,16 +57,82 @@ pub enum ServerCommand {
     Shell(String),
 }
 
+impl ServerSettings {
+    /// Everything this server block runs, as one line with its secrets masked: its variables,
+    /// then its command as written (`sh -c '…'` for a shell line). What `check`, `plan` and
+    /// `run` show before anything is started, so that a reviewer reads all of it, not the first
+    /// word.
+    pub fn shown_command(&self) -> String {
+        let mut secrets = crate::secrets::Secrets::new();
+        for secret in &self.secrets {
+            secrets.add(secret);
+        }
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|(name, value)| shell_words(&[format!("{name}={value}")]))
+            .collect();
+        let command = match &self.command {
+            ServerCommand::Argv(argv) => shell_words(argv),
+            ServerCommand::Shell(line) => {
+                format!("sh -c {}", shell_words(std::slice::from_ref(line)))
+            }
+        };
+        let line = [env.join(" "), command]
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        crate::escape::one_line(&secrets.redact(&line)).into_owned()
+    }
+}
+
+/// A command line as a shell would read it back: words with spaces or quotes quoted.
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|word| {
+            if !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%{}".contains(c))
+            {
+                word.clone()
+            } else {
+                format!("'{}'", word.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl ServerCommand {
-    /// The program's name as progress lines say it: `llama-server`, or `sh` for a shell line's
-    /// first word.
+    /// The command as the plan wrote it: its words quoted as a shell would read them back, or
+    /// the shell line itself.
+    pub fn as_written(&self) -> String {
+        match self {
+            ServerCommand::Argv(argv) => shell_words(argv),
+            ServerCommand::Shell(line) => line.clone(),
+        }
+    }
+
+    /// The program's name as progress lines say it: `llama-server`; for a shell line, what it
+    /// `exec`s, else its first program (`touch x; exec python3 …` is "python3"). Never the
+    /// whole command: [`ServerSettings::shown_command`] is, and is shown before it starts.
     pub fn program_name(&self) -> String {
         let first = match self {
             ServerCommand::Argv(argv) => argv.first().map(String::as_str).unwrap_or(""),
-            ServerCommand::Shell(line) => line
-                .split_whitespace()
-                .find(|word| *word != "exec" && !word.contains('='))
-                .unwrap_or("sh"),
+            ServerCommand::Shell(line) => {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let exec = words.iter().rposition(|word| *word == "exec");
+                match exec.and_then(|at| words.get(at + 1)) {
+                    Some(program) => program,
+                    None => words
+                        .iter()
+                        .find(|word| !word.contains('='))
+                        .copied()
+                        .unwrap_or("sh"),
+                }
+            }
         };
         let first = first.trim_matches(['\'', '"']);
         std::path::Path::new(first)

@@ -42,18 +42,10 @@ fn server_lines(plan: &Plan) -> String {
     let Some(server) = &plan.server else {
         return String::new();
     };
-    let mut secrets = crate::secrets::Secrets::new();
-    for secret in &server.secrets {
-        secrets.add(secret);
-    }
-    let command = match &server.command {
-        crate::plan::ServerCommand::Argv(argv) => argv.join(" "),
-        crate::plan::ServerCommand::Shell(line) => format!("sh -c {line:?}"),
-    };
     let mut out = format!(
         "server (started by llmload, in {}): {}\n  ready when {} answers 2xx, within {}; hung if it answers nothing for {}; stopped with SIGTERM, SIGKILL after {}\n",
         server.dir.display(),
-        crate::escape::one_line(&secrets.redact(&command)),
+        server.shown_command(),
         server.ready.path,
         crate::plan::units::format_duration(server.ready.timeout),
         crate::plan::units::format_duration(server.hang_after),

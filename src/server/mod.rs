@@ -89,17 +89,20 @@ impl StartedServer {
         for secret in &settings.secrets {
             masked.add(secret);
         }
-        let as_written = match &settings.command {
-            ServerCommand::Argv(argv) => shell_words(argv),
-            ServerCommand::Shell(line) => line.clone(),
-        };
-        let as_written = shown_line(&masked.redact(&as_written.replace(MODEL_PLACEHOLDER, model)));
+        let as_written = shown_line(
+            &masked.redact(
+                &settings
+                    .command
+                    .as_written()
+                    .replace(MODEL_PLACEHOLDER, model),
+            ),
+        );
         let (mut command, shown) = match &settings.command {
             ServerCommand::Argv(argv) => {
                 let argv: Vec<String> = argv.iter().map(|a| fill(a, port, model)).collect();
                 let mut command = Command::new(program_path(&argv[0], &settings.dir));
                 command.args(&argv[1..]);
-                (command, shell_words(&argv))
+                (command, crate::plan::shell_words(&argv))
             }
             ServerCommand::Shell(line) => {
                 let line = fill(line, port, model);
@@ -514,24 +517,6 @@ fn program_path(program: &str, dir: &Path) -> std::path::PathBuf {
     }
 }
 
-/// A command line as a shell would read it back: words with spaces or quotes quoted.
-fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|word| {
-            if !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%{}".contains(c))
-            {
-                word.clone()
-            } else {
-                format!("'{}'", word.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// "exit status 1", "killed by signal 9 (SIGKILL)".
 fn describe_exit(status: &std::process::ExitStatus) -> String {
     #[cfg(unix)]
@@ -605,7 +590,7 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(
-            shell_words(&argv),
+            crate::plan::shell_words(&argv),
             "llama-server --chat-template 'a b' 'it'\\''s'"
         );
     }

@@ -12,6 +12,8 @@ use crate::executor::Event;
 
 /// Sends `plan` and writes its records (and a copy of the plan) into `options.out_dir`.
 pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
+    // Before anything is written: a plan that may not start its server leaves nothing behind.
+    server::permitted(plan, options)?;
     let seed = options.seed.unwrap_or(plan.seed);
     let schedule = planner::compile(plan, seed)?;
     let schedule = match options.shard {

@@ -40,6 +40,7 @@ pub use baseline::{aggregates_of, check_baseline, compare_with};
 pub use baseline::{MAX_COMPARED_REQUESTS, MIN_COMPARED_REQUESTS};
 pub use execute::execute;
 pub use outcome::{Execution, RunOutcome};
+pub use server::permitted;
 pub use server_sweep::{run_server_sweep, ConfigRun, ServerSweepOutcome};
 pub use shard::{merge, refuse_shard, run_shard, ShardOutcome};
 pub use target::{redact_url, TargetUrl};
@@ -83,6 +84,9 @@ pub struct RunOptions {
     pub start_at: Option<std::time::SystemTime>,
     /// `--label KEY=VALUE`s, kept in the records' header and shown in every report.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The plan's `server` block may start its command on this machine (`--allow-server`):
+    /// without it a plan that would start one is refused, its command shown.
+    pub allow_server: bool,
 }
 
 impl RunOptions {
@@ -101,6 +105,7 @@ impl RunOptions {
             shard: None,
             start_at: None,
             labels: Default::default(),
+            allow_server: false,
         }
     }
 }

@@ -14,6 +14,27 @@ pub(super) struct Launched {
     pub ready_url: reqwest::Url,
 }
 
+/// Whether the run may start the plan's server: a plan is often someone else's (a pull
+/// request's), and its `server` block runs any command on this machine, so it runs only when
+/// the caller said so ([`RunOptions::allow_server`]). Else the error shows the whole command
+/// and how to allow it. No server to start (none, `--target`, a shard): allowed.
+pub fn permitted(plan: &Plan, options: &RunOptions) -> Result<()> {
+    let Some(settings) = &plan.server else {
+        return Ok(());
+    };
+    if options.allow_server || options.target.is_some() || options.shard.is_some() {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "this plan starts a process on this machine (its server block, in {}): {}\n\
+         llmload runs a plan's command only when told to: read it, then run with --allow-server \
+         (or set LLMLOAD_ALLOW_SERVER=1 in a CI job that runs reviewed plans only), or send the \
+         run to a server already running with --target URL",
+        crate::escape::one_line(&settings.dir.display().to_string()),
+        settings.shown_command()
+    )))
+}
+
 /// Starts the plan's server and waits until it is ready; `None` when the plan has none or the
 /// run sends elsewhere (a note says so). A server that does not start, exits, or is not ready
 /// in time is an error (exit 3) quoting its log's last lines, its log and `server.json` kept.
@@ -25,6 +46,7 @@ pub(super) async fn launch(
     let Some(settings) = &plan.server else {
         return Ok(None);
     };
+    permitted(plan, options)?;
     if options.target.is_some() {
         options.observer.on_event(Event::Note(
             "the plan's server is not started: --target sends the run elsewhere",
@@ -41,9 +63,10 @@ pub(super) async fn launch(
     let model = &plan.target.model;
     let mut server = StartedServer::spawn(settings, port, model, &options.out_dir, secrets)?;
     let program = server.program().to_string();
-    options
-        .observer
-        .on_event(Event::Note(&format!("starting {program} on port {port}…")));
+    options.observer.on_event(Event::Note(&format!(
+        "starting {program} on port {port}: {}",
+        settings.shown_command()
+    )));
     let ready_url = match &plan.target.endpoint {
         Endpoint::Url(url) => TargetUrl::parse(&crate::server::fill(url, port, model))?
             .origin_url(&settings.ready.path),

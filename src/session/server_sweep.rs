@@ -49,6 +49,7 @@ pub fn run_server_sweep(plan: &Plan, options: &RunOptions) -> Result<ServerSweep
             "a server sweep starts its own server for each configuration: run it without --shard and --target",
         ));
     }
+    super::server::permitted(plan, options)?;
     outdir::prepare(&options.out_dir, Some(&plan.name))?;
     // Marked as llmload's at once: a sweep stopped before its report is still a run directory
     // the next one may reuse.
@@ -89,6 +90,7 @@ pub fn run_server_sweep(plan: &Plan, options: &RunOptions) -> Result<ServerSweep
             shard: None,
             start_at: None,
             labels,
+            allow_server: options.allow_server,
         };
         let outcome = match run(&one, &config_options) {
             Ok(outcome) => Ok(outcome),

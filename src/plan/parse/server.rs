@@ -496,6 +496,12 @@ mod tests {
         assert_eq!(quoted.program_name(), "vllm");
         let quoted = ServerCommand::Shell("exec \"/opt/bin/sglang\" --port 1".into());
         assert_eq!(quoted.program_name(), "sglang");
+        let two = ServerCommand::Shell("touch /tmp/x; exec python3 -m vllm".into());
+        assert_eq!(two.program_name(), "python3");
+        assert_eq!(
+            ServerCommand::Shell("LLAMA_ARG_THREADS=8 llama-server --port 1".into()).program_name(),
+            "llama-server"
+        );
         // The key after --api-key, and the token by its variable's name, are secrets.
         assert!(server.secrets.contains(&"sk-local-123".to_string()));
         assert!(server.secrets.contains(&"hf_abcdef".to_string()));
