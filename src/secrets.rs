@@ -12,7 +12,8 @@ use std::borrow::Cow;
 pub const REDACTED: &str = "[redacted]";
 
 /// Whether a name (a query parameter, a command-line flag, an environment variable) says its
-/// value is a credential: `api_key`, `--hf-token`, `HF_TOKEN`, `DB_PASSWORD`.
+/// value is a credential: `api_key`, `--hf-token`, `HF_TOKEN`, `DB_PASSWORD`, `--admin-pass`,
+/// `PGPWD`. Generous on purpose: masking a value that was no secret costs a report nothing.
 pub fn looks_secret(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     [
@@ -20,10 +21,12 @@ pub fn looks_secret(name: &str) -> bool {
         "token",
         "secret",
         "sig",
-        "password",
-        "passwd",
+        "pass",
+        "pwd",
         "auth",
         "credential",
+        "cookie",
+        "session",
     ]
     .iter()
     .any(|word| name.contains(word))
@@ -63,7 +66,8 @@ impl Secrets {
 
     /// `text` with every secret, and every stretch of one at least 12 bytes long, replaced by
     /// `[redacted]`, whatever its case (a server may echo a key upper-cased), and the same for
-    /// their base64 forms.
+    /// their base64 forms; and any 12 letters and digits of one in a row with anything else
+    /// between them (a key echoed character-spaced, or with dashes or dots put in).
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if self.values.is_empty() {
             return Cow::Borrowed(text);
@@ -73,51 +77,80 @@ impl Secrets {
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for secret in self.values.iter().chain(&self.encoded) {
             let secret = secret.to_ascii_lowercase();
-            let needles: Vec<&str> = if secret.len() < 2 * FRAGMENT {
-                vec![secret.as_str()]
-            } else {
-                (0..=secret.len() - FRAGMENT)
-                    .filter(|&i| {
-                        secret.is_char_boundary(i) && secret.is_char_boundary(i + FRAGMENT)
-                    })
-                    .map(|i| &secret[i..i + FRAGMENT])
-                    .collect()
-            };
-            for needle in needles {
-                for start in memchr::memmem::find_iter(lowered.as_bytes(), needle.as_bytes()) {
+            for needle in fragments(&secret) {
+                for start in memchr::memmem::find_iter(lowered.as_bytes(), needle) {
                     if text.is_char_boundary(start) && text.is_char_boundary(start + needle.len()) {
                         ranges.push((start, start + needle.len()));
                     }
                 }
             }
         }
+        let (squeezed, offsets) = squeeze(&lowered);
+        for secret in &self.values {
+            let (secret, _) = squeeze(&secret.to_ascii_lowercase());
+            if secret.len() < FRAGMENT {
+                continue;
+            }
+            for needle in secret.windows(FRAGMENT) {
+                for start in memchr::memmem::find_iter(&squeezed, needle) {
+                    ranges.push((offsets[start], offsets[start + FRAGMENT - 1] + 1));
+                }
+            }
+        }
         if ranges.is_empty() {
             return Cow::Borrowed(text);
         }
-        ranges.sort_unstable();
-        let mut out = String::with_capacity(text.len());
-        let mut at = 0;
-        let mut current: Option<(usize, usize)> = None;
-        for (start, end) in ranges {
-            current = match current {
-                Some((a, b)) if start <= b => Some((a, b.max(end))),
-                Some((a, b)) => {
-                    out.push_str(&text[at..a]);
-                    out.push_str(REDACTED);
-                    at = b;
-                    Some((start, end))
-                }
-                None => Some((start, end)),
-            };
-        }
-        if let Some((a, b)) = current {
-            out.push_str(&text[at..a]);
-            out.push_str(REDACTED);
-            at = b;
-        }
-        out.push_str(&text[at..]);
-        Cow::Owned(out)
+        Cow::Owned(replace_ranges(text, ranges))
     }
+}
+
+/// What of `secret` is looked for: the whole value when it is a fragment long or shorter, else
+/// every stretch of [`FRAGMENT`] bytes of it (that starts and ends on a character boundary).
+fn fragments(secret: &str) -> Vec<&[u8]> {
+    if secret.len() <= FRAGMENT {
+        return vec![secret.as_bytes()];
+    }
+    (0..=secret.len() - FRAGMENT)
+        .filter(|&i| secret.is_char_boundary(i) && secret.is_char_boundary(i + FRAGMENT))
+        .map(|i| &secret.as_bytes()[i..i + FRAGMENT])
+        .collect()
+}
+
+/// `text`'s ASCII letters and digits alone, in order, and where each was in `text`.
+fn squeeze(text: &str) -> (Vec<u8>, Vec<usize>) {
+    text.bytes()
+        .enumerate()
+        .filter(|(_, b)| b.is_ascii_alphanumeric())
+        .map(|(at, b)| (b, at))
+        .unzip()
+}
+
+/// `text` with each of `ranges` (byte ranges on character boundaries, in any order, maybe
+/// overlapping) replaced by one [`REDACTED`] per run of overlapping ones.
+fn replace_ranges(text: &str, mut ranges: Vec<(usize, usize)>) -> String {
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    let mut current: Option<(usize, usize)> = None;
+    for (start, end) in ranges {
+        current = match current {
+            Some((a, b)) if start <= b => Some((a, b.max(end))),
+            Some((a, b)) => {
+                out.push_str(&text[at..a]);
+                out.push_str(REDACTED);
+                at = b;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    if let Some((a, b)) = current {
+        out.push_str(&text[at..a]);
+        out.push_str(REDACTED);
+        at = b;
+    }
+    out.push_str(&text[at..]);
+    out
 }
 
 /// `value` base64-encoded (standard and URL-safe alphabets) at each of the three alignments it
@@ -169,6 +202,24 @@ mod tests {
             "Incorrect API key provided: [redacted]***************6789."
         );
         assert_eq!(secrets.redact("nothing secret here"), "nothing secret here");
+        // Any 12 bytes of a secret shorter than two fragments, too.
+        let mut header = Secrets::new();
+        header.add("tenant-9f8e7d6c5b4a39");
+        assert_eq!(
+            header.redact("bad key …9f8e7d6c5b4a3… given"),
+            "bad key …[redacted]… given"
+        );
+        // Its letters and digits with anything between them: character-spaced, dashed.
+        let spaced: String = "tenant-9f8e7d6c5b4a39"
+            .chars()
+            .map(|c| format!("{c} "))
+            .collect();
+        assert_eq!(
+            header.redact(&format!("as typed: {spaced}!")),
+            "as typed: [redacted] !"
+        );
+        assert_eq!(header.redact("id 9f8e-7d6c-5b4a-39 ok"), "id [redacted] ok");
+        assert_eq!(header.redact("tenant 123 and 9f8e"), "tenant 123 and 9f8e");
         // Short secrets are matched whole only; values under 4 bytes are ignored.
         let mut short = Secrets::new();
         short.add("hunter22");
@@ -177,6 +228,23 @@ mod tests {
             "pw [redacted] and hunter"
         );
         assert!(Secrets::new().is_empty());
+    }
+
+    #[test]
+    fn names_that_say_they_hold_a_credential() {
+        for name in [
+            "api_key",
+            "--hf-token",
+            "DB_PASSWORD",
+            "--admin-pass",
+            "PGPWD",
+            "X-Session-Id",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in ["--port", "--model", "--parallel", "LLAMA_ARG_THREADS"] {
+            assert!(!looks_secret(name), "{name}");
+        }
     }
 
     #[test]

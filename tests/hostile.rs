@@ -614,3 +614,129 @@ fn a_redirect_is_classed_apart_and_says_what_to_do() {
     }
     assert_eq!(run.summary()["phases"][0]["rates"]["error_rate"], 1.0);
 }
+
+/// Echoes whatever credentials it is sent: whole in `/version`'s version, a 14-character
+/// stretch of each in an error body, and each character-spaced in another error.
+fn echoing_server(seen: &Seen, stream: &mut TcpStream) {
+    let sent: Vec<String> = ["authorization", "x-api-key", "x-tenant-key"]
+        .iter()
+        .filter_map(|name| seen.header(name))
+        .map(|value| value.trim_start_matches("Bearer ").to_string())
+        .collect();
+    let whole = sent.join(" ");
+    if seen.line.starts_with("GET /version") {
+        let body = format!("{{\"version\": \"0.9 key {whole}\", \"model_id\": \"{whole}\"}}");
+        respond(stream, "200 OK", "application/json", &body);
+    } else if seen.line.starts_with("GET /metrics") {
+        respond(
+            stream,
+            "200 OK",
+            "text/plain",
+            "vllm:num_requests_running 1\n",
+        );
+    } else if seen.line.starts_with("POST") && every_other_post() {
+        let stretch: Vec<String> = sent
+            .iter()
+            .map(|s| s.chars().skip(3).take(14).collect())
+            .collect();
+        let spaced: Vec<String> = sent
+            .iter()
+            .map(|s| s.chars().map(|c| format!("{c} ")).collect())
+            .collect();
+        let body = format!(
+            "{{\"error\": {{\"message\": \"key ...{}... is not valid; as typed: {}\"}}}}",
+            stretch.join(","),
+            spaced.join("/")
+        );
+        respond(stream, "401 Unauthorized", "application/json", &body);
+    } else if seen.line.starts_with("POST") {
+        let events = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
+             data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop {whole}\"}}]}}\n\n\
+             data: [DONE]\n\n"
+        );
+        respond(stream, "200 OK", "text/event-stream", &events);
+    } else {
+        respond(stream, "404 Not Found", "text/plain", "no");
+    }
+}
+
+/// Every file of a run directory, and what the run printed, as one text.
+fn everything_of(run: &common::Run) -> String {
+    let mut everything = format!("{}{}", run.stdout(), run.stderr());
+    for entry in std::fs::read_dir(run.out()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            everything.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+        }
+    }
+    everything
+}
+
+/// One rule for credentials, whatever the form they were given in (the plan's `api-key`,
+/// `--api-key-env`, the plan's secret `header`, `--header "Name: $VAR"`): they go to every
+/// request of the target's origin (requests, /metrics, /version), and what a server echoes of
+/// them — whole, a 14-character stretch, character-spaced, in a version, an error, a
+/// finish_reason — reaches no output.
+#[test]
+fn credentials_go_to_their_origin_whatever_their_form_and_their_echoes_nowhere() {
+    let _serial = serial();
+    let (port, seen) = serve(echoing_server);
+    let secret = "sk-Fq83kLmZ0pQ7vX2cW9tR4yB6nH1";
+    let forms: [(&str, &str, &[&str]); 4] = [
+        ("api-key env=\"LLMLOAD_T_KEY\"", "authorization", &[]),
+        ("", "authorization", &["--api-key-env", "LLMLOAD_T_KEY"]),
+        (
+            "header \"X-Tenant-Key\" env=\"LLMLOAD_T_KEY\"",
+            "x-tenant-key",
+            &[],
+        ),
+        (
+            "",
+            "x-tenant-key",
+            &["--header", "X-Tenant-Key: $LLMLOAD_T_KEY"],
+        ),
+    ];
+    for (in_plan, header, args) in forms {
+        seen.lock().unwrap().clear();
+        let plan = format!(
+            "plan \"creds\" {{ seed 1; }}\n\
+             target \"http://127.0.0.1:{port}\" {{ model \"m\"; {in_plan} }}\n\
+             workload {{ tokenizer \"cl100k_base\"; input 8; output 4; }}\n\
+             phase \"p\" {{ concurrency 1; requests 6; }}\n\
+             sla {{ error-rate < \"1%\"; }}\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = common::write_plan(dir.path(), &plan);
+        let output = common::run_file(
+            &path,
+            &dir.path().join("out"),
+            args,
+            &[("LLMLOAD_T_KEY", std::ffi::OsStr::new(secret))],
+        );
+        let run = common::Run { dir, output };
+        let form = format!("{in_plan}{}", args.join(" "));
+        let seen = seen.lock().unwrap().clone();
+        for path in ["POST /v1/chat/completions", "GET /metrics", "GET /version"] {
+            let sent = seen.iter().filter(|s| s.line.starts_with(path));
+            let sent: Vec<Option<&str>> = sent.map(|s| s.header(header)).collect();
+            assert!(!sent.is_empty(), "{form}: no {path} in {seen:?}");
+            assert!(
+                sent.iter().all(|v| v.is_some_and(|v| v.contains(secret))),
+                "{form}: {path} sent {sent:?}"
+            );
+        }
+        let everything = everything_of(&run).to_ascii_lowercase();
+        let spaced: String = secret.chars().map(|c| format!("{c} ")).collect();
+        for echo in [secret, &secret[3..17], spaced.trim_end()] {
+            assert!(
+                !everything.contains(&echo.to_ascii_lowercase()),
+                "{form}: {echo:?} in the outputs"
+            );
+        }
+        assert!(
+            everything.contains("0.9 key [redacted]"),
+            "{form}: the version is shown"
+        );
+    }
+}

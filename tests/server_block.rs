@@ -550,8 +550,8 @@ fn a_plans_command_runs_only_when_allowed_and_is_shown_whole() {
     let marker = dir.path().join("ran");
     let text = plan(
         &format!(
-            "shell \"touch '{}'; exec '{SIM}' sim --port {{port}} --api-key-env X --api-key sk-hidden-value-12345\"; \
-             env HF_TOKEN=\"hf-secret-token-67890\"; ready \"/v1/models\" timeout=\"30s\"",
+            "shell \"touch '{}'; echo token $HF_TOKEN key $API_KEY; exec '{SIM}' sim --port {{port}} --ttft 20ms\"; \
+             env HF_TOKEN=\"hf-secret-token-67890\" API_KEY=\"sk-hidden-value-12345\"; ready \"/v1/models\" timeout=\"30s\"",
             marker.display()
         ),
         "1s",
@@ -601,4 +601,13 @@ fn a_plans_command_runs_only_when_allowed_and_is_shown_whole() {
     // A shell line's program is what it execs, not its first word.
     assert!(stderr.contains("starting llmload on port"), "{stderr}");
     whole(&stderr);
+    // What the server prints of its secrets is kept of none of the run's files.
+    let out = dir.path().join("allowed");
+    let log = std::fs::read_to_string(out.join("server.log")).unwrap();
+    assert!(log.contains("token [redacted] key [redacted]"), "{log}");
+    for file in ["server.log", "server.json", "summary.json", "report.md"] {
+        let text = std::fs::read_to_string(out.join(file)).unwrap();
+        assert!(!text.contains("hf-secret-token-67890"), "{file}: {text}");
+        assert!(!text.contains("sk-hidden-value-12345"), "{file}: {text}");
+    }
 }

@@ -271,9 +271,13 @@ fn write_all(
                         .map(|check| check.holds(&finished.exchange.answer_text()));
                     let mut record = finalize_safely(*finished, tokenizer, budget);
                     record.answer_valid = valid;
-                    if let Some(detail) = &record.error_detail {
-                        if let std::borrow::Cow::Owned(clean) = secrets.redact(detail) {
-                            record.error_detail = Some(clean);
+                    // The server's words: what it echoes of a credential is kept of none.
+                    for text in [&mut record.error_detail, &mut record.finish_reason]
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let std::borrow::Cow::Owned(clean) = secrets.redact(text) {
+                            *text = clean;
                         }
                     }
                     observer.on_event(Event::RequestFinished(&record));

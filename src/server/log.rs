@@ -43,17 +43,25 @@ pub struct LogSummary {
 /// The server's log, written by one thread per output stream.
 pub struct ServerLog {
     path: PathBuf,
+    /// Kept out of the file and the tail: a server prints its arguments (an API key, a token)
+    /// as often as not.
+    secrets: Arc<crate::secrets::Secrets>,
     sink: Arc<Mutex<Sink>>,
     tail: Tail,
     pumps: Vec<std::thread::JoinHandle<u64>>,
 }
 
 impl ServerLog {
-    /// Creates `path`, to keep at most `max` bytes.
-    pub fn create(path: &Path, max: u64) -> Result<ServerLog> {
+    /// Creates `path`, to keep at most `max` bytes of the server's output, `secrets` redacted.
+    pub fn create(
+        path: &Path,
+        max: u64,
+        secrets: Arc<crate::secrets::Secrets>,
+    ) -> Result<ServerLog> {
         let file = std::fs::File::create(path).map_err(|e| Error::io("create", path, e))?;
         Ok(ServerLog {
             path: path.to_path_buf(),
+            secrets,
             sink: Arc::new(Mutex::new(Sink {
                 file,
                 written: 0,
@@ -71,6 +79,7 @@ impl ServerLog {
     pub fn pump(&mut self, stream: impl Read + Send + 'static) {
         let sink = self.sink.clone();
         let tail = self.tail.clone();
+        let secrets = self.secrets.clone();
         self.pumps.push(std::thread::spawn(move || {
             let mut reader = BufReader::new(stream);
             let mut line = Vec::new();
@@ -80,6 +89,13 @@ impl ServerLog {
                 match reader.read_until(b'\n', &mut line) {
                     Ok(0) | Err(_) => return total,
                     Ok(n) => total += n as u64,
+                }
+                // A line with no secret is kept byte for byte (a server's output need not be
+                // UTF-8); one with a secret, as text with the secret redacted.
+                if let std::borrow::Cow::Owned(clean) =
+                    secrets.redact(&String::from_utf8_lossy(&line))
+                {
+                    line = clean.into_bytes();
                 }
                 if let Ok(mut sink) = sink.lock() {
                     sink.keep(&line);
@@ -174,7 +190,7 @@ mod tests {
     fn the_log_keeps_its_start_and_its_end_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("server.log");
-        let mut log = ServerLog::create(&path, 2_000).unwrap();
+        let mut log = ServerLog::create(&path, 2_000, Default::default()).unwrap();
         let text: String = (0..500).map(|i| format!("line {i:04}\n")).collect();
         log.pump(std::io::Cursor::new(text.clone().into_bytes()));
         let summary = log.finish().unwrap();
@@ -193,7 +209,7 @@ mod tests {
     fn a_short_log_is_kept_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("server.log");
-        let mut log = ServerLog::create(&path, 1 << 20).unwrap();
+        let mut log = ServerLog::create(&path, 1 << 20, Default::default()).unwrap();
         log.pump(std::io::Cursor::new(b"starting\n\nready\n".to_vec()));
         log.pump(std::io::Cursor::new(b"warning: x".to_vec()));
         let summary = log.finish().unwrap();

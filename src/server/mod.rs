@@ -69,6 +69,8 @@ pub struct StartedServer {
     hang_after: Duration,
     watcher: Option<std::thread::JoinHandle<()>>,
     log: log::ServerLog,
+    /// The run's secrets and the server's own: kept out of its log, its version and messages.
+    secrets: Arc<Secrets>,
     record: ServerRun,
     started: Instant,
     stop_grace: Duration,
@@ -126,7 +128,9 @@ impl StartedServer {
         }
         let program = settings.command.program_name();
         let mut record = ServerRun::new(program.clone(), shown, port);
-        let mut log = log::ServerLog::create(&out_dir.join(SERVER_LOG), settings.log_max)?;
+        let masked = Arc::new(masked);
+        let mut log =
+            log::ServerLog::create(&out_dir.join(SERVER_LOG), settings.log_max, masked.clone())?;
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -168,6 +172,7 @@ impl StartedServer {
             hang_after: settings.hang_after,
             watcher: None,
             log,
+            secrets: masked,
             record,
             started: Instant::now(),
             stop_grace: settings.stop_grace,
@@ -239,9 +244,10 @@ impl StartedServer {
         }
     }
 
-    /// Sets what the server says it is (its version), for the report and `compare`.
+    /// Sets what the server says it is (its version), for the report and `compare`, with the
+    /// secrets it was started with redacted.
     pub fn set_version(&mut self, version: Option<String>) {
-        self.record.version = version;
+        self.record.version = version.map(|v| self.secrets.redact(&v).into_owned());
     }
 
     /// Watches the server while the run goes: if it exits before llmload stops it, or answers

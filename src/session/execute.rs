@@ -73,9 +73,31 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             target_display,
             &request_id_prefix,
         );
-        header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
+        // What the command line gave (labels, values set) goes into every report: a secret
+        // pasted into one (`--label flags="--api-key sk-…"`) is kept of none.
+        for text in header
+            .labels
+            .values_mut()
+            .chain(header.overrides.iter_mut())
+        {
+            if let std::borrow::Cow::Owned(clean) = secrets.redact(text) {
+                *text = clean;
+            }
+        }
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
+        if let Some(launched) = launched.as_mut() {
+            // Asked as the scraper asks: with the run's credentials, on its own origin only.
+            let version = crate::telemetry::scrape::server_version(
+                &client_with(origin_headers(&launched.ready_url, &template)),
+                &launched.ready_url,
+            )
+            .await;
+            launched
+                .server
+                .set_version(version.map(|v| secrets.redact(&v).into_owned()));
+        }
+        header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
         let Watching {
             observer,
             probes: watch,
@@ -126,18 +148,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .into_iter()
                 .map(|url| {
                     let shown = redact_url(url.as_str());
-                    // The run's credentials go to its own server only, never to another host.
-                    let headers = if url.origin() == config.template.url.origin() {
-                        let template = &config.template;
-                        template
-                            .credentials
-                            .iter()
-                            .chain(template.headers.iter())
-                            .cloned()
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
+                    let headers = origin_headers(&url, &config.template);
                     crate::telemetry::scrape::ScrapeTarget {
                         url,
                         shown,
@@ -149,6 +160,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 targets,
                 plan.target.metrics_interval,
                 out,
+                config.secrets.clone(),
             )?)
         };
         // From here on, a server that exits ends the run (not carried out).
@@ -177,6 +189,35 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         records_path,
         sim_writes,
     })
+}
+
+/// The headers a request to `url` carries besides its own: the run's credentials and extra
+/// headers when `url` is on the target's origin (its `/metrics`, `/version`, the started
+/// server's readiness path), none for another host. One rule, whatever form the credentials
+/// were given in (the plan, `--api-key-env`, `--header`, the URL's `user:password`).
+fn origin_headers(
+    url: &reqwest::Url,
+    template: &executor::RequestTemplate,
+) -> Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)> {
+    if url.origin() != template.url.origin() {
+        return Vec::new();
+    }
+    template
+        .credentials
+        .iter()
+        .chain(template.headers.iter())
+        .cloned()
+        .collect()
+}
+
+/// An HTTP client that sends `headers` with every request.
+fn client_with(
+    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+) -> reqwest::Client {
+    reqwest::Client::builder()
+        .default_headers(headers.into_iter().collect())
+        .build()
+        .unwrap_or_default()
 }
 
 /// How the run's records are written: as the plan's `records` says; `"auto"` compresses a run

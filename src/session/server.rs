@@ -79,9 +79,6 @@ pub(super) async fn launch(
         .await
     {
         Ok(took) => {
-            let client = reqwest::Client::new();
-            let version = crate::telemetry::scrape::server_version(&client, &ready_url).await;
-            server.set_version(version);
             options.observer.on_event(Event::Note(&format!(
                 "{program} ready in {:.1} s",
                 took.as_secs_f64()

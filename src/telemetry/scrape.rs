@@ -38,13 +38,19 @@ pub struct ScrapeTarget {
 impl Scraper {
     /// Starts scraping each of `targets` every `interval` (together, so that one round's
     /// samples can be summed) into `dir/telemetry.jsonl`.
-    pub fn start(targets: Vec<ScrapeTarget>, interval: Duration, dir: &Path) -> Result<Scraper> {
+    /// What a server says (its version, an error) is kept with `secrets` redacted.
+    pub fn start(
+        targets: Vec<ScrapeTarget>,
+        interval: Duration,
+        dir: &Path,
+        secrets: std::sync::Arc<crate::secrets::Secrets>,
+    ) -> Result<Scraper> {
         let path = dir.join(super::FILE);
         let file = std::fs::File::create(&path).map_err(|e| Error::io("create", &path, e))?;
         let (stop, stopped) = watch::channel(false);
         let thread = crate::threads::spawn_with_runtime("llmload-telemetry", move || async move {
             let mut out = std::io::BufWriter::new(file);
-            scrape_until(targets, interval, &mut out, stopped).await;
+            scrape_until(targets, interval, &mut out, stopped, &secrets).await;
         })
         .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
         Ok(Scraper { stop, thread })
@@ -87,6 +93,7 @@ async fn scrape_until(
     interval: Duration,
     out: &mut std::io::BufWriter<std::fs::File>,
     mut stopped: watch::Receiver<bool>,
+    secrets: &crate::secrets::Secrets,
 ) {
     let mut scraped = Vec::new();
     for (index, target) in (0u32..).zip(targets) {
@@ -116,7 +123,7 @@ async fn scrape_until(
         let source = TelemetryLine::Source {
             url: target.shown.clone(),
             interval_s: interval.as_secs_f64(),
-            server_version,
+            server_version: server_version.map(|v| secrets.redact(&v).into_owned()),
             target: target.index,
             scraped_by: Vec::new(),
         };
@@ -138,6 +145,7 @@ async fn scrape_until(
         let answers =
             futures_util::future::join_all(live.iter().map(|t| scrape(&t.client, &t.url))).await;
         for (target, answer) in live.into_iter().zip(answers) {
+            let answer = answer.map_err(|why| secrets.redact(&why).into_owned());
             if !record(out, target, answer) {
                 return;
             }
