@@ -611,3 +611,139 @@ fn a_plans_command_runs_only_when_allowed_and_is_shown_whole() {
         assert!(!text.contains("sk-hidden-value-12345"), "{file}: {text}");
     }
 }
+
+/// A launcher that starts the engine in the background and exits: the engine lives on in the
+/// launcher's process group, and the stop after the run reaches it there.
+#[test]
+fn a_launchers_backgrounded_engine_is_stopped_with_the_run() {
+    let _serial = common::serial();
+    let run = run_plan(
+        &plan(
+            &format!(
+                "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & sleep 1; exit 0\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"2s\""
+            ),
+            "3s",
+        ),
+        &["--allow-server"],
+    );
+    let summary = run.summary();
+    let server = &summary["launched_server"];
+    let exit = server["exit"].as_str().unwrap();
+    assert!(
+        exit.starts_with("it had exited: exit status 0; what it left running in its process group was stopped with SIGTERM"),
+        "{exit}"
+    );
+    assert_left_nothing(server);
+    assert!(!run.out().join(SERVER_PID).exists(), "the pid file stays");
+}
+
+const SERVER_PID: &str = "server.pid";
+
+/// `kill -9` of llmload mid-run: its watchdog stops the server's whole group.
+#[test]
+fn a_killed_llmload_leaves_no_server_running() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = plan(
+        &format!(
+            "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & exec '{SIM}' sim --port 0 --ttft 20ms\"; \
+             ready \"/v1/models\" timeout=\"30s\"; stop-grace \"2s\""
+        ),
+        "60s",
+    );
+    let path = write_plan(dir.path(), &text);
+    let out = dir.path().join("out");
+    let mut child = llmload()
+        .args(["run", "--quiet", "--allow-server", "--out"])
+        .arg(&out)
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = out.join(SERVER_PID);
+    let started = Instant::now();
+    while !out.join("records.jsonl").exists() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pid_file).unwrap()).unwrap();
+    let group = kept["group"].as_u64().unwrap() as u32;
+    assert_eq!(
+        processes_in_group(group).len(),
+        2,
+        "the shell's two servers"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    while !processes_in_group(group).is_empty() && killed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_in_group(group), Vec::<u32>::new(), "left running");
+}
+
+/// A group left by an llmload that is gone (its watchdog killed too) is stopped by the next
+/// run that starts a server, which says so; one whose llmload lives is left alone.
+#[test]
+fn the_next_run_stops_a_server_a_dead_llmload_left() {
+    let _serial = common::serial();
+    let spawn_group = || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let mut orphan = spawn_group();
+    let mut kept = spawn_group();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    // SAFETY: getuid(2) cannot fail.
+    let registry = std::env::temp_dir()
+        .join(format!("llmload-{}", unsafe { libc::getuid() }))
+        .join("servers");
+    std::fs::create_dir_all(&registry).unwrap();
+    let entry = |group: u32, llmload: u32| {
+        serde_json::json!({
+            "group": group, "group_started": null, "llmload_pid": llmload,
+            "llmload_started": null, "command": "sleep 60", "run_dir": "/nonexistent",
+        })
+        .to_string()
+    };
+    let orphan_entry = registry.join(format!("{}.json", orphan.id()));
+    std::fs::write(&orphan_entry, entry(orphan.id(), gone.id())).unwrap();
+    let kept_entry = registry.join(format!("{}.json", kept.id()));
+    std::fs::write(&kept_entry, entry(kept.id(), std::process::id())).unwrap();
+
+    let run = run_plan(
+        &plan(
+            &format!(
+                "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"20ms\"; \
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"1s\""
+            ),
+            "1s",
+        ),
+        &["--allow-server"],
+    );
+    let stderr = run.stderr();
+    let said = format!(
+        "stopped a server an earlier llmload (pid {}, gone)",
+        gone.id()
+    );
+    assert!(stderr.contains(&said), "{stderr}");
+    assert!(
+        orphan.try_wait().unwrap().is_some(),
+        "the orphan still runs"
+    );
+    assert!(!orphan_entry.exists());
+    assert!(
+        kept.try_wait().unwrap().is_none(),
+        "a live llmload's server was stopped"
+    );
+    let _ = kept.kill();
+    let _ = kept.wait();
+    let _ = std::fs::remove_file(kept_entry);
+}

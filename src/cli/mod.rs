@@ -96,6 +96,14 @@ enum Command {
     Merge(merge::MergeArgs),
     /// Serve the embedded OpenAI-compatible simulator until Ctrl-C.
     Sim(sim::SimArgs),
+    /// (Internal) Stop a started server's process group if the llmload that started it dies.
+    #[command(name = "__server-watchdog", hide = true)]
+    ServerWatchdog {
+        /// The server's process group.
+        group: i32,
+        /// Milliseconds between SIGTERM and SIGKILL.
+        grace_ms: u64,
+    },
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -119,6 +127,10 @@ pub fn main() -> ExitCode {
         Command::Merge(args) => merge::merge(&args),
         Command::History(args) => history::history(&args),
         Command::Sim(args) => sim::serve(&args),
+        Command::ServerWatchdog { group, grace_ms } => Ok(crate::server::watchdog::watch(
+            group,
+            Duration::from_millis(grace_ms),
+        )),
     };
     ExitCode::from(match result {
         Ok(code) => code,

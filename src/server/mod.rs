@@ -9,7 +9,9 @@
 //! the executor's [`Stop::refuse`], recorded in the records' `run_end`.
 
 mod log;
+mod pidfile;
 mod record;
+pub mod watchdog;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -17,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use pidfile::{stop_orphans, SERVER_PID};
 pub use record::{read as read_record, ServerRun, SERVER_JSON, SERVER_LOG};
+use watchdog::{group_alive, signal, Signal};
 
 use crate::error::{Error, Result};
 use crate::executor::{LiveCounters, Stop};
@@ -60,6 +64,13 @@ pub struct StartedServer {
     /// The command line with `{port}` left as is, for the run's header.
     as_written: String,
     child: Arc<Mutex<Child>>,
+    /// Its process group (its pid: it leads the group), which outlives it while a process it
+    /// started lives (an engine a launcher put in the background).
+    group: i32,
+    /// Stops the group if llmload dies without stopping it.
+    watchdog: Option<watchdog::Watchdog>,
+    /// Its pid files, removed once it is stopped.
+    pid_files: Option<pidfile::Kept>,
     /// Set when llmload stops it: its exit is then no failure.
     stopping: Arc<AtomicBool>,
     /// How it ended, if it exited while the run went.
@@ -157,6 +168,9 @@ impl StartedServer {
             }
         };
         record.pid = Some(child.id());
+        let group = i32::try_from(child.id()).unwrap_or(0);
+        let watchdog = watchdog::Watchdog::start(child.id(), settings.stop_grace);
+        let pid_files = Some(pidfile::keep(out_dir, child.id(), &record.command));
         if let Some(out) = child.stdout.take() {
             log.pump(out);
         }
@@ -166,6 +180,9 @@ impl StartedServer {
         Ok(StartedServer {
             as_written,
             child: Arc::new(Mutex::new(child)),
+            group,
+            watchdog,
+            pid_files,
             stopping: Arc::new(AtomicBool::new(false)),
             died: Arc::new(Mutex::new(None)),
             hung: Arc::new(Mutex::new(None)),
@@ -292,33 +309,66 @@ impl StartedServer {
         }
         self.record.exit = Some(self.terminate());
         self.stopped = true;
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.release();
+        }
+        if let Some(files) = self.pid_files.take() {
+            files.remove();
+        }
         self.finish(out_dir)
     }
 
-    /// Ends the process, gently first; how it ended.
+    /// Ends the process and every process of its group, gently first; how it ended. A
+    /// leader that had exited leaves its group to stop (a launcher whose engine runs on).
     fn terminate(&mut self) -> String {
-        if let Some(status) = self.exit_status() {
-            return format!("it had exited: {}", describe_exit(&status));
+        let exited = self.exit_status();
+        let had_exited = exited.map(|status| format!("it had exited: {}", describe_exit(&status)));
+        if !group_alive(self.group) {
+            return had_exited.unwrap_or_else(|| self.kill_leader());
         }
-        signal_group(&self.child, Signal::Terminate);
+        let left = had_exited
+            .as_ref()
+            .map(|said| format!("{said}; what it left running in its process group was "))
+            .unwrap_or_default();
+        signal(self.group, Signal::Terminate);
         // A stopped process (a SIGSTOP) would hold the SIGTERM until the grace ran out.
-        signal_group(&self.child, Signal::Continue);
+        signal(self.group, Signal::Continue);
         let deadline = Instant::now() + self.stop_grace;
         while Instant::now() < deadline {
-            if let Some(status) = self.exit_status() {
-                return format!("stopped with SIGTERM: {}", describe_exit(&status));
+            // Reaped as soon as it exits: an unreaped leader keeps its group alive.
+            let status = self.exit_status();
+            if !group_alive(self.group) {
+                let how = status.filter(|_| exited.is_none());
+                return format!(
+                    "{left}stopped with SIGTERM{}",
+                    how.map(|s| format!(": {}", describe_exit(&s)))
+                        .unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        signal_group(&self.child, Signal::Kill);
+        signal(self.group, Signal::Kill);
         let status = self.child.lock().ok().and_then(|mut c| c.wait().ok());
         format!(
-            "killed with SIGKILL: it had not exited {} after SIGTERM{}",
+            "{left}killed with SIGKILL: it had not exited {} after SIGTERM{}",
             crate::plan::units::format_duration(self.stop_grace),
             status
+                .filter(|_| exited.is_none())
                 .map(|s| format!(" ({})", describe_exit(&s)))
                 .unwrap_or_default()
         )
+    }
+
+    /// Kills the process alone (no group to signal: not Unix); how it ended.
+    fn kill_leader(&mut self) -> String {
+        let Ok(mut child) = self.child.lock() else {
+            return "it could not be stopped".into();
+        };
+        let _ = child.kill();
+        match child.wait() {
+            Ok(status) => format!("killed: {}", describe_exit(&status)),
+            Err(e) => format!("it could not be stopped: {e}"),
+        }
     }
 
     /// How the process ended, if it has.
@@ -492,9 +542,16 @@ impl Drop for StartedServer {
     fn drop(&mut self) {
         if !self.stopped {
             self.stopping.store(true, Ordering::SeqCst);
-            signal_group(&self.child, Signal::Kill);
+            signal(self.group, Signal::Kill);
             if let Ok(mut child) = self.child.lock() {
+                let _ = child.kill();
                 let _ = child.wait();
+            }
+            if let Some(watchdog) = self.watchdog.take() {
+                watchdog.release();
+            }
+            if let Some(files) = self.pid_files.take() {
+                files.remove();
             }
         }
     }
@@ -544,41 +601,6 @@ fn describe_exit(status: &std::process::ExitStatus) -> String {
         Some(code) => format!("exit status {code}"),
         None => status.to_string(),
     }
-}
-
-enum Signal {
-    Terminate,
-    Continue,
-    Kill,
-}
-
-/// Sends `signal` to the child's process group (the shell and what it started).
-fn signal_group(child: &Arc<Mutex<Child>>, signal: Signal) {
-    let Ok(mut child) = child.lock() else {
-        return;
-    };
-    if child.try_wait().ok().flatten().is_some() {
-        return;
-    }
-    #[cfg(unix)]
-    {
-        let number = match signal {
-            Signal::Terminate => libc::SIGTERM,
-            Signal::Continue => libc::SIGCONT,
-            Signal::Kill => libc::SIGKILL,
-        };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            // SAFETY: kill(2) with a process group id (negative) that this process created
-            // (`process_group(0)` made the child its leader); no memory is touched.
-            let sent = unsafe { libc::kill(-pid, number) };
-            if sent == 0 {
-                return;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = signal;
-    let _ = child.kill();
 }
 
 #[cfg(test)]

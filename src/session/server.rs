@@ -59,6 +59,11 @@ pub(super) async fn launch(
         ));
         return Ok(None);
     }
+    // A server an earlier llmload left running (killed with its watchdog) holds the port, the
+    // GPU and the memory this one needs.
+    for note in crate::server::stop_orphans(settings.stop_grace) {
+        options.observer.on_event(Event::Note(&note));
+    }
     let port = crate::server::choose_port(settings)?;
     let model = &plan.target.model;
     let mut server = StartedServer::spawn(settings, port, model, &options.out_dir, secrets)?;
