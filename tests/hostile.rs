@@ -740,3 +740,110 @@ fn credentials_go_to_their_origin_whatever_their_form_and_their_echoes_nowhere()
         );
     }
 }
+
+/// Answers each chat request on a kept-alive connection, then 50 ms later sends a 408 no
+/// request asked for (as a server closing an idle connection does) and closes.
+fn late_408(seen: &Seen, stream: &mut TcpStream) {
+    if !seen.line.starts_with("POST") {
+        respond(stream, "404 Not Found", "text/plain", "no");
+        return;
+    }
+    let body = "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"hi there\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":2}}";
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let _ = write!(
+        stream,
+        "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+}
+
+/// A response belongs to the request that asked for it: a 408 sent on a connection as it went
+/// idle is no request's answer (the request is sent again on a new connection), it is counted,
+/// and the run warns `server-protocol`.
+#[test]
+fn a_late_response_on_a_reused_connection_is_no_requests_answer() {
+    let _serial = serial();
+    let (port, seen) = serve(late_408);
+    let plan = format!(
+        "plan \"late\" {{ seed 1; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; stream #false; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+         phase \"p\" {{ concurrency 1; requests 16; }}\n"
+    );
+    let run = run_plan(&plan, &[]);
+    let records = run.records();
+    assert_eq!(records.len(), 16);
+    for record in &records {
+        assert!(record["error"].is_null(), "{record}");
+        assert_eq!(record["http_status"], 200, "{record}");
+    }
+    let posts = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.line.starts_with("POST"))
+        .count();
+    let retries: u64 = records
+        .iter()
+        .map(|r| r["connection_retries"].as_u64().unwrap_or(0))
+        .sum();
+    // This server reads one request per connection: what was sent on a reused connection
+    // never reached it, was answered by the 408, and went again on a new connection.
+    assert_eq!(posts, 16, "every answer is a request the server read");
+    assert!(retries > 0, "no request met the 408");
+    let summary = run.summary();
+    let warning =
+        common::warning_of(&summary, "server-protocol").expect("a server-protocol warning");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("no request asked for"),
+        "{warning}"
+    );
+}
+
+/// An answer whose end-of-stream event came is complete, though its chunked body never ends
+/// (no final chunk) and the server keeps the connection open.
+#[test]
+fn a_stream_is_complete_at_its_end_event_whatever_the_body_does_next() {
+    fn unended(seen: &Seen, stream: &mut TcpStream) {
+        if !seen.line.starts_with("POST") {
+            respond(stream, "404 Not Found", "text/plain", "no");
+            return;
+        }
+        let events = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n\
+                      data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n\
+                      data: [DONE]\n\n";
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n",
+            events.len()
+        );
+        // No final chunk, and the connection held open past the request's timeout.
+        std::thread::sleep(std::time::Duration::from_secs(6));
+    }
+    let (port, _) = serve(unended);
+    let plan = format!(
+        "plan \"unended\" {{ seed 1; }}\n\
+         target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; timeout \"3s\"; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+         phase \"p\" {{ concurrency 2; requests 4; }}\n"
+    );
+    let started = std::time::Instant::now();
+    let run = run_plan(&plan, &[]);
+    let records = run.records();
+    assert_eq!(records.len(), 4);
+    for record in &records {
+        assert!(record["error"].is_null(), "{record}");
+        assert_eq!(record["finish_reason"], "length", "{record}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "the run waited for a body that had said its end"
+    );
+}

@@ -153,6 +153,11 @@ impl Exchange {
         at_us: u64,
         last_usage_completion: &mut u64,
     ) {
+        if self.done {
+            // After the end-of-stream event nothing is part of the answer (text after
+            // Responses' `response.completed`, a second `[DONE]`).
+            return;
+        }
         let before = self.text.len();
         let mut generated = Generated::with_calls(&mut self.text, &mut self.calls);
         let decoded = dialect.decode_event(name, data, &mut generated);
@@ -494,6 +499,13 @@ async fn read_stream(
                     );
                 }
                 if exchange.error.is_some() {
+                    exchange.end_us = at_us;
+                    return;
+                }
+                if exchange.done {
+                    // The end-of-stream event arrived: the answer is complete, whatever the
+                    // transport does next (a body's final chunk missing, a connection kept
+                    // open). The body is left unread, so its connection is not reused.
                     exchange.end_us = at_us;
                     return;
                 }

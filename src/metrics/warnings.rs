@@ -330,6 +330,19 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 ),
             ));
         }
+        if let Some(c) = phase.connections.filter(|c| c.stray > 0) {
+            out.push(warning(
+                "server-protocol",
+                format!(
+                    "phase \"{}\": the server sent {} response(s) no request asked for (bytes on an idle \
+                     connection, after a response's end, or a 408 on a connection that had been \
+                     idle); each such connection was dropped and a 408's request sent again, but a \
+                     late response that arrived just as a request went out may have been taken for \
+                     its answer: check the server (or its proxy) before trusting this phase",
+                    phase.name, c.stray
+                ),
+            ));
+        }
         if let Some(wait) = phase
             .body_wait
             .filter(|w| w.share() >= BODY_WAIT_SHARE_LIMIT)

@@ -399,6 +399,10 @@ impl BodyWait {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A phase's connections: opened before its clock started, and while it ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Connections {
@@ -412,6 +416,11 @@ pub struct Connections {
     pub connect_ms_p50: Option<f64>,
     /// The longest, ms.
     pub connect_ms_max: Option<f64>,
+    /// Connections dropped because the server sent bytes no request asked for (a late or
+    /// second response, a 408 on an idle connection): a request may have taken such bytes
+    /// for its answer before they could be told apart.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stray: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

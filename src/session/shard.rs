@@ -194,6 +194,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
                             warmed: a.warmed + b.warmed,
                             opened: a.opened + b.opened,
                             failed: a.failed + b.failed,
+                            stray: a.stray + b.stray,
                             connect_ms_p50: a.connect_ms_p50.or(b.connect_ms_p50),
                             connect_ms_max: match (a.connect_ms_max, b.connect_ms_max) {
                                 (Some(x), Some(y)) => Some(x.max(y)),

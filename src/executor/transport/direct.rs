@@ -35,6 +35,8 @@ pub(super) struct Direct {
 struct Pool {
     idle: Mutex<HashMap<String, Vec<Connection>>>,
     max_idle: usize,
+    /// Where a connection dropped for bytes nobody asked for is counted.
+    log: Arc<ConnectLog>,
 }
 
 impl Pool {
@@ -42,7 +44,7 @@ impl Pool {
         let mut idle = self.idle.lock().ok()?;
         let connections = idle.get_mut(key)?;
         while let Some(connection) = connections.pop() {
-            if connection.is_open() {
+            if self.usable(&connection) {
                 return Some(connection);
             }
         }
@@ -55,8 +57,22 @@ impl Pool {
             return Vec::new();
         };
         let mut connections = idle.remove(key).unwrap_or_default();
-        connections.retain(Connection::is_open);
+        connections.retain(|connection| self.usable(connection));
         connections
+    }
+
+    /// Whether an idle connection can carry a request; one the server sent bytes on while it
+    /// was idle (a late response, a 408 before closing) is counted as stray and dropped: a
+    /// request sent on it would take those bytes for its answer.
+    fn usable(&self, connection: &Connection) -> bool {
+        match connection.idle_state() {
+            IdleState::Open => true,
+            IdleState::Closed => false,
+            IdleState::Stray => {
+                self.log.record_stray();
+                false
+            }
+        }
     }
 
     fn give_back(&self, key: &str, connection: Connection) {
@@ -76,15 +92,18 @@ struct Connection {
 }
 
 impl Connection {
-    /// Whether an idle connection can carry a request: the server has not closed it, nor sent
-    /// anything unasked (one `recv` that finds nothing to read).
-    fn is_open(&self) -> bool {
+    /// What an idle connection is: open with nothing to read, closed by the server, or holding
+    /// bytes nobody asked for (one `recv` tells).
+    fn idle_state(&self) -> IdleState {
+        if !self.buffer.is_empty() {
+            return IdleState::Stray;
+        }
         let mut probe = [0u8; 1];
-        self.buffer.is_empty()
-            && matches!(
-                self.stream.try_read(&mut probe),
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock
-            )
+        match self.stream.try_read(&mut probe) {
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => IdleState::Open,
+            Ok(n) if n > 0 => IdleState::Stray,
+            _ => IdleState::Closed,
+        }
     }
 
     /// Writes a request (`head`, then `body`) and reads its response's head: the head, and
@@ -126,6 +145,14 @@ impl Connection {
         self.buffer.reserve(READ_BUFFER);
         self.stream.read_buf(&mut self.buffer).await
     }
+}
+
+/// What an idle connection was found to be.
+enum IdleState {
+    Open,
+    Closed,
+    /// The server sent something while no request was waiting.
+    Stray,
 }
 
 /// What a request whose connection failed before any response says, from its `cause`.
@@ -215,8 +242,10 @@ impl DirectBody {
             };
             if self.reader.done() {
                 if let Some((pool, key, connection)) = self.connection.take() {
-                    // Bytes after the body are not an answer to anything: not reused.
-                    if self.keep_alive && connection.buffer.is_empty() {
+                    // Bytes after the body are an answer to nothing: counted, never reused.
+                    if !connection.buffer.is_empty() {
+                        pool.log.record_stray();
+                    } else if self.keep_alive {
                         pool.give_back(&key, connection);
                     }
                 }
@@ -304,6 +333,19 @@ impl Direct {
                     detail: failed.detail(),
                     connect,
                 })?;
+        if connect.is_none() && response.status == 408 {
+            // A 408 on a connection that sat idle is the server closing it for idleness, sent
+            // before it read this request: an answer to nothing. Counted, and the request is
+            // sent again on a new connection, as for a connection found closed.
+            self.log.record_stray();
+            return Err(SendError {
+                kind: SendFailure::ClosedBeforeResponse,
+                detail: failed_before_response(
+                    "the server answered 408 Request Timeout on a connection that had been idle",
+                ),
+                connect: None,
+            });
+        }
         let body = DirectBody::new(&response, self.pool.clone(), server.key, connection);
         Ok(Response {
             status: response.status,
@@ -384,6 +426,7 @@ impl Direct {
             pool: Arc::new(Pool {
                 idle: Mutex::new(HashMap::new()),
                 max_idle,
+                log: log.clone(),
             }),
             log,
             connect_timeout,

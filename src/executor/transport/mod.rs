@@ -149,12 +149,22 @@ impl ResponseBody {
 #[derive(Default)]
 pub struct ConnectLog {
     opened: Mutex<Vec<(Instant, Duration, bool)>>,
+    /// When a connection was dropped because the server sent bytes no request asked for.
+    stray: Mutex<Vec<Instant>>,
 }
 
 impl ConnectLog {
     pub(crate) fn record(&self, took: Duration, ok: bool) {
         if let Ok(mut opened) = self.opened.lock() {
             opened.push((Instant::now(), took, ok));
+        }
+    }
+
+    /// A connection dropped for bytes nobody asked for (on it while idle, after a response's
+    /// end, or a 408 on a connection that had been idle).
+    pub(crate) fn record_stray(&self) {
+        if let Ok(mut stray) = self.stray.lock() {
+            stray.push(Instant::now());
         }
     }
 
@@ -174,7 +184,11 @@ impl ConnectLog {
             }
         }
         took.sort_by(f64::total_cmp);
+        let stray = self.stray.lock().map_or(0, |stray| {
+            stray.iter().filter(|&&at| at >= from && at <= to).count() as u64
+        });
         Connections {
+            stray,
             warmed,
             opened: took.len() as u64,
             failed,
