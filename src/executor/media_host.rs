@@ -8,7 +8,11 @@
 //! ignored them is flagged). A dataset's image files are put up once, for the whole run.
 //!
 //! What this module is not: a general file server. It serves only what a request of this run
-//! carries, under paths llmload made, and nothing else (404).
+//! carries, under paths llmload made, and nothing else (404). Every path holds a token drawn
+//! from the system's randomness for the run (128 bits), so another local user cannot fetch
+//! other requests' images by counting; it holds at most [`MAX_CONNECTIONS`] connections (more
+//! wait in the kernel's queue, not in llmload's descriptors), and closes one that has not sent
+//! a request's head within [`HEADER_READ_TIMEOUT`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,6 +45,8 @@ struct Store {
 pub(crate) struct MediaHost {
     /// `http://127.0.0.1:PORT` (or `http://[::1]:PORT`).
     base: String,
+    /// The run's token, in every path it serves.
+    token: String,
     store: Arc<Mutex<Store>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -60,21 +66,53 @@ fn extension(mime: &str) -> &'static str {
     }
 }
 
-fn file_path(number: u32, mime: &str) -> String {
-    format!("/llmload/media/file/{number}.{}", extension(mime))
+/// The most connections served at once: a flood of idle ones took llmload to 4,225 open
+/// descriptors before there was a cap.
+pub(crate) const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's head (and sit idle between requests).
+pub(crate) const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The run's secret part of every path: 128 random bits, as hex.
+fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn file_path(token: &str, number: u32, mime: &str) -> String {
+    format!("/llmload/media/{token}/file/{number}.{}", extension(mime))
+}
+
+/// How many connections, and how long a head may take (tests use smaller ones).
+#[derive(Clone, Copy)]
+struct Limits {
+    connections: usize,
+    header_read: std::time::Duration,
 }
 
 impl MediaHost {
     /// Binds `urls`' address (a free port for port 0) and starts serving, with `files` (a
     /// dataset's images) up from the start.
     pub(crate) fn start(urls: ImageUrls, files: Vec<ServedFile>) -> std::io::Result<MediaHost> {
+        let limits = Limits {
+            connections: MAX_CONNECTIONS,
+            header_read: HEADER_READ_TIMEOUT,
+        };
+        MediaHost::start_with(urls, files, limits)
+    }
+
+    fn start_with(
+        urls: ImageUrls,
+        files: Vec<ServedFile>,
+        limits: Limits,
+    ) -> std::io::Result<MediaHost> {
+        let token = new_token();
         let listener = std::net::TcpListener::bind(SocketAddr::new(urls.host, urls.port))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let mut store = Store::default();
         for file in files {
             store.served.insert(
-                file_path(file.number, file.mime),
+                file_path(&token, file.number, file.mime),
                 Served {
                     bytes: Bytes::from(file.bytes),
                     mime: file.mime,
@@ -89,7 +127,14 @@ impl MediaHost {
             let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
                 return;
             };
+            let room = Arc::new(tokio::sync::Semaphore::new(limits.connections));
             loop {
+                // A connection is accepted only when there is room for it.
+                let permit = tokio::select! {
+                    permit = room.clone().acquire_owned() => permit,
+                    _ = &mut stopped => break,
+                };
+                let Ok(permit) = permit else { break };
                 tokio::select! {
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
@@ -101,8 +146,11 @@ impl MediaHost {
                                 async move { Ok::<_, std::convert::Infallible>(answer) }
                             });
                             let _ = hyper::server::conn::http1::Builder::new()
+                                .timer(hyper_util::rt::TokioTimer::new())
+                                .header_read_timeout(limits.header_read)
                                 .serve_connection(TokioIo::new(stream), service)
                                 .await;
+                            drop(permit);
                         });
                     }
                     _ = &mut stopped => break,
@@ -115,6 +163,7 @@ impl MediaHost {
         };
         Ok(MediaHost {
             base,
+            token,
             store,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -144,14 +193,18 @@ impl MediaHost {
                 continue;
             };
             let path = match attachment.file {
-                Some(number) => file_path(number, mime),
+                Some(number) => file_path(&self.token, number, mime),
                 None => {
                     let Ok(bytes) =
                         base64::engine::general_purpose::STANDARD.decode(&*attachment.base64)
                     else {
                         continue;
                     };
-                    let path = format!("/llmload/media/{phase}/{seq}/{index}.{}", extension(mime));
+                    let path = format!(
+                        "/llmload/media/{}/{phase}/{seq}/{index}.{}",
+                        self.token,
+                        extension(mime)
+                    );
                     index += 1;
                     added += bytes.len() as u64;
                     store.served.insert(
@@ -313,8 +366,20 @@ mod tests {
             .map(|a| a.url.as_deref().unwrap().to_string())
             .collect();
         assert!(messages[0].media.iter().all(|a| a.base64.is_empty()));
-        assert_eq!(urls[0], format!("{}/llmload/media/1/7/0.png", host.base()));
-        assert_eq!(urls[2], format!("{}/llmload/media/file/0.png", host.base()));
+        let token = &host.token;
+        assert_eq!(token.len(), 32);
+        assert_eq!(
+            urls[0],
+            format!("{}/llmload/media/{token}/1/7/0.png", host.base())
+        );
+        assert_eq!(
+            urls[2],
+            format!("{}/llmload/media/{token}/file/0.png", host.base())
+        );
+        // Without the run's token, nothing: another user cannot count their way to images.
+        assert_eq!(get(host.base(), "/llmload/media/1/7/0.png").0, 404);
+        let other = MediaHost::start(urls_on_any_port(), Vec::new()).unwrap();
+        assert_ne!(&other.token, token);
         let path = |url: &str| url[host.base().len()..].to_string();
         assert_eq!(get(host.base(), &path(&urls[0])), (200, b"first".to_vec()));
         assert_eq!(get(host.base(), &path(&urls[2])).1, b"file bytes");
@@ -324,6 +389,48 @@ mod tests {
         assert_eq!(get(host.base(), &path(&urls[0])).0, 404);
         assert_eq!(get(host.base(), &path(&urls[2])).0, 200);
         assert_eq!(host.forget(1, 7), None);
+    }
+
+    fn urls_on_any_port() -> ImageUrls {
+        ImageUrls {
+            host: std::net::IpAddr::from([127, 0, 0, 1]),
+            port: 0,
+        }
+    }
+
+    /// A flood of connections that send nothing holds at most the cap, each for at most the
+    /// head's timeout; a real fetch behind them is served once they are closed.
+    #[test]
+    fn idle_connections_are_capped_and_closed() {
+        use std::io::Read;
+        let limits = Limits {
+            connections: 8,
+            header_read: std::time::Duration::from_millis(300),
+        };
+        let host = MediaHost::start_with(urls_on_any_port(), Vec::new(), limits).unwrap();
+        let addr = host.base().trim_start_matches("http://").to_string();
+        let idle: Vec<std::net::TcpStream> = (0..24)
+            .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+            .collect();
+        let started = std::time::Instant::now();
+        assert_eq!(get(host.base(), "/nothing").0, 404);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        for mut stream in idle {
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let mut byte = [0u8; 1];
+            // Closed by the server (end of file, or a reset): never left open.
+            match stream.read(&mut byte) {
+                Ok(0) => {}
+                Err(e)
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                other => panic!("an idle connection was left open: {other:?}"),
+            }
+        }
     }
 
     #[test]
