@@ -124,9 +124,13 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
         if name.eq_ignore_ascii_case("content-type") {
             content_type = visible_text(header.value).map(str::to_string);
         } else if name.eq_ignore_ascii_case("content-length") {
+            // Digits only (RFC 9110 §8.6): Rust's parse also takes "+5", which a proxy in front
+            // may read otherwise (request smuggling's way in).
             let length = std::str::from_utf8(header.value)
                 .ok()
-                .and_then(|text| text.trim().parse::<u64>().ok())
+                .map(str::trim)
+                .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|text| text.parse::<u64>().ok())
                 .ok_or("the response's content-length is not a number")?;
             if content_length.is_some_and(|seen| seen != length) {
                 return Err("the response has two different content-lengths".into());
@@ -492,6 +496,14 @@ mod tests {
             ("SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.1"),
             (
                 "HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+                "not a number",
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\n",
+                "not a number",
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: -0\r\n\r\n",
                 "not a number",
             ),
             (
