@@ -847,3 +847,30 @@ fn a_stream_is_complete_at_its_end_event_whatever_the_body_does_next() {
         "the run waited for a body that had said its end"
     );
 }
+
+/// A 304 is no redirect: nothing to follow, and the record says so.
+#[test]
+fn a_not_modified_is_not_called_a_redirect() {
+    fn not_modified(seen: &Seen, stream: &mut TcpStream) {
+        if seen.line.starts_with("POST") {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        } else {
+            respond(stream, "404 Not Found", "text/plain", "no");
+        }
+    }
+    let (port, _) = serve(not_modified);
+    let plan = format!(
+        "target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; }}\n\
+         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+         phase \"p\" {{ concurrency 1; requests 1; }}\n"
+    );
+    let run = run_plan(&plan, &[]);
+    let records = run.records();
+    let detail = records[0]["error_detail"].as_str().unwrap();
+    assert_eq!(records[0]["error"], "http_other");
+    assert!(detail.starts_with("HTTP 304: not an answer"), "{detail}");
+    assert!(!detail.contains("redirect"), "{detail}");
+}

@@ -118,17 +118,34 @@ pub(crate) struct CountReader {
     invalid: Option<(&'static str, f64)>,
 }
 
+/// A usage field as sent: any JSON value, so that a count sent as a string (`"12"`) or an
+/// object is reported as no count of tokens instead of failing the whole answer as malformed.
+#[derive(Debug, Clone)]
+pub(crate) enum WireCount {
+    Number(serde_json::Number),
+    /// Not a number (a string, a bool, an array, an object).
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for WireCount {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Number(n) => WireCount::Number(n),
+            _ => WireCount::Other,
+        })
+    }
+}
+
 impl CountReader {
-    /// `field`'s count, if it was sent and is one.
-    pub(crate) fn read(
-        &mut self,
-        field: &'static str,
-        n: Option<serde_json::Number>,
-    ) -> Option<u64> {
-        let n = n?;
-        let count = n.as_u64();
+    /// `field`'s count, if it was sent and is one (a value that is not a number is kept as
+    /// NaN: "not a number").
+    pub(crate) fn read(&mut self, field: &'static str, n: Option<WireCount>) -> Option<u64> {
+        let (count, value) = match n? {
+            WireCount::Number(n) => (n.as_u64(), n.as_f64().unwrap_or(f64::NAN)),
+            WireCount::Other => (None, f64::NAN),
+        };
         if count.is_none() && self.invalid.is_none() {
-            self.invalid = Some((field, n.as_f64().unwrap_or(f64::NAN)));
+            self.invalid = Some((field, value));
         }
         count
     }
@@ -240,12 +257,17 @@ impl<'a> Generated<'a> {
         }
     }
 
-    /// Appends to `text`, and puts the tool calls together in `calls`: those already there
-    /// count as calls made (dialects that number no calls, Responses' and Anthropic's, add the
-    /// next call after them).
-    pub fn with_calls(text: &'a mut String, calls: &'a mut Vec<ToolCall>) -> Generated<'a> {
+    /// Appends to `text`, and puts the tool calls together in `calls`: the `made` calls so far
+    /// (those kept in `calls`, and those beyond [`MAX_KEPT_TOOL_CALLS`] counted only) are the
+    /// calls made before (dialects that number no calls, Responses' and Anthropic's, add the
+    /// next call after them; counting from the kept ones alone stalled at 129).
+    pub fn with_calls(
+        text: &'a mut String,
+        calls: &'a mut Vec<ToolCall>,
+        made: u32,
+    ) -> Generated<'a> {
         Generated {
-            tool_calls: calls.len() as u32,
+            tool_calls: made.max(calls.len() as u32),
             calls: Some(calls),
             ..Generated::new(text)
         }

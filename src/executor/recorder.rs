@@ -396,6 +396,11 @@ pub const CROSS_CHECK_EVERY: u64 = 16;
 fn usage_problem(exchange: &Exchange, request: &ScheduledRequest) -> Option<String> {
     let usage = exchange.usage?;
     if let Some((field, value)) = usage.invalid {
+        let value = if value.is_nan() {
+            "not a number".to_string()
+        } else {
+            value.to_string()
+        };
         return Some(format!("usage.{field} is {value}: not a count of tokens"));
     }
     let completion = usage.completion?;

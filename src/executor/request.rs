@@ -159,7 +159,7 @@ impl Exchange {
             return;
         }
         let before = self.text.len();
-        let mut generated = Generated::with_calls(&mut self.text, &mut self.calls);
+        let mut generated = Generated::with_calls(&mut self.text, &mut self.calls, self.tool_calls);
         let decoded = dialect.decode_event(name, data, &mut generated);
         let (reasoning_bytes, tool_call_bytes) =
             (generated.reasoning_bytes(), generated.tool_call_bytes());
@@ -366,6 +366,11 @@ async fn read_error(
         _ => ErrorClass::HttpOther,
     };
     let detail = match status {
+        // Not Modified, and the other 3xx that lead nowhere: no redirect to follow.
+        304 | 300 | 305 | 306 => format!(
+            "HTTP {status}: not an answer to a POST (nothing to follow, nothing to read): {}",
+            error_message(&body)
+        ),
         300..=399 => format!(
             "HTTP {status}: a redirect, which llmload does not follow; point the target at where it leads"
         ),
@@ -395,7 +400,8 @@ async fn read_whole(
         Ok(body) => {
             exchange.end_us = micros_since(sent_at, Instant::now());
             let text = String::from_utf8_lossy(&body);
-            let mut generated = Generated::with_calls(&mut exchange.text, &mut exchange.calls);
+            let mut generated =
+                Generated::with_calls(&mut exchange.text, &mut exchange.calls, exchange.tool_calls);
             let decoded = template.dialect.decode_body(&text, &mut generated);
             exchange.reasoning_bytes = generated.reasoning_bytes();
             exchange.tool_call_bytes = generated.tool_call_bytes();
@@ -589,6 +595,70 @@ mod tests {
             ex.on_event(dialect, data, None, at as u64 + 1, &mut last);
         }
         ex
+    }
+
+    /// Calls beyond those kept are still counted, in a dialect that numbers none (it adds each
+    /// new call after those made): 500 calls are 500, not 129.
+    #[test]
+    fn every_tool_call_is_counted_beyond_those_kept() {
+        let start = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
+        let ex = events(Api::Messages, &vec![start; 500]);
+        assert_eq!(ex.tool_calls, 500);
+        assert_eq!(ex.calls.len(), crate::api::MAX_KEPT_TOOL_CALLS as usize);
+    }
+
+    /// A count sent as a string is no count (the usage says which field), not a malformed
+    /// answer: the answer and its other counts stand.
+    #[test]
+    fn a_usage_count_that_is_no_number_fails_only_itself() {
+        let ex = events(
+            Api::Chat,
+            &[
+                r#"{"choices":[{"delta":{"content":"ab"}}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":"12"}}"#,
+                "[DONE]",
+            ],
+        );
+        assert!(ex.error.is_none(), "{:?}", ex.error);
+        let usage = ex.usage.unwrap();
+        assert_eq!(usage.prompt, Some(5));
+        assert_eq!(usage.completion, None);
+        assert_eq!(
+            usage.invalid.map(|(field, _)| field),
+            Some("completion_tokens")
+        );
+    }
+
+    /// A late (or repeated) `message_start` does not undo the output count `message_delta`
+    /// gave: its own output count is where the answer started.
+    #[test]
+    fn a_late_message_start_keeps_the_output_usage() {
+        let ex = events(
+            Api::Messages,
+            &[
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":7,"output_tokens":1}}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+                r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":50}}"#,
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":7,"output_tokens":0}}}"#,
+            ],
+        );
+        let usage = ex.usage.unwrap();
+        assert_eq!((usage.prompt, usage.completion), (Some(7), Some(50)));
+    }
+
+    /// Nothing after the end-of-stream event is part of the answer.
+    #[test]
+    fn events_after_the_end_are_no_part_of_the_answer() {
+        let ex = events(
+            Api::Chat,
+            &[
+                r#"{"choices":[{"delta":{"content":"ab"}}]}"#,
+                "[DONE]",
+                r#"{"choices":[{"delta":{"content":"cd"}}]}"#,
+            ],
+        );
+        assert_eq!(ex.text, "ab");
+        assert_eq!(ex.chunk_times.len(), 1);
     }
 
     #[test]

@@ -265,7 +265,7 @@ mod tests {
             Chat.decode_event(
                 None,
                 event,
-                &mut Generated::with_calls(&mut text, &mut calls),
+                &mut Generated::with_calls(&mut text, &mut calls, 0),
             )
             .unwrap();
         }

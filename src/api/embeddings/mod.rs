@@ -58,8 +58,8 @@ struct Body {
 /// else `total_tokens` (Jina's, vLLM's rerank), all of it input.
 #[derive(Deserialize)]
 pub(super) struct WireUsage {
-    prompt_tokens: Option<serde_json::Number>,
-    total_tokens: Option<serde_json::Number>,
+    prompt_tokens: Option<crate::api::WireCount>,
+    total_tokens: Option<crate::api::WireCount>,
 }
 
 impl From<WireUsage> for Usage {

@@ -143,10 +143,10 @@ struct Delta<'a> {
 
 #[derive(Deserialize)]
 struct WireUsage {
-    input_tokens: Option<serde_json::Number>,
-    output_tokens: Option<serde_json::Number>,
-    cache_read_input_tokens: Option<serde_json::Number>,
-    cache_creation_input_tokens: Option<serde_json::Number>,
+    input_tokens: Option<crate::api::WireCount>,
+    output_tokens: Option<crate::api::WireCount>,
+    cache_read_input_tokens: Option<crate::api::WireCount>,
+    cache_creation_input_tokens: Option<crate::api::WireCount>,
 }
 
 impl From<WireUsage> for Usage {
@@ -372,8 +372,14 @@ impl Dialect for Messages {
         let event: Event = serde_json::from_str(data).map_err(|e| DecodeError(e.to_string()))?;
         let kind = event.kind.as_deref().or(name).unwrap_or("");
         let decoded = match kind {
+            // Its output count is where the answer starts (0 or 1), never the answer's: only
+            // its input counts are kept, so that a late or repeated message_start cannot undo
+            // the output message_delta reported.
             "message_start" => Decoded {
-                usage: event.message.and_then(|m| m.usage).map(Usage::from),
+                usage: event.message.and_then(|m| m.usage).map(|usage| Usage {
+                    completion: None,
+                    ..Usage::from(usage)
+                }),
                 ..Decoded::default()
             },
             "content_block_start" => {
@@ -631,7 +637,7 @@ mod tests {
                 .decode_event(
                     None,
                     data,
-                    &mut Generated::with_calls(&mut text, &mut calls),
+                    &mut Generated::with_calls(&mut text, &mut calls, 0),
                 )
                 .unwrap();
         }

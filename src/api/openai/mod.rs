@@ -87,20 +87,20 @@ pub(super) fn body(options: &BodyOptions, max_tokens: u32, prompt_field: (&str, 
 /// what it is rather than as "not valid JSON".
 #[derive(Deserialize)]
 struct WireUsage {
-    prompt_tokens: Option<serde_json::Number>,
-    completion_tokens: Option<serde_json::Number>,
+    prompt_tokens: Option<crate::api::WireCount>,
+    completion_tokens: Option<crate::api::WireCount>,
     prompt_tokens_details: Option<WireDetails>,
     completion_tokens_details: Option<WireCompletionDetails>,
 }
 
 #[derive(Deserialize)]
 struct WireCompletionDetails {
-    reasoning_tokens: Option<serde_json::Number>,
+    reasoning_tokens: Option<crate::api::WireCount>,
 }
 
 #[derive(Deserialize)]
 struct WireDetails {
-    cached_tokens: Option<serde_json::Number>,
+    cached_tokens: Option<crate::api::WireCount>,
 }
 
 impl From<WireUsage> for Usage {

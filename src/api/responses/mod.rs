@@ -133,20 +133,20 @@ struct ContentPart<'a> {
 
 #[derive(Deserialize)]
 struct WireUsage {
-    input_tokens: Option<serde_json::Number>,
-    output_tokens: Option<serde_json::Number>,
+    input_tokens: Option<crate::api::WireCount>,
+    output_tokens: Option<crate::api::WireCount>,
     input_tokens_details: Option<InputDetails>,
     output_tokens_details: Option<OutputDetails>,
 }
 
 #[derive(Deserialize)]
 struct InputDetails {
-    cached_tokens: Option<serde_json::Number>,
+    cached_tokens: Option<crate::api::WireCount>,
 }
 
 #[derive(Deserialize)]
 struct OutputDetails {
-    reasoning_tokens: Option<serde_json::Number>,
+    reasoning_tokens: Option<crate::api::WireCount>,
 }
 
 impl From<WireUsage> for Usage {
@@ -468,7 +468,7 @@ mod tests {
         let mut last = Decoded::default();
         let mut reasoning = 0;
         for (name, data) in events {
-            let mut out = Generated::with_calls(&mut text, &mut calls);
+            let mut out = Generated::with_calls(&mut text, &mut calls, 0);
             let decoded = Responses.decode_event(Some(name), data, &mut out).unwrap();
             reasoning += out.reasoning_bytes();
             if decoded != Decoded::default() {
