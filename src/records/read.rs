@@ -15,21 +15,63 @@ const MAX_LINE_BYTES: u64 = 512 << 20;
 /// zstd's frame magic number, as a file's first four bytes.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
+/// The most a compressed records file may expand, as a multiple of its size (and at least
+/// [`MIN_EXPANSION_BYTES`]): records compress about 4-fold, a simulator's near-identical ones
+/// 15-fold (measured: 20,000 requests, 21.1 MB in 1.43 MB); a 92 KB "zstd bomb" expanded to
+/// gigabytes and kept `report` busy for over a minute.
+const MAX_EXPANSION: u64 = 1000;
+const MIN_EXPANSION_BYTES: u64 = 64 << 20;
+
+/// Blank lines a records file may hold: llmload writes none, and a bomb of newlines would
+/// otherwise be read one empty line at a time.
+const MAX_BLANK_LINES: usize = 1000;
+
+/// A reader that counts the bytes it hands out.
+struct Counted<R> {
+    inner: R,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// How a records file is read: plain, or decompressed with the bytes it has expanded to and
+/// the most it may.
+enum Compressed {
+    No,
+    Zstd {
+        expanded: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        limit: u64,
+    },
+}
+
 /// Opens a records file for reading, decompressing it if it is zstd (whatever its name).
-/// Returns the reader and whether it decompresses.
-fn open(path: &Path) -> Result<(Box<dyn BufRead>, bool)> {
+fn open(path: &Path) -> Result<(Box<dyn BufRead>, Compressed)> {
     let file = crate::files::open_regular(path).map_err(|e| Error::io("open", path, e))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let head = reader.fill_buf().map_err(|e| Error::io("read", path, e))?;
     if head.starts_with(&ZSTD_MAGIC) {
         let decoder = zstd::stream::read::Decoder::with_buffer(reader)
             .map_err(|e| Error::io("read", path, e))?;
+        let expanded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = Counted {
+            inner: decoder,
+            count: expanded.clone(),
+        };
+        let limit = size.saturating_mul(MAX_EXPANSION).max(MIN_EXPANSION_BYTES);
         Ok((
-            Box::new(std::io::BufReader::with_capacity(1 << 16, decoder)),
-            true,
+            Box::new(std::io::BufReader::with_capacity(1 << 16, counted)),
+            Compressed::Zstd { expanded, limit },
         ))
     } else {
-        Ok((Box::new(reader), false))
+        Ok((Box::new(reader), Compressed::No))
     }
 }
 
@@ -50,9 +92,11 @@ pub fn read_lines(path: &Path, mut on_line: impl FnMut(LogLine)) -> Result<()> {
 pub struct LogReader {
     path: std::path::PathBuf,
     reader: Box<dyn BufRead>,
-    compressed: bool,
+    compressed: Compressed,
     line: Vec<u8>,
     number: usize,
+    /// Blank lines so far.
+    blank: usize,
     /// A line that did not parse: an error only if another line follows it.
     unparsed: Option<(usize, String)>,
     seen: SeenRequests,
@@ -69,10 +113,15 @@ impl LogReader {
             compressed,
             line: Vec::new(),
             number: 0,
+            blank: 0,
             unparsed: None,
             seen: SeenRequests::default(),
             done: false,
         })
+    }
+
+    fn is_compressed(&self) -> bool {
+        matches!(self.compressed, Compressed::Zstd { .. })
     }
 
     fn bad(&self, line: usize, message: String) -> Error {
@@ -103,8 +152,8 @@ impl LogReader {
             // Frames are written one after another, so only the last can be cut short: by a
             // kill, or because the run is still writing it. Everything flushed before the cut
             // has been read; what follows it (a part of a line) is the torn end.
-            Err(e) if self.compressed && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
-            Err(e) if self.compressed => {
+            Err(e) if self.is_compressed() && e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            Err(e) if self.is_compressed() => {
                 return Err(self.bad(
                     self.number + 1,
                     format!("the compressed records are damaged from here on ({e})"),
@@ -118,6 +167,18 @@ impl LogReader {
         }
         self.number += 1;
         let number = self.number;
+        if let Compressed::Zstd { expanded, limit } = &self.compressed {
+            if expanded.load(std::sync::atomic::Ordering::Relaxed) > *limit {
+                return Err(self.bad(
+                    number,
+                    format!(
+                        "the compressed records expand more than {MAX_EXPANSION}-fold (past {} MiB): \
+                         no records llmload writes do; is this a records file?",
+                        limit >> 20
+                    ),
+                ));
+            }
+        }
         if read as u64 > MAX_LINE_BYTES {
             return Err(self.bad(
                 number,
@@ -128,6 +189,15 @@ impl LogReader {
             ));
         }
         if self.line.iter().all(u8::is_ascii_whitespace) {
+            self.blank += 1;
+            if self.blank > MAX_BLANK_LINES {
+                return Err(self.bad(
+                    number,
+                    format!(
+                        "more than {MAX_BLANK_LINES} blank lines: llmload writes none; is this a records file?"
+                    ),
+                ));
+            }
             return Ok(None);
         }
         if let Some((at, message)) = self.unparsed.take() {
@@ -186,6 +256,18 @@ impl LogReader {
             }
         }
     }
+}
+
+/// Whether `path` is compressed records whose first block ends before its first line does.
+fn cut_before_first_line(path: &Path) -> bool {
+    let Ok((reader, Compressed::Zstd { .. })) = open(path) else {
+        return false;
+    };
+    let mut first = Vec::new();
+    matches!(
+        std::io::Read::take(reader, MAX_LINE_BYTES).read_until(b'\n', &mut first),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof
+    )
 }
 
 /// The run header of a records file (its first line), read without the rest; `None` when the
@@ -378,13 +460,21 @@ impl RunLog {
         Ok(log)
     }
 
-    /// An error unless the log (read from `path`) starts with a run header.
+    /// An error unless the log (read from `path`) starts with a run header; one whose
+    /// compressed first block was cut short says so, rather than doubt it is records at all.
     pub fn check_header(log: &RunLog, path: &Path) -> Result<()> {
         if log.header.is_none() {
+            let message = if cut_before_first_line(path) {
+                "the compressed records end before their first line is whole: the run was killed \
+                 before it wrote its first records, or the file was cut short; there is nothing \
+                 to read"
+            } else {
+                "no run header: is it an llmload records file?"
+            };
             return Err(Error::Records {
                 path: path.to_path_buf(),
                 line: None,
-                message: "no run header: is it an llmload records file?".into(),
+                message: message.into(),
             });
         }
         Ok(())
@@ -448,6 +538,67 @@ mod tests {
         assert!(err.contains("line 2") && err.contains("UTF-8"), "{err}");
         let err = read(b"{}\n\n").unwrap_err().to_string();
         assert!(err.contains("no run header"), "{err}");
+    }
+
+    fn read_zstd(bytes: &[u8]) -> Result<RunLog> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl.zst");
+        std::fs::write(&path, bytes).unwrap();
+        RunLog::read(&path)
+    }
+
+    /// A compressed file that expands a thousandfold, or holds blank lines by the million, is
+    /// refused at once, not read for minutes; one whose first block was cut short says so.
+    #[test]
+    fn a_zstd_bomb_is_refused_and_a_cut_first_block_says_what_it_is() {
+        let mut newlines = Vec::new();
+        {
+            let mut encoder = zstd::stream::write::Encoder::new(&mut newlines, 3).unwrap();
+            let block = vec![b'\n'; 1 << 20];
+            for _ in 0..256 {
+                std::io::Write::write_all(&mut encoder, &block).unwrap();
+            }
+            encoder.finish().unwrap();
+        }
+        assert!(newlines.len() < 300_000, "{}", newlines.len());
+        let started = std::time::Instant::now();
+        let err = read_zstd(&newlines).unwrap_err().to_string();
+        assert!(err.contains("blank lines"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+        let mut lines = Vec::new();
+        {
+            let mut encoder = zstd::stream::write::Encoder::new(&mut lines, 3).unwrap();
+            let phase = r#"{"event":"phase_start","index":0,"name":"p","record":true,"load":"concurrency 1","open_loop":false,"planned_rate":null,"planned_requests":null,"planned_duration_s":null,"at_us":0}"#;
+            std::io::Write::write_all(&mut encoder, format!("{HEADER}\n{phase}\n").as_bytes())
+                .unwrap();
+            let line = |seq: usize| {
+                format!(
+                    r#"{{"event":"request","phase":0,"seq":{seq},"intended_send_us":0,"actual_send_us":1,"input_tokens_planned":1,"output_tokens_planned":1,"prompt_seed":0,"error":"client","error_detail":"{}","http_status":null,"ttft_us":null,"e2e_us":null,"chunks":[],"chunk_tokens":null,"prompt_tokens":null,"completion_tokens":null,"token_source":null,"completion_tokens_tokenizer":null,"cached_tokens":null,"finish_reason":null}}"#,
+                    "a".repeat(1 << 20)
+                ) + "\n"
+            };
+            for seq in 0..100 {
+                std::io::Write::write_all(&mut encoder, line(seq).as_bytes()).unwrap();
+            }
+            encoder.finish().unwrap();
+        }
+        let err = read_zstd(&lines).unwrap_err().to_string();
+        assert!(err.contains("expand more than 1000-fold"), "{err}");
+
+        let mut whole = Vec::new();
+        {
+            let mut encoder = zstd::stream::write::Encoder::new(&mut whole, 3).unwrap();
+            std::io::Write::write_all(&mut encoder, format!("{HEADER}\n").as_bytes()).unwrap();
+            encoder.finish().unwrap();
+        }
+        let err = read_zstd(&whole[..whole.len() / 2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("end before their first line is whole"),
+            "{err}"
+        );
     }
 
     /// A sampled read keeps at most its cap of requests, the same ones every time, and every
