@@ -410,6 +410,20 @@ fn merging_refuses_what_is_not_one_whole_run() {
     let (code, said) = merge(&["s1", "t1"]);
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("are both shard 1/2"), "{said}");
+    // A shard whose telemetry does not read: the error names that shard's file, and the
+    // merge leaves no half-written run directory.
+    assert_eq!(
+        run(&["--shard", "2/2", "--out", "s2b"]).status.code(),
+        Some(0)
+    );
+    std::fs::write(dir.path().join("s2b/telemetry.jsonl"), "\u{1}garbage\n{]\n").unwrap();
+    let (code, said) = merge(&["s1", "s2b"]);
+    assert_ne!(code, Some(0), "{said}");
+    assert!(said.contains("s2b"), "{said}");
+    assert!(
+        !dir.path().join("m").exists(),
+        "a half-written merge: {said}"
+    );
     let report = llmload()
         .arg("report")
         .arg(dir.path().join("s1"))

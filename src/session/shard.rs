@@ -273,7 +273,74 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     if let (false, Some(end)) = (every_end, run_end.as_mut()) {
         end.interrupted = true;
     }
+    // What the merge writes is all or nothing: a failure from here on (a shard's telemetry
+    // that does not read, a full disk) leaves no half-written run directory behind.
+    let existed = out.exists();
     outdir::prepare(out, None)?;
+    let written = write_merged(
+        out,
+        &shards,
+        &headers,
+        compressed,
+        Merged {
+            header: merged_header,
+            phases,
+            ends,
+            lanes,
+            stalls,
+            run_end,
+        },
+    );
+    if written.is_err() {
+        undo_merge(out, existed);
+    }
+    written
+}
+
+/// What a merge puts together before it writes anything.
+struct Merged {
+    header: RunHeader,
+    phases: BTreeMap<usize, PhaseStart>,
+    ends: BTreeMap<usize, PhaseEnd>,
+    lanes: Vec<Lane>,
+    stalls: Vec<crate::records::Stall>,
+    run_end: Option<RunEnd>,
+}
+
+/// Takes back what a failed merge wrote into `out`: the directory if the merge made it, else
+/// the files it writes.
+fn undo_merge(out: &Path, existed: bool) {
+    if !existed {
+        let _ = std::fs::remove_dir_all(out);
+        return;
+    }
+    for name in [
+        "plan.kdl",
+        "plan-sources.json",
+        crate::telemetry::FILE,
+        records::Compression::Plain.file_name(),
+        records::Compression::Zstd.file_name(),
+    ] {
+        let _ = std::fs::remove_file(out.join(name));
+    }
+}
+
+/// Writes the merged run into `out` (prepared): the telemetry, the plan, and the records.
+fn write_merged(
+    out: &Path,
+    shards: &[(PathBuf, RunLog)],
+    headers: &[(PathBuf, RunHeader)],
+    compressed: bool,
+    merged: Merged,
+) -> Result<()> {
+    let Merged {
+        header: merged_header,
+        phases,
+        ends,
+        mut lanes,
+        mut stalls,
+        run_end,
+    } = merged;
     let first = &shards[0].0;
     // Every shard may have scraped the same servers: one series per target, with who scraped.
     let scrapes: Vec<(u32, &Path)> = headers
