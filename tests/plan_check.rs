@@ -607,3 +607,25 @@ fn hostile_files_and_plans_get_an_error_never_a_crash_or_a_hang() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("more than 1000 phases"), "{stderr}");
 }
+
+/// What `run` would refuse when it compiles the plan, `check` refuses too: a dataset none of
+/// whose entries has the answer `output-from-answer` takes its output length from.
+#[test]
+fn check_compiles_what_run_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("prompts.jsonl"),
+        "{\"prompt\": \"what is a cat\"}\n{\"prompt\": \"and a dog\"}\n",
+    )
+    .unwrap();
+    let path = write_plan(
+        dir.path(),
+        "target \"sim\"\nworkload { dataset \"prompts.jsonl\" output-from-answer=#true; output 8 }\n\
+         phase \"p\" { concurrency 1; requests 2 }\n",
+    );
+    let out = llmload().arg("check").arg(&path).output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("none of its 2 entries is usable"), "{said}");
+}

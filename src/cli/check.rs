@@ -78,10 +78,12 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                 plan::check_file(&name, text)
             }
         });
-        // What `plan` and `run` load, check loads too: a tokenizer file that is no tokenizer
-        // fails here, not an hour later in CI.
+        // What `plan` and `run` load and compile, check does too: a tokenizer file that is no
+        // tokenizer, or a dataset with no usable entry, fails here, not an hour later in CI.
         let checked = checked.and_then(|checked| match &checked {
-            Checked::Plan(plan) => match crate::tokens::Tokenizer::load(&plan.workload.tokenizer) {
+            Checked::Plan(plan) => match crate::tokens::Tokenizer::load(&plan.workload.tokenizer)
+                .and_then(|_| crate::planner::compile(plan, plan.seed))
+            {
                 Ok(_) => Ok(checked),
                 Err(error) => Err(plan::PlanErrors::io(error.to_string())),
             },
