@@ -249,13 +249,7 @@ fn a_key_in_the_target_url_reaches_no_output_and_its_query_follows_every_path() 
         "{seen:?}"
     );
 
-    let mut everything = format!("{}{}", run.stdout(), run.stderr());
-    for entry in std::fs::read_dir(run.out()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            everything.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
-        }
-    }
+    let everything = everything_of(&run);
     let lowered = everything.to_ascii_lowercase();
     for secret in [
         "query-secret-0123456789abcdef",
@@ -319,9 +313,14 @@ fn start_huge_run(dir: &std::path::Path, port: u16, requests: u32) -> std::proce
              phase \"p\" {{ concurrency 12; requests {requests}; }}\n"
         ),
     );
+    spawn_run(dir, &plan)
+}
+
+/// Starts `llmload run PLAN --out DIR/out --quiet` without waiting: its stderr piped.
+fn spawn_run(dir: &std::path::Path, plan: &std::path::Path) -> std::process::Child {
     common::llmload()
         .arg("run")
-        .arg(&plan)
+        .arg(plan)
         .arg("--out")
         .arg(dir.join("out"))
         .arg("--quiet")
@@ -372,14 +371,7 @@ fn answers_slow_to_count_hold_no_record_back() {
              phase \"p\" {{ concurrency 10; requests 30; }}\n"
         ),
     );
-    let child = common::llmload()
-        .args(["run", "--quiet", "--out"])
-        .arg(dir.path().join("out"))
-        .arg(&plan)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(dir.path(), &plan);
     let records = dir.path().join("out").join("records.jsonl");
     let started = std::time::Instant::now();
     while request_lines(&records) < 10 && started.elapsed() < std::time::Duration::from_secs(40) {
@@ -510,14 +502,7 @@ fn a_stop_after_the_last_request_went_out_interrupts_nothing() {
              sla {{ error-rate <= \"0%\"; undecided \"pass\"; }}\n"
         ),
     );
-    let child = common::llmload()
-        .args(["run", "--quiet", "--out"])
-        .arg(dir.path().join("out"))
-        .arg(&plan)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(dir.path(), &plan);
     std::thread::sleep(std::time::Duration::from_millis(700));
     // SAFETY: kill sends a signal to our own child.
     unsafe {
@@ -578,41 +563,6 @@ fn a_server_that_closes_every_connection_after_answering_fails_no_request() {
     assert!(records
         .iter()
         .all(|r| r["connection_retries"].as_u64().unwrap_or(0) <= 1));
-}
-
-/// A redirect is its own class, never a server error: llmload follows none, and says so.
-#[test]
-fn a_redirect_is_classed_apart_and_says_what_to_do() {
-    fn redirect(seen: &Seen, stream: &mut TcpStream) {
-        if seen.line.starts_with("POST") {
-            let _ = write!(
-                stream,
-                "HTTP/1.1 307 Temporary Redirect\r\nLocation: https://elsewhere.example/v1/chat/completions\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-        } else {
-            respond(stream, "404 Not Found", "text/plain", "no");
-        }
-    }
-    let (port, _) = serve(redirect);
-    let plan = format!(
-        "target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; }}\n\
-         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
-         phase \"p\" {{ concurrency 1; requests 2; }}\n"
-    );
-    let run = run_plan(&plan, &[]);
-    let records = run.records();
-    assert_eq!(records.len(), 2);
-    for r in &records {
-        assert_eq!(r["error"], "http_other", "{r}");
-        assert!(
-            r["error_detail"]
-                .as_str()
-                .unwrap()
-                .contains("does not follow"),
-            "{r}"
-        );
-    }
-    assert_eq!(run.summary()["phases"][0]["rates"]["error_rate"], 1.0);
 }
 
 /// Echoes whatever credentials it is sent: whole in `/version`'s version, a 14-character
@@ -848,29 +798,56 @@ fn a_stream_is_complete_at_its_end_event_whatever_the_body_does_next() {
     );
 }
 
-/// A 304 is no redirect: nothing to follow, and the record says so.
-#[test]
-fn a_not_modified_is_not_called_a_redirect() {
-    fn not_modified(seen: &Seen, stream: &mut TcpStream) {
-        if seen.line.starts_with("POST") {
-            let _ = write!(
-                stream,
-                "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-        } else {
-            respond(stream, "404 Not Found", "text/plain", "no");
-        }
+/// Answers every chat request with the 3xx its URL's query names (`?status=307`).
+fn three_hundreds(seen: &Seen, stream: &mut TcpStream) {
+    let status = seen
+        .line
+        .split("status=")
+        .nth(1)
+        .and_then(|rest| rest.get(..3))
+        .unwrap_or("500");
+    if seen.line.starts_with("POST") {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status} Whatever\r\nLocation: https://elsewhere.example/v1/chat/completions\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+    } else {
+        respond(stream, "404 Not Found", "text/plain", "no");
     }
-    let (port, _) = serve(not_modified);
-    let plan = format!(
-        "target \"http://127.0.0.1:{port}\" {{ model \"m\"; metrics #false; }}\n\
-         workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
-         phase \"p\" {{ concurrency 1; requests 1; }}\n"
-    );
-    let run = run_plan(&plan, &[]);
-    let records = run.records();
-    let detail = records[0]["error_detail"].as_str().unwrap();
-    assert_eq!(records[0]["error"], "http_other");
-    assert!(detail.starts_with("HTTP 304: not an answer"), "{detail}");
-    assert!(!detail.contains("redirect"), "{detail}");
+}
+
+/// A 3xx is its own class, never a server error: a redirect, which llmload does not follow,
+/// says so; a 304 is no redirect and says what it is instead.
+#[test]
+fn each_3xx_is_classed_apart_and_says_what_it_is() {
+    let (port, _) = serve(three_hundreds);
+    for (status, says, never) in [
+        (
+            307,
+            "a redirect, which llmload does not follow",
+            "not an answer",
+        ),
+        (
+            308,
+            "a redirect, which llmload does not follow",
+            "not an answer",
+        ),
+        (304, "HTTP 304: not an answer to a POST", "redirect"),
+    ] {
+        let plan = format!(
+            "target \"http://127.0.0.1:{port}/v1?status={status}\" {{ model \"m\"; metrics #false; }}\n\
+             workload {{ tokenizer \"cl100k_base\"; input 8; output 2; }}\n\
+             phase \"p\" {{ concurrency 1; requests 2; }}\n"
+        );
+        let run = run_plan(&plan, &[]);
+        let records = run.records();
+        assert_eq!(records.len(), 2, "{status}");
+        for r in &records {
+            assert_eq!(r["error"], "http_other", "{status}: {r}");
+            let detail = r["error_detail"].as_str().unwrap();
+            assert!(detail.contains(says), "{status}: {detail}");
+            assert!(!detail.contains(never), "{status}: {detail}");
+        }
+        assert_eq!(run.summary()["phases"][0]["rates"]["error_rate"], 1.0);
+    }
 }
