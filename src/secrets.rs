@@ -39,9 +39,14 @@ const FRAGMENT: usize = 12;
 #[derive(Debug, Clone, Default)]
 pub struct Secrets {
     values: Vec<String>,
-    /// What the values look like base64-encoded (as a server echoing a Basic credential, or a
-    /// key it encoded, shows them), at each of the three alignments: matched by fragments.
-    encoded: Vec<String>,
+    /// What is looked for, lower-cased, by fragments: each value, and what it looks like
+    /// base64-encoded (as a server echoing a Basic credential, or a key it encoded, shows
+    /// them) at each of the three alignments. Kept ready: every line a started server prints
+    /// is redacted.
+    lowered: Vec<String>,
+    /// Each value's ASCII letters and digits alone, lower-cased, where they are at least a
+    /// fragment long: matched with anything between them.
+    squeezed: Vec<Vec<u8>>,
 }
 
 impl Secrets {
@@ -55,7 +60,17 @@ impl Secrets {
     pub fn add(&mut self, value: &str) {
         if value.len() >= 4 && !self.values.iter().any(|v| v == value) {
             self.values.push(value.to_string());
-            self.encoded.extend(base64_forms(value.as_bytes()));
+            let lowered = value.to_ascii_lowercase();
+            let (squeezed, _) = squeeze(&lowered);
+            if squeezed.len() >= FRAGMENT {
+                self.squeezed.push(squeezed);
+            }
+            self.lowered.push(lowered);
+            self.lowered.extend(
+                base64_forms(value.as_bytes())
+                    .into_iter()
+                    .map(|form| form.to_ascii_lowercase()),
+            );
         }
     }
 
@@ -75,9 +90,8 @@ impl Secrets {
         // ASCII lower-casing keeps every byte where it was, so offsets found in it hold in `text`.
         let lowered = text.to_ascii_lowercase();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
-        for secret in self.values.iter().chain(&self.encoded) {
-            let secret = secret.to_ascii_lowercase();
-            for needle in fragments(&secret) {
+        for secret in &self.lowered {
+            for needle in fragments(secret) {
                 for start in memchr::memmem::find_iter(lowered.as_bytes(), needle) {
                     if text.is_char_boundary(start) && text.is_char_boundary(start + needle.len()) {
                         ranges.push((start, start + needle.len()));
@@ -85,12 +99,12 @@ impl Secrets {
                 }
             }
         }
-        let (squeezed, offsets) = squeeze(&lowered);
-        for secret in &self.values {
-            let (secret, _) = squeeze(&secret.to_ascii_lowercase());
-            if secret.len() < FRAGMENT {
-                continue;
-            }
+        let (squeezed, offsets) = if self.squeezed.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            squeeze(&lowered)
+        };
+        for secret in &self.squeezed {
             for needle in secret.windows(FRAGMENT) {
                 for start in memchr::memmem::find_iter(&squeezed, needle) {
                     ranges.push((offsets[start], offsets[start + FRAGMENT - 1] + 1));
