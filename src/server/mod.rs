@@ -80,8 +80,6 @@ pub struct StartedServer {
     hang_after: Duration,
     watcher: Option<std::thread::JoinHandle<()>>,
     log: log::ServerLog,
-    /// The run's secrets and the server's own: kept out of its log, its version and messages.
-    secrets: Arc<Secrets>,
     record: ServerRun,
     started: Instant,
     stop_grace: Duration,
@@ -189,7 +187,6 @@ impl StartedServer {
             hang_after: settings.hang_after,
             watcher: None,
             log,
-            secrets: masked,
             record,
             started: Instant::now(),
             stop_grace: settings.stop_grace,
@@ -261,10 +258,11 @@ impl StartedServer {
         }
     }
 
-    /// Sets what the server says it is (its version), for the report and `compare`, with the
-    /// secrets it was started with redacted.
+    /// Sets what the server says it is (its version), for the report and `compare`: server
+    /// text, which the caller has passed through the run's redaction (it holds every secret of
+    /// the run, the target URL's among them, which this server was not started with).
     pub fn set_version(&mut self, version: Option<String>) {
-        self.record.version = version.map(|v| self.secrets.redact(&v).into_owned());
+        self.record.version = version;
     }
 
     /// Watches the server while the run goes: if it exits before llmload stops it, or answers
