@@ -38,6 +38,7 @@ pub fn permitted(plan: &Plan, options: &RunOptions) -> Result<()> {
 /// Starts the plan's server and waits until it is ready; `None` when the plan has none or the
 /// run sends elsewhere (a note says so). A server that does not start, exits, or is not ready
 /// in time is an error (exit 3) quoting its log's last lines, its log and `server.json` kept.
+/// Its only caller, `execute`, has asked [`permitted`] before anything was written.
 pub(super) async fn launch(
     plan: &Plan,
     options: &RunOptions,
@@ -46,7 +47,6 @@ pub(super) async fn launch(
     let Some(settings) = &plan.server else {
         return Ok(None);
     };
-    permitted(plan, options)?;
     if options.target.is_some() {
         options.observer.on_event(Event::Note(
             "the plan's server is not started: --target sends the run elsewhere",
