@@ -629,3 +629,15 @@ fn check_compiles_what_run_would_refuse() {
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("none of its 2 entries is usable"), "{said}");
 }
+
+/// The schedule `check` compiles also says which assertions its requests can never decide.
+#[test]
+fn check_warns_of_an_assertion_its_requests_cannot_decide() {
+    let (code, out, err) = check(
+        "target \"sim\"\nworkload { input 16; output 2 }\nphase \"p\" { concurrency 1; requests 40 }\n\
+         sla { ttft p99.9 < \"45ms\" }\n",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("warning: `ttft p99.9 < 45ms`"), "{out}");
+    assert!(out.contains("can never show its p99.9"), "{out}");
+}

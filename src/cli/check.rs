@@ -80,17 +80,19 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
         });
         // What `plan` and `run` load and compile, check does too: a tokenizer file that is no
         // tokenizer, or a dataset with no usable entry, fails here, not an hour later in CI.
-        let checked = checked.and_then(|checked| match &checked {
-            Checked::Plan(plan) => match crate::tokens::Tokenizer::load(&plan.workload.tokenizer)
-                .and_then(|_| crate::planner::compile(plan, plan.seed))
-            {
-                Ok(_) => Ok(checked),
-                Err(error) => Err(plan::PlanErrors::io(error.to_string())),
-            },
-            Checked::Fragment => Ok(checked),
+        // The compiled schedule also says which assertions its requests can never decide.
+        let checked = checked.and_then(|checked| {
+            let undecidable = match &checked {
+                Checked::Plan(plan) => crate::tokens::Tokenizer::load(&plan.workload.tokenizer)
+                    .and_then(|_| crate::planner::compile(plan, plan.seed))
+                    .map(|schedule| crate::verdict::undecidable(plan, &schedule))
+                    .map_err(|error| plan::PlanErrors::io(error.to_string()))?,
+                Checked::Fragment => Vec::new(),
+            };
+            Ok((checked, undecidable))
         });
         match checked {
-            Ok(Checked::Plan(plan)) => {
+            Ok((Checked::Plan(plan), undecidable)) => {
                 if matches!(args.format, Format::Text) {
                     say!(
                         "{}: plan \"{}\" is valid: {} phase(s), {} assertion(s)",
@@ -101,10 +103,10 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                     )?;
                 }
                 if let Some(server) = &plan.server {
+                    let command = server.shown_command();
                     let message = format!(
                         "this plan starts a process on this machine when it runs (run needs \
-                         --allow-server): {}",
-                        server.shown_command()
+                         --allow-server): {command}"
                     );
                     if matches!(args.format, Format::Text) {
                         say!("{}: note: {message}", file.display())?;
@@ -115,10 +117,10 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                     }
                     starts.push(serde_json::json!({
                         "file": file.display().to_string(),
-                        "command": server.shown_command(),
+                        "command": command,
                     }));
                 }
-                for warning in undecidable_assertions(&plan) {
+                for warning in undecidable {
                     if matches!(args.format, Format::Text) {
                         say!(
                             "{}: warning: {}",
@@ -131,7 +133,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
                     );
                 }
             }
-            Ok(Checked::Fragment) => {
+            Ok((Checked::Fragment, _)) => {
                 if matches!(args.format, Format::Text) {
                     say!("{}: shared file is valid", file.display())?;
                 }
@@ -174,14 +176,6 @@ pub(super) fn check(args: &CheckArgs) -> Result<u8> {
         Format::Text => {}
     }
     Ok(if bad_files > 0 { EXIT_USAGE } else { EXIT_PASS })
-}
-
-/// The plan's percentile assertions its planned requests can never decide (a schedule that
-/// cannot be compiled here says nothing: `plan` and `run` say why).
-fn undecidable_assertions(plan: &plan::Plan) -> Vec<String> {
-    crate::planner::compile(plan, plan.seed)
-        .map(|schedule| crate::verdict::undecidable(plan, &schedule))
-        .unwrap_or_default()
 }
 
 /// A mistake where an editor or a review bot can show it.
