@@ -26,8 +26,8 @@ use crate::executor::template::RequestTemplate;
 
 /// The direct HTTP/1.1 transport.
 pub(super) struct Direct {
+    /// Its idle connections, and the log where every connection it opens or drops is kept.
     pool: Arc<Pool>,
-    log: Arc<ConnectLog>,
     connect_timeout: Duration,
 }
 
@@ -35,7 +35,8 @@ pub(super) struct Direct {
 struct Pool {
     idle: Mutex<HashMap<String, Vec<Connection>>>,
     max_idle: usize,
-    /// Where a connection dropped for bytes nobody asked for is counted.
+    /// Every connection opened, and every one dropped for bytes nobody asked for: the one log
+    /// of the direct transport.
     log: Arc<ConnectLog>,
 }
 
@@ -337,7 +338,7 @@ impl Direct {
             // A 408 on a connection that sat idle is the server closing it for idleness, sent
             // before it read this request: an answer to nothing. Counted, and the request is
             // sent again on a new connection, as for a connection found closed.
-            self.log.record_stray();
+            self.pool.log.record_stray();
             return Err(SendError {
                 kind: SendFailure::ClosedBeforeResponse,
                 detail: failed_before_response(
@@ -426,9 +427,8 @@ impl Direct {
             pool: Arc::new(Pool {
                 idle: Mutex::new(HashMap::new()),
                 max_idle,
-                log: log.clone(),
+                log,
             }),
-            log,
             connect_timeout,
         }
     }
@@ -440,7 +440,7 @@ impl Direct {
         // whole life (10,000 streams hold 10,000 of them).
         let opened = Box::pin(self.connect(server.host, server.port)).await;
         let took = started.elapsed();
-        self.log.record(took, opened.is_ok());
+        self.pool.log.record(took, opened.is_ok());
         opened
             .map(|connection| (connection, took))
             .map_err(|(kind, detail)| SendError {
