@@ -5,10 +5,10 @@
 //! What a killed run can lose is bounded three ways: the file is flushed at least every
 //! [`FLUSH_EVERY`] and every [`FLUSH_RECORDS`] records whatever the queue holds (and whenever it
 //! runs dry); counting one record's tokens costs at most [`COUNT_BUDGET`] (a megabyte of text,
-//! a quarter of a second: beyond, the count is estimated, and the record says so); and the queue holds at most [`QUEUE_KIB`] KiB of answers
-//! (a request whose answer does not fit waits for room, and the run says how long). After a
-//! second Ctrl-C ([`Stop::finish_now`]) nothing is tokenized any more: what is queued is written
-//! at once.
+//! a quarter of a second: beyond, the count is estimated, and the record says so); and the
+//! queue holds at most [`QUEUE_KIB`] KiB of answers (a request whose answer does not fit waits
+//! for room, and the run says how long). After a second Ctrl-C ([`Stop::finish_now`]) nothing
+//! is tokenized any more: what is queued is written at once.
 
 use std::path::Path;
 use std::sync::mpsc;
