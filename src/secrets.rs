@@ -74,6 +74,13 @@ impl Secrets {
         }
     }
 
+    /// [`Secrets::redact`] of `text`, in place (untouched when it holds no secret).
+    pub fn redact_in_place(&self, text: &mut String) {
+        if let Cow::Owned(clean) = self.redact(text) {
+            *text = clean;
+        }
+    }
+
     /// Whether there are no secrets to redact.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()

@@ -276,9 +276,7 @@ fn write_all(
                         .into_iter()
                         .flatten()
                     {
-                        if let std::borrow::Cow::Owned(clean) = secrets.redact(text) {
-                            *text = clean;
-                        }
+                        secrets.redact_in_place(text);
                     }
                     observer.on_event(Event::RequestFinished(&record));
                     LogLine::Request(record)

@@ -80,9 +80,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             .values_mut()
             .chain(header.overrides.iter_mut())
         {
-            if let std::borrow::Cow::Owned(clean) = secrets.redact(text) {
-                *text = clean;
-            }
+            secrets.redact_in_place(text);
         }
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
