@@ -8,6 +8,7 @@
 //! over), and nothing here decides a verdict — a death mid-run reaches the one verdict through
 //! the executor's [`Stop::refuse`], recorded in the records' `run_end`.
 
+mod group;
 mod log;
 mod pidfile;
 mod record;
@@ -19,9 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use group::{group_alive, signal, Signal};
 pub use pidfile::{stop_orphans, SERVER_PID};
 pub use record::{read as read_record, ServerRun, SERVER_JSON, SERVER_LOG};
-use watchdog::{group_alive, signal, Signal};
 
 use crate::error::{Error, Result};
 use crate::executor::{LiveCounters, Stop};

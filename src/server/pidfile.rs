@@ -117,9 +117,9 @@ pub fn stop_orphans(grace: Duration) -> Vec<String> {
         let group = entry.group as i32;
         let same_group = match started(entry.group) {
             Some(at) => entry.group_started.is_none_or(|recorded| recorded == at),
-            None => super::watchdog::group_alive(group),
+            None => super::group::group_alive(group),
         };
-        if same_group && super::watchdog::stop_group(group, grace) {
+        if same_group && super::group::stop_group(group, grace) {
             notes.push(format!(
                 "stopped a server an earlier llmload (pid {}, gone) left running: process group \
                  {}, {} (run directory {})",
