@@ -210,13 +210,26 @@ fn on_the_simulator(command: &str) -> String {
         if *word == "--target" && i + 1 < words.len() {
             out.push("--target sim".to_string());
             skip_next = true;
+        } else if *word == "--duration" && i + 1 < words.len() {
+            // A one-line run's phase, cut as a plan's is.
+            let cut = shorten(&format!("duration \"{}\"", words[i + 1]));
+            out.push(format!(
+                "--duration {}",
+                &cut["duration \"".len()..cut.len() - 1]
+            ));
+            skip_next = true;
         } else if word.starts_with("--target=") {
             out.push("--target=sim".to_string());
         } else {
             out.push(word.to_string());
         }
     }
-    out.join(" ")
+    let mut command = out.join(" ");
+    // A one-line run cut short may not decide its assertions: as a cut plan's, they then pass.
+    if command.contains(" --sla ") {
+        command.push_str(" --set 'sla.undecided=\"pass\"'");
+    }
+    command
 }
 
 /// The exit codes a command may end with: a run, a comparison or a capacity check may pass or
@@ -415,6 +428,10 @@ fn durations_are_cut_and_targets_become_the_simulator() {
     assert_eq!(
         on_the_simulator("llmload run p.kdl --target http://gpu-box:8000 --out x"),
         "llmload run p.kdl --target sim --out x"
+    );
+    assert_eq!(
+        on_the_simulator("llmload run --target http://h:1 --rate 4 --duration 5m --sla 'e2e max < 1s'"),
+        "llmload run --target sim --rate 4 --duration 5000ms --sla 'e2e max < 1s' --set 'sla.undecided=\"pass\"'"
     );
     assert_eq!(
         commands("llmload run a.kdl \\\n  --out r \\\n  --junit r/j.xml   # comment\nls\n"),

@@ -383,3 +383,79 @@ fn init_writes_a_plan_that_runs() {
         .contains("duration \"15s\""));
     assert!(dir.path().join(".gitlab/llmload.gitlab-ci.yml").exists());
 }
+
+/// A run without a plan file: its flags become a plan, kept as the run directory's plan.kdl;
+/// running that file sends the same schedule (the same hash of `llmload plan --format csv`),
+/// and `llmload plan` shows the one-liner's schedule as `run` would send it.
+#[test]
+fn a_one_line_run_keeps_a_plan_that_repeats_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("one");
+    let line = [
+        "--target",
+        "sim",
+        "--concurrency",
+        "2",
+        "--requests",
+        "12",
+        "--input",
+        "64,256",
+        "--output",
+        "8",
+        "--sla",
+        "error-rate < 1%",
+        "--sla",
+        "e2e max < 30s",
+    ];
+    let output = llmload()
+        .args(["run", "-q", "--seed", "9", "--out"])
+        .arg(&out)
+        .args(line)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let kept = out.join("plan.kdl");
+    assert!(
+        stdout.contains(&format!("llmload run {}", kept.display())),
+        "{stdout}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        summary["verdicts"].as_array().map(Vec::len),
+        Some(2),
+        "{summary}"
+    );
+
+    let schedule = |args: &[&str]| {
+        let output = llmload()
+            .args(["plan", "--format", "csv"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    };
+    let from_line = schedule(&[&["--seed", "9"][..], &line[..]].concat());
+    let from_file = schedule(&[kept.to_str().unwrap()]);
+    assert!(from_line.len() > 100);
+    assert_eq!(
+        from_line, from_file,
+        "the kept plan sends what the line sent"
+    );
+
+    let again = dir.path().join("again");
+    let output = run_file(&kept, &again, &[], &[]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(read_records(&again).len(), read_records(&out).len());
+}

@@ -12,6 +12,7 @@ mod fmt;
 mod history;
 mod init;
 mod merge;
+mod oneline;
 mod output;
 mod plan;
 mod progress;
@@ -82,7 +83,7 @@ enum Command {
     /// Write a starter plan, and on request CI jobs that run it on every pull request.
     Init(init::InitArgs),
     /// Print the schedule a plan compiles to, without sending anything.
-    Plan(plan::PlanArgs),
+    Plan(Box<plan::PlanArgs>),
     /// Re-render a report directory's reports from its records, without running anything.
     Report(report::ReportArgs),
     /// Compare two report directories: a Markdown table fit for a pull request; exit 1 on a
@@ -230,6 +231,16 @@ pub(super) struct PlanValues {
 impl PlanValues {
     /// Reads and checks a plan file with these values set; every mistake is in the error.
     fn load(&self, path: &Path) -> Result<Plan> {
+        crate::plan::load_with(path, &self.all()).map_err(Error::Plan)
+    }
+
+    /// Checks a plan's text written from the command line, with these values set.
+    fn parse(&self, file_name: &str, text: &str) -> Result<Plan> {
+        crate::plan::parse_with(file_name, text, &self.all()).map_err(Error::Plan)
+    }
+
+    /// Every value set, as the plan's overrides.
+    fn all(&self) -> Vec<crate::plan::overrides::Override> {
         let mut all = self.set.clone();
         all.extend(self.headers.iter().cloned());
         all.extend(
@@ -237,6 +248,6 @@ impl PlanValues {
                 .iter()
                 .map(|var| crate::plan::overrides::Override::ApiKeyEnv(var.clone())),
         );
-        crate::plan::load_with(path, &all).map_err(Error::Plan)
+        all
     }
 }

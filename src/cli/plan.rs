@@ -21,8 +21,15 @@ enum Format {
 
 #[derive(clap::Args, Debug)]
 pub(super) struct PlanArgs {
-    /// The plan file (KDL).
-    plan: PathBuf,
+    /// The plan file (KDL); without one, the flags under "Without a plan file" make the plan,
+    /// as `run` makes it.
+    plan: Option<PathBuf>,
+    /// Show the plan sent to this base URL instead of the plan's target, or "sim".
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
+    /// Ask for this model instead of the plan's target's.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
     /// Use this seed instead of the plan's.
     #[arg(long)]
     seed: Option<u64>,
@@ -34,10 +41,22 @@ pub(super) struct PlanArgs {
     shard: Option<String>,
     #[command(flatten)]
     values: super::PlanValues,
+    #[command(flatten)]
+    one_line: super::oneline::OneLineArgs,
 }
 
 pub(super) fn show(args: &PlanArgs) -> Result<u8> {
-    let plan = args.values.load(&args.plan)?;
+    let (mut plan, target) = super::run::plan_of(
+        args.plan.as_deref(),
+        args.target.as_deref(),
+        args.model.as_deref(),
+        args.seed,
+        &args.values,
+        &args.one_line,
+    )?;
+    if let Some(target) = target {
+        plan.target.endpoint = target;
+    }
     let schedule = planner::compile(&plan, args.seed.unwrap_or(plan.seed))?;
     let schedule = match &args.shard {
         Some(text) => schedule.shard(planner::Shard::parse(text)?)?,

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::oneline::{self, OneLineArgs};
 use super::output::{self, GateArgs};
 use super::{parse_duration_arg, progress, signals};
 use crate::error::{Error, Result};
@@ -12,8 +13,8 @@ use crate::session::{self, RunOptions, Status};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct RunArgs {
-    /// The plan file (KDL).
-    plan: PathBuf,
+    /// The plan file (KDL); without one, the flags under "Without a plan file" make the plan.
+    plan: Option<PathBuf>,
     /// Send to this base URL instead of the plan's target (with or without /v1), or "sim" for
     /// the embedded simulator.
     #[arg(long, value_name = "URL")]
@@ -58,6 +59,8 @@ pub(super) struct RunArgs {
     allow_server: bool,
     #[command(flatten)]
     values: super::PlanValues,
+    #[command(flatten)]
+    one_line: OneLineArgs,
 }
 
 /// The setting a CI job sets deliberately, for plans it has reviewed: `LLMLOAD_ALLOW_SERVER`
@@ -163,15 +166,46 @@ pub(super) fn path_safe(name: &str) -> String {
     }
 }
 
-pub(super) fn run(args: RunArgs) -> Result<u8> {
-    let mut plan = args.values.load(&args.plan)?;
-    if let Some(model) = &args.model {
-        if model.trim().is_empty() {
-            return Err(crate::error::Error::usage("--model: give the model's name"));
-        }
-        plan.target.model = model.clone();
+/// The plan a command runs or shows: its file with `--model` (and the values set) applied, or
+/// the one written from a one-line run's flags. Also what `--target` then still overrides
+/// (nothing for a one-line plan, whose text holds the target).
+pub(super) fn plan_of(
+    file: Option<&std::path::Path>,
+    target: Option<&str>,
+    model: Option<&str>,
+    seed: Option<u64>,
+    values: &super::PlanValues,
+    one_line: &OneLineArgs,
+) -> Result<(crate::plan::Plan, Option<Endpoint>)> {
+    if let Some(model) = model.filter(|m| m.trim().is_empty()) {
+        return Err(Error::usage(format!(
+            "--model {model:?}: give the model's name"
+        )));
     }
-    let target = args.target.as_deref().map(parse_target).transpose()?;
+    let Some(file) = file else {
+        if let Some(url) = target {
+            parse_target(url)?;
+        }
+        let text = one_line.plan_text(target, model, seed)?;
+        return Ok((values.parse(oneline::FILE_NAME, &text)?, None));
+    };
+    one_line.refuse_beside(file)?;
+    let mut plan = values.load(file)?;
+    if let Some(model) = model {
+        plan.target.model = model.to_string();
+    }
+    Ok((plan, target.map(parse_target).transpose()?))
+}
+
+pub(super) fn run(args: RunArgs) -> Result<u8> {
+    let (plan, target) = plan_of(
+        args.plan.as_deref(),
+        args.target.as_deref(),
+        args.model.as_deref(),
+        args.seed,
+        &args.values,
+        &args.one_line,
+    )?;
     let templates = output::load_templates(&args.gate)?;
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("reports").join(format!(
@@ -214,7 +248,16 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     }
     let outcome = session::run(&plan, &options);
     live.finish();
-    output::conclude(&outcome?, &args.gate, &templates)
+    let code = output::conclude(&outcome?, &args.gate, &templates)?;
+    if args.plan.is_none() {
+        let kept = out.join("plan.kdl");
+        super::say!(
+            "plan: {} (`llmload run {}` repeats this run; copy it into your repository to keep it)",
+            kept.display(),
+            kept.display()
+        )?;
+    }
+    Ok(code)
 }
 
 /// A shard's run is not judged: it says what it sent and how to merge it.

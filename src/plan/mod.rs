@@ -160,8 +160,18 @@ pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
 /// [`load`], with values set from the command line ([`overrides`]): the plan's text is edited,
 /// then checked as any plan is.
 pub fn load_with(path: &Path, set: &[overrides::Override]) -> Result<Plan, PlanErrors> {
-    let text = overrides::apply(&read_plan_text(path)?, set).map_err(PlanErrors::io)?;
-    let mut plan = parse_plan(&path.display().to_string(), text)?;
+    parse_with(&path.display().to_string(), &read_plan_text(path)?, set)
+}
+
+/// A plan's text (a file's, or one written from a command line), with values set from the
+/// command line, checked as any plan is.
+pub fn parse_with(
+    file_name: &str,
+    text: &str,
+    set: &[overrides::Override],
+) -> Result<Plan, PlanErrors> {
+    let text = overrides::apply(text, set).map_err(PlanErrors::io)?;
+    let mut plan = parse_plan(file_name, text)?;
     plan.source.overrides = set.iter().map(overrides::Override::shown).collect();
     Ok(plan)
 }
