@@ -173,3 +173,81 @@ fn the_plan_chooses_what_is_exported() {
         "{stderr}"
     );
 }
+
+/// `--export vllm-bench`: vLLM's `--save-result --save-detailed` JSON, in its units and by its
+/// definitions, over the recorded phases: per-request arrays aligned, failed requests kept as
+/// vLLM keeps them, ITL per chunk (two tokens a chunk here: 10 ms gaps where llmload's own ITL
+/// says 5 ms), and its statistics recomputed from its own arrays.
+#[test]
+fn a_run_exports_the_result_json_of_vllm_bench_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vllm.json");
+    let run = run_in(
+        tempfile::tempdir().unwrap(),
+        &sim_plan(
+            "ttft \"20ms\"; itl \"5ms\"; tokens-per-chunk 2; faults { http-5xx \"15%\" }",
+            "input 32; output 16 ignore-eos=#true",
+            "phase \"warmup\" { concurrency 2; requests 6; record #false }\nphase \"steady\" { concurrency 4; requests 60 }",
+            "e2e max < \"10s\"",
+        ),
+        &["--export", "vllm-bench", path.to_str().unwrap()],
+    );
+    assert!(matches!(run.code(), 0 | 1), "{}", run.stderr());
+    let result = read(&path);
+    let number = |key: &str| {
+        result[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {result}"))
+    };
+    assert_eq!(result["num_prompts"], 60, "the warmup is left out");
+    let (completed, failed) = (number("completed"), number("failed"));
+    assert_eq!(completed + failed, 60.0);
+    assert!(
+        failed > 0.0 && completed > 30.0,
+        "{completed} ok, {failed} failed"
+    );
+    for key in [
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "latencies",
+        "start_times",
+        "errors",
+    ] {
+        assert_eq!(result[key].as_array().map(Vec::len), Some(60), "{key}");
+    }
+    let errors = result["errors"].as_array().unwrap();
+    let ok: Vec<usize> = (0..60).filter(|&i| errors[i] == "").collect();
+    assert_eq!(ok.len() as f64, completed);
+    for i in (0..60).filter(|i| !ok.contains(i)) {
+        assert_eq!(result["ttfts"][i], 0.0);
+        assert_eq!(result["output_lens"][i], 0);
+        assert_eq!(result["itls"][i].as_array().map(Vec::len), Some(0));
+        assert!(
+            errors[i].as_str().unwrap().starts_with("http"),
+            "{}",
+            errors[i]
+        );
+    }
+    assert_eq!(number("total_output_tokens"), completed * 16.0);
+    assert_eq!(number("max_concurrency"), 4.0);
+    assert!((1.0..=4.0).contains(&number("max_concurrent_requests")));
+    assert_eq!(result["request_rate"], "inf");
+    assert_eq!(result["backend"], "openai-chat");
+    // The statistics are vLLM's over its own arrays: the mean TTFT of the successful requests.
+    let ttfts: Vec<f64> = ok
+        .iter()
+        .map(|&i| result["ttfts"][i].as_f64().unwrap())
+        .collect();
+    let mean_ms = ttfts.iter().sum::<f64>() / ttfts.len() as f64 * 1e3;
+    assert!((mean_ms - number("mean_ttft_ms")).abs() < 1e-6, "{mean_ms}");
+    assert!((19.0..30.0).contains(&number("median_ttft_ms")));
+    // ITL per chunk (2 tokens every 10 ms); TPOT per token, as vLLM has them.
+    assert!((9.0..12.0).contains(&number("median_itl_ms")), "{result}");
+    assert!((4.5..6.0).contains(&number("median_tpot_ms")), "{result}");
+    let gaps = result["itls"][ok[0]].as_array().unwrap();
+    assert_eq!(gaps.len(), 7, "16 tokens in 8 chunks: 7 gaps");
+    assert!(number("p99_e2el_ms") >= number("median_e2el_ms"));
+    assert!(result["request_goodput"].is_null(), "no slo, no goodput");
+}

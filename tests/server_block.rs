@@ -395,6 +395,7 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
     let out = dir.path().join("out");
     let junit = out.join("junit.xml");
     let bmf = dir.path().join("bmf.json");
+    let vllm = dir.path().join("vllm.jsonl");
     let ran = run_file(
         &path,
         &out,
@@ -405,6 +406,9 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
             "--export",
             "bmf",
             bmf.to_str().unwrap(),
+            "--export",
+            "vllm-bench",
+            vllm.to_str().unwrap(),
         ],
         &[],
     );
@@ -472,6 +476,18 @@ fn a_server_sweep_runs_the_plan_against_each_configuration() {
     );
     let html = std::fs::read_to_string(out.join("server-sweep.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("FAIL"));
+    // vllm-bench: a result per configuration, one per line as vLLM's --append-result keeps them.
+    let results: Vec<serde_json::Value> = std::fs::read_to_string(&vllm)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let labels: Vec<&str> = results
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["--ttft 20ms", "--ttft 200ms"]);
+    assert!(results[1]["median_ttft_ms"].as_f64().unwrap() >= 200.0);
     let bmf: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&bmf).unwrap()).unwrap();
     let benchmarks: Vec<&String> = bmf.as_object().unwrap().keys().collect();

@@ -27,8 +27,9 @@ pub(super) struct GateArgs {
     #[arg(long)]
     fail_on_warning: bool,
     /// Also write the run's headline numbers for a continuous-benchmarking tool (repeatable):
-    /// FORMAT is bmf (Bencher), github-action-benchmark (smaller is better: latencies, errors)
-    /// or github-action-benchmark-bigger (throughput, capacity); see docs/ci.md
+    /// FORMAT is bmf (Bencher), github-action-benchmark (smaller is better: latencies, errors),
+    /// github-action-benchmark-bigger (throughput, capacity), or vllm-bench (the result JSON of
+    /// `vllm bench serve --save-result --save-detailed`); see docs/ci.md
     #[arg(long, num_args = 2, value_names = ["FORMAT", "FILE"], action = clap::ArgAction::Append)]
     export: Vec<String>,
 }
@@ -39,10 +40,11 @@ enum ExportFormat {
     Bmf,
     GithubActionBenchmark,
     GithubActionBenchmarkBigger,
+    VllmBench,
 }
 
 impl ExportFormat {
-    const NAMES: [(&'static str, ExportFormat); 3] = [
+    const NAMES: [(&'static str, ExportFormat); 4] = [
         ("bmf", ExportFormat::Bmf),
         (
             "github-action-benchmark",
@@ -52,11 +54,15 @@ impl ExportFormat {
             "github-action-benchmark-bigger",
             ExportFormat::GithubActionBenchmarkBigger,
         ),
+        ("vllm-bench", ExportFormat::VllmBench),
     ];
 
-    fn render(self, summary: &report::Summary) -> String {
+    /// Writes a judged run in this format.
+    fn write(self, context: &report::ReportContext, out: &mut dyn std::io::Write) -> Result<()> {
         use report::benchmarks::{bmf, github_action_benchmark, Direction};
-        match self {
+        let summary = &context.summary;
+        let text = match self {
+            ExportFormat::VllmBench => return report::vllm_bench::write(context, out),
             ExportFormat::Bmf => bmf(summary),
             ExportFormat::GithubActionBenchmark => {
                 github_action_benchmark(summary, Direction::Lower)
@@ -64,8 +70,46 @@ impl ExportFormat {
             ExportFormat::GithubActionBenchmarkBigger => {
                 github_action_benchmark(summary, Direction::Higher)
             }
-        }
+        };
+        out.write_all(text.as_bytes())
+            .map_err(|e| Error::run(format!("cannot write the export: {e}")))
     }
+
+    /// Writes a server sweep's configurations in this format: one document whose entries are
+    /// named after each configuration, or, for vllm-bench, one result per line (as vLLM's
+    /// `--append-result` keeps several runs), each labelled with its configuration.
+    fn write_configurations(
+        self,
+        each: &[(String, &report::ReportContext)],
+        out: &mut dyn std::io::Write,
+    ) -> Result<()> {
+        if self == ExportFormat::VllmBench {
+            for (name, context) in each {
+                let mut line = Vec::new();
+                report::vllm_bench::write(context, &mut line)?;
+                let labelled = relabel(&line, name)?;
+                out.write_all(labelled.as_bytes())
+                    .map_err(|e| Error::run(format!("cannot write the export: {e}")))?;
+            }
+            return Ok(());
+        }
+        let mut rendered = Vec::new();
+        for (name, context) in each {
+            let mut text = Vec::new();
+            self.write(context, &mut text)?;
+            rendered.push((name.clone(), String::from_utf8_lossy(&text).into_owned()));
+        }
+        out.write_all(report::benchmarks::merge_configurations(&rendered).as_bytes())
+            .map_err(|e| Error::run(format!("cannot write the export: {e}")))
+    }
+}
+
+/// A vllm-bench result line with its `label` set to a sweep's configuration.
+fn relabel(line: &[u8], name: &str) -> Result<String> {
+    let mut value: serde_json::Value = serde_json::from_slice(line)
+        .map_err(|e| Error::run(format!("cannot read back the export: {e}")))?;
+    value["label"] = serde_json::Value::String(name.to_string());
+    Ok(value.to_string() + "\n")
 }
 
 impl GateArgs {
@@ -234,7 +278,12 @@ pub(super) fn conclude(
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
         }
-        write(&path, format.render(summary).as_bytes())?;
+        crate::files::write_whole(&path, |out| {
+            format
+                .write(&context, out)
+                .map_err(|e| std::io::Error::other(e.render()))
+        })
+        .map_err(|e| Error::io("write", &path, e))?;
         written.push(path);
     }
     gate.gate().keep(&outcome.dir)?;
@@ -290,13 +339,17 @@ pub(super) fn conclude_server_sweep(
         crate::plan::ServerConfig,
         std::result::Result<report::Summary, String>,
     )> = Vec::new();
+    // Each configuration's report context, for the exports that read its records.
+    let mut contexts: Vec<(String, report::ReportContext)> = Vec::new();
     for run in &sweep.runs {
         let summary = match &run.outcome {
             Ok(outcome) => {
                 let (context, written, _) = write_reports(outcome, templates)?;
                 gate.gate().keep(&outcome.dir)?;
                 outdir::write_manifest(&outcome.dir, &written)?;
-                Ok(context.summary)
+                let summary = context.summary.clone();
+                contexts.push((run.config.name.clone(), context));
+                Ok(summary)
             }
             Err(why) => Err(why.clone()),
         };
@@ -345,14 +398,14 @@ pub(super) fn conclude_server_sweep(
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
         }
-        let each: Vec<(String, String)> = judged
-            .iter()
-            .filter_map(|(config, s)| Some((config.name.clone(), format.render(s.as_ref().ok()?))))
-            .collect();
-        write(
-            &path,
-            report::benchmarks::merge_configurations(&each).as_bytes(),
-        )?;
+        let each: Vec<(String, &report::ReportContext)> =
+            contexts.iter().map(|(name, c)| (name.clone(), c)).collect();
+        crate::files::write_whole(&path, |out| {
+            format
+                .write_configurations(&each, out)
+                .map_err(|e| std::io::Error::other(e.render()))
+        })
+        .map_err(|e| Error::io("write", &path, e))?;
         written.push(path);
     }
     outdir::write_manifest(&sweep.dir, &written)?;

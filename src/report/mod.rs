@@ -19,6 +19,7 @@ pub mod steps;
 pub(crate) mod svg;
 pub(crate) mod template;
 mod terminal;
+pub mod vllm_bench;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
