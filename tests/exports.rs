@@ -68,6 +68,9 @@ fn a_run_exports_bmf_and_github_action_benchmark_and_report_does_too() {
         ),
         &[
             "--export",
+            "gitlab-metrics",
+            &at("metrics.txt"),
+            "--export",
             "bmf",
             &bmf_path,
             "--export",
@@ -99,6 +102,23 @@ fn a_run_exports_bmf_and_github_action_benchmark_and_report_does_too() {
         measures["ttft-p50-ms"].get("upper_value").is_some(),
         "{bmf}"
     );
+    // GitLab's metrics report: `name value` lines, OpenMetrics names, BMF's values.
+    let metrics = std::fs::read_to_string(at("metrics.txt")).unwrap();
+    for line in metrics.lines() {
+        let (name, value) = line.split_once(' ').unwrap();
+        assert!(
+            name.starts_with("llmload_")
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{line}"
+        );
+        let slug = name["llmload_".len()..].replace('_', "-");
+        assert_eq!(
+            value.parse::<f64>().unwrap(),
+            measures[&slug]["value"].as_f64().unwrap(),
+            "{line}"
+        );
+    }
+    assert!(metrics.contains("llmload_ttft_p99_ms "), "{metrics}");
     let smaller = assert_gab(&read(std::path::Path::new(&smaller_path)), &["ms", "%"]);
     assert!(
         smaller.iter().any(|n| n.ends_with(": ttft p99")),

@@ -28,8 +28,9 @@ pub(super) struct GateArgs {
     fail_on_warning: bool,
     /// Also write the run's headline numbers for a continuous-benchmarking tool (repeatable):
     /// FORMAT is bmf (Bencher), github-action-benchmark (smaller is better: latencies, errors),
-    /// github-action-benchmark-bigger (throughput, capacity), or vllm-bench (the result JSON of
-    /// `vllm bench serve --save-result --save-detailed`); see docs/ci.md
+    /// github-action-benchmark-bigger (throughput, capacity), gitlab-metrics (GitLab's metrics
+    /// report) or vllm-bench (the result JSON of `vllm bench serve --save-result
+    /// --save-detailed`); see docs/ci.md
     #[arg(long, num_args = 2, value_names = ["FORMAT", "FILE"], action = clap::ArgAction::Append)]
     export: Vec<String>,
 }
@@ -41,10 +42,11 @@ enum ExportFormat {
     GithubActionBenchmark,
     GithubActionBenchmarkBigger,
     VllmBench,
+    GitlabMetrics,
 }
 
 impl ExportFormat {
-    const NAMES: [(&'static str, ExportFormat); 4] = [
+    const NAMES: [(&'static str, ExportFormat); 5] = [
         ("bmf", ExportFormat::Bmf),
         (
             "github-action-benchmark",
@@ -55,6 +57,7 @@ impl ExportFormat {
             ExportFormat::GithubActionBenchmarkBigger,
         ),
         ("vllm-bench", ExportFormat::VllmBench),
+        ("gitlab-metrics", ExportFormat::GitlabMetrics),
     ];
 
     /// Writes a judged run in this format.
@@ -63,6 +66,7 @@ impl ExportFormat {
         let summary = &context.summary;
         let text = match self {
             ExportFormat::VllmBench => return report::vllm_bench::write(context, out),
+            ExportFormat::GitlabMetrics => report::benchmarks::gitlab_metrics(summary, None),
             ExportFormat::Bmf => bmf(summary),
             ExportFormat::GithubActionBenchmark => {
                 github_action_benchmark(summary, Direction::Lower)
@@ -76,8 +80,9 @@ impl ExportFormat {
     }
 
     /// Writes a server sweep's configurations in this format: one document whose entries are
-    /// named after each configuration, or, for vllm-bench, one result per line (as vLLM's
-    /// `--append-result` keeps several runs), each labelled with its configuration.
+    /// named after each configuration; for vllm-bench, one result per line (as vLLM's
+    /// `--append-result` keeps several runs), and for gitlab-metrics one line per measure, each
+    /// labelled with its configuration.
     fn write_configurations(
         self,
         each: &[(String, &report::ReportContext)],
@@ -92,6 +97,15 @@ impl ExportFormat {
                     .map_err(|e| Error::run(format!("cannot write the export: {e}")))?;
             }
             return Ok(());
+        }
+        if self == ExportFormat::GitlabMetrics {
+            let lines: String = each
+                .iter()
+                .map(|(name, c)| report::benchmarks::gitlab_metrics(&c.summary, Some(name)))
+                .collect();
+            return out
+                .write_all(lines.as_bytes())
+                .map_err(|e| Error::run(format!("cannot write the export: {e}")));
         }
         let mut rendered = Vec::new();
         for (name, context) in each {

@@ -346,6 +346,32 @@ pub fn github_action_benchmark(summary: &Summary, direction: Direction) -> Strin
     pretty(&Value::Array(entries))
 }
 
+/// GitLab's metrics report (`artifacts: reports: metrics:`): one `name value` line per measure,
+/// named `llmload_<slug>` in OpenMetrics' alphabet (`llmload_ttft_p99_ms 51.2`); GitLab shows
+/// each beside the target branch's value in the merge request. `configuration` labels a server
+/// sweep's lines (`llmload_ttft_p99_ms{configuration="--parallel 2"} 51.2`).
+pub fn gitlab_metrics(summary: &Summary, configuration: Option<&str>) -> String {
+    let label = configuration
+        .map(|c| {
+            format!(
+                "{{configuration=\"{}\"}}",
+                c.replace('\\', "\\\\").replace('"', "\\\"")
+            )
+        })
+        .unwrap_or_default();
+    measures(summary)
+        .into_iter()
+        .map(|m| {
+            let name: String = m
+                .slug
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            format!("llmload_{name}{label} {}\n", m.value)
+        })
+        .collect()
+}
+
 /// A server sweep's export: each configuration's (`(configuration, its export)`), one file —
 /// BMF's benchmarks and github-action-benchmark's entries named with their configuration
 /// (`plan (model) [--parallel 2]`), so that a history keeps each configuration apart.
