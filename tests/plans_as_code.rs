@@ -328,41 +328,79 @@ fn init_writes_a_plan_that_runs() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
-    // Each job's llmload commands, as written (against the simulator: no target is set), work
-    // on their first run in the repository: fmt, check, and run with JUnit inside --out.
-    for job in [
-        ".github/workflows/llmload.yml",
-        ".gitlab/llmload.gitlab-ci.yml",
-    ] {
-        let yaml = std::fs::read_to_string(dir.path().join(job)).unwrap();
-        let commands: Vec<String> = yaml
-            .lines()
-            .map(|l| l.trim().trim_start_matches("- "))
-            .filter(|l| l.starts_with("llmload "))
-            .map(|l| {
-                l.trim_start_matches("llmload ")
-                    .replace(" \"${target[@]}\"", "")
-                    .replace(" ${LLMLOAD_TARGET:+--target \"$LLMLOAD_TARGET\"}", "")
-            })
-            .collect();
-        assert_eq!(commands.len(), 3, "{job}: {commands:?}");
-        let _ = std::fs::remove_dir_all(dir.path().join("llmload-report"));
-        for command in &commands {
-            let output = llmload()
-                .args(command.split_whitespace())
-                .current_dir(dir.path())
-                .output()
-                .unwrap();
-            assert_eq!(
-                output.status.code(),
-                Some(0),
-                "{job}: llmload {command}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
+    // Each job, as written (against the simulator: no target is set), works on its first run
+    // in the repository. GitLab's llmload commands run through bash, as its runner runs them.
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_llmload"), bin.path().join("llmload")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let yaml = std::fs::read_to_string(dir.path().join(".gitlab/llmload.gitlab-ci.yml")).unwrap();
+    let commands: Vec<&str> = yaml
+        .lines()
+        .map(|l| l.trim().trim_start_matches("- "))
+        .filter(|l| l.starts_with("llmload "))
+        .collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    for command in &commands {
+        let output = std::process::Command::new("bash")
+            .args([
+                "-c",
+                &format!("set -e; baseline=(); code=0; {command}; exit $code"),
+            ])
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .env_remove("GITHUB_STEP_SUMMARY")
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{command}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    for file in ["junit.xml", "metrics.txt"] {
         assert!(
-            dir.path().join("llmload-report/junit.xml").is_file(),
-            "{job}"
+            dir.path().join("llmload-report").join(file).is_file(),
+            "{file}"
+        );
+    }
+    // GitHub's job is llmload's action with the workflow's inputs: its run step, run here.
+    let _ = std::fs::remove_dir_all(dir.path().join("llmload-report"));
+    let yaml = std::fs::read_to_string(dir.path().join(".github/workflows/llmload.yml")).unwrap();
+    let input = |name: &str| {
+        yaml.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name}: in {yaml}"))
+            .to_string()
+    };
+    let step = std::process::Command::new("bash")
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("deploy/github-action/llmload-action.sh"),
+        )
+        .arg("run")
+        .current_dir(dir.path())
+        .env("PATH", &path)
+        .env("LLMLOAD_PLAN", input("plan"))
+        .env("LLMLOAD_ARGS", input("args"))
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("GITHUB_OUTPUT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&step.stdout);
+    assert!(
+        stdout.contains("exit-code=0"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&step.stderr)
+    );
+    for file in ["junit.xml", "benchmark.json", "pr-comment.md"] {
+        assert!(
+            dir.path().join("llmload-report").join(file).is_file(),
+            "{file}"
         );
     }
     // Adding a CI job to a repository whose plan was edited keeps the plan.

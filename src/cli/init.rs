@@ -82,9 +82,13 @@ mod tests {
         let plan = crate::plan::parse_plan("llmload.kdl", STARTER.to_string()).unwrap();
         assert_eq!(plan.phases.len(), 2);
         assert_eq!(crate::plan::fmt::format(STARTER).unwrap(), STARTER);
-        for workflow in [GITHUB, GITLAB] {
-            assert!(workflow.contains("llmload run llmload.kdl"));
-            assert!(workflow.contains("cargo install --locked --git"));
-        }
+        // GitHub's job runs the plan through llmload's action (action.yml); GitLab's builds
+        // llmload once per version into its cache and runs it.
+        assert!(GITHUB.contains("uses: llmload/llmload@") && GITHUB.contains("plan: llmload.kdl"));
+        assert!(GITLAB.contains("llmload run llmload.kdl"));
+        assert!(
+            GITLAB.contains("cargo install --locked --git")
+                && GITLAB.contains("key: llmload-$LLMLOAD_REV")
+        );
     }
 }
