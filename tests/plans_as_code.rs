@@ -497,3 +497,75 @@ fn a_one_line_run_keeps_a_plan_that_repeats_it() {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(read_records(&again).len(), read_records(&out).len());
 }
+
+/// `tokenizer "auto"`, the default: a model named by its Hugging Face id gets its own
+/// tokenizer.json from the local cache (never a download); where the cache lacks it, the
+/// built-in one, and the report's note says how to get the model's.
+#[test]
+fn the_default_tokenizer_is_the_models_own_from_the_local_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = dir.path().join("hub");
+    let snapshot = hub.join("models--acme--tiny-chat/snapshots/0123abc");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(hub.join("models--acme--tiny-chat/refs")).unwrap();
+    std::fs::write(hub.join("models--acme--tiny-chat/refs/main"), "0123abc\n").unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/word-level-tokenizer.json"),
+        snapshot.join("tokenizer.json"),
+    )
+    .unwrap();
+    let plan = write(
+        dir.path(),
+        "auto.kdl",
+        "plan \"auto\" { seed 1 }\ntarget \"sim\" { model \"acme/tiny-chat\" }\nsim { ttft \"2ms\"; itl \"1ms\" }\nworkload { input 16; output 4 }\nphase \"a\" { concurrency 2; requests 4 }\n",
+    );
+    let run = |out: &str, hub: &std::path::Path| {
+        let out = dir.path().join(out);
+        let output = run_file(&plan, &out, &[], &[("HF_HUB_CACHE", hub.as_os_str())]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(out.join("summary.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let cached = run("cached", &hub);
+    assert_eq!(
+        cached["context"]["tokenizer"].as_str().unwrap(),
+        snapshot.join("tokenizer.json").display().to_string()
+    );
+    let note = warning_of(&cached, "tokenizer-auto").expect("a note says which tokenizer");
+    assert!(
+        note["message"]
+            .as_str()
+            .unwrap()
+            .contains("acme/tiny-chat's own"),
+        "{note}"
+    );
+
+    let missing = run("missing", &dir.path().join("empty"));
+    assert_eq!(missing["context"]["tokenizer"], "cl100k_base");
+    let note = warning_of(&missing, "tokenizer-auto").unwrap()["message"].to_string();
+    assert!(
+        note.contains("huggingface-cli download acme/tiny-chat tokenizer.json"),
+        "{note}"
+    );
+    // A model that is not an id (the simulator's own name) has no note: nothing was looked up.
+    let plain = write(
+        dir.path(),
+        "plain.kdl",
+        &std::fs::read_to_string(&plan)
+            .unwrap()
+            .replace("acme/tiny-chat", "tiny"),
+    );
+    let out = dir.path().join("plain");
+    assert_eq!(run_file(&plain, &out, &[], &[]).status.code(), Some(0));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert!(warning_of(&summary, "tokenizer-auto").is_none());
+}

@@ -45,7 +45,8 @@ pub(super) struct OneLineArgs {
     #[arg(long, value_name = "API")]
     api: Option<String>,
     /// The tokenizer prompts are built with: cl100k_base, o200k_base, a Hugging Face model id
-    /// (from the local cache) or a tokenizer.json [default: the plan language's].
+    /// (from the local cache) or a tokenizer.json [default: auto, --model's own from the local
+    /// Hugging Face cache when it is an id there, else cl100k_base].
     #[arg(long, value_name = "NAME")]
     tokenizer: Option<String>,
     /// Unmeasured requests sent first, two at a time, to warm the server.

@@ -230,6 +230,9 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     if let Some(header) = header.filter(|h| !h.merged.is_empty()) {
         out.extend(shard_warnings(&header.merged));
     }
+    if let Some(chosen) = header.and_then(|h| h.tokenizer_note.clone()) {
+        out.push(note("tokenizer-auto", chosen));
+    }
     // A reset the plan asked for and the server did not do: the phase's cache was not cold.
     let not_reset: Vec<&PhaseMetrics> = aggregates
         .phases

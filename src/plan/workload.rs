@@ -10,6 +10,12 @@ use super::data;
 pub struct Workload {
     /// Builds prompts of exact lengths, and counts tokens where the server sends no usage.
     pub tokenizer: TokenizerSpec,
+    /// `tokenizer "auto"` (the default): the target model's own from the local Hugging Face
+    /// cache, where the model is named by its id; resolved once the target is known.
+    pub tokenizer_auto: bool,
+    /// How `auto` chose (the model's own from the cache, or the built-in one and how to get the
+    /// model's): a note for the run's reports.
+    pub tokenizer_note: Option<String>,
     /// Input-length buckets, sampled by weight. A fixed length is one bucket.
     pub buckets: Vec<Bucket>,
     /// Output tokens asked for (`max_tokens`), unless a bucket says otherwise.

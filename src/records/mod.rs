@@ -101,6 +101,10 @@ pub struct RunHeader {
     pub exact_output: bool,
     /// The tokenizer that built prompts and counted tokens.
     pub tokenizer: String,
+    /// How `tokenizer "auto"` chose it (the model's own from the local cache, or the built-in
+    /// one and how to get the model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_note: Option<String>,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.

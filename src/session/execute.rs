@@ -320,6 +320,7 @@ fn run_header(
         stream: plan.target.stream,
         exact_output: plan.workload.ignore_eos,
         tokenizer: tokenizer.name().to_string(),
+        tokenizer_note: plan.workload.tokenizer_note.clone(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
         clock_origin_ns: None,

@@ -1123,6 +1123,10 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         );
     }
 
+    if let (Some(target), Some(workload)) = (&target, &mut workload) {
+        let target: &crate::plan::Target = target;
+        workload::resolve_auto(cx.check_files, &target.model, workload);
+    }
     // Exact output lengths are asked of the API's dialect: one that cannot give them is refused.
     if let (Some(target), Some(workload), Some((file, span))) = (&target, &workload, workload_at) {
         let api: &crate::plan::Target = target;

@@ -15,10 +15,53 @@ use crate::plan::{Bucket, OutputSpread, PrefixGroup, TokenizerSpec, Workload};
 const MAX_PREFIX_GROUPS: u64 = 10_000;
 
 const BUILTIN_TOKENIZERS: [&str; 2] = ["cl100k_base", "o200k_base"];
+
+/// The tokenizer `auto` falls back to when the model's own is not at hand.
+const DEFAULT_TOKENIZER: &str = "cl100k_base";
+
+/// Whether a model's name is a Hugging Face id (`org/name`), which `auto` looks up.
+fn hugging_face_id(model: &str) -> bool {
+    let mut parts = model.split('/');
+    matches!((parts.next(), parts.next(), parts.next()), (Some(org), Some(name), None)
+        if !org.is_empty() && !name.is_empty()
+            && model.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+            && !org.starts_with('.'))
+}
+
+/// `tokenizer "auto"`: the target model's own `tokenizer.json` from the local Hugging Face
+/// cache when the model is named by its id and the cache holds it, else the built-in one, with
+/// a note saying which and, for a model whose tokenizer is missing, how to get it. Never a
+/// network call. A kept plan, judged again without its files, looks nothing up.
+pub(super) fn resolve_auto(check_files: bool, model: &str, workload: &mut Workload) {
+    if !workload.tokenizer_auto || !check_files || !hugging_face_id(model) {
+        return;
+    }
+    let found = crate::tokens::hf_hub_cache()
+        .ok_or_else(Vec::new)
+        .and_then(|hub| crate::tokens::hf_cached_tokenizer(&hub, model));
+    workload.tokenizer_note = Some(match found {
+        Ok(path) => {
+            let note = format!(
+                "tokenizer \"auto\": {model}'s own, from the local Hugging Face cache ({})",
+                path.display()
+            );
+            workload.tokenizer = TokenizerSpec::File(path);
+            note
+        }
+        Err(_) => format!(
+            "tokenizer \"auto\": {model}'s tokenizer is not in the local Hugging Face cache, so \
+             prompts are built and answers counted with the built-in {DEFAULT_TOKENIZER} (lengths \
+             are exact under it, approximate under the model's); for exact lengths fetch it once \
+             with `huggingface-cli download {model} tokenizer.json` (llmload never downloads)"
+        ),
+    });
+}
 const TOKENS: Count = Count::positive(MAX_TOKENS);
 
 struct Fields {
     tokenizer: TokenizerSpec,
+    /// No `tokenizer`, or `tokenizer "auto"`: chosen from the target's model later.
+    tokenizer_auto: bool,
     buckets: Option<Vec<Bucket>>,
     output: Option<(u32, bool, Option<OutputSpread>)>,
     system: Option<String>,
@@ -602,11 +645,15 @@ fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
 }
 
 fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
-    let usage = "tokenizer \"cl100k_base\" (or \"o200k_base\", a cached Hugging Face model id, or a path to tokenizer.json)";
+    let usage = "tokenizer \"auto\" (or \"cl100k_base\", \"o200k_base\", a cached Hugging Face model id, or a path to tokenizer.json)";
     let Some(name) = cx.single(node, usage, Text) else {
         w.broken = true;
         return;
     };
+    w.tokenizer_auto = name == "auto";
+    if w.tokenizer_auto {
+        return;
+    }
     let span = positional(node).next().map_or(node.span(), |e| e.span());
     // A Hugging Face model id: `org/name`, not a path that exists and not a .json file.
     let looks_like_id = name.matches('/').count() == 1
@@ -730,7 +777,8 @@ const BUCKETS: &[(&str, Handler<Option<Vec<Bucket>>>)] = &[("bucket", |cx, node,
 pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
     cx.no_args(node, "workload { input 512; output 128 }");
     let mut fields = Fields {
-        tokenizer: TokenizerSpec::Builtin("cl100k_base".into()),
+        tokenizer: TokenizerSpec::Builtin(DEFAULT_TOKENIZER.into()),
+        tokenizer_auto: true,
         buckets: None,
         output: None,
         system: None,
@@ -805,6 +853,8 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
     };
     Some(Workload {
         tokenizer: fields.tokenizer,
+        tokenizer_auto: fields.tokenizer_auto,
+        tokenizer_note: None,
         buckets,
         output_tokens,
         ignore_eos,
