@@ -438,3 +438,69 @@ fn durations_are_cut_and_targets_become_the_simulator() {
         vec!["llmload run a.kdl --out r --junit r/j.xml".to_string()]
     );
 }
+
+/// README's table of flags lists every flag each command's `--help` lists (and no flag that
+/// is gone): the table is where people look first.
+#[test]
+fn readme_lists_every_flag_of_every_command() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let flags_in = |text: &str| -> std::collections::BTreeSet<String> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("--") {
+            let flag: String = rest[at + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if flag.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+                found.insert(format!("--{flag}"));
+            }
+            rest = &rest[at + 2..];
+        }
+        found
+    };
+    let mut missing = Vec::new();
+    let mut stale = Vec::new();
+    for command in [
+        "run", "check", "fmt", "init", "plan", "report", "compare", "history", "merge", "sim",
+    ] {
+        let help = common::llmload()
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        // The flags as --help introduces them: each option line's first words.
+        let listed: std::collections::BTreeSet<String> = help
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('-'))
+            .flat_map(|l| flags_in(l.split("  ").next().unwrap_or(l)))
+            .filter(|f| f != "--help" && f != "--version")
+            .collect();
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{command}` |")))
+            .unwrap_or_else(|| panic!("README has no flags row for `{command}`"));
+        let documented = flags_in(row);
+        missing.extend(
+            listed
+                .difference(&documented)
+                .map(|f| format!("{command} {f}")),
+        );
+        stale.extend(
+            documented
+                .difference(&listed)
+                .map(|f| format!("{command} {f}")),
+        );
+    }
+    assert!(
+        missing.is_empty(),
+        "README's flags table lacks: {}",
+        missing.join(", ")
+    );
+    assert!(
+        stale.is_empty(),
+        "README's flags table lists flags --help does not: {}",
+        stale.join(", ")
+    );
+}
