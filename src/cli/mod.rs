@@ -116,6 +116,16 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    // Diagnostics wrap their help lines between words only: a metric or node name such as
+    // `e2e-per-input` is never cut at a hyphen. (Ignored if a hook is set already.)
+    let _ = miette::set_hook(Box::new(|_| {
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .word_splitter(textwrap::WordSplitter::NoHyphenation)
+                .break_words(false)
+                .build(),
+        )
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(*args),

@@ -23,6 +23,7 @@ mod server;
 mod sim;
 mod sla;
 mod steps;
+pub(crate) mod suggest;
 mod target;
 pub mod units;
 mod workload;

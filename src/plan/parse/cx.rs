@@ -42,6 +42,8 @@ pub(super) struct Cx {
     pub current: usize,
     /// Every mistake, with the file it is in.
     pub diagnostics: Vec<(usize, PlanDiagnostic)>,
+    /// Which of `diagnostics` are consequences of others ([`Cx::consequence`]).
+    pub consequences: Vec<usize>,
     /// Look for files the plan names (a tokenizer); off when a kept plan is judged again.
     pub check_files: bool,
     /// Every phase replays a trace (which gives every request's lengths): the workload then
@@ -107,6 +109,7 @@ impl Cx {
             }],
             current: 0,
             diagnostics: Vec::new(),
+            consequences: Vec::new(),
             check_files,
             replay_only: false,
             batch_api: false,
@@ -190,11 +193,15 @@ impl Cx {
                     } else {
                         props.join(", ")
                     };
+                    let suggestion =
+                        crate::plan::suggest::did_you_mean(key.value(), props.iter().copied());
                     self.error(
                         entry.span(),
                         format!("unknown property `{}` on `{name}`", key.value()),
                         "unknown property",
-                        format!("properties allowed on `{name}`: {allowed}; write it as: {usage}"),
+                        format!(
+                            "{suggestion}properties allowed on `{name}`: {allowed}; write it as: {usage}"
+                        ),
                     );
                 }
             }
@@ -221,12 +228,27 @@ impl Cx {
     }
 
     pub fn unknown_node(&mut self, node: &KdlNode, context: &str, allowed: &str) {
+        let name = node.name().value();
+        let suggestion = crate::plan::suggest::did_you_mean(name, allowed.split(", "));
         self.error(
             node.name().span(),
-            format!("unknown node `{}` {context}", node.name().value()),
+            format!("unknown node `{name}` {context}"),
             "unknown node",
-            format!("allowed here: {allowed}"),
+            format!("{suggestion}allowed here: {allowed}"),
         );
+    }
+
+    /// A mistake that follows from others in the same place (a phase with no load model when
+    /// its `concurency` was unknown): reported after every other, so that the cause reads first.
+    pub fn consequence(
+        &mut self,
+        span: SourceSpan,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        self.error(span, message, label, help);
+        self.consequences.push(self.diagnostics.len() - 1);
     }
 
     /// The first positional argument of `node`, which it requires.

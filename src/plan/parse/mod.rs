@@ -344,9 +344,17 @@ pub fn parse_sim_profile(file_name: &str, text: String) -> Result<SimSettings, P
 }
 
 fn finish(cx: &mut Cx) -> PlanErrors {
-    // Diagnostics in file order read best: the plan's first, then each included file's.
-    cx.diagnostics
-        .sort_by_key(|(file, d)| (*file, d.span.offset()));
+    // Diagnostics in file order read best: the plan's first, then each included file's; a
+    // consequence after every cause.
+    let consequences = std::mem::take(&mut cx.consequences);
+    let mut keyed: Vec<(bool, usize, usize, (usize, crate::plan::PlanDiagnostic))> =
+        std::mem::take(&mut cx.diagnostics)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (file, d))| (consequences.contains(&i), file, d.span.offset(), (file, d)))
+            .collect();
+    keyed.sort_by_key(|(consequence, file, offset, _)| (*consequence, *file, *offset));
+    cx.diagnostics = keyed.into_iter().map(|(_, _, _, d)| d).collect();
     // A secret written in a file is never quoted back: every diagnostic shows the file with it
     // starred out (byte for byte, so that every span still points where it did).
     let masked: Vec<Option<Arc<String>>> = cx

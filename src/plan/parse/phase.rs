@@ -435,7 +435,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     let (mut load, load_span) = match fields.loads.len() {
         0 => {
             if !fields.broken {
-                cx.error(
+                cx.consequence(
                     node.name().span(),
                     format!("phase \"{name}\" has no load model"),
                     "no load",

@@ -196,11 +196,12 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
     let metric_name = node.name().value();
     let Some(metric) = Metric::from_name(metric_name).filter(|m| m.def().uses.assert) else {
         let metrics: Vec<&str> = Metric::assertable().map(Metric::name).collect();
+        let suggestion = crate::plan::suggest::did_you_mean(metric_name, metrics.iter().copied());
         cx.error(
             node.name().span(),
             format!("unknown metric `{metric_name}`"),
             "unknown metric",
-            format!("metrics: {}", metrics.join(", ")),
+            format!("{suggestion}metrics: {}", metrics.join(", ")),
         );
         return None;
     };
@@ -622,11 +623,15 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
     if let Some(unknown) = unknown {
         let span = property(node, unknown).map_or(node.span(), |e| e.span());
         let allowed: Vec<String> = props.iter().map(|p| format!("{p}=")).collect();
+        let suggestion = crate::plan::suggest::did_you_mean(unknown, props.iter().copied());
         cx.error(
             span,
             format!("unknown property `{unknown}` on `{metric_name}`"),
             "unknown property",
-            format!("properties allowed here: {}", allowed.join(", ")),
+            format!(
+                "{suggestion}properties allowed here: {}",
+                allowed.join(", ")
+            ),
         );
         return None;
     }

@@ -1048,3 +1048,47 @@ fn image_urls_serve_on_loopback_only_and_need_images_and_a_real_server() {
     .join("\n");
     assert!(all.contains("the simulator reads images inline"), "{all}");
 }
+
+#[test]
+fn a_misspelt_name_gets_the_nearest_and_its_consequence_comes_after_it() {
+    let errors = parse(
+        "phase \"typo\" { concurency 2; duraton \"1s\" }\nsla { ttfb p99 < \"1s\"; e2e p99 < \"1s\" phse=\"steady\" }\n",
+    )
+    .unwrap_err();
+    let shown: Vec<(&str, &str)> = errors
+        .diagnostics
+        .iter()
+        .map(|d| (d.message.as_str(), d.help.as_deref().unwrap_or("")))
+        .collect();
+    let messages: Vec<&str> = shown.iter().map(|(m, _)| *m).collect();
+    assert_eq!(
+        messages,
+        [
+            "unknown node `concurency` in `phase`",
+            "unknown node `duraton` in `phase`",
+            "unknown metric `ttfb`",
+            "unknown property `phse` on `e2e`",
+            // The consequence of the first, after every cause although its line is first.
+            "phase \"typo\" has no load model",
+        ]
+    );
+    for (help, meant) in
+        shown
+            .iter()
+            .map(|(_, h)| *h)
+            .zip(["concurrency", "duration", "ttft", "phase"])
+    {
+        assert!(
+            help.starts_with(&format!("did you mean `{meant}`? ")),
+            "{help}"
+        );
+    }
+    // A name nothing is near gets no guess.
+    let help = parse("phase \"x\" { rate 1; requests 2; frobnicate 3 }\n")
+        .unwrap_err()
+        .diagnostics[0]
+        .help
+        .clone()
+        .unwrap_or_default();
+    assert!(help.starts_with("allowed here:"), "{help}");
+}

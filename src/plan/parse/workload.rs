@@ -809,7 +809,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
         return None;
     }
     if !has("input") && !from_dataset && !cx.replay_only {
-        cx.error(
+        cx.consequence(
             node.name().span(),
             "the workload has no `input`",
             "input missing",
@@ -823,7 +823,7 @@ pub(super) fn workload(cx: &mut Cx, node: &KdlNode) -> Option<Workload> {
     // A batch of inputs (embeddings, rerank) generates nothing: no output to ask for.
     let batched = fields.batch.is_some();
     if !has("output") && !answers && !cx.replay_only && !batched && !cx.batch_api {
-        cx.error(
+        cx.consequence(
             node.name().span(),
             "the workload has no `output`",
             "output missing",
