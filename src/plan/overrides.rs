@@ -204,17 +204,76 @@ fn set_value(entry: &mut KdlEntry, value: KdlValue) {
     }
 }
 
+/// "the plan has no `phase "stedy"`", with the nearest node of the plan that is there.
+fn no_top_node(document: &KdlDocument, name: &str, arg: Option<&str>) -> String {
+    let shown = |name: &str, arg: Option<&str>| match arg {
+        Some(arg) => format!("{name} \"{arg}\""),
+        None => name.to_string(),
+    };
+    let present: Vec<(String, Option<String>)> = document
+        .nodes()
+        .iter()
+        .map(|n| {
+            let arg = n
+                .entries()
+                .iter()
+                .find(|e| e.name().is_none())
+                .map(|e| match e.value() {
+                    KdlValue::String(s) => s.clone(),
+                    other => other.to_string(),
+                });
+            (n.name().value().to_string(), arg)
+        })
+        .collect();
+    let candidates: Vec<String> = match arg {
+        // A phase (or sweep) by its name: the names of those the plan has.
+        Some(_) => present
+            .iter()
+            .filter(|(n, _)| n == name)
+            .filter_map(|(_, a)| a.clone())
+            .collect(),
+        None => present.iter().map(|(n, _)| n.clone()).collect(),
+    };
+    let wanted = arg.unwrap_or(name);
+    let suggestion =
+        match crate::plan::suggest::nearest(wanted, candidates.iter().map(String::as_str)) {
+            Some(near) if arg.is_some() => format!("; did you mean `{}`?", shown(name, Some(near))),
+            Some(near) => format!("; did you mean `{near}`?"),
+            None if arg.is_some() && !candidates.is_empty() => {
+                let each: Vec<String> = candidates.iter().map(|c| format!("\"{c}\"")).collect();
+                format!("; its {name}s: {}", each.join(", "))
+            }
+            None => String::new(),
+        };
+    format!("the plan has no `{}`{suggestion}", shown(name, arg))
+}
+
 fn set(document: &mut KdlDocument, path: &str, value: &str) -> Result<(), String> {
     let value = value_of(value);
     let segments: Vec<&str> = path.split('.').collect();
     let (first_name, first_arg) = segment(segments[0]);
-    let mut node = top(document, first_name, first_arg).ok_or_else(|| {
-        format!(
-            "the plan has no `{}`",
-            segments[0].replace(':', " \"").to_string()
-                + if first_arg.is_some() { "\"" } else { "" }
-        )
-    })?;
+    if top(document, first_name, first_arg).is_none() {
+        if first_arg.is_some() || segments.len() == 1 {
+            return Err(no_top_node(document, first_name, first_arg));
+        }
+        // A block the plan does not write yet (`report.records="zstd"`): added, with the
+        // value, for the parser to judge as it judges a written one.
+        document.nodes_mut().push(KdlNode::new(first_name));
+        set_in(document, &segments, value)?;
+        let block = top(document, first_name, None).ok_or("no node")?;
+        block.autoformat();
+        if let Some(format) = block.format_mut() {
+            format.leading = "\n".into();
+        }
+        return Ok(());
+    }
+    set_in(document, &segments, value)
+}
+
+/// [`set`] in a top-level node that is there.
+fn set_in(document: &mut KdlDocument, segments: &[&str], value: KdlValue) -> Result<(), String> {
+    let (first_name, first_arg) = segment(segments[0]);
+    let mut node = top(document, first_name, first_arg).ok_or("no node")?;
     for (position, text) in segments.iter().enumerate().skip(1) {
         let (name, arg) = segment(text);
         let last = position + 1 == segments.len();
@@ -239,7 +298,22 @@ fn set(document: &mut KdlDocument, path: &str, value: &str) -> Result<(), String
             }
         }
         if !last {
-            return Err(format!("there is no `{text}` in `{}`", node.name().value()));
+            let children: Vec<String> = node
+                .children()
+                .map(|c| {
+                    c.nodes()
+                        .iter()
+                        .map(|n| n.name().value().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let suggestion =
+                crate::plan::suggest::did_you_mean(name, children.iter().map(String::as_str));
+            let message = format!(
+                "there is no `{text}` in `{}`; {suggestion}",
+                node.name().value()
+            );
+            return Err(message.trim_end().trim_end_matches(';').to_string());
         }
         // A child the plan does not write yet: added (the parser judges it).
         let mut child = KdlNode::new(name);
@@ -346,6 +420,30 @@ phase "steady" { rate 4; duration "30s" }
         let text = applied(&["target.timout=\"5s\""]);
         let errors = crate::plan::parse_plan("p.kdl", text).unwrap_err();
         assert!(format!("{errors:?}").contains("timout"));
+        assert!(format!("{errors:?}").contains("did you mean `timeout`?"));
+        // The nearest of what is there is offered.
+        let err = apply(PLAN, &[Override::set("phase:stedy.rate=8").unwrap()]).unwrap_err();
+        assert!(err.ends_with("did you mean `phase \"steady\"`?"), "{err}");
+        let err = apply(PLAN, &[Override::set("workload.inptu.bucket=8").unwrap()]).unwrap_err();
+        assert!(
+            err.ends_with("there is no `inptu` in `workload`; did you mean `input`?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_block_the_plan_lacks_is_added() {
+        let text = applied(&["report.records=\"zstd\""]);
+        assert!(
+            text.ends_with("\"30s\" }\n\nreport {\n    records zstd\n}\n"),
+            "{text}"
+        );
+        let plan = crate::plan::parse_plan("p.kdl", applied(&["report.records=\"zstd\""])).unwrap();
+        assert!(
+            format!("{:?}", plan.report).contains("Zstd"),
+            "{:?}",
+            plan.report
+        );
     }
 
     #[test]
