@@ -257,7 +257,9 @@ fn regressions_are_detected_beyond_noise_and_noise_is_not_one() {
     // Re-rendered with no flag, the run is judged as it was: against its baseline, still FAIL.
     let output = llmload().arg("report").arg(&out).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
-    assert!(out.join("comparison.md").exists() && !out.join("pr.md").exists());
+    // The template's pr.md, not asked for again, is kept and said (never deleted silently).
+    assert!(out.join("comparison.md").exists() && out.join("pr.md").exists());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("kept pr.md"));
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["comparison"]["regressed"], true);

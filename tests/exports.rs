@@ -271,3 +271,64 @@ fn a_run_exports_the_result_json_of_vllm_bench_serve() {
     assert!(number("p99_e2el_ms") >= number("median_e2el_ms"));
     assert!(result["request_goodput"].is_null(), "no slo, no goodput");
 }
+
+/// `report DIR` rewrites what it is asked to and never deletes silently what the run wrote by
+/// request (JUnit, exports): it keeps them and says so, or removes them with --clean, saying so.
+#[test]
+fn report_keeps_the_runs_junit_and_exports_unless_told_to_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let (junit, bmf) = (
+        dir.path().join("out/junit.xml"),
+        dir.path().join("out/bmf.json"),
+    );
+    let run = run_in(
+        dir,
+        &sim_plan(
+            "ttft \"5ms\"; itl \"1ms\"",
+            "input 16; output 4",
+            "phase \"a\" { concurrency 2; requests 10 }",
+            "e2e max < \"10s\"",
+        ),
+        &[
+            "--junit",
+            junit.to_str().unwrap(),
+            "--export",
+            "bmf",
+            bmf.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let out = run.out();
+    for name in ["junit.xml", "bmf.json"] {
+        assert!(out.join(name).is_file(), "{name}");
+    }
+    let report = |args: &[&str]| {
+        let output = llmload()
+            .arg("report")
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    // Asked for JUnit again: rewritten; the export not asked for: kept, and said.
+    let said = report(&["--junit", out.join("junit.xml").to_str().unwrap()]);
+    assert!(out.join("junit.xml").is_file() && out.join("bmf.json").is_file());
+    assert!(
+        said.contains("kept bmf.json") && !said.contains("junit.xml"),
+        "{said}"
+    );
+    // Kept files stay in the manifest: a later --clean still finds them.
+    let said = report(&["--clean"]);
+    assert!(!out.join("junit.xml").exists() && !out.join("bmf.json").exists());
+    assert!(
+        said.contains("removed") && said.contains("bmf.json") && said.contains("junit.xml"),
+        "{said}"
+    );
+    assert!(out.join("report.md").is_file() && out.join("records.jsonl").is_file());
+}

@@ -268,12 +268,33 @@ fn write_reports<'a>(
     Ok((context, written, compared))
 }
 
+/// What `llmload report` does with files an earlier run or report wrote and this one does not
+/// write again (JUnit, exports, templates' outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Earlier {
+    /// Kept, and said.
+    Keep,
+    /// Removed, and said (`report --clean`).
+    Remove,
+}
+
 /// Writes everything a judged run leaves behind and prints its summary; returns the exit code.
 pub(super) fn conclude(
     outcome: &RunOutcome,
     gate: &GateArgs,
     templates: &[UserTemplate],
 ) -> Result<u8> {
+    conclude_with(outcome, gate, templates, Earlier::Keep)
+}
+
+/// [`conclude`], saying what becomes of the earlier files it does not write again.
+pub(super) fn conclude_with(
+    outcome: &RunOutcome,
+    gate: &GateArgs,
+    templates: &[UserTemplate],
+    earlier: Earlier,
+) -> Result<u8> {
+    let before = outdir::extras(&outcome.dir);
     let (context, mut written, compared) = write_reports(outcome, templates)?;
     let summary = &context.summary;
     if let Some(markdown) = compared {
@@ -301,6 +322,31 @@ pub(super) fn conclude(
         written.push(path);
     }
     gate.gate().keep(&outcome.dir)?;
+    let not_rewritten: Vec<String> = before
+        .into_iter()
+        .filter(|name| {
+            !written
+                .iter()
+                .any(|w| same_file(w, &outcome.dir.join(name)))
+        })
+        .collect();
+    if !not_rewritten.is_empty() {
+        let names = not_rewritten.join(", ");
+        match earlier {
+            Earlier::Keep => {
+                eprintln!(
+                    "note: kept {names} from an earlier run or report of {} (not written again: \
+                     ask for it with --junit, --export or --template, or pass --clean to remove it)",
+                    outcome.dir.display()
+                );
+                written.extend(not_rewritten.iter().map(|name| outcome.dir.join(name)));
+            }
+            Earlier::Remove => {
+                outdir::remove_files(&outcome.dir, &not_rewritten)?;
+                eprintln!("note: removed {names} (--clean: written by an earlier run or report, not by this one)");
+            }
+        }
+    }
     outdir::write_manifest(&outcome.dir, &written)?;
     match report::step_summary(summary, outcome.comparison.as_ref()) {
         Ok(text) => append_step_summary(&text),
@@ -316,6 +362,15 @@ pub(super) fn conclude(
         }
     }
     Ok(outcome.status.exit_code())
+}
+
+/// Whether two paths name one file (one may be relative, the other not).
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// Writes a whole file.

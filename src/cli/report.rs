@@ -15,6 +15,10 @@ pub(super) struct ReportArgs {
     /// with it again: a regression is part of the run).
     #[arg(long, conflicts_with = "baseline")]
     no_baseline: bool,
+    /// Remove the files an earlier run or report wrote into DIR that this one does not write
+    /// again (JUnit, exports, templates' outputs); without it they are kept, and said.
+    #[arg(long)]
+    clean: bool,
     #[command(flatten)]
     gate: GateArgs,
 }
@@ -34,5 +38,10 @@ pub(super) fn rerender(args: &ReportArgs) -> Result<u8> {
         )));
     }
     let outcome = session::judge(&plan, &args.dir, &gate.gate())?;
-    output::conclude(&outcome, &gate, &templates)
+    let earlier = if args.clean {
+        output::Earlier::Remove
+    } else {
+        output::Earlier::Keep
+    };
+    output::conclude_with(&outcome, &gate, &templates, earlier)
 }

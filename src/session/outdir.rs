@@ -90,10 +90,29 @@ pub fn prepare(dir: &Path, plan: Option<&str>) -> Result<()> {
     }
 }
 
-/// Removes the derived files an earlier run or report left (not its plan and records), before
-/// `llmload report` writes them again.
+/// Removes the reports an earlier run or report left (not its plan and records, nor the
+/// files only asked for by name: [`extras`]), before `llmload report` writes them again.
 pub fn clear_derived(dir: &Path) -> Result<()> {
-    remove(dir, &outputs(dir), &INPUTS)
+    let known: Vec<String> = KNOWN.iter().map(|n| n.to_string()).collect();
+    remove(dir, &known, &INPUTS)
+}
+
+/// What an earlier run or report wrote into `dir` beyond its inputs and llmload's own reports:
+/// JUnit, exports and templates' outputs, which only a flag asked for. `llmload report` keeps
+/// those it does not write again (or removes them when told to), never silently.
+pub fn extras(dir: &Path) -> Vec<String> {
+    outputs(dir)
+        .into_iter()
+        .filter(|name| {
+            !KNOWN.contains(&name.as_str()) && !INPUTS.contains(&name.as_str()) && name != MANIFEST
+        })
+        .filter(|name| dir.join(name).exists())
+        .collect()
+}
+
+/// Removes `names` from `dir` (plain names, as [`extras`] gives them).
+pub fn remove_files(dir: &Path, names: &[String]) -> Result<()> {
+    remove(dir, names, &INPUTS)
 }
 
 /// Lists the files now in `dir` that llmload wrote: the run's inputs and `written`.
@@ -171,10 +190,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(out.join("notes-of-mine.txt"), "keep").unwrap();
-        // `report` keeps the inputs and removes the derived files.
+        // `report` keeps the inputs, removes llmload's own reports, and leaves the files only
+        // a flag asked for (a template's pr.md) to the caller, which says what it does with them.
+        assert_eq!(extras(&out), ["pr.md"]);
         clear_derived(&out).unwrap();
         assert!(out.join("records.jsonl").exists() && out.join("plan.kdl").exists());
-        assert!(!out.join("comparison.md").exists() && !out.join("pr.md").exists());
+        assert!(!out.join("comparison.md").exists() && out.join("pr.md").exists());
+        remove_files(&out, &extras(&out)).unwrap();
+        assert!(!out.join("pr.md").exists());
         // A new run removes the rest of the earlier run, and leaves what is not llmload's.
         prepare(&out, None).unwrap();
         assert!(!out.join("records.jsonl").exists());
