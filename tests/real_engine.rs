@@ -220,6 +220,23 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
             let what = format!("{api}, stream {stream}");
             assert_eq!(code, 0, "{what}: {stderr}");
             assert_eq!(records.len(), 6, "{what}");
+            // llama.cpp lists its model by its file, and answers for any name: the plan's
+            // "tiny" is not listed, and the report says so (not only the terminal).
+            let listed = summary["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["code"] == "model-not-listed")
+                .unwrap_or_else(|| {
+                    panic!("{what}: no model-not-listed note: {}", summary["warnings"])
+                });
+            assert!(
+                listed["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("but not \"tiny\""),
+                "{listed}"
+            );
             for record in &records {
                 assert!(record["error"].is_null(), "{what}: {record}");
                 // ignore_eos is honoured: exactly the planned length, ended by the length.

@@ -122,6 +122,8 @@ pub async fn run_from(
     // URL, key or model ends the run in seconds. It rides on the connection warm-up (a plan
     // measuring cold connections opens none before its clock).
     let mut refused: Option<String> = None;
+    // What the checks learned that the reports must say too (a model served but not listed).
+    let mut preflight_notes: Vec<String> = Vec::new();
     if config.warm_connections {
         let mut checked: Vec<(String, String)> = Vec::new();
         for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
@@ -135,7 +137,10 @@ pub async fn run_from(
                 continue;
             }
             match connections::preflight(&transport, template).await {
-                Ok(Some(note)) => config.observer.on_event(Event::Note(&note)),
+                Ok(Some(note)) => {
+                    config.observer.on_event(Event::Note(&note));
+                    preflight_notes.push(note);
+                }
                 Ok(None) => {}
                 Err(why) => refused = Some(format!("{why}; nothing was sent")),
             }
@@ -227,6 +232,7 @@ pub async fn run_from(
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
     });
+    header.target_notes = preflight_notes;
     header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
     header.started_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

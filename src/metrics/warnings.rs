@@ -233,6 +233,12 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     if let Some(chosen) = header.and_then(|h| h.tokenizer_note.clone()) {
         out.push(note("tokenizer-auto", chosen));
     }
+    for said in header
+        .map(|h| h.target_notes.as_slice())
+        .unwrap_or_default()
+    {
+        out.push(note("model-not-listed", said.clone()));
+    }
     // A reset the plan asked for and the server did not do: the phase's cache was not cold.
     let not_reset: Vec<&PhaseMetrics> = aggregates
         .phases

@@ -105,6 +105,10 @@ pub struct RunHeader {
     /// one and how to get the model's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_note: Option<String>,
+    /// What the checks before the clock learned of the target that a report must say (it
+    /// answers for a model its `/models` list does not name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_notes: Vec<String>,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.

@@ -321,6 +321,7 @@ fn run_header(
         exact_output: plan.workload.ignore_eos,
         tokenizer: tokenizer.name().to_string(),
         tokenizer_note: plan.workload.tokenizer_note.clone(),
+        target_notes: Vec::new(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
         clock_origin_ns: None,
