@@ -580,7 +580,24 @@ fn a_wrong_target_key_or_model_fails_fast_and_says_what_is_served() {
     );
     assert_eq!(code, Some(3), "{stderr}");
     assert!(
-        stderr.contains("refused the run's credentials: HTTP 401"),
+        stderr.contains("refused the run's credentials: HTTP 401")
+            && stderr.contains("no key was sent"),
+        "{stderr}"
+    );
+    // The wrong key: refused, and the hint says one was sent (never what it was).
+    let (code, stderr, _) = run(
+        &format!(
+            "target \"sim\" {{ model \"qwen3-8b\"; api-key env=\"WRONG_KEY\" }}\n{serving}{long}"
+        ),
+        &[],
+        &[
+            ("SIM_KEY", "k-123456".as_ref()),
+            ("WRONG_KEY", "k-999999".as_ref()),
+        ],
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("a key was sent, and refused") && !stderr.contains("k-999999"),
         "{stderr}"
     );
     // Both right: it runs (briefly).

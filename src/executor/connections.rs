@@ -78,12 +78,19 @@ pub async fn preflight(
     };
     match response.status {
         401 | 403 => {
+            // Whether a key went out decides what to do: give one, or check the one given.
+            let hint = if template.credentials.is_empty() {
+                "no key was sent: name the variable that holds it with `api-key env=\"VAR\"` in \
+                 the target (or --api-key-env VAR) and export VAR"
+            } else {
+                "a key was sent, and refused: check that the variable the plan names holds a key \
+                 this target accepts (for this model, not expired)"
+            };
             return Err(format!(
-            "the target refused the run's credentials: HTTP {} from {shown}: {} (set the key with \
-                 `api-key env=\"VAR\"` in the target and export VAR)",
-            response.status,
-            said()
-        ))
+                "the target refused the run's credentials: HTTP {} from {shown}: {} ({hint})",
+                response.status,
+                said()
+            ));
         }
         200..=299 => {}
         // No model list here (not every server has one): the requests will tell.
