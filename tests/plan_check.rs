@@ -641,3 +641,28 @@ fn check_warns_of_an_assertion_its_requests_cannot_decide() {
     assert!(out.contains("warning: `ttft p99.9 < 45ms`"), "{out}");
     assert!(out.contains("can never show its p99.9"), "{out}");
 }
+
+/// A search-only plan schedules nothing before it runs (its probes are made as it goes): the
+/// example body `llmload plan` shows is still its workload's first request, not an empty one.
+#[test]
+fn a_search_only_plans_example_body_is_its_workloads() {
+    let output = common::llmload()
+        .args(["plan", "plans/capacity-search.kdl"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let body = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("body:"))
+        .unwrap();
+    assert!(
+        body.contains("<a prompt of 128 tokens>") && body.contains("\"max_tokens\":64"),
+        "{body}"
+    );
+}

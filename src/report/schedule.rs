@@ -414,12 +414,25 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
         .phases
         .iter()
         .find_map(|phase| phase.requests.first());
-    let (input, output) = first.map_or((0, 1), |r| (r.input_tokens, r.output_tokens));
+    // A plan whose requests are made while it runs (a search's probes) has none scheduled:
+    // its example is the workload's first length, as its first request will be.
+    let bucket = plan.workload.buckets.first();
+    let (input, output) = first.map_or_else(
+        || {
+            bucket.map_or((0, plan.workload.output_tokens), |b| {
+                (
+                    b.input_tokens,
+                    b.output_tokens.unwrap_or(plan.workload.output_tokens),
+                )
+            })
+        },
+        |r| (r.input_tokens, r.output_tokens),
+    );
     let options = plan.body_options();
     let prompt_text = format!("<a prompt of {input} tokens>");
-    let batch = first.map_or(0, |r| r.batch);
+    let batch = first.map_or_else(|| plan.workload.batch.map_or(0, |b| b.min), |r| r.batch);
     let query_tokens = plan.workload.query_tokens.unwrap_or(0);
-    let each = first.map_or(0, |r| r.tokens_per_input(query_tokens));
+    let each = first.map_or(input, |r| r.tokens_per_input(query_tokens));
     let prompt = match &plan.workload.system {
         _ if batch > 0 => crate::planner::Prompt::Batch {
             query: (query_tokens > 0).then(|| format!("<a query of {query_tokens} tokens>")),
