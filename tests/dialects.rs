@@ -317,6 +317,17 @@ sla {{ e2e-per-input max < "1s"; input-throughput > 1 }}
         let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
         assert!(report.contains("inputs/s"), "{report}");
         assert!(report.contains("E2E per input"), "{report}");
+        // The terminal's table is shaped for batches: E2E, per input, inputs/s; no TTFT or
+        // ITL columns of dashes.
+        let terminal = run.stdout();
+        let head = terminal.lines().find(|l| l.starts_with("phase ")).unwrap();
+        assert!(
+            head.contains("E2E/input p50")
+                && head.contains("inputs/s")
+                && !head.contains("TTFT")
+                && !head.contains("ITL"),
+            "{api}: {head}"
+        );
     }
 }
 

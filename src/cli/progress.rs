@@ -33,6 +33,9 @@ impl Live {
             done: AtomicBool::new(false),
             counters: Mutex::new(None),
             tokens_per_chunk: Mutex::new((0, 0)),
+            batches: AtomicBool::new(false),
+            inputs: AtomicU64::new(0),
+            inputs_last: AtomicU64::new(0),
         });
         let ticker = show.then(|| {
             let progress = progress.clone();
@@ -73,6 +76,12 @@ struct Progress {
     counters: Mutex<Option<Arc<crate::executor::LiveCounters>>>,
     /// (tokens, chunks) of the finished requests: tokens per chunk, to turn chunks into tokens.
     tokens_per_chunk: Mutex<(u64, u64)>,
+    /// The API answers batches whole (embeddings, rerank): the line shows E2E and inputs/s,
+    /// not TTFT and tokens/s.
+    batches: AtomicBool,
+    /// Inputs of the finished batch requests, and their count at the previous line.
+    inputs: AtomicU64,
+    inputs_last: AtomicU64,
 }
 
 struct PhaseProgress {
@@ -82,7 +91,7 @@ struct PhaseProgress {
     sent: AtomicU64,
     done: AtomicU64,
     errors: AtomicU64,
-    /// TTFTs since the previous line.
+    /// TTFTs (E2Es, for an API that answers batches) since the previous line.
     ttft_us: Mutex<Option<Histogram<u64>>>,
 }
 
@@ -154,6 +163,8 @@ impl Progress {
             ),
             None => format!("{:.0}s", elapsed.as_secs_f64()),
         };
+        let batches = self.batches.load(Ordering::Relaxed);
+        let latency = if batches { "E2E" } else { "TTFT" };
         let ms = |us: u64| {
             if us >= 10_000_000 {
                 format!("{:.1}s", us as f64 / 1e6)
@@ -170,7 +181,7 @@ impl Progress {
                 let h = h.as_mut()?;
                 let text = (!h.is_empty()).then(|| {
                     format!(
-                        "TTFT p50 {} p99 {}",
+                        "{latency} p50 {} p99 {}",
                         ms(h.value_at_quantile(0.5)),
                         ms(h.value_at_quantile(0.99))
                     )
@@ -178,7 +189,7 @@ impl Progress {
                 h.reset();
                 text
             })
-            .unwrap_or_else(|| "TTFT -".into());
+            .unwrap_or_else(|| format!("{latency} -"));
         let chunks = self
             .counters
             .lock()
@@ -204,15 +215,26 @@ impl Progress {
             }
             Err(_) => (0.0, 0.0),
         };
+        let throughput = if batches {
+            let inputs = self.inputs.load(Ordering::Relaxed);
+            let before = self.inputs_last.swap(inputs, Ordering::Relaxed);
+            let per_s = if interval > 0.0 {
+                inputs.saturating_sub(before) as f64 / interval
+            } else {
+                0.0
+            };
+            format!("{per_s:.0} inputs/s")
+        } else {
+            format!("{rate:.0} tok/s")
+        };
         let sent = phase.sent.load(Ordering::Relaxed);
         let done = phase.done.load(Ordering::Relaxed);
         format!(
-            "[{} {clock}] sent {sent} done {done} failed {} in flight {} | last {:.0}s: {ttft} | {:.0} tok/s",
+            "[{} {clock}] sent {sent} done {done} failed {} in flight {} | last {:.0}s: {ttft} | {throughput}",
             phase.name,
             phase.errors.load(Ordering::Relaxed),
             sent.saturating_sub(done),
             interval,
-            rate
         )
     }
 }
@@ -220,11 +242,21 @@ impl Progress {
 impl Observer for Progress {
     fn on_event(&self, event: Event<'_>) {
         match event {
-            Event::RunStarted(header) if self.show => {
-                eprintln!(
-                    "llmload: running plan \"{}\" against {}",
-                    header.plan, header.target
-                );
+            Event::RunStarted(header) => {
+                let batches =
+                    crate::api::Api::from_name(&header.api).is_some_and(|api| {
+                        match api.dialect().capabilities().kind {
+                            crate::api::ApiKind::Generate => false,
+                            crate::api::ApiKind::Embed | crate::api::ApiKind::Rank => true,
+                        }
+                    });
+                self.batches.store(batches, Ordering::Relaxed);
+                if self.show {
+                    eprintln!(
+                        "llmload: running plan \"{}\" against {}",
+                        header.plan, header.target
+                    );
+                }
             }
             Event::Counters(counters) => {
                 if let Ok(mut slot) = self.counters.lock() {
@@ -266,7 +298,14 @@ impl Observer for Progress {
                         ratio.1 += record.chunks.len() as u64;
                     }
                 }
-                if let Some(ttft) = record.ttft_us {
+                let latency = if self.batches.load(Ordering::Relaxed) {
+                    self.inputs
+                        .fetch_add(u64::from(record.inputs.unwrap_or(0)), Ordering::Relaxed);
+                    record.e2e_us.filter(|_| record.ok())
+                } else {
+                    record.ttft_us
+                };
+                if let Some(ttft) = latency {
                     if let Ok(mut hist) = phase.ttft_us.lock() {
                         if let Some(hist) = hist.as_mut() {
                             let _ = hist.record(ttft.max(1));

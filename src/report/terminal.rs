@@ -24,21 +24,94 @@ fn error_lines(summary: &Summary) -> String {
     out
 }
 
-/// What the terminal shows at the end of a run.
-pub fn terminal_summary(summary: &Summary) -> String {
-    let mut out = String::new();
-    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
-    // A model that reasons: the answer users wait for starts at TTFO, not at the first thought.
-    let reasoned = summary.overall.metrics[Metric::ReasoningTime].count > 0;
+/// Whether the run's API answers a batch whole (embeddings, rerank): no tokens stream, so its
+/// tables show E2E, E2E per input and inputs/s instead of TTFT and ITL.
+fn answers_batches(summary: &Summary) -> bool {
+    crate::api::Api::from_name(&summary.context.header.api).is_some_and(|api| {
+        match api.dialect().capabilities().kind {
+            crate::api::ApiKind::Generate => false,
+            crate::api::ApiKind::Embed | crate::api::ApiKind::Rank => true,
+        }
+    })
+}
+
+/// The phase table's head and one scope's row.
+struct Columns {
+    head: String,
+    row: fn(&str, &crate::metrics::PhaseMetrics, bool) -> String,
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
+}
+
+/// Batches: E2E, E2E per input, inputs and requests per second.
+fn batch_columns() -> Columns {
+    Columns {
+        head: format!(
+            "{:<24} {:>8} {:>8} {:>10} {:>10} {:>13} {:>10} {:>9}\n",
+            "phase", "ok", "failed", "E2E p50", "E2E p99", "E2E/input p50", "inputs/s", "req/s"
+        ),
+        row: |name, scope, _| {
+            format!(
+                "{:<24} {:>8} {:>8} {:>10} {:>10} {:>13} {:>10.1} {:>9.2}\n",
+                truncate(name, 24),
+                scope.requests.ok,
+                scope.requests.failed,
+                ms(scope.metrics[Metric::E2e].p50),
+                ms(scope.metrics[Metric::E2e].p99),
+                ms(scope.metrics[Metric::E2ePerInput].p50),
+                scope.throughput.inputs_per_s,
+                scope.throughput.requests_per_s
+            )
+        },
+    }
+}
+
+/// Generation: TTFT, (TTFO for a model that reasons,) ITL, E2E and requests per second.
+fn generation_columns(reasoned: bool) -> Columns {
     let ttfo_head = if reasoned {
         format!(" {:>10}", "TTFO p99")
     } else {
         String::new()
     };
-    out.push_str(&format!(
-        "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo_head} {:>10} {:>10} {:>9}\n",
-        "phase", "ok", "failed", "TTFT p50", "TTFT p99", "ITL p99", "E2E p99", "req/s"
-    ));
+    Columns {
+        head: format!(
+            "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo_head} {:>10} {:>10} {:>9}\n",
+            "phase", "ok", "failed", "TTFT p50", "TTFT p99", "ITL p99", "E2E p99", "req/s"
+        ),
+        row: |name, scope, reasoned| {
+            let ttfo = if reasoned {
+                format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
+            } else {
+                String::new()
+            };
+            format!(
+                "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo} {:>10} {:>10} {:>9.2}\n",
+                truncate(name, 24),
+                scope.requests.ok,
+                scope.requests.failed,
+                ms(scope.metrics[Metric::Ttft].p50),
+                ms(scope.metrics[Metric::Ttft].p99),
+                ms(scope.metrics[Metric::Itl].p99),
+                ms(scope.metrics[Metric::E2e].p99),
+                scope.throughput.requests_per_s
+            )
+        },
+    }
+}
+
+/// What the terminal shows at the end of a run.
+pub fn terminal_summary(summary: &Summary) -> String {
+    let mut out = String::new();
+    // A model that reasons: the answer users wait for starts at TTFO, not at the first thought.
+    let reasoned = summary.overall.metrics[Metric::ReasoningTime].count > 0;
+    let columns = if answers_batches(summary) {
+        batch_columns()
+    } else {
+        generation_columns(reasoned)
+    };
+    out.push_str(&columns.head);
     // Each recorded phase, then its steady window when a warm-up was cut from it.
     let mut scopes: Vec<(String, &crate::metrics::PhaseMetrics)> = Vec::new();
     for phase in summary.phases.iter().filter(|p| p.recorded) {
@@ -55,22 +128,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
         scopes.push((summary.overall.name.clone(), &summary.overall));
     }
     for (name, scope) in scopes {
-        let ttfo = if reasoned {
-            format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
-        } else {
-            String::new()
-        };
-        out.push_str(&format!(
-            "{:<24} {:>8} {:>8} {:>10} {:>10}{ttfo} {:>10} {:>10} {:>9.2}\n",
-            truncate(&name, 24),
-            scope.requests.ok,
-            scope.requests.failed,
-            ms(scope.metrics[Metric::Ttft].p50),
-            ms(scope.metrics[Metric::Ttft].p99),
-            ms(scope.metrics[Metric::Itl].p99),
-            ms(scope.metrics[Metric::E2e].p99),
-            scope.throughput.requests_per_s
-        ));
+        out.push_str(&(columns.row)(&name, scope, reasoned));
     }
     out.push_str("(latencies in ms)\n");
     out.push_str(&error_lines(summary));
