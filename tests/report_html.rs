@@ -74,6 +74,26 @@ fn a_plain_run_and_its_comparison_render_readably() {
     assert_eq!(measured["baseline_table"], true, "{measured}");
     let html = std::fs::read_to_string(second.out().join("report.html")).unwrap();
     assert!(html.contains("<h2 id=\"baseline\">Against the baseline</h2>"));
+    // Each change beside its values: baseline → current, in the metric's unit.
+    assert!(html.contains("<th>Baseline → current</th>"), "{html}");
+    let summary = second.summary();
+    let ttft = summary["comparison"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["metric"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("ttft p50"))
+        })
+        .unwrap()
+        .clone();
+    let shown = format!(
+        "<td style=\"white-space: nowrap\">{:.2} ms → {:.2} ms</td>",
+        ttft["baseline"].as_f64().unwrap(),
+        ttft["current"].as_f64().unwrap()
+    );
+    assert!(html.contains(&shown), "{shown} not in the page");
     // A row the runs cannot decide says why under its verdict, on the page.
     let summary = second.summary();
     let rows = summary["comparison"]["rows"].as_array().unwrap();
