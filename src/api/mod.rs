@@ -351,6 +351,17 @@ pub enum ApiKind {
     Rank,
 }
 
+impl ApiKind {
+    /// Answers a batch whole (embeddings, rerank): no tokens stream, so what a request cost is
+    /// its E2E, per input, and inputs per second.
+    pub fn answers_batches(self) -> bool {
+        match self {
+            ApiKind::Generate => false,
+            ApiKind::Embed | ApiKind::Rank => true,
+        }
+    }
+}
+
 /// What a dialect can do, which decides what a plan may ask of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {

@@ -243,13 +243,8 @@ impl Observer for Progress {
     fn on_event(&self, event: Event<'_>) {
         match event {
             Event::RunStarted(header) => {
-                let batches =
-                    crate::api::Api::from_name(&header.api).is_some_and(|api| {
-                        match api.dialect().capabilities().kind {
-                            crate::api::ApiKind::Generate => false,
-                            crate::api::ApiKind::Embed | crate::api::ApiKind::Rank => true,
-                        }
-                    });
+                let batches = crate::api::Api::from_name(&header.api)
+                    .is_some_and(|api| api.dialect().capabilities().kind.answers_batches());
                 self.batches.store(batches, Ordering::Relaxed);
                 if self.show {
                     eprintln!(

@@ -27,12 +27,8 @@ fn error_lines(summary: &Summary) -> String {
 /// Whether the run's API answers a batch whole (embeddings, rerank): no tokens stream, so its
 /// tables show E2E, E2E per input and inputs/s instead of TTFT and ITL.
 fn answers_batches(summary: &Summary) -> bool {
-    crate::api::Api::from_name(&summary.context.header.api).is_some_and(|api| {
-        match api.dialect().capabilities().kind {
-            crate::api::ApiKind::Generate => false,
-            crate::api::ApiKind::Embed | crate::api::ApiKind::Rank => true,
-        }
-    })
+    crate::api::Api::from_name(&summary.context.header.api)
+        .is_some_and(|api| api.dialect().capabilities().kind.answers_batches())
 }
 
 /// The phase table's head and one scope's row.
