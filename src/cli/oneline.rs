@@ -235,14 +235,10 @@ fn assertion(text: &str) -> String {
     text.to_string()
 }
 
-/// Whether a URL names a user or password (`http://user:pass@host`).
+/// Whether a URL names a user or password (`http://user:pass@host`), read as the plan's phase
+/// targets read it.
 fn has_credentials(url: &str) -> bool {
-    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = after_scheme
-        .split(['/', '?', '#'])
-        .next()
-        .unwrap_or_default();
-    authority.contains('@')
+    reqwest::Url::parse(url).is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
 }
 
 /// A tokenizer naming a file that exists here, made absolute: the kept plan lives in the run
