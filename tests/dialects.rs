@@ -20,7 +20,7 @@ fn dialects_plan(stream: bool, tools: bool) -> String {
     format!(
         r#"plan "dialects" {{ seed 5 }}
 target "sim" {{ api "chat"; stream #{stream}; timeout "10s"; {tools} }}
-sim {{ ttft "15ms"; itl "2ms"; reasoning 6 in-usage=#true }}
+sim {{ ttft "15ms"; itl "2ms"; reasoning 6 in-usage=#true; answer-as "served-as" }}
 workload {{ tokenizer "cl100k_base"; input 48; output 24 }}
 phase "chat" {{ concurrency 2; requests 6 }}
 phase "responses" {{ api "responses"; concurrency 2; requests 6 }}
@@ -46,6 +46,12 @@ fn three_dialects_in_three_phases_measure_alike_and_the_report_compares_them() {
             assert_eq!(scope["tokens"]["output_observed_mean"], 24.0, "{name}");
             assert_eq!(scope["tokens"]["input_observed_mean"], 48.0, "{name}");
             assert_eq!(scope["finish_reasons"]["length"], 6, "{name}: {scope}");
+            // The model each answer named, read from where each dialect's events put it.
+            assert_eq!(
+                scope["models"],
+                serde_json::json!({"served-as": 6}),
+                "{name} (stream {stream})"
+            );
             if stream {
                 // Thinking first, then the answer: the first answer token is later than the
                 // first token, in every dialect's events.
@@ -69,6 +75,27 @@ fn three_dialects_in_three_phases_measure_alike_and_the_report_compares_them() {
             assert_eq!(phase(&summary, name)["api"], name);
         }
         assert!(phase(&summary, "chat").get("api").is_none());
+        // Answered under another name than the plan asked: said once, as a note.
+        let notes: Vec<&serde_json::Value> = summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["code"] == "model-answered")
+            .collect();
+        assert_eq!(notes.len(), 1, "{}", summary["warnings"]);
+        assert_eq!(notes[0]["severity"], "note");
+        assert!(
+            notes[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("`served-as` (18)"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            report.contains("asked; the answers named `served-as` (18) |"),
+            "{report}"
+        );
     }
 }
 
@@ -231,6 +258,30 @@ phase "p" {{ rate 20; duration "30s" }}
     assert_eq!(summary["verdict"]["exit_code"], 3, "{}", summary["verdict"]);
 }
 
+/// A gateway that routes one model's name to two: the run's numbers mix them, and a warning
+/// says so, with each model's share.
+#[test]
+fn answers_from_several_models_are_a_warning() {
+    let plan = common::sim_plan(
+        r#"ttft "2ms"; itl "1ms"; answer-as "big" "small""#,
+        "input 8; output 4",
+        r#"phase "p" { concurrency 2; requests 10 }"#,
+        "",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    assert_eq!(
+        summary["overall"]["models"],
+        serde_json::json!({"big": 5, "small": 5})
+    );
+    let warning = common::warning_of(&summary, "several-models").expect("several-models");
+    assert_eq!(warning["severity"], "warning");
+    let message = warning["message"].as_str().unwrap();
+    assert!(message.contains("`big` (5), `small` (5)"), "{message}");
+    assert!(common::warning_of(&summary, "model-answered").is_none());
+}
+
 /// A phase may not speak an API that cannot carry what the plan asks of its requests.
 #[test]
 fn a_phase_api_that_cannot_carry_the_plan_is_a_plan_mistake() {
@@ -297,6 +348,18 @@ sla {{ e2e-per-input max < "1s"; input-throughput > 1 }}
                 .all(|r| r["input_tokens_planned"] == 6 * (64 + 16)));
         }
         let summary = run.summary();
+        // The answers name the model asked (the simulator's default): read, and no note.
+        let models = summary["overall"]["models"].as_object().unwrap();
+        assert_eq!(
+            models.values().collect::<Vec<_>>(),
+            [30],
+            "{api}: {models:?}"
+        );
+        assert!(records.iter().all(|r| r["model"].is_string()), "{api}");
+        assert!(
+            common::warning_of(&summary, "model-answered").is_none(),
+            "{api}"
+        );
         let inputs: u64 = records.iter().map(|r| r["inputs"].as_u64().unwrap()).sum();
         let wall = summary["overall"]["wall_s"].as_f64().unwrap();
         let per_s = summary["overall"]["throughput"]["inputs_per_s"]

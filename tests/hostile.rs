@@ -57,7 +57,7 @@ fn hostile_server(seen: &Seen, stream: &mut TcpStream) {
         );
     } else {
         let events = format!(
-            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
+            "data: {{\"model\":\"{HOSTILE}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
              data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{HOSTILE}\"}}]}}\n\n\
              data: [DONE]\n\n"
         );

@@ -239,6 +239,11 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
             );
             for record in &records {
                 assert!(record["error"].is_null(), "{what}: {record}");
+                // llama.cpp's answers name the model by its file, not the plan's "tiny".
+                assert!(
+                    record["model"].as_str().unwrap_or("").ends_with(".gguf"),
+                    "{what}: {record}"
+                );
                 // ignore_eos is honoured: exactly the planned length, ended by the length.
                 assert_eq!(record["completion_tokens"], 24, "{what}: {record}");
                 assert_eq!(record["finish_reason"], "length", "{what}: {record}");
@@ -306,6 +311,11 @@ fn exact_lengths_on_the_responses_api_streamed_and_not() {
         assert_eq!(records.len(), 6, "{what}");
         for record in &records {
             assert!(record["error"].is_null(), "{what}: {record}");
+            // Streamed, llama.cpp names it in response.completed alone.
+            assert!(
+                record["model"].as_str().unwrap_or("").ends_with(".gguf"),
+                "{what}: {record}"
+            );
             assert_eq!(record["completion_tokens"], 24, "{what}: {record}");
             // Read from response.completed's usage.input_tokens/output_tokens.
             assert_eq!(record["token_source"], "usage", "{what}: {record}");

@@ -14,6 +14,7 @@
 //! simulator's encoder of the same wire formats ([`crate::sim`] keeps its own, independent one,
 //! so that the client and the simulator cannot agree on the same bug).
 
+mod answered_model;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
@@ -26,6 +27,7 @@ pub mod sse;
 use std::sync::Arc;
 
 use crate::planner::{Prompt, ToolCall};
+pub(crate) use answered_model::answered_model;
 
 /// The API a plan speaks: one dialect each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

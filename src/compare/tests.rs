@@ -61,6 +61,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             group: None,
             step: None,
             api: None,
+            model: None,
             cache_reset: None,
         }],
         phase_ends: vec![PhaseEnd {

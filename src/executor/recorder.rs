@@ -272,9 +272,13 @@ fn write_all(
                     let mut record = finalize_safely(*finished, tokenizer, budget);
                     record.answer_valid = valid;
                     // The server's words: what it echoes of a credential is kept of none.
-                    for text in [&mut record.error_detail, &mut record.finish_reason]
-                        .into_iter()
-                        .flatten()
+                    for text in [
+                        &mut record.error_detail,
+                        &mut record.finish_reason,
+                        &mut record.model,
+                    ]
+                    .into_iter()
+                    .flatten()
                     {
                         secrets.redact_in_place(text);
                     }
@@ -639,6 +643,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
                 crate::error::shorten(&reason)
             }
         }),
+        model: exchange.model.filter(|_| error.is_none()),
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
         usage_problem,

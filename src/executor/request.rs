@@ -49,6 +49,9 @@ pub struct Exchange {
     pub usage: Option<Usage>,
     /// The answer's finish_reason.
     pub finish_reason: Option<String>,
+    /// The model the answer says it came from (its `model` field), read from the events
+    /// up to the first token's and from the last (where every dialect's servers put it).
+    pub model: Option<String>,
     /// µs after the send when the response ended (success or failure).
     pub end_us: u64,
     /// The stream said `[DONE]` (or a non-streamed body was read whole).
@@ -177,6 +180,11 @@ impl Exchange {
         };
         if decoded.end {
             self.done = true;
+        }
+        // Only the events before the first token and the last (llama.cpp names the model of
+        // a Responses stream in `response.completed` alone) are scanned: not one per token.
+        if self.model.is_none() && (self.chunk_times.is_empty() || decoded.end) {
+            self.model = crate::api::answered_model(data);
         }
         if let Some(error) = decoded.error {
             self.text.truncate(before);
@@ -428,6 +436,7 @@ async fn read_whole(
                     }
                     exchange.inputs = decoded.inputs;
                     exchange.finish_reason = decoded.finish_reason;
+                    exchange.model = crate::api::answered_model(&text);
                     exchange.usage = decoded.usage;
                 }
                 Err(err) => exchange.fail(

@@ -236,6 +236,9 @@ impl<'s> Accumulator<'s> {
         if let Some(reason) = &record.finish_reason {
             *m.finish_reasons.entry(reason.clone()).or_default() += 1;
         }
+        if let Some(model) = &record.model {
+            *m.models.entry(model.clone()).or_default() += 1;
+        }
         let completion = record.completion_tokens.unwrap_or(0);
         let prompt = record
             .prompt_tokens

@@ -374,6 +374,9 @@ pub struct PhaseMetrics {
     /// The API it spoke, when it is not the run's (a plan comparing dialects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
+    /// The model it asked for, when it is not the run's (`model` in the phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Requests by outcome.
     pub requests: RequestCounts,
     /// Throughputs.
@@ -386,6 +389,9 @@ pub struct PhaseMetrics {
     pub errors: BTreeMap<String, u64>,
     /// Successful requests by finish_reason.
     pub finish_reasons: BTreeMap<String, u64>,
+    /// Successful requests by the model their answers named (the answers' `model` field); a
+    /// request whose answer named none is in no entry.
+    pub models: BTreeMap<String, u64>,
     /// Token counts against the plan.
     pub tokens: TokenStats,
     /// Requests meeting every objective of the plan's `slo`; absent without one.

@@ -343,6 +343,7 @@ impl<'s> Aggregator<'s> {
             metrics.recorded = start.record;
             metrics.load = start.load.clone();
             metrics.api.clone_from(&start.api);
+            metrics.model.clone_from(&start.model);
             metrics.rates.planned_per_s = start.planned_rate;
             metrics.client = phase_end.and_then(|e| e.client);
             metrics.step = start.step.clone();

@@ -50,6 +50,7 @@ fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
         group: None,
         step: None,
         api: None,
+        model: None,
         cache_reset: None,
     }
 }

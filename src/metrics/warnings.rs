@@ -5,6 +5,8 @@
 //! have (the prompt gained a chat template, counts came from the tokenizer). `--fail-on-warning`
 //! style gates act on warnings only.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::{Aggregates, Metric, PhaseMetrics};
@@ -150,6 +152,58 @@ fn note(code: &'static str, message: String) -> Warning {
     }
 }
 
+/// What the answers' `model` fields say against the model each recorded phase asked (its own,
+/// or the run's `run_model`), phases asking the same model taken together.
+fn answered_models(run_model: &str, phases: &[PhaseMetrics]) -> Vec<Warning> {
+    let mut by_asked: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for phase in phases.iter().filter(|p| p.recorded) {
+        let asked = by_asked
+            .entry(phase.model.as_deref().unwrap_or(run_model))
+            .or_default();
+        for (model, n) in &phase.models {
+            *asked.entry(model.clone()).or_default() += n;
+        }
+    }
+    by_asked
+        .iter()
+        .filter_map(|(asked, models)| answered_model(asked, models))
+        .collect()
+}
+
+/// What the answers' `model` fields say against the model asked: another model (a gateway's
+/// routing, an alias resolved to a dated snapshot) is a note; several models are a warning,
+/// since the numbers then mix them.
+fn answered_model(asked: &str, models: &BTreeMap<String, u64>) -> Option<Warning> {
+    let listed = || {
+        models
+            .iter()
+            .map(|(model, n)| format!("`{model}` ({n})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match models.len() {
+        0 => None,
+        1 if models.contains_key(asked) => None,
+        1 => Some(note(
+            "model-answered",
+            format!(
+                "the plan asks for model `{asked}`; the answers named {}: the server answered with \
+                 another name for it, or another model (an alias resolved, a gateway's routing)",
+                listed()
+            ),
+        )),
+        _ => Some(warning(
+            "several-models",
+            format!(
+                "the answers named {} models ({}) for the plan's `{asked}`: the run's numbers mix them \
+                 (a gateway routing the model's name to several)",
+                models.len(),
+                listed()
+            ),
+        )),
+    }
+}
+
 /// What a merged run's shards say of its time line: a shard that started late (after the
 /// agreed `--start-at`, by its own clock), shards that started apart without one, a shard
 /// that did not finish.
@@ -238,6 +292,9 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
         .unwrap_or_default()
     {
         out.push(note("model-not-listed", said.clone()));
+    }
+    if let Some(header) = header {
+        out.extend(answered_models(&header.model, &aggregates.phases));
     }
     // A reset the plan asked for and the server did not do: the phase's cache was not cold.
     let not_reset: Vec<&PhaseMetrics> = aggregates

@@ -25,6 +25,9 @@ pub struct SimSettings {
     /// The models it serves, as `/v1/models` lists them; a request for another is answered 404
     /// (as vLLM does). Empty: it answers for any model and lists none.
     pub models: Vec<String>,
+    /// The models its answers name (their `model` field), in turn, request by request, instead
+    /// of the one asked: a gateway's routing or an alias resolved. Empty: the one asked.
+    pub answer_as: Vec<String>,
     /// The environment variable holding the key it requires (`Authorization: Bearer …`) on
     /// `/v1/*`, as vLLM's `--api-key` does; a request without it is answered 401.
     pub api_key_env: Option<String>,
@@ -110,6 +113,7 @@ impl Default for SimSettings {
             reasoning: None,
             tool_rounds: 1,
             models: Vec::new(),
+            answer_as: Vec::new(),
             api_key_env: None,
             vision: None,
         }

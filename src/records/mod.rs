@@ -240,6 +240,9 @@ pub struct PhaseStart {
     /// The API it spoke, when it is not the run's (`api` in the phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
+    /// The model it asked for, when it is not the run's (`model` in the phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The server's caches reset before it (`reset-cache`): how, or why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_reset: Option<CacheReset>,
@@ -665,6 +668,10 @@ pub struct RequestRecord {
     pub cached_tokens: Option<u64>,
     /// The answer's finish_reason.
     pub finish_reason: Option<String>,
+    /// The model the answer said it came from (its `model` field), when it succeeded and
+    /// named one: a gateway or an alias may answer with another model than the plan asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Times the request was re-sent because the server closed a pooled keep-alive connection
     /// before answering; its send time is the last re-send's.
     #[serde(default)]

@@ -220,6 +220,7 @@ mod tests {
             group: None,
             step: None,
             api: None,
+            model: None,
             cache_reset: None,
         })
     }

@@ -218,6 +218,9 @@ struct Row<'a> {
     chunks: usize,
     #[serde(serialize_with = "optional_text")]
     finish_reason: Option<&'a str>,
+    /// The model its answer named.
+    #[serde(serialize_with = "optional_text")]
+    model: Option<&'a str>,
     http_status: Option<u16>,
     error: Option<&'static str>,
     #[serde(serialize_with = "optional_text")]
@@ -279,6 +282,7 @@ impl Exporter for RequestsCsv {
                 upload_ms: record.upload_us.map(ms),
                 chunks: record.chunks.len(),
                 finish_reason: record.finish_reason.as_deref(),
+                model: record.model.as_deref(),
                 http_status: record.http_status,
                 error: record.error.map(|e| e.as_str()),
                 error_detail: record.error_detail.as_deref(),

@@ -98,6 +98,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             reasoning: None,
             tool_rounds: plan.sim.tool_rounds,
             models: plan.sim.models.clone(),
+            answer_as: Vec::new(),
             api_key_env: plan.sim.api_key_env.clone(),
             // The client's own cost is measured: the server adds no media time.
             vision: None,

@@ -539,6 +539,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         request.tool = None;
     }
     let number = shared.requests.fetch_add(1, Ordering::Relaxed);
+    // A gateway's routing, or an alias resolved: the answer names another model, in turn.
+    let answer_as = &shared.settings.answer_as;
+    if !answer_as.is_empty() {
+        request.model = answer_as[(number % answer_as.len() as u64) as usize].clone();
+    }
     // Shaped like vLLM's ids: a prefix and 32 hex digits.
     let id = format!(
         "{}-{:016x}{:016x}",

@@ -166,6 +166,7 @@ async fn run_phase(
         api: Some(context.template(phase.index).dialect.name())
             .filter(|name| *name != context.template.dialect.name())
             .map(str::to_string),
+        model: phase.model.clone(),
         cache_reset,
     };
     context.observer.on_event(Event::PhaseStarted(&start));

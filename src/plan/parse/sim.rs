@@ -140,20 +140,11 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("models", |cx, node, s| {
         let usage =
             "models \"meta-llama/Llama-3.1-8B-Instruct\" \"qwen3-8b\" (the models it serves)";
-        cx.no_children(node);
-        cx.check_entries(node, usize::MAX, &[], usage);
-        let names: Vec<String> = positional(node)
-            .filter_map(|entry| Text.read(cx, entry, usage))
-            .collect();
-        if names.is_empty() {
-            cx.error(
-                node.name().span(),
-                "`models` names no model",
-                "no model",
-                usage,
-            );
-        }
-        s.sim.models = names;
+        s.sim.models = model_names(cx, node, usage);
+    }),
+    ("answer-as", |cx, node, s| {
+        let usage = "answer-as \"gpt-4o-2024-08-06\" (the models its answers name, in turn)";
+        s.sim.answer_as = model_names(cx, node, usage);
     }),
     ("api-key", |cx, node, s| {
         let usage = "api-key env=\"SIM_API_KEY\"";
@@ -172,6 +163,24 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
 ];
+
+/// A node's model names (`models`, `answer-as`): at least one.
+fn model_names(cx: &mut Cx, node: &KdlNode, usage: &str) -> Vec<String> {
+    cx.no_children(node);
+    cx.check_entries(node, usize::MAX, &[], usage);
+    let names: Vec<String> = positional(node)
+        .filter_map(|entry| Text.read(cx, entry, usage))
+        .collect();
+    if names.is_empty() {
+        cx.error(
+            node.name().span(),
+            format!("`{}` names no model", node.name().value()),
+            "no model",
+            usage,
+        );
+    }
+    names
+}
 
 /// A whole-number engine knob: `count_knob!(field, min, max)`.
 macro_rules! count_knob {
