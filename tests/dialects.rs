@@ -377,8 +377,46 @@ sla {{ e2e-per-input max < "1s"; input-throughput > 1 }}
         );
         // Nothing to stream is no lack: no "not streamed" note.
         assert!(!run.stderr().contains("not streamed"), "{}", run.stderr());
+        // Every report's first table and its by-size table are shaped for batches: no token
+        // timings, no output tokens, no table keyed on a batch's total tokens.
         let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
-        assert!(report.contains("inputs/s"), "{report}");
+        let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+        for (name, text) in [("report.md", &report), ("report.html", &html)] {
+            let heads: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("| ") || l.contains("<th>"))
+                .collect();
+            for absent in ["TTFT", "ITL", "output tok"] {
+                assert!(
+                    !heads.iter().any(|h| h.contains(absent)),
+                    "{api}, {name}: a column of {absent:?}: {heads:#?}"
+                );
+            }
+            assert!(!text.contains("By input length"), "{api}, {name}");
+            for present in ["E2E/input p50 (ms)", "inputs/s"] {
+                assert!(text.contains(present), "{api}, {name} lacks {present:?}");
+            }
+            // A table of one size would repeat the phase's row.
+            assert_eq!(
+                text.contains("By batch size"),
+                api == "embeddings",
+                "{api}, {name}"
+            );
+        }
+        // One row per batch size sent, each counted.
+        let by_batch = summary["by_batch"].as_array().unwrap();
+        let sizes_sent: std::collections::BTreeSet<u64> = records
+            .iter()
+            .map(|r| r["inputs"].as_u64().unwrap())
+            .collect();
+        let rows: Vec<u64> = by_batch
+            .iter()
+            .map(|b| b["inputs"].as_u64().unwrap())
+            .collect();
+        assert_eq!(rows, sizes_sent.into_iter().collect::<Vec<_>>(), "{api}");
+        let counted: u64 = by_batch.iter().map(|b| b["ok"].as_u64().unwrap()).sum();
+        assert_eq!(counted, 30, "{api}");
+        assert!(summary["by_input"].as_array().unwrap().is_empty(), "{api}");
         assert!(report.contains("E2E per input"), "{report}");
         // The terminal's table is shaped for batches: E2E, per input, inputs/s; no TTFT or
         // ITL columns of dashes.

@@ -172,7 +172,7 @@ fn time_to_first_answer_token_reasoning_and_itl_by_kind_are_exact_for_both_field
         // Every output says TTFO: the terminal's table and report.html's too.
         assert!(run.stdout().contains("TTFO p99"), "{}", run.stdout());
         let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
-        assert!(html.contains("<th>TTFO p99</th>"), "{html}");
+        assert!(html.contains("<th>TTFO p99 (ms)</th>"), "{html}");
         assert!(html.contains("<td>TTFO (ms)</td>"), "{html}");
         assert!(html.contains("<td>Reasoning (tokens)</td>"), "{html}");
     }

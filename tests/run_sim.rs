@@ -739,3 +739,63 @@ phase "steady" { concurrency 1; requests 2 }
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no `phase \"nope\"`"));
 }
+
+/// A report leaves out what has nothing to say: a prefix-cache section with no hit in a
+/// workload that shares no text, a queue-time column when nothing waited, a "Warnings" heading
+/// over notes alone; and says them when there is something to say. Times are in the column
+/// heads, not in each cell.
+#[test]
+fn sections_with_nothing_to_say_are_left_out() {
+    let report_of = |sim: &str, workload: &str| {
+        let run = run_plan(
+            &sim_plan(
+                sim,
+                workload,
+                r#"phase "p" { concurrency 8; requests 40 }"#,
+                "",
+            ),
+            &[],
+        );
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+        (run.summary(), report)
+    };
+    // Room for every request, no shared text: the cache never hits, nothing waits.
+    let (quiet, report) = report_of(
+        "engine { max-seqs 64 }",
+        r#"tokenizer "cl100k_base"; input 64; output 8"#,
+    );
+    assert_eq!(
+        quiet["overall"]["prefix_cache"]["hits"], 0,
+        "{}",
+        quiet["overall"]
+    );
+    assert!(!report.contains("## Prefix cache"), "{report}");
+    assert!(!report.contains("Queue time"), "{report}");
+    let warned = quiet["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["severity"] == "warning");
+    assert!(!warned, "{}", quiet["warnings"]);
+    assert!(
+        report.contains("\n## Note\n") || report.contains("\n## Notes\n"),
+        "{report}"
+    );
+    assert!(!report.contains("## Warnings"), "{report}");
+    // Two seats for eight users and a shared prefix: both are worth a word.
+    let (_, busy) = report_of(
+        "engine { max-seqs 2 }",
+        r#"tokenizer "cl100k_base"; input 64; output 8; prefix 256"#,
+    );
+    assert!(busy.contains("## Prefix cache"), "{busy}");
+    assert!(busy.contains("| Queue time p50 / p99 (ms) |"), "{busy}");
+    // One unit per column: the head says it, the cells are numbers.
+    let head = busy
+        .lines()
+        .find(|l| l.starts_with("| Phase | OK"))
+        .unwrap();
+    assert!(head.contains("| TTFT p50 (ms) |"), "{head}");
+    let row = busy.lines().find(|l| l.starts_with("| p |")).unwrap();
+    assert!(!row.contains(" ms"), "{row}");
+}

@@ -58,8 +58,13 @@ pub struct Aggregates {
     pub launched_server: Option<crate::server::ServerRun>,
     /// The run over time.
     pub timeseries: timeseries::TimeSeries,
-    /// The recorded requests by input length (the plan's buckets).
+    /// The recorded requests by input length (the plan's buckets); an API that answers
+    /// batches has them by batch size instead.
     pub by_input: Vec<InputBucket>,
+    /// The recorded requests by batch size, for an API that answers batches (embeddings,
+    /// rerank); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_batch: Vec<BatchBucket>,
     /// The recorded requests by the media they carried, in a multimodal workload (empty
     /// otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -106,6 +111,29 @@ pub struct InputBucket {
     pub e2e_ms: Summary,
     /// TPOT of its successful requests.
     pub tpot_ms: Summary,
+}
+
+/// The recorded requests of one batch size (or range of sizes), for an API that answers
+/// batches: what a batch cost, whole and per input.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchBucket {
+    /// Inputs per request (the range's lowest, when sizes are grouped into ranges).
+    pub inputs: u32,
+    /// The range's highest: equal to `inputs` unless sizes are grouped.
+    pub inputs_max: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Prompt tokens per successful request (all its inputs): the server's count, else the
+    /// planned one.
+    pub input_tokens_mean: Option<f64>,
+    /// E2E of its successful requests.
+    pub e2e_ms: Summary,
+    /// E2E per input of its successful requests.
+    pub e2e_per_input_ms: Summary,
 }
 
 /// One error class of a run: how many, when, and a sample of what the server said.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::accumulator::{combined_client_load, mean, Accumulator, Window};
 use super::aggregates::*;
+use super::grouped::{Gathers, Grouped};
 use super::profile::{self, ProfileBuilder};
 use super::table::{self, ttft_ms, Metric};
 use super::{timeseries, warnings, Distribution};
@@ -26,9 +27,9 @@ pub struct Aggregator<'s> {
     first_usage_problem: Option<String>,
     first_client_error: Option<String>,
     series: timeseries::SeriesBuilder,
-    by_input: BTreeMap<u32, BucketAccumulator>,
-    /// `by_input` holds ranges of lengths (keyed by their top), not lengths.
-    by_input_ranged: bool,
+    by_input: Grouped<BucketAccumulator>,
+    /// By batch size, for an API that answers batches (embeddings, rerank).
+    by_batch: Grouped<BatchAccumulator>,
     by_turn: BTreeMap<u32, TurnAccumulator>,
     by_turn_kind: BTreeMap<crate::records::TurnKind, TurnAccumulator>,
     by_media: super::media::MediaAccumulator,
@@ -37,18 +38,6 @@ pub struct Aggregator<'s> {
 }
 
 /// What one input length gathers.
-/// Distinct input lengths listed one by one; beyond, they are grouped in ranges.
-const MAX_EXACT_INPUT_LENGTHS: usize = 16;
-
-/// The range of input lengths `tokens` falls in, when lengths are grouped: (2^(k-1), 2^k].
-fn input_range(tokens: u32) -> (u32, u32) {
-    let high = tokens
-        .max(1)
-        .checked_next_power_of_two()
-        .unwrap_or(u32::MAX);
-    (high / 2 + 1, high)
-}
-
 pub(super) struct BucketAccumulator {
     pub(super) sent: u64,
     pub(super) ok: u64,
@@ -88,6 +77,88 @@ impl BucketAccumulator {
             Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
             Some(_) => self.failed += 1,
         }
+    }
+}
+
+impl Gathers for BucketAccumulator {
+    fn merge(&mut self, other: BucketAccumulator) {
+        self.sent += other.sent;
+        self.ok += other.ok;
+        self.failed += other.failed;
+        self.ttft.merge(&other.ttft);
+        self.e2e.merge(&other.e2e);
+        self.tpot.merge(&other.tpot);
+    }
+}
+
+/// What one batch size gathers (embeddings, rerank): what a batch cost, whole and per input.
+struct BatchAccumulator {
+    sent: u64,
+    ok: u64,
+    failed: u64,
+    input_tokens: u64,
+    e2e: Distribution,
+    e2e_per_input: Distribution,
+}
+
+impl BatchAccumulator {
+    fn new() -> BatchAccumulator {
+        BatchAccumulator {
+            sent: 0,
+            ok: 0,
+            failed: 0,
+            input_tokens: 0,
+            e2e: Distribution::milliseconds(),
+            e2e_per_input: Distribution::milliseconds(),
+        }
+    }
+
+    fn add(&mut self, record: &RequestRecord) {
+        self.sent += 1;
+        match record.error {
+            None => {
+                self.ok += 1;
+                let prompt = record
+                    .prompt_tokens
+                    .unwrap_or(record.input_tokens_planned as u64);
+                self.input_tokens = self.input_tokens.saturating_add(prompt);
+                // As the metric table takes them, for the requests it takes them from.
+                for (metric, into) in [
+                    (Metric::E2e, &mut self.e2e),
+                    (Metric::E2ePerInput, &mut self.e2e_per_input),
+                ] {
+                    if let Some(value) = metric.sample(record, false) {
+                        into.record(value);
+                    }
+                }
+            }
+            Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(_) => self.failed += 1,
+        }
+    }
+
+    fn finish(self, (inputs, inputs_max): (u32, u32)) -> BatchBucket {
+        BatchBucket {
+            inputs,
+            inputs_max,
+            sent: self.sent,
+            ok: self.ok,
+            failed: self.failed,
+            input_tokens_mean: (self.ok > 0).then(|| self.input_tokens as f64 / self.ok as f64),
+            e2e_ms: self.e2e.summary(),
+            e2e_per_input_ms: self.e2e_per_input.summary(),
+        }
+    }
+}
+
+impl Gathers for BatchAccumulator {
+    fn merge(&mut self, other: BatchAccumulator) {
+        self.sent += other.sent;
+        self.ok += other.ok;
+        self.failed += other.failed;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.e2e.merge(&other.e2e);
+        self.e2e_per_input.merge(&other.e2e_per_input);
     }
 }
 
@@ -155,8 +226,8 @@ impl<'s> Aggregator<'s> {
             first_usage_problem: None,
             first_client_error: None,
             series: timeseries::SeriesBuilder::new(1_000_000, crate::plan::MAX_SERIES_WINDOWS),
-            by_input: BTreeMap::new(),
-            by_input_ranged: false,
+            by_input: Grouped::new(),
+            by_batch: Grouped::new(),
             by_turn: BTreeMap::new(),
             by_turn_kind: BTreeMap::new(),
             by_media: Default::default(),
@@ -242,41 +313,17 @@ impl<'s> Aggregator<'s> {
     }
 
     fn by_input_add(&mut self, record: &RequestRecord) {
-        let exact = record.input_tokens_planned;
-        if !self.by_input_ranged
-            && !self.by_input.contains_key(&exact)
-            && self.by_input.len() >= MAX_EXACT_INPUT_LENGTHS
-        {
-            // Too many lengths to list one by one (and to hold three histograms each): from
-            // now on, ranges that double.
-            self.by_input_ranged = true;
-            let exact_buckets = std::mem::take(&mut self.by_input);
-            for (length, bucket) in exact_buckets {
-                match self.by_input.entry(input_range(length).1) {
-                    std::collections::btree_map::Entry::Vacant(slot) => {
-                        slot.insert(bucket);
-                    }
-                    std::collections::btree_map::Entry::Occupied(mut slot) => {
-                        let into = slot.get_mut();
-                        into.sent += bucket.sent;
-                        into.ok += bucket.ok;
-                        into.failed += bucket.failed;
-                        into.ttft.merge(&bucket.ttft);
-                        into.e2e.merge(&bucket.e2e);
-                        into.tpot.merge(&bucket.tpot);
-                    }
-                }
-            }
+        match record.inputs {
+            // A batch's input tokens are its inputs' together: grouped by its size instead.
+            Some(inputs) => self
+                .by_batch
+                .group(inputs, BatchAccumulator::new)
+                .add(record),
+            None => self
+                .by_input
+                .group(record.input_tokens_planned, BucketAccumulator::new)
+                .add(record),
         }
-        let key = if self.by_input_ranged {
-            input_range(exact).1
-        } else {
-            exact
-        };
-        self.by_input
-            .entry(key)
-            .or_insert_with(BucketAccumulator::new)
-            .add(record);
         if let Some(class) = record.error.filter(|c| *c != ErrorClass::Cancelled) {
             let at_s = record.end_us().unwrap_or(record.actual_send_us) as f64 / 1e6;
             let sample = self
@@ -319,8 +366,8 @@ impl<'s> Aggregator<'s> {
                 requests: t.finish(),
             })
             .collect();
-        let ranged = self.by_input_ranged;
         let by_input = self.by_input;
+        let by_batch = self.by_batch;
         let log = self.log;
         let run_end = log.end.as_ref().map(|e| e.at_us);
         let mut phases = Vec::new();
@@ -403,11 +450,15 @@ impl<'s> Aggregator<'s> {
             server: None,
             launched_server: None,
             timeseries: self.series.finish(),
+            by_batch: by_batch
+                .finish()
+                .map(|(sizes, b)| b.finish(sizes))
+                .collect(),
             by_input: by_input
-                .into_iter()
-                .map(|(key, b)| InputBucket {
-                    input_tokens: if ranged { input_range(key).0 } else { key },
-                    input_tokens_max: key,
+                .finish()
+                .map(|((input_tokens, input_tokens_max), b)| InputBucket {
+                    input_tokens,
+                    input_tokens_max,
                     sent: b.sent,
                     ok: b.ok,
                     failed: b.failed,

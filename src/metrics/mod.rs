@@ -16,6 +16,7 @@ mod accumulator;
 mod aggregates;
 mod aggregator;
 mod distribution;
+mod grouped;
 mod media;
 pub mod profile;
 pub mod server;

@@ -20,6 +20,7 @@ fn header(exact: bool) -> RunHeader {
         tokenizer: "cl100k_base".into(),
         tokenizer_note: None,
         target_notes: Vec::new(),
+        shares_prompts: false,
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
         clock_origin_ns: None,

@@ -46,6 +46,16 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Its prompts share text a server's prefix cache can hold: shared prefixes, a system
+    /// message, conversations (each turn resends the history), or a dataset (whose entries
+    /// may share blocks).
+    pub fn shares_prompts(&self) -> bool {
+        !self.prefix.is_empty()
+            || self.system.is_some()
+            || self.conversation.is_some()
+            || self.dataset.is_some()
+    }
+
     /// What makes requests carry images, as a message names it: the workload's `images`, or
     /// the image files its dataset's entries name.
     pub fn image_source(&self) -> Option<&'static str> {

@@ -109,6 +109,10 @@ pub struct RunHeader {
     /// answers for a model its `/models` list does not name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_notes: Vec<String>,
+    /// The workload's prompts share text a prefix cache can hold (shared prefixes, a system
+    /// message, conversations, a dataset): a cache that never hits is then worth saying.
+    #[serde(default)]
+    pub shares_prompts: bool,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.

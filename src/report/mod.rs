@@ -75,6 +75,9 @@ pub struct Summary {
     pub timeseries: crate::metrics::timeseries::TimeSeries,
     /// The recorded requests by input length.
     pub by_input: Vec<crate::metrics::InputBucket>,
+    /// The recorded requests by batch size, for an API that answers batches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_batch: Vec<crate::metrics::BatchBucket>,
     /// The recorded requests by turn, in a multi-turn workload.
     pub by_turn: Vec<crate::metrics::TurnBucket>,
     /// The recorded turns by what they answer (user messages, tool results), in an agent loop.
@@ -177,6 +180,9 @@ pub struct RunContext {
     pub duration_s: f64,
     /// The client process's peak resident memory, where measured.
     pub client_peak_rss_mb: Option<f64>,
+    /// The run's API answers batches whole (embeddings, rerank): its tables show E2E, E2E
+    /// per input and inputs per second, by batch size, rather than token timings.
+    pub answers_batches: bool,
 }
 
 /// Where per-request exporters find the records.
@@ -232,8 +238,12 @@ impl<'a> ReportContext<'a> {
             .or(aggregates.last_response_us)
             .unwrap_or(0) as f64
             / 1e6;
+        let header = header.unwrap_or_default();
+        let answers_batches = crate::api::Api::from_name(&header.api)
+            .is_some_and(|api| api.dialect().capabilities().kind.answers_batches());
         let context = RunContext {
-            header: header.unwrap_or_default(),
+            answers_batches,
+            header,
             duration_s,
             client_peak_rss_mb: aggregates
                 .client_peak_rss_bytes
@@ -256,6 +266,7 @@ impl<'a> ReportContext<'a> {
             over_time: OverTime::of(&aggregates.timeseries),
             timeseries: aggregates.timeseries,
             by_input: aggregates.by_input,
+            by_batch: aggregates.by_batch,
             by_turn: aggregates.by_turn,
             by_turn_kind: aggregates.by_turn_kind,
             by_media: aggregates.by_media,

@@ -24,13 +24,6 @@ fn error_lines(summary: &Summary) -> String {
     out
 }
 
-/// Whether the run's API answers a batch whole (embeddings, rerank): no tokens stream, so its
-/// tables show E2E, E2E per input and inputs/s instead of TTFT and ITL.
-fn answers_batches(summary: &Summary) -> bool {
-    crate::api::Api::from_name(&summary.context.header.api)
-        .is_some_and(|api| api.dialect().capabilities().kind.answers_batches())
-}
-
 /// The phase table's head and one scope's row.
 struct Columns {
     head: String,
@@ -102,7 +95,7 @@ pub fn terminal_summary(summary: &Summary) -> String {
     let mut out = String::new();
     // A model that reasons: the answer users wait for starts at TTFO, not at the first thought.
     let reasoned = summary.overall.metrics[Metric::ReasoningTime].count > 0;
-    let columns = if answers_batches(summary) {
+    let columns = if summary.context.answers_batches {
         batch_columns()
     } else {
         generation_columns(reasoned)

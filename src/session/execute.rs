@@ -322,6 +322,7 @@ fn run_header(
         tokenizer: tokenizer.name().to_string(),
         tokenizer_note: plan.workload.tokenizer_note.clone(),
         target_notes: Vec::new(),
+        shares_prompts: plan.workload.shares_prompts(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
         clock_origin_ns: None,

@@ -650,6 +650,7 @@ mod tests {
             launched_server: None,
             timeseries: Default::default(),
             by_input: Vec::new(),
+            by_batch: Vec::new(),
             by_turn: Vec::new(),
             by_turn_kind: Vec::new(),
             by_media: Vec::new(),
