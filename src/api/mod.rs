@@ -19,6 +19,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod messages;
+mod needs;
 pub mod openai;
 pub mod rerank;
 pub mod responses;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 use crate::planner::{Prompt, ToolCall};
 pub(crate) use answered_model::answered_model;
+pub use needs::Need;
 
 /// The API a plan speaks: one dialect each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -95,37 +95,64 @@ fn media_misfits(
     api: crate::api::Api,
     workload: &crate::plan::Workload,
 ) -> Vec<(String, &'static str, String)> {
+    use crate::api::Need;
     let capabilities = api.dialect().capabilities();
-    let carriers = |can: fn(&crate::api::Capabilities) -> bool| {
-        crate::api::Api::ALL
-            .into_iter()
-            .filter(|api| can(&api.dialect().capabilities()))
-            .map(|api| format!("\"{}\"", api.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut out = Vec::new();
-    if let (Some(source), false) = (workload.image_source(), capabilities.images) {
-        out.push((
-            format!("api \"{}\" carries no images ({source})", api.as_str()),
-            "no images",
-            format!(
-                "set api {} in the target, or send no images",
-                carriers(|c| c.images)
-            ),
-        ));
-    }
-    if let (Some(source), false) = (workload.audio_source(), capabilities.audio) {
-        out.push((
-            format!("api \"{}\" carries no audio ({source})", api.as_str()),
-            "no audio",
-            format!(
-                "set api {} in the target, or send no audio",
-                carriers(|c| c.audio)
-            ),
-        ));
-    }
-    out
+    [
+        (Need::Images, workload.image_source(), "no images"),
+        (Need::Audio, workload.audio_source(), "no audio"),
+    ]
+    .into_iter()
+    .filter_map(|(need, source, label)| {
+        let lacking = capabilities.lacks(need)?;
+        Some((
+            format!("api \"{}\" {lacking} ({})", api.as_str(), source?),
+            label,
+            format!("set api {} in the target, or send {label}", need.givers()),
+        ))
+    })
+    .collect()
+}
+
+/// What the target and workload ask of an API, each with what asks it.
+fn needs_of(
+    target: &crate::plan::Target,
+    workload: &crate::plan::Workload,
+) -> Vec<(crate::api::Need, String)> {
+    use crate::api::Need;
+    let offers_tools = target.body.contains_key("tools") || target.tools_file.is_some();
+    [
+        (target.stream, Need::Streaming, "the target streams"),
+        (
+            target.continuous_usage,
+            Need::UsageInStream,
+            "the target's continuous-usage",
+        ),
+        (
+            workload.ignore_eos,
+            Need::ExactLengths,
+            "the workload's ignore-eos",
+        ),
+        (offers_tools, Need::ToolCalls, "the target's tools"),
+        (
+            target.response_format.is_some(),
+            Need::StructuredOutput,
+            "the target's response-format",
+        ),
+    ]
+    .into_iter()
+    .filter(|(asked, ..)| *asked)
+    .map(|(_, need, by)| (need, by.to_string()))
+    .chain(
+        workload
+            .image_source()
+            .map(|s| (Need::Images, s.to_string())),
+    )
+    .chain(
+        workload
+            .audio_source()
+            .map(|s| (Need::Audio, s.to_string())),
+    )
+    .collect()
 }
 
 /// What the target and workload ask that `api` cannot carry, each said as a reason (for a
@@ -147,30 +174,16 @@ fn api_misfits(
             target_kind
         ));
     }
-    if target.stream && !capabilities.streaming {
-        why.push("does not stream its answers, and the target streams".to_string());
-    }
-    if workload.ignore_eos && !capabilities.exact_lengths {
-        why.push(format!(
-            "cannot be asked for an exact number of output tokens ({})",
-            dialect.no_exact_lengths()
-        ));
-    }
-    let offers_tools = target.body.contains_key("tools") || target.tools_file.is_some();
-    if offers_tools && !capabilities.tool_calls {
-        why.push("cannot offer the target's tools".to_string());
-    }
-    if target.continuous_usage && !capabilities.usage_in_stream {
-        why.push("does not send usage on every chunk (the target's continuous-usage)".to_string());
-    }
-    if target.response_format.is_some() && !capabilities.structured_output {
-        why.push("cannot ask for structured output (the target's response-format)".to_string());
-    }
-    if let (Some(source), false) = (workload.image_source(), capabilities.images) {
-        why.push(format!("carries no images ({source})"));
-    }
-    if let (Some(source), false) = (workload.audio_source(), capabilities.audio) {
-        why.push(format!("carries no audio ({source})"));
+    for (need, by) in needs_of(target, workload) {
+        if let Some(lacking) = capabilities.lacks(need) {
+            // The dialect says why it cannot give exact lengths, and what comes closest.
+            let by = if need == crate::api::Need::ExactLengths {
+                format!("{by}: {}", dialect.no_exact_lengths())
+            } else {
+                by
+            };
+            why.push(format!("{lacking} ({by})"));
+        }
     }
     for key in target.body.keys() {
         if let Some(instead) = dialect.reserved(key) {
@@ -1138,14 +1151,16 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     // Exact output lengths are asked of the API's dialect: one that cannot give them is refused.
     if let (Some(target), Some(workload), Some((file, span))) = (&target, &workload, workload_at) {
         let api: &crate::plan::Target = target;
-        if workload.ignore_eos && !api.api.dialect().capabilities().exact_lengths {
+        let exact = api
+            .api
+            .dialect()
+            .capabilities()
+            .lacks(crate::api::Need::ExactLengths);
+        if let (true, Some(lacking)) = (workload.ignore_eos, exact) {
             cx.current = file;
             cx.error(
                 span,
-                format!(
-                    "api \"{}\" cannot be asked for an exact number of output tokens",
-                    api.api.as_str()
-                ),
+                format!("api \"{}\" {lacking}", api.api.as_str()),
                 "no exact lengths",
                 api.api.dialect().no_exact_lengths(),
             );

@@ -6,7 +6,7 @@ use kdl::KdlNode;
 
 use super::cx::{children, positional, property, Cx, Handler};
 use super::values::{ByteSize, Flag, Kind, Text, DURATION};
-use crate::api::Capabilities;
+use crate::api::Need;
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, ResponseFormat, Target, DEFAULT_MAX_BODY,
     DEFAULT_MAX_LINE, DEFAULT_UNREACHABLE_AFTER,
@@ -189,33 +189,9 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     }),
 ];
 
-/// What a target node asks of its API's dialect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Need {
-    Streaming,
-    UsageInStream,
-    ToolCalls,
-    StructuredOutput,
-}
-
-/// Why `capabilities` cannot give `need`, if they cannot.
-fn lacking(capabilities: Capabilities, need: Need) -> Option<&'static str> {
-    match need {
-        Need::Streaming if !capabilities.streaming => Some("does not stream its answers"),
-        Need::UsageInStream if !capabilities.usage_in_stream => {
-            Some("does not send usage on every chunk")
-        }
-        Need::ToolCalls if !capabilities.tool_calls => Some("cannot offer tools"),
-        Need::StructuredOutput if !capabilities.structured_output => {
-            Some("cannot ask for structured output")
-        }
-        _ => None,
-    }
-}
-
 /// A diagnostic on `node` when the plan's API cannot do what it asks.
 fn refuse_beyond(cx: &mut Cx, node: &KdlNode, api: Api, need: Option<Need>) {
-    let Some(why) = need.and_then(|need| lacking(api.dialect().capabilities(), need)) else {
+    let Some(why) = need.and_then(|need| api.dialect().capabilities().lacks(need)) else {
         return;
     };
     cx.error(
@@ -738,51 +714,4 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         tools_file: fields.tools_file,
         response_format: fields.response_format,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_dialect_that_cannot_is_named_for_what_it_cannot() {
-        let all = Capabilities {
-            kind: crate::api::ApiKind::Generate,
-            streaming: true,
-            usage_in_stream: true,
-            exact_lengths: true,
-            tool_calls: true,
-            structured_output: true,
-            images: true,
-            audio: true,
-        };
-        assert_eq!(lacking(all, Need::Streaming), None);
-        let unstreamed = Capabilities {
-            streaming: false,
-            usage_in_stream: false,
-            ..all
-        };
-        assert_eq!(
-            lacking(unstreamed, Need::Streaming),
-            Some("does not stream its answers")
-        );
-        assert_eq!(
-            lacking(unstreamed, Need::UsageInStream),
-            Some("does not send usage on every chunk")
-        );
-        // Every dialect that generates streams; only OpenAI's chat and completions send usage
-        // per chunk, and Anthropic's cannot ask for structured output. Embeddings and rankings
-        // are answered whole.
-        for api in Api::ALL {
-            let capabilities = api.dialect().capabilities();
-            let generates = capabilities.kind == crate::api::ApiKind::Generate;
-            assert_eq!(lacking(capabilities, Need::Streaming).is_none(), generates);
-            let openai = matches!(api, Api::Chat | Api::Completions);
-            assert_eq!(lacking(capabilities, Need::UsageInStream).is_none(), openai);
-            assert_eq!(
-                lacking(capabilities, Need::StructuredOutput).is_none(),
-                generates && api != Api::Messages
-            );
-        }
-    }
 }
