@@ -326,7 +326,11 @@ fn side(
                     among_it = among(r);
                     counted = among_it && counts(r, good(r));
                 }
-                _ => {}
+                // Not from one request each: compared from the summaries, not resampled.
+                Source::PerSecond { .. }
+                | Source::Aggregate(_)
+                | Source::Server(_)
+                | Source::Search => {}
             }
             Sample {
                 value,
@@ -633,7 +637,12 @@ fn metric_row(runs: &Runs, tolerance: &Tolerance, seed: u64) -> Row {
             sample: table::Sample::Gaps(_),
             ..
         } => ITL_RESAMPLES,
-        _ => RESAMPLES,
+        Source::Distribution { .. }
+        | Source::Share { .. }
+        | Source::PerSecond { .. }
+        | Source::Aggregate(_)
+        | Source::Server(_)
+        | Source::Search => RESAMPLES,
     };
     let mut resampler = Resampler::new(seed);
     let mut changes = Vec::with_capacity(resamples);

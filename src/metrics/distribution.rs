@@ -56,7 +56,12 @@ impl Distribution {
     pub fn for_kind(kind: super::MetricKind) -> Distribution {
         match kind {
             super::MetricKind::TokenRate => Distribution::per_second(),
-            _ => Distribution::milliseconds(),
+            super::MetricKind::Latency
+            | super::MetricKind::Fraction
+            | super::MetricKind::Throughput
+            | super::MetricKind::Capacity
+            | super::MetricKind::Count
+            | super::MetricKind::Tokens => Distribution::milliseconds(),
         }
     }
 

@@ -987,7 +987,11 @@ impl Metric {
     pub fn summary_key(self) -> Option<&'static str> {
         match self.def().source {
             Source::Distribution { key, .. } => Some(key),
-            _ => None,
+            Source::Share { .. }
+            | Source::PerSecond { .. }
+            | Source::Aggregate(_)
+            | Source::Server(_)
+            | Source::Search => None,
         }
     }
 
@@ -1027,7 +1031,12 @@ impl Metric {
                 sample: Sample::One(value),
                 ..
             } if population.includes(record, open_loop) => value(record),
-            _ => None,
+            Source::Distribution { .. }
+            | Source::Share { .. }
+            | Source::PerSecond { .. }
+            | Source::Aggregate(_)
+            | Source::Server(_)
+            | Source::Search => None,
         }
     }
 }

@@ -113,7 +113,13 @@ impl Load {
                 rate: RateShape::Constant(rate.peak()),
                 arrivals: *arrivals,
             },
-            other => other.clone(),
+            other @ (Load::Concurrency(_)
+            | Load::Rate {
+                rate: RateShape::Constant(_),
+                ..
+            }
+            | Load::AtOnce(_)
+            | Load::Trace(_)) => other.clone(),
         }
     }
 

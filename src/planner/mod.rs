@@ -653,7 +653,7 @@ fn phase_schedule(
     let mut duration = phase.duration;
     let mut planned_rate = match &phase.load {
         Load::Rate { rate, .. } => Some(rate.mean()),
-        _ => None,
+        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => None,
     };
     if let Load::Trace(_) = &phase.load {
         // A replay without a duration lasts until its last arrival.

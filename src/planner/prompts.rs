@@ -256,7 +256,9 @@ impl WorkloadPrompts {
                 .iter()
                 .map(|phase| match &phase.load {
                     crate::plan::Load::Trace(trace) => Some(trace.clone()),
-                    _ => None,
+                    crate::plan::Load::Concurrency(_)
+                    | crate::plan::Load::Rate { .. }
+                    | crate::plan::Load::AtOnce(_) => None,
                 })
                 .collect(),
             // Blocks are the trace's, not the run's: the same hash id is the same text in every

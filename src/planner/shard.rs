@@ -99,7 +99,7 @@ fn shard_phase(phase: &PhaseSchedule, shard: Shard) -> PhaseSchedule {
     // dealt like arrivals. A shard without a user then has no request of it either.
     let owner = |i: usize| match phase.load_model {
         Load::Concurrency(users) => i % users.max(1) as usize,
-        _ => i,
+        Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => i,
     };
     let requests: Vec<_> = phase
         .requests
@@ -111,7 +111,8 @@ fn shard_phase(phase: &PhaseSchedule, shard: Shard) -> PhaseSchedule {
     let load_model = match phase.load_model {
         Load::Concurrency(users) => Load::Concurrency(shard.share(users as u64) as u32),
         Load::AtOnce(_) => Load::AtOnce(requests.len() as u32),
-        ref rate => rate.clone(),
+        // Arrivals are the schedule's: the shard holds its share of them already.
+        ref open @ (Load::Rate { .. } | Load::Trace(_)) => open.clone(),
     };
     let max_requests = if phase.ended_by_count() || !phase.requests.is_empty() {
         phase.max_requests.map(|_| requests.len() as u64)

@@ -111,7 +111,9 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         // would open new connections beside them).
         let (warmup_duration, warmup_requests) = match load {
             Load::Concurrency(n) => (None, Some(2 * n as u64)),
-            _ => ((!burst).then_some(WARMUP.min(duration)), None),
+            Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
+                ((!burst).then_some(WARMUP.min(duration)), None)
+            }
         };
         let warmup = Phase {
             duration: warmup_duration,

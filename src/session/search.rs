@@ -395,7 +395,10 @@ fn misses(objective: &Assertion, record: &RequestRecord, slo: Option<&Slo>) -> b
             // should stay high, by those it does not.
             counts(record, good) == (def.better == Better::Lower)
         }
-        _ => false,
+        // Not from one request: no request misses them alone.
+        Source::PerSecond { .. } | Source::Aggregate(_) | Source::Server(_) | Source::Search => {
+            false
+        }
     }
 }
 

@@ -210,7 +210,12 @@ fn near(objective: &Assertion, observed: f64) -> bool {
         _ if objective.metric == Metric::GoodputRatio => distance <= ATTAINMENT_MARGIN,
         // A small rate (errors under 1%) would otherwise have no margin at all.
         MetricKind::Fraction => distance <= (MARGIN * threshold).max(0.002),
-        _ => distance <= MARGIN * threshold.abs(),
+        MetricKind::Latency
+        | MetricKind::TokenRate
+        | MetricKind::Throughput
+        | MetricKind::Capacity
+        | MetricKind::Count
+        | MetricKind::Tokens => distance <= MARGIN * threshold.abs(),
     }
 }
 

@@ -459,7 +459,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     if let Some((kind, span)) = fields.arrivals {
         match &mut load {
             Load::Rate { arrivals, .. } => *arrivals = kind,
-            _ => {
+            Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => {
                 cx.error(
                     span,
                     "`arrivals` applies only to open-loop phases",
@@ -500,7 +500,9 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
         }
         // A replay ends with its trace.
         Load::Trace(_) => {}
-        _ if duration.is_none() && max_requests.is_none() && ok => {
+        Load::Concurrency(_) | Load::Rate { .. }
+            if duration.is_none() && max_requests.is_none() && ok =>
+        {
             cx.error(
                 node.name().span(),
                 format!("phase \"{name}\" never ends"),
@@ -509,7 +511,7 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
             );
             ok = false;
         }
-        _ => {}
+        Load::Concurrency(_) | Load::Rate { .. } => {}
     }
     if !ok {
         return None;

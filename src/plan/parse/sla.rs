@@ -641,7 +641,11 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
             crate::plan::units::format_duration(Duration::from_secs_f64(threshold / 1000.0))
         }
         MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
-        _ => trim_float(threshold),
+        MetricKind::TokenRate
+        | MetricKind::Throughput
+        | MetricKind::Capacity
+        | MetricKind::Count
+        | MetricKind::Tokens => trim_float(threshold),
     };
     let text = match stat {
         Some(stat) => format!("{metric_name} {stat} {} {threshold_text}", op.symbol()),
