@@ -21,15 +21,16 @@ pub mod embeddings;
 pub mod messages;
 mod needs;
 pub mod openai;
+mod prompt;
 pub mod rerank;
 pub mod responses;
 pub mod sse;
 
 use std::sync::Arc;
 
-use crate::planner::{Prompt, ToolCall};
 pub(crate) use answered_model::answered_model;
 pub use needs::Need;
+pub use prompt::{Attachment, AttachmentKind, MediaPosition, Message, Prompt, ToolCall};
 
 /// The API a plan speaks: one dialect each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -503,11 +504,11 @@ pub(crate) fn body_with_plan_fields(
 /// asks; `text` is the dialect's text part, `media` its part for an attachment (`None` for
 /// one it cannot carry: the plan was checked to ask none).
 pub(crate) fn content_parts(
-    m: &crate::planner::Message,
+    m: &crate::api::Message,
     text: serde_json::Value,
-    media: fn(&crate::plan::Attachment) -> Option<serde_json::Value>,
+    media: fn(&crate::api::Attachment) -> Option<serde_json::Value>,
 ) -> serde_json::Value {
-    use crate::plan::MediaPosition;
+    use crate::api::MediaPosition;
     let placed = |position: MediaPosition| {
         m.media
             .iter()

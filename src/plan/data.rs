@@ -9,44 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-/// One turn of a chat conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    /// What the turn says.
-    pub content: String,
-    /// The tools an assistant's turn called (an agent loop's).
-    pub tool_calls: Vec<ToolCall>,
-    /// The call a `tool` message answers.
-    pub tool_call_id: Option<String>,
-    /// Images and audio the turn carries beside its text (a user's, in a multimodal workload).
-    pub media: Vec<super::Attachment>,
-}
-
-impl Message {
-    /// A message of plain text.
-    pub fn text(role: &str, content: String) -> Message {
-        Message {
-            role: role.to_string(),
-            content,
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            media: Vec::new(),
-        }
-    }
-}
-
-/// A tool call an answer made, as the next turn sends it back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ToolCall {
-    /// The id the server gave it (a `tool` message names it).
-    pub id: String,
-    /// The function called.
-    pub name: String,
-    /// Its arguments, as streamed (JSON text).
-    pub arguments: String,
-}
+pub use crate::api::{Message, ToolCall};
 
 /// The largest data file a plan may read (it is held in memory while the run goes).
 pub const MAX_DATA_BYTES: u64 = 1 << 30;

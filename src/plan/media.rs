@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+pub use crate::api::{Attachment, AttachmentKind, MediaPosition};
+
 /// `images count=1 format="jpeg" quality=85 position="before" { size "512x512" weight=3 }`:
 /// synthetic images per request, each of a size drawn from the buckets by weight.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,17 +77,6 @@ impl ImageFormat {
     }
 }
 
-/// Where a request's media go in its user message: before the text (as most vision
-/// benchmarks put the image first) or after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MediaPosition {
-    /// Before the text.
-    #[default]
-    Before,
-    /// After the text.
-    After,
-}
-
 /// `audio "5s" sample-rate=16000 signal="tone" position="before"`: one WAV clip per request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Audio {
@@ -128,61 +119,4 @@ pub struct ImageUrls {
     pub host: std::net::IpAddr,
     /// The port (0: a free one, chosen when the run starts).
     pub port: u16,
-}
-
-/// An image or audio clip made for one request, ready for a dialect to put in its body: its
-/// bytes in base64 (shared, so that a conversation's history or a re-sent body copies none),
-/// or the URL it is served at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
-    /// What it is.
-    pub kind: AttachmentKind,
-    /// The file's bytes, in standard base64 (empty once it is served at `url`).
-    pub base64: std::sync::Arc<str>,
-    /// The file's size, in bytes (before base64).
-    pub bytes: u64,
-    /// Where it goes in its message, against the text.
-    pub position: MediaPosition,
-    /// The dataset file it is (its number among the dataset's files), for one read from disk.
-    pub file: Option<u32>,
-    /// Where llmload serves it, when it is sent as a URL (`image-urls`).
-    pub url: Option<std::sync::Arc<str>>,
-}
-
-/// What an attachment is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttachmentKind {
-    /// An image.
-    Image {
-        /// `image/png` or `image/jpeg`.
-        mime: &'static str,
-        /// Pixels across.
-        width: u32,
-        /// Pixels down.
-        height: u32,
-    },
-    /// A WAV clip.
-    Audio {
-        /// Its length, in milliseconds.
-        millis: u32,
-    },
-}
-
-impl Attachment {
-    /// What an image part's URL says: where it is served, or a `data:` URL of its bytes.
-    pub fn image_url(&self) -> String {
-        match &self.url {
-            Some(url) => url.to_string(),
-            None => self.data_url(),
-        }
-    }
-
-    /// A `data:` URL of it (`data:image/jpeg;base64,…`).
-    pub fn data_url(&self) -> String {
-        let mime = match self.kind {
-            AttachmentKind::Image { mime, .. } => mime,
-            AttachmentKind::Audio { .. } => "audio/wav",
-        };
-        format!("data:{mime};base64,{}", self.base64)
-    }
 }

@@ -15,44 +15,7 @@ use super::{Origin, ScheduledRequest};
 use crate::plan::data::{DataPrompt, Dataset, Trace};
 use crate::tokens::Tokenizer;
 
-/// A request's prompt, before an API dialect puts it into a body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Prompt {
-    /// One piece of text: a completions prompt, or the one user message of a chat.
-    Text(String),
-    /// A chat conversation: system, user and assistant turns, in order.
-    Messages(Vec<Message>),
-    /// A batch of texts: inputs to embed, or (with a query) documents to rank against it.
-    Batch {
-        /// The query the documents are ranked against (rerank).
-        query: Option<String>,
-        /// The inputs, or the documents.
-        inputs: Vec<String>,
-    },
-}
-
-impl Prompt {
-    /// The prompt as one text (a batch's texts, and a conversation's turns, joined by lines):
-    /// for an API that takes one text.
-    pub fn joined(&self) -> String {
-        match self {
-            Prompt::Text(text) => text.clone(),
-            Prompt::Messages(messages) => messages
-                .iter()
-                .map(|m| m.content.as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            Prompt::Batch { query, inputs } => query
-                .iter()
-                .chain(inputs)
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join("\n"),
-        }
-    }
-}
-
-pub use crate::plan::data::{Message, ToolCall};
+pub use crate::api::{Message, Prompt, ToolCall};
 use crate::records::TurnKind;
 
 /// Makes the prompt of each scheduled request. Called once per request, off the I/O path, and

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::openai::fast::Shape;
 use super::openai::{self, Choice};
 use super::{BodyOptions, DecodeError, Decoded, Dialect, Envelope, Generated, Part};
-use crate::planner::Prompt;
+use crate::api::Prompt;
 
 /// The chat dialect.
 #[derive(Debug)]
@@ -89,7 +89,7 @@ impl Choice for ChatChoice<'_> {
 
 /// One message as the chat API takes it: an assistant's tool calls (with their arguments as
 /// the JSON text they streamed as), a tool result naming the call it answers.
-fn message(m: &crate::planner::Message) -> serde_json::Value {
+fn message(m: &crate::api::Message) -> serde_json::Value {
     let mut value = serde_json::json!({"role": m.role, "content": m.content});
     if !m.media.is_empty() {
         value["content"] = super::content_parts(
@@ -115,12 +115,12 @@ fn message(m: &crate::planner::Message) -> serde_json::Value {
 }
 
 /// An image as an `image_url` part (a data URL), a clip as an `input_audio` part.
-fn media_part(attachment: &crate::plan::Attachment) -> Option<serde_json::Value> {
+fn media_part(attachment: &crate::api::Attachment) -> Option<serde_json::Value> {
     Some(match attachment.kind {
-        crate::plan::AttachmentKind::Image { .. } => serde_json::json!(
+        crate::api::AttachmentKind::Image { .. } => serde_json::json!(
             {"type": "image_url", "image_url": {"url": attachment.image_url()}}
         ),
-        crate::plan::AttachmentKind::Audio { .. } => serde_json::json!(
+        crate::api::AttachmentKind::Audio { .. } => serde_json::json!(
             {"type": "input_audio", "input_audio": {"data": &*attachment.base64, "format": "wav"}}
         ),
     })
@@ -180,7 +180,7 @@ impl Dialect for Chat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::Message;
+    use crate::api::Message;
 
     fn options(ignore_eos: bool) -> BodyOptions {
         BodyOptions {

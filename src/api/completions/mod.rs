@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::openai::fast::Shape;
 use super::openai::{self, Choice};
 use super::{BodyOptions, DecodeError, Decoded, Dialect, Envelope, Generated, Part};
-use crate::planner::Prompt;
+use crate::api::Prompt;
 
 /// The completions dialect.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use super::{
     ApiKind, BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Envelope, Generated,
     ServerError, Usage,
 };
-use crate::planner::Prompt;
+use crate::api::Prompt;
 
 /// The embeddings dialect.
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use super::{
     BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Envelope, Generated, Part,
     ServerError, Usage,
 };
-use crate::planner::{Message, Prompt};
+use crate::api::{Message, Prompt};
 
 /// The Messages dialect.
 #[derive(Debug)]
@@ -215,14 +215,14 @@ fn conversation(messages: &[Message]) -> (Option<String>, Vec<Value>) {
                 json!({"type": "text", "text": m.content}),
                 // Images as `image` blocks (base64, or a URL source); the API takes no audio.
                 |a| match (a.kind, &a.url) {
-                    (crate::plan::AttachmentKind::Image { .. }, Some(url)) => {
+                    (crate::api::AttachmentKind::Image { .. }, Some(url)) => {
                         Some(json!({"type": "image", "source": {"type": "url", "url": &**url}}))
                     }
-                    (crate::plan::AttachmentKind::Image { mime, .. }, None) => {
+                    (crate::api::AttachmentKind::Image { mime, .. }, None) => {
                         Some(json!({"type": "image",
                         "source": {"type": "base64", "media_type": mime, "data": &*a.base64}}))
                     }
-                    (crate::plan::AttachmentKind::Audio { .. }, _) => None,
+                    (crate::api::AttachmentKind::Audio { .. }, _) => None,
                 },
             );
             out.push(json!({"role": m.role, "content": content}));
@@ -476,7 +476,7 @@ impl Dialect for Messages {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::ToolCall;
+    use crate::api::ToolCall;
 
     fn options() -> BodyOptions {
         let mut extra = Map::new();

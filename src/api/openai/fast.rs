@@ -538,15 +538,15 @@ mod tests {
         #[test]
         fn prop_the_fast_path_agrees_with_serde(data in chunk(), chat in any::<bool>()) {
             let (shape, api) = if chat {
-                (Shape::Chat, crate::plan::Api::Chat)
+                (Shape::Chat, crate::api::Api::Chat)
             } else {
-                (Shape::Completions, crate::plan::Api::Completions)
+                (Shape::Completions, crate::api::Api::Completions)
             };
             let mut fast_text = String::new();
             if let Some(fast) = decode(&data, &mut Generated::new(&mut fast_text), shape) {
                 let mut serde_text = String::new();
                 let reference = match api {
-                    crate::plan::Api::Chat => crate::api::openai::decode_with_serde::<
+                    crate::api::Api::Chat => crate::api::openai::decode_with_serde::<
                         crate::api::chat::ChatChoice,
                     >(&data, &mut Generated::new(&mut serde_text)),
                     _ => crate::api::openai::decode_with_serde::<

@@ -16,7 +16,7 @@ use super::{
     ApiKind, BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Envelope, Generated,
     ServerError, Usage,
 };
-use crate::planner::Prompt;
+use crate::api::Prompt;
 
 /// The rerank dialect.
 #[derive(Debug)]

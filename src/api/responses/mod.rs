@@ -19,7 +19,7 @@ use super::{
     BodyOptions, Capabilities, DecodeError, Decoded, Dialect, Envelope, Generated, Part,
     ServerError, Usage,
 };
-use crate::planner::{Message, Prompt};
+use crate::api::{Message, Prompt};
 
 /// The Responses dialect.
 #[derive(Debug)]
@@ -220,10 +220,10 @@ fn input_items(m: &Message, items: &mut Vec<Value>) {
             json!({"type": "input_text", "text": m.content}),
             // The Responses API takes images as `input_image` parts; it takes no audio.
             |a| match a.kind {
-                crate::plan::AttachmentKind::Image { .. } => {
+                crate::api::AttachmentKind::Image { .. } => {
                     Some(json!({"type": "input_image", "image_url": a.image_url()}))
                 }
-                crate::plan::AttachmentKind::Audio { .. } => None,
+                crate::api::AttachmentKind::Audio { .. } => None,
             },
         );
         items.push(json!({"role": m.role, "content": content}));
@@ -441,7 +441,7 @@ impl Dialect for Responses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::ToolCall;
+    use crate::api::ToolCall;
 
     fn options(stream: bool, ignore_eos: bool) -> BodyOptions {
         let mut extra = Map::new();
