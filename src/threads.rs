@@ -6,6 +6,11 @@
 //! What this is not for: the run's own requests (the executor's runtime), or the embedded
 //! simulator, which reports a runtime that cannot be built to its caller.
 
+/// The names of the embedded simulator's threads: every one starts with this, so that the
+/// client's CPU measurement (the executor's) leaves them out. Here, below both, so that the
+/// client knows the simulator's threads without depending on the simulator.
+pub const SIM_THREAD_PREFIX: &str = "llmload-sim";
+
 /// Spawns a thread named `name` that runs `task()`'s future to its end on a current-thread
 /// runtime of its own. A runtime that cannot be built ends the thread at once, its work not
 /// done.

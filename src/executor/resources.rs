@@ -91,7 +91,7 @@ fn machine_cores() -> Option<f64> {
     (cores > 0).then_some(cores as f64)
 }
 
-/// CPU seconds the embedded simulator's threads (named [`crate::sim::SIM_THREAD_PREFIX`]…)
+/// CPU seconds the embedded simulator's threads (named [`crate::threads::SIM_THREAD_PREFIX`]…)
 /// have used, from /proc (Linux); 0 elsewhere, or when no simulator runs in this process.
 fn simulator_cpu_seconds() -> f64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
@@ -104,7 +104,7 @@ fn simulator_cpu_seconds() -> f64 {
     for task in tasks.flatten() {
         let dir = task.path();
         let is_simulator = std::fs::read_to_string(dir.join("comm"))
-            .is_ok_and(|name| name.starts_with(crate::sim::SIM_THREAD_PREFIX));
+            .is_ok_and(|name| name.starts_with(crate::threads::SIM_THREAD_PREFIX));
         if !is_simulator {
             continue;
         }
@@ -408,7 +408,7 @@ mod tests {
     fn the_simulators_threads_are_not_the_clients() {
         let before = simulator_cpu_seconds();
         let busy = std::thread::Builder::new()
-            .name(format!("{}-test", crate::sim::SIM_THREAD_PREFIX))
+            .name(format!("{}-test", crate::threads::SIM_THREAD_PREFIX))
             .spawn(|| {
                 let start = Instant::now();
                 let mut x = 0u64;

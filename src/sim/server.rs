@@ -91,9 +91,7 @@ impl Drop for SimServer {
     }
 }
 
-/// The names of the embedded simulator's threads: every one starts with
-/// [`SIM_THREAD_PREFIX`], so that the client's CPU measurement leaves them out.
-pub const SIM_THREAD_PREFIX: &str = "llmload-sim";
+pub use crate::threads::SIM_THREAD_PREFIX;
 const SIM_THREAD_NAME: &str = "llmload-sim";
 const SIM_THREAD_NAME_TIMER: &str = "llmload-sim-tm";
 
