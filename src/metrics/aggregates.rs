@@ -55,7 +55,7 @@ pub struct Aggregates {
     pub server: Option<server::ServerTelemetry>,
     /// The server llmload started for the run (`server.json`), if it did.
     #[serde(skip)]
-    pub launched_server: Option<crate::server::ServerRun>,
+    pub launched_server: Option<crate::records::server_run::ServerRun>,
     /// The run over time.
     pub timeseries: timeseries::TimeSeries,
     /// The recorded requests by input length (the plan's buckets); an API that answers

@@ -176,28 +176,12 @@ impl std::fmt::Display for Arrivals {
     }
 }
 
-/// What a load is counted in: a sweep's or a search's axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LoadUnit {
-    /// Requests per second (an open loop).
-    RequestsPerSecond,
-    /// Concurrent requests (a closed loop's users).
-    Concurrency,
-}
+pub use crate::records::LoadUnit;
 
-impl LoadUnit {
-    /// The unit as reports write it.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            LoadUnit::RequestsPerSecond => "req/s",
-            LoadUnit::Concurrency => "concurrent",
-        }
-    }
-
-    /// The load of `value` in this unit.
-    pub fn load(self, value: f64, arrivals: Arrivals) -> Load {
-        match self {
+impl Load {
+    /// The load of `value` in `unit`: a constant rate with `arrivals`, or that many users.
+    pub fn in_unit(unit: LoadUnit, value: f64, arrivals: Arrivals) -> Load {
+        match unit {
             LoadUnit::RequestsPerSecond => Load::Rate {
                 rate: RateShape::Constant(value),
                 arrivals,

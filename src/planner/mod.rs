@@ -472,12 +472,11 @@ impl Schedule {
     pub fn loads(&self) -> Vec<Load> {
         let mut loads: Vec<Load> = self.phases.iter().map(|p| p.load_model.clone()).collect();
         if let Some(search) = &self.search {
-            loads.push(
-                search
-                    .spec
-                    .unit
-                    .load(search.spec.high, search.spec.arrivals),
-            );
+            loads.push(Load::in_unit(
+                search.spec.unit,
+                search.spec.high,
+                search.spec.arrivals,
+            ));
         }
         loads
     }
@@ -751,7 +750,7 @@ impl Schedule {
                 unit: spec.unit,
                 warmup,
             }),
-            ..Phase::new(name, spec.unit.load(load, spec.arrivals))
+            ..Phase::new(name, Load::in_unit(spec.unit, load, spec.arrivals))
         };
         let mut compiled =
             compile_phase(&self.mix, self.seed, index, &phase, MAX_SCHEDULED_REQUESTS)?;

@@ -13,11 +13,10 @@
 
 mod ids;
 mod read;
+pub mod server_run;
 mod write;
 
 use serde::{Deserialize, Serialize};
-
-use crate::plan::LoadUnit;
 
 pub use ids::{new_request_id_prefix, request_id_text};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
@@ -259,6 +258,26 @@ pub struct CacheReset {
     pub done: bool,
     /// How (`POST /reset_prefix_cache (vLLM)`), or why not (the server's refusal).
     pub detail: String,
+}
+
+/// What a load is counted in: a sweep's or a search's axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadUnit {
+    /// Requests per second (an open loop).
+    RequestsPerSecond,
+    /// Concurrent requests (a closed loop's users).
+    Concurrency,
+}
+
+impl LoadUnit {
+    /// The unit as reports write it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            LoadUnit::RequestsPerSecond => "req/s",
+            LoadUnit::Concurrency => "concurrent",
+        }
+    }
 }
 
 /// A step of a sweep, or a probe of a search, as the schedule and the records hold it.

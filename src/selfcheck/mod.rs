@@ -77,7 +77,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         // The highest load the search may probe, whatever it finds.
         loads.push((
             format!("search \"{}\" at its top", search.name),
-            search.unit.load(search.high, search.arrivals),
+            Load::in_unit(search.unit, search.high, search.arrivals),
         ));
     }
     for (name, load) in loads {

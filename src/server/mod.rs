@@ -11,7 +11,6 @@
 mod group;
 mod log;
 mod pidfile;
-mod record;
 pub mod watchdog;
 
 use std::path::Path;
@@ -20,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use crate::records::server_run::{read as read_record, ServerRun, SERVER_JSON, SERVER_LOG};
 use group::{group_alive, signal, Signal};
 pub use pidfile::{stop_orphans, SERVER_PID};
-pub use record::{read as read_record, ServerRun, SERVER_JSON, SERVER_LOG};
 
 use crate::error::{Error, Result};
 use crate::executor::{LiveCounters, Stop};

@@ -9,7 +9,7 @@ use miette::SourceSpan;
 use super::cx::{positional, property, Cx, Handler};
 use super::values::{Count, Flag, Kind, Name, Number, Percent, Text, DURATION};
 use crate::plan::limits::{MAX_CONCURRENCY, MAX_RATE, MAX_REQUESTS};
-use crate::plan::{Arrivals, LoadUnit, Objective, Phase, Search, Step};
+use crate::plan::{Arrivals, Load, LoadUnit, Objective, Phase, Search, Step};
 
 /// The most steps one sweep may have.
 pub(super) const MAX_STEPS: usize = 100;
@@ -263,7 +263,7 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
     let arrivals = f.arrivals.map_or(Arrivals::Poisson, |(a, _)| a);
     let mut phases = Vec::new();
     for value in axis.values {
-        let load = axis.unit.load(value, arrivals);
+        let load = Load::in_unit(axis.unit, value, arrivals);
         let step = |warmup: bool| Step {
             series: name.clone(),
             load_value: value,

@@ -66,7 +66,7 @@ pub struct ServerRun {
 }
 
 impl ServerRun {
-    pub(super) fn new(program: String, command: String, port: u16) -> ServerRun {
+    pub(crate) fn new(program: String, command: String, port: u16) -> ServerRun {
         ServerRun {
             program,
             command,
@@ -76,7 +76,7 @@ impl ServerRun {
     }
 
     /// Writes `server.json` into `dir`.
-    pub(super) fn write(&self, dir: &Path) -> Result<()> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(SERVER_JSON);
         let json = serde_json::to_string_pretty(self)
             .map_err(|e| Error::run(format!("cannot encode the server's record: {e}")))?;
