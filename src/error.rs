@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::plan::PlanErrors;
+use crate::diagnostic::PlanErrors;
 
 /// Exit code: every assertion passed.
 pub const EXIT_PASS: u8 = 0;

@@ -14,6 +14,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod compare;
+mod diagnostic;
 pub mod error;
 pub mod escape;
 pub mod executor;

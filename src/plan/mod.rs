@@ -9,7 +9,6 @@
 
 pub mod data;
 mod data_media;
-mod diagnostic;
 pub mod fmt;
 pub mod limits;
 mod load;
@@ -46,7 +45,7 @@ pub use workload::*;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use diagnostic::{PlanDiagnostic, PlanErrors};
+pub use crate::diagnostic::{PlanDiagnostic, PlanErrors};
 pub use parse::{
     check_file, parse_archived_plan, parse_plan, parse_plan_with, parse_sim_profile, Checked,
     EnvSource, ParseOptions, Sources,

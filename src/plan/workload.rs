@@ -161,23 +161,7 @@ pub struct PrefixGroup {
     pub weight: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-/// The plan's tokenizer.
-pub enum TokenizerSpec {
-    /// A tokenizer built into the binary (`cl100k_base`, `o200k_base`).
-    Builtin(String),
-    /// A Hugging Face `tokenizer.json` on disk.
-    File(std::path::PathBuf),
-}
-
-impl std::fmt::Display for TokenizerSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TokenizerSpec::Builtin(name) => f.write_str(name),
-            TokenizerSpec::File(path) => write!(f, "{}", path.display()),
-        }
-    }
-}
+pub use crate::tokens::TokenizerSpec;
 
 #[derive(Debug, Clone, PartialEq)]
 /// One input length of the workload's mix.

@@ -12,6 +12,24 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+/// The tokenizer a plan names (`tokenizer` in its workload).
+pub enum TokenizerSpec {
+    /// A tokenizer built into the binary (`cl100k_base`, `o200k_base`).
+    Builtin(String),
+    /// A Hugging Face `tokenizer.json` on disk.
+    File(std::path::PathBuf),
+}
+
+impl std::fmt::Display for TokenizerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenizerSpec::Builtin(name) => f.write_str(name),
+            TokenizerSpec::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// A tokenizer that counts tokens and knows which words are exactly one token.
 pub struct Tokenizer {
     name: String,
@@ -164,10 +182,10 @@ impl Tokenizer {
     }
 
     /// Loads what a plan names.
-    pub fn load(spec: &crate::plan::TokenizerSpec) -> Result<Tokenizer> {
+    pub fn load(spec: &TokenizerSpec) -> Result<Tokenizer> {
         match spec {
-            crate::plan::TokenizerSpec::Builtin(name) => Tokenizer::builtin(name),
-            crate::plan::TokenizerSpec::File(path) => Tokenizer::from_file(path),
+            TokenizerSpec::Builtin(name) => Tokenizer::builtin(name),
+            TokenizerSpec::File(path) => Tokenizer::from_file(path),
         }
     }
 

@@ -1,4 +1,8 @@
 //! Plan diagnostics: one miette report per mistake, pointing at the exact span.
+//!
+//! Below the plan and the crate's [`crate::error::Error`] (which carries them), so that the
+//! error type every module returns depends on no stage. What this is not: where mistakes are
+//! found (`plan::parse`).
 
 use std::sync::Arc;
 
