@@ -190,17 +190,52 @@ mod tests {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
 
+    /// A grey picture in `format`, made here: the plan's tests reach no later stage (the
+    /// planner's seeded pictures are its own).
+    fn picture(width: u32, height: u32, png: bool) -> Vec<u8> {
+        use image::ImageEncoder;
+        let pixels = vec![128u8; (width * height * 3) as usize];
+        let mut out = Vec::new();
+        if png {
+            image::codecs::png::PngEncoder::new(&mut out)
+                .write_image(&pixels, width, height, image::ExtendedColorType::Rgb8)
+                .unwrap();
+        } else {
+            jpeg_encoder::Encoder::new(&mut out, 80)
+                .encode(
+                    &pixels,
+                    width as u16,
+                    height as u16,
+                    jpeg_encoder::ColorType::Rgb,
+                )
+                .unwrap();
+        }
+        out
+    }
+
+    /// A silent 16-bit mono WAV clip of `audio`'s length and rate.
+    fn clip(audio: &crate::plan::Audio) -> Vec<u8> {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: audio.sample_rate,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut out = Cursor::new(Vec::new());
+        let mut writer = hound::WavWriter::new(&mut out, spec).unwrap();
+        for _ in 0..audio.samples() {
+            writer.write_sample(0i16).unwrap();
+        }
+        writer.finalize().unwrap();
+        out.into_inner()
+    }
+
     #[test]
     fn entries_carry_their_files_read_once_and_checked() {
         let dir = std::env::temp_dir().join(format!("llmload-data-media-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let png = crate::planner::media::encode_image(40, 30, crate::plan::ImageFormat::Png, 1);
-        let jpeg = crate::planner::media::encode_image(
-            64,
-            48,
-            crate::plan::ImageFormat::Jpeg { quality: 80 },
-            2,
-        );
+        let png = picture(40, 30, true);
+        let jpeg = picture(64, 48, false);
         write(&dir, "a.png", &png);
         write(&dir, "b.jpg", &jpeg);
         let audio = crate::plan::Audio {
@@ -209,7 +244,7 @@ mod tests {
             signal: crate::plan::Signal::Tone,
             position: MediaPosition::Before,
         };
-        write(&dir, "q.wav", &crate::planner::media::encode_wav(&audio, 3));
+        write(&dir, "q.wav", &clip(&audio));
         write(&dir, "broken.png", b"\x89PNG\r\n\x1a\nnot really");
         let text = "{\"prompt\": \"<image>\\nwhat is this?\", \"image\": \"a.png\"}\n\
                     {\"prompt\": \"and these?\", \"images\": [\"a.png\", \"b.jpg\"], \"audio\": \"q.wav\"}\n\

@@ -12,6 +12,8 @@ mod arrivals;
 pub mod catalogue;
 pub mod media;
 mod prompts;
+#[cfg(test)]
+mod proptests;
 pub mod search;
 mod shard;
 
@@ -812,6 +814,41 @@ mod tests {
     fn plan(body: &str) -> Plan {
         let text = format!("target \"sim\"\nworkload {{ input {{ bucket 128 weight=5; bucket 512 weight=3; bucket 2048 weight=2 }}; output 64 }}\n{body}");
         parse_plan("test.kdl", text).unwrap()
+    }
+
+    /// A replay's requests keep the trace's offsets, stretched by its speed, and its lengths.
+    #[test]
+    fn a_trace_is_replayed_at_its_speed() {
+        let dir = std::env::temp_dir().join(format!("llmload-trace-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("t.jsonl"),
+            "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n{\"timestamp\": 500, \"input_length\": 20, \"output_length\": 3}\n",
+        )
+        .unwrap();
+        let file = dir.join("plan.kdl");
+        let text = "target \"sim\"\nworkload { }\nphase \"r\" { trace \"t.jsonl\" speed=0.5 }\n";
+        let plan = parse_plan(file.to_str().unwrap(), text.into()).unwrap();
+        let schedule = compile(&plan, 1).unwrap();
+        let offsets: Vec<_> = schedule.phases[0]
+            .requests
+            .iter()
+            .map(|r| (r.intended_offset_us, r.input_tokens))
+            .collect();
+        assert_eq!(offsets, vec![(Some(0), 10), (Some(1_000_000), 20)]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A search's `reset-cache` reaches its probes: with no probe warmup, the measured probe
+    /// itself starts cold.
+    #[test]
+    fn a_search_probe_starts_cold_when_asked() {
+        let plan = plan(
+            "search \"c\" { rate from=1 to=4; duration \"2s\"; reset-cache #true }\n\
+             sla { ttft p99 < \"1s\" }",
+        );
+        let schedule = compile(&plan, 1).unwrap();
+        assert!(schedule.probe(9, 1, 2.0, false).unwrap().reset_cache);
     }
 
     #[test]

@@ -195,8 +195,6 @@ fn api_misfits(
     why
 }
 
-#[cfg(test)]
-mod proptests;
 mod report;
 mod scan;
 mod server;

@@ -1,5 +1,6 @@
 //! Property tests: whatever text a plan holds, the parser answers with a plan or with
-//! diagnostics, never a panic; and a plan it accepts compiles.
+//! diagnostics, never a panic; and a plan it accepts compiles (which is why they live with the
+//! planner: the plan's own tests reach no later stage).
 //!
 //! `cargo test` runs a bounded number of cases; `PROPTEST_CASES=100000 cargo test --release
 //! proptests` runs many more (docs/ARCHITECTURE.md).
@@ -9,9 +10,9 @@ use proptest::prelude::*;
 use crate::plan::{parse_plan, Load, Plan};
 
 const PLANS: [&str; 3] = [
-    include_str!("../../../plans/chat-sla.kdl"),
-    include_str!("../../../plans/quickstart.kdl"),
-    include_str!("../../../plans/mixed-input.kdl"),
+    include_str!("../../plans/chat-sla.kdl"),
+    include_str!("../../plans/quickstart.kdl"),
+    include_str!("../../plans/mixed-input.kdl"),
 ];
 
 /// Pieces of plans, to splice into plans: valid tokens in the wrong places, numbers at and past
