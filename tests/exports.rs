@@ -332,3 +332,70 @@ fn report_keeps_the_runs_junit_and_exports_unless_told_to_clean() {
     );
     assert!(out.join("report.md").is_file() && out.join("records.jsonl").is_file());
 }
+
+/// summary.csv holds a `value` row for every metric of the table that is one value per scope
+/// (shares, rates per second, aggregates) wherever summary.json has one: goodput and its
+/// ratio, the prefix cache's hit rate and the throughputs alike, each in its unit.
+#[test]
+fn summary_csv_has_a_row_for_every_scope_metric_the_run_has() {
+    let plan = format!(
+        "{}slo ttft=\"1s\"\n",
+        sim_plan(
+            // An engine keeps a prefix cache and says what it served from it.
+            "engine { max-seqs 4 }",
+            "tokenizer \"cl100k_base\"; input 64; output 8; prefix 128",
+            "phase \"p\" { concurrency 2; requests 20 }",
+            "",
+        )
+    );
+    let run = common::run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let csv = std::fs::read_to_string(run.out().join("summary.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    let value_of = |scope: &str, metric: &str| {
+        rows.iter()
+            .find(|r| r[0] == scope && r[1] == metric && r[2] == "value")
+            .map(|r| (r[3].parse::<f64>().unwrap(), r[4].to_string()))
+    };
+    let summary = run.summary();
+    let overall = &summary["overall"];
+    for (metric, json, unit) in [
+        (
+            "goodput",
+            &overall["goodput"]["requests_per_s"],
+            "requests/s",
+        ),
+        ("goodput-ratio", &overall["goodput"]["ratio"], "fraction"),
+        (
+            "prefix-cache-hit-rate",
+            &overall["prefix_cache"]["hit_rate"],
+            "fraction",
+        ),
+        (
+            "request-throughput",
+            &overall["throughput"]["requests_per_s"],
+            "requests/s",
+        ),
+        (
+            "output-throughput",
+            &overall["throughput"]["output_tokens_per_s"],
+            "tokens/s",
+        ),
+        ("error-rate", &overall["rates"]["error_rate"], "fraction"),
+    ] {
+        let expected = json.as_f64().unwrap_or_else(|| panic!("{metric}: {json}"));
+        for scope in ["all", "p"] {
+            let (value, in_unit) = value_of(scope, metric)
+                .unwrap_or_else(|| panic!("no {scope} {metric} row:\n{csv}"));
+            assert_eq!(in_unit, unit, "{metric}");
+            if scope == "all" {
+                assert!(
+                    (value - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+                    "{metric}"
+                );
+            }
+        }
+    }
+    // Asked of no answer: no row rather than a zero.
+    assert!(value_of("all", "invalid-json-rate").is_none(), "{csv}");
+}

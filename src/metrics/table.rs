@@ -175,6 +175,8 @@ pub enum Source {
     },
     /// Per second of a scope's wall time: each completed request adds `amount(record, good)`.
     PerSecond {
+        /// What it counts per second, as summary.csv's unit says it (`requests/s`).
+        unit: &'static str,
         /// What one completed request adds.
         amount: fn(&RequestRecord, bool) -> f64,
         /// The scope's value, as the aggregates hold it.
@@ -614,6 +616,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "requests/s",
             amount: |record, _| if record.ok() { 1.0 } else { 0.0 },
             read: |m| Some(m.throughput.requests_per_s),
         },
@@ -630,6 +633,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "tokens/s",
             amount: |record, _| {
                 if record.ok() {
                     output_tokens(record) as f64
@@ -652,6 +656,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "tokens/s",
             amount: |record, _| {
                 if record.ok() {
                     (output_tokens(record) + prompt_tokens(record)) as f64
@@ -674,6 +679,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "inputs/s",
             amount: |record, _| {
                 if record.ok() {
                     record.inputs.unwrap_or(0) as f64
@@ -696,6 +702,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "tokens/s",
             amount: |record, _| {
                 if record.ok() {
                     prompt_tokens(record) as f64
@@ -718,6 +725,7 @@ metric_table! {
         better: Better::Higher,
         stats: Stats::None,
         source: Source::PerSecond {
+            unit: "requests/s",
             amount: |_, good| if good { 1.0 } else { 0.0 },
             read: |m| m.goodput.as_ref().map(|g| g.requests_per_s),
         },
@@ -966,6 +974,17 @@ impl Metric {
     /// Whether a line naming it names a statistic.
     pub fn takes_stat(self) -> bool {
         self.def().stats != Stats::None
+    }
+
+    /// Its unit in summary.csv, for a metric that is one value per scope (a share, a rate per
+    /// second, an aggregate); `None` for distributions (a row per statistic, in their kind's
+    /// unit), the server's signals and a search's capacity, which are not a scope's value.
+    pub fn scope_value_unit(self) -> Option<&'static str> {
+        match self.def().source {
+            Source::PerSecond { unit, .. } => Some(unit),
+            Source::Share { .. } | Source::Aggregate(_) => Some(self.kind().csv_unit()),
+            Source::Distribution { .. } | Source::Server(_) | Source::Search => None,
+        }
     }
 
     /// Whether it is what the server says of itself (its telemetry), not what llmload measured.

@@ -37,8 +37,40 @@ impl Exporter for SummaryCsv {
     }
 
     fn render(&self, context: &ReportContext) -> Result<Vec<u8>> {
-        template::render("summary.csv.j2", SUMMARY_TEMPLATE, context)
+        let summary = &context.summary;
+        let values = minijinja::context! {
+            overall => scope_values(&summary.overall),
+            phases => summary.phases.iter().map(scope_values).collect::<Vec<_>>(),
+        };
+        let context = minijinja::context! {
+            scope_values => values,
+            ..minijinja::Value::from_serialize(summary)
+        };
+        template::render_value("summary.csv.j2", SUMMARY_TEMPLATE, context).map(String::into_bytes)
     }
+}
+
+/// One scope's value of a metric that is not a distribution (a share, a rate per second, an
+/// aggregate), as the metric table reads it: summary.csv's `value` rows, so that a metric
+/// added to the table is a row without a line in the template.
+#[derive(Serialize)]
+struct ScopeValue {
+    metric: &'static str,
+    value: f64,
+    unit: &'static str,
+}
+
+fn scope_values(scope: &crate::metrics::PhaseMetrics) -> Vec<ScopeValue> {
+    crate::metrics::Metric::all()
+        .filter_map(|metric| {
+            let unit = metric.scope_value_unit()?;
+            Some(ScopeValue {
+                metric: metric.name(),
+                value: scope.value(metric, None)?,
+                unit,
+            })
+        })
+        .collect()
 }
 
 /// `steps.csv`: one row per measured step of a sweep and probe of a search (only for runs
