@@ -504,3 +504,26 @@ fn readme_lists_every_flag_of_every_command() {
         stale.join(", ")
     );
 }
+
+/// docs/plan-reference.md's metric table lists every metric of the metric table, and nothing
+/// else: a metric added to `METRICS` is a row to write there, or this fails naming it.
+#[test]
+fn the_plan_reference_lists_every_metric() {
+    let reference = std::fs::read_to_string(repo().join("docs/plan-reference.md")).unwrap();
+    let start = reference
+        .find("| metric | statistic | threshold |")
+        .expect("the metric table");
+    let table = &reference[start..];
+    let table = &table[..table.find("\n\n").unwrap_or(table.len())];
+    let documented: Vec<&str> = table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split('`').next())
+        .collect();
+    let defined: Vec<&str> = llmload::metrics::Metric::all().map(|m| m.name()).collect();
+    let missing: Vec<_> = defined.iter().filter(|m| !documented.contains(m)).collect();
+    let unknown: Vec<_> = documented.iter().filter(|m| !defined.contains(m)).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/plan-reference.md's metric table lacks {missing:?} and lists unknown {unknown:?}"
+    );
+}
