@@ -35,6 +35,7 @@ pub mod sim;
 pub mod telemetry;
 pub mod threads;
 pub(crate) mod timer;
+pub mod tls;
 pub mod tokens;
 pub mod verdict;
 pub(crate) mod words;

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "seed",
         "threads",
         "timer",
+        "tls",
         "words",
     ],
     &["error"],

@@ -88,6 +88,9 @@ pub struct RunConfig {
     /// Images go out as URLs served on loopback (`image-urls`), with the dataset's image
     /// files (each once) served from the start.
     pub image_urls: Option<(crate::plan::ImageUrls, Vec<crate::plan::Attachment>)>,
+    /// Certificate authorities `https://` targets are trusted under besides the public roots
+    /// (the plan's `ca-file`, `SSL_CERT_FILE`).
+    pub tls_roots: Vec<reqwest::Certificate>,
 }
 
 /// Runs every phase of `schedule`, group by group, writing the run's log to
@@ -116,6 +119,7 @@ pub async fn run_from(
         connects.clone(),
         pool,
         config.template.timeout.min(Duration::from_secs(10)),
+        &config.tls_roots,
     )
     .map_err(Error::run)?;
     // The target answers and serves the plan's model(s), before anything is recorded: a wrong

@@ -49,6 +49,9 @@ pub struct Target {
     pub tools_file: Option<(String, String)>,
     /// What every answer must be (`response-format`), checked answer by answer.
     pub response_format: Option<ResponseFormat>,
+    /// Certificate authorities an `https://` target is also trusted under (`ca-file`): the file
+    /// as written and its PEM text (empty when the plan was read without its files).
+    pub ca_file: Option<(String, std::sync::Arc<String>)>,
 }
 
 /// `response-format "json-object"`, or `"json-schema" schema="schema.json"`.

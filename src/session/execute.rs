@@ -127,6 +127,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .workload
                 .image_urls
                 .map(|urls| (urls, dataset_image_files(plan))),
+            tls_roots: trusted_roots(plan)?,
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
@@ -278,6 +279,23 @@ fn with_basic_auth(
         }
     }
     credentials
+}
+
+/// The certificate authorities `https://` targets are trusted under besides the public roots:
+/// the plan's `ca-file` (checked when the plan was read) and `SSL_CERT_FILE`'s. A file that
+/// cannot be used ends the run before anything is sent, naming the file, never its text.
+fn trusted_roots(plan: &Plan) -> Result<Vec<reqwest::Certificate>> {
+    let mut roots = Vec::new();
+    if let Some((name, pem)) = &plan.target.ca_file {
+        roots.extend(
+            crate::tls::certificates(pem.as_bytes())
+                .map_err(|why| Error::usage(format!("ca-file {name}: {why}")))?,
+        );
+    }
+    if let Some((_, from_environment)) = crate::tls::from_environment().map_err(Error::usage)? {
+        roots.extend(from_environment);
+    }
+    Ok(roots)
 }
 
 /// The records' first line: what the run is (tool, plan and its files' SHA-256, seed, target,

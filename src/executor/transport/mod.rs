@@ -229,9 +229,10 @@ impl Transport {
         log: Arc<ConnectLog>,
         max_idle: usize,
         connect_timeout: Duration,
+        roots: &[reqwest::Certificate],
     ) -> Result<Self, String> {
         Ok(Transport {
-            reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout)?,
+            reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout, roots)?,
             direct: Direct::new(log, max_idle, connect_timeout),
             proxied: http_proxy_configured(),
         })
@@ -385,7 +386,8 @@ mod tests {
     /// through reqwest for plain HTTP as it does when a proxy is configured.
     fn logged_transport(max_idle: usize, proxied: bool) -> (Arc<ConnectLog>, Transport) {
         let log = Arc::new(ConnectLog::default());
-        let mut transport = Transport::new(log.clone(), max_idle, Duration::from_secs(5)).unwrap();
+        let mut transport =
+            Transport::new(log.clone(), max_idle, Duration::from_secs(5), &[]).unwrap();
         transport.proxied = proxied;
         (log, transport)
     }

@@ -19,6 +19,17 @@ use super::{
 use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
 
+/// What to do when the target's certificate is not trusted: an internal endpoint is signed by
+/// a CA of its own, which the public roots compiled in do not hold.
+fn certificate_hint(cause: &str) -> &'static str {
+    if cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate") {
+        " (its certificate is signed by a CA llmload does not trust: name that CA's PEM file with \
+         `ca-file` in the target, or in SSL_CERT_FILE)"
+    } else {
+        ""
+    }
+}
+
 /// reqwest, with every connection it opens logged and timed.
 pub(super) struct ViaReqwest {
     client: reqwest::Client,
@@ -29,8 +40,15 @@ impl ViaReqwest {
         log: Arc<ConnectLog>,
         max_idle: usize,
         connect_timeout: Duration,
+        roots: &[reqwest::Certificate],
     ) -> Result<ViaReqwest, String> {
-        let client = reqwest::Client::builder()
+        // The public roots compiled in, and any the plan or SSL_CERT_FILE add.
+        let builder = roots
+            .iter()
+            .fold(reqwest::Client::builder(), |builder, root| {
+                builder.add_root_certificate(root.clone())
+            });
+        let client = builder
             .connector_layer(Timed { log })
             .tcp_nodelay(true)
             .pool_max_idle_per_host(max_idle)
@@ -145,7 +163,11 @@ async fn send_reqwest(
             } else if err.is_connect() {
                 (
                     SendFailure::Connect,
-                    format!("cannot connect to the target: {}", root_cause(&err)),
+                    format!(
+                        "cannot connect to the target: {}{}",
+                        root_cause(&err),
+                        certificate_hint(&root_cause(&err))
+                    ),
                 )
             } else if err.is_timeout() {
                 (SendFailure::Timeout, "the request timed out".to_string())

@@ -29,6 +29,7 @@ struct Fields {
     warm_connections: bool,
     tools_file: Option<(String, String)>,
     response_format: Option<ResponseFormat>,
+    ca_file: Option<(String, std::sync::Arc<String>)>,
 }
 
 /// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
@@ -77,6 +78,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         t.model = cx.single(node, "model \"meta-llama/Llama-3.1-8B-Instruct\"", Text);
     }),
     ("api-key", api_key),
+    ("ca-file", ca_file),
     ("stream", |cx, node, t| {
         if let Some(b) = cx.single(node, "stream #true", Flag) {
             t.stream = b;
@@ -289,6 +291,33 @@ fn body(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
 
 /// `tools "tools.json"`: the tools every request offers (a JSON list in OpenAI's function
 /// schema, `[{"type": "function", "function": {"name": ...}}]`), read and checked now.
+/// `ca-file "ca.pem"`: certificate authorities an `https://` target is trusted under besides
+/// the public ones (an internal endpoint signed by a company CA). Read and checked here, so a
+/// wrong file is a plan mistake; the file is not kept with the run.
+fn ca_file(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "ca-file \"company-ca.pem\" (PEM certificates)";
+    let Some(name) = cx.single(node, usage, Text) else {
+        return;
+    };
+    if !cx.check_files {
+        t.ca_file = Some((name, Default::default()));
+        return;
+    }
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let Some((path, text, _)) = super::datafile::read(cx, span, &name, "CA certificate") else {
+        return;
+    };
+    match crate::tls::certificates(text.as_bytes()) {
+        Ok(_) => t.ca_file = Some((name, text)),
+        Err(why) => cx.error(
+            span,
+            format!("{} holds no CA certificate llmload can use: {why}", path.display()),
+            "not PEM certificates",
+            "give a PEM file of one or more `-----BEGIN CERTIFICATE-----` blocks (the CA that signed the server's certificate)",
+        ),
+    }
+}
+
 fn tools(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     let usage = "tools \"tools.json\" (a JSON list of {\"type\": \"function\", \"function\": {\"name\": ...}})";
     let Some(name) = cx.single(node, usage, Text) else {
@@ -671,6 +700,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         warm_connections: true,
         tools_file: None,
         response_format: None,
+        ca_file: None,
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
@@ -713,5 +743,6 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         warm_connections: fields.warm_connections,
         tools_file: fields.tools_file,
         response_format: fields.response_format,
+        ca_file: fields.ca_file,
     })
 }
