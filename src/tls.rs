@@ -32,6 +32,16 @@ pub fn from_environment() -> Result<Option<(String, Vec<reqwest::Certificate>)>,
     Ok(Some((shown, certificates)))
 }
 
+/// A client builder that trusts `roots` besides the public roots: every client llmload makes
+/// for a run's target (its requests, the scrape of its metrics, its version, a cache reset).
+pub fn trusting(roots: &[reqwest::Certificate]) -> reqwest::ClientBuilder {
+    roots
+        .iter()
+        .fold(reqwest::Client::builder(), |builder, root| {
+            builder.add_root_certificate(root.clone())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -233,6 +233,7 @@ pub async fn run_from(
         live: config.live.clone(),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
+        tls_roots: config.tls_roots.clone(),
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
     });

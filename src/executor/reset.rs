@@ -20,9 +20,10 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// What a reset did: `Ok` with how (`POST /reset_prefix_cache`), or `Err` with why not.
 pub type ResetOutcome = Result<String, String>;
 
-/// Resets the caches of the server behind `template`.
-pub async fn reset(template: &RequestTemplate) -> ResetOutcome {
-    let client = reqwest::Client::builder()
+/// Resets the caches of the server behind `template`, trusting `roots` besides the public
+/// ones (the run's `ca-file`, `SSL_CERT_FILE`).
+pub async fn reset(template: &RequestTemplate, roots: &[reqwest::Certificate]) -> ResetOutcome {
+    let client = crate::tls::trusting(roots)
         .timeout(TIMEOUT)
         .build()
         .map_err(|e| format!("cannot make an HTTP client: {e}"))?;

@@ -84,10 +84,11 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         }
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
+        let tls_roots = trusted_roots(plan)?;
         if let Some(launched) = launched.as_mut() {
             // Asked as the scraper asks: with the run's credentials, on its own origin only.
             let version = crate::telemetry::scrape::server_version(
-                &client_with(origin_headers(&launched.ready_url, &template)),
+                &client_with(origin_headers(&launched.ready_url, &template), &tls_roots),
                 &launched.ready_url,
             )
             .await;
@@ -127,7 +128,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .workload
                 .image_urls
                 .map(|urls| (urls, dataset_image_files(plan))),
-            tls_roots: trusted_roots(plan)?,
+            tls_roots,
         };
         let schedule = Arc::new(schedule);
         let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
@@ -152,6 +153,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                         url,
                         shown,
                         headers,
+                        roots: config.tls_roots.clone(),
                     }
                 })
                 .collect();
@@ -212,8 +214,9 @@ fn origin_headers(
 /// An HTTP client that sends `headers` with every request.
 fn client_with(
     headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    roots: &[reqwest::Certificate],
 ) -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::tls::trusting(roots)
         .default_headers(headers.into_iter().collect())
         .build()
         .unwrap_or_default()

@@ -54,7 +54,8 @@ pub(super) async fn run_group(
                 _ = context.in_flight.wait_empty() => {}
                 _ = stopped(&mut cancel_wait) => return false,
             }
-            let outcome = super::reset::reset(context.template(run.phase.index)).await;
+            let outcome =
+                super::reset::reset(context.template(run.phase.index), &context.tls_roots).await;
             let reset = match outcome {
                 Ok(how) => crate::records::CacheReset {
                     done: true,

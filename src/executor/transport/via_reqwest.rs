@@ -43,12 +43,7 @@ impl ViaReqwest {
         roots: &[reqwest::Certificate],
     ) -> Result<ViaReqwest, String> {
         // The public roots compiled in, and any the plan or SSL_CERT_FILE add.
-        let builder = roots
-            .iter()
-            .fold(reqwest::Client::builder(), |builder, root| {
-                builder.add_root_certificate(root.clone())
-            });
-        let client = builder
+        let client = crate::tls::trusting(roots)
             .connector_layer(Timed { log })
             .tcp_nodelay(true)
             .pool_max_idle_per_host(max_idle)
