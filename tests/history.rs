@@ -116,16 +116,30 @@ fn a_history_of_runs_names_exactly_the_slow_ones() {
     );
     assert!(nightly["runs"][1]["measures"].as_array().unwrap().len() >= 5);
 
-    // Exactly the slow runs stand out, each worse in TTFT.
+    // Exactly the slow runs stand out, each worse in TTFT. A run its client limited (a stall on
+    // a loaded 2-core runner: schedule lag, a client stall) is set apart instead, as the history
+    // should: listed, never standing out. At least one slow run must be judged.
+    let page = std::fs::read_to_string(out.join("history.md")).unwrap();
+    let set_apart: Vec<&str> = nightly["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["set_apart"].is_string())
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    let slow: Vec<&str> = slow
+        .into_iter()
+        .filter(|commit| !set_apart.contains(commit))
+        .collect();
+    assert!(!slow.is_empty(), "every slow run was set apart: {page}");
     let stand_outs = nightly["stand_outs"].as_array().unwrap();
     let mut named: Vec<&str> = stand_outs
         .iter()
         .map(|s| s["run_name"].as_str().unwrap())
         .collect();
     named.dedup();
-    let page = std::fs::read_to_string(out.join("history.md")).unwrap();
     assert_eq!(named, slow, "{page}");
-    for commit in slow {
+    for &commit in &slow {
         assert!(
             stand_outs.iter().any(|s| s["run_name"] == commit
                 && s["slug"] == "ttft-p50-ms"
@@ -141,7 +155,7 @@ fn a_history_of_runs_names_exactly_the_slow_ones() {
     for line in &worse_lines {
         assert!(slow.iter().any(|c| line.contains(c)), "{line}");
     }
-    for commit in slow {
+    for commit in &slow {
         assert!(worse_lines.iter().any(|l| l.contains(commit)), "{page}");
     }
     let html = std::fs::read_to_string(out.join("history.html")).unwrap();
@@ -168,7 +182,10 @@ fn a_history_of_runs_names_exactly_the_slow_ones() {
     // The slow runs failed their objective (TTFT p50 < 200 ms): the table says so.
     assert!(page.contains("❌ fail"), "{page}");
     // The terminal names them too, and what was left out.
-    assert!(stdout.contains("WORSE") && stdout.contains("c05") && stdout.contains("c08"));
+    assert!(
+        stdout.contains("WORSE") && slow.iter().all(|commit| stdout.contains(commit)),
+        "{stdout}"
+    );
     assert!(stdout.contains("run-broken"), "{stdout}");
     assert!(!stdout.contains("notes"), "{stdout}");
     let skipped: Vec<PathBuf> = json["skipped"]
