@@ -142,13 +142,15 @@ fn an_external_target_killed_mid_run_ends_it_as_not_carried_out_within_the_windo
 /// A steady phase against a fast external server, with `llmload` itself stopped (SIGSTOP) for
 /// 300 ms `stall_at` into it when given; its exit code and summary.
 fn steady_run(stall_at: Option<Duration>) -> (i32, serde_json::Value, String) {
-    let sim = SimProcess::start_with(&["--ttft", "5ms", "--itl", "1ms"]);
+    // Answers of 8 tokens 20 ms apart keep ~15 requests in flight at 100/s, so the stop
+    // always finds many in flight (at 1 ms apart one or two were, and CI once met none).
+    let sim = SimProcess::start_with(&["--ttft", "5ms", "--itl", "20ms"]);
     let dir = tempfile::tempdir().unwrap();
     let plan = common::write_plan(
         dir.path(),
         &format!(
             "plan \"t\" {{ seed 1 }}\ntarget \"{}\" {{ model \"llmload-sim\"; timeout \"10s\" }}\n\
-             workload {{ input 32; output 4 }}\nphase \"steady\" {{ rate 100; duration \"6s\" }}\n\
+             workload {{ input 32; output 8 }}\nphase \"steady\" {{ rate 100; duration \"6s\" }}\n\
              sla {{ ttft p99 < \"100ms\" }}\n",
             sim.url
         ),
