@@ -130,9 +130,22 @@ pub struct TargetTelemetry {
 }
 
 impl Telemetry {
-    /// The engine whose names the server used.
+    /// The engine whose names the server used (the serving engine's, where a GPU exporter
+    /// was scraped beside it).
     pub fn engine(&self) -> Option<Engine> {
-        self.samples.iter().find_map(|s| s.engine)
+        self.samples
+            .iter()
+            .filter_map(|s| s.engine)
+            .reduce(|a, b| the_engine(Some(a), b))
+    }
+}
+
+/// The engine a series is named by, of the one it has so far and `another` whose names it
+/// also holds: the first serving engine, else the exporter.
+fn the_engine(so_far: Option<Engine>, another: Engine) -> Engine {
+    match so_far {
+        Some(engine) if engine.serves() || !another.serves() => engine,
+        Some(_) | None => another,
     }
 }
 
@@ -286,7 +299,10 @@ fn sum_targets(targets: &[TargetTelemetry]) -> Vec<TelemetrySample> {
         }
         let mut sum = TelemetrySample {
             at_unix_ms: at,
-            engine: latest.iter().find_map(|s| s.engine),
+            engine: latest
+                .iter()
+                .filter_map(|s| s.engine)
+                .reduce(|a, b| the_engine(Some(a), b)),
             ..TelemetrySample::default()
         };
         for (sample, target) in latest.iter().zip(&targets) {
@@ -443,13 +459,13 @@ pub fn gather(samples: &[prom::Sample], at_unix_ms: f64) -> TelemetrySample {
         let Some((engine, signal, part)) = names::identify(&sample.name) else {
             continue;
         };
-        if !sample.value.is_finite() {
+        if !signal.is_reading(engine, sample.value) {
             continue;
         }
-        out.engine.get_or_insert(engine);
+        out.engine = Some(the_engine(out.engine, engine));
         match part {
             names::Part::Value => {
-                add_value(&mut out.values, signal, sample.value);
+                add_value(&mut out.values, signal, sample.value * signal.scale(engine));
             }
             names::Part::Bucket => {
                 let le = match sample.label("le") {
@@ -656,5 +672,44 @@ mod tests {
         assert_eq!(ttft.counts, vec![4.0]);
         assert_eq!((ttft.sum, ttft.count), (0.9, 5.0));
         assert_eq!(sample.values.len(), 2);
+    }
+
+    /// Two GPUs as dcgm-exporter prints them (its default counters, every label it adds, and a
+    /// field the GPU does not support written as DCGM's blank).
+    #[test]
+    fn a_dcgm_exporters_gpus_gathered_in_llmloads_units() {
+        let text = include_str!("../../tests/fixtures/telemetry/dcgm-exporter.txt");
+        let sample = gather(&prom::parse(text), 1.0);
+        assert_eq!(sample.engine, Some(Engine::Dcgm));
+        let value = |signal| sample.values.get(&signal).copied();
+        // Watts, MiB and joules add up over the GPUs; utilization, clock and temperature are
+        // the largest (the busiest, fastest, hottest GPU).
+        assert_eq!(value(Signal::GpuPower), Some(412.337 + 389.105));
+        assert_eq!(value(Signal::GpuMemoryUsed), Some(76238.0 + 76240.0));
+        assert_eq!(value(Signal::GpuMemoryFree), Some(4821.0 + 4819.0));
+        assert_eq!(
+            value(Signal::GpuEnergy),
+            Some(8816423519.0 * 0.001 + 8790112004.0 * 0.001)
+        );
+        assert_eq!(value(Signal::GpuUtilization), Some(0.97));
+        assert_eq!(value(Signal::GpuSmClock), Some(1980.0));
+        assert_eq!(value(Signal::GpuTemperature), Some(67.0));
+        assert_eq!(sample.values.len(), 7, "{:?}", sample.values);
+    }
+
+    #[test]
+    fn dcgm_blanks_are_no_readings_and_the_engine_names_a_mixed_scrape() {
+        let text = "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 2147483632\n\
+            DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"} 140737488355328\n\
+            DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\"} 9223372036854775792\n\
+            DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"1\"} 21474836480\n\
+            vllm:num_requests_running 2\n";
+        let sample = gather(&prom::parse(text), 1.0);
+        // A simulator (or an engine) that also exports its GPUs is named as the engine.
+        assert_eq!(sample.engine, Some(Engine::Vllm));
+        assert_eq!(sample.values.get(&Signal::GpuTemperature), None);
+        assert_eq!(sample.values.get(&Signal::GpuPower), None);
+        // Past 2^31 millijoules is a real reading (six hours at 100 W), not a blank.
+        assert_eq!(sample.values.get(&Signal::GpuEnergy), Some(&21474836.48));
     }
 }

@@ -1,5 +1,7 @@
 //! What serving engines call the numbers llmload reads from them: vLLM (its V1 names and the
-//! legacy ones), SGLang, TGI and llama.cpp's server, each mapped to one [`Signal`].
+//! legacy ones), SGLang, TGI and llama.cpp's server, each mapped to one [`Signal`]; and what
+//! NVIDIA's DCGM exporter calls a GPU's (`DCGM_FI_DEV_*`), which a plan scrapes beside the
+//! engine (its own URL, usually port 9400).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +17,8 @@ pub enum Engine {
     Tgi,
     /// llama.cpp's `llama-server`.
     LlamaCpp,
+    /// NVIDIA's DCGM exporter (dcgm-exporter): the GPUs', not an engine's.
+    Dcgm,
 }
 
 impl Engine {
@@ -25,6 +29,16 @@ impl Engine {
             Engine::Sglang => "SGLang",
             Engine::Tgi => "TGI",
             Engine::LlamaCpp => "llama.cpp",
+            Engine::Dcgm => "DCGM exporter",
+        }
+    }
+
+    /// Whether it serves the model (an engine), rather than exporting the hardware's numbers:
+    /// a run names the engine it loaded, whichever URL the plan lists first.
+    pub fn serves(self) -> bool {
+        match self {
+            Engine::Vllm | Engine::Sglang | Engine::Tgi | Engine::LlamaCpp => true,
+            Engine::Dcgm => false,
         }
     }
 }
@@ -70,11 +84,25 @@ pub enum Signal {
     E2e,
     /// Time requests spent waiting before being scheduled.
     QueueTime,
+    /// The GPUs' utilization (0 to 1): the busiest GPU's share of time with a kernel running.
+    GpuUtilization,
+    /// GPU memory in use, MiB, all GPUs summed.
+    GpuMemoryUsed,
+    /// GPU memory free, MiB, all GPUs summed.
+    GpuMemoryFree,
+    /// Power drawn, W, all GPUs summed.
+    GpuPower,
+    /// Energy consumed since the driver loaded, J, all GPUs summed.
+    GpuEnergy,
+    /// The SM clock, MHz (the fastest GPU's; a throttled GPU shows in its max falling).
+    GpuSmClock,
+    /// The hottest GPU's temperature, °C.
+    GpuTemperature,
 }
 
 impl Signal {
     /// Every signal, in the order reports list them.
-    pub const ALL: [Signal; 13] = [
+    pub const ALL: [Signal; 20] = [
         Signal::Running,
         Signal::Waiting,
         Signal::KvCache,
@@ -88,19 +116,34 @@ impl Signal {
         Signal::Itl,
         Signal::E2e,
         Signal::QueueTime,
+        Signal::GpuUtilization,
+        Signal::GpuMemoryUsed,
+        Signal::GpuMemoryFree,
+        Signal::GpuPower,
+        Signal::GpuEnergy,
+        Signal::GpuSmClock,
+        Signal::GpuTemperature,
     ];
 
     /// How its samples add up.
     pub fn kind(self) -> Kind {
         match self {
-            Signal::Running | Signal::Waiting | Signal::KvCache | Signal::PrefixCacheHitRate => {
-                Kind::Gauge
-            }
+            Signal::Running
+            | Signal::Waiting
+            | Signal::KvCache
+            | Signal::PrefixCacheHitRate
+            | Signal::GpuUtilization
+            | Signal::GpuMemoryUsed
+            | Signal::GpuMemoryFree
+            | Signal::GpuPower
+            | Signal::GpuSmClock
+            | Signal::GpuTemperature => Kind::Gauge,
             Signal::Preemptions
             | Signal::PromptTokens
             | Signal::GenerationTokens
             | Signal::PrefixCacheHits
-            | Signal::PrefixCacheQueries => Kind::Counter,
+            | Signal::PrefixCacheQueries
+            | Signal::GpuEnergy => Kind::Counter,
             Signal::Ttft | Signal::Itl | Signal::E2e | Signal::QueueTime => Kind::Histogram,
         }
     }
@@ -121,13 +164,74 @@ impl Signal {
             Signal::Itl => "itl",
             Signal::E2e => "e2e",
             Signal::QueueTime => "queue_time",
+            Signal::GpuUtilization => "gpu_utilization",
+            Signal::GpuMemoryUsed => "gpu_memory_used_mib",
+            Signal::GpuMemoryFree => "gpu_memory_free_mib",
+            Signal::GpuPower => "gpu_power_w",
+            Signal::GpuEnergy => "gpu_energy_j",
+            Signal::GpuSmClock => "gpu_sm_clock_mhz",
+            Signal::GpuTemperature => "gpu_temperature_c",
         }
     }
 
-    /// Several series of one gauge (data-parallel engines) add up (requests), or the worst one
-    /// counts (a cache's usage).
+    /// Several series of one gauge (data-parallel engines, several GPUs) add up (requests,
+    /// watts, memory), or the largest counts (a cache's usage, the busiest or hottest GPU).
     pub fn sums(self) -> bool {
-        !matches!(self, Signal::KvCache | Signal::PrefixCacheHitRate)
+        match self {
+            Signal::KvCache
+            | Signal::PrefixCacheHitRate
+            | Signal::GpuUtilization
+            | Signal::GpuSmClock
+            | Signal::GpuTemperature => false,
+            Signal::Running
+            | Signal::Waiting
+            | Signal::Preemptions
+            | Signal::PromptTokens
+            | Signal::GenerationTokens
+            | Signal::PrefixCacheHits
+            | Signal::PrefixCacheQueries
+            | Signal::Ttft
+            | Signal::Itl
+            | Signal::E2e
+            | Signal::QueueTime
+            | Signal::GpuMemoryUsed
+            | Signal::GpuMemoryFree
+            | Signal::GpuPower
+            | Signal::GpuEnergy => true,
+        }
+    }
+
+    /// What one unit of the value `engine` exports is in llmload's unit for the signal: DCGM
+    /// says utilization in percent and energy in millijoules.
+    pub fn scale(self, engine: Engine) -> f64 {
+        match (engine, self) {
+            (Engine::Dcgm, Signal::GpuUtilization) => 0.01,
+            (Engine::Dcgm, Signal::GpuEnergy) => 0.001,
+            _ => 1.0,
+        }
+    }
+
+    /// Whether `value`, as `engine` exports it, is a reading rather than DCGM's "blank" (a
+    /// field the GPU or driver does not support, or not read yet): DCGM writes those as the
+    /// largest values of the field's type (from 2^31 − 16 for 32-bit fields, 2^47 for
+    /// floating-point ones, 2^63 − 16 for 64-bit ones), which dcgm-exporter prints as they are
+    /// (`9223372036854775794` in its README's own example).
+    pub fn is_reading(self, engine: Engine, value: f64) -> bool {
+        const INT32_BLANK: f64 = 2_147_483_632.0;
+        const FP64_BLANK: f64 = 140_737_488_355_328.0;
+        match engine {
+            Engine::Dcgm => {
+                // The energy counter is the one 64-bit field that passes 2^31 in use (its
+                // millijoules do after some six hours at 100 W).
+                let limit = if self == Signal::GpuEnergy {
+                    FP64_BLANK
+                } else {
+                    INT32_BLANK
+                };
+                value.is_finite() && value < limit
+            }
+            Engine::Vllm | Engine::Sglang | Engine::Tgi | Engine::LlamaCpp => value.is_finite(),
+        }
     }
 }
 
@@ -290,6 +394,19 @@ const NAMES: &[(&str, Engine, Signal)] = &[
         Engine::LlamaCpp,
         Signal::GenerationTokens,
     ),
+    // dcgm-exporter's default counters (its etc/default-counters.csv): one series per GPU,
+    // labelled `gpu`, `UUID`, `modelName`, `Hostname` (and `pod` and the like on Kubernetes).
+    ("DCGM_FI_DEV_GPU_UTIL", Engine::Dcgm, Signal::GpuUtilization),
+    ("DCGM_FI_DEV_FB_USED", Engine::Dcgm, Signal::GpuMemoryUsed),
+    ("DCGM_FI_DEV_FB_FREE", Engine::Dcgm, Signal::GpuMemoryFree),
+    ("DCGM_FI_DEV_POWER_USAGE", Engine::Dcgm, Signal::GpuPower),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        Engine::Dcgm,
+        Signal::GpuEnergy,
+    ),
+    ("DCGM_FI_DEV_SM_CLOCK", Engine::Dcgm, Signal::GpuSmClock),
+    ("DCGM_FI_DEV_GPU_TEMP", Engine::Dcgm, Signal::GpuTemperature),
 ];
 
 /// The engine and signal a sample's metric name is, if llmload knows it. A histogram's
