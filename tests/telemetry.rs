@@ -365,3 +365,132 @@ fn replicas_are_scraped_apart_reported_apart_and_summed() {
     let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
     assert!(html.contains("<strong>all, summed</strong>"));
 }
+
+/// A GPU exporter on loopback, printing two GPUs the way dcgm-exporter does: GPU 0 draws
+/// 300 W and GPU 1 200 W, steadily, and their energy counters (millijoules) grow at exactly
+/// that rate from when it started.
+fn serve_gpus() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let started = std::time::Instant::now();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            let mut text = String::new();
+            for (gpu, watts, util, base_mj) in [(0, 300.0, 80, 5.0e9), (1, 200.0, 60, 7.0e9)] {
+                let labels = format!(
+                    "gpu=\"{gpu}\",UUID=\"GPU-{gpu}\",device=\"nvidia{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node\""
+                );
+                text.push_str(&format!(
+                    "DCGM_FI_DEV_GPU_UTIL{{{labels}}} {util}\n\
+                     DCGM_FI_DEV_FB_USED{{{labels}}} 40960\n\
+                     DCGM_FI_DEV_POWER_USAGE{{{labels}}} {watts:.3}\n\
+                     DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {}\n\
+                     DCGM_FI_DEV_MEMORY_TEMP{{{labels}}} 9223372036854775794\n",
+                    (base_mj + watts * 1000.0 * seconds).round()
+                ));
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}/metrics")
+}
+
+/// A GPU exporter scraped beside the engine: the GPUs' numbers per phase, their energy over
+/// the same window as the tokens, joules per output token asserted like any metric, and the
+/// engine still named as the server (though the exporter is listed first).
+#[test]
+fn gpu_energy_per_output_token_is_measured_over_the_tokens_window_and_asserted() {
+    let sim = common::SimProcess::start_with(&["--profile", "tiny"]);
+    let gpus = serve_gpus();
+    let plan = |assertion: &str| {
+        format!(
+            "plan \"gpus\" {{ seed 3 }}\n\
+             target \"{}\" {{ model \"llmload-sim\"; timeout \"10s\"; metrics \"{gpus}\" \"{}/metrics\" interval=\"200ms\" }}\n\
+             workload {{ input 32; output 32 ignore-eos=#true }}\n\
+             phase \"steady\" {{ rate 20; duration \"2s\" }}\n\
+             sla {{\n    {assertion}\n}}\n",
+            sim.url,
+            sim.url.trim_end_matches("/v1")
+        )
+    };
+    let run = run_plan(
+        &plan("energy-per-output-token < \"10J\"\nserver-gpu-utilization max > \"70%\"\nserver-gpu-power mean < \"600W\""),
+        &[],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    assert_eq!(summary["server"]["engine"], "vLLM", "{}", summary["server"]);
+    let steady = &summary["phases"][0];
+    let signals = &steady["server"]["signals"];
+    // Watts summed over the GPUs; utilization the busiest GPU's; a DCGM blank is no reading.
+    assert_eq!(signals["gpu_utilization"]["max"], 0.8, "{signals}");
+    assert_eq!(signals["gpu_memory_used_mib"]["max"], 81920.0, "{signals}");
+    assert!(signals.get("gpu_temperature_c").is_none(), "{signals}");
+    let energy = &steady["energy"];
+    assert_eq!(energy["from"], "energy counter", "{energy}");
+    let watts = energy["watts"].as_f64().unwrap();
+    assert!((watts - 500.0).abs() < 5.0, "{energy}");
+    // Joules per token: the window's energy over the same window's output tokens.
+    let tokens_per_s = steady["throughput"]["output_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    let per_token = energy["per_output_token_j"].as_f64().unwrap();
+    assert!(
+        (per_token - 500.0 / tokens_per_s).abs() / per_token < 0.01,
+        "{energy} at {tokens_per_s} tokens/s"
+    );
+    let wall = steady["wall_s"].as_f64().unwrap();
+    assert!((energy["joules"].as_f64().unwrap() - watts * wall).abs() < 1e-6);
+    let verdict = summary["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| {
+            v["assertion"]
+                .as_str()
+                .unwrap()
+                .starts_with("energy-per-output-token")
+        })
+        .unwrap()
+        .clone();
+    assert_eq!(verdict["passed"], true, "{verdict}");
+    assert!((verdict["observed"].as_f64().unwrap() - per_token).abs() < 1e-9);
+    assert!(
+        verdict["observed_display"]
+            .as_str()
+            .unwrap()
+            .ends_with(" J"),
+        "{verdict}"
+    );
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("## The GPUs"), "{report}");
+    assert!(
+        report.contains("| steady | 80.00% / 80.00% | 80.0 |"),
+        "{report}"
+    );
+    let csv = std::fs::read_to_string(run.out().join("summary.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",energy-per-output-token,value,") && l.ends_with(",J")),
+        "{csv}"
+    );
+
+    // Less energy per token than this server spends fails the run, with the reason.
+    let strict = run_plan(&plan("energy-per-output-token < \"1mJ\""), &[]);
+    assert_eq!(strict.code(), 1, "{}", strict.stderr());
+    assert!(strict.summary()["verdict"]["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("energy-per-output-token < 0.001J"));
+}

@@ -463,6 +463,9 @@ pub struct PhaseMetrics {
     /// What the server said of itself over the scope (its telemetry), when it was scraped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<server::PhaseServer>,
+    /// What the GPUs spent on its tokens, when a GPU exporter was scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<super::energy::Energy>,
     #[serde(skip)]
     /// The distributions, for statistics beyond the summaries.
     pub distributions: Distributions,

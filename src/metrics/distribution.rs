@@ -61,7 +61,9 @@ impl Distribution {
             | super::MetricKind::Throughput
             | super::MetricKind::Capacity
             | super::MetricKind::Count
-            | super::MetricKind::Tokens => Distribution::milliseconds(),
+            | super::MetricKind::Tokens
+            | super::MetricKind::Power
+            | super::MetricKind::Energy => Distribution::milliseconds(),
         }
     }
 

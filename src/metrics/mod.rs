@@ -16,6 +16,7 @@ mod accumulator;
 mod aggregates;
 mod aggregator;
 mod distribution;
+pub mod energy;
 mod grouped;
 mod media;
 pub mod profile;

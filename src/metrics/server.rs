@@ -28,6 +28,11 @@ pub struct SignalSummary {
     /// A counter's increase per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_s: Option<f64>,
+    /// How many times a counter's value changed from one scrape to the next over the phase:
+    /// an exporter that refreshes less often than it is scraped (dcgm-exporter collects every
+    /// 30 s unless told otherwise) moves in steps, and a rate over few steps is not one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<usize>,
     /// A histogram's mean over the phase's observations, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_ms: Option<f64>,
@@ -218,6 +223,7 @@ fn summarize_samples(samples: &[TelemetrySample], span: Span) -> Option<PhaseSer
                 SignalSummary {
                     delta: Some(delta),
                     per_s: (seconds > 0.0).then(|| delta / seconds),
+                    changes: Some(changes(samples, before, after, signal)),
                     ..SignalSummary::default()
                 }
             }
@@ -250,6 +256,22 @@ fn summarize_samples(samples: &[TelemetrySample], span: Span) -> Option<PhaseSer
         summary.signals.insert(signal.name().to_string(), entry);
     }
     Some(summary)
+}
+
+/// How many times `signal`'s value changed between consecutive scrapes from `before` to
+/// `after`.
+fn changes(
+    samples: &[TelemetrySample],
+    before: &TelemetrySample,
+    after: &TelemetrySample,
+    signal: Signal,
+) -> usize {
+    let values: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.at_unix_ms >= before.at_unix_ms && s.at_unix_ms <= after.at_unix_ms)
+        .filter_map(|s| s.values.get(&signal).copied())
+        .collect();
+    values.windows(2).filter(|w| w[0] != w[1]).count()
 }
 
 /// The bounds of the bucket the `q` quantile (0..1) falls in, ms: the lower bound (0 for the
@@ -356,6 +378,7 @@ pub fn attach(
             to_unix_ms: from_unix_ms + phase.wall_s * 1000.0,
         };
         phase.server = summarize(telemetry, span);
+        phase.energy = super::energy::Energy::of(phase);
         if phase.recorded {
             recorded_span = Some(match recorded_span {
                 Some(s) => Span {
@@ -368,6 +391,7 @@ pub fn attach(
     }
     if let Some(span) = recorded_span {
         aggregates.overall.server = summarize(telemetry, span);
+        aggregates.overall.energy = super::energy::Energy::of(&aggregates.overall);
     }
     let mut view = overview(telemetry, run_start_ms);
     let apart =

@@ -37,6 +37,10 @@ pub enum MetricKind {
     Count,
     /// A number of tokens per request; thresholds are numbers.
     Tokens,
+    /// Power, W; thresholds are quantities ("350W").
+    Power,
+    /// Energy, J; thresholds are quantities ("0.4J", "400mJ").
+    Energy,
 }
 
 impl MetricKind {
@@ -50,6 +54,8 @@ impl MetricKind {
             MetricKind::Capacity => "load",
             MetricKind::Count => "count",
             MetricKind::Tokens => "tokens",
+            MetricKind::Power => "W",
+            MetricKind::Energy => "J",
         }
     }
 
@@ -60,6 +66,8 @@ impl MetricKind {
             MetricKind::TokenRate => "tok/s",
             MetricKind::Throughput => "/s",
             MetricKind::Tokens => "tokens",
+            MetricKind::Power => "W",
+            MetricKind::Energy => "J",
             MetricKind::Fraction | MetricKind::Capacity | MetricKind::Count => "",
         }
     }
@@ -74,6 +82,8 @@ impl MetricKind {
             MetricKind::Capacity => "load",
             MetricKind::Count => "count",
             MetricKind::Tokens => "tokens",
+            MetricKind::Power => "W",
+            MetricKind::Energy => "J",
         }
     }
 }
@@ -843,6 +853,45 @@ metric_table! {
         needs: Needs::Nothing,
         uses: SERVER,
         example: "p99 < \"500ms\" phase=\"steady\"",
+    },
+    /// The busiest GPU's utilization (a GPU exporter's gauge), by mean or max.
+    ServerGpuUtilization {
+        name: "server-gpu-utilization",
+        label: "GPU utilization",
+        doc: "the busiest GPU's utilization, a share of time with a kernel running (DCGM's gauge)",
+        kind: MetricKind::Fraction,
+        better: Better::Higher,
+        stats: Stats::Gauge,
+        source: Source::Server(Signal::GpuUtilization),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "mean > \"80%\" phase=\"steady\"",
+    },
+    /// The GPUs' power draw, summed (a GPU exporter's gauge), by mean or max.
+    ServerGpuPower {
+        name: "server-gpu-power",
+        label: "GPU power",
+        doc: "the GPUs' power draw, all GPUs summed (DCGM's gauge)",
+        kind: MetricKind::Power,
+        better: Better::Lower,
+        stats: Stats::Gauge,
+        source: Source::Server(Signal::GpuPower),
+        needs: Needs::Nothing,
+        uses: SERVER,
+        example: "max < \"1400W\" phase=\"steady\"",
+    },
+    /// The GPUs' energy per output token of successful requests, over the scope's window.
+    EnergyPerOutputToken {
+        name: "energy-per-output-token",
+        label: "Energy per output token",
+        doc: "the GPUs' energy over the scope's window (their energy counters, else their mean power) / output tokens of successful requests in it",
+        kind: MetricKind::Energy,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.energy.as_ref()?.per_output_token_j),
+        needs: Needs::Generation,
+        uses: JUDGED,
+        example: "< \"0.4J\" phase=\"steady\"",
     },
     /// Answers that are not what the plan's `response-format` asks (not JSON, or not valid
     /// under its schema) / answers checked.

@@ -82,6 +82,37 @@ pub fn parse_percent(text: &str) -> Result<f64, BadValue> {
     Ok(value / 100.0)
 }
 
+/// A physical quantity in `symbol`'s unit (`J`, `W`), from "0.4J", "400mJ" or "1.2kJ": the
+/// number, at least zero, in the unit itself.
+pub fn parse_quantity(text: &str, symbol: &str) -> Result<f64, BadValue> {
+    let not_one = || {
+        format!("\"{text}\" is not a quantity in {symbol} (\"0.4{symbol}\", \"400m{symbol}\", \"1.5k{symbol}\")")
+    };
+    let number = text.trim().strip_suffix(symbol).ok_or_else(not_one)?;
+    let (number, scale) = if let Some(n) = number.strip_suffix('m') {
+        (n, 1e-3)
+    } else if let Some(n) = number.strip_suffix('k') {
+        (n, 1e3)
+    } else {
+        (number, 1.0)
+    };
+    let value: f64 = number.trim().parse().map_err(|_| not_one())?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("\"{text}\" must be zero or more").into());
+    }
+    Ok(value * scale)
+}
+
+/// A physical quantity as a plan writes it: "0.4J", "350W".
+pub fn format_quantity(value: f64, symbol: &str) -> String {
+    format!("{}{symbol}", trim_quantity(value))
+}
+
+fn trim_quantity(value: f64) -> String {
+    let text = format!("{value:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// A load as step names and reports write it: `8`, `2.5`, `11.834`.
 pub fn format_load(value: f64) -> String {
     let text = format!("{:.3}", value);
@@ -135,6 +166,18 @@ mod tests {
         assert_eq!(parse_percent("0.5%"), Ok(0.005));
         assert!(parse_percent("1").is_err());
         assert!(parse_percent("120%").is_err());
+    }
+
+    #[test]
+    fn quantities_with_their_unit() {
+        assert_eq!(parse_quantity("0.4J", "J"), Ok(0.4));
+        assert_eq!(parse_quantity("400mJ", "J"), Ok(0.4));
+        assert_eq!(parse_quantity(" 1.5kW", "W"), Ok(1500.0));
+        for bad in ["0.4", "0.4W", "J", "-1J", "infJ", "NaNJ"] {
+            assert!(parse_quantity(bad, "J").is_err(), "{bad}");
+        }
+        assert_eq!(format_quantity(0.001, "J"), "0.001J");
+        assert_eq!(format_quantity(700.0, "W"), "700W");
     }
 
     #[test]

@@ -171,6 +171,9 @@ pub fn display(kind: MetricKind, value: f64) -> String {
         MetricKind::TokenRate => format!("{value:.2} tok/s"),
         MetricKind::Capacity | MetricKind::Count => format!("{value:.2}"),
         MetricKind::Tokens => format!("{value:.1} tokens"),
+        MetricKind::Power => format!("{value:.1} W"),
+        MetricKind::Energy if value < 1.0 => format!("{:.2} mJ", value * 1000.0),
+        MetricKind::Energy => format!("{value:.3} J"),
     }
 }
 

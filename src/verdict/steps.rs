@@ -215,7 +215,9 @@ fn near(objective: &Assertion, observed: f64) -> bool {
         | MetricKind::Throughput
         | MetricKind::Capacity
         | MetricKind::Count
-        | MetricKind::Tokens => distance <= MARGIN * threshold.abs(),
+        | MetricKind::Tokens
+        | MetricKind::Power
+        | MetricKind::Energy => distance <= MARGIN * threshold.abs(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kdl::{KdlEntry, KdlNode, KdlValue};
 
 use super::cx::{children, first_arg_span, positional, property, Cx};
-use super::values::{trim_float, Count, Kind, Number, Percent, Text, DURATION};
+use super::values::{trim_float, Count, Kind, Number, Percent, Quantity, Text, DURATION};
 use crate::metrics::table::{Needs, Stats};
 use crate::plan::limits::MAX_REQUESTS;
 use crate::plan::{
@@ -603,6 +603,8 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
             .read(cx, value_entry, &usage)
             .map(|d| d.as_secs_f64() * 1000.0),
         MetricKind::Fraction => Percent.read(cx, value_entry, &usage),
+        MetricKind::Power => Quantity { symbol: "W" }.read(cx, value_entry, &usage),
+        MetricKind::Energy => Quantity { symbol: "J" }.read(cx, value_entry, &usage),
         MetricKind::Throughput
         | MetricKind::TokenRate
         | MetricKind::Capacity
@@ -641,6 +643,8 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
             crate::plan::units::format_duration(Duration::from_secs_f64(threshold / 1000.0))
         }
         MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
+        MetricKind::Power => crate::plan::units::format_quantity(threshold, "W"),
+        MetricKind::Energy => crate::plan::units::format_quantity(threshold, "J"),
         MetricKind::TokenRate
         | MetricKind::Throughput
         | MetricKind::Capacity

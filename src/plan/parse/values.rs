@@ -6,7 +6,9 @@ use std::time::Duration;
 use kdl::{KdlEntry, KdlValue};
 
 use super::cx::{type_name, Cx};
-use crate::plan::units::{bounded_duration, parse_duration, parse_percent, seconds_in_unit};
+use crate::plan::units::{
+    bounded_duration, parse_duration, parse_percent, parse_quantity, seconds_in_unit,
+};
 
 /// A kind of value: reads one KDL entry, or reports why it cannot.
 pub(super) trait Kind {
@@ -333,6 +335,38 @@ impl Kind for Percent {
                 None
             }
         }
+    }
+}
+
+/// A physical quantity with its unit: energy ("0.4J", "400mJ") or power ("350W", "1.2kW"),
+/// in the unit itself.
+pub(super) struct Quantity {
+    /// The unit's symbol: `J`, `W`.
+    pub symbol: &'static str,
+}
+
+impl Kind for Quantity {
+    type Out = f64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<f64> {
+        let message = match entry.value() {
+            KdlValue::String(s) => match parse_quantity(s, self.symbol) {
+                Ok(value) => return Some(value),
+                Err(message) => message.0,
+            },
+            other => format!(
+                "expected a quantity in {} such as \"0.4{}\", found {}",
+                self.symbol,
+                self.symbol,
+                type_name(other)
+            ),
+        };
+        cx.error(
+            entry.span(),
+            message,
+            format!("not in {}", self.symbol),
+            format!("write it as: {usage}"),
+        );
+        None
     }
 }
 

@@ -1,0 +1,141 @@
+//! The GPUs' energy over a scope, set against the tokens of that scope: joules per output
+//! token and output tokens per joule, from a GPU exporter's telemetry (DCGM's energy counters,
+//! else its power gauge).
+//!
+//! Not a telemetry reader (that is [`crate::telemetry`]) and not a phase's server summary
+//! ([`super::server`]): it only joins that summary with the client's own token counts, over
+//! the same window.
+
+use serde::Serialize;
+
+use super::PhaseMetrics;
+use crate::telemetry::Signal;
+
+/// What the GPUs spent on a scope's tokens.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Energy {
+    /// The GPUs' mean power over the scope's window, all GPUs summed, W.
+    pub watts: f64,
+    /// Where the power came from: `"energy counter"` (the counters' increase over the window,
+    /// which misses no spike between scrapes) or `"power gauge"` (the mean of its scrapes).
+    pub from: &'static str,
+    /// Joules over the scope's wall time (its start to its last response).
+    pub joules: f64,
+    /// Joules per output token of its successful requests.
+    pub per_output_token_j: Option<f64>,
+    /// Output tokens per joule.
+    pub output_tokens_per_j: Option<f64>,
+}
+
+impl Energy {
+    /// The GPUs' energy over `scope`, when its telemetry says what they drew. Power over
+    /// tokens per second is joules per token; both are over the scope's window.
+    pub fn of(scope: &PhaseMetrics) -> Option<Energy> {
+        let server = scope.server.as_ref()?;
+        // A counter that moved fewer than twice over the window was refreshed less often than
+        // the window lasts: its increase is a step, not the window's energy.
+        let counter = server
+            .signal(Signal::GpuEnergy)
+            .filter(|energy| energy.changes.unwrap_or(0) >= 2)
+            .and_then(|energy| energy.per_s);
+        let gauge = server.signal(Signal::GpuPower).and_then(|power| power.mean);
+        let (watts, from) = match (counter, gauge) {
+            (Some(watts), _) => (watts, "energy counter"),
+            (None, Some(watts)) => (watts, "power gauge"),
+            (None, None) => return None,
+        };
+        let tokens_per_s = scope.throughput.output_tokens_per_s;
+        let tokens = tokens_per_s > 0.0;
+        Some(Energy {
+            watts,
+            from,
+            joules: watts * scope.wall_s,
+            per_output_token_j: tokens.then(|| watts / tokens_per_s),
+            output_tokens_per_j: (tokens && watts > 0.0).then(|| tokens_per_s / watts),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::server::{PhaseServer, SignalSummary};
+    use crate::metrics::Throughput;
+
+    fn scope(signals: &[(Signal, SignalSummary)], tokens_per_s: f64) -> PhaseMetrics {
+        PhaseMetrics {
+            wall_s: 10.0,
+            throughput: Throughput {
+                output_tokens_per_s: tokens_per_s,
+                ..Throughput::default()
+            },
+            server: Some(PhaseServer {
+                signals: signals
+                    .iter()
+                    .map(|(s, v)| (s.name().to_string(), v.clone()))
+                    .collect(),
+                ..PhaseServer::default()
+            }),
+            ..PhaseMetrics::default()
+        }
+    }
+
+    #[test]
+    fn the_energy_counter_is_preferred_to_the_power_gauge() {
+        let counter = SignalSummary {
+            delta: Some(4000.0),
+            per_s: Some(400.0),
+            changes: Some(10),
+            ..SignalSummary::default()
+        };
+        let gauge = SignalSummary {
+            mean: Some(350.0),
+            max: Some(700.0),
+            ..SignalSummary::default()
+        };
+        let both = Energy::of(&scope(
+            &[
+                (Signal::GpuEnergy, counter),
+                (Signal::GpuPower, gauge.clone()),
+            ],
+            2000.0,
+        ))
+        .unwrap();
+        assert_eq!(both.from, "energy counter");
+        assert_eq!(both.watts, 400.0);
+        assert_eq!(both.joules, 4000.0);
+        assert_eq!(both.per_output_token_j, Some(0.2));
+        assert_eq!(both.output_tokens_per_j, Some(5.0));
+        let gauge_only = Energy::of(&scope(&[(Signal::GpuPower, gauge.clone())], 2000.0)).unwrap();
+        assert_eq!(gauge_only.from, "power gauge");
+        assert_eq!(gauge_only.per_output_token_j, Some(350.0 / 2000.0));
+        // A counter refreshed once in the window (dcgm-exporter's default 30 s collection
+        // against a short phase) is a step, not a rate: the gauge is used.
+        let step = SignalSummary {
+            delta: Some(12000.0),
+            per_s: Some(1200.0),
+            changes: Some(1),
+            ..SignalSummary::default()
+        };
+        let stepped = Energy::of(&scope(
+            &[(Signal::GpuEnergy, step), (Signal::GpuPower, gauge)],
+            2000.0,
+        ))
+        .unwrap();
+        assert_eq!(stepped.from, "power gauge");
+        assert_eq!(stepped.watts, 350.0);
+    }
+
+    #[test]
+    fn no_gpu_or_no_tokens_says_nothing_per_token() {
+        assert_eq!(Energy::of(&scope(&[], 2000.0)), None);
+        assert_eq!(Energy::of(&PhaseMetrics::default()), None);
+        let idle = SignalSummary {
+            mean: Some(60.0),
+            ..SignalSummary::default()
+        };
+        let idle = Energy::of(&scope(&[(Signal::GpuPower, idle)], 0.0)).unwrap();
+        assert_eq!(idle.joules, 600.0);
+        assert_eq!(idle.per_output_token_j, None);
+    }
+}
