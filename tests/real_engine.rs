@@ -844,7 +844,7 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     let plan = plan
         .replace(
             "sla {",
-            "server-sweep { arg \"--parallel\" 1 4 }\nsla { ttft p90 < \"150ms\";",
+            "server-sweep { arg \"--parallel\" 1 4 }\nsla { ttft p90 < \"60ms\";",
         )
         .replace("input 32; output 16", "input 64; output 48")
         .replace("--ctx-size\" \"4096\"", "--ctx-size\" \"8192\"");
@@ -869,9 +869,11 @@ fn a_server_sweep_over_parallel_slots_finds_capacity_growing_with_them() {
     };
     let (one, four) = (capacity(0), capacity(1));
     eprintln!("capacity: 1 slot {one} req/s, 4 slots {four} req/s");
-    // The search's grid is a quarter octave (precision 25%) and each probe a 2-second window:
-    // five runs on 2 cores found 1 slot at 4 to 5.7 req/s and 4 slots at 6.7 to 8 (1.19x to 2x),
-    // so "more" is what one run can show, not a ratio.
+    // TTFT p90 under 60 ms is what one slot cannot hide (a request arriving while it is busy
+    // waits for a whole answer, ~110 ms); four slots take it within a step. Four runs on 2
+    // cores found 1 slot at 2.4 to 4 req/s (a 2-second probe at 4 req/s is 8 requests) and 4
+    // at 5.7 to 6.7. Under 150 ms the two overlapped (a clean clone's CI run found both at
+    // 6.7). "More" is what a probe this short shows, now with room between the two.
     assert!(
         four > one,
         "4 slots sustain {four} req/s, 1 slot {one}: batching should carry more"
