@@ -494,3 +494,45 @@ fn gpu_energy_per_output_token_is_measured_over_the_tokens_window_and_asserted()
         .unwrap()
         .contains("energy-per-output-token < 0.001J"));
 }
+
+/// The simulator's GPUs (dcgm-exporter's names on its own `/metrics`) draw a known energy: idle
+/// watts over time plus joules per prompt token and per token generated. The run's energy per
+/// output token, read through the whole path (scrape, phase window, counters), is that model's.
+#[test]
+fn energy_per_output_token_is_the_simulated_gpus_model() {
+    let plan = sim_plan(
+        "ttft \"20ms\"; itl \"5ms\"; gpu count=2 idle=\"50W\" prefill=\"1mJ\" decode=\"0.5J\" memory=\"80GiB\"",
+        "input 64; output 32 ignore-eos=#true",
+        "phase \"steady\" { rate 20; duration \"5s\" }",
+        "energy-per-output-token < \"1J\" phase=\"steady\"",
+    )
+    .replace("target \"sim\" {", "target \"sim\" { metrics interval=\"100ms\";");
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    assert_eq!(summary["server"]["engine"], "vLLM", "{}", summary["server"]);
+    let steady = common::phase(&summary, "steady");
+    let ok = steady["requests"]["ok"].as_f64().unwrap();
+    let wall = steady["wall_s"].as_f64().unwrap();
+    let prompt = steady["tokens"]["input_observed_mean"].as_f64().unwrap() * ok;
+    let generated = 32.0 * ok;
+    // The model's energy over the phase's window: 2 × 50 W idle, 1 mJ per prompt token,
+    // 0.5 J per token generated.
+    let expected = (2.0 * 50.0 * wall + 0.001 * prompt + 0.5 * generated) / generated;
+    let energy = &steady["energy"];
+    assert_eq!(energy["from"], "energy counter", "{energy}");
+    let measured = energy["per_output_token_j"].as_f64().unwrap();
+    let error = (measured - expected).abs() / expected;
+    eprintln!("energy per output token: measured {measured:.5} J, the model's {expected:.5} J ({:.3}% off)", error * 100.0);
+    assert!(error < 0.01, "{energy}: the model says {expected}");
+    let signals = &steady["server"]["signals"];
+    assert_eq!(
+        signals["gpu_memory_used_mib"]["max"],
+        2.0 * 73728.0,
+        "{signals}"
+    );
+    assert!(
+        signals["gpu_utilization"]["max"].as_f64().unwrap() > 0.0,
+        "{signals}"
+    );
+}

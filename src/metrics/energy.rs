@@ -33,11 +33,16 @@ impl Energy {
     pub fn of(scope: &PhaseMetrics) -> Option<Energy> {
         let server = scope.server.as_ref()?;
         // A counter that moved fewer than twice over the window was refreshed less often than
-        // the window lasts: its increase is a step, not the window's energy.
+        // the window lasts: its increase is a step, not the window's energy. Its increase over
+        // the window itself where scrapes stand on both sides of each end, else its rate
+        // between the scrapes that bracket the window.
         let counter = server
             .signal(Signal::GpuEnergy)
             .filter(|energy| energy.changes.unwrap_or(0) >= 2)
-            .and_then(|energy| energy.per_s);
+            .and_then(|energy| match energy.window_delta {
+                Some(joules) if scope.wall_s > 0.0 => Some(joules / scope.wall_s),
+                Some(_) | None => energy.per_s,
+            });
         let gauge = server.signal(Signal::GpuPower).and_then(|power| power.mean);
         let (watts, from) = match (counter, gauge) {
             (Some(watts), _) => (watts, "energy counter"),

@@ -33,6 +33,11 @@ pub struct SignalSummary {
     /// 30 s unless told otherwise) moves in steps, and a rate over few steps is not one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<usize>,
+    /// A counter's increase over the phase's own window (its start to its last response),
+    /// read off the counter's line between scrapes at both ends: what the delta over the
+    /// bracketing scrapes would be had they been taken at its start and end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_delta: Option<f64>,
     /// A histogram's mean over the phase's observations, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_ms: Option<f64>,
@@ -224,6 +229,7 @@ fn summarize_samples(samples: &[TelemetrySample], span: Span) -> Option<PhaseSer
                     delta: Some(delta),
                     per_s: (seconds > 0.0).then(|| delta / seconds),
                     changes: Some(changes(samples, before, after, signal)),
+                    window_delta: window_delta(samples, span, signal),
                     ..SignalSummary::default()
                 }
             }
@@ -256,6 +262,31 @@ fn summarize_samples(samples: &[TelemetrySample], span: Span) -> Option<PhaseSer
         summary.signals.insert(signal.name().to_string(), entry);
     }
     Some(summary)
+}
+
+/// `signal`'s increase from `span`'s start to its end, each end read off the straight line
+/// between the scrapes around it; `None` where the counter was reset in between, or where an
+/// end has no scrape on one side of it.
+fn window_delta(samples: &[TelemetrySample], span: Span, signal: Signal) -> Option<f64> {
+    let at = |t: f64| -> Option<f64> {
+        let after = samples
+            .iter()
+            .position(|s| s.at_unix_ms >= t && s.values.contains_key(&signal))?;
+        let b = &samples[after];
+        let vb = b.values[&signal];
+        if b.at_unix_ms == t {
+            return Some(vb);
+        }
+        let a = samples[..after]
+            .iter()
+            .rev()
+            .find(|s| s.values.contains_key(&signal))?;
+        let va = a.values[&signal];
+        let share = (t - a.at_unix_ms) / (b.at_unix_ms - a.at_unix_ms);
+        Some(va + (vb - va) * share)
+    };
+    let delta = at(span.to_unix_ms)? - at(span.from_unix_ms)?;
+    (delta >= 0.0).then_some(delta)
 }
 
 /// How many times `signal`'s value changed between consecutive scrapes from `before` to

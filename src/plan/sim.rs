@@ -36,6 +36,28 @@ pub struct SimSettings {
     pub tool_rounds: u32,
     /// Behave like a vision and audio model: images and clips cost prompt tokens and time.
     pub vision: Option<Vision>,
+    /// Export GPUs on `/metrics` as NVIDIA's dcgm-exporter does, drawing power for its work.
+    pub gpu: Option<Gpu>,
+}
+
+/// `gpu count=2 idle="70W" prefill="0.2mJ" decode="0.3J" memory="80GiB"`: the GPUs the
+/// simulator says it runs on, in dcgm-exporter's names on its `/metrics`. Their energy is
+/// exactly `count × idle` watts over time, plus `prefill` per prompt token computed and
+/// `decode` per token generated, spread evenly over the GPUs; so a run's energy per output
+/// token has a known answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpu {
+    /// GPUs (one series each, labelled `gpu="0"`...).
+    pub count: u32,
+    /// Each GPU's power with nothing to do, W.
+    pub idle_w: f64,
+    /// Energy per prompt token computed (the prefix cache's hits cost nothing), J.
+    pub prefill_j: f64,
+    /// Energy per token generated, J.
+    pub decode_j: f64,
+    /// Each GPU's memory, MiB: 90% of it in use from the start, as vLLM's default
+    /// `gpu-memory-utilization` takes it for the weights and the KV cache.
+    pub memory_mib: u64,
 }
 
 /// `vision patch=28 encode="20ms" per-token="50us" audio-tokens=25`: what a request's media
@@ -116,6 +138,7 @@ impl Default for SimSettings {
             answer_as: Vec::new(),
             api_key_env: None,
             vision: None,
+            gpu: None,
         }
     }
 }

@@ -100,8 +100,10 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             models: plan.sim.models.clone(),
             answer_as: Vec::new(),
             api_key_env: plan.sim.api_key_env.clone(),
-            // The client's own cost is measured: the server adds no media time.
+            // The client's own cost is measured: the server adds no media time, and its /metrics
+            // no GPUs.
             vision: None,
+            gpu: None,
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

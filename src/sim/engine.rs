@@ -407,7 +407,11 @@ async fn run(
         );
         timer.sleep_until(step_start + step).await;
 
-        // The step is over: release its tokens.
+        // The step is over: release its tokens, and say what the GPUs did for them.
+        metrics.on_gpu_work(
+            prefill_tokens,
+            sampled.iter().filter(|s| **s).count() as u64,
+        );
         let now = Instant::now();
         let mut finished = Vec::new();
         for (i, seq) in running.iter_mut().enumerate() {

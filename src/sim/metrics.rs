@@ -67,6 +67,11 @@ struct State {
     itl: Histogram,
     queue: Histogram,
     e2e: Histogram,
+    /// The GPUs it says it runs on, if the settings give them.
+    gpus: Option<super::gpus::Gpus>,
+    /// Requests its batch holds (an engine's `max-seqs`; 1 without one): a GPU is as busy as
+    /// its batch is full.
+    batch: usize,
 }
 
 pub struct SimMetrics {
@@ -106,10 +111,30 @@ impl SimMetrics {
                 itl: Histogram::new(&ITL_BUCKETS),
                 queue: Histogram::new(&REQUEST_BUCKETS),
                 e2e: Histogram::new(&REQUEST_BUCKETS),
+                gpus: None,
+                batch: 1,
             }),
             serving: std::sync::atomic::AtomicUsize::new(0),
             fixed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Exports `gpu` in dcgm-exporter's names, busy as a batch of `batch` requests is full.
+    pub fn with_gpus(self, gpu: Option<crate::plan::Gpu>, batch: usize) -> SimMetrics {
+        self.with(|s| {
+            s.gpus = gpu.map(super::gpus::Gpus::new);
+            s.batch = batch.max(1);
+        });
+        self
+    }
+
+    /// Work for the GPUs: `prompt` tokens computed, `generated` tokens sampled.
+    pub fn on_gpu_work(&self, prompt: u64, generated: u64) {
+        self.with(|s| {
+            if let Some(gpus) = s.gpus.as_mut() {
+                gpus.work(prompt, generated);
+            }
+        });
     }
 
     /// Says that there is no engine: the gauges are then the fixed-delay simulator's own.
@@ -182,7 +207,7 @@ impl SimMetrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let Ok(s) = self.state.lock() else {
+        let Ok(mut s) = self.state.lock() else {
             return String::new();
         };
         let labels = format!("model_name=\"{}\"", self.model.replace('"', "'"));
@@ -275,6 +300,10 @@ impl SimMetrics {
             "Histogram of e2e request latency in seconds.",
             &labels,
         );
+        let busy = running as f64 / s.batch as f64;
+        if let Some(gpus) = s.gpus.as_mut() {
+            gpus.render(&mut out, std::time::Instant::now(), busy);
+        }
         out
     }
 }

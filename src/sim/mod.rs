@@ -16,6 +16,7 @@
 //! chunk with empty `choices` when `include_usage` is asked, and `data: [DONE]`.
 
 pub(crate) mod engine;
+mod gpus;
 mod metrics;
 mod server;
 mod stream;

@@ -200,7 +200,8 @@ pub async fn serve_with(
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
     let timer = PreciseTimer::start_named(SIM_THREAD_NAME_TIMER)?;
-    let metrics = Arc::new(SimMetrics::new("llmload-sim"));
+    let batch = settings.engine.as_ref().map_or(1, |e| e.max_seqs as usize);
+    let metrics = Arc::new(SimMetrics::new("llmload-sim").with_gpus(settings.gpu.clone(), batch));
     if settings.engine.is_none() {
         metrics.without_engine();
     }
@@ -567,7 +568,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
     // Without an engine every request is served at once: it is running until its answer ends
     // (or its client goes), and none waits.
-    let serving = shared.engine.is_none().then(|| shared.metrics.serving());
+    let serving = shared.engine.is_none().then(|| {
+        shared.metrics.on_gpu_work(request.prompt_tokens as u64, 0);
+        shared.metrics.serving()
+    });
     let mut tokens = match &shared.engine {
         // Each input of a batch is a sequence of its own, prefilled by the engine beside the
         // others (and refused alone when it is longer than the model's context).
@@ -618,6 +622,9 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         let (mut text, mut thought) = (String::new(), String::new());
         let (mut completion, mut thinking) = (0, 0);
         while let Some((piece, n)) = tokens.next().await {
+            if shared.engine.is_none() {
+                shared.metrics.on_gpu_work(0, n as u64);
+            }
             match reasoning {
                 Some((planned, _, _)) if completion < planned => {
                     thought.push_str(&piece);
@@ -721,6 +728,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             }
             completion += n;
             if fixed {
+                metrics.on_gpu_work(0, n as u64);
                 let now = Instant::now();
                 match last {
                     None => metrics.on_first_token(now.saturating_duration_since(arrived)),

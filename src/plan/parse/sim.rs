@@ -137,6 +137,44 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             });
         }
     }),
+    ("gpu", |cx, node, s| {
+        use super::values::{ByteSize, Quantity};
+        let usage = "gpu count=1 idle=\"70W\" prefill=\"0.2mJ\" decode=\"0.3J\" memory=\"80GiB\"";
+        cx.no_children(node);
+        cx.check_entries(
+            node,
+            0,
+            &["count", "idle", "prefill", "decode", "memory"],
+            usage,
+        );
+        let count = cx.prop_or(node, "count", 1, usage, Count { min: 1, max: 64 });
+        let watts = Quantity { symbol: "W" };
+        let joules = Quantity { symbol: "J" };
+        let idle = cx.prop_or(node, "idle", 70.0, usage, watts);
+        let prefill = cx.prop_or(node, "prefill", 0.0002, usage, Quantity { symbol: "J" });
+        let decode = cx.prop_or(node, "decode", 0.3, usage, joules);
+        let memory = cx.prop_or(
+            node,
+            "memory",
+            80 << 30,
+            usage,
+            ByteSize {
+                min: 1 << 30,
+                max: 1 << 40,
+            },
+        );
+        if let (Some(count), Some(idle_w), Some(prefill_j), Some(decode_j), Some(memory)) =
+            (count, idle, prefill, decode, memory)
+        {
+            s.sim.gpu = Some(crate::plan::Gpu {
+                count: count as u32,
+                idle_w,
+                prefill_j,
+                decode_j,
+                memory_mib: memory >> 20,
+            });
+        }
+    }),
     ("models", |cx, node, s| {
         let usage =
             "models \"meta-llama/Llama-3.1-8B-Instruct\" \"qwen3-8b\" (the models it serves)";
