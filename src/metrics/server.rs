@@ -489,7 +489,55 @@ pub fn attach(
             ),
         ));
     }
+    let notes = gpu_notes(&aggregates.phases);
+    aggregates.warnings.extend(notes);
     aggregates.server = Some(view);
+}
+
+/// A server that fell behind while its GPUs were mostly idle is held back elsewhere (its CPU
+/// side, its scheduler, the network), and GPU memory near its total is one step from running
+/// out: each a note, per recorded phase, where a GPU exporter says so.
+fn gpu_notes(phases: &[super::PhaseMetrics]) -> Vec<super::warnings::Warning> {
+    use super::warnings::{Severity, Warning};
+    let mut notes = Vec::new();
+    for phase in phases.iter().filter(|p| p.recorded) {
+        let Some(server) = &phase.server else {
+            continue;
+        };
+        let busy = server.signal(Signal::GpuUtilization).and_then(|u| u.mean);
+        if let (Some(behind), Some(busy)) = (&phase.saturation, busy) {
+            if busy < 0.5 {
+                notes.push(Warning {
+                    severity: Severity::Note,
+                    code: "gpu-idle",
+                    message: format!(
+                        "phase {}: the server fell behind ({behind}) while its busiest GPU was busy {:.0}% of the time on average: what held it back is likely not the GPU (the engine's CPU side, its scheduler, the network)",
+                        phase.name,
+                        busy * 100.0
+                    ),
+                });
+            }
+        }
+        let used = server.signal(Signal::GpuMemoryUsed).and_then(|m| m.max);
+        let free = server.signal(Signal::GpuMemoryFree).and_then(|m| m.mean);
+        if let (Some(used), Some(free)) = (used, free) {
+            let total = used + free;
+            if total > 0.0 && used / total >= 0.98 {
+                notes.push(Warning {
+                    severity: Severity::Note,
+                    code: "gpu-memory",
+                    message: format!(
+                        "phase {}: GPU memory reached {:.1}% of its total ({:.1} of {:.1} GiB): one step from running out",
+                        phase.name,
+                        used / total * 100.0,
+                        used / 1024.0,
+                        total / 1024.0
+                    ),
+                });
+            }
+        }
+    }
+    notes
 }
 
 #[cfg(test)]
@@ -582,5 +630,43 @@ mod tests {
         assert_eq!(bucket_ms(&h, 0.99), Some((100.0, Some(250.0))));
         assert_eq!(bucket_ms(&h, 1.0), Some((250.0, None)));
         assert_eq!(bucket_ms(&HistogramSample::default(), 0.5), None);
+    }
+
+    #[test]
+    fn gpus_idle_behind_a_saturated_server_and_memory_near_full_are_noted() {
+        let phase = |saturated: bool, busy: f64, used: f64| crate::metrics::PhaseMetrics {
+            name: "steady".into(),
+            recorded: true,
+            saturation: saturated.then(|| "its queue grew".to_string()),
+            server: Some(PhaseServer {
+                signals: [
+                    (Signal::GpuUtilization, busy, busy),
+                    (Signal::GpuMemoryUsed, used, used),
+                    (Signal::GpuMemoryFree, 81920.0 - used, 81920.0 - used),
+                ]
+                .into_iter()
+                .map(|(signal, mean, max)| {
+                    let summary = SignalSummary {
+                        mean: Some(mean),
+                        max: Some(max),
+                        ..SignalSummary::default()
+                    };
+                    (signal.name().to_string(), summary)
+                })
+                .collect(),
+                ..PhaseServer::default()
+            }),
+            ..crate::metrics::PhaseMetrics::default()
+        };
+        let codes = |phases: &[crate::metrics::PhaseMetrics]| -> Vec<&'static str> {
+            gpu_notes(phases).iter().map(|w| w.code).collect()
+        };
+        assert_eq!(codes(&[phase(true, 0.3, 40000.0)]), vec!["gpu-idle"]);
+        // A busy GPU behind a saturated server is the GPU's limit: nothing to say.
+        assert!(codes(&[phase(true, 0.9, 40000.0)]).is_empty());
+        assert!(codes(&[phase(false, 0.3, 40000.0)]).is_empty());
+        assert_eq!(codes(&[phase(false, 0.9, 81000.0)]), vec!["gpu-memory"]);
+        // vLLM's default 90% is by design, not a warning sign.
+        assert!(codes(&[phase(false, 0.9, 73728.0)]).is_empty());
     }
 }
