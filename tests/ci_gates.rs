@@ -926,3 +926,78 @@ fn the_actions_steps_run_without_github() {
         "{calls}"
     );
 }
+
+/// The plan's price of the deployment over the tokens worth having: a run in which the long
+/// answers miss the objective prices its goodput tokens at exactly the deployment's cost of
+/// its wall time over the output tokens of the requests that met it, counted here from the
+/// records; and a price gate fails the run like any other.
+#[test]
+fn cost_per_million_goodput_tokens_is_exact_and_gates() {
+    let plan = |gate: &str| {
+        sim_plan(
+            "ttft \"10ms\"; itl \"5ms\"",
+            "input 32; output min=4 max=60 ignore-eos=#true",
+            "phase \"s\" { rate 40; duration \"2s\" }",
+            gate,
+        ) + "slo e2e=\"150ms\"\ncost { gpu-hour \"$2.49\" gpus=8 }\n"
+    };
+    let run = run_plan(&plan("cost-per-million-goodput-tokens < \"$1000\""), &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let summary = run.summary();
+    let phase = common::phase(&summary, "s");
+    // Counted from the records: the output tokens of the requests that succeeded within the
+    // objective, and all of them.
+    let (mut good, mut all, mut missed) = (0u64, 0u64, 0u64);
+    for record in run.records() {
+        if record.get("error").is_some_and(|e| !e.is_null()) {
+            continue;
+        }
+        let tokens = record["completion_tokens"].as_u64().unwrap();
+        all += tokens;
+        if record["e2e_us"].as_u64().unwrap() <= 150_000 {
+            good += tokens;
+        } else {
+            missed += 1;
+        }
+    }
+    assert!(
+        missed > 0 && good > 0,
+        "{missed} missed, {good} good tokens"
+    );
+    let dollars = 8.0 * 2.49 / 3600.0 * phase["wall_s"].as_f64().unwrap();
+    let cost = &phase["cost"];
+    assert_eq!(cost["basis"], "8 GPUs at $2.49 a GPU-hour", "{cost}");
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    assert!(close(cost["dollars"].as_f64().unwrap(), dollars), "{cost}");
+    let per_good = cost["per_million_goodput_tokens"].as_f64().unwrap();
+    assert!(
+        close(per_good, dollars / good as f64 * 1e6),
+        "{cost}: {good} good tokens"
+    );
+    assert!(
+        close(
+            cost["per_million_output_tokens"].as_f64().unwrap(),
+            dollars / all as f64 * 1e6
+        ),
+        "{cost}: {all} tokens"
+    );
+    let verdict = &summary["verdicts"][0];
+    assert_eq!(verdict["passed"], true, "{verdict}");
+    assert!(close(verdict["observed"].as_f64().unwrap(), per_good));
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("## Cost"), "{report}");
+
+    // A price the run does not meet fails it, with the reason.
+    let strict = run_plan(&plan("cost-per-million-goodput-tokens < \"$0.01\""), &[]);
+    assert_eq!(strict.code(), 1, "{}", strict.stderr());
+    assert!(strict.summary()["verdict"]["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("cost-per-million-goodput-tokens < $0.01"));
+    // A plan that prices tokens without a price is refused before anything is sent.
+    let unpriced = plan("cost-per-million-output-tokens < \"$1\"")
+        .replace("cost { gpu-hour \"$2.49\" gpus=8 }\n", "");
+    let refused = run_plan(&unpriced, &[]);
+    assert_eq!(refused.code(), 2, "{}", refused.stderr());
+    assert!(refused.stderr().contains("no cost"), "{}", refused.stderr());
+}

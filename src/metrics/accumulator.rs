@@ -125,6 +125,8 @@ pub(super) struct Accumulator<'s> {
     pub(super) open_loop: bool,
     pub(super) slo: Option<&'s Slo>,
     pub(super) good: u64,
+    /// Output tokens of the good requests.
+    good_output_tokens: u64,
     pub(super) output_tokens: u64,
     pub(super) total_tokens: u64,
     /// Inputs (embeddings, ranked documents) and prompt tokens of successful requests.
@@ -158,6 +160,7 @@ impl<'s> Accumulator<'s> {
             open_loop,
             slo,
             good: 0,
+            good_output_tokens: 0,
             output_tokens: 0,
             total_tokens: 0,
             inputs: 0,
@@ -192,6 +195,8 @@ impl<'s> Accumulator<'s> {
         }
         if self.slo.is_some_and(|slo| meets(slo, record)) {
             self.good += 1;
+            let tokens = record.completion_tokens.unwrap_or(0);
+            self.good_output_tokens = self.good_output_tokens.saturating_add(tokens);
         }
         m.requests.sent += 1;
         m.requests.connection_retries += record.connection_retries as u64;
@@ -368,6 +373,7 @@ impl<'s> Accumulator<'s> {
                     0.0
                 },
                 ratio: share(self.good),
+                output_tokens: self.good_output_tokens,
             });
         }
         let ok = m.requests.ok;

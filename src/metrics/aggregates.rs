@@ -344,6 +344,8 @@ pub struct Goodput {
     pub requests_per_s: f64,
     /// Good requests / completed (ok + failed) requests.
     pub ratio: f64,
+    /// Output tokens of the good requests.
+    pub output_tokens: u64,
 }
 
 /// The full distributions behind [`MetricSummaries`], for any statistic: one HDR histogram per
@@ -466,6 +468,9 @@ pub struct PhaseMetrics {
     /// What the GPUs spent on its tokens, when a GPU exporter was scraped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy: Option<super::energy::Energy>,
+    /// What its tokens cost, when the plan prices the deployment (`cost`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::cost::Cost>,
     #[serde(skip)]
     /// The distributions, for statistics beyond the summaries.
     pub distributions: Distributions,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::accumulator::{combined_client_load, mean, Accumulator, Window};
 use super::aggregates::*;
+use super::cost::Cost;
 use super::grouped::{Gathers, Grouped};
 use super::profile::{self, ProfileBuilder};
 use super::table::{self, ttft_ms, Metric};
@@ -370,6 +371,8 @@ impl<'s> Aggregator<'s> {
         let by_batch = self.by_batch;
         let log = self.log;
         let run_end = log.end.as_ref().map(|e| e.at_us);
+        // The plan's price of the deployment, as the records keep it.
+        let price = log.header.as_ref().and_then(|h| h.cost.clone());
         let mut phases = Vec::new();
         let mut windows = Vec::new();
         for (position, (start, accumulator)) in log.phases.iter().zip(self.phases).enumerate() {
@@ -403,12 +406,14 @@ impl<'s> Aggregator<'s> {
                 .stall_marks
                 .summary(&[(window.start, window.end)], &[position]);
             metrics.saturation = profile::saturation(&metrics.load_profile, start.open_loop);
+            metrics.cost = price.as_ref().and_then(|rate| Cost::of(&metrics, rate));
             phases.push(metrics);
             windows.push((start.record, start.open_loop, window));
         }
         let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
         let mut overall = self.overall.finish(&overall_windows);
         overall.name = "all recorded phases".into();
+        overall.cost = price.as_ref().and_then(|rate| Cost::of(&overall, rate));
         overall.recorded = true;
         overall.load = "-".into();
         // Lag is meaningful only for open-loop phases' records.

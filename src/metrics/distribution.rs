@@ -63,7 +63,8 @@ impl Distribution {
             | super::MetricKind::Count
             | super::MetricKind::Tokens
             | super::MetricKind::Power
-            | super::MetricKind::Energy => Distribution::milliseconds(),
+            | super::MetricKind::Energy
+            | super::MetricKind::Cost => Distribution::milliseconds(),
         }
     }
 

@@ -41,6 +41,8 @@ pub enum MetricKind {
     Power,
     /// Energy, J; thresholds are quantities ("0.4J", "400mJ").
     Energy,
+    /// Money, US dollars; thresholds are prices ("$0.50").
+    Cost,
 }
 
 impl MetricKind {
@@ -56,6 +58,7 @@ impl MetricKind {
             MetricKind::Tokens => "tokens",
             MetricKind::Power => "W",
             MetricKind::Energy => "J",
+            MetricKind::Cost => "usd",
         }
     }
 
@@ -68,6 +71,7 @@ impl MetricKind {
             MetricKind::Tokens => "tokens",
             MetricKind::Power => "W",
             MetricKind::Energy => "J",
+            MetricKind::Cost => "$",
             MetricKind::Fraction | MetricKind::Capacity | MetricKind::Count => "",
         }
     }
@@ -84,6 +88,7 @@ impl MetricKind {
             MetricKind::Tokens => "tokens",
             MetricKind::Power => "W",
             MetricKind::Energy => "J",
+            MetricKind::Cost => "usd",
         }
     }
 }
@@ -216,6 +221,11 @@ pub enum Needs {
     Slo,
     /// A `search` (what finds a capacity).
     Search,
+    /// A `cost` (what the deployment costs an hour), and an `slo` where `slo` says so.
+    Cost {
+        /// It also needs an `slo` (a price of goodput).
+        slo: bool,
+    },
 }
 
 /// What a metric may be used for.
@@ -892,6 +902,45 @@ metric_table! {
         needs: Needs::Generation,
         uses: JUDGED,
         example: "< \"0.4J\" phase=\"steady\"",
+    },
+    /// Dollars per million output tokens, at the plan's price of the deployment.
+    CostPerMillionOutputTokens {
+        name: "cost-per-million-output-tokens",
+        label: "Cost per million output tokens",
+        doc: "the deployment's price over the scope's wall time / its successful requests' output tokens, per million (needs `cost`)",
+        kind: MetricKind::Cost,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.cost.as_ref()?.per_million_output_tokens),
+        needs: Needs::Cost { slo: false },
+        uses: JUDGED,
+        example: "< \"$0.50\" phase=\"steady\"",
+    },
+    /// Dollars per million input and output tokens, at the plan's price of the deployment.
+    CostPerMillionTokens {
+        name: "cost-per-million-tokens",
+        label: "Cost per million tokens",
+        doc: "the deployment's price over the scope's wall time / its successful requests' input and output tokens, per million (needs `cost`)",
+        kind: MetricKind::Cost,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.cost.as_ref()?.per_million_total_tokens),
+        needs: Needs::Cost { slo: false },
+        uses: JUDGED,
+        example: "< \"$0.10\"",
+    },
+    /// Dollars per million output tokens of requests that met every objective.
+    CostPerMillionGoodputTokens {
+        name: "cost-per-million-goodput-tokens",
+        label: "Cost per million goodput tokens",
+        doc: "the deployment's price over the scope's wall time / output tokens of the requests that met every `slo` objective, per million (needs `cost` and `slo`)",
+        kind: MetricKind::Cost,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.cost.as_ref()?.per_million_goodput_tokens),
+        needs: Needs::Cost { slo: true },
+        uses: JUDGED,
+        example: "< \"$1\" phase=\"steady\"",
     },
     /// Answers that are not what the plan's `response-format` asks (not JSON, or not valid
     /// under its schema) / answers checked.

@@ -34,6 +34,7 @@ fn header(exact: bool) -> RunHeader {
         labels: Default::default(),
         exports: Vec::new(),
         server: None,
+        cost: None,
     }
 }
 

@@ -72,6 +72,8 @@ pub struct Plan {
     pub judging: Judging,
     /// Per-request objectives that define goodput.
     pub slo: Option<Slo>,
+    /// What the deployment under test costs an hour (the `cost` block), which prices its tokens.
+    pub cost: Option<crate::records::CostRate>,
     /// Tolerances for comparing a run with a baseline (`llmload compare`, `run --baseline`).
     pub regression: Vec<Tolerance>,
     /// Conditions that stop a clearly failing run early (k6's abortOnFail), as a failed run.

@@ -154,6 +154,19 @@ pub struct RunHeader {
     /// The server llmload started for the run (the plan's `server` block), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<Box<LaunchedServer>>,
+    /// What the deployment under test costs (the plan's `cost` block): kept with the records,
+    /// so that a report made again later prices the run as it was priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostRate>,
+}
+
+/// What a deployment costs an hour, and what the price is made of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostRate {
+    /// Dollars an hour, the whole deployment.
+    pub dollars_per_hour: f64,
+    /// How the plan put it: "8 GPUs at $2.49 a GPU-hour", "$98.32 an instance-hour".
+    pub basis: String,
 }
 
 /// The server a run started itself: what `compare` holds two runs' servers apart by.

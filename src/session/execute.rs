@@ -360,6 +360,7 @@ fn run_header(
         }),
         merged: Vec::new(),
         labels: options.labels.clone(),
+        cost: plan.cost.clone(),
     }
 }
 

@@ -174,6 +174,7 @@ pub fn display(kind: MetricKind, value: f64) -> String {
         MetricKind::Power => format!("{value:.1} W"),
         MetricKind::Energy if value < 1.0 => format!("{:.2} mJ", value * 1000.0),
         MetricKind::Energy => format!("{value:.3} J"),
+        MetricKind::Cost => format!("${value:.4}"),
     }
 }
 

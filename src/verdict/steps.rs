@@ -217,7 +217,8 @@ fn near(objective: &Assertion, observed: f64) -> bool {
         | MetricKind::Count
         | MetricKind::Tokens
         | MetricKind::Power
-        | MetricKind::Energy => distance <= MARGIN * threshold.abs(),
+        | MetricKind::Energy
+        | MetricKind::Cost => distance <= MARGIN * threshold.abs(),
     }
 }
 

@@ -195,6 +195,7 @@ fn api_misfits(
     why
 }
 
+mod cost;
 mod report;
 mod scan;
 mod server;
@@ -693,6 +694,8 @@ fn fragment(cx: &mut Cx, placed: &[Placed]) {
         unrecorded: &[],
         has_slo: placed.iter().any(|p| p.node.name().value() == "slo"),
         has_search: true,
+        // The plans that include it give the price.
+        has_cost: true,
         // A fragment's assertions may name the phases of the plans that include it.
         phases_incomplete: true,
         // Nor is its target known: the plans that include it check what they measure.
@@ -887,9 +890,10 @@ const HEADER: &[(&str, Handler<Header>)] = &[
 ];
 
 const TOP_LEVEL: &str =
-    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, server, server-sweep, report";
+    "plan, include, target, workload, phase, sweep, search, sla, slo, regression, abort, sim, server, server-sweep, report, cost";
 /// Blocks a plan has at most one of.
-const ONCE: [&str; 11] = [
+const ONCE: [&str; 12] = [
+    "cost",
     "server",
     "server-sweep",
     "report",
@@ -920,6 +924,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut server_sweep_at = None;
     let mut target_at = None;
     let mut slo = None;
+    let mut cost = None;
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
     // Phases that speak an API of their own, and where they name it.
     let mut phase_apis: Vec<(usize, SourceSpan, crate::api::Api)> = Vec::new();
@@ -1111,6 +1116,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 server_sweep_at = Some((p.file, node.name().span()));
             }
             "report" => report = report::report(cx, node),
+            "cost" => cost = cost::cost(cx, node),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
     }
@@ -1232,6 +1238,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         unrecorded: &unrecorded,
         has_slo,
         has_search: search.is_some(),
+        has_cost: has("cost"),
         phases_incomplete: unreadable.unnamed_phase,
         answers: target.as_ref().map(|t: &crate::plan::Target| {
             let apis: Vec<crate::api::Api> = std::iter::once(t.api)
@@ -1351,6 +1358,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         sla: assertions,
         judging,
         slo,
+        cost,
         regression,
         abort,
         objective: search

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kdl::{KdlEntry, KdlNode, KdlValue};
 
 use super::cx::{children, first_arg_span, positional, property, Cx};
-use super::values::{trim_float, Count, Kind, Number, Percent, Quantity, Text, DURATION};
+use super::values::{trim_float, Count, Dollars, Kind, Number, Percent, Quantity, Text, DURATION};
 use crate::metrics::table::{Needs, Stats};
 use crate::plan::limits::MAX_REQUESTS;
 use crate::plan::{
@@ -25,6 +25,8 @@ pub(super) struct Scope<'a> {
     pub has_slo: bool,
     /// The plan has a `search` (the capacity metric needs one).
     pub has_search: bool,
+    /// The plan has a `cost` (the cost metrics need one).
+    pub has_cost: bool,
     /// Part of the plan could not be read (a syntax error): a phase it named may exist.
     pub phases_incomplete: bool,
     /// What the plan's APIs answer with, for the metrics that need it; `None` where it is not
@@ -209,28 +211,33 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
         cx.error(node.name().span(), message, label, help);
         return None;
     }
-    match metric.def().needs {
-        Needs::Nothing | Needs::Streaming | Needs::Generation | Needs::Batch => {}
-        Needs::Slo if has_slo => {}
-        Needs::Search if scope.has_search => {}
-        Needs::Slo => {
-            cx.error(
-                node.name().span(),
-                format!("`{metric_name}` needs per-request objectives"),
-                "no slo",
-                "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
-            );
-            return None;
-        }
-        Needs::Search => {
-            cx.error(
-                node.name().span(),
-                format!("`{metric_name}` is what a search finds"),
-                "no search",
-                "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
-            );
-            return None;
-        }
+    let missing = match metric.def().needs {
+        Needs::Nothing | Needs::Streaming | Needs::Generation | Needs::Batch => None,
+        Needs::Cost { .. } if !scope.has_cost => Some((
+            "prices tokens, and the plan gives no price",
+            "no cost",
+            "add a cost block saying what the deployment costs: cost { gpu-hour \"$2.49\" gpus=8 } (or cost { instance-hour \"$98.32\" })",
+        )),
+        Needs::Slo | Needs::Cost { slo: true } if !has_slo => Some((
+            "needs per-request objectives",
+            "no slo",
+            "add an slo node saying what a good request is, e.g. slo ttft=\"300ms\" tpot=\"50ms\" e2e=\"10s\"",
+        )),
+        Needs::Search if !scope.has_search => Some((
+            "is what a search finds",
+            "no search",
+            "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
+        )),
+        Needs::Slo | Needs::Search | Needs::Cost { .. } => None,
+    };
+    if let Some((what, label, help)) = missing {
+        cx.error(
+            node.name().span(),
+            format!("`{metric_name}` {what}"),
+            label,
+            help,
+        );
+        return None;
     }
     Some(metric)
 }
@@ -263,7 +270,8 @@ fn unmeasurable(metric: Metric, answers: Answers) -> Option<(String, &'static st
         | Needs::Generation
         | Needs::Batch
         | Needs::Slo
-        | Needs::Search => None,
+        | Needs::Search
+        | Needs::Cost { .. } => None,
     }
 }
 
@@ -605,6 +613,7 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
         MetricKind::Fraction => Percent.read(cx, value_entry, &usage),
         MetricKind::Power => Quantity { symbol: "W" }.read(cx, value_entry, &usage),
         MetricKind::Energy => Quantity { symbol: "J" }.read(cx, value_entry, &usage),
+        MetricKind::Cost => Dollars.read(cx, value_entry, &usage),
         MetricKind::Throughput
         | MetricKind::TokenRate
         | MetricKind::Capacity
@@ -645,6 +654,7 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
         MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
         MetricKind::Power => crate::plan::units::format_quantity(threshold, "W"),
         MetricKind::Energy => crate::plan::units::format_quantity(threshold, "J"),
+        MetricKind::Cost => format!("${}", trim_float(threshold)),
         MetricKind::TokenRate
         | MetricKind::Throughput
         | MetricKind::Capacity

@@ -370,6 +370,35 @@ impl Kind for Quantity {
     }
 }
 
+/// A price in US dollars, more than zero: "$2.49".
+pub(super) struct Dollars;
+
+impl Kind for Dollars {
+    type Out = f64;
+    fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<f64> {
+        let message = match entry.value() {
+            KdlValue::String(s) => {
+                match s.trim().strip_prefix('$').map(|n| n.trim().parse::<f64>()) {
+                    Some(Ok(v)) if v.is_finite() && v > 0.0 && v <= 1e9 => return Some(v),
+                    Some(Ok(_)) => format!("\"{s}\" must be more than $0 (and at most $1e9)"),
+                    Some(Err(_)) | None => format!("\"{s}\" is not a price such as \"$2.49\""),
+                }
+            }
+            other => format!(
+                "expected a price such as \"$2.49\", found {}",
+                type_name(other)
+            ),
+        };
+        cx.error(
+            entry.span(),
+            message,
+            "not a price",
+            format!("write it as: {usage}"),
+        );
+        None
+    }
+}
+
 /// A size in bytes: "1MiB", "512KiB", "64MB", "4096B", within `min..=max`.
 pub(super) struct ByteSize {
     pub min: u64,
