@@ -986,6 +986,19 @@ fn cost_per_million_goodput_tokens_is_exact_and_gates() {
     assert!(close(verdict["observed"].as_f64().unwrap(), per_good));
     let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
     assert!(report.contains("## Cost"), "{report}");
+    // Kept for histories: the run's one phase is all its recorded phases.
+    let slugs: Vec<&str> = summary["measures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["slug"].as_str())
+        .collect();
+    for slug in [
+        "cost-per-million-output-tokens-usd",
+        "cost-per-million-goodput-tokens-usd",
+    ] {
+        assert!(slugs.contains(&slug), "{slug} missing from {slugs:?}");
+    }
 
     // A price the run does not meet fails it, with the reason.
     let strict = run_plan(&plan("cost-per-million-goodput-tokens < \"$0.01\""), &[]);

@@ -525,6 +525,24 @@ fn energy_per_output_token_is_the_simulated_gpus_model() {
     let error = (measured - expected).abs() / expected;
     eprintln!("energy per output token: measured {measured:.5} J, the model's {expected:.5} J ({:.3}% off)", error * 100.0);
     assert!(error < 0.01, "{energy}: the model says {expected}");
+    // Kept for histories (`--export`, `llmload history`) with the interval of the throughput
+    // it divides by.
+    let measure = summary["measures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["slug"] == "energy-per-output-token-j")
+        .expect("energy per output token among the measures")
+        .clone();
+    let overall = summary["overall"]["energy"]["per_output_token_j"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(measure["value"].as_f64().unwrap(), overall, "{measure}");
+    let (low, high) = (
+        measure["bounds"][0].as_f64().unwrap(),
+        measure["bounds"][1].as_f64().unwrap(),
+    );
+    assert!(low < overall && overall < high, "{measure}");
     let signals = &steady["server"]["signals"];
     assert_eq!(
         signals["gpu_memory_used_mib"]["max"],

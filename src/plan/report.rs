@@ -48,6 +48,9 @@ pub const EXPORT_MEASURES: &[&str] = &[
     "requests-per-second",
     "output-tokens-per-second",
     "goodput-requests-per-second",
+    "energy-per-output-token-j",
+    "cost-per-million-output-tokens-usd",
+    "cost-per-million-goodput-tokens-usd",
     "capacity",
 ];
 

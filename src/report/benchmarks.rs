@@ -7,8 +7,9 @@
 //! the search's capacity), with a 95% confidence interval where one is known: for a percentile,
 //! the distribution-free interval of order statistics (the values at the ranks
 //! n·q ± 1.96·√(n·q·(1−q))), read from the run's own histogram; for the error rate, Wilson's
-//! score interval over the completed requests; for the capacity, its bracket. Throughputs carry
-//! no interval (BMF's bounds are then the value itself).
+//! score interval over the completed requests; for the capacity, its bracket; for a throughput,
+//! that of the count of completions it rests on; for an amount per token (joules, dollars), the
+//! throughput's turned over.
 //!
 //! It is not `compare`: it judges nothing; the tools that read it keep the history and the
 //! thresholds.
@@ -169,6 +170,39 @@ const MEASURES: &[MeasureDef] = &[
         }),
     },
     MeasureDef {
+        name: "energy per output token",
+        slug: "energy-per-output-token-j",
+        unit: "J",
+        direction: Direction::Lower,
+        source: Source::Summary(|s| {
+            let o = recorded(s)?;
+            let joules = o.energy.as_ref()?.per_output_token_j?;
+            Some(per_token(joules, o.requests.ok))
+        }),
+    },
+    MeasureDef {
+        name: "cost per million output tokens",
+        slug: "cost-per-million-output-tokens-usd",
+        unit: "$",
+        direction: Direction::Lower,
+        source: Source::Summary(|s| {
+            let o = recorded(s)?;
+            let dollars = o.cost.as_ref()?.per_million_output_tokens?;
+            Some(per_token(dollars, o.requests.ok))
+        }),
+    },
+    MeasureDef {
+        name: "cost per million goodput tokens",
+        slug: "cost-per-million-goodput-tokens-usd",
+        unit: "$",
+        direction: Direction::Lower,
+        source: Source::Summary(|s| {
+            let o = recorded(s)?;
+            let dollars = o.cost.as_ref()?.per_million_goodput_tokens?;
+            Some(per_token(dollars, o.goodput.as_ref()?.good))
+        }),
+    },
+    MeasureDef {
         name: "capacity",
         slug: "capacity",
         unit: "load",
@@ -215,6 +249,15 @@ pub(crate) fn per_completion(rate: f64, n: u64) -> (f64, Option<(f64, f64)>) {
     let low = (root - 0.98).max(0.0).powi(2) / count;
     let high = (root + 0.98).powi(2) / count;
     (rate, Some((rate * low, rate * high)))
+}
+
+/// An amount per token (joules, dollars) that is a rate over a run's tokens per second: its
+/// interval is the throughput's ([`per_completion`], over the `n` completions it rests on),
+/// turned over.
+fn per_token(value: f64, n: u64) -> (f64, Option<(f64, f64)>) {
+    let (_, bounds) = per_completion(1.0, n);
+    let bounds = bounds.filter(|(low, _)| *low > 0.0);
+    (value, bounds.map(|(low, high)| (value / high, value / low)))
 }
 
 /// The 95% Wilson score interval of a share `p` observed over `n` trials: a share of errors
@@ -416,6 +459,18 @@ fn pretty(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_amount_per_token_has_its_throughputs_interval_turned_over() {
+        let (value, bounds) = per_token(0.5, 100);
+        let (low, high) = bounds.unwrap();
+        let (_, throughput) = per_completion(1.0, 100);
+        let (slow, fast) = throughput.unwrap();
+        assert_eq!(value, 0.5);
+        assert!((low - 0.5 / fast).abs() < 1e-12 && (high - 0.5 / slow).abs() < 1e-12);
+        assert!(low < 0.5 && 0.5 < high, "{low} {high}");
+        assert_eq!(per_token(0.5, 0).1, None);
+    }
 
     #[test]
     fn the_plan_names_exactly_these_measures() {
