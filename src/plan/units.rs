@@ -108,6 +108,25 @@ pub fn format_quantity(value: f64, symbol: &str) -> String {
     format!("{}{symbol}", trim_quantity(value))
 }
 
+/// A price in US dollars, "$2.49": more than $0 and at most $1e9.
+pub fn parse_price(text: &str) -> Result<f64, BadValue> {
+    match text
+        .trim()
+        .strip_prefix('$')
+        .map(|n| n.trim().parse::<f64>())
+    {
+        Some(Ok(v)) if v.is_finite() && v > 0.0 && v <= 1e9 => Ok(v),
+        Some(Ok(_)) => Err(format!("\"{text}\" must be more than $0 (and at most $1e9)").into()),
+        Some(Err(_)) | None => Err(format!("\"{text}\" is not a price such as \"$2.49\"").into()),
+    }
+}
+
+/// A price as a plan writes it: "$2.49", "$0.0004" (no digit a price per token needs is
+/// rounded away).
+pub fn format_price(value: f64) -> String {
+    format!("${}", trim_quantity(value))
+}
+
 fn trim_quantity(value: f64) -> String {
     let text = format!("{value:.6}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -178,6 +197,17 @@ mod tests {
         }
         assert_eq!(format_quantity(0.001, "J"), "0.001J");
         assert_eq!(format_quantity(700.0, "W"), "700W");
+    }
+
+    #[test]
+    fn prices() {
+        assert_eq!(parse_price("$2.49"), Ok(2.49));
+        assert_eq!(parse_price(" $ 0.5 "), Ok(0.5));
+        for bad in ["2.49", "$0", "$-1", "$inf", "$2e9", "€2"] {
+            assert!(parse_price(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_price(2.49), "$2.49");
+        assert_eq!(format_price(0.0004), "$0.0004");
     }
 
     #[test]

@@ -32,9 +32,9 @@ const CHILDREN: &[(&str, Handler<Price>)] = &[
             *price = Some(CostRate {
                 dollars_per_hour: dollars * gpus as f64,
                 basis: format!(
-                    "{gpus} GPU{} at ${} a GPU-hour",
+                    "{gpus} GPU{} at {} a GPU-hour",
                     if gpus == 1 { "" } else { "s" },
-                    super::values::trim_float(dollars)
+                    crate::plan::units::format_price(dollars)
                 ),
             });
         }
@@ -43,7 +43,10 @@ const CHILDREN: &[(&str, Handler<Price>)] = &[
         if let Some(dollars) = cx.single(node, "instance-hour \"$98.32\"", Dollars) {
             *price = Some(CostRate {
                 dollars_per_hour: dollars,
-                basis: format!("${} an instance-hour", super::values::trim_float(dollars)),
+                basis: format!(
+                    "{} an instance-hour",
+                    crate::plan::units::format_price(dollars)
+                ),
             });
         }
     }),

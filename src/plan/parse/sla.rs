@@ -654,7 +654,7 @@ fn judged_line(cx: &mut Cx, node: &KdlNode, scope: &Scope, props: &[&str]) -> Op
         MetricKind::Fraction => format!("{}%", trim_float(threshold * 100.0)),
         MetricKind::Power => crate::plan::units::format_quantity(threshold, "W"),
         MetricKind::Energy => crate::plan::units::format_quantity(threshold, "J"),
-        MetricKind::Cost => format!("${}", trim_float(threshold)),
+        MetricKind::Cost => crate::plan::units::format_price(threshold),
         MetricKind::TokenRate
         | MetricKind::Throughput
         | MetricKind::Capacity

@@ -7,7 +7,7 @@ use kdl::{KdlEntry, KdlValue};
 
 use super::cx::{type_name, Cx};
 use crate::plan::units::{
-    bounded_duration, parse_duration, parse_percent, parse_quantity, seconds_in_unit,
+    bounded_duration, parse_duration, parse_percent, parse_price, parse_quantity, seconds_in_unit,
 };
 
 /// A kind of value: reads one KDL entry, or reports why it cannot.
@@ -377,13 +377,10 @@ impl Kind for Dollars {
     type Out = f64;
     fn read(&self, cx: &mut Cx, entry: &KdlEntry, usage: &str) -> Option<f64> {
         let message = match entry.value() {
-            KdlValue::String(s) => {
-                match s.trim().strip_prefix('$').map(|n| n.trim().parse::<f64>()) {
-                    Some(Ok(v)) if v.is_finite() && v > 0.0 && v <= 1e9 => return Some(v),
-                    Some(Ok(_)) => format!("\"{s}\" must be more than $0 (and at most $1e9)"),
-                    Some(Err(_)) | None => format!("\"{s}\" is not a price such as \"$2.49\""),
-                }
-            }
+            KdlValue::String(s) => match parse_price(s) {
+                Ok(value) => return Some(value),
+                Err(message) => message.0,
+            },
             other => format!(
                 "expected a price such as \"$2.49\", found {}",
                 type_name(other)
