@@ -294,6 +294,9 @@ pub struct MetricDef {
     /// Reports show it only where this other metric has values (TTFO beside TTFT only when
     /// requests reasoned: without reasoning the two are the same); `None`: wherever it has any.
     pub report_with: Option<Metric>,
+    /// What a scope without a value of it lacks, as a verdict says it (the server's telemetry
+    /// is said for every server metric); `None`: "no data".
+    pub absent: Option<&'static str>,
 }
 
 /// What an entry of the table leaves out: shown wherever it has values.
@@ -310,6 +313,7 @@ const UNSET: MetricDef = MetricDef {
     uses: REPORTED,
     example: "",
     report_with: None,
+    absent: None,
 };
 
 /// Declares [`Metric`] and [`METRICS`] from one list, so that a metric's identity and its
@@ -325,7 +329,7 @@ macro_rules! metric_table {
 
         /// Every metric, in the order reports list them (and the order of [`Metric`]'s
         /// variants).
-        // Entries that set `report_with` leave nothing to `UNSET`.
+        // Entries that set every optional field leave nothing to `UNSET`.
         #[allow(clippy::needless_update)]
         pub static METRICS: &[MetricDef] = &[
             $( MetricDef { metric: Metric::$variant, $($field: $value,)* ..UNSET }, )*
@@ -902,6 +906,7 @@ metric_table! {
         needs: Needs::Generation,
         uses: JUDGED,
         example: "< \"0.4J\" phase=\"steady\"",
+        absent: Some("no GPU telemetry (no energy or power readings), or no output tokens"),
     },
     /// Dollars per million output tokens, at the plan's price of the deployment.
     CostPerMillionOutputTokens {
@@ -973,6 +978,7 @@ metric_table! {
         needs: Needs::Nothing,
         uses: SERVER,
         example: "< \"1%\"",
+        absent: Some("the server reported no cached tokens"),
     },
     /// How late each open-loop request went out: actual − intended send time.
     ScheduleLag {

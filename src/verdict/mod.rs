@@ -423,10 +423,8 @@ pub fn judge_assertion(
     let observed_display = observed.map(|v| display(kind, v)).unwrap_or_else(|| {
         if assertion.metric.is_server() {
             "no server telemetry".into()
-        } else if assertion.metric == crate::plan::Metric::PrefixCacheHitRate {
-            "the server reported no cached tokens".into()
         } else {
-            "no data".into()
+            assertion.metric.def().absent.unwrap_or("no data").into()
         }
     });
     let mut result = VerdictResult {
@@ -884,5 +882,29 @@ mod tests {
             judge_assertion(&a, Some(&agg.overall), Judge::Point).outcome,
             Outcome::Fail
         );
+    }
+
+    /// What is missing is said as the metric table says it, not "no data".
+    #[test]
+    fn what_a_scope_lacks_is_said_as_the_table_says_it() {
+        let agg = aggregates();
+        for (metric, said) in [
+            (
+                Metric::EnergyPerOutputToken,
+                "no GPU telemetry (no energy or power readings), or no output tokens",
+            ),
+            (
+                Metric::PrefixCacheHitRate,
+                "the server reported no cached tokens",
+            ),
+        ] {
+            let v = evaluate(
+                &[assertion(metric, None, Op::Lt, 1.0, None)],
+                &Judging::default(),
+                &agg,
+            );
+            assert_eq!(v.results[0].outcome, Outcome::NotDecided);
+            assert_eq!(v.results[0].observed_display, said);
+        }
     }
 }
