@@ -578,11 +578,15 @@ impl Runs<'_> {
         }
         let worse = matches!(row.verdict, Change::Regression | Change::NotDecided);
         let (which, scope) = sides[usize::from(worse)];
-        let stalls = scope
-            .and_then(|s| s.client_stalls)
-            .filter(|s| s.count > 0)?;
-        let distance = row.baseline.zip(row.current).map(|(b, c)| (c - b).abs())?;
-        if !stalls.could_move(tolerance.metric.kind(), tolerance.stat, distance) {
+        let scope = scope?;
+        let stalls = scope.client_stalls.filter(|s| s.count > 0)?;
+        let (baseline, current) = row.baseline.zip(row.current)?;
+        let (value, to) = if worse {
+            (current, baseline)
+        } else {
+            (baseline, current)
+        };
+        if !metrics::stalls::could_move(scope, tolerance.metric, tolerance.stat, value, to) {
             return None;
         }
         Some(format!(

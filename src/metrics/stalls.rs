@@ -14,8 +14,9 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::table::Needs;
 use super::warnings::STALLED_SHARE;
-use crate::plan::{MetricKind, Stat};
+use crate::plan::{Metric, MetricKind, Stat};
 use crate::records::Stall;
 
 /// Requests held to be checked against a stall whose line comes after theirs.
@@ -61,15 +62,10 @@ impl ClientStalls {
         )
     }
 
-    /// Whether these stalls could by themselves have moved a statistic of the scope by
-    /// `distance` (in its unit): for a latency, enough stalled requests to move the statistic
-    /// (a p99 of 600 requests: 6; a max: one) and a stall as long as the distance; for any
-    /// other metric (throughputs, rates), [`STALLED_SHARE`] or more of the scope's requests in
-    /// flight during a stall.
-    pub fn could_move(&self, kind: MetricKind, stat: Option<Stat>, distance: f64) -> bool {
-        if kind != MetricKind::Latency {
-            return self.share_during() >= STALLED_SHARE;
-        }
+    /// Whether these stalls could by themselves have lengthened a latency statistic of the
+    /// scope by `distance` ms: enough stalled requests to move the statistic (a p99 of 600
+    /// requests: 6; a max: one) and a stall as long as the distance.
+    fn could_lengthen(&self, stat: Option<Stat>, distance: f64) -> bool {
         let n = self.requests.max(1) as f64;
         let needed = match stat {
             Some(Stat::Percentile(p)) => ((1.0 - p / 100.0) * n).ceil().max(1.0),
@@ -78,6 +74,60 @@ impl ClientStalls {
             Some(Stat::Mean) => (distance * n / self.worst_ms.max(1e-9)).ceil(),
         };
         self.worst_ms >= distance && self.requests_during as f64 >= needed
+    }
+
+    /// The factor by which the stalls could at most have scaled a value over the scope's wall
+    /// time (`wall_s`): its requests in flight during a stall might have counted in full had
+    /// the client not stopped — among the requests that count at all (`counted`, the share of
+    /// them that are good for a goodput, 1 otherwise) — and the wall time might have been
+    /// shorter by all of the stalls together.
+    fn factor(&self, wall_s: f64, counted: f64) -> f64 {
+        let lost_time = self.total_ms / (wall_s * 1e3);
+        if lost_time >= 1.0 || counted <= 0.0 {
+            return f64::INFINITY;
+        }
+        (1.0 + self.share_during() / counted) / (1.0 - lost_time)
+    }
+}
+
+/// Whether the scope's client stalls could by themselves have moved `metric`'s value (`stat`
+/// of it) from `value` to `to` (a threshold, or the other run's value):
+/// - a latency: enough stalled requests to move the statistic, and a stall as long as the
+///   distance (a stall only lengthens a latency);
+/// - a share of requests: [`STALLED_SHARE`] or more of them in flight during a stall, and the
+///   distance no more than that share (each of them might have gone the other way);
+/// - a throughput, a power, an energy or a price per token: that share, and `to` within the
+///   factor the stalls could have scaled the value by ([`ClientStalls::factor`]): a price of
+///   $50 a million tokens is not made of a 5 ms stall when the gate asks for $0.01;
+/// - anything else (per-request token rates, capacities, counts): that share alone.
+pub fn could_move(
+    scope: &super::PhaseMetrics,
+    metric: Metric,
+    stat: Option<Stat>,
+    value: f64,
+    to: f64,
+) -> bool {
+    let Some(stalls) = scope.client_stalls.filter(|s| s.count > 0) else {
+        return false;
+    };
+    let distance = (value - to).abs();
+    let shared = stalls.share_during() >= STALLED_SHARE;
+    match metric.kind() {
+        MetricKind::Latency => stalls.could_lengthen(stat, distance),
+        MetricKind::Fraction => shared && distance <= stalls.share_during(),
+        MetricKind::Throughput | MetricKind::Power | MetricKind::Energy | MetricKind::Cost => {
+            let good = matches!(metric.def().needs, Needs::Slo | Needs::Cost { slo: true });
+            let counted = if good {
+                scope.goodput.as_ref().map_or(0.0, |g| g.ratio)
+            } else {
+                1.0
+            };
+            let factor = stalls.factor(scope.wall_s, counted);
+            shared && (factor.is_infinite() || (to >= value / factor && to <= value * factor))
+        }
+        MetricKind::TokenRate | MetricKind::Capacity | MetricKind::Count | MetricKind::Tokens => {
+            shared
+        }
     }
 }
 
@@ -226,5 +276,71 @@ mod tests {
                 .requests_during,
             2
         );
+    }
+
+    /// One 5 ms stall with 2 of 100 requests in flight, over a 2 s phase whose goodput is 10%.
+    fn scope() -> crate::metrics::PhaseMetrics {
+        crate::metrics::PhaseMetrics {
+            client_stalls: Some(ClientStalls {
+                count: 1,
+                worst_ms: 5.0,
+                total_ms: 5.0,
+                requests_during: 2,
+                requests: 100,
+                ..ClientStalls::default()
+            }),
+            wall_s: 2.0,
+            goodput: Some(crate::metrics::Goodput {
+                ratio: 0.1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_stall_moves_what_it_can_reach_and_nothing_further() {
+        use Metric::*;
+        // (metric, stat, value, to, could move): the throughputs' factor is
+        // (1 + 0.02) / (1 - 0.0025) ≈ 1.0226; a goodput's (1 + 0.02 / 0.1) / 0.9975 ≈ 1.203.
+        let cases = [
+            (Ttft, Some(Stat::Max), 100.0, 104.0, true),
+            (Ttft, Some(Stat::Max), 100.0, 106.0, false),
+            (Ttft, Some(Stat::Percentile(99.0)), 100.0, 104.0, true),
+            (Ttft, Some(Stat::Percentile(90.0)), 100.0, 104.0, false),
+            (ErrorRate, None, 0.03, 0.015, true),
+            (ErrorRate, None, 0.03, 0.005, false),
+            (OutputThroughput, None, 1000.0, 1020.0, true),
+            (OutputThroughput, None, 1000.0, 1030.0, false),
+            (OutputThroughput, None, 1000.0, 980.0, true),
+            (Goodput, None, 10.0, 12.0, true),
+            (Goodput, None, 10.0, 12.5, false),
+            (CostPerMillionOutputTokens, None, 50.0, 49.0, true),
+            (CostPerMillionOutputTokens, None, 50.0, 0.01, false),
+            (CostPerMillionGoodputTokens, None, 50.0, 42.0, true),
+            (CostPerMillionGoodputTokens, None, 50.0, 40.0, false),
+            (EnergyPerOutputToken, None, 0.5, 0.4, false),
+            (DecodeTps, Some(Stat::Percentile(50.0)), 30.0, 1000.0, true),
+        ];
+        let scope = scope();
+        for (metric, stat, value, to, moves) in cases {
+            assert_eq!(
+                could_move(&scope, metric, stat, value, to),
+                moves,
+                "{metric:?} {stat:?} from {value} to {to}"
+            );
+        }
+        // Fewer than 1% of the requests in flight: no value but a latency is moved.
+        let mut few = scope.clone();
+        few.client_stalls.as_mut().unwrap().requests = 1000;
+        assert!(!could_move(&few, OutputThroughput, None, 1000.0, 1001.0));
+        assert!(!could_move(&few, DecodeTps, None, 30.0, 1000.0));
+        // No good request at all: any goodput might have been the stalls' doing.
+        let mut none_good = scope.clone();
+        none_good.goodput = Some(crate::metrics::Goodput::default());
+        assert!(could_move(&none_good, Goodput, None, 0.0, 1e6));
+        // No stall: nothing moved.
+        let calm = crate::metrics::PhaseMetrics::default();
+        assert!(!could_move(&calm, Ttft, Some(Stat::Max), 100.0, 100.0));
     }
 }

@@ -484,11 +484,17 @@ fn client_at_fault(
         (Some(stalled), Some(why)) => format!("{stalled}, and {why}"),
         (None, Some(why)) => format!("the client, not the server, limited this scope: {why}"),
         (Some(stalled), None) if result.outcome != Outcome::Pass => {
-            let distance = result
-                .observed
-                .map_or(f64::INFINITY, |v| (v - assertion.threshold).abs());
-            let kind = assertion.metric.kind();
-            if !stalls.is_some_and(|s| s.could_move(kind, assertion.stat, distance)) {
+            // Nothing observed: nothing rules the stalls out.
+            let moved = result.observed.is_none_or(|value| {
+                crate::metrics::stalls::could_move(
+                    metrics,
+                    assertion.metric,
+                    assertion.stat,
+                    value,
+                    assertion.threshold,
+                )
+            });
+            if !moved {
                 return None;
             }
             stalled
