@@ -106,3 +106,46 @@ fn measured_times_match_the_servers_write_times() {
     }
     eprintln!("{errors:?}");
 }
+
+/// The simulator's timing is its configuration at any prompt length: it counts a
+/// 131,072-token prompt (700 KB of JSON) well within `ttft "50ms"`, so its first token is
+/// written 50 ms after the request arrived, not after its own counting (which took 72–127 ms
+/// through tiktoken's regex alone). And the count is exact: its usage says 131,072.
+#[test]
+fn a_long_prompt_is_answered_on_the_configured_ttft() {
+    use llmload::sim::writes::RequestWrites;
+    let _serial = serial();
+    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "50ms", "--itl", "5ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
+         workload { input 131072; output 4 ignore-eos=#true }\n\
+         phase \"c\" { concurrency 1; requests 6 }\n",
+    );
+    let out = dir.path().join("out");
+    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut first_ms: Vec<f64> = sim
+        .get("/llmload/writes")
+        .lines()
+        .map(|line| serde_json::from_str::<RequestWrites>(line).expect("a JSON line"))
+        .map(|writes| writes.token_writes_ns[0] as f64 / 1e6)
+        .collect();
+    first_ms.sort_by(f64::total_cmp);
+    assert_eq!(first_ms.len(), 6);
+    assert!(first_ms[0] >= 50.0, "{first_ms:?}");
+    // The median on the configuration; none as late as counting through the regex made them.
+    assert!(first_ms[3] < 53.0, "{first_ms:?}");
+    assert!(first_ms[5] < 65.0, "{first_ms:?}");
+    let log = llmload::records::RunLog::read(&out.join("records.jsonl")).unwrap();
+    assert_eq!(log.records.len(), 6);
+    for record in &log.records {
+        assert_eq!(record.prompt_tokens, Some(131_072), "{record:?}");
+    }
+}

@@ -12,6 +12,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
 
+mod plain;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 /// The tokenizer a plan names (`tokenizer` in its workload).
 pub enum TokenizerSpec {
@@ -39,6 +41,8 @@ pub struct Tokenizer {
     single_token_words: Vec<String>,
     /// A run of these words is exactly one token per word, without counting (see `prompt`).
     words_never_merge: bool,
+    /// Those of them a built-in encoding counts without its regex, with their ids ([`plain`]).
+    plain_words: plain::Known,
 }
 
 enum Backend {
@@ -195,6 +199,7 @@ impl Tokenizer {
             backend,
             single_token_words: Vec::new(),
             words_never_merge: false,
+            plain_words: plain::Known::default(),
         };
         let mut words: Vec<String> = Vec::new();
         for word in WORDS.split_whitespace() {
@@ -217,6 +222,10 @@ impl Tokenizer {
                     !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase())
                 })
             });
+        if let Backend::Tiktoken(bpe) = tokenizer.backend {
+            let id = |word: &str| bpe.encode_ordinary(word).first().copied().unwrap_or(0);
+            tokenizer.plain_words = plain::Known::of(words.iter().map(String::as_str), id);
+        }
         tokenizer.single_token_words = words;
         tokenizer
     }
@@ -234,8 +243,20 @@ impl Tokenizer {
     /// there is some (where a server's tokenizer would cut a word too; a cut inside a word can
     /// add a token or two per piece), and a piece the tokenizer still cannot count is estimated
     /// at one token per four bytes rather than lose the record.
+    ///
+    /// The built-in encodings count the plain words of long text without their regex
+    /// ([`plain`]): a 131,072-token prompt in about a millisecond instead of 78.
     pub fn count(&self, text: &str) -> usize {
-        pieces(text).map(|piece| self.count_piece(piece)).sum()
+        let unplain = |text: &str| pieces(text).map(|piece| self.count_piece(piece)).sum();
+        match self.backend {
+            Backend::Tiktoken(_) => plain::count(
+                text,
+                &self.plain_words,
+                |word| self.count_unbounded(word),
+                unplain,
+            ),
+            Backend::HuggingFace(_) => unplain(text),
+        }
     }
 
     /// Tokens in as much of `text` as can be counted before `until` (checked between pieces of
@@ -300,6 +321,22 @@ impl Tokenizer {
     /// The token ids of `text` (no special tokens), for as much of it as the tokenizer can
     /// encode in pieces (see [`Tokenizer::count`]): the simulator's prefix cache hashes them.
     pub fn ids(&self, text: &str) -> Vec<u32> {
+        match self.backend {
+            Backend::Tiktoken(bpe) => {
+                let known = &self.plain_words;
+                plain::ids(
+                    text,
+                    known,
+                    |word| bpe.encode_ordinary(word),
+                    |rest| self.ids_whole(rest),
+                )
+            }
+            Backend::HuggingFace(_) => self.ids_whole(text),
+        }
+    }
+
+    /// [`Tokenizer::ids`] without cutting out plain words.
+    fn ids_whole(&self, text: &str) -> Vec<u32> {
         let mut ids = Vec::new();
         for piece in pieces(text) {
             let encoded =
