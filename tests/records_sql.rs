@@ -186,4 +186,13 @@ fn queries_agree_with_the_summary(records: &str, file: &str) {
     assert!(slowest
         .windows(2)
         .all(|w| num(&w[0]["e2e_ms"]) >= num(&w[1]["e2e_ms"])));
+    // Each with the trace it was sent in: 32 hex digits, one trace per request.
+    let traces: std::collections::HashSet<&str> = slowest
+        .iter()
+        .map(|r| r["trace_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(traces.len(), 10, "{slowest:?}");
+    assert!(traces
+        .iter()
+        .all(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())));
 }

@@ -799,3 +799,57 @@ fn sections_with_nothing_to_say_are_left_out() {
     let row = busy.lines().find(|l| l.starts_with("| p |")).unwrap();
     assert!(!row.contains(" ms"), "{row}");
 }
+
+/// Every request goes out in a W3C trace of its own, and its record keeps the trace id: the
+/// server (here the simulator's write log, as an engine's spans would) receives exactly the
+/// `traceparent` whose trace id the record of that `x-request-id` holds.
+#[test]
+fn every_request_is_sent_in_a_trace_its_record_keeps() {
+    use llmload::sim::writes::RequestWrites;
+    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "2ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
+         workload { input 16; output 4 ignore-eos=#true }\n\
+         phase \"a\" { concurrency 2; requests 6 }\nphase \"b\" { concurrency 2; requests 6 }\n",
+    );
+    let out = dir.path().join("out");
+    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let log = llmload::records::RunLog::read(&out.join("records.jsonl")).unwrap();
+    let prefix = log
+        .header
+        .as_ref()
+        .unwrap()
+        .request_id_prefix
+        .clone()
+        .unwrap();
+    let received: std::collections::HashMap<String, String> = sim
+        .get("/llmload/writes")
+        .lines()
+        .map(|line| serde_json::from_str::<RequestWrites>(line).expect("a JSON line"))
+        .map(|w| (w.request_id.unwrap(), w.traceparent.expect("a traceparent")))
+        .collect();
+    assert_eq!(received.len(), 12);
+    let mut traces = std::collections::HashSet::new();
+    for record in &log.records {
+        let id = llmload::records::request_id_text(&prefix, record.phase, record.seq);
+        let traceparent = &received[&id];
+        let trace_id = record.trace_id.as_deref().expect("a trace id");
+        // version 00, the record's trace, a span id, sampled.
+        assert_eq!(traceparent.len(), 55, "{traceparent}");
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent}"
+        );
+        assert!(traceparent.ends_with("-01"), "{traceparent}");
+        assert!(traces.insert(trace_id.to_string()), "{trace_id} twice");
+    }
+    assert_eq!(traces.len(), 12);
+}

@@ -242,7 +242,7 @@ async fn stream_completion(
     let id = format!("cmpl-{:016x}", RESPONSES.fetch_add(1, Ordering::Relaxed));
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
-    let mut writes = truth.begin(request_id, received);
+    let mut writes = truth.begin((request_id, None), received);
     if stream.write_all(head.as_bytes()).await.is_err() {
         return false;
     }

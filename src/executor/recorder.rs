@@ -315,6 +315,7 @@ fn finalize_safely(
     let (phase, request) = (finished.phase, finished.request);
     let (intended_send_us, actual_send_us) = (finished.intended_send_us, finished.actual_send_us);
     let (http_status, end_us) = (finished.exchange.http_status, finished.exchange.end_us);
+    let trace_id = finished.exchange.trace.map(|trace| trace.trace_id_hex());
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         finalize(finished, tokenizer, budget)
     }))
@@ -325,6 +326,7 @@ fn finalize_safely(
         ),
         http_status,
         e2e_us: Some(end_us),
+        trace_id,
         ..planned(phase, &request, intended_send_us, actual_send_us)
     })
 }
@@ -646,6 +648,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         model: exchange.model.filter(|_| error.is_none()),
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
+        trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
         usage_problem,
         chunk_kinds: (!exchange.chunk_kinds.is_empty()).then_some(exchange.chunk_kinds),
         reasoning_tokens,

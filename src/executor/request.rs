@@ -21,6 +21,8 @@ use crate::records::{ChunkKind, ErrorClass};
 pub struct Exchange {
     /// How it failed, and a sentence saying so (never a header or a credential).
     pub error: Option<(ErrorClass, String)>,
+    /// The W3C trace it was sent in.
+    pub trace: Option<crate::records::TraceContext>,
     /// The response's HTTP status.
     pub http_status: Option<u16>,
     /// Arrival of each token-bearing chunk, µs after the send.
@@ -245,6 +247,8 @@ impl Exchange {
 
 const X_REQUEST_ID: reqwest::header::HeaderName =
     reqwest::header::HeaderName::from_static("x-request-id");
+const TRACEPARENT: reqwest::header::HeaderName =
+    reqwest::header::HeaderName::from_static("traceparent");
 
 /// Sends `body` and reads the whole response into `exchange`. `sent_at` is the actual send time.
 /// Returns when the response is complete or has failed; the caller applies the timeout and can
@@ -298,19 +302,29 @@ async fn send(
     sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) -> Option<Response> {
-    let headers = [
+    let mut headers = [
         (
             reqwest::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         ),
         (X_REQUEST_ID, request_id),
+        (TRACEPARENT, HeaderValue::from_static("")),
     ];
+    // The trace context, when the request is in one (it always is in a run).
+    let traced = match exchange.trace.map(|trace| trace.traceparent()) {
+        Some(traceparent) => {
+            headers[2].1 = HeaderValue::from_str(&traceparent).unwrap_or(headers[2].1.clone());
+            3
+        }
+        None => 2,
+    };
+    let headers = &headers[..traced];
     let mut body = Some(body);
     loop {
         let outgoing = Outgoing {
             url: &template.url,
             body: Some(body.take().unwrap_or_else(body_again)),
-            headers: &headers,
+            headers,
             template,
         };
         // Boxed: sending's state (request building, the pool, hyper's dispatch) lives only

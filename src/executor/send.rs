@@ -137,6 +137,7 @@ async fn execute(
         chunk_usage_tokens: Vec::with_capacity(expected_chunks),
         chunk_ends: Vec::with_capacity(expected_chunks),
         text: String::with_capacity(expected_chunks * 4),
+        trace: Some(template.trace(phase, request.seq)),
         ..Exchange::default()
     };
     let timeout = template.timeout;

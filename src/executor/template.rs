@@ -90,4 +90,10 @@ impl RequestTemplate {
         HeaderValue::from_str(&request_id_text(&self.request_id_prefix, phase, seq))
             .unwrap_or_else(|_| HeaderValue::from_static("llmload"))
     }
+
+    /// The W3C trace a request is sent in (its `traceparent`), drawn from the same run prefix
+    /// and place as its `x-request-id`.
+    pub fn trace(&self, phase: usize, seq: u64) -> crate::records::TraceContext {
+        crate::records::TraceContext::of(&self.request_id_prefix, phase, seq)
+    }
 }

@@ -3,6 +3,11 @@
 //! A request is `<prefix>-<phase>-<seq>`, where the prefix (`llmload-` and 8 hex digits) is drawn
 //! once per run and kept in the run header: two runs against one server (two CI jobs) never send
 //! the same id, and a record can be matched with a server's log or the simulator's write times.
+//!
+//! Every request also carries a W3C `traceparent` (trace context level 1: version 00, sampled):
+//! a trace of its own, whose id the record keeps, so the spans an engine exports for it (vLLM
+//! and SGLang continue the trace they are sent) are found from the record and the record from
+//! them.
 
 /// A run's request-id prefix, `llmload-` and 8 hex digits drawn from the clock and the process.
 pub fn new_request_id_prefix() -> String {
@@ -18,6 +23,45 @@ pub fn request_id_text(prefix: &str, phase: usize, seq: u64) -> String {
     format!("{prefix}-{phase}-{seq}")
 }
 
+/// The W3C trace context a request is sent with: a trace of its own, and the id of the client's
+/// span in it (the `parent-id` the server's spans hang from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    /// 128 bits, never zero; its low 64 bits as random as its high ones (samplers that keep a
+    /// ratio of traces compare those).
+    pub trace_id: u128,
+    /// 64 bits, never zero.
+    pub span_id: u64,
+}
+
+impl TraceContext {
+    /// The trace of request `seq` of phase `phase` of the run whose request ids start with
+    /// `prefix`: distinct for every request of the run (each half is a bijection of the one
+    /// before), and unlike another run's (the prefix is drawn per run).
+    pub fn of(prefix: &str, phase: usize, seq: u64) -> TraceContext {
+        use crate::seed::mix64;
+        let run = prefix
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| mix64(h ^ u64::from(b)));
+        let high = mix64(run ^ (phase as u64).rotate_left(40));
+        let low = mix64(high ^ seq);
+        TraceContext {
+            trace_id: ((u128::from(high) << 64) | u128::from(low)).max(1),
+            span_id: mix64(low ^ 0x7472_6163_6570_6172).max(1),
+        }
+    }
+
+    /// The `traceparent` header: `00-<trace id>-<span id>-01` (sampled).
+    pub fn traceparent(&self) -> String {
+        format!("00-{:032x}-{:016x}-01", self.trace_id, self.span_id)
+    }
+
+    /// The trace id as W3C and OpenTelemetry write it: 32 lowercase hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +74,31 @@ mod tests {
             "{prefix}"
         );
         assert_eq!(request_id_text("llmload-0a", 2, 7), "llmload-0a-2-7");
+    }
+
+    #[test]
+    fn every_request_has_a_trace_of_its_own_in_w3c_form() {
+        let trace = TraceContext::of("llmload-0a1b2c3d", 2, 7);
+        let header = trace.traceparent();
+        let fields: Vec<&str> = header.split('-').collect();
+        assert_eq!(fields.len(), 4, "{header}");
+        assert_eq!((fields[0], fields[3]), ("00", "01"));
+        assert_eq!(fields[1], trace.trace_id_hex());
+        assert_eq!((fields[1].len(), fields[2].len()), (32, 16));
+        assert!(header
+            .bytes()
+            .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        // The same request, the same trace; any other request or run, another.
+        assert_eq!(TraceContext::of("llmload-0a1b2c3d", 2, 7), trace);
+        let mut seen = std::collections::HashSet::new();
+        for prefix in ["llmload-0a1b2c3d", "llmload-0a1b2c3e"] {
+            for phase in 0..4 {
+                for seq in 0..1000 {
+                    let other = TraceContext::of(prefix, phase, seq);
+                    assert!(seen.insert(other.trace_id), "{prefix} {phase} {seq}");
+                    assert!(other.span_id != 0);
+                }
+            }
+        }
     }
 }

@@ -18,7 +18,7 @@ mod write;
 
 use serde::{Deserialize, Serialize};
 
-pub use ids::{new_request_id_prefix, request_id_text};
+pub use ids::{new_request_id_prefix, request_id_text, TraceContext};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 
@@ -716,6 +716,10 @@ pub struct RequestRecord {
     /// handshake over HTTPS), µs, within its TTFT; absent when it reused an open connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_us: Option<u64>,
+    /// The W3C trace id it was sent with (its `traceparent`), 32 hex digits: the spans an
+    /// engine exports for it carry the same. Absent in logs of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// How long its body took to go out, µs: from the send (after a new connection's opening)
     /// to its last byte taken by the socket, within its TTFT. Kept for bodies of
     /// [`UPLOAD_RECORDED_BYTES`] or more (images, audio), by the direct HTTP/1.1 transport.

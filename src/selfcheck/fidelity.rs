@@ -173,6 +173,7 @@ mod tests {
     fn writes(id: &str, token_writes_ns: Vec<u64>) -> RequestWrites {
         RequestWrites {
             request_id: Some(id.into()),
+            traceparent: None,
             received_ns: 0,
             token_writes_ns,
             received_monotonic_ns: None,

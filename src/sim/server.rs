@@ -461,11 +461,13 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ))
         }
     };
-    let request_id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let request_ids = (header("x-request-id"), header("traceparent"));
     let body = match req.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
@@ -806,7 +808,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         writer: shared
             .writes
             .as_ref()
-            .map(|log| (log.begin(request_id, arrived.into_std()), log.clone())),
+            .map(|log| (log.begin(request_ids, arrived.into_std()), log.clone())),
         rx,
     };
     let frames = futures_util::stream::unfold(source, |mut source| async move {

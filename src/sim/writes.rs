@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 pub struct RequestWrites {
     /// The client's `x-request-id` header (llmload sends `llmload-<run>-<phase>-<seq>`), if any.
     pub request_id: Option<String>,
+    /// The client's W3C `traceparent` header, if any: the trace an engine's spans would join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// When the request's headers had been read, in ns since the server started.
     pub received_ns: u64,
     /// When each token-bearing chunk was written, in ns after `received_ns`.
@@ -44,11 +47,16 @@ impl WriteLog {
     }
 
     /// Starts recording one request that arrived at `received`.
-    pub fn begin(&self, request_id: Option<String>, received: Instant) -> RequestWriter {
+    pub fn begin(
+        &self,
+        (request_id, traceparent): (Option<String>, Option<String>),
+        received: Instant,
+    ) -> RequestWriter {
         let received_ns = received.saturating_duration_since(self.started).as_nanos() as u64;
         RequestWriter {
             writes: RequestWrites {
                 request_id,
+                traceparent,
                 received_ns,
                 token_writes_ns: Vec::new(),
                 received_monotonic_ns: self.started_monotonic_ns.map(|o| o + received_ns),
@@ -127,7 +135,7 @@ mod tests {
     fn write_times_are_relative_to_the_request() {
         let log = WriteLog::new();
         let received = Instant::now() + Duration::from_millis(5);
-        let mut writer = log.begin(Some("llmload-0-1".into()), received);
+        let mut writer = log.begin((Some("llmload-0-1".into()), None), received);
         writer.token_written(received + Duration::from_micros(1500));
         writer.token_written(received + Duration::from_micros(2500));
         writer.finish(&log);

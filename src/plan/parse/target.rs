@@ -32,17 +32,18 @@ struct Fields {
     ca_file: Option<(String, std::sync::Arc<String>)>,
 }
 
-/// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
-/// are reserved too).
 /// The most metrics URLs a target may name (replicas scraped beside the run, each a
 /// connection and a line of the report).
 const MAX_METRICS_URLS: usize = 64;
 
+/// Headers llmload (or HTTP) sets itself, whatever the API (its dialect's credential headers
+/// are reserved too).
 const OWN_HEADERS: &[&str] = &[
     "content-type",
     "content-length",
     "host",
     "x-request-id",
+    "traceparent",
     "transfer-encoding",
     "connection",
     "accept",
