@@ -288,6 +288,53 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
 /// OpenAI's Responses API against llama.cpp's server: `ignore_eos` passes through its
 /// conversion to chat, so lengths are exact; its final event always says "completed", read as
 /// a stop (a note says the lengths are as planned).
+/// What llama.cpp's `/v1/models` says of its model is recorded and reported: the context a
+/// request may use (`--ctx-size` 4096 over `--parallel` 2 slots: 2048), the one
+/// tests/engines/tiny-model.py trained it for (4096), the weights' type it wrote (F16, with F32
+/// norms: 2 to 4 bytes a parameter), and the client's machine beside it.
+#[test]
+fn the_models_facts_and_the_clients_machine_are_reported() {
+    let _engines = beside_others();
+    let Some(engine) = Engine::start(2) else {
+        return;
+    };
+    let plan = engine.plan(
+        "api \"completions\"",
+        "input 16; output 4 ignore-eos=#true",
+        "phase \"a\" { concurrency 1; requests 2 }",
+        "error-rate < \"1%\"",
+    );
+    let run = common::run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let context = &run.summary()["context"];
+    let served = &context["served_models"][0];
+    assert!(
+        served["id"].as_str().unwrap().ends_with("tiny-llama.gguf"),
+        "{served}"
+    );
+    assert_eq!(served["context"], 2048, "{served}");
+    assert_eq!(served["trained_context"], 4096, "{served}");
+    assert_eq!(served["weights"], "F16", "{served}");
+    let (parameters, bytes) = (
+        served["parameters"].as_u64().unwrap(),
+        served["size_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        (2 * parameters..=4 * parameters).contains(&bytes),
+        "{served}"
+    );
+    assert!(context["client_machine"]["cores"].as_u64().unwrap() >= 1);
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    let row = report
+        .lines()
+        .find(|l| l.starts_with("| Model served |"))
+        .unwrap_or_else(|| panic!("no Model served row: {report}"));
+    assert!(
+        row.contains("M parameters, F16,") && row.contains("context 2048 (trained on 4096)"),
+        "{row}"
+    );
+}
+
 #[test]
 fn exact_lengths_on_the_responses_api_streamed_and_not() {
     let _engines = beside_others();

@@ -186,6 +186,7 @@ pub fn comparable(
         baseline.server.as_deref(),
         current.server.as_deref(),
     ));
+    notes.extend(crate::records::fact_differences(baseline, current));
     Ok(notes)
 }
 

@@ -36,6 +36,14 @@ pub async fn warm(
         .await
 }
 
+/// What the check before a run learned: what the server said of its model, and what a report
+/// must say.
+#[derive(Debug, Default)]
+pub struct Preflight {
+    pub served: Option<crate::records::ServedModel>,
+    pub note: Option<String>,
+}
+
 /// The largest `GET /models` answer read: a gateway may list thousands of models.
 const MODELS_BYTES: u64 = 4 << 20;
 
@@ -45,11 +53,12 @@ const MODELS_BYTES: u64 = 4 << 20;
 /// that lists models without this one is asked for it once (one token): some servers (llama.cpp's)
 /// list their file's name and answer for any model, and then a note says so; a server that
 /// refuses it (vLLM's 404) ends the run, saying what it serves. A server without `/models`, or
-/// one that lists none, is let through. `Ok` holds a note, if there is one.
+/// one that lists none, is let through. `Ok` holds what the listing said of the model (its
+/// entry, or the only one), and a note, if there is one.
 pub async fn preflight(
     transport: &Transport,
     template: &RequestTemplate,
-) -> Result<Option<String>, String> {
+) -> Result<Preflight, String> {
     use super::transport::Outgoing;
     let models = template.models_url();
     // Its path only: the URL's query may hold a key.
@@ -94,18 +103,25 @@ pub async fn preflight(
         }
         200..=299 => {}
         // No model list here (not every server has one): the requests will tell.
-        _ => return Ok(None),
+        _ => return Ok(Preflight::default()),
     }
-    let listed: Vec<String> = serde_json::from_slice::<serde_json::Value>(&body)
+    let entries = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("data").and_then(|d| d.as_array()).cloned())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let listed: Vec<String> = entries
         .iter()
         .filter_map(|m| m.get("id").and_then(|id| id.as_str()).map(str::to_string))
         .collect();
     let model = &template.options.model;
+    // Its entry; else the only one (llama.cpp lists its file and answers for any name).
+    let entry = entries
+        .iter()
+        .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model.as_str()))
+        .or_else(|| (entries.len() == 1).then(|| &entries[0]));
+    let served = entry.and_then(crate::records::ServedModel::of_listing);
     if listed.is_empty() || listed.iter().any(|id| id == model) {
-        return Ok(None);
+        return Ok(Preflight { served, note: None });
     }
     let mut named: Vec<String> = listed
         .iter()
@@ -137,10 +153,14 @@ pub async fn preflight(
         Err(error) => (0, error.detail),
     };
     match answered {
-        (200..=299, _) => Ok(Some(format!(
-            "the target lists {served} but not \"{model}\"; it answered a request for \"{model}\", \
-             so the run goes on (a server such as llama.cpp's answers for any model name)"
-        ))),
+        (200..=299, _) => Ok(Preflight {
+            note: Some(format!(
+                "the target lists {served} but not \"{model}\"; it answered a request for \
+                 \"{model}\", so the run goes on (a server such as llama.cpp's answers for any \
+                 model name)"
+            )),
+            served: entry.and_then(crate::records::ServedModel::of_listing),
+        }),
         (status, said) => Err(format!(
             "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: {served} \
              (set `model` in the target, or --model)"

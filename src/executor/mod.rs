@@ -128,6 +128,7 @@ pub async fn run_from(
     let mut refused: Option<String> = None;
     // What the checks learned that the reports must say too (a model served but not listed).
     let mut preflight_notes: Vec<String> = Vec::new();
+    let mut served_models = Vec::new();
     if config.warm_connections {
         let mut checked: Vec<(String, String)> = Vec::new();
         for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
@@ -141,11 +142,13 @@ pub async fn run_from(
                 continue;
             }
             match connections::preflight(&transport, template).await {
-                Ok(Some(note)) => {
-                    config.observer.on_event(Event::Note(&note));
-                    preflight_notes.push(note);
+                Ok(checked) => {
+                    if let Some(note) = checked.note {
+                        config.observer.on_event(Event::Note(&note));
+                        preflight_notes.push(note);
+                    }
+                    served_models.extend(checked.served);
                 }
-                Ok(None) => {}
                 Err(why) => refused = Some(format!("{why}; nothing was sent")),
             }
             checked.push(key);
@@ -238,6 +241,7 @@ pub async fn run_from(
         secrets: config.secrets.clone(),
     });
     header.target_notes = preflight_notes;
+    header.served_models = served_models;
     header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
     header.started_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -23,6 +23,8 @@ fn header(exact: bool) -> RunHeader {
         shares_prompts: false,
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
+        client_machine: None,
+        served_models: Vec::new(),
         clock_origin_ns: None,
         request_id_prefix: None,
         plan_files: Vec::new(),

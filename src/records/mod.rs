@@ -11,6 +11,7 @@
 //! Times are microseconds on one monotonic clock, from the start of the run (`*_us`) or, inside a
 //! request, from its actual send.
 
+mod facts;
 mod ids;
 mod read;
 pub mod server_run;
@@ -18,6 +19,7 @@ mod write;
 
 use serde::{Deserialize, Serialize};
 
+pub use facts::{differences as fact_differences, ClientMachine, ServedModel};
 pub use ids::{new_request_id_prefix, request_id_text, TraceContext};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
@@ -158,6 +160,13 @@ pub struct RunHeader {
     /// so that a report made again later prices the run as it was priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<CostRate>,
+    /// The machine the client ran on; absent in logs of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_machine: Option<ClientMachine>,
+    /// What the servers said of the models they serve, one per server and model checked
+    /// before the run (their `/models`), when they said more than the id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served_models: Vec<ServedModel>,
 }
 
 /// What a deployment costs an hour, and what the price is made of.

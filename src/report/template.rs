@@ -92,6 +92,16 @@ fn cell(value: Value) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// A header's fact (a served model, the client machine) in a sentence, by its own `describe`:
+/// one wording for reports and comparisons.
+fn described<T: serde::de::DeserializeOwned>(value: &Value, describe: fn(&T) -> String) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|json| serde_json::from_value::<T>(json).ok())
+        .map(|fact| describe(&fact))
+        .unwrap_or_default()
+}
+
 pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
@@ -103,6 +113,12 @@ pub fn environment() -> Environment<'static> {
     env.add_filter("cell", cell);
     env.add_filter("md", markdown_text);
     env.add_filter("code", markdown_code);
+    env.add_filter("served_model", |value: Value| {
+        described(&value, crate::records::ServedModel::describe)
+    });
+    env.add_filter("machine", |value: Value| {
+        described(&value, crate::records::ClientMachine::describe)
+    });
     env.add_global("metric_rows", Value::from_serialize(metric_rows()));
     env
 }

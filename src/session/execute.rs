@@ -346,6 +346,8 @@ fn run_header(
         shares_prompts: plan.workload.shares_prompts(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
+        client_machine: Some(records::ClientMachine::here()),
+        served_models: Vec::new(),
         clock_origin_ns: None,
         request_id_prefix: Some(request_id_prefix.to_string()),
         started_unix_ns: None,

@@ -135,6 +135,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     let mut hosts: Vec<String> = headers.iter().map(|(_, h)| h.client_host.clone()).collect();
     hosts.dedup();
     merged_header.client_host = hosts.join(", ");
+    // One machine's description only when every shard ran on the like of it.
+    let machines: Vec<_> = headers.iter().map(|(_, h)| &h.client_machine).collect();
+    if machines.windows(2).any(|pair| pair[0] != pair[1]) {
+        merged_header.client_machine = None;
+    }
 
     let mut phases: BTreeMap<usize, PhaseStart> = BTreeMap::new();
     let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
