@@ -553,4 +553,18 @@ fn energy_per_output_token_is_the_simulated_gpus_model() {
         signals["gpu_utilization"]["max"].as_f64().unwrap() > 0.0,
         "{signals}"
     );
+    // What the GPUs are, from the exporter's labels and frame-buffer gauges, in summary.json
+    // and above the report's GPU table.
+    let gpus = &summary["server"]["gpus"];
+    assert_eq!(gpus.as_array().unwrap().len(), 2, "{gpus}");
+    assert_eq!(gpus[1]["model"], "llmload-sim GPU", "{gpus}");
+    assert_eq!(gpus[1]["memory_mib"], 81920.0, "{gpus}");
+    let described = "2 × llmload-sim GPU (80 GiB each)";
+    assert_eq!(summary["server"]["gpus_described"], described);
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    // The exporter's words, escaped for Markdown.
+    assert!(
+        report.contains("Measured on 2 × llmload-sim GPU \\(80 GiB each\\)"),
+        "{report}"
+    );
 }

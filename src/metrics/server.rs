@@ -108,6 +108,12 @@ pub struct ServerTelemetry {
     /// shards scraped it (who did).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetServer>,
+    /// The GPUs a GPU exporter described (model, memory, driver, host).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::telemetry::gpus::Gpu>,
+    /// Those GPUs in a line: "2 × NVIDIA H100 80GB HBM3 (79 GiB each), driver 550.127.05".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus_described: Option<String>,
 }
 
 /// One metrics URL's telemetry, apart from the others'.
@@ -161,6 +167,9 @@ pub fn overview(telemetry: &Telemetry, run_start_unix_ms: f64) -> ServerTelemetr
         problems: telemetry.problems.clone(),
         series,
         targets: Vec::new(),
+        gpus: telemetry.gpus.clone(),
+        gpus_described: (!telemetry.gpus.is_empty())
+            .then(|| crate::telemetry::gpus::describe(&telemetry.gpus)),
     }
 }
 

@@ -7,6 +7,7 @@
 //! summary is [`crate::metrics::server`]'s. A server that does not answer, or answers with names
 //! llmload does not know, is a note in the report, never a failed run.
 
+pub mod gpus;
 pub mod names;
 pub mod prom;
 pub mod scrape;
@@ -44,6 +45,14 @@ pub enum TelemetryLine {
     },
     /// One scrape: the known signals' values at that moment.
     Sample(TelemetrySample),
+    /// The GPUs a GPU exporter described, once, at its first scrape that did.
+    Gpus {
+        /// Each GPU, by host and index.
+        gpus: Vec<gpus::Gpu>,
+        /// The target it concerns.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        target: u32,
+    },
     /// A scrape that failed, or a server with no known metric: why.
     Problem {
         /// When, in ms since the Unix epoch.
@@ -110,6 +119,8 @@ pub struct Telemetry {
     pub problems: Vec<String>,
     /// Each metrics URL's own series, in the plan's order (one for a single server).
     pub targets: Vec<TargetTelemetry>,
+    /// The GPUs the GPU exporters among them described.
+    pub gpus: Vec<gpus::Gpu>,
 }
 
 /// One metrics URL's telemetry.
@@ -127,6 +138,8 @@ pub struct TargetTelemetry {
     pub problems: Vec<String>,
     /// In a merged run: the shards that scraped it.
     pub scraped_by: Vec<u32>,
+    /// The GPUs it described, when it is a GPU exporter.
+    pub gpus: Vec<gpus::Gpu>,
 }
 
 impl Telemetry {
@@ -201,6 +214,10 @@ pub fn read(dir: &Path) -> Result<Option<Telemetry>> {
                 let at = slot(&mut targets, sample.target);
                 targets[at].samples.push(sample);
             }
+            TelemetryLine::Gpus { gpus, target } if (target as usize) < MAX_TARGETS => {
+                let at = slot(&mut targets, target);
+                targets[at].gpus = gpus;
+            }
             TelemetryLine::Problem {
                 message, target, ..
             } if (target as usize) < MAX_TARGETS => {
@@ -219,6 +236,15 @@ const MAX_TARGETS: usize = 256;
 impl Telemetry {
     /// The run's telemetry from each target's: the only one's as it is, several summed.
     pub fn of_targets(targets: Vec<TargetTelemetry>) -> Telemetry {
+        let gpus = targets.iter().flat_map(|t| t.gpus.clone()).collect();
+        Telemetry {
+            gpus,
+            ..Telemetry::of_series(targets)
+        }
+    }
+
+    /// [`Telemetry::of_targets`]' series and sources.
+    fn of_series(targets: Vec<TargetTelemetry>) -> Telemetry {
         match targets.as_slice() {
             [] => Telemetry::default(),
             [only] => Telemetry {
@@ -228,6 +254,7 @@ impl Telemetry {
                 samples: only.samples.clone(),
                 problems: only.problems.clone(),
                 targets,
+                gpus: Vec::new(),
             },
             several => {
                 let versions: Vec<&str> = several
@@ -253,6 +280,7 @@ impl Telemetry {
                     samples: sum_targets(several),
                     problems: several.iter().flat_map(|t| t.problems.clone()).collect(),
                     targets,
+                    gpus: Vec::new(),
                 }
             }
         }
@@ -362,6 +390,9 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
                 into.scraped_by.push(shard);
             }
             into.server_version = into.server_version.take().or(target.server_version);
+            if into.gpus.is_empty() {
+                into.gpus = target.gpus;
+            }
             into.samples
                 .extend(target.samples.into_iter().map(|sample| TelemetrySample {
                     shard: Some(shard),
@@ -396,6 +427,12 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
                 target: index,
                 scraped_by: target.scraped_by.clone(),
             })?;
+            if !target.gpus.is_empty() {
+                line(&TelemetryLine::Gpus {
+                    gpus: target.gpus.clone(),
+                    target: index,
+                })?;
+            }
             for sample in &target.samples {
                 line(&TelemetryLine::Sample(TelemetrySample {
                     target: index,

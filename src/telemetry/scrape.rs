@@ -89,6 +89,8 @@ struct Scraped {
     answered: bool,
     /// It never answered (or with nothing llmload knows): scraped no more.
     given_up: bool,
+    /// It has described its GPUs (a GPU exporter does at its first scrape).
+    gpus_said: bool,
 }
 
 async fn scrape_until(
@@ -117,6 +119,7 @@ async fn scrape_until(
             url: target.url,
             answered: false,
             given_up: false,
+            gpus_said: false,
         });
     }
     let versions =
@@ -167,7 +170,21 @@ fn record(
 ) -> bool {
     let problem = match answer {
         Ok(text) => {
-            let mut sample = gather(&prom::parse(&text), now_unix_ms());
+            let parsed = prom::parse(&text);
+            if !target.gpus_said {
+                let gpus = super::gpus::of(&parsed);
+                if !gpus.is_empty() {
+                    target.gpus_said = true;
+                    let line = TelemetryLine::Gpus {
+                        gpus,
+                        target: target.index,
+                    };
+                    if !write_line(out, &line) {
+                        return false;
+                    }
+                }
+            }
+            let mut sample = gather(&parsed, now_unix_ms());
             if sample.engine.is_none() && !target.answered {
                 Some(format!(
                     "{} answered, but with no metric of vLLM, SGLang, TGI or llama.cpp that llmload knows",
