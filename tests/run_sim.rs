@@ -805,24 +805,12 @@ fn sections_with_nothing_to_say_are_left_out() {
 /// `traceparent` whose trace id the record of that `x-request-id` holds.
 #[test]
 fn every_request_is_sent_in_a_trace_its_record_keeps() {
-    use llmload::sim::writes::RequestWrites;
-    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "2ms", "--itl", "1ms"]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = write_plan(
-        dir.path(),
+    let (log, writes) = run_recorded(
+        &["--ttft", "2ms", "--itl", "1ms"],
         "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
          workload { input 16; output 4 ignore-eos=#true }\n\
          phase \"a\" { concurrency 2; requests 6 }\nphase \"b\" { concurrency 2; requests 6 }\n",
     );
-    let out = dir.path().join("out");
-    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let log = llmload::records::RunLog::read(&out.join("records.jsonl")).unwrap();
     let prefix = log
         .header
         .as_ref()
@@ -830,10 +818,8 @@ fn every_request_is_sent_in_a_trace_its_record_keeps() {
         .request_id_prefix
         .clone()
         .unwrap();
-    let received: std::collections::HashMap<String, String> = sim
-        .get("/llmload/writes")
-        .lines()
-        .map(|line| serde_json::from_str::<RequestWrites>(line).expect("a JSON line"))
+    let received: std::collections::HashMap<String, String> = writes
+        .into_iter()
         .map(|w| (w.request_id.unwrap(), w.traceparent.expect("a traceparent")))
         .collect();
     assert_eq!(received.len(), 12);

@@ -38,39 +38,20 @@ fn ttft_and_itl_are_recovered_within_2ms() {
 /// with sub-millisecond error at low load, and every request is matched by its x-request-id.
 #[test]
 fn measured_times_match_the_servers_write_times() {
-    use llmload::records::RunLog;
     use llmload::selfcheck::fidelity::{timing_errors, MeasuredStream};
-    use llmload::sim::writes::RequestWrites;
     let _serial = serial();
-
-    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "30ms", "--itl", "5ms"]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = write_plan(
-        dir.path(),
+    let (log, truth) = run_recorded(
+        &["--ttft", "30ms", "--itl", "5ms"],
         "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
          workload { input 32; output 16 ignore-eos=#true }\n\
          phase \"c\" { concurrency 4; requests 24 }\n",
     );
-    let out = dir.path().join("out");
-    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let truth: Vec<RequestWrites> = sim
-        .get("/llmload/writes")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect();
     assert_eq!(truth.len(), 24);
     for writes in &truth {
         assert_eq!(writes.token_writes_ns.len(), 16);
         let first_ms = writes.token_writes_ns[0] as f64 / 1e6;
         assert!((30.0..35.0).contains(&first_ms), "true ttft {first_ms} ms");
     }
-    let log = RunLog::read(&out.join("records.jsonl")).unwrap();
     let header = log.header.as_ref();
     let errors = timing_errors(
         log.records
@@ -113,28 +94,15 @@ fn measured_times_match_the_servers_write_times() {
 /// through tiktoken's regex alone). And the count is exact: its usage says 131,072.
 #[test]
 fn a_long_prompt_is_answered_on_the_configured_ttft() {
-    use llmload::sim::writes::RequestWrites;
     let _serial = serial();
-    let sim = SimProcess::start_with(&["--record-writes", "--ttft", "50ms", "--itl", "5ms"]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = write_plan(
-        dir.path(),
+    let (log, writes) = run_recorded(
+        &["--ttft", "50ms", "--itl", "5ms"],
         "plan \"t\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\n\
          workload { input 131072; output 4 ignore-eos=#true }\n\
          phase \"c\" { concurrency 1; requests 6 }\n",
     );
-    let out = dir.path().join("out");
-    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let mut first_ms: Vec<f64> = sim
-        .get("/llmload/writes")
-        .lines()
-        .map(|line| serde_json::from_str::<RequestWrites>(line).expect("a JSON line"))
+    let mut first_ms: Vec<f64> = writes
+        .iter()
         .map(|writes| writes.token_writes_ns[0] as f64 / 1e6)
         .collect();
     first_ms.sort_by(f64::total_cmp);
@@ -143,7 +111,6 @@ fn a_long_prompt_is_answered_on_the_configured_ttft() {
     // The median on the configuration; none as late as counting through the regex made them.
     assert!(first_ms[3] < 53.0, "{first_ms:?}");
     assert!(first_ms[5] < 65.0, "{first_ms:?}");
-    let log = llmload::records::RunLog::read(&out.join("records.jsonl")).unwrap();
     assert_eq!(log.records.len(), 6);
     for record in &log.records {
         assert_eq!(record.prompt_tokens, Some(131_072), "{record:?}");

@@ -125,6 +125,40 @@ pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// Runs `plan` against a simulator process started with `--record-writes` and `sim_args`, and
+/// expects it to pass: its records, and the simulator's own record of every request (when each
+/// token was written, the ids it came with).
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn run_recorded(
+    sim_args: &[&str],
+    plan: &str,
+) -> (
+    llmload::records::RunLog,
+    Vec<llmload::sim::writes::RequestWrites>,
+) {
+    let args: Vec<&str> = std::iter::once("--record-writes")
+        .chain(sim_args.iter().copied())
+        .collect();
+    let sim = SimProcess::start_with(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), plan);
+    let out = dir.path().join("out");
+    let run = run_file(&plan, &out, &["--target", &sim.url], &[]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let log = llmload::records::RunLog::read(&out.join("records.jsonl")).unwrap();
+    let writes = sim
+        .get("/llmload/writes")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    (log, writes)
+}
+
 /// Runs `llmload run PLAN --out OUT --quiet ARGS`, with extra environment variables.
 pub fn run_file(
     plan: &Path,
