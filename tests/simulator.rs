@@ -327,3 +327,23 @@ fn write_times_are_served_only_when_recorded() {
     let body = sim.get("/llmload/writes");
     assert!(body.contains("--record-writes"), "{body}");
 }
+
+/// The simulator lists its models with their context, as vLLM does (`max_model_len`), and a
+/// run keeps what the listing said: in summary.json's context and the report's "Model served".
+#[test]
+fn the_served_models_context_is_listed_and_reported() {
+    let plan = format!(
+        "plan \"m\" {{ seed 5 }}\ntarget \"sim\" {{ model \"m\"; timeout \"30s\" }}\n\
+         sim {{ models \"m\"; {ENGINE} }}\nworkload {{ input 16; output 4 ignore-eos=#true }}\n\
+         phase \"a\" {{ concurrency 1; requests 2 }}\n"
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let served = &run.summary()["context"]["served_models"];
+    assert_eq!(served, &serde_json::json!([{"id": "m", "context": 4096}]));
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(
+        report.contains("| Model served | `m`: context 4096 (the server's /models) |"),
+        "{report}"
+    );
+}

@@ -391,12 +391,21 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             Wire::from_path(route).unwrap_or(Wire::Chat)
         }
         (&Method::GET, "/v1/models") => {
-            // Those it serves; none when it answers for any model.
+            // Those it serves; none when it answers for any model. With an engine model, its
+            // context as vLLM lists it (`max_model_len`).
+            let context = shared.settings.engine.as_ref().map(|e| e.max_model_len);
             let data: Vec<serde_json::Value> = shared
                 .settings
                 .models
                 .iter()
-                .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "llmload-sim"}))
+                .map(|id| {
+                    let mut model =
+                        serde_json::json!({"id": id, "object": "model", "owned_by": "llmload-sim"});
+                    if let Some(context) = context {
+                        model["max_model_len"] = context.into();
+                    }
+                    model
+                })
                 .collect();
             return Ok(json_response(
                 StatusCode::OK,
