@@ -525,6 +525,15 @@ fn energy_per_output_token_is_the_simulated_gpus_model() {
     let error = (measured - expected).abs() / expected;
     eprintln!("energy per output token: measured {measured:.5} J, the model's {expected:.5} J ({:.3}% off)", error * 100.0);
     assert!(error < 0.01, "{energy}: the model says {expected}");
+    // Watts per request in flight: the requests in flight by Little's law (their E2E together
+    // over the window) — about 20 req/s × 0.18 s here — and the GPUs' watts over them.
+    let e2e_s = steady["metrics"]["e2e_ms"]["mean"].as_f64().unwrap() / 1e3;
+    let in_flight = energy["requests_in_flight"].as_f64().unwrap();
+    assert!((in_flight - ok * e2e_s / wall).abs() < 1e-9, "{energy}");
+    assert!((2.0..6.0).contains(&in_flight), "{energy}");
+    let watts = energy["watts"].as_f64().unwrap();
+    let per_request = energy["watts_per_request_in_flight"].as_f64().unwrap();
+    assert!((per_request - watts / in_flight).abs() < 1e-9, "{energy}");
     // Kept for histories (`--export`, `llmload history`) with the interval of the throughput
     // it divides by.
     let measure = summary["measures"]

@@ -25,6 +25,12 @@ pub struct Energy {
     pub per_output_token_j: Option<f64>,
     /// Output tokens per joule.
     pub output_tokens_per_j: Option<f64>,
+    /// Requests in flight on average over the window, by Little's law: its successful
+    /// requests' E2E together over its wall time.
+    pub requests_in_flight: Option<f64>,
+    /// The GPUs' watts per request in flight: what serving one more concurrent request (one
+    /// more agent, one more user) draws at this load.
+    pub watts_per_request_in_flight: Option<f64>,
 }
 
 impl Energy {
@@ -51,12 +57,21 @@ impl Energy {
         };
         let tokens_per_s = scope.throughput.output_tokens_per_s;
         let tokens = tokens_per_s > 0.0;
+        let in_flight = scope
+            .metrics
+            .get(crate::metrics::Metric::E2e)
+            .and_then(|e2e| Some(e2e.mean? / 1e3 * e2e.count as f64))
+            .filter(|_| scope.wall_s > 0.0)
+            .map(|busy_s| busy_s / scope.wall_s)
+            .filter(|&n| n > 0.0);
         Some(Energy {
             watts,
             from,
             joules: watts * scope.wall_s,
             per_output_token_j: tokens.then(|| watts / tokens_per_s),
             output_tokens_per_j: (tokens && watts > 0.0).then(|| tokens_per_s / watts),
+            requests_in_flight: in_flight,
+            watts_per_request_in_flight: in_flight.map(|n| watts / n),
         })
     }
 }
