@@ -217,11 +217,7 @@ impl Tokenizer {
         // and under every built-in encoding a space followed by lowercase ASCII letters is one
         // piece. So a run of single-token " word"s never merges: it is one token per word.
         tokenizer.words_never_merge = matches!(tokenizer.backend, Backend::Tiktoken(_))
-            && words.iter().all(|w| {
-                w.strip_prefix(' ').is_some_and(|rest| {
-                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase())
-                })
-            });
+            && words.iter().all(|w| plain::is_plain_word(w));
         if let Backend::Tiktoken(bpe) = tokenizer.backend {
             let id = |word: &str| bpe.encode_ordinary(word).first().copied().unwrap_or(0);
             tokenizer.plain_words = plain::Known::of(words.iter().map(String::as_str), id);

@@ -62,6 +62,12 @@ pub(super) fn cut<'a>(text: &'a str, mut each: impl FnMut(Cut<'a>)) {
     }
 }
 
+/// Whether `word` is a plain word: one space, then one or more lowercase ASCII letters.
+pub(super) fn is_plain_word(word: &str) -> bool {
+    word.strip_prefix(' ')
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_lowercase()))
+}
+
 /// FNV-1a: the words are a few bytes long, where SipHash's setup is most of a lookup.
 #[derive(Default)]
 struct Fnv(u64);
@@ -100,10 +106,7 @@ impl Known {
         Known(
             words
                 .into_iter()
-                .filter(|w| {
-                    w.strip_prefix(' ')
-                        .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase()))
-                })
+                .filter(|w| is_plain_word(w))
                 .map(|w| (Box::from(w), id(w)))
                 .collect(),
         )
