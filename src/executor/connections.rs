@@ -40,7 +40,9 @@ pub async fn warm(
 /// must say.
 #[derive(Debug, Default)]
 pub struct Preflight {
+    /// What the listing said of the model, when it said more than its id.
     pub served: Option<crate::records::ServedModel>,
+    /// What a report must say (a model answered for but not listed).
     pub note: Option<String>,
 }
 
@@ -119,9 +121,12 @@ pub async fn preflight(
         .iter()
         .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model.as_str()))
         .or_else(|| (entries.len() == 1).then(|| &entries[0]));
-    let served = entry.and_then(crate::records::ServedModel::of_listing);
+    let facts = entry.and_then(crate::records::ServedModel::of_listing);
     if listed.is_empty() || listed.iter().any(|id| id == model) {
-        return Ok(Preflight { served, note: None });
+        return Ok(Preflight {
+            served: facts,
+            note: None,
+        });
     }
     let mut named: Vec<String> = listed
         .iter()
@@ -159,7 +164,7 @@ pub async fn preflight(
                  \"{model}\", so the run goes on (a server such as llama.cpp's answers for any \
                  model name)"
             )),
-            served: entry.and_then(crate::records::ServedModel::of_listing),
+            served: facts,
         }),
         (status, said) => Err(format!(
             "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: {served} \
