@@ -39,7 +39,7 @@ impl ClientMachine {
         }
     }
 
-    /// "AMD EPYC 7B13, 2 cores, 24 GiB".
+    /// "AMD EPYC 7B13, 2 core(s), 24 GiB".
     pub fn describe(&self) -> String {
         let mut parts: Vec<String> = self.cpu.iter().cloned().collect();
         parts.push(format!("{} core(s)", self.cores));
@@ -109,7 +109,7 @@ impl ServedModel {
         said.then_some(model)
     }
 
-    /// "8.3M parameters, F16, 16.7 MB; context 4,096 (trained on 4,096)".
+    /// "8.3M parameters, F16, 16.7MB; context 2048 (trained on 4096)".
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(n) = self.parameters {
