@@ -649,6 +649,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
         trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
+        rate_limit: exchange.rate_limit.map(|limit| *limit),
         usage_problem,
         chunk_kinds: (!exchange.chunk_kinds.is_empty()).then_some(exchange.chunk_kinds),
         reasoning_tokens,

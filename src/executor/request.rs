@@ -25,6 +25,8 @@ pub struct Exchange {
     pub trace: Option<crate::records::TraceContext>,
     /// The response's HTTP status.
     pub http_status: Option<u16>,
+    /// What the response's headers said of the server's rate limits.
+    pub rate_limit: Option<Box<crate::records::RateLimit>>,
     /// Arrival of each token-bearing chunk, µs after the send.
     pub chunk_times: Vec<u64>,
     /// Tokens in each chunk from per-chunk usage; 0 where the server did not say.
@@ -282,6 +284,7 @@ pub async fn exchange(
     });
     let status = response.status;
     exchange.http_status = Some(status);
+    exchange.rate_limit = response.rate_limit.take();
     if !(200..300).contains(&status) {
         read_error(&mut response.body, status, sent_at, exchange).await;
     } else if template.stream() {

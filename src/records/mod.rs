@@ -13,6 +13,7 @@
 
 mod facts;
 mod ids;
+mod rate_limit;
 mod read;
 pub mod server_run;
 mod write;
@@ -21,14 +22,16 @@ use serde::{Deserialize, Serialize};
 
 pub use facts::{differences as fact_differences, ClientMachine, ServedModel};
 pub use ids::{new_request_id_prefix, request_id_text, TraceContext};
+pub use rate_limit::{is_rate_limit_header, Budget, RateLimit};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 
 /// The records format this llmload writes. A reader refuses a newer one with a message saying
 /// to upgrade; logs written before the version was recorded are format 1. Format 2 added the
 /// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`. Format 4
-/// added the `stall` line (the client's hiccup meter).
-pub const RECORDS_FORMAT: u32 = 4;
+/// added the `stall` line (the client's hiccup meter). Format 5 added the `rate_limited` error
+/// class and a request's `rate_limit` headers.
+pub const RECORDS_FORMAT: u32 = 5;
 /// The oldest records format this llmload reads.
 pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
@@ -729,6 +732,10 @@ pub struct RequestRecord {
     /// engine exports for it carry the same. Absent in logs of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// What its response's headers said of the server's rate limits (a wait asked for, each
+    /// budget's limit, remainder and reset); absent when they said nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
     /// How long its body took to go out, µs: from the send (after a new connection's opening)
     /// to its last byte taken by the socket, within its TTFT. Kept for bodies of
     /// [`UPLOAD_RECORDED_BYTES`] or more (images, audio), by the direct HTTP/1.1 transport.

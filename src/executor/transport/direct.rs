@@ -351,6 +351,7 @@ impl Direct {
         Ok(Response {
             status: response.status,
             content_type: response.content_type,
+            rate_limit: response.rate_limit,
             written: Some(written),
             body: ResponseBody::Direct(body),
             connect,

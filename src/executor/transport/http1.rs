@@ -13,6 +13,7 @@
 //! reqwest transport is the reference for everything else.
 
 use bytes::{Buf, Bytes, BytesMut};
+use crate::records::{is_rate_limit_header, RateLimit};
 
 /// The longest response head read: a server that sends more is not answering HTTP.
 pub(super) const MAX_HEAD: usize = 256 * 1024;
@@ -61,6 +62,7 @@ pub(super) fn request_head(
 pub(super) struct Head {
     pub status: u16,
     pub content_type: Option<String>,
+    pub rate_limit: Option<Box<RateLimit>>,
     pub framing: Framing,
     /// Whether the connection may carry another request after this body.
     pub keep_alive: bool,
@@ -119,9 +121,17 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
     let (mut content_type, mut content_length) = (None, None);
     let (mut chunked, mut transfer_encoding) = (false, false);
     let (mut close, mut keep_alive_asked) = (false, false);
+    let mut rate_limit: Option<Box<RateLimit>> = None;
     for header in response.headers.iter() {
         let name = header.name;
-        if name.eq_ignore_ascii_case("content-type") {
+        if is_rate_limit_header(name) {
+            if let Some(value) = visible_text(header.value) {
+                let arrived = chrono::Utc::now();
+                rate_limit
+                    .get_or_insert_with(Default::default)
+                    .note(name, value, arrived);
+            }
+        } else if name.eq_ignore_ascii_case("content-type") {
             content_type = visible_text(header.value).map(str::to_string);
         } else if name.eq_ignore_ascii_case("content-length") {
             // Digits only (RFC 9110 §8.6): Rust's parse also takes "+5", which a proxy in front
@@ -174,6 +184,7 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
     Ok(Head {
         status,
         content_type,
+        rate_limit: rate_limit.filter(|limit| !limit.is_empty()),
         framing,
         keep_alive,
     })
@@ -478,6 +489,19 @@ mod tests {
     }
 
     #[test]
+    fn a_heads_rate_limit_headers_are_read_and_no_other() {
+        let mut buffer = BytesMut::from(
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nX-RateLimit-Remaining-Requests: 0\r\nx-ratelimit-reset-requests: 2.5s\r\nx-ratelimit-remaining-pizzas: 9\r\ncontent-length: 0\r\n\r\n",
+        );
+        let answer = parse_head(&mut buffer).unwrap().unwrap();
+        let limit = answer.rate_limit.expect("the headers are read");
+        assert_eq!(limit.retry_after_ms, Some(3000));
+        assert_eq!(limit.requests.remaining, Some(0));
+        assert_eq!(limit.requests.reset_ms, Some(2500));
+        assert!(limit.tokens.is_empty());
+    }
+
+    #[test]
     fn a_head_is_read_whole_past_informational_answers() {
         let mut buffer = BytesMut::from(
             "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 429 Too Many\r\nContent-Type: text/event-stream\r\ncontent-length: 2\r\n\r\n{}",
@@ -485,6 +509,7 @@ mod tests {
         let answer = parse_head(&mut buffer).unwrap().unwrap();
         assert_eq!(answer.status, 429);
         assert_eq!(answer.content_type.as_deref(), Some("text/event-stream"));
+        assert_eq!(answer.rate_limit, None);
         assert_eq!(&buffer[..], b"{}");
         assert_eq!(head("HTTP/1.1 200 OK\r\ncontent-le").unwrap(), None);
         assert_eq!(head("").unwrap(), None);

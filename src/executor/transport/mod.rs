@@ -73,6 +73,8 @@ pub struct Response {
     pub status: u16,
     /// The `content-type` header, if any.
     pub content_type: Option<String>,
+    /// What its headers said of the server's rate limits, if anything.
+    pub rate_limit: Option<Box<crate::records::RateLimit>>,
     /// The body, read frame by frame as it arrives.
     pub body: ResponseBody,
     /// How long opening a new connection for this request took (TCP connect, and the TLS

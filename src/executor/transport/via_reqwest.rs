@@ -147,6 +147,7 @@ async fn send_reqwest(
                 .get(reqwest::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            rate_limit: rate_limit_of(response.headers()),
             body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
             connect,
             // reqwest owns its connections' sockets: no clock on their writes.
@@ -274,4 +275,19 @@ where
             result
         })
     }
+}
+
+/// What a response's headers said of the server's rate limits (the direct transport reads the
+/// same from its own parse of the head).
+fn rate_limit_of(headers: &reqwest::header::HeaderMap) -> Option<Box<crate::records::RateLimit>> {
+    let arrived = chrono::Utc::now();
+    let mut limit = crate::records::RateLimit::default();
+    for (name, value) in headers {
+        if crate::records::is_rate_limit_header(name.as_str()) {
+            if let Ok(value) = value.to_str() {
+                limit.note(name.as_str(), value, arrived);
+            }
+        }
+    }
+    (!limit.is_empty()).then(|| Box::new(limit))
 }
