@@ -161,9 +161,12 @@ fn every_failure_is_classified_and_recorded() {
         .unwrap()
         .contains("exceed_context_size_error"));
     let s = run.summary();
-    assert_eq!(s["overall"]["requests"]["failed"], 7);
+    // The 429 is throttled: counted apart from the six that failed.
+    assert_eq!(s["overall"]["requests"]["failed"], 6);
+    assert_eq!(s["overall"]["requests"]["throttled"], 1);
     assert_eq!(s["overall"]["requests"]["ok"], 1);
-    assert!((s["overall"]["rates"]["error_rate"].as_f64().unwrap() - 7.0 / 8.0).abs() < 1e-9);
+    assert!((s["overall"]["rates"]["error_rate"].as_f64().unwrap() - 6.0 / 8.0).abs() < 1e-9);
+    assert!((s["overall"]["rates"]["throttled_rate"].as_f64().unwrap() - 1.0 / 8.0).abs() < 1e-9);
     assert!((s["overall"]["rates"]["timeout_rate"].as_f64().unwrap() - 1.0 / 8.0).abs() < 1e-9);
     // Failed requests enter no latency but TTFT, and TTFT only when they got a first token:
     // the four that broke, went bad or timed out after " a" (docs/metrics.md).

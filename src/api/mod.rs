@@ -191,13 +191,19 @@ pub enum ServerError {
     /// The server said it is overloaded (Anthropic's `overloaded_error`): its message. Counted
     /// apart from other errors, as HTTP 529 is.
     Overloaded(String),
+    /// The client is over its rate limit (Anthropic's `rate_limit_error`): its message.
+    /// Throttled, as HTTP 429 is.
+    RateLimited(String),
 }
 
 impl ServerError {
     /// What the server said.
     pub fn message(&self) -> &str {
         match self {
-            ServerError::Object(m) | ServerError::Event(m) | ServerError::Overloaded(m) => m,
+            ServerError::Object(m)
+            | ServerError::Event(m)
+            | ServerError::Overloaded(m)
+            | ServerError::RateLimited(m) => m,
         }
     }
 }

@@ -91,6 +91,7 @@ struct PhaseProgress {
     sent: AtomicU64,
     done: AtomicU64,
     errors: AtomicU64,
+    throttled: AtomicU64,
     /// TTFTs (E2Es, for an API that answers batches) since the previous line.
     ttft_us: Mutex<Option<Histogram<u64>>>,
 }
@@ -104,6 +105,7 @@ impl PhaseProgress {
             sent: AtomicU64::new(0),
             done: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
             ttft_us: Mutex::new(Histogram::new(3).ok()),
         }
     }
@@ -229,8 +231,13 @@ impl Progress {
         };
         let sent = phase.sent.load(Ordering::Relaxed);
         let done = phase.done.load(Ordering::Relaxed);
+        // Throttled requests are not failures: said apart, and only when there are any.
+        let throttled = match phase.throttled.load(Ordering::Relaxed) {
+            0 => String::new(),
+            n => format!(" throttled {n}"),
+        };
         format!(
-            "[{} {clock}] sent {sent} done {done} failed {} in flight {} | last {:.0}s: {ttft} | {throughput}",
+            "[{} {clock}] sent {sent} done {done} failed {}{throttled} in flight {} | last {:.0}s: {ttft} | {throughput}",
             phase.name,
             phase.errors.load(Ordering::Relaxed),
             sent.saturating_sub(done),
@@ -282,8 +289,14 @@ impl Observer for Progress {
                     return;
                 };
                 phase.done.fetch_add(1, Ordering::Relaxed);
-                if !record.ok() {
-                    phase.errors.fetch_add(1, Ordering::Relaxed);
+                match record.error {
+                    Some(class) if class.throttled() => {
+                        phase.throttled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(_) => {
+                        phase.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {}
                 }
                 if let (Some(tokens), Ok(mut ratio)) =
                     (record.completion_tokens, self.tokens_per_chunk.lock())

@@ -205,6 +205,13 @@ impl Exchange {
                     ErrorClass::Overloaded,
                     format!("the server said it is overloaded: {}", shorten(&message)),
                 ),
+                ServerError::RateLimited(message) => (
+                    ErrorClass::RateLimited,
+                    format!(
+                        "the server said the rate limit is reached: {}",
+                        shorten(&message)
+                    ),
+                ),
             };
             self.fail(class, detail);
             return;
@@ -436,7 +443,10 @@ async fn read_whole(
                     if let Some(error) = decoded.error {
                         let class = match error {
                             ServerError::Overloaded(_) => ErrorClass::Overloaded,
-                            _ => ErrorClass::StreamError,
+                            ServerError::RateLimited(_) => ErrorClass::RateLimited,
+                            ServerError::Object(_) | ServerError::Event(_) => {
+                                ErrorClass::StreamError
+                            }
                         };
                         exchange.fail(
                             class,

@@ -216,7 +216,11 @@ impl<'s> Accumulator<'s> {
                 return;
             }
             Some(class) => {
-                m.requests.failed += 1;
+                if class.throttled() {
+                    m.requests.throttled += 1;
+                } else {
+                    m.requests.failed += 1;
+                }
                 *m.errors.entry(class.as_str().to_string()).or_default() += 1;
                 if class == ErrorClass::Timeout {
                     self.timeouts += 1;
@@ -345,7 +349,7 @@ impl<'s> Accumulator<'s> {
                 input_tokens_per_s: self.input_tokens as f64 / wall,
             };
         }
-        let attempted = m.requests.ok + m.requests.failed;
+        let attempted = m.requests.completed();
         let share = |n: u64| {
             if attempted > 0 {
                 n as f64 / attempted as f64
@@ -362,6 +366,7 @@ impl<'s> Accumulator<'s> {
             },
             success_rate: share(m.requests.ok),
             error_rate: share(m.requests.failed),
+            throttled_rate: share(m.requests.throttled),
             timeout_rate: share(self.timeouts),
         };
         if self.slo.is_some() {

@@ -160,9 +160,14 @@ pub struct RequestCounts {
     pub sent: u64,
     /// Succeeded.
     pub ok: u64,
-    /// Failed requests, cancelled ones and the client's own failures excluded.
+    /// Failed requests: throttled and cancelled ones and the client's own failures excluded.
     pub failed: u64,
-    /// Of the failed, those that had received their first token (they count in TTFT).
+    /// Turned away by the server's limits (HTTP 429 or 529, a rate-limit or overloaded error
+    /// object): counted apart from the failed, and as missed in goodput.
+    #[serde(default)]
+    pub throttled: u64,
+    /// Of the failed and throttled, those that had received their first token (they count in
+    /// TTFT).
     pub failed_after_first_token: u64,
     /// In flight when an interrupted run gave up on them; in no rate.
     pub cancelled: u64,
@@ -173,6 +178,13 @@ pub struct RequestCounts {
     pub connection_retries: u64,
     /// Requests that opened a new connection (the others reused an open one).
     pub new_connections: u64,
+}
+
+impl RequestCounts {
+    /// Requests that completed, successfully or not: the denominator of every rate.
+    pub fn completed(&self) -> u64 {
+        self.ok + self.failed + self.throttled
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -199,10 +211,13 @@ pub struct Rates {
     pub planned_per_s: Option<f64>,
     /// Requests actually sent per second over the phase's sending window.
     pub sent_per_s: f64,
-    /// Succeeded / completed (ok + failed).
+    /// Succeeded / completed (ok + failed + throttled).
     pub success_rate: f64,
-    /// Failed / completed.
+    /// Failed / completed (the throttled apart).
     pub error_rate: f64,
+    /// Throttled / completed.
+    #[serde(default)]
+    pub throttled_rate: f64,
     /// Timed out / completed.
     pub timeout_rate: f64,
 }
@@ -484,7 +499,7 @@ impl PhaseMetrics {
 
     /// Whether any request completed (succeeded or failed): rates are shares of those.
     pub fn completed(&self) -> bool {
-        self.requests.ok + self.requests.failed > 0
+        self.requests.completed() > 0
     }
 
     /// A metric's value over the scope, as the metric table says to read it (`stat` for

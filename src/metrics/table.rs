@@ -597,22 +597,40 @@ metric_table! {
         uses: JUDGED,
         example: "p50 > 100",
     },
-    /// Failed / completed requests.
+    /// Failed / completed requests (the throttled apart).
     ErrorRate {
         name: "error-rate",
         label: "Error rate",
-        doc: "failed / completed requests",
+        doc: "failed / completed requests, the throttled apart (`throttled-rate`)",
         kind: MetricKind::Fraction,
         better: Better::Lower,
         stats: Stats::None,
         source: Source::Share {
             among: every,
-            counts: |record, _| record.error.is_some(),
+            counts: |record, _| record.error.is_some_and(|class| !class.throttled()),
             read: |m| m.completed().then_some(m.rates.error_rate),
         },
         needs: Needs::Nothing,
         uses: WATCHED,
         example: "< \"1%\"",
+    },
+    /// Throttled / completed requests.
+    ThrottledRate {
+        name: "throttled-rate",
+        label: "Throttled rate",
+        doc: "completed requests the server throttled (HTTP 429 or 529, a rate-limit or \
+              overloaded error) / completed requests",
+        kind: MetricKind::Fraction,
+        better: Better::Lower,
+        stats: Stats::None,
+        source: Source::Share {
+            among: every,
+            counts: |record, _| record.error.is_some_and(ErrorClass::throttled),
+            read: |m| m.completed().then_some(m.rates.throttled_rate),
+        },
+        needs: Needs::Nothing,
+        uses: WATCHED,
+        example: "< \"5%\"",
     },
     /// Timed-out / completed requests.
     TimeoutRate {

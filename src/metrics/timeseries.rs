@@ -27,8 +27,19 @@ pub struct SeriesPoint {
     pub sent: u64,
     /// Requests that succeeded in it.
     pub completed: u64,
-    /// Requests that failed in it (cancelled ones and the client's own failures aside).
+    /// Requests that failed in it (throttled and cancelled ones and the client's own failures
+    /// aside).
     pub failed: u64,
+    /// Requests the server throttled in it.
+    #[serde(default)]
+    pub throttled: u64,
+    /// The least share of the server's request budget its responses in it said was left
+    /// (`remaining / limit` of the rate-limit headers), when they said both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_budget_left: Option<f64>,
+    /// The same of its token budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_budget_left: Option<f64>,
     /// Requests in flight, on average over the window.
     pub in_flight: f64,
     /// Output tokens that arrived in it, per second.
@@ -76,6 +87,9 @@ struct Window {
     sent: u64,
     completed: u64,
     failed: u64,
+    throttled: u64,
+    requests_left: Option<f64>,
+    tokens_left: Option<f64>,
     output_tokens: u64,
     ttft: DDSketch,
     itl: DDSketch,
@@ -88,6 +102,9 @@ impl Window {
             sent: 0,
             completed: 0,
             failed: 0,
+            throttled: 0,
+            requests_left: None,
+            tokens_left: None,
             output_tokens: 0,
             ttft: DDSketch::new(Config::defaults()),
             itl: DDSketch::new(Config::defaults()),
@@ -99,6 +116,9 @@ impl Window {
         self.sent += other.sent;
         self.completed += other.completed;
         self.failed += other.failed;
+        self.throttled += other.throttled;
+        self.requests_left = least(self.requests_left, other.requests_left);
+        self.tokens_left = least(self.tokens_left, other.tokens_left);
         self.output_tokens += other.output_tokens;
         // Sketches with one configuration always merge.
         let _ = self.ttft.merge(&other.ttft);
@@ -184,12 +204,18 @@ impl SeriesBuilder {
         self.in_flight.add_in_flight(send, end, 1.0);
         match record.error {
             Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+            Some(class) if class.throttled() => self.window(end).throttled += 1,
             Some(_) => self.window(end).failed += 1,
             None => {
                 let w = self.window(end);
                 w.completed += 1;
                 w.e2e.add((end - send) as f64 / 1000.0);
             }
+        }
+        if let Some(limit) = &record.rate_limit {
+            let w = self.window(end);
+            w.requests_left = least(w.requests_left, budget_left(&limit.requests));
+            w.tokens_left = least(w.tokens_left, budget_left(&limit.tokens));
         }
         if let (Some(ttft), Some(first)) = (ttft_ms(record), record.ttft_us) {
             self.window(send + first).ttft.add(ttft);
@@ -231,6 +257,9 @@ impl SeriesBuilder {
                     sent: w.sent,
                     completed: w.completed,
                     failed: w.failed,
+                    throttled: w.throttled,
+                    requests_budget_left: w.requests_left,
+                    tokens_budget_left: w.tokens_left,
                     in_flight: self.in_flight.mean_in_flight(from, from + self.interval_us),
                     output_tokens_per_s: w.output_tokens as f64 / width_s,
                     ttft_p50_ms: q(&w.ttft, 0.5),
@@ -247,6 +276,23 @@ impl SeriesBuilder {
             points,
             phases: self.bands,
         }
+    }
+}
+
+/// The share of a budget left, when its headers said both its size and what remains.
+fn budget_left(budget: &crate::records::Budget) -> Option<f64> {
+    match (budget.remaining, budget.limit) {
+        (Some(remaining), Some(limit)) if limit > 0 => {
+            Some((remaining as f64 / limit as f64).min(1.0))
+        }
+        _ => None,
+    }
+}
+
+fn least(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -326,5 +372,41 @@ mod tests {
         assert_eq!(ts.interval_s, 4.0);
         assert_eq!(ts.points.iter().map(|p| p.sent).sum::<u64>(), 40);
         assert_eq!(ts.points.iter().map(|p| p.completed).sum::<u64>(), 40);
+    }
+
+    #[test]
+    fn throttled_requests_and_the_budget_left_are_kept_per_window() {
+        use crate::records::{Budget, RateLimit};
+        let mut series = SeriesBuilder::new(1_000_000, 100);
+        let said = |remaining, limit| RateLimit {
+            requests: Budget {
+                limit: Some(limit),
+                remaining: Some(remaining),
+                reset_ms: None,
+            },
+            tokens: Budget {
+                limit: None,
+                remaining: Some(5),
+                reset_ms: None,
+            },
+            ..RateLimit::default()
+        };
+        let mut ok = record(100_000, 1_000, &[], None);
+        ok.rate_limit = Some(said(30, 60));
+        let mut throttled = record(200_000, 1_000, &[], Some(ErrorClass::Http429));
+        throttled.rate_limit = Some(said(0, 60));
+        let overloaded = record(1_200_000, 1_000, &[], Some(ErrorClass::Overloaded));
+        let broken = record(1_300_000, 1_000, &[], Some(ErrorClass::Http5xx));
+        for r in [&ok, &throttled, &overloaded, &broken] {
+            series.record(r);
+        }
+        let ts = series.finish();
+        let (first, second) = (&ts.points[0], &ts.points[1]);
+        assert_eq!((first.completed, first.failed, first.throttled), (1, 0, 1));
+        assert_eq!((second.failed, second.throttled), (1, 1));
+        // The least left in the window; a budget without its size says no share.
+        assert_eq!(first.requests_budget_left, Some(0.0));
+        assert_eq!(first.tokens_budget_left, None);
+        assert_eq!(second.requests_budget_left, None);
     }
 }

@@ -540,15 +540,28 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
-    let completed = requests.ok + requests.failed;
-    if completed > 0 && requests.failed as f64 / completed as f64 > PARTIAL_LATENCY_SHARE {
+    let completed = requests.completed();
+    let unsuccessful = requests.failed + requests.throttled;
+    if completed > 0 && unsuccessful as f64 / completed as f64 > PARTIAL_LATENCY_SHARE {
         out.push(warning(
             "partial-latency",
             format!(
-                "{} of {completed} completed request(s) failed or timed out: latency figures (E2E, ITL, TPOT) \
-                 describe only the {} that succeeded; TTFT also counts the {} failed request(s) that had \
-                 received their first token",
-                requests.failed, requests.ok, requests.failed_after_first_token
+                "{unsuccessful} of {completed} completed request(s) failed, timed out or were throttled: latency \
+                 figures (E2E, ITL, TPOT) describe only the {} that succeeded; TTFT also counts the {} \
+                 unsuccessful request(s) that had received their first token",
+                requests.ok, requests.failed_after_first_token
+            ),
+        ));
+    }
+    if requests.throttled > 0 {
+        out.push(warning(
+            "throttled",
+            format!(
+                "{} of {completed} completed request(s) were throttled by the server (HTTP 429 or 529, or a \
+                 rate-limit error): they are counted apart from the failed (`throttled-rate`, not \
+                 `error-rate`), in no latency, and as missed in goodput; their records keep any \
+                 Retry-After and rate-limit headers",
+                requests.throttled
             ),
         ));
     }

@@ -548,6 +548,9 @@ pub enum ErrorClass {
     /// The server said it is overloaded: HTTP 529, or Anthropic's `overloaded_error` (in a
     /// stream or a body). Apart from `http_5xx` because it means "out of room", not "broken".
     Overloaded,
+    /// The server said the client is over its rate limit in an error object rather than a
+    /// status (Anthropic's `rate_limit_error`, in a stream or a 200's body).
+    RateLimited,
     /// The response could not be understood (invalid JSON, no choices).
     Malformed,
     /// A line or a body larger than the run allows (`max-line`, `max-body`).
@@ -572,10 +575,33 @@ impl ErrorClass {
             ErrorClass::StreamBroken => "stream_broken",
             ErrorClass::StreamError => "stream_error",
             ErrorClass::Overloaded => "overloaded",
+            ErrorClass::RateLimited => "rate_limited",
             ErrorClass::Malformed => "malformed",
             ErrorClass::TooLarge => "too_large",
             ErrorClass::Client => "client",
             ErrorClass::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl ErrorClass {
+    /// Whether the server turned the request away to protect itself or its limits (HTTP 429,
+    /// 529, a rate-limit or overloaded error object) rather than failed it: *throttled*,
+    /// counted apart from the failed in every output, as missed in goodput.
+    pub fn throttled(self) -> bool {
+        match self {
+            ErrorClass::Http429 | ErrorClass::Overloaded | ErrorClass::RateLimited => true,
+            ErrorClass::Connect
+            | ErrorClass::Timeout
+            | ErrorClass::Http4xx
+            | ErrorClass::Http5xx
+            | ErrorClass::HttpOther
+            | ErrorClass::StreamBroken
+            | ErrorClass::StreamError
+            | ErrorClass::Malformed
+            | ErrorClass::TooLarge
+            | ErrorClass::Client
+            | ErrorClass::Cancelled => false,
         }
     }
 }

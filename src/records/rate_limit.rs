@@ -56,7 +56,8 @@ impl Budget {
 /// transport looks at no other header's value.
 pub fn is_rate_limit_header(name: &str) -> bool {
     let starts = |prefix: &str| {
-        name.len() >= prefix.len() && name.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+        name.len() >= prefix.len()
+            && name.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
     };
     starts("retry-after") || starts("x-ratelimit-") || starts("anthropic-ratelimit-")
 }
@@ -235,11 +236,19 @@ mod tests {
         ]);
         assert_eq!(
             limit.requests,
-            Budget { limit: Some(60), remaining: Some(59), reset_ms: Some(1000) }
+            Budget {
+                limit: Some(60),
+                remaining: Some(59),
+                reset_ms: Some(1000)
+            }
         );
         assert_eq!(
             limit.tokens,
-            Budget { limit: Some(150_000), remaining: Some(149_984), reset_ms: Some(360_000) }
+            Budget {
+                limit: Some(150_000),
+                remaining: Some(149_984),
+                reset_ms: Some(360_000)
+            }
         );
         // The finer header wins, in whichever order they came.
         assert_eq!(limit.retry_after_ms, Some(1500));
@@ -253,7 +262,10 @@ mod tests {
             ("anthropic-ratelimit-requests-reset", "2026-12-06T12:00:07Z"),
             ("anthropic-ratelimit-input-tokens-limit", "40000"),
             ("anthropic-ratelimit-input-tokens-remaining", "12000"),
-            ("anthropic-ratelimit-input-tokens-reset", "2026-12-06T12:00:01.500Z"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-12-06T12:00:01.500Z",
+            ),
             ("anthropic-ratelimit-output-tokens-remaining", "8000"),
             ("anthropic-ratelimit-tokens-remaining", "20000"),
             ("retry-after", "7"),
@@ -304,7 +316,13 @@ mod tests {
             ("retry-after-ms", "-5"),
         ]);
         assert!(limit.is_empty(), "{limit:?}");
-        for name in ["authorization", "x-request-id", "retry", "x-ratelimit", "set-cookie"] {
+        for name in [
+            "authorization",
+            "x-request-id",
+            "retry",
+            "x-ratelimit",
+            "set-cookie",
+        ] {
             assert!(!is_rate_limit_header(name), "{name}");
         }
     }

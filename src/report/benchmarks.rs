@@ -131,7 +131,7 @@ const MEASURES: &[MeasureDef] = &[
         direction: Direction::Lower,
         source: Source::Summary(|s| {
             recorded(s).map(|o| {
-                let completed = o.requests.ok + o.requests.failed;
+                let completed = o.requests.completed();
                 let bounds = wilson(o.rates.error_rate, completed);
                 (
                     o.rates.error_rate * 100.0,

@@ -33,6 +33,7 @@ mod colour {
     pub const SENT: &str = "#5f6b7a";
     pub const SUCCESS: &str = "#2ca02c";
     pub const FAILURE: &str = "#d62728";
+    pub const THROTTLED: &str = "#bcbd22";
     pub const IN_FLIGHT: &str = "#8c564b";
     pub const TOKENS: &str = "#1f77b4";
     pub const RUNNING: &str = "#17a2b8";
@@ -101,19 +102,25 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         line("failed/s", colour::FAILURE, false, &|p| {
             Some(per_s(p.failed))
         }),
+        line("throttled/s", colour::THROTTLED, false, &|p| {
+            Some(per_s(p.throttled))
+        }),
         line("in flight", colour::IN_FLIGHT, false, &|p| {
             Some(p.in_flight)
         }),
     ];
     // A failure line flat at zero says nothing; it stays out of the legend too.
-    load.lines
-        .retain(|l| l.color != colour::FAILURE || l.points.iter().any(|p| p.1 > 0.0));
+    load.lines.retain(|l| {
+        ![colour::FAILURE, colour::THROTTLED].contains(&l.color)
+            || l.points.iter().any(|p| p.1 > 0.0)
+    });
     load.bands = phase_bands(bands);
     charts.extend(chart(
         "load-over-time",
-        "Requests sent, completed and failed per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
+        "Requests sent, completed, failed and throttled per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
         &load,
     ));
+    charts.extend(budget_chart(summary, &line, time()));
     let mut tokens = Plot::new(
         "Output tokens per second",
         time(),
@@ -160,6 +167,42 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         ));
     }
     charts
+}
+
+/// Draws a line of one value per window: its name, colour, whether dashed, and the value.
+type SeriesLine<'a> = dyn Fn(&str, &'static str, bool, &dyn Fn(&SeriesPoint) -> Option<f64>) -> Line + 'a;
+
+/// The server's rate-limit budgets over time, as its responses' headers said them: the least
+/// share left in each window. Only when some response said both a budget's size and what
+/// remained of it (a hosted API's headers; engines send none).
+fn budget_chart(
+    summary: &Summary,
+    line: &SeriesLine<'_>,
+    time: Axis,
+) -> Option<Chart> {
+    let mut budget = Plot::new(
+        "Rate-limit budget left",
+        time,
+        Axis::new("share of the budget left", Scale::Linear, Unit::Percent).range(0.0, 100.0),
+    );
+    budget.lines = vec![
+        line("requests left", colour::SENT, false, &|p| {
+            p.requests_budget_left.map(|share| share * 100.0)
+        }),
+        line("tokens left", colour::TOKENS, false, &|p| {
+            p.tokens_budget_left.map(|share| share * 100.0)
+        }),
+    ];
+    budget.lines.retain(|l| !l.points.is_empty());
+    if budget.lines.is_empty() {
+        return None;
+    }
+    budget.bands = phase_bands(&summary.timeseries.phases);
+    chart(
+        "rate-limit-budget",
+        "The least share of the server's request and token budgets its responses said was left (x-ratelimit-remaining ÷ limit, or Anthropic's), in each window: where it reaches 0, requests are throttled.",
+        &budget,
+    )
 }
 
 /// `plot` as the page's chart `id`: its title is the plot's label.

@@ -172,6 +172,7 @@ struct SeriesCsvRow<'a> {
     sent: u64,
     completed: u64,
     failed: u64,
+    throttled: u64,
     in_flight: f64,
     output_tokens_per_s: f64,
     ttft_p50_ms: Option<f64>,
@@ -209,6 +210,7 @@ impl Exporter for TimeseriesCsv {
                 sent: point.sent,
                 completed: point.completed,
                 failed: point.failed,
+                throttled: point.throttled,
                 in_flight: (point.in_flight * 1000.0).round() / 1000.0,
                 output_tokens_per_s: (point.output_tokens_per_s * 1000.0).round() / 1000.0,
                 ttft_p50_ms: round(point.ttft_p50_ms),
@@ -257,6 +259,8 @@ struct Row<'a> {
     error: Option<&'static str>,
     #[serde(serialize_with = "optional_text")]
     error_detail: Option<&'a str>,
+    /// The wait a throttling server asked for (`Retry-After`, `retry-after-ms`).
+    retry_after_ms: Option<u64>,
 }
 
 impl Exporter for RequestsCsv {
@@ -318,6 +322,7 @@ impl Exporter for RequestsCsv {
                 http_status: record.http_status,
                 error: record.error.map(|e| e.as_str()),
                 error_detail: record.error_detail.as_deref(),
+                retry_after_ms: record.rate_limit.as_ref().and_then(|l| l.retry_after_ms),
             });
             if let Err(e) = written {
                 failure = Some(e);

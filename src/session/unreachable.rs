@@ -58,6 +58,7 @@ fn gone(class: ErrorClass) -> bool {
         | ErrorClass::HttpOther
         | ErrorClass::StreamError
         | ErrorClass::Overloaded
+        | ErrorClass::RateLimited
         | ErrorClass::Malformed
         | ErrorClass::TooLarge
         | ErrorClass::Client

@@ -172,7 +172,7 @@ impl From<WireUsage> for Usage {
     }
 }
 
-/// The error an `error` event or body carries: `overloaded_error` apart.
+/// The error an `error` event or body carries: `overloaded_error` and `rate_limit_error` apart.
 fn server_error(error: &Value) -> ServerError {
     let message = error
         .get("message")
@@ -180,6 +180,7 @@ fn server_error(error: &Value) -> ServerError {
         .map_or_else(|| error.to_string(), str::to_string);
     match error.get("type").and_then(Value::as_str) {
         Some("overloaded_error") => ServerError::Overloaded(message),
+        Some("rate_limit_error") => ServerError::RateLimited(message),
         _ => ServerError::Object(message),
     }
 }
@@ -667,6 +668,13 @@ mod tests {
             )
             .unwrap();
         assert_eq!(decoded.error, Some(ServerError::Object("boom".into())));
+        let decoded = Messages
+            .decode_body(
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+                &mut Generated::new(&mut text),
+            )
+            .unwrap();
+        assert!(matches!(decoded.error, Some(ServerError::RateLimited(_))));
     }
 
     /// A whole message as llama.cpp's server answers one.

@@ -12,8 +12,8 @@
 //! a general HTTP client: no pipelining, no upgrades, no request bodies but whole ones; the
 //! reqwest transport is the reference for everything else.
 
-use bytes::{Buf, Bytes, BytesMut};
 use crate::records::{is_rate_limit_header, RateLimit};
+use bytes::{Buf, Bytes, BytesMut};
 
 /// The longest response head read: a server that sends more is not answering HTTP.
 pub(super) const MAX_HEAD: usize = 256 * 1024;
