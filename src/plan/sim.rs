@@ -38,6 +38,23 @@ pub struct SimSettings {
     pub vision: Option<Vision>,
     /// Export GPUs on `/metrics` as NVIDIA's dcgm-exporter does, drawing power for its work.
     pub gpu: Option<Gpu>,
+    /// Enforce a hosted API's rate limits, answering 429 beyond them and saying them in every
+    /// answer's headers.
+    pub rate_limit: Option<RateLimits>,
+}
+
+/// `rate-limit rpm=500 tpm=200000`: a hosted API's limits per minute, enforced as its token
+/// buckets are (each full at the start, refilled evenly: `rpm / 60` requests a second). A
+/// request costs one request and its prompt tokens plus its `max_tokens` (what OpenAI counts
+/// against a token limit up front); one the buckets cannot pay is answered 429 with how long
+/// to wait, and every `/v1` answer says what is left, in its API's headers (OpenAI's
+/// `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*` for `/v1/messages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    pub tpm: Option<u64>,
 }
 
 /// `gpu count=2 idle="70W" prefill="0.2mJ" decode="0.3J" memory="80GiB"`: the GPUs the
@@ -139,6 +156,7 @@ impl Default for SimSettings {
             api_key_env: None,
             vision: None,
             gpu: None,
+            rate_limit: None,
         }
     }
 }

@@ -101,9 +101,10 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
             answer_as: Vec::new(),
             api_key_env: plan.sim.api_key_env.clone(),
             // The client's own cost is measured: the server adds no media time, and its /metrics
-            // no GPUs.
+            // no GPUs; it throttles nothing.
             vision: None,
             gpu: None,
+            rate_limit: None,
         };
         let burst = load.drains();
         // The same load, unrecorded, first: connections are open and the runtime warm when the

@@ -17,6 +17,7 @@
 
 pub(crate) mod engine;
 mod gpus;
+mod limits;
 mod metrics;
 mod server;
 mod stream;

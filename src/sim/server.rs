@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::engine::{Engine, EngineEvent};
+use super::limits::{Limiter, Style};
 use super::metrics::SimMetrics;
 use super::stream::{error_body, full_response, generate, json_fragment, SimRequest};
 use super::wire::{batch_answer, full_answer, Counts, Encoder, Finish, Frame as SseFrame, Wire};
@@ -45,6 +46,8 @@ struct Shared {
     engine: Option<Engine>,
     metrics: Arc<SimMetrics>,
     writes: Option<Arc<WriteLog>>,
+    /// The hosted API's rate limits it enforces, if any.
+    limiter: Option<Limiter>,
 }
 
 /// How the server runs, beside what it simulates.
@@ -214,7 +217,11 @@ pub async fn serve_with(
         .api_key_env
         .as_ref()
         .map(|var| std::env::var(var).unwrap_or_default());
+    let limiter = settings
+        .rate_limit
+        .map(|limits| Limiter::new(limits, Instant::now()));
     let shared = Arc::new(Shared {
+        limiter,
         required_key,
         settings,
         tokenizer,
@@ -506,7 +513,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     } else {
         SimRequest::parse(&body, wire, &shared.tokenizer, prefix_block)
     };
-    let mut request = match parsed {
+    let request = match parsed {
         Ok(request) => request,
         Err(message) => {
             return Ok(json_response(
@@ -524,6 +531,52 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ),
         ));
     }
+    // A hosted API's limits are checked before any work: a refusal costs the server nothing.
+    let Some(limiter) = &shared.limiter else {
+        return Ok(answer(shared, wire, request, arrived, request_ids).await);
+    };
+    let cost = (request.prompt_tokens + request.max_tokens) as u64;
+    let admission = limiter.admit(cost, Instant::now());
+    let style = match wire {
+        Wire::Messages => Style::Anthropic,
+        Wire::Chat | Wire::Completions | Wire::Responses | Wire::Embeddings | Wire::Rerank => {
+            Style::OpenAi
+        }
+    };
+    let mut response = match admission.refused {
+        None => answer(shared, wire, request, arrived, request_ids).await,
+        Some(wait) => {
+            let message = match wait {
+                Some(_) => "Rate limit reached: please try again later.",
+                None => "Request too large: it costs more than the whole rate limit.",
+            };
+            json_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                wire.error_body(message, "RateLimitError"),
+            )
+        }
+    };
+    let headers = response.headers_mut();
+    for (name, value) in admission.headers(style, chrono::Utc::now()) {
+        if let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_str(&value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    Ok(response)
+}
+
+/// Answers a request the simulator took: its media encoded, its faults drawn, its tokens
+/// generated (by the fixed schedule or the engine) and written in its API's shape.
+async fn answer(
+    shared: Arc<Shared>,
+    wire: Wire,
+    mut request: SimRequest,
+    arrived: Instant,
+    request_ids: (Option<String>, Option<String>),
+) -> Response<Body> {
     // A vision model's media: prompt tokens by their size, and the encoder's time before the
     // first token (see `Vision`).
     // Its answer's schedule starts once the encoder is done; its TTFT, in the server's metrics
@@ -571,10 +624,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             529 => "overloaded_error",
             _ => "InternalServerError",
         };
-        return Ok(json_response(
-            status,
-            wire.error_body("injected fault", kind),
-        ));
+        return json_response(status, wire.error_body("injected fault", kind));
     }
     let request_seed = crate::seed::mix64(shared.settings.seed ^ number);
     // Without an engine every request is served at once: it is running until its answer ends
@@ -591,7 +641,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             for &size in &request.input_sizes {
                 match engine.submit(size, Vec::new(), Default::default(), 1) {
                     Ok(events) => sequences.push(events),
-                    Err(rejection) => return Ok(rejected(wire, &rejection)),
+                    Err(rejection) => return rejected(wire, &rejection),
                 }
             }
             Tokens::Batch { sequences }
@@ -610,7 +660,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                     words: shared.tokenizer.clone(),
                     rng: Box::new(ChaCha8Rng::seed_from_u64(request_seed)),
                 },
-                Err(rejection) => return Ok(rejected(wire, &rejection)),
+                Err(rejection) => return rejected(wire, &rejection),
             }
         }
         None => {
@@ -664,7 +714,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
                 },
             ),
         };
-        return Ok(json_response(StatusCode::OK, body));
+        return json_response(StatusCode::OK, body);
     }
 
     // Each frame says whether it carries tokens, so that its write time can be recorded.
@@ -840,7 +890,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         "cache-control",
         hyper::header::HeaderValue::from_static("no-cache"),
     );
-    Ok(response)
+    response
 }
 
 /// The frames of one streamed response, and the record of when its tokens were written.

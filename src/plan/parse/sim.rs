@@ -175,6 +175,23 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             });
         }
     }),
+    ("rate-limit", |cx, node, s| {
+        let usage = "rate-limit rpm=500 tpm=200000 (a hosted API's limits per minute)";
+        cx.no_children(node);
+        cx.check_entries(node, 0, &["rpm", "tpm"], usage);
+        let per_minute = || Count::positive(1 << 40);
+        let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
+        let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
+        if property(node, "rpm").is_none() && property(node, "tpm").is_none() {
+            cx.error(
+                node.name().span(),
+                "`rate-limit` sets no limit",
+                "no limit",
+                usage,
+            );
+        }
+        s.sim.rate_limit = Some(crate::plan::RateLimits { rpm, tpm });
+    }),
     ("models", |cx, node, s| {
         let usage =
             "models \"meta-llama/Llama-3.1-8B-Instruct\" \"qwen3-8b\" (the models it serves)";

@@ -1,0 +1,122 @@
+//! Rate limits as hosted APIs enforce them: the simulator's token buckets (`sim { rate-limit }`)
+//! answer 429 beyond them and say them in every answer's headers, and the real binary counts
+//! the refusals as throttled (apart from the failed, in every output), keeps the headers per
+//! request, and gates on `throttled-rate`.
+
+mod common;
+use common::*;
+
+/// A burst of 20 against 6 requests a minute: the bucket is full at the start and refills by
+/// a tenth of a request a second, so exactly 6 are answered and 14 throttled.
+fn burst_plan(api: &str, sla: &str) -> String {
+    format!(
+        "plan \"limits\" {{ seed 5 }}\ntarget \"sim\" {{ api \"{api}\"; timeout \"10s\" }}\nsim {{ ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=6 tpm=1000000 }}\nworkload {{ input 16; output 4 }}\nphase \"burst\" {{ at-once 20 }}\nsla {{ {sla} }}\n"
+    )
+}
+
+#[test]
+fn throttled_requests_are_counted_apart_from_failed_ones_everywhere() {
+    let run = run_plan(
+        &burst_plan("chat", "error-rate < \"1%\"\nthrottled-rate < \"50%\""),
+        &[],
+    );
+    // The throttled share breaks its objective: the run fails, on that assertion alone.
+    assert_eq!(run.code(), 1, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let requests = &summary["overall"]["requests"];
+    assert_eq!(requests["ok"], 6, "{requests}");
+    assert_eq!(requests["throttled"], 14, "{requests}");
+    assert_eq!(requests["failed"], 0, "{requests}");
+    let rates = &summary["overall"]["rates"];
+    assert_eq!(rates["error_rate"], 0.0);
+    assert!(
+        (rates["throttled_rate"].as_f64().unwrap() - 0.7).abs() < 1e-12,
+        "{rates}"
+    );
+    let assertions = summary["verdicts"].as_array().expect("verdicts");
+    let failed: Vec<&str> = assertions
+        .iter()
+        .filter(|a| a["outcome"] == "fail")
+        .filter_map(|a| a["assertion"].as_str())
+        .collect();
+    assert_eq!(failed, ["throttled-rate < 50%"], "{assertions:?}");
+    assert!(summary["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .any(|w| w["code"] == "throttled"));
+
+    let report = std::fs::read_to_string(run.out().join("report.md")).unwrap();
+    assert!(report.contains("0 failed, 14 throttled"), "{report}");
+    assert!(report.contains("throttled rate 70.00%"), "{report}");
+    let csv = std::fs::read_to_string(run.out().join("summary.csv")).unwrap();
+    assert!(csv.contains("all,requests,throttled,14,count"), "{csv}");
+    assert!(csv.contains("all,throttled-rate,value,0.7,"), "{csv}");
+}
+
+#[test]
+fn every_answer_says_the_budget_and_a_refusal_how_long_to_wait() {
+    let run = run_plan(&burst_plan("chat", "error-rate < \"1%\""), &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let records = run.records();
+    assert_eq!(records.len(), 20);
+    let mut remaining: Vec<u64> = Vec::new();
+    for record in &records {
+        let limit = &record["rate_limit"];
+        assert_eq!(limit["requests"]["limit"], 6, "{record}");
+        assert_eq!(limit["tokens"]["limit"], 1_000_000, "{record}");
+        if record["error"].is_null() {
+            remaining.push(limit["requests"]["remaining"].as_u64().unwrap());
+            assert!(limit["retry_after_ms"].is_null(), "{record}");
+        } else {
+            assert_eq!(record["error"], "http_429", "{record}");
+            assert_eq!(record["http_status"], 429);
+            // One request a ten seconds: the seventh could go ten seconds after the burst,
+            // less the little the bucket refilled while the burst arrived.
+            let wait = limit["retry_after_ms"].as_u64().unwrap();
+            assert!((9_900..=10_000).contains(&wait), "{wait}");
+            assert_eq!(limit["requests"]["remaining"], 0);
+        }
+    }
+    remaining.sort_unstable();
+    assert_eq!(remaining, [0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn anthropic_says_its_limits_its_own_way() {
+    let run = run_plan(&burst_plan("messages", "error-rate < \"1%\""), &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let records = run.records();
+    let throttled: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["error"] == "http_429")
+        .collect();
+    assert_eq!(throttled.len(), 14);
+    for record in throttled {
+        let limit = &record["rate_limit"];
+        // Anthropic gives whole seconds, and its reset as a date.
+        assert_eq!(limit["retry_after_ms"], 10_000, "{record}");
+        let reset = limit["requests"]["reset_ms"].as_u64().unwrap();
+        assert!((58_000..=60_000).contains(&reset), "{reset}");
+    }
+    assert_eq!(run.summary()["overall"]["requests"]["throttled"], 14);
+}
+
+#[test]
+fn a_rate_limit_without_a_limit_is_a_plan_mistake() {
+    let run = run_plan(
+        &sim_plan(
+            "rate-limit",
+            "input 8; output 4",
+            "phase \"p\" { requests 1 }",
+            "error-rate < \"1%\"",
+        ),
+        &[],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("`rate-limit` sets no limit"),
+        "{}",
+        run.stderr()
+    );
+}
