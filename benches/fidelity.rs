@@ -1209,6 +1209,7 @@ mod baseline {
             credentials: Default::default(),
             headers: Default::default(),
             timeout: plan.target.timeout,
+            on_throttle: plan.target.on_throttle,
             request_id_prefix: "baseline".into(),
             max_line: 1 << 20,
             max_body: 256 << 20,

@@ -120,3 +120,97 @@ fn a_rate_limit_without_a_limit_is_a_plan_mistake() {
         run.stderr()
     );
 }
+
+/// 122 requests at once against 120 a minute: 120 are answered; the two left are told to wait
+/// half a second (two a second refill), come back together, one is answered and the other told
+/// to wait again. With retries, every request is answered: two sent again, three attempts
+/// throttled, each retry sent when the server said.
+#[test]
+fn retries_wait_what_the_server_asks_and_keep_each_throttled_attempt() {
+    let plan = "plan \"retry\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; on-throttle \"retry\" attempts=4 max-wait=\"5s\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=120 }\nworkload { input 16; output 4 }\nphase \"burst\" { at-once 122 }\nsla { throttled-rate < \"1%\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let requests = &summary["overall"]["requests"];
+    assert_eq!(requests["ok"], 122, "{requests}");
+    assert_eq!(requests["throttled"], 0, "{requests}");
+    assert_eq!(requests["retried"], 2, "{requests}");
+    assert_eq!(requests["throttled_attempts"], 3, "{requests}");
+    let records = run.records();
+    let mut retried: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["throttled_attempts"].is_array())
+        .collect();
+    retried.sort_by_key(|r| r["throttled_attempts"].as_array().unwrap().len());
+    assert_eq!(retried.len(), 2);
+    for record in &retried {
+        let attempts = record["throttled_attempts"].as_array().unwrap();
+        assert_eq!(record["actual_send_us"], attempts[0]["sent_us"], "{record}");
+        // Each next attempt went out when the server said: its send, less the previous
+        // attempt's end, is the wait asked, within 10 ms.
+        let mut previous_end = 0;
+        for (i, attempt) in attempts.iter().enumerate() {
+            assert_eq!(attempt["http_status"], 429);
+            assert_eq!(attempt["error"], "http_429");
+            let asked = attempt["retry_after_ms"].as_u64().unwrap();
+            assert_eq!(attempt["waited_us"].as_u64().unwrap(), asked * 1000);
+            let sent = attempt["sent_us"].as_u64().unwrap();
+            if i > 0 {
+                let gap_ms = (sent - previous_end) as f64 / 1000.0;
+                let asked_before = attempts[i - 1]["retry_after_ms"].as_f64().unwrap();
+                assert!(
+                    (gap_ms - asked_before).abs() <= 10.0,
+                    "{gap_ms} after asking {asked_before}"
+                );
+            }
+            previous_end = sent + attempt["e2e_us"].as_u64().unwrap();
+            assert!((400..=510).contains(&asked), "{asked}");
+        }
+        // The answer counts from the first send: the waits are in its TTFT.
+        let ttft_ms = record["ttft_us"].as_f64().unwrap() / 1000.0;
+        let waited_ms: f64 = attempts
+            .iter()
+            .map(|a| a["waited_us"].as_f64().unwrap() / 1000.0)
+            .sum();
+        assert!(ttft_ms > waited_ms, "{ttft_ms} {waited_ms}");
+    }
+    assert_eq!(
+        retried[0]["throttled_attempts"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        retried[1]["throttled_attempts"].as_array().unwrap().len(),
+        2
+    );
+    assert!(summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "throttle-retries"));
+}
+
+#[test]
+fn a_wait_longer_than_the_plan_takes_is_not_retried() {
+    let plan = "plan \"retry\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; on-throttle \"retry\" max-wait=\"2s\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=6 }\nworkload { input 16; output 4 }\nphase \"burst\" { at-once 8 }\nsla { error-rate < \"1%\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let requests = &run.summary()["overall"]["requests"];
+    // Ten seconds asked, two taken at most: the two beyond the bucket stay throttled.
+    assert_eq!(
+        (requests["ok"].as_u64(), requests["throttled"].as_u64()),
+        (Some(6), Some(2))
+    );
+    assert_eq!(requests["retried"], 0);
+}
+
+#[test]
+fn an_unknown_throttle_choice_is_a_plan_mistake_with_a_suggestion() {
+    let run = run_plan(
+        "plan \"t\"\ntarget \"sim\" { on-throttle \"retyr\" }\nworkload { input 8; output 4 }\nphase \"p\" { requests 1 }\n",
+        &[],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(stderr.contains("unknown on-throttle \"retyr\""), "{stderr}");
+    assert!(stderr.contains("did you mean `retry`?"), "{stderr}");
+}

@@ -73,8 +73,9 @@ fn the_simulators_metrics_are_scraped_summarised_and_asserted() {
         summary["overall"]["requests"]["sent"].as_u64().unwrap()
     );
     let csv = std::fs::read_to_string(run.out().join("timeseries.csv")).unwrap();
-    assert!(csv
-        .starts_with("t_s,phase,sent,completed,failed,throttled,in_flight,output_tokens_per_s,ttft_p50_ms"));
+    assert!(csv.starts_with(
+        "t_s,phase,sent,completed,failed,throttled,in_flight,output_tokens_per_s,ttft_p50_ms"
+    ));
     assert!(csv.lines().count() >= 3, "{csv}");
     // By input length, and the labels, in every report.
     assert_eq!(summary["by_input"].as_array().unwrap().len(), 2);

@@ -650,6 +650,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         connect_us: exchange.connect_us,
         trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
         rate_limit: exchange.rate_limit.map(|limit| *limit),
+        throttled_attempts: (!exchange.throttled_attempts.is_empty())
+            .then_some(exchange.throttled_attempts),
         usage_problem,
         chunk_kinds: (!exchange.chunk_kinds.is_empty()).then_some(exchange.chunk_kinds),
         reasoning_tokens,

@@ -27,6 +27,8 @@ pub struct Exchange {
     pub http_status: Option<u16>,
     /// What the response's headers said of the server's rate limits.
     pub rate_limit: Option<Box<crate::records::RateLimit>>,
+    /// The attempts the server throttled before this one (`on-throttle "retry"`).
+    pub throttled_attempts: Vec<crate::records::ThrottledAttempt>,
     /// Arrival of each token-bearing chunk, µs after the send.
     pub chunk_times: Vec<u64>,
     /// Tokens in each chunk from per-chunk usage; 0 where the server did not say.

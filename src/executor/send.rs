@@ -3,6 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use tokio::time::Instant;
 
@@ -12,8 +14,9 @@ use super::recorder::{Finished, Message};
 use super::request::{self, Exchange};
 use super::template::RequestTemplate;
 use super::Event;
+use crate::plan::OnThrottle;
 use crate::planner::{Answer, ScheduledRequest};
-use crate::records::{ErrorClass, TurnKind};
+use crate::records::{ErrorClass, ThrottledAttempt, TurnKind};
 
 /// Sends a request, or (for the first turn of a conversation) the whole conversation, one turn
 /// after another. `ticket` counts the request in flight until its record is handed over.
@@ -131,22 +134,22 @@ async fn execute(
     context.observer.on_event(Event::RequestSent { phase });
     // Sized for the answer the plan asks for, so that reading it does not reallocate as it grows.
     let expected_chunks = (request.output_tokens as usize).min(4096);
-    let mut exchange = Exchange {
+    let media = context.prompts.media_of(&request);
+    let request_bytes = body.len() as u64;
+    let new_exchange = || Exchange {
         live_chunks: Some(context.live.chunks.clone()),
         chunk_times: Vec::with_capacity(expected_chunks),
         chunk_usage_tokens: Vec::with_capacity(expected_chunks),
         chunk_ends: Vec::with_capacity(expected_chunks),
         text: String::with_capacity(expected_chunks * 4),
         trace: Some(template.trace(phase, request.seq)),
+        request_bytes,
+        images: media.images.clone(),
+        audio_ms: media.audio_ms,
         ..Exchange::default()
     };
+    let mut exchange = new_exchange();
     let timeout = template.timeout;
-    enum End {
-        Complete,
-        TimedOut,
-        Aborted,
-        PhaseEnded,
-    }
     let mut abort = context.abort.clone();
     let mut ended = state.ended.clone();
     // A re-send needs the body again: a request's own is built once more from its prompt, as
@@ -155,85 +158,70 @@ async fn execute(
         .turn
         .is_some_and(|turn| turn > 1)
         .then(|| body.clone());
-    exchange.request_bytes = body.len() as u64;
-    let media = context.prompts.media_of(&request);
-    (exchange.images, exchange.audio_ms) = (media.images, media.audio_ms);
     let body_again = || match &kept {
         Some(body) => body.clone(),
         None => template.body(&context.prompt_of(phase, &request).0, request.output_tokens),
     };
-    let end = {
+    let mut body = Some(body);
+    let mut throttled: Vec<ThrottledAttempt> = Vec::new();
+    let mut first_sent: Option<Instant> = None;
+    let end = loop {
         let work = tokio::time::timeout(
             timeout,
             request::exchange(
                 &context.transport,
                 template,
-                body,
+                body.take().unwrap_or_else(body_again),
                 &body_again,
-                request_id,
+                request_id.clone(),
                 &mut sent_at,
                 &mut exchange,
             ),
         );
-        tokio::select! {
+        let end = tokio::select! {
             result = work => if result.is_ok() { End::Complete } else { End::TimedOut },
             _ = stopped(&mut abort) => End::Aborted,
             _ = ended_early(&mut ended) => End::PhaseEnded,
+        };
+        first_sent.get_or_insert(sent_at);
+        let retry = matches!(end, End::Complete)
+            .then(|| retry_wait(template.on_throttle, &exchange, throttled.len()))
+            .flatten();
+        let Some(wait) = retry else { break end };
+        // The wait asked for, unless the run or the phase ends meanwhile: the request then
+        // stays as the server last answered it, throttled.
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopped(&mut abort) => break End::Complete,
+            _ = ended_early(&mut ended) => break End::Complete,
         }
+        throttled.push(ThrottledAttempt {
+            sent_us: context.micros(sent_at),
+            e2e_us: exchange.end_us,
+            http_status: exchange.http_status,
+            error: exchange
+                .error
+                .as_ref()
+                .map_or(ErrorClass::Http429, |(class, _)| *class),
+            retry_after_ms: exchange.rate_limit.as_ref().and_then(|l| l.retry_after_ms),
+            waited_us: wait.as_micros() as u64,
+        });
+        exchange = new_exchange();
+        sent_at = Instant::now();
     };
-    match end {
-        End::Complete => {
-            context.live.answered.fetch_add(1, Ordering::Relaxed);
-        }
-        End::TimedOut => {
-            exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            exchange.fail(
-                ErrorClass::Timeout,
-                format!(
-                    "no complete response within the {}s timeout",
-                    timeout.as_secs_f64()
-                ),
-            );
-        }
-        End::Aborted => {
-            exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            exchange.fail(
-                ErrorClass::Cancelled,
-                "still in flight when the run was interrupted",
-            );
-        }
-        End::PhaseEnded => {
-            exchange.end_us = sent_at.elapsed().as_micros() as u64;
-            let reason = state.ended.borrow().clone().unwrap_or_default();
-            exchange.fail(
-                ErrorClass::Cancelled,
-                format!("still in flight when its phase was ended early: {reason}"),
-            );
-        }
-    }
+    finish_attempt(end, &mut exchange, sent_at, timeout, &state.ended, context);
     refuse_unserved_route(context, template, &exchange);
     if let Some(host) = &context.media_host {
         exchange.images_fetched = host.forget(phase, request.seq);
     }
-    if request.batch > 0 && exchange.error.is_none() {
-        // One embedding (or one ranked document) per input, or the answer is not whole.
-        // (A rerank plan's `top_n` asks for that many results at most.)
-        let asked = template
-            .options
-            .extra
-            .get("top_n")
-            .and_then(serde_json::Value::as_u64)
-            .map_or(request.batch as u64, |top| top.min(request.batch as u64));
-        match exchange.inputs {
-            Some(covered) if covered == asked => {}
-            covered => exchange.fail(
-                ErrorClass::Malformed,
-                format!(
-                    "the request carried {asked} inputs and the answer covers {}",
-                    covered.map_or("none".to_string(), |n| n.to_string())
-                ),
-            ),
-        }
+    check_batch_answer(template, &request, &mut exchange);
+    // A request sent again counts from its first send, as the application that retries sees it.
+    if let Some(first) = first_sent.filter(|_| !throttled.is_empty()) {
+        let offset = sent_at.saturating_duration_since(first).as_micros() as u64;
+        exchange.end_us += offset;
+        exchange.chunk_times.iter_mut().for_each(|at| *at += offset);
+        sent_at = first;
+        exchange.throttled_attempts = throttled;
     }
     let actual_send_us = context.micros(sent_at);
     // Room in the recorder's queue first (at once, unless it has fallen far behind): the
@@ -268,6 +256,85 @@ async fn execute(
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
     answer
+}
+
+/// How a request's last attempt ended.
+enum End {
+    Complete,
+    TimedOut,
+    Aborted,
+    PhaseEnded,
+}
+
+/// Ends the last attempt's exchange as its end says: answered, out of time, or cancelled.
+fn finish_attempt(
+    end: End,
+    exchange: &mut Exchange,
+    sent_at: Instant,
+    timeout: Duration,
+    phase_ended: &tokio::sync::watch::Receiver<Option<String>>,
+    context: &Context,
+) {
+    match end {
+        End::Complete => {
+            context.live.answered.fetch_add(1, Ordering::Relaxed);
+        }
+        End::TimedOut => {
+            exchange.end_us = sent_at.elapsed().as_micros() as u64;
+            exchange.fail(
+                ErrorClass::Timeout,
+                format!(
+                    "no complete response within the {}s timeout",
+                    timeout.as_secs_f64()
+                ),
+            );
+        }
+        End::Aborted => {
+            exchange.end_us = sent_at.elapsed().as_micros() as u64;
+            exchange.fail(
+                ErrorClass::Cancelled,
+                "still in flight when the run was interrupted",
+            );
+        }
+        End::PhaseEnded => {
+            exchange.end_us = sent_at.elapsed().as_micros() as u64;
+            let reason = phase_ended.borrow().clone().unwrap_or_default();
+            exchange.fail(
+                ErrorClass::Cancelled,
+                format!("still in flight when its phase was ended early: {reason}"),
+            );
+        }
+    }
+}
+
+/// An embeddings or rerank answer covers every input the request carried (one embedding, or
+/// one ranked document, per input; a rerank plan's `top_n` asks for that many at most), or it
+/// is not whole.
+fn check_batch_answer(
+    template: &RequestTemplate,
+    request: &ScheduledRequest,
+    exchange: &mut Exchange,
+) {
+    if request.batch > 0 && exchange.error.is_none() {
+        // One embedding (or one ranked document) per input, or the answer is not whole.
+        // (A rerank plan's `top_n` asks for that many results at most.)
+        let asked = template
+            .options
+            .extra
+            .get("top_n")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(request.batch as u64, |top| top.min(request.batch as u64));
+        match exchange.inputs {
+            Some(covered) if covered == asked => {}
+            covered => exchange.fail(
+                ErrorClass::Malformed,
+                format!(
+                    "the request carried {asked} inputs and the answer covers {}",
+                    covered.map_or("none".to_string(), |n| n.to_string())
+                ),
+            ),
+        }
+    }
 }
 
 /// A request in flight: records the request as the client's failure if its task died before
@@ -334,4 +401,26 @@ fn refuse_unserved_route(context: &Context, template: &RequestTemplate, exchange
             template.dialect.name()
         ));
     }
+}
+
+/// How long to wait before sending a throttled request again, if it is to be: the plan retries
+/// (and has attempts left), the server turned it away before any token, and it asked for no
+/// longer than the plan waits. The wait is the server's (`retry-after-ms`, `Retry-After`), else
+/// 0.5 s doubling with each attempt, as SDKs back off.
+fn retry_wait(policy: OnThrottle, exchange: &Exchange, retried: usize) -> Option<Duration> {
+    let OnThrottle::Retry { attempts, max_wait } = policy else {
+        return None;
+    };
+    let (class, _) = exchange.error.as_ref()?;
+    if !class.throttled() || !exchange.chunk_times.is_empty() || retried + 1 >= attempts as usize {
+        return None;
+    }
+    let asked = exchange
+        .rate_limit
+        .as_ref()
+        .and_then(|limit| limit.retry_after_ms)
+        .map(Duration::from_millis);
+    let backoff = || Duration::from_millis(500).saturating_mul(1 << retried.min(16));
+    let wait = asked.unwrap_or_else(backoff);
+    (wait <= max_wait).then_some(wait)
 }

@@ -28,6 +28,8 @@ pub struct RequestTemplate {
     pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
     /// Per request, from the send to the end of the response.
     pub timeout: Duration,
+    /// What a throttled request becomes: counted, or sent again.
+    pub on_throttle: crate::plan::OnThrottle,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
     pub request_id_prefix: String,
     /// The longest SSE line (or event) a response may hold, in bytes.

@@ -203,6 +203,12 @@ impl<'s> Accumulator<'s> {
         if record.connect_us.is_some() {
             m.requests.new_connections += 1;
         }
+        if let Some(attempts) = &record.throttled_attempts {
+            m.requests.retried += 1;
+            m.requests.throttled_attempts += attempts.len() as u64;
+            let waited: u64 = attempts.iter().map(|a| a.waited_us).sum();
+            m.requests.retry_wait_s += waited as f64 / 1e6;
+        }
         match record.error {
             Some(ErrorClass::Cancelled) => {
                 m.requests.cancelled += 1;

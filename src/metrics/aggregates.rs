@@ -166,6 +166,16 @@ pub struct RequestCounts {
     /// object): counted apart from the failed, and as missed in goodput.
     #[serde(default)]
     pub throttled: u64,
+    /// Requests sent again after the server throttled them (`on-throttle "retry"`), whatever
+    /// became of them.
+    #[serde(default)]
+    pub retried: u64,
+    /// Their attempts the server throttled before the last.
+    #[serde(default)]
+    pub throttled_attempts: u64,
+    /// The time they waited between attempts, s.
+    #[serde(default)]
+    pub retry_wait_s: f64,
     /// Of the failed and throttled, those that had received their first token (they count in
     /// TTFT).
     pub failed_after_first_token: u64,

@@ -553,6 +553,18 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
+    if requests.retried > 0 {
+        out.push(note(
+            "throttle-retries",
+            format!(
+                "{} request(s) were sent again after the server throttled them ({} throttled \
+                 attempt(s), {:.1} s of waits in all, as the server asked): their TTFT and E2E \
+                 count from their first send, the waits included, as the application that \
+                 retries sees them; each record keeps its throttled attempts",
+                requests.retried, requests.throttled_attempts, requests.retry_wait_s
+            ),
+        ));
+    }
     if requests.throttled > 0 {
         out.push(warning(
             "throttled",

@@ -8,6 +8,25 @@ use super::Api;
 /// How long a target may refuse every request before the run ends as not carried out.
 pub const DEFAULT_UNREACHABLE_AFTER: Duration = Duration::from_secs(5);
 
+/// `on-throttle`: what becomes of a request the server throttles (HTTP 429 or 529, a rate-limit
+/// or overloaded error object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnThrottle {
+    /// It is recorded as throttled, as it came (`"count"`, the default): the run measures how
+    /// much the server turned away.
+    #[default]
+    Count,
+    /// It is sent again, as an SDK does, after the wait the server asked for (`retry-after-ms`,
+    /// `Retry-After`; else 0.5 s, doubling): the run measures what an application that retries
+    /// sees. Each throttled attempt is kept in the record.
+    Retry {
+        /// Attempts in all, the first included (2 to 20).
+        attempts: u32,
+        /// The longest wait taken: a server asking for more is not retried.
+        max_wait: Duration,
+    },
+}
+
 /// Where requests go and how they are spoken.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -27,6 +46,8 @@ pub struct Target {
     /// connection (or no answer at all) and nothing was heard from the target, the run ends as
     /// not carried out; `None` (`#false`) waits out the schedule (a fail-over test).
     pub unreachable_after: Option<Duration>,
+    /// What a throttled request (HTTP 429 or 529) becomes: counted as it is, or sent again.
+    pub on_throttle: OnThrottle,
     /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
     /// gives exact tokens per chunk.
     pub continuous_usage: bool,

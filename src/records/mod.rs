@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use facts::{differences as fact_differences, ClientMachine, ServedModel};
 pub use ids::{new_request_id_prefix, request_id_text, TraceContext};
-pub use rate_limit::{is_rate_limit_header, Budget, RateLimit};
+pub use rate_limit::{is_rate_limit_header, Budget, RateLimit, ThrottledAttempt};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 
@@ -762,6 +762,12 @@ pub struct RequestRecord {
     /// budget's limit, remainder and reset); absent when they said nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// The attempts the server throttled before this one, when the plan retries them
+    /// (`on-throttle "retry"`); its send time is then the first attempt's, and its TTFT, E2E and
+    /// chunk times count from it, the waits included, as the application that retries sees
+    /// them. Absent when it went through at its first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_attempts: Option<Vec<ThrottledAttempt>>,
     /// How long its body took to go out, µs: from the send (after a new connection's opening)
     /// to its last byte taken by the socket, within its TTFT. Kept for bodies of
     /// [`UPLOAD_RECORDED_BYTES`] or more (images, audio), by the direct HTTP/1.1 transport.

@@ -3,6 +3,8 @@
 //! hosted APIs send (OpenAI and Azure's `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`,
 //! `Retry-After` and `retry-after-ms`; ../shared notes §16).
 //!
+//! Beside them, the attempts a server throttled before a request was sent again.
+//!
 //! What this is not: the decision to wait or retry (the executor's), or a place for any other
 //! header: only numbers are kept, never a header's text, so nothing a gateway echoes back
 //! (a key, an organisation's name) can reach a record.
@@ -29,6 +31,26 @@ pub struct RateLimit {
     /// Output tokens (Anthropic's budget of its own).
     #[serde(default, skip_serializing_if = "Budget::is_empty")]
     pub output_tokens: Budget,
+}
+
+/// An attempt the server throttled, after which the request was sent again (`on-throttle
+/// "retry"`); the request's record is its last attempt's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThrottledAttempt {
+    /// When it was sent, µs from the run's start.
+    pub sent_us: u64,
+    /// How long the server took to turn it away, µs.
+    pub e2e_us: u64,
+    /// The status it was turned away with (none for an error object in a 200's body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// How it was turned away.
+    pub error: super::ErrorClass,
+    /// The wait the server asked for, ms, if it said one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The wait taken before the next attempt, µs.
+    pub waited_us: u64,
 }
 
 /// One budget: its size, what is left of it, and when it is whole again.

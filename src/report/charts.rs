@@ -170,16 +170,13 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
 }
 
 /// Draws a line of one value per window: its name, colour, whether dashed, and the value.
-type SeriesLine<'a> = dyn Fn(&str, &'static str, bool, &dyn Fn(&SeriesPoint) -> Option<f64>) -> Line + 'a;
+type SeriesLine<'a> =
+    dyn Fn(&str, &'static str, bool, &dyn Fn(&SeriesPoint) -> Option<f64>) -> Line + 'a;
 
 /// The server's rate-limit budgets over time, as its responses' headers said them: the least
 /// share left in each window. Only when some response said both a budget's size and what
 /// remained of it (a hosted API's headers; engines send none).
-fn budget_chart(
-    summary: &Summary,
-    line: &SeriesLine<'_>,
-    time: Axis,
-) -> Option<Chart> {
+fn budget_chart(summary: &Summary, line: &SeriesLine<'_>, time: Axis) -> Option<Chart> {
     let mut budget = Plot::new(
         "Rate-limit budget left",
         time,

@@ -168,7 +168,8 @@ impl Admission {
             let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
             headers.push(("retry-after".into(), seconds.to_string()));
             if style == Style::OpenAi {
-                let ms = (wait.as_secs_f64() * 1000.0).round() as u64;
+                // Rounded up: a client that waits what it is told is never a hair early.
+                let ms = (wait.as_micros() as u64).div_ceil(1000);
                 headers.push(("retry-after-ms".into(), ms.to_string()));
             }
         }

@@ -353,6 +353,7 @@ mod tests {
             credentials: Default::default(),
             headers: Default::default(),
             timeout: Duration::from_secs(10),
+            on_throttle: Default::default(),
             request_id_prefix: "t".into(),
             max_line: 1 << 20,
             max_body: 1 << 20,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use kdl::KdlNode;
 
 use super::cx::{children, positional, property, Cx, Handler};
-use super::values::{ByteSize, Flag, Kind, Text, DURATION};
+use super::values::{ByteSize, Count, Flag, Kind, Text, DURATION};
 use crate::api::Need;
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, ResponseFormat, Target, DEFAULT_MAX_BODY,
@@ -19,6 +19,7 @@ struct Fields {
     stream: bool,
     timeout: Duration,
     unreachable_after: Option<Duration>,
+    on_throttle: crate::plan::OnThrottle,
     continuous_usage: bool,
     max_line: u64,
     max_body: u64,
@@ -104,6 +105,52 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
                     t.unreachable_after = Some(d);
                 }
             }
+        }
+    }),
+    ("on-throttle", |cx, node, t| {
+        use crate::plan::OnThrottle;
+        let usage = "on-throttle \"retry\" attempts=3 max-wait=\"30s\" (or \"count\", the default)";
+        cx.no_children(node);
+        cx.check_entries(node, 1, &["attempts", "max-wait"], usage);
+        let Some(entry) = cx.required_arg(node, usage) else {
+            return;
+        };
+        let Some(choice) = Text.read(cx, entry, usage) else {
+            return;
+        };
+        let attempts = cx.prop_or(node, "attempts", 3, usage, Count { min: 2, max: 20 });
+        let max_wait = cx.prop_or(node, "max-wait", Duration::from_secs(30), usage, DURATION);
+        match choice.as_str() {
+            "count" => {
+                for name in ["attempts", "max-wait"] {
+                    if let Some(extra) = property(node, name) {
+                        cx.error(
+                            extra.span(),
+                            format!("`{name}` is for retries; \"count\" sends nothing again"),
+                            "not for count",
+                            "write on-throttle \"retry\" to retry, or leave it out",
+                        );
+                    }
+                }
+                t.on_throttle = OnThrottle::Count;
+            }
+            "retry" => {
+                if let (Some(attempts), Some(max_wait)) = (attempts, max_wait) {
+                    t.on_throttle = OnThrottle::Retry {
+                        attempts: attempts as u32,
+                        max_wait,
+                    };
+                }
+            }
+            other => cx.error(
+                entry.span(),
+                format!("unknown on-throttle \"{other}\""),
+                "not count or retry",
+                format!(
+                    "{}\"count\" records a throttled request as it came; \"retry\" sends it again after the wait the server asks",
+                    crate::plan::suggest::did_you_mean(other, ["count", "retry"])
+                ),
+            ),
         }
     }),
     ("continuous-usage", |cx, node, t| {
@@ -691,6 +738,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         stream: true,
         timeout: Duration::from_secs(60),
         unreachable_after: Some(DEFAULT_UNREACHABLE_AFTER),
+        on_throttle: crate::plan::OnThrottle::Count,
         continuous_usage: false,
         max_line: DEFAULT_MAX_LINE,
         max_body: DEFAULT_MAX_BODY,
@@ -734,6 +782,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         stream: fields.stream,
         timeout: fields.timeout,
         unreachable_after: fields.unreachable_after,
+        on_throttle: fields.on_throttle,
         continuous_usage: fields.continuous_usage,
         max_line: fields.max_line,
         max_body: fields.max_body,
