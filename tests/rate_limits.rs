@@ -61,7 +61,14 @@ fn every_answer_says_the_budget_and_a_refusal_how_long_to_wait() {
     let records = run.records();
     assert_eq!(records.len(), 20);
     let mut remaining: Vec<u64> = Vec::new();
+    let mut server_ids = std::collections::BTreeSet::new();
     for record in &records {
+        // The API's own id of each request, kept beside llmload's.
+        let id = record["server_request_id"]
+            .as_str()
+            .expect("the server's id");
+        assert!(id.starts_with("req_") && id.len() == 28, "{id}");
+        server_ids.insert(id.to_string());
         let limit = &record["rate_limit"];
         assert_eq!(limit["requests"]["limit"], 6, "{record}");
         assert_eq!(limit["tokens"]["limit"], 1_000_000, "{record}");
@@ -80,6 +87,7 @@ fn every_answer_says_the_budget_and_a_refusal_how_long_to_wait() {
     }
     remaining.sort_unstable();
     assert_eq!(remaining, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(server_ids.len(), 20);
 }
 
 #[test]

@@ -650,6 +650,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         connect_us: exchange.connect_us,
         trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
         rate_limit: exchange.rate_limit.map(|limit| *limit),
+        server_request_id: exchange.server_request_id,
         throttled_attempts: (!exchange.throttled_attempts.is_empty())
             .then_some(exchange.throttled_attempts),
         usage_problem,

@@ -27,6 +27,8 @@ pub struct Exchange {
     pub http_status: Option<u16>,
     /// What the response's headers said of the server's rate limits.
     pub rate_limit: Option<Box<crate::records::RateLimit>>,
+    /// The server's own id of the request, from its response's headers.
+    pub server_request_id: Option<String>,
     /// The attempts the server throttled before this one (`on-throttle "retry"`).
     pub throttled_attempts: Vec<crate::records::ThrottledAttempt>,
     /// Arrival of each token-bearing chunk, µs after the send.
@@ -277,6 +279,7 @@ pub async fn exchange(
     sent_at: &mut Instant,
     exchange: &mut Exchange,
 ) {
+    let ours = request_id.clone();
     let Some(mut response) = send(
         transport, template, body, body_again, request_id, sent_at, exchange,
     )
@@ -294,6 +297,12 @@ pub async fn exchange(
     let status = response.status;
     exchange.http_status = Some(status);
     exchange.rate_limit = response.rate_limit.take();
+    // A server that echoes the id llmload sent (vLLM's `--enable-request-id-headers`) says
+    // nothing new: only an id of its own is kept.
+    exchange.server_request_id = response
+        .server_request_id
+        .take()
+        .filter(|id| id.as_bytes() != ours.as_bytes());
     if !(200..300).contains(&status) {
         read_error(&mut response.body, status, sent_at, exchange).await;
     } else if template.stream() {

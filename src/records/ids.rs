@@ -9,6 +9,27 @@
 //! and SGLang continue the trace they are sent) are found from the record and the record from
 //! them.
 
+/// The response headers a server (or the gateway before it) names its own id of a request in:
+/// OpenAI's and most gateways' `x-request-id`, Anthropic's `request-id`, Azure API
+/// Management's `apim-request-id`. The first one a response carries is kept.
+pub const SERVER_REQUEST_ID_HEADERS: [&str; 3] = ["x-request-id", "request-id", "apim-request-id"];
+
+/// The server's id of a request as a record keeps it: a header value of at most 128 characters,
+/// letters, digits and `-_.:/+=` only (what ids are made of); anything else is not kept, so
+/// that no text a server chooses reaches a report.
+pub fn server_request_id(value: &[u8]) -> Option<String> {
+    let id_like = |b: &u8| b.is_ascii_alphanumeric() || b"-_.:/+=".contains(b);
+    (!value.is_empty() && value.len() <= 128 && value.iter().all(id_like))
+        .then(|| String::from_utf8_lossy(value).into_owned())
+}
+
+/// Whether a response header names the server's id of the request.
+pub fn is_server_request_id_header(name: &str) -> bool {
+    SERVER_REQUEST_ID_HEADERS
+        .iter()
+        .any(|known| name.eq_ignore_ascii_case(known))
+}
+
 /// A run's request-id prefix, `llmload-` and 8 hex digits drawn from the clock and the process.
 pub fn new_request_id_prefix() -> String {
     let nanos = std::time::SystemTime::now()
@@ -100,5 +121,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_servers_request_id_is_kept_only_when_it_looks_like_one() {
+        assert_eq!(
+            server_request_id(b"req_011CSHoEeqs5C35K2UUqR7Fy").as_deref(),
+            Some("req_011CSHoEeqs5C35K2UUqR7Fy")
+        );
+        assert_eq!(
+            server_request_id(b"6c4b1a2e-3f0d-4c1e-9a7b-2f1e0d9c8b7a").as_deref(),
+            Some("6c4b1a2e-3f0d-4c1e-9a7b-2f1e0d9c8b7a")
+        );
+        for bad in [
+            &b""[..],
+            b"has space",
+            b"<script>",
+            &[b'a'; 129],
+            "é".as_bytes(),
+        ] {
+            assert_eq!(server_request_id(bad), None, "{bad:?}");
+        }
+        assert!(is_server_request_id_header("Request-Id"));
+        assert!(!is_server_request_id_header("x-request-ids"));
     }
 }

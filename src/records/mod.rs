@@ -21,7 +21,10 @@ mod write;
 use serde::{Deserialize, Serialize};
 
 pub use facts::{differences as fact_differences, ClientMachine, ServedModel};
-pub use ids::{new_request_id_prefix, request_id_text, TraceContext};
+pub use ids::{
+    is_server_request_id_header, new_request_id_prefix, request_id_text, server_request_id,
+    TraceContext, SERVER_REQUEST_ID_HEADERS,
+};
 pub use rate_limit::{is_rate_limit_header, Budget, RateLimit, ThrottledAttempt};
 pub use read::{read_header, read_lines, LogReader, RunLog, Sampled};
 pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
@@ -762,6 +765,10 @@ pub struct RequestRecord {
     /// budget's limit, remainder and reset); absent when they said nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// The server's own id of the request, from its response's `x-request-id`, `request-id`
+    /// (Anthropic) or `apim-request-id` (Azure): what its logs and support know it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_request_id: Option<String>,
     /// The attempts the server throttled before this one, when the plan retries them
     /// (`on-throttle "retry"`); its send time is then the first attempt's, and its TTFT, E2E and
     /// chunk times count from it, the waits included, as the application that retries sees

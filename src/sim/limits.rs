@@ -17,6 +17,8 @@ use crate::plan::RateLimits;
 /// The buckets, each full at the start.
 pub(super) struct Limiter {
     buckets: Mutex<[Option<Bucket>; 2]>,
+    /// Requests it has seen: each answer's own request id is drawn from it.
+    seen: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +73,9 @@ pub(super) struct Admission {
     /// When refused: how long until it would be admitted (`None`: never, it costs more than a
     /// whole bucket).
     pub refused: Option<Option<Duration>>,
+    /// The hosted API's own id of the request (`req_` and 24 hex digits), said in
+    /// `x-request-id` (`request-id` for Anthropic).
+    request_id: String,
 }
 
 /// How an API says its limits.
@@ -98,6 +103,7 @@ impl Limiter {
         };
         Limiter {
             buckets: Mutex::new([bucket(limits.rpm), bucket(limits.tpm)]),
+            seen: Default::default(),
         }
     }
 
@@ -129,7 +135,13 @@ impl Limiter {
                 }
             }
         }
+        let seen = self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Admission {
+            request_id: format!(
+                "req_{:08x}{:016x}",
+                seen as u32,
+                crate::seed::mix64(seen ^ 0x5EED)
+            ),
             budgets: [
                 buckets[REQUESTS].as_ref().map(Bucket::said),
                 buckets[TOKENS].as_ref().map(Bucket::said),
@@ -142,7 +154,11 @@ impl Limiter {
 impl Admission {
     /// The headers an answer carries, in `style`; `now` is the wall clock, for dates.
     pub(super) fn headers(&self, style: Style, now: DateTime<Utc>) -> Vec<(String, String)> {
-        let mut headers = Vec::new();
+        let id_header = match style {
+            Style::OpenAi => "x-request-id",
+            Style::Anthropic => "request-id",
+        };
+        let mut headers = vec![(id_header.to_string(), self.request_id.clone())];
         for (budget, name) in self.budgets.iter().zip(["requests", "tokens"]) {
             let Some(said) = budget else { continue };
             let reset = match style {
@@ -205,6 +221,10 @@ mod tests {
     fn read_back(admission: &Admission, style: Style, now: DateTime<Utc>) -> RateLimit {
         let mut read = RateLimit::default();
         for (name, value) in admission.headers(style, now) {
+            if crate::records::is_server_request_id_header(&name) {
+                assert!(crate::records::server_request_id(value.as_bytes()).is_some());
+                continue;
+            }
             assert!(crate::records::is_rate_limit_header(&name), "{name}");
             read.note(&name, &value, now);
         }
@@ -281,6 +301,7 @@ mod tests {
             .iter()
             .any(|(name, _)| name == "anthropic-ratelimit-requests-remaining"));
         assert!(!headers.iter().any(|(name, _)| name == "retry-after-ms"));
+        assert!(headers.iter().any(|(name, _)| name == "request-id"));
         let read = read_back(&admission, Style::Anthropic, now);
         assert_eq!(read.retry_after_ms, Some(30_000));
         // The reset date is written to the second.

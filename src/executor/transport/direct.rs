@@ -352,6 +352,7 @@ impl Direct {
             status: response.status,
             content_type: response.content_type,
             rate_limit: response.rate_limit,
+            server_request_id: response.server_request_id,
             written: Some(written),
             body: ResponseBody::Direct(body),
             connect,

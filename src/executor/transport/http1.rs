@@ -12,7 +12,7 @@
 //! a general HTTP client: no pipelining, no upgrades, no request bodies but whole ones; the
 //! reqwest transport is the reference for everything else.
 
-use crate::records::{is_rate_limit_header, RateLimit};
+use crate::records::{is_rate_limit_header, is_server_request_id_header, RateLimit};
 use bytes::{Buf, Bytes, BytesMut};
 
 /// The longest response head read: a server that sends more is not answering HTTP.
@@ -63,6 +63,7 @@ pub(super) struct Head {
     pub status: u16,
     pub content_type: Option<String>,
     pub rate_limit: Option<Box<RateLimit>>,
+    pub server_request_id: Option<String>,
     pub framing: Framing,
     /// Whether the connection may carry another request after this body.
     pub keep_alive: bool,
@@ -122,6 +123,7 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
     let (mut chunked, mut transfer_encoding) = (false, false);
     let (mut close, mut keep_alive_asked) = (false, false);
     let mut rate_limit: Option<Box<RateLimit>> = None;
+    let mut server_request_id = None;
     for header in response.headers.iter() {
         let name = header.name;
         if is_rate_limit_header(name) {
@@ -131,6 +133,8 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
                     .get_or_insert_with(Default::default)
                     .note(name, value, arrived);
             }
+        } else if server_request_id.is_none() && is_server_request_id_header(name) {
+            server_request_id = crate::records::server_request_id(header.value);
         } else if name.eq_ignore_ascii_case("content-type") {
             content_type = visible_text(header.value).map(str::to_string);
         } else if name.eq_ignore_ascii_case("content-length") {
@@ -185,6 +189,7 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
         status,
         content_type,
         rate_limit: rate_limit.filter(|limit| !limit.is_empty()),
+        server_request_id,
         framing,
         keep_alive,
     })
@@ -499,6 +504,15 @@ mod tests {
         assert_eq!(limit.requests.remaining, Some(0));
         assert_eq!(limit.requests.reset_ms, Some(2500));
         assert!(limit.tokens.is_empty());
+        assert_eq!(answer.server_request_id, None);
+        let mut buffer = BytesMut::from(
+            "HTTP/1.1 200 OK\r\nrequest-id: req_011CSHoEeqs5\r\nx-request-id: other\r\ncontent-length: 0\r\n\r\n",
+        );
+        let answer = parse_head(&mut buffer).unwrap().unwrap();
+        assert_eq!(
+            answer.server_request_id.as_deref(),
+            Some("req_011CSHoEeqs5")
+        );
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct Response {
     pub content_type: Option<String>,
     /// What its headers said of the server's rate limits, if anything.
     pub rate_limit: Option<Box<crate::records::RateLimit>>,
+    /// The server's own id of the request, from its headers.
+    pub server_request_id: Option<String>,
     /// The body, read frame by frame as it arrives.
     pub body: ResponseBody,
     /// How long opening a new connection for this request took (TCP connect, and the TLS

@@ -148,6 +148,10 @@ async fn send_reqwest(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
             rate_limit: rate_limit_of(response.headers()),
+            server_request_id: crate::records::SERVER_REQUEST_ID_HEADERS
+                .iter()
+                .find_map(|name| response.headers().get(*name))
+                .and_then(|value| crate::records::server_request_id(value.as_bytes())),
             body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
             connect,
             // reqwest owns its connections' sockets: no clock on their writes.
