@@ -2,7 +2,6 @@
 //! record to the recorder (never lost, even if its task dies).
 
 use std::sync::atomic::Ordering;
-
 use std::time::Duration;
 
 use bytes::Bytes;
