@@ -1210,6 +1210,7 @@ mod baseline {
             headers: Default::default(),
             timeout: plan.target.timeout,
             on_throttle: plan.target.on_throttle,
+            limits: plan.target.limits,
             request_id_prefix: "baseline".into(),
             max_line: 1 << 20,
             max_body: 256 << 20,

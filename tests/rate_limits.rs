@@ -222,3 +222,76 @@ fn an_unknown_throttle_choice_is_a_plan_mistake_with_a_suggestion() {
     assert!(stderr.contains("unknown on-throttle \"retyr\""), "{stderr}");
     assert!(stderr.contains("did you mean `retry`?"), "{stderr}");
 }
+
+/// The client paces itself to the key's budgets: 20 requests due at 40 a second against 600 a
+/// minute go out 100 ms apart, each held as long as the budget asks, and none is late by the
+/// client's own doing.
+#[test]
+fn limits_pace_the_open_loop_to_the_keys_budget() {
+    let plan = "plan \"paced\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; limits rpm=600 }\nsim { ttft \"5ms\"; itl \"1ms\" }\nworkload { input 16; output 4 }\nphase \"p\" { rate 40; arrivals \"constant\"; requests 20 }\nsla { error-rate < \"1%\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let mut records = run.records();
+    assert_eq!(records.len(), 20);
+    records.sort_by_key(|r| r["actual_send_us"].as_u64());
+    let sends: Vec<f64> = records
+        .iter()
+        .map(|r| r["actual_send_us"].as_f64().unwrap() / 1000.0)
+        .collect();
+    for pair in sends.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (95.0..=115.0).contains(&gap),
+            "sent {gap} ms apart: {sends:?}"
+        );
+    }
+    for (i, record) in records.iter().enumerate() {
+        // Due every 25 ms, sent every 100 ms: held 75 ms more for each one before it.
+        let held_ms = record["paced_us"].as_f64().unwrap_or(0.0) / 1000.0;
+        let expected = 75.0 * i as f64;
+        assert!(
+            (held_ms - expected).abs() < 3.0,
+            "request {i} held {held_ms} ms"
+        );
+        // Its intended time is its slot: the lag is the client's own, small.
+        let lag_ms = (record["actual_send_us"].as_f64().unwrap()
+            - record["intended_send_us"].as_f64().unwrap())
+            / 1000.0;
+        assert!(lag_ms < 20.0, "request {i} lagged {lag_ms} ms");
+    }
+    let summary = run.summary();
+    assert_eq!(summary["overall"]["requests"]["paced"], 19);
+    let longest = summary["overall"]["requests"]["paced_max_s"]
+        .as_f64()
+        .unwrap();
+    assert!((longest - 1.425).abs() < 0.01, "{longest}");
+    // The rate the client slowed to, said beside the planned one.
+    let paced = summary["overall"]["rates"]["paced_per_s"].as_f64().unwrap();
+    assert!((9.8..=10.2).contains(&paced), "{paced}");
+    assert!(summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "paced"));
+}
+
+/// A phase that ends by its duration sends what the budget allows within it, and no more.
+#[test]
+fn a_request_held_past_its_phases_end_is_not_sent() {
+    let plan = "plan \"paced\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; limits rpm=600 }\nsim { ttft \"5ms\"; itl \"1ms\" }\nworkload { input 16; output 4 }\nphase \"p\" { rate 40; arrivals \"constant\"; duration \"1s\" }\nsla { error-rate < \"1%\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let sent = run.records().len();
+    // Slots at 0, 100, ... 900 ms fall within the second; the other 30 of 40 do not.
+    assert!((9..=11).contains(&sent), "{sent}");
+}
+
+#[test]
+fn limits_without_a_limit_are_a_plan_mistake() {
+    let run = run_plan(
+        "plan \"t\"\ntarget \"sim\" { limits }\nworkload { input 8; output 4 }\nphase \"p\" { requests 1 }\n",
+        &[],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(run.stderr().contains("`limits` sets no limit"), "{}", run.stderr());
+}

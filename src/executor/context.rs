@@ -86,6 +86,8 @@ pub(super) struct Context {
     /// The roots an `https://` server is trusted under besides the public ones, for the calls
     /// made beside the transport (a cache reset).
     pub(super) tls_roots: Vec<reqwest::Certificate>,
+    /// Holds requests to the key's budgets (`limits`), across the run's phases.
+    pub(super) pacer: Option<super::pacer::Pacer>,
 }
 
 impl Context {

@@ -20,6 +20,7 @@ mod context;
 pub mod hiccups;
 mod media_host;
 mod observe;
+mod pacer;
 mod phase;
 pub mod recorder;
 pub mod request;
@@ -239,6 +240,7 @@ pub async fn run_from(
         tls_roots: config.tls_roots.clone(),
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
+        pacer: config.template.limits.and_then(pacer::Pacer::new),
     });
     header.target_notes = preflight_notes;
     header.served_models = served_models;

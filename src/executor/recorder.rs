@@ -651,6 +651,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
         rate_limit: exchange.rate_limit.map(|limit| *limit),
         server_request_id: exchange.server_request_id,
+        paced_us: (exchange.paced_us > 0).then_some(exchange.paced_us),
         throttled_attempts: (!exchange.throttled_attempts.is_empty())
             .then_some(exchange.throttled_attempts),
         usage_problem,

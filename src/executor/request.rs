@@ -29,6 +29,8 @@ pub struct Exchange {
     pub rate_limit: Option<Box<crate::records::RateLimit>>,
     /// The server's own id of the request, from its response's headers.
     pub server_request_id: Option<String>,
+    /// How long the key's budgets (`limits`) held it before its send, µs.
+    pub paced_us: u64,
     /// The attempts the server throttled before this one (`on-throttle "retry"`).
     pub throttled_attempts: Vec<crate::records::ThrottledAttempt>,
     /// Arrival of each token-bearing chunk, µs after the send.

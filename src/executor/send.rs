@@ -32,7 +32,7 @@ pub(super) async fn dispatch(
             Box::pin(converse(ticket, request, body, intended, deadline)).await
         }
         _ => {
-            execute(ticket, request, body, intended, false).await;
+            execute(ticket, request, body, intended, deadline, false).await;
         }
     }
 }
@@ -58,7 +58,7 @@ async fn converse(
         .schedule
         .conversation()
         .is_some_and(|c| c.tool_results.is_some());
-    let mut answer = execute(ticket, first, body, intended, true).await;
+    let mut answer = execute(ticket, first, body, intended, deadline, true).await;
     // Rebuilt rather than kept from the body builder: it is cheap, and only conversations need it.
     let mut history = crate::planner::as_messages(context.prompts.prompt(&first));
     let mut input = first.input_tokens;
@@ -100,7 +100,7 @@ async fn converse(
         let body = context
             .template(state.index)
             .body(&prompt, request.output_tokens);
-        answer = execute(context.enter(state), request, body, None, true).await;
+        answer = execute(context.enter(state), request, body, None, deadline, true).await;
     }
 }
 
@@ -113,6 +113,7 @@ async fn execute(
     request: ScheduledRequest,
     body: Bytes,
     intended: Option<Instant>,
+    deadline: Option<Instant>,
     keep_answer: bool,
 ) -> Option<Answer> {
     // Until the record is handed over, a panic in this task still records the request (as the
@@ -126,6 +127,10 @@ async fn execute(
     let phase = state.index;
     let template = context.template(phase);
     let request_id = template.request_id(phase, request.seq);
+    let (intended, paced_us) = match &context.pacer {
+        Some(pacer) => pace(pacer, context, state, &request, intended, deadline).await?,
+        None => (intended, 0),
+    };
     let mut sent_at = Instant::now();
     let intended_send_us = context.micros(intended.unwrap_or(sent_at));
     guard.pending = Some((phase, request, intended_send_us));
@@ -222,6 +227,7 @@ async fn execute(
         sent_at = first;
         exchange.throttled_attempts = throttled;
     }
+    exchange.paced_us = paced_us;
     let actual_send_us = context.micros(sent_at);
     // Room in the recorder's queue first (at once, unless it has fallen far behind): the
     // guard still records the request if this task dies while it waits.
@@ -255,6 +261,36 @@ async fn execute(
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
     answer
+}
+
+/// Holds a request until the key's budgets (`limits`) allow it: its slot (its intended time
+/// from now on) and how long it was held, µs. `None` when the run stops, its phase ends, or
+/// the slot falls at or past the phase's end first: it is then not sent, as a request the
+/// schedule had no time left for.
+async fn pace(
+    pacer: &super::pacer::Pacer,
+    context: &Context,
+    state: &super::context::PhaseState,
+    request: &ScheduledRequest,
+    intended: Option<Instant>,
+    deadline: Option<Instant>,
+) -> Option<(Option<Instant>, u64)> {
+    let due = intended.unwrap_or_else(Instant::now);
+    let tokens = u64::from(request.input_tokens) + u64::from(request.output_tokens);
+    let slot = pacer.slot(due, tokens);
+    if deadline.is_some_and(|end| slot >= end) {
+        return None;
+    }
+    if slot > Instant::now() {
+        let (mut abort, mut ended) = (context.abort.clone(), state.ended.clone());
+        tokio::select! {
+            _ = tokio::time::sleep_until(slot) => {}
+            _ = stopped(&mut abort) => return None,
+            _ = ended_early(&mut ended) => return None,
+        }
+    }
+    let held = slot.saturating_duration_since(due).as_micros() as u64;
+    Some((Some(slot), held))
 }
 
 /// How a request's last attempt ended.

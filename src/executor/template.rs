@@ -30,6 +30,8 @@ pub struct RequestTemplate {
     pub timeout: Duration,
     /// What a throttled request becomes: counted, or sent again.
     pub on_throttle: crate::plan::OnThrottle,
+    /// The key's budgets the client paces its requests to (the run's, across its phases).
+    pub limits: Option<crate::plan::ClientLimits>,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
     pub request_id_prefix: String,
     /// The longest SSE line (or event) a response may hold, in bytes.

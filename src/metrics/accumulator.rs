@@ -145,6 +145,8 @@ pub(super) struct Accumulator<'s> {
     /// How far the server's output token counts are off the tokenizer's, a uniform sample.
     pub(super) usage_vs_tokenizer: Reservoir<f64>,
     pub(super) last_send_us: Option<u64>,
+    /// The first request's send, µs from the run's start.
+    first_send_us: Option<u64>,
     pub(super) last_end_us: Option<u64>,
     /// A phase's load through its window (not kept for all phases together).
     pub(super) profile: Option<ProfileBuilder>,
@@ -175,6 +177,7 @@ impl<'s> Accumulator<'s> {
             input_overhead: None,
             usage_vs_tokenizer: Reservoir::default(),
             last_send_us: None,
+            first_send_us: None,
             last_end_us: None,
             profile: None,
             cache: PrefixCache::default(),
@@ -188,6 +191,9 @@ impl<'s> Accumulator<'s> {
         // Each distribution takes what the metric table says it takes from this request.
         m.distributions.add(record, self.open_loop);
         self.last_send_us = self.last_send_us.max(Some(record.actual_send_us));
+        self.first_send_us = Some(self.first_send_us.map_or(record.actual_send_us, |first| {
+            first.min(record.actual_send_us)
+        }));
         self.last_end_us = self.last_end_us.max(record.end_us());
         if let Some(profile) = &mut self.profile {
             let end = record.end_us().unwrap_or(record.actual_send_us);
@@ -202,6 +208,12 @@ impl<'s> Accumulator<'s> {
         m.requests.connection_retries += record.connection_retries as u64;
         if record.connect_us.is_some() {
             m.requests.new_connections += 1;
+        }
+        if let Some(held) = record.paced_us {
+            let held = held as f64 / 1e6;
+            m.requests.paced += 1;
+            m.requests.paced_s += held;
+            m.requests.paced_max_s = m.requests.paced_max_s.max(held);
         }
         if let Some(attempts) = &record.throttled_attempts {
             m.requests.retried += 1;
@@ -365,6 +377,14 @@ impl<'s> Accumulator<'s> {
         };
         m.rates = Rates {
             planned_per_s: None,
+            // Held by the plan's limits, requests went out after the sending window: their rate
+            // is the one from the first send to the last.
+            paced_per_s: match (self.first_send_us, self.last_send_us) {
+                (Some(first), Some(last)) if m.requests.paced > 0 && last > first => {
+                    Some((m.requests.sent - 1) as f64 / ((last - first) as f64 / 1e6))
+                }
+                _ => None,
+            },
             sent_per_s: if sending > 0.0 {
                 m.requests.sent as f64 / sending
             } else {

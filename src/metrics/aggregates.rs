@@ -176,6 +176,15 @@ pub struct RequestCounts {
     /// The time they waited between attempts, s.
     #[serde(default)]
     pub retry_wait_s: f64,
+    /// Requests the key's budgets (`target { limits }`) held before their send.
+    #[serde(default)]
+    pub paced: u64,
+    /// How long they were held, s, in all.
+    #[serde(default)]
+    pub paced_s: f64,
+    /// The longest any was held, s.
+    #[serde(default)]
+    pub paced_max_s: f64,
     /// Of the failed and throttled, those that had received their first token (they count in
     /// TTFT).
     pub failed_after_first_token: u64,
@@ -221,6 +230,10 @@ pub struct Rates {
     pub planned_per_s: Option<f64>,
     /// Requests actually sent per second over the phase's sending window.
     pub sent_per_s: f64,
+    /// When the plan's `limits` held requests: those sent per second from the first send to
+    /// the last (the rate the client slowed to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_per_s: Option<f64>,
     /// Succeeded / completed (ok + failed + throttled).
     pub success_rate: f64,
     /// Failed / completed (the throttled apart).

@@ -553,6 +553,25 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
             ),
         ));
     }
+    if requests.paced > 0 {
+        out.push(note(
+            "paced",
+            format!(
+                "{} of {} request(s) were held by the plan's `limits` before their send ({:.2} s on \
+                 average, {:.2} s at most): the client slowed to the key's budgets ({}), and their \
+                 latencies count from their send; their schedule lag counts from their slot",
+                requests.paced,
+                requests.sent,
+                requests.paced_s / requests.paced as f64,
+                requests.paced_max_s,
+                match (overall.rates.paced_per_s, overall.rates.planned_per_s) {
+                    (Some(paced), Some(planned)) => format!("{paced:.2} requests/s of the {planned:.2} planned"),
+                    (Some(paced), None) => format!("{paced:.2} requests/s"),
+                    (None, _) => "one request".to_string(),
+                }
+            ),
+        ));
+    }
     if requests.retried > 0 {
         out.push(note(
             "throttle-retries",

@@ -27,6 +27,17 @@ pub enum OnThrottle {
     },
 }
 
+/// `limits rpm=500 tpm=200000`: the budgets per minute of the key a run sends with (a hosted
+/// API's limits, or a gateway's). The client holds each request until they allow it, spending
+/// them evenly: the run measures the server at the limit, and says how long requests were held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Tokens per minute: a request spends its prompt and its answer as planned.
+    pub tpm: Option<u64>,
+}
+
 /// Where requests go and how they are spoken.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -48,6 +59,8 @@ pub struct Target {
     pub unreachable_after: Option<Duration>,
     /// What a throttled request (HTTP 429 or 529) becomes: counted as it is, or sent again.
     pub on_throttle: OnThrottle,
+    /// The provider's limits the client paces its requests to, if any.
+    pub limits: Option<ClientLimits>,
     /// Ask the server for usage on every streamed chunk (vLLM's `continuous_usage_stats`), which
     /// gives exact tokens per chunk.
     pub continuous_usage: bool,

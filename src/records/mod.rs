@@ -769,6 +769,10 @@ pub struct RequestRecord {
     /// (Anthropic) or `apim-request-id` (Azure): what its logs and support know it by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_request_id: Option<String>,
+    /// How long the key's budgets (`target { limits }`) held it before its send, µs: its
+    /// intended send time is then its slot, so its schedule lag is the client's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_us: Option<u64>,
     /// The attempts the server throttled before this one, when the plan retries them
     /// (`on-throttle "retry"`); its send time is then the first attempt's, and its TTFT, E2E and
     /// chunk times count from it, the waits included, as the application that retries sees

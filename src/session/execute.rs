@@ -404,6 +404,7 @@ fn templates(
         headers: Arc::new(with_fixed_headers(headers.clone(), dialect)),
         timeout: plan.target.timeout,
         on_throttle: plan.target.on_throttle,
+        limits: plan.target.limits,
         request_id_prefix,
         max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
         max_body: plan.target.max_body,

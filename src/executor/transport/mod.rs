@@ -356,6 +356,7 @@ mod tests {
             headers: Default::default(),
             timeout: Duration::from_secs(10),
             on_throttle: Default::default(),
+            limits: None,
             request_id_prefix: "t".into(),
             max_line: 1 << 20,
             max_body: 1 << 20,

@@ -20,6 +20,7 @@ struct Fields {
     timeout: Duration,
     unreachable_after: Option<Duration>,
     on_throttle: crate::plan::OnThrottle,
+    limits: Option<crate::plan::ClientLimits>,
     continuous_usage: bool,
     max_line: u64,
     max_body: u64,
@@ -152,6 +153,24 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
                 ),
             ),
         }
+    }),
+    ("limits", |cx, node, t| {
+        let usage =
+            "limits rpm=500 tpm=200000 (the key's budgets per minute; the client paces to them)";
+        cx.no_children(node);
+        cx.check_entries(node, 0, &["rpm", "tpm"], usage);
+        let per_minute = || Count::positive(1 << 40);
+        let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
+        let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
+        if property(node, "rpm").is_none() && property(node, "tpm").is_none() {
+            cx.error(
+                node.name().span(),
+                "`limits` sets no limit",
+                "no limit",
+                usage,
+            );
+        }
+        t.limits = Some(crate::plan::ClientLimits { rpm, tpm });
     }),
     ("continuous-usage", |cx, node, t| {
         if let Some(b) = cx.single(node, "continuous-usage #true", Flag) {
@@ -739,6 +758,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         timeout: Duration::from_secs(60),
         unreachable_after: Some(DEFAULT_UNREACHABLE_AFTER),
         on_throttle: crate::plan::OnThrottle::Count,
+        limits: None,
         continuous_usage: false,
         max_line: DEFAULT_MAX_LINE,
         max_body: DEFAULT_MAX_BODY,
@@ -783,6 +803,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         timeout: fields.timeout,
         unreachable_after: fields.unreachable_after,
         on_throttle: fields.on_throttle,
+        limits: fields.limits,
         continuous_usage: fields.continuous_usage,
         max_line: fields.max_line,
         max_body: fields.max_body,
