@@ -293,5 +293,9 @@ fn limits_without_a_limit_are_a_plan_mistake() {
         &[],
     );
     assert_eq!(run.code(), 2, "{}", run.stderr());
-    assert!(run.stderr().contains("`limits` sets no limit"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("`limits` sets no limit"),
+        "{}",
+        run.stderr()
+    );
 }

@@ -43,8 +43,9 @@ pub struct SimSettings {
     pub rate_limit: Option<RateLimits>,
 }
 
-/// `rate-limit rpm=500 tpm=200000`: a hosted API's limits per minute, enforced as its token
-/// buckets are (each full at the start, refilled evenly: `rpm / 60` requests a second). A
+/// `rate-limit rpm=500 tpm=200000 burst="60s"`: a hosted API's limits per minute, enforced as
+/// its token buckets are (each full at the start, holding `burst`'s worth of the budget,
+/// refilled evenly: `rpm / 60` requests a second). A
 /// request costs one request and its prompt tokens plus its `max_tokens` (what OpenAI counts
 /// against a token limit up front); one the buckets cannot pay is answered 429 with how long
 /// to wait, and every `/v1` answer says what is left, in its API's headers (OpenAI's
@@ -55,6 +56,9 @@ pub struct RateLimits {
     pub rpm: Option<u64>,
     /// Tokens per minute.
     pub tpm: Option<u64>,
+    /// How much of a minute's budget each bucket holds (`burst="1s"`: a second's, as OpenAI
+    /// says it may enforce 60,000 a minute as 1,000 a second); a whole minute's by default.
+    pub burst: Duration,
 }
 
 /// `gpu count=2 idle="70W" prefill="0.2mJ" decode="0.3J" memory="80GiB"`: the GPUs the

@@ -23,8 +23,10 @@ pub(super) struct Limiter {
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    /// Its size: the limit per minute.
+    /// The limit per minute (what the headers say).
     limit: f64,
+    /// What it holds when full: `burst`'s worth of the limit.
+    size: f64,
     /// What is in it.
     level: f64,
     /// When `level` was last brought up to date.
@@ -38,7 +40,7 @@ impl Bucket {
 
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.level = (self.level + elapsed * self.per_second()).min(self.limit);
+        self.level = (self.level + elapsed * self.per_second()).min(self.size);
         self.at = now;
     }
 
@@ -51,7 +53,7 @@ impl Bucket {
         Said {
             limit: self.limit as u64,
             remaining: self.level.floor() as u64,
-            reset: self.wait_for(self.limit),
+            reset: self.wait_for(self.size),
         }
     }
 }
@@ -94,11 +96,17 @@ const TOKENS: usize = 1;
 
 impl Limiter {
     pub(super) fn new(limits: RateLimits, now: Instant) -> Limiter {
+        let share = limits.burst.as_secs_f64() / 60.0;
         let bucket = |limit: Option<u64>| {
-            limit.map(|limit| Bucket {
-                limit: limit as f64,
-                level: limit as f64,
-                at: now,
+            limit.map(|limit| {
+                // Never less than one request (or one token): something can always go.
+                let size = (limit as f64 * share).max(1.0);
+                Bucket {
+                    limit: limit as f64,
+                    size,
+                    level: size,
+                    at: now,
+                }
             })
         };
         Limiter {
@@ -120,7 +128,7 @@ impl Limiter {
             let Some(bucket) = bucket else { continue };
             bucket.refill(now);
             if bucket.level < cost {
-                let wait = (cost <= bucket.limit).then(|| bucket.wait_for(cost));
+                let wait = (cost <= bucket.size).then(|| bucket.wait_for(cost));
                 refused = Some(match refused {
                     // The longest wait of the buckets short; never, if any is never.
                     Some(earlier) => earlier.zip(wait).map(|(a, b)| a.max(b)),
@@ -214,7 +222,28 @@ mod tests {
     use crate::records::RateLimit;
 
     fn limits(rpm: Option<u64>, tpm: Option<u64>) -> RateLimits {
-        RateLimits { rpm, tpm }
+        RateLimits {
+            rpm,
+            tpm,
+            burst: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn a_short_burst_holds_a_seconds_budget_and_refuses_beyond_it() {
+        let start = Instant::now();
+        let limits = RateLimits {
+            burst: Duration::from_secs(1),
+            ..limits(Some(600), None)
+        };
+        let limiter = Limiter::new(limits, start);
+        for _ in 0..10 {
+            assert_eq!(limiter.admit(0, start).refused, None);
+        }
+        let refused = limiter.admit(0, start);
+        assert_eq!(refused.refused, Some(Some(Duration::from_millis(100))));
+        // The headers still say the minute's limit.
+        assert_eq!(refused.budgets[REQUESTS].map(|s| s.limit), Some(600));
     }
 
     /// What llmload's own reader makes of the headers.

@@ -176,9 +176,20 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
     ("rate-limit", |cx, node, s| {
-        let usage = "rate-limit rpm=500 tpm=200000 (a hosted API's limits per minute)";
+        let usage =
+            "rate-limit rpm=500 tpm=200000 burst=\"60s\" (a hosted API's limits per minute)";
         cx.no_children(node);
-        cx.check_entries(node, 0, &["rpm", "tpm"], usage);
+        cx.check_entries(node, 0, &["rpm", "tpm", "burst"], usage);
+        let minute = std::time::Duration::from_secs(60);
+        let burst = cx.prop_or(node, "burst", minute, usage, DURATION);
+        if burst.is_some_and(|burst| burst > minute) {
+            cx.error(
+                property(node, "burst").map_or(node.span(), |e| e.span()),
+                "a bucket holds at most a minute's budget",
+                "over a minute",
+                "write burst=\"60s\" or less",
+            );
+        }
         let per_minute = || Count::positive(1 << 40);
         let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
         let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
@@ -190,7 +201,11 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
                 usage,
             );
         }
-        s.sim.rate_limit = Some(crate::plan::RateLimits { rpm, tpm });
+        s.sim.rate_limit = Some(crate::plan::RateLimits {
+            rpm,
+            tpm,
+            burst: burst.unwrap_or(minute).min(minute),
+        });
     }),
     ("models", |cx, node, s| {
         let usage =
