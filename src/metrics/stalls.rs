@@ -88,6 +88,16 @@ impl ClientStalls {
         }
         (1.0 + self.share_during() / counted) / (1.0 - lost_time)
     }
+
+    /// How many of the scope's requests fell due while the client stood still (its rate over
+    /// the wall time `wall_s`, times the stalls' time), whole: the most a stall could have held
+    /// back and sent together. A request already in flight is not moved by a stall.
+    fn due_during(&self, wall_s: f64) -> f64 {
+        if wall_s <= 0.0 {
+            return f64::INFINITY;
+        }
+        (self.requests as f64 * self.total_ms / (wall_s * 1e3)).ceil()
+    }
 }
 
 /// Whether the scope's client stalls could by themselves have moved `metric`'s value (`stat`
@@ -99,7 +109,11 @@ impl ClientStalls {
 /// - a throughput, a power, an energy or a price per token: that share, and `to` within the
 ///   factor the stalls could have scaled the value by ([`ClientStalls::factor`]): a price of
 ///   $50 a million tokens is not made of a 5 ms stall when the gate asks for $0.01;
-/// - anything else (per-request token rates, capacities, counts): that share alone.
+/// - a count (a server's running or waiting batch, its preemptions, tool calls): that share, and
+///   the distance no more than the requests that fell due during the stalls
+///   ([`ClientStalls::due_during`]): held back and sent together, they could have added that
+///   many to a batch, not a batch the server was already running;
+/// - anything else (per-request token rates, capacities, token counts): that share alone.
 pub fn could_move(
     scope: &super::PhaseMetrics,
     metric: Metric,
@@ -125,9 +139,8 @@ pub fn could_move(
             let factor = stalls.factor(scope.wall_s, counted);
             shared && (factor.is_infinite() || (to >= value / factor && to <= value * factor))
         }
-        MetricKind::TokenRate | MetricKind::Capacity | MetricKind::Count | MetricKind::Tokens => {
-            shared
-        }
+        MetricKind::Count => shared && distance <= stalls.due_during(scope.wall_s),
+        MetricKind::TokenRate | MetricKind::Capacity | MetricKind::Tokens => shared,
     }
 }
 
@@ -321,6 +334,9 @@ mod tests {
             (CostPerMillionGoodputTokens, None, 50.0, 40.0, false),
             (EnergyPerOutputToken, None, 0.5, 0.4, false),
             (DecodeTps, Some(Stat::Percentile(50.0)), 30.0, 1000.0, true),
+            // 100 requests over 2 s fall due at 50 a second: one in a 5 ms stall.
+            (ServerRunning, Some(Stat::Max), 4.0, 3.0, true),
+            (ServerRunning, Some(Stat::Max), 4.0, 0.5, false),
         ];
         let scope = scope();
         for (metric, stat, value, to, moves) in cases {
