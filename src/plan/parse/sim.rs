@@ -190,17 +190,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
                 "write burst=\"60s\" or less",
             );
         }
-        let per_minute = || Count::positive(1 << 40);
-        let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
-        let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
-        if property(node, "rpm").is_none() && property(node, "tpm").is_none() {
-            cx.error(
-                node.name().span(),
-                "`rate-limit` sets no limit",
-                "no limit",
-                usage,
-            );
-        }
+        let (rpm, tpm) = super::target::budgets_per_minute(cx, node, usage);
         s.sim.rate_limit = Some(crate::plan::RateLimits {
             rpm,
             tpm,

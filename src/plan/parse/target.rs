@@ -34,6 +34,27 @@ struct Fields {
     ca_file: Option<(String, std::sync::Arc<String>)>,
 }
 
+/// A node's `rpm=` and `tpm=`, requests and tokens per minute, at least one of them: a key's
+/// budgets (`target { limits }`) or a hosted API's (`sim { rate-limit }`).
+pub(super) fn budgets_per_minute(
+    cx: &mut Cx,
+    node: &KdlNode,
+    usage: &str,
+) -> (Option<u64>, Option<u64>) {
+    let per_minute = || Count::positive(1 << 40);
+    let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
+    let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
+    if property(node, "rpm").is_none() && property(node, "tpm").is_none() {
+        cx.error(
+            node.name().span(),
+            format!("`{}` sets no limit", node.name().value()),
+            "no limit",
+            usage,
+        );
+    }
+    (rpm, tpm)
+}
+
 /// The most metrics URLs a target may name (replicas scraped beside the run, each a
 /// connection and a line of the report).
 const MAX_METRICS_URLS: usize = 64;
@@ -159,17 +180,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             "limits rpm=500 tpm=200000 (the key's budgets per minute; the client paces to them)";
         cx.no_children(node);
         cx.check_entries(node, 0, &["rpm", "tpm"], usage);
-        let per_minute = || Count::positive(1 << 40);
-        let rpm = cx.prop(node, "rpm", usage, per_minute()).ok().flatten();
-        let tpm = cx.prop(node, "tpm", usage, per_minute()).ok().flatten();
-        if property(node, "rpm").is_none() && property(node, "tpm").is_none() {
-            cx.error(
-                node.name().span(),
-                "`limits` sets no limit",
-                "no limit",
-                usage,
-            );
-        }
+        let (rpm, tpm) = budgets_per_minute(cx, node, usage);
         t.limits = Some(crate::plan::ClientLimits { rpm, tpm });
     }),
     ("continuous-usage", |cx, node, t| {
