@@ -148,10 +148,13 @@ async fn send_reqwest(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
             rate_limit: rate_limit_of(response.headers()),
-            server_request_id: crate::records::SERVER_REQUEST_ID_HEADERS
+            // As the direct transport takes it: the first such header, in the response's
+            // order, that holds an id.
+            server_request_id: response
+                .headers()
                 .iter()
-                .find_map(|name| response.headers().get(*name))
-                .and_then(|value| crate::records::server_request_id(value.as_bytes())),
+                .filter(|(name, _)| crate::records::is_server_request_id_header(name.as_str()))
+                .find_map(|(_, value)| crate::records::server_request_id(value.as_bytes())),
             body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
             connect,
             // reqwest owns its connections' sockets: no clock on their writes.
