@@ -4,7 +4,8 @@
 
 use super::aggregates::*;
 use super::profile::ProfileBuilder;
-use super::table::ttft_ms;
+use super::table::{ttft_ms, Metric};
+use super::tally::Tally;
 use super::{meets, Distribution};
 use crate::plan::Slo;
 use crate::records::{ClientLoad, ErrorClass, MachineLoad, RequestRecord, TokenSource};
@@ -124,15 +125,10 @@ pub(super) struct Accumulator<'s> {
     pub(super) m: PhaseMetrics,
     pub(super) open_loop: bool,
     pub(super) slo: Option<&'s Slo>,
-    pub(super) good: u64,
+    /// The table's shares and per-second metrics, by its own formulas.
+    tally: Tally,
     /// Output tokens of the good requests.
     good_output_tokens: u64,
-    pub(super) output_tokens: u64,
-    pub(super) total_tokens: u64,
-    /// Inputs (embeddings, ranked documents) and prompt tokens of successful requests.
-    pub(super) inputs: u64,
-    pub(super) input_tokens: u64,
-    pub(super) timeouts: u64,
     pub(super) planned_in: f64,
     pub(super) observed_in: f64,
     pub(super) observed_in_n: u64,
@@ -161,13 +157,8 @@ impl<'s> Accumulator<'s> {
             m: PhaseMetrics::default(),
             open_loop,
             slo,
-            good: 0,
+            tally: Tally::default(),
             good_output_tokens: 0,
-            output_tokens: 0,
-            total_tokens: 0,
-            inputs: 0,
-            input_tokens: 0,
-            timeouts: 0,
             planned_in: 0.0,
             observed_in: 0.0,
             observed_in_n: 0,
@@ -199,8 +190,9 @@ impl<'s> Accumulator<'s> {
             let end = record.end_us().unwrap_or(record.actual_send_us);
             profile.add_request(record.actual_send_us, end, ttft_ms(record));
         }
-        if self.slo.is_some_and(|slo| meets(slo, record)) {
-            self.good += 1;
+        let good = self.slo.is_some_and(|slo| meets(slo, record));
+        self.tally.add(record, good);
+        if good {
             let tokens = record.completion_tokens.unwrap_or(0);
             self.good_output_tokens = self.good_output_tokens.saturating_add(tokens);
         }
@@ -240,9 +232,6 @@ impl<'s> Accumulator<'s> {
                     m.requests.failed += 1;
                 }
                 *m.errors.entry(class.as_str().to_string()).or_default() += 1;
-                if class == ErrorClass::Timeout {
-                    self.timeouts += 1;
-                }
                 // A request that failed after its first token still had a time to first token.
                 if ttft_ms(record).is_some() {
                     m.requests.failed_after_first_token += 1;
@@ -254,12 +243,6 @@ impl<'s> Accumulator<'s> {
         if record.usage_problem.is_some() {
             m.tokens.usage_problems += 1;
         }
-        if let Some(valid) = record.answer_valid {
-            let answers = m.answers.get_or_insert_with(AnswerChecks::default);
-            answers.checked += 1;
-            answers.invalid += u64::from(!valid);
-            answers.invalid_rate = answers.invalid as f64 / answers.checked as f64;
-        }
         if let Some(reason) = &record.finish_reason {
             *m.finish_reasons.entry(reason.clone()).or_default() += 1;
         }
@@ -270,15 +253,6 @@ impl<'s> Accumulator<'s> {
         let prompt = record
             .prompt_tokens
             .unwrap_or(record.input_tokens_planned as u64);
-        // A records file is input: a hostile count saturates rather than overflow.
-        self.output_tokens = self.output_tokens.saturating_add(completion);
-        self.total_tokens = self
-            .total_tokens
-            .saturating_add(completion.saturating_add(prompt));
-        self.input_tokens = self.input_tokens.saturating_add(prompt);
-        self.inputs = self
-            .inputs
-            .saturating_add(record.inputs.unwrap_or(0) as u64);
         self.planned_in += record.input_tokens_planned as f64;
         self.planned_out += record.output_tokens_planned as f64;
         self.observed_out += completion as f64;
@@ -358,23 +332,16 @@ impl<'s> Accumulator<'s> {
         let wall = union_seconds(windows, |w| w.end);
         let sending = union_seconds(windows, |w| w.sending_end);
         m.wall_s = wall;
-        if wall > 0.0 {
-            m.throughput = Throughput {
-                requests_per_s: m.requests.ok as f64 / wall,
-                output_tokens_per_s: self.output_tokens as f64 / wall,
-                total_tokens_per_s: self.total_tokens as f64 / wall,
-                inputs_per_s: self.inputs as f64 / wall,
-                input_tokens_per_s: self.input_tokens as f64 / wall,
-            };
-        }
-        let attempted = m.requests.completed();
-        let share = |n: u64| {
-            if attempted > 0 {
-                n as f64 / attempted as f64
-            } else {
-                0.0
-            }
+        let tally = &self.tally;
+        let per_second = |metric| tally.per_second(metric, wall);
+        m.throughput = Throughput {
+            requests_per_s: per_second(Metric::RequestThroughput),
+            output_tokens_per_s: per_second(Metric::OutputThroughput),
+            total_tokens_per_s: per_second(Metric::TotalThroughput),
+            inputs_per_s: per_second(Metric::InputThroughput),
+            input_tokens_per_s: per_second(Metric::InputTokenThroughput),
         };
+        let attempted = m.requests.completed();
         m.rates = Rates {
             planned_per_s: None,
             // Held by the plan's limits, requests went out after the sending window: their rate
@@ -390,23 +357,32 @@ impl<'s> Accumulator<'s> {
             } else {
                 0.0
             },
-            success_rate: share(m.requests.ok),
-            error_rate: share(m.requests.failed),
-            throttled_rate: share(m.requests.throttled),
-            timeout_rate: share(self.timeouts),
+            // Not a metric of the table: what is left of the error rates.
+            success_rate: if attempted > 0 {
+                m.requests.ok as f64 / attempted as f64
+            } else {
+                0.0
+            },
+            error_rate: tally.share(Metric::ErrorRate),
+            throttled_rate: tally.share(Metric::ThrottledRate),
+            timeout_rate: tally.share(Metric::TimeoutRate),
         };
         if self.slo.is_some() {
             m.goodput = Some(Goodput {
-                good: self.good,
-                requests_per_s: if wall > 0.0 {
-                    self.good as f64 / wall
-                } else {
-                    0.0
-                },
-                ratio: share(self.good),
+                good: tally.total(Metric::Goodput) as u64,
+                requests_per_s: per_second(Metric::Goodput),
+                ratio: tally.share(Metric::GoodputRatio),
                 output_tokens: self.good_output_tokens,
             });
         }
+        m.answers = tally
+            .part(Metric::InvalidJsonRate)
+            .filter(|checks| checks.among > 0)
+            .map(|checks| AnswerChecks {
+                checked: checks.among,
+                invalid: checks.amount as u64,
+                invalid_rate: tally.share(Metric::InvalidJsonRate),
+            });
         let ok = m.requests.ok;
         m.tokens.input_planned_mean = mean(self.planned_in, ok);
         m.tokens.input_observed_mean = mean(self.observed_in, self.observed_in_n);

@@ -25,6 +25,7 @@ pub mod server;
 pub mod stalls;
 pub mod steady;
 pub mod table;
+mod tally;
 pub mod timeseries;
 pub mod warnings;
 

@@ -701,7 +701,8 @@ metric_table! {
             unit: "tokens/s",
             amount: |record, _| {
                 if record.ok() {
-                    (output_tokens(record) + prompt_tokens(record)) as f64
+                    // A records file is input: a hostile count saturates, never overflows.
+                    output_tokens(record).saturating_add(prompt_tokens(record)) as f64
                 } else {
                     0.0
                 }
@@ -975,7 +976,8 @@ metric_table! {
         better: Better::Lower,
         stats: Stats::None,
         source: Source::Share {
-            among: |record| record.answer_valid.is_some(),
+            // Only a successful answer is checked.
+            among: |record| record.ok() && record.answer_valid.is_some(),
             counts: |record, _| record.answer_valid == Some(false),
             read: |m| m.answers.as_ref().map(|a| a.invalid_rate),
         },

@@ -641,3 +641,61 @@ fn a_warm_up_transient_is_cut_from_the_steady_window() {
         "{window:?}"
     );
 }
+
+/// Every share and per-second metric reads, from a scope's aggregates, what the metric table's
+/// own formula gives over the scope's requests (the formula `compare` resamples and the live
+/// abort counts): the field its `read` names is the one the accumulator filled from it.
+#[test]
+fn every_share_and_per_second_metric_reads_what_its_table_formula_gives() {
+    use std::time::Duration;
+    use table::Source;
+    let slo = Slo {
+        ttft: Some(Duration::from_millis(300)),
+        tpot: None,
+        e2e: None,
+    };
+    let mut records = vec![
+        ok(1, 1_000_000, &[(100_000, 3), (120_000, 5)], 130_000),
+        ok(1, 1_100_000, &[(400_000, 2), (410_000, 2)], 420_000),
+        ok(1, 1_200_000, &[(50_000, 1), (60_000, 1)], 70_000),
+        failed(1, ErrorClass::Http5xx),
+        failed(1, ErrorClass::Timeout),
+        failed(1, ErrorClass::Http429),
+        failed(1, ErrorClass::Cancelled),
+        failed(1, ErrorClass::Client),
+    ];
+    records[0].inputs = Some(4);
+    records[0].answer_valid = Some(true);
+    records[1].answer_valid = Some(false);
+    records[2].prompt_tokens = None;
+    let log = log(records);
+    let scope = &compute(&log, Some(&slo)).phases[1];
+    let completed = log
+        .records
+        .iter()
+        .filter(|r| !matches!(r.error, Some(ErrorClass::Cancelled | ErrorClass::Client)));
+    let mut checked = 0;
+    for metric in Metric::all() {
+        let good = |r: &RequestRecord| meets(&slo, r);
+        let expected = match metric.def().source {
+            Source::Share { among, counts, .. } => {
+                let of: Vec<_> = completed.clone().filter(|r| among(r)).collect();
+                let n = of.iter().filter(|r| counts(r, good(r))).count();
+                n as f64 / of.len() as f64
+            }
+            Source::PerSecond { amount, .. } => {
+                completed.clone().map(|r| amount(r, good(r))).sum::<f64>() / scope.wall_s
+            }
+            Source::Distribution { .. }
+            | Source::Aggregate(_)
+            | Source::Server(_)
+            | Source::Search => continue,
+        };
+        let read = scope.value(metric, None);
+        assert!(close(read, expected), "{metric}: {read:?} ≠ {expected}");
+        assert!(expected > 0.0, "{metric}: the log should give it a value to check");
+        checked += 1;
+    }
+    // Error, throttled, timeout and goodput ratios, five throughputs, goodput, invalid JSON.
+    assert!(checked >= 11, "{checked}");
+}
