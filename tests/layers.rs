@@ -70,6 +70,10 @@ fn layer(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
 }
 
+/// The macros src/ exports (`#[macro_export]` puts them at the crate's root), each with the
+/// module that defines it: `crate::dist!` is a use of the metric table.
+const MACROS: &[(&str, &str)] = &[("dist", "metrics::table")];
+
 /// The module a `crate::` path leads to: its first segment, except the metric table, which is
 /// a vocabulary below the plan although it lives in `metrics`.
 fn target(path: &str) -> &str {
@@ -118,6 +122,14 @@ fn crate_paths(text: &str, test_file: bool) -> Vec<(usize, String, bool)> {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
+            // A macro exported at the crate's root leads to the module that defines it.
+            let path = match after[path.len()..].starts_with('!') {
+                true => match MACROS.iter().find(|(name, _)| *name == path) {
+                    Some((_, module)) => format!("{module}::{path}"),
+                    None => path,
+                },
+                false => path,
+            };
             // `$crate::` in a macro, or an identifier ending in "crate", is not a path.
             if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
                 out.push((n + 1, path, in_test));

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::profile::ProfileWindow;
 use super::server;
-use super::table::{self, Metric};
+use super::table::{self, DistMetric, Metric};
 use super::timeseries;
 use super::warnings::Warning;
 use super::{Distribution, Summary};
@@ -273,24 +273,23 @@ impl MetricSummaries {
     }
 }
 
-/// `summaries[Metric::Ttft]`: the summary of a distribution metric. Naming any other metric is
-/// a mistake in llmload's own code (the table says which metrics are distributions).
-impl std::ops::Index<Metric> for MetricSummaries {
+/// `summaries[dist!(Ttft)]`: the summary of a distribution metric (only a distribution can be
+/// named: see [`DistMetric`]). Every scope's summaries hold every distribution of the table, in
+/// its order, as they are made only from [`Metric::distributions`].
+impl std::ops::Index<DistMetric> for MetricSummaries {
     type Output = Summary;
-    fn index(&self, metric: Metric) -> &Summary {
-        match self.get(metric) {
-            Some(summary) => summary,
-            None => panic!("{metric} is not a distribution of the metric table"),
-        }
+    fn index(&self, metric: DistMetric) -> &Summary {
+        let (held, summary) = &self.0[metric.ordinal()];
+        debug_assert_eq!(*held, metric.metric());
+        summary
     }
 }
 
-impl std::ops::IndexMut<Metric> for MetricSummaries {
-    fn index_mut(&mut self, metric: Metric) -> &mut Summary {
-        match self.0.iter_mut().find(|(m, _)| *m == metric) {
-            Some((_, summary)) => summary,
-            None => panic!("{metric} is not a distribution of the metric table"),
-        }
+impl std::ops::IndexMut<DistMetric> for MetricSummaries {
+    fn index_mut(&mut self, metric: DistMetric) -> &mut Summary {
+        let (held, summary) = &mut self.0[metric.ordinal()];
+        debug_assert_eq!(*held, metric.metric());
+        summary
     }
 }
 

@@ -331,7 +331,11 @@ macro_rules! metric_table {
         /// variants).
         // Entries that set every optional field leave nothing to `UNSET`.
         #[allow(clippy::needless_update)]
-        pub static METRICS: &[MetricDef] = &[
+        pub static METRICS: &[MetricDef] = TABLE;
+
+        /// [`METRICS`], for what is decided when llmload is compiled ([`DistMetric::of`]).
+        #[allow(clippy::needless_update)]
+        const TABLE: &[MetricDef] = &[
             $( MetricDef { metric: Metric::$variant, $($field: $value,)* ..UNSET }, )*
         ];
     };
@@ -1054,6 +1058,67 @@ metric_table! {
         uses: JUDGED,
         example: "p99 < \"50ms\"",
     },
+}
+
+/// A metric that is a per-request distribution: what a scope's summaries and histograms are
+/// indexed by, so that naming another kind of metric there is an error when llmload is
+/// compiled, not a panic when it runs. Written `dist!(Ttft)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistMetric {
+    metric: Metric,
+    /// Its place among the table's distributions, in the table's order.
+    ordinal: usize,
+}
+
+impl DistMetric {
+    /// `metric` as a distribution; evaluated in a `const` block (as `dist!` does), a metric that
+    /// is not one fails the build.
+    pub const fn of(metric: Metric) -> DistMetric {
+        let mut i = 0;
+        let mut ordinal = 0;
+        while i < TABLE.len() {
+            let is_distribution = matches!(TABLE[i].source, Source::Distribution { .. });
+            if TABLE[i].metric as usize == metric as usize {
+                assert!(is_distribution, "not a distribution of the metric table");
+                return DistMetric { metric, ordinal };
+            }
+            if is_distribution {
+                ordinal += 1;
+            }
+            i += 1;
+        }
+        panic!("not in the metric table")
+    }
+
+    /// The metric.
+    pub fn metric(self) -> Metric {
+        self.metric
+    }
+
+    /// Its place among the distributions of [`Metric::distributions`].
+    pub(crate) fn ordinal(self) -> usize {
+        self.ordinal
+    }
+}
+
+/// `dist!(Ttft)`: the [`DistMetric`] of a distribution of the metric table, checked when
+/// llmload is compiled:
+///
+/// ```
+/// let ttft = llmload::dist!(Ttft);
+/// assert_eq!(ttft.metric(), llmload::metrics::Metric::Ttft);
+/// ```
+///
+/// An error rate is one number per scope, not a distribution: naming it fails the build.
+///
+/// ```compile_fail
+/// let error_rate = llmload::dist!(ErrorRate);
+/// ```
+#[macro_export]
+macro_rules! dist {
+    ($variant:ident) => {
+        const { $crate::metrics::table::DistMetric::of($crate::metrics::Metric::$variant) }
+    };
 }
 
 impl Metric {

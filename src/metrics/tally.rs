@@ -142,6 +142,9 @@ mod tests {
         assert_eq!(tally.total(Metric::Goodput), 1.0);
         // No answer was checked: a share of nothing is 0, and says so by its `among`.
         assert_eq!(tally.share(Metric::InvalidJsonRate), 0.0);
-        assert_eq!(tally.part(Metric::InvalidJsonRate).map(|p| p.among), Some(0));
+        assert_eq!(
+            tally.part(Metric::InvalidJsonRate).map(|p| p.among),
+            Some(0)
+        );
     }
 }

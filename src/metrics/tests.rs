@@ -161,25 +161,31 @@ fn ttft_tpot_e2e_and_pooled_itl() {
     let steady = &agg.phases[1];
     assert_eq!(steady.requests.ok, 2);
     // TTFT: 100 and 200 ms.
-    assert!(close(steady.metrics[Metric::Ttft].mean, 150.0));
-    assert!(close(steady.metrics[Metric::Ttft].max, 200.0));
+    assert!(close(steady.metrics[crate::dist!(Ttft)].mean, 150.0));
+    assert!(close(steady.metrics[crate::dist!(Ttft)].max, 200.0));
     // ITL pools every gap: A gives 10 and 20; B gives 3 samples of 60/3 = 20.
-    assert_eq!(steady.metrics[Metric::Itl].count, 5);
-    assert!(close(steady.metrics[Metric::Itl].min, 10.0));
+    assert_eq!(steady.metrics[crate::dist!(Itl)].count, 5);
+    assert!(close(steady.metrics[crate::dist!(Itl)].min, 10.0));
     assert!(close(
-        steady.metrics[Metric::Itl].mean,
+        steady.metrics[crate::dist!(Itl)].mean,
         (10.0 + 20.0 + 60.0) / 5.0
     ));
     // TPOT: A (140-100)/2 = 20; B (270-200)/3 = 23.33.
-    assert!(close(steady.metrics[Metric::Tpot].min, 20.0));
-    assert!(close(steady.metrics[Metric::Tpot].max, 70.0 / 3.0));
+    assert!(close(steady.metrics[crate::dist!(Tpot)].min, 20.0));
+    assert!(close(steady.metrics[crate::dist!(Tpot)].max, 70.0 / 3.0));
     // Prefill: 100 tokens / 0.1 s = 1000 tok/s for A, 500 for B.
-    assert!(close(steady.metrics[Metric::PrefillTps].max, 1000.0));
+    assert!(close(steady.metrics[crate::dist!(PrefillTps)].max, 1000.0));
     // Decode: A 2 tokens over 30 ms; B 3 tokens over 60 ms.
-    assert!(close(steady.metrics[Metric::DecodeTps].max, 2.0 / 0.030));
-    assert!(close(steady.metrics[Metric::DecodeTps].min, 3.0 / 0.060));
+    assert!(close(
+        steady.metrics[crate::dist!(DecodeTps)].max,
+        2.0 / 0.030
+    ));
+    assert!(close(
+        steady.metrics[crate::dist!(DecodeTps)].min,
+        3.0 / 0.060
+    ));
     // E2E.
-    assert!(close(steady.metrics[Metric::E2e].min, 140.0));
+    assert!(close(steady.metrics[crate::dist!(E2e)].min, 140.0));
 }
 
 #[test]
@@ -198,8 +204,8 @@ fn failures_count_in_rates_but_never_in_latency_or_throughput() {
     assert_eq!(steady.requests.cancelled, 1);
     assert!(close(Some(steady.rates.error_rate), 2.0 / 3.0));
     assert!(close(Some(steady.rates.timeout_rate), 1.0 / 3.0));
-    assert!(close(steady.metrics[Metric::Ttft].max, 100.0));
-    assert!(close(steady.metrics[Metric::E2e].max, 120.0));
+    assert!(close(steady.metrics[crate::dist!(Ttft)].max, 100.0));
+    assert!(close(steady.metrics[crate::dist!(E2e)].max, 120.0));
     assert_eq!(steady.errors.get("http_5xx"), Some(&1));
 }
 
@@ -239,7 +245,10 @@ fn schedule_lag_and_its_warning() {
     let mut late = ok(1, 1_000_000, &[(100_000, 1), (110_000, 1)], 120_000);
     late.actual_send_us = late.intended_send_us + 25_000;
     let agg = compute_plain(&log(vec![late]));
-    assert!(close(agg.phases[1].metrics[Metric::ScheduleLag].max, 25.0));
+    assert!(close(
+        agg.phases[1].metrics[crate::dist!(ScheduleLag)].max,
+        25.0
+    ));
     assert!(agg.warnings.iter().any(|w| w.code == "schedule-lag"));
 }
 
@@ -693,7 +702,10 @@ fn every_share_and_per_second_metric_reads_what_its_table_formula_gives() {
         };
         let read = scope.value(metric, None);
         assert!(close(read, expected), "{metric}: {read:?} ≠ {expected}");
-        assert!(expected > 0.0, "{metric}: the log should give it a value to check");
+        assert!(
+            expected > 0.0,
+            "{metric}: the log should give it a value to check"
+        );
         checked += 1;
     }
     // Error, throttled, timeout and goodput ratios, five throughputs, goodput, invalid JSON.

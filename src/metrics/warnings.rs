@@ -67,7 +67,7 @@ pub const STALLED_SHARE: f64 = 0.01;
 
 /// went out later than planned.
 fn late_schedule(phase: &PhaseMetrics) -> Option<f64> {
-    phase.metrics[Metric::ScheduleLag]
+    phase.metrics[crate::dist!(ScheduleLag)]
         .p99
         .filter(|&p99| p99 > LAG_P99_LIMIT_MS)
 }
@@ -327,7 +327,7 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     }
     // Reasoning tokens count against max_tokens on most servers: an exact output length then
     // holds the thinking and the answer together.
-    let reasoning = &overall.metrics[Metric::ReasoningTokens];
+    let reasoning = &overall.metrics[crate::dist!(ReasoningTokens)];
     if let (true, Some(reasoning_mean), Some(planned)) = (
         exact && reasoning.count > 0,
         reasoning.mean,
@@ -339,7 +339,7 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
                 "exact output lengths were asked of a model that reasons: of {planned:.1} output tokens asked \
                  (mean per request), {reasoning_mean:.1} were reasoning and {:.1} answer ({} request(s) reasoned); \
                  the thinking leaves the answer shorter than the length asked",
-                overall.metrics[Metric::AnswerTokens].mean.unwrap_or(0.0),
+                overall.metrics[crate::dist!(AnswerTokens)].mean.unwrap_or(0.0),
                 reasoning.count
             ),
         ));
@@ -358,7 +358,7 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
         }
         // On loopback a connection opens in a fraction of a millisecond: only slower ones can
         // show in TTFT.
-        let connect = &phase.metrics[Metric::Connect];
+        let connect = &phase.metrics[crate::dist!(Connect)];
         if phase.requests.new_connections > 0 && connect.max.unwrap_or(0.0) >= 1.0 {
             let warmed = phase.connections.map_or(0, |c| c.warmed);
             out.push(note(

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::metrics::{Metric, PhaseMetrics};
+use crate::metrics::PhaseMetrics;
 use crate::plan::LoadUnit;
 use crate::verdict::StepResult;
 
@@ -146,11 +146,11 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                 ),
                 achieved_rps: phase.throughput.requests_per_s,
                 output_tps: phase.throughput.output_tokens_per_s,
-                ttft_p50_ms: m[Metric::Ttft].p50,
-                ttft_p99_ms: m[Metric::Ttft].p99,
-                itl_p99_ms: m[Metric::Itl].p99,
-                tpot_p50_ms: m[Metric::Tpot].p50,
-                e2e_p99_ms: m[Metric::E2e].p99,
+                ttft_p50_ms: m[crate::dist!(Ttft)].p50,
+                ttft_p99_ms: m[crate::dist!(Ttft)].p99,
+                itl_p99_ms: m[crate::dist!(Itl)].p99,
+                tpot_p50_ms: m[crate::dist!(Tpot)].p50,
+                e2e_p99_ms: m[crate::dist!(E2e)].p99,
                 error_rate: phase.rates.error_rate,
                 goodput_rps: phase.goodput.as_ref().map(|g| g.requests_per_s),
                 ok: phase.requests.ok,

@@ -1,7 +1,7 @@
 //! What the terminal shows at the end of a run: the verdict table, the key numbers and warnings.
 
 use super::Summary;
-use crate::metrics::{Metric, Severity};
+use crate::metrics::Severity;
 
 /// What the failed requests met, a line per error class with its count, when it was first and
 /// last seen and what the first said: a run that failed on its error rate says why.
@@ -47,9 +47,9 @@ fn batch_columns() -> Columns {
                 truncate(name, 24),
                 scope.requests.ok,
                 scope.requests.failed,
-                ms(scope.metrics[Metric::E2e].p50),
-                ms(scope.metrics[Metric::E2e].p99),
-                ms(scope.metrics[Metric::E2ePerInput].p50),
+                ms(scope.metrics[crate::dist!(E2e)].p50),
+                ms(scope.metrics[crate::dist!(E2e)].p99),
+                ms(scope.metrics[crate::dist!(E2ePerInput)].p50),
                 scope.throughput.inputs_per_s,
                 scope.throughput.requests_per_s
             )
@@ -71,7 +71,7 @@ fn generation_columns(reasoned: bool) -> Columns {
         ),
         row: |name, scope, reasoned| {
             let ttfo = if reasoned {
-                format!(" {:>10}", ms(scope.metrics[Metric::Ttfo].p99))
+                format!(" {:>10}", ms(scope.metrics[crate::dist!(Ttfo)].p99))
             } else {
                 String::new()
             };
@@ -80,10 +80,10 @@ fn generation_columns(reasoned: bool) -> Columns {
                 truncate(name, 24),
                 scope.requests.ok,
                 scope.requests.failed,
-                ms(scope.metrics[Metric::Ttft].p50),
-                ms(scope.metrics[Metric::Ttft].p99),
-                ms(scope.metrics[Metric::Itl].p99),
-                ms(scope.metrics[Metric::E2e].p99),
+                ms(scope.metrics[crate::dist!(Ttft)].p50),
+                ms(scope.metrics[crate::dist!(Ttft)].p99),
+                ms(scope.metrics[crate::dist!(Itl)].p99),
+                ms(scope.metrics[crate::dist!(E2e)].p99),
                 scope.throughput.requests_per_s
             )
         },
@@ -94,7 +94,7 @@ fn generation_columns(reasoned: bool) -> Columns {
 pub fn terminal_summary(summary: &Summary) -> String {
     let mut out = String::new();
     // A model that reasons: the answer users wait for starts at TTFO, not at the first thought.
-    let reasoned = summary.overall.metrics[Metric::ReasoningTime].count > 0;
+    let reasoned = summary.overall.metrics[crate::dist!(ReasoningTime)].count > 0;
     let columns = if summary.context.answers_batches {
         batch_columns()
     } else {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::metrics::{self, Metric, PhaseMetrics};
+use crate::metrics::{self, PhaseMetrics};
 use crate::plan::{Endpoint, Load, Phase, Plan, SimSettings};
 use crate::records::{self, LogLine};
 use crate::session::{self, RunOptions};
@@ -246,7 +246,7 @@ pub fn judge_trial(
     errors: &TimingErrors,
 ) -> TrialResult {
     let mut limits = Vec::new();
-    let lag = metrics.metrics[Metric::ScheduleLag]
+    let lag = metrics.metrics[crate::dist!(ScheduleLag)]
         .p99
         .filter(|_| open_loop);
     if let Some(lag) = lag.filter(|&l| l > LAG_P99_LIMIT_MS) {
@@ -365,7 +365,7 @@ phase "burst" { at-once 64 }
         metrics.requests.ok = 250;
         metrics.rates.planned_per_s = Some(50.0);
         metrics.rates.sent_per_s = 49.8;
-        metrics.metrics[Metric::ScheduleLag] = Summary {
+        metrics.metrics[crate::dist!(ScheduleLag)] = Summary {
             p99: Some(0.4),
             ..Summary::default()
         };
@@ -386,7 +386,7 @@ phase "burst" { at-once 64 }
         let good = judge_trial(vec!["steady".into()], &metrics, true, &errors);
         assert!(good.faithful(), "{:?}", good.limits);
 
-        metrics.metrics[Metric::ScheduleLag].p99 = Some(30.0);
+        metrics.metrics[crate::dist!(ScheduleLag)].p99 = Some(30.0);
         metrics.rates.sent_per_s = 40.0;
         metrics.requests.failed = 2;
         errors.itl = ErrorSummary {
