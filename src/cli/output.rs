@@ -62,17 +62,16 @@ impl ExportFormat {
 
     /// Writes a judged run in this format.
     fn write(self, context: &report::ReportContext, out: &mut dyn std::io::Write) -> Result<()> {
-        use report::benchmarks::{bmf, github_action_benchmark, Direction};
+        use crate::metrics::table::Better;
+        use report::benchmarks::{bmf, github_action_benchmark};
         let summary = &context.summary;
         let text = match self {
             ExportFormat::VllmBench => return report::vllm_bench::write(context, out),
             ExportFormat::GitlabMetrics => report::benchmarks::gitlab_metrics(summary, None),
             ExportFormat::Bmf => bmf(summary),
-            ExportFormat::GithubActionBenchmark => {
-                github_action_benchmark(summary, Direction::Lower)
-            }
+            ExportFormat::GithubActionBenchmark => github_action_benchmark(summary, Better::Lower),
             ExportFormat::GithubActionBenchmarkBigger => {
-                github_action_benchmark(summary, Direction::Higher)
+                github_action_benchmark(summary, Better::Higher)
             }
         };
         out.write_all(text.as_bytes())

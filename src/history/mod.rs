@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::report::benchmarks::{Direction, Open};
+use crate::metrics::table::Better;
+use crate::report::benchmarks::Open;
 
 pub use noise::{Band, Change, WINDOW};
 
@@ -55,7 +56,7 @@ pub struct Measured {
     #[serde(default, skip_serializing_if = "Open::is_neither")]
     pub open: Open,
     /// Which way is better.
-    pub direction: Direction,
+    pub direction: Better,
 }
 
 /// One objective of one run, as judged.
@@ -140,7 +141,7 @@ pub struct MeasureHistory {
     /// Its unit.
     pub unit: String,
     /// Which way is better.
-    pub direction: Direction,
+    pub direction: Better,
     /// Per run (in the runs' order): the band of the runs before it, when there were enough.
     pub bands: Vec<Option<Band>>,
     /// Per run: how it stands against its band.

@@ -18,7 +18,8 @@
 use serde::Serialize;
 
 use super::{MeasureHistory, RunPoint, StandOut};
-use crate::report::benchmarks::{Direction, Open};
+use crate::metrics::table::Better;
+use crate::report::benchmarks::Open;
 
 /// How many runs before a run set its band.
 pub const WINDOW: usize = 10;
@@ -113,15 +114,15 @@ pub fn judge(
     bounds: Option<(f64, f64)>,
     open: Open,
     band: &Band,
-    direction: Direction,
+    direction: Better,
 ) -> Change {
     let (low, high) = bounds.unwrap_or((value, value));
     let low = if open.below() { f64::NEG_INFINITY } else { low };
     let high = if open.above() { f64::INFINITY } else { high };
     let side = if low > band.high {
-        Some(Direction::Higher)
+        Some(Better::Higher)
     } else if high < band.low {
-        Some(Direction::Lower)
+        Some(Better::Lower)
     } else {
         None
     };
@@ -136,7 +137,7 @@ pub fn judge(
 /// Each measure any run has, across the runs (in their order): each run's band and change.
 pub fn measure_histories(runs: &[RunPoint]) -> Vec<MeasureHistory> {
     // The measures in the order the runs list them (the export table's), first seen first.
-    let mut kinds: Vec<(String, String, String, Direction)> = Vec::new();
+    let mut kinds: Vec<(String, String, String, Better)> = Vec::new();
     for run in runs {
         for m in &run.measures {
             if !kinds.iter().any(|k| k.0 == m.slug) {
@@ -236,7 +237,7 @@ mod tests {
                 Some((190.0, 192.0)),
                 Open::Neither,
                 &three,
-                Direction::Lower
+                Better::Lower
             ),
             Change::Within
         );
@@ -317,8 +318,8 @@ mod tests {
             high: 22.0,
             runs: 5,
         };
+        use crate::metrics::table::Better::{Higher, Lower};
         use Change::*;
-        use Direction::*;
         let shut = Open::Neither;
         assert_eq!(judge(25.0, None, shut, &b, Lower), Worse);
         assert_eq!(judge(25.0, Some((21.0, 28.0)), shut, &b, Lower), Within);
@@ -370,7 +371,7 @@ mod tests {
                     let (value, bounds, open) =
                         crate::report::benchmarks::percentile_with_bounds(&phase, Metric::Ttft, q)
                             .unwrap();
-                    measures.push(measured(slug, value, bounds, open, Direction::Lower));
+                    measures.push(measured(slug, value, bounds, open, Better::Lower));
                 }
                 let rate = 60.0 / (3.0 * (1.0 + rng.random_range(-0.03..0.03)));
                 let (value, bounds) = crate::report::benchmarks::per_completion(rate, 60);
@@ -380,7 +381,7 @@ mod tests {
                     value,
                     bounds,
                     Open::Neither,
-                    Direction::Higher,
+                    Better::Higher,
                 ));
                 point(i, measures)
             })
@@ -404,7 +405,7 @@ mod tests {
         value: f64,
         bounds: Option<(f64, f64)>,
         open: Open,
-        direction: Direction,
+        direction: Better,
     ) -> crate::history::Measured {
         crate::history::Measured {
             slug: slug.into(),

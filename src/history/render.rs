@@ -490,7 +490,7 @@ fn charts(plan: &PlanHistory) -> Vec<ChartView> {
 mod tests {
     use super::super::{group, Measured, RunPoint};
     use super::*;
-    use crate::report::benchmarks::Direction;
+    use crate::metrics::table::Better;
 
     fn run(i: usize, label: &str, capacity: f64, status: &str) -> RunPoint {
         RunPoint {
@@ -514,7 +514,7 @@ mod tests {
                 value: capacity,
                 open: Open::Neither,
                 bounds: Some((capacity, capacity * 1.1)),
-                direction: Direction::Higher,
+                direction: Better::Higher,
             }],
             objectives: Vec::new(),
             trusted: status == "pass" || status == "fail",

@@ -93,8 +93,9 @@ impl MetricKind {
     }
 }
 
-/// Which way a metric gets better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which way a metric gets better (written `lower` or `higher` in summary.json's measures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Better {
     /// Latencies, error rates.
     Lower,

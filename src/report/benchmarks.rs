@@ -17,18 +17,9 @@
 use serde_json::{json, Map, Value};
 
 use super::Summary;
+use crate::metrics::table::Better;
 use crate::metrics::{Metric, PhaseMetrics};
 use crate::plan::Stat;
-
-/// Which way a number is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    /// Smaller is better (latencies, errors).
-    Lower,
-    /// Bigger is better (throughput, capacity).
-    Higher,
-}
 
 /// One exported number (summary.json's `measures`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -46,8 +37,8 @@ pub struct Measure {
     /// The ends of `bounds` the sample cannot reach (there `bounds` holds the sample's extreme).
     #[serde(default, skip_serializing_if = "Open::is_neither")]
     pub open: Open,
-    /// Which way is better.
-    pub direction: Direction,
+    /// Which way is better: its metric's.
+    pub direction: Better,
 }
 
 /// The ends of a percentile's 95% interval its sample cannot bound: the interval of p99 over 40
@@ -94,27 +85,36 @@ impl Open {
     }
 }
 
-/// A value and its 95% confidence interval, when known.
-type Read = Option<(f64, Option<(f64, f64)>)>;
-
-/// A [`Read`] with the ends of its interval the sample cannot reach.
+/// A value, its 95% confidence interval when known, and the ends of it the sample cannot reach.
 type OpenRead = Option<(f64, Option<(f64, f64)>, Open)>;
 
-/// Where a measure's value comes from.
-enum Source {
-    /// A percentile of all recorded phases' distribution, with its order-statistic interval.
-    Percentile(Metric, f64),
-    /// Anything else the summary holds.
-    Summary(fn(&Summary) -> Read),
+/// How a measure's 95% interval is known.
+enum Interval {
+    /// The percentile `q` of the metric's distribution over all recorded phases, with the
+    /// interval of its order statistics.
+    Percentile(f64),
+    /// A share of the completed requests: Wilson's score interval.
+    Share,
+    /// A rate over completions: the interval of the count of them it rests on (the successful
+    /// requests, or the good ones).
+    Completions(fn(&PhaseMetrics) -> Option<u64>),
+    /// An amount per token: the throughput's interval turned over (over the successful
+    /// requests' count, or the good ones').
+    PerToken(fn(&PhaseMetrics) -> Option<u64>),
+    /// A search's capacity: its bracket, what held and what failed.
+    Bracket,
 }
 
-/// How one measure is read from a run.
+/// One exported number: a metric of the metric table (its value and its direction are the
+/// table's), named for the tools that keep histories of it.
 struct MeasureDef {
     name: &'static str,
     slug: &'static str,
     unit: &'static str,
-    direction: Direction,
-    source: Source,
+    metric: Metric,
+    /// The value in `unit` per the table's value (100 for a share in %).
+    scale: f64,
+    interval: Interval,
 }
 
 /// The measures exported, in order: what a history of runs is looked at for.
@@ -128,96 +128,108 @@ const MEASURES: &[MeasureDef] = &[
         name: "error rate",
         slug: "error-rate-percent",
         unit: "%",
-        direction: Direction::Lower,
-        source: Source::Summary(|s| {
-            recorded(s).map(|o| {
-                let completed = o.requests.completed();
-                let bounds = wilson(o.rates.error_rate, completed);
-                (
-                    o.rates.error_rate * 100.0,
-                    bounds.map(|(low, high)| (low * 100.0, high * 100.0)),
-                )
-            })
-        }),
+        metric: Metric::ErrorRate,
+        scale: 100.0,
+        interval: Interval::Share,
     },
     MeasureDef {
         name: "request throughput",
         slug: "requests-per-second",
         unit: "req/s",
-        direction: Direction::Higher,
-        source: Source::Summary(|s| {
-            recorded(s).map(|o| per_completion(o.throughput.requests_per_s, o.requests.ok))
-        }),
+        metric: Metric::RequestThroughput,
+        scale: 1.0,
+        interval: Interval::Completions(successful),
     },
     MeasureDef {
         name: "output throughput",
         slug: "output-tokens-per-second",
         unit: "tok/s",
-        direction: Direction::Higher,
-        source: Source::Summary(|s| {
-            recorded(s).map(|o| per_completion(o.throughput.output_tokens_per_s, o.requests.ok))
-        }),
+        metric: Metric::OutputThroughput,
+        scale: 1.0,
+        interval: Interval::Completions(successful),
     },
     MeasureDef {
         name: "goodput",
         slug: "goodput-requests-per-second",
         unit: "req/s",
-        direction: Direction::Higher,
-        source: Source::Summary(|s| {
-            recorded(s)
-                .and_then(|o| o.goodput.as_ref())
-                .map(|g| per_completion(g.requests_per_s, g.good))
-        }),
+        metric: Metric::Goodput,
+        scale: 1.0,
+        interval: Interval::Completions(good),
     },
     MeasureDef {
         name: "energy per output token",
         slug: "energy-per-output-token-j",
         unit: "J",
-        direction: Direction::Lower,
-        source: Source::Summary(|s| {
-            let o = recorded(s)?;
-            let joules = o.energy.as_ref()?.per_output_token_j?;
-            Some(per_token(joules, o.requests.ok))
-        }),
+        metric: Metric::EnergyPerOutputToken,
+        scale: 1.0,
+        interval: Interval::PerToken(successful),
     },
     MeasureDef {
         name: "cost per million output tokens",
         slug: "cost-per-million-output-tokens-usd",
         unit: "$",
-        direction: Direction::Lower,
-        source: Source::Summary(|s| {
-            let o = recorded(s)?;
-            let dollars = o.cost.as_ref()?.per_million_output_tokens?;
-            Some(per_token(dollars, o.requests.ok))
-        }),
+        metric: Metric::CostPerMillionOutputTokens,
+        scale: 1.0,
+        interval: Interval::PerToken(successful),
     },
     MeasureDef {
         name: "cost per million goodput tokens",
         slug: "cost-per-million-goodput-tokens-usd",
         unit: "$",
-        direction: Direction::Lower,
-        source: Source::Summary(|s| {
-            let o = recorded(s)?;
-            let dollars = o.cost.as_ref()?.per_million_goodput_tokens?;
-            Some(per_token(dollars, o.goodput.as_ref()?.good))
-        }),
+        metric: Metric::CostPerMillionGoodputTokens,
+        scale: 1.0,
+        interval: Interval::PerToken(good),
     },
     MeasureDef {
         name: "capacity",
         slug: "capacity",
         unit: "load",
-        direction: Direction::Higher,
-        // The bracket is the interval: what held, and what failed.
-        source: Source::Summary(|s| {
-            let bracket = &s.capacity.as_ref()?.bracket;
-            let sustains = bracket.sustains?;
-            Some((
-                sustains,
-                Some((sustains, bracket.fails_at.unwrap_or(sustains))),
-            ))
-        }),
+        metric: Metric::Capacity,
+        scale: 1.0,
+        interval: Interval::Bracket,
     },
 ];
+
+fn successful(scope: &PhaseMetrics) -> Option<u64> {
+    Some(scope.requests.ok)
+}
+
+fn good(scope: &PhaseMetrics) -> Option<u64> {
+    scope.goodput.as_ref().map(|g| g.good)
+}
+
+impl MeasureDef {
+    /// The run's value and its interval, with the ends the sample cannot reach.
+    fn read(&self, summary: &Summary) -> OpenRead {
+        let scaled = |(value, bounds): (f64, Option<(f64, f64)>)| {
+            let bounds = bounds.map(|(low, high)| (low * self.scale, high * self.scale));
+            Some((value * self.scale, bounds, Open::Neither))
+        };
+        let value = |scope: &PhaseMetrics| scope.value(self.metric, None);
+        match self.interval {
+            Interval::Percentile(q) => percentile_with_bounds(recorded(summary)?, self.metric, q),
+            Interval::Share => {
+                let scope = recorded(summary)?;
+                let share = value(scope)?;
+                scaled((share, wilson(share, scope.requests.completed())))
+            }
+            Interval::Completions(count) => {
+                let scope = recorded(summary)?;
+                scaled(per_completion(value(scope)?, count(scope)?))
+            }
+            Interval::PerToken(count) => {
+                let scope = recorded(summary)?;
+                scaled(per_token(value(scope)?, count(scope)?))
+            }
+            Interval::Bracket => {
+                let bracket = &summary.capacity.as_ref()?.bracket;
+                let sustains = bracket.sustains?;
+                let fails_at = bracket.fails_at.unwrap_or(sustains);
+                scaled((sustains, Some((sustains, fails_at))))
+            }
+        }
+    }
+}
 
 /// All recorded phases together, for a plain run; none for sweeps and searches, whose steps
 /// each have their own load (a total over them mixes loads).
@@ -230,8 +242,9 @@ const fn percentile(name: &'static str, slug: &'static str, metric: Metric, q: f
         name,
         slug,
         unit: "ms",
-        direction: Direction::Lower,
-        source: Source::Percentile(metric, q),
+        metric,
+        scale: 1.0,
+        interval: Interval::Percentile(q),
     }
 }
 
@@ -310,15 +323,7 @@ pub fn all_measures(summary: &Summary) -> Vec<Measure> {
     MEASURES
         .iter()
         .filter_map(|def| {
-            let (value, bounds, open) = match def.source {
-                Source::Percentile(metric, q) => {
-                    percentile_with_bounds(recorded(summary)?, metric, q)?
-                }
-                Source::Summary(read) => {
-                    let (value, bounds) = read(summary)?;
-                    (value, bounds, Open::Neither)
-                }
-            };
+            let (value, bounds, open) = def.read(summary)?;
             value.is_finite().then(|| Measure {
                 name: def.name.to_string(),
                 slug: def.slug.to_string(),
@@ -326,7 +331,7 @@ pub fn all_measures(summary: &Summary) -> Vec<Measure> {
                 value,
                 bounds,
                 open,
-                direction: def.direction,
+                direction: def.metric.def().better,
             })
         })
         .collect()
@@ -365,7 +370,7 @@ pub fn bmf(summary: &Summary) -> String {
 
 /// github-action-benchmark's custom JSON: `[{name, unit, value, range?, extra}]`, the measures
 /// that are better `direction` (the action reads one direction per file).
-pub fn github_action_benchmark(summary: &Summary, direction: Direction) -> String {
+pub fn github_action_benchmark(summary: &Summary, direction: Better) -> String {
     let bench = benchmark(summary);
     let verdict = summary.verdict.headline(summary.verdicts.len());
     let entries: Vec<Value> = measures(summary)
