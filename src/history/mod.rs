@@ -382,7 +382,11 @@ fn set_apart(status: &str, interrupted: bool, warnings: &[WarningHead]) -> Optio
         .iter()
         .filter(|w| w.severity == "warning")
         .map(|w| w.code.as_str())
-        .filter(|code| crate::metrics::warnings::CLIENT_LIMITS.contains(code))
+        .filter(|code| {
+            crate::metrics::warnings::CLIENT_LIMITS
+                .iter()
+                .any(|limit| limit == code)
+        })
         .collect();
     (!limits.is_empty()).then(|| format!("its client limited it ({})", limits.join(", ")))
 }

@@ -378,8 +378,8 @@ pub fn attach(
     log: &crate::records::RunLog,
     telemetry: &Telemetry,
 ) {
-    use super::warnings::{Severity, Warning};
-    let note = |code: &'static str, message: String| Warning {
+    use super::warnings::{Code, Severity, Warning};
+    let note = |code: Code, message: String| Warning {
         severity: Severity::Note,
         code,
         message,
@@ -395,7 +395,7 @@ pub fn attach(
             .cloned()
             .unwrap_or_else(|| format!("{url} was not scraped"));
         aggregates.warnings.push(note(
-            "no-telemetry",
+            Code::NoTelemetry,
             format!(
                 "no server telemetry: {why} (set target {{ metrics \"URL\" }}, or metrics #false to not try)"
             ),
@@ -404,7 +404,7 @@ pub fn attach(
     }
     let Some(start_ns) = log.header.as_ref().and_then(|h| h.started_unix_ns) else {
         aggregates.warnings.push(note(
-            "no-telemetry",
+            Code::NoTelemetry,
             "server telemetry was kept, but the records do not say when the run started: it cannot be set against the phases".into(),
         ));
         return;
@@ -469,7 +469,7 @@ pub fn attach(
         })
         .collect();
     aggregates.warnings.push(note(
-        "telemetry",
+        Code::Telemetry,
         format!(
             "server telemetry: {} scrape(s) of {} metrics from {from}{}{}",
             view.samples,
@@ -490,7 +490,7 @@ pub fn attach(
     ));
     if !telemetry.problems.is_empty() {
         aggregates.warnings.push(note(
-            "telemetry-gaps",
+            Code::TelemetryGaps,
             format!(
                 "{} scrape(s) of the server's metrics failed; the first: {}",
                 telemetry.problems.len(),
@@ -507,7 +507,7 @@ pub fn attach(
 /// side, its scheduler, the network), and GPU memory near its total is one step from running
 /// out: each a note, per recorded phase, where a GPU exporter says so.
 fn gpu_notes(phases: &[super::PhaseMetrics]) -> Vec<super::warnings::Warning> {
-    use super::warnings::{Severity, Warning};
+    use super::warnings::{Code, Severity, Warning};
     let mut notes = Vec::new();
     for phase in phases.iter().filter(|p| p.recorded) {
         let Some(server) = &phase.server else {
@@ -518,7 +518,7 @@ fn gpu_notes(phases: &[super::PhaseMetrics]) -> Vec<super::warnings::Warning> {
             if busy < 0.5 {
                 notes.push(Warning {
                     severity: Severity::Note,
-                    code: "gpu-idle",
+                    code: Code::GpuIdle,
                     message: format!(
                         "phase {}: the server fell behind ({behind}) while its busiest GPU was busy {:.0}% of the time on average: what held it back is likely not the GPU (the engine's CPU side, its scheduler, the network)",
                         phase.name,
@@ -534,7 +534,7 @@ fn gpu_notes(phases: &[super::PhaseMetrics]) -> Vec<super::warnings::Warning> {
             if total > 0.0 && used / total >= 0.98 {
                 notes.push(Warning {
                     severity: Severity::Note,
-                    code: "gpu-memory",
+                    code: Code::GpuMemory,
                     message: format!(
                         "phase {}: GPU memory reached {:.1}% of its total ({:.1} of {:.1} GiB): one step from running out",
                         phase.name,
@@ -668,7 +668,7 @@ mod tests {
             ..crate::metrics::PhaseMetrics::default()
         };
         let codes = |phases: &[crate::metrics::PhaseMetrics]| -> Vec<&'static str> {
-            gpu_notes(phases).iter().map(|w| w.code).collect()
+            gpu_notes(phases).iter().map(|w| w.code.as_str()).collect()
         };
         assert_eq!(codes(&[phase(true, 0.3, 40000.0)]), vec!["gpu-idle"]);
         // A busy GPU behind a saturated server is the GPU's limit: nothing to say.

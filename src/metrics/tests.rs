@@ -315,7 +315,11 @@ fn a_saturated_machine_is_named_when_the_run_started_its_server_there() {
     let mut run = log(vec![ok(1, 1_000_000, &[(100_000, 1)], 120_000)]);
     run.phase_ends[1].client = Some(client(machine(9)));
     let codes = |run: &RunLog| -> Vec<&'static str> {
-        compute_plain(run).warnings.iter().map(|w| w.code).collect()
+        compute_plain(run)
+            .warnings
+            .iter()
+            .map(|w| w.code.as_str())
+            .collect()
     };
     // Another process's load is not the run's to judge: only a server the run started.
     assert!(!codes(&run).contains(&"machine-cpu"));
@@ -394,7 +398,11 @@ fn finish_stop_under_exact_lengths_warns_and_overhead_is_a_note() {
     a.output_tokens_planned = 16;
     a.prompt_tokens = Some(125);
     let agg = compute_plain(&log(vec![a]));
-    let codes: Vec<_> = agg.warnings.iter().map(|w| (w.code, w.severity)).collect();
+    let codes: Vec<_> = agg
+        .warnings
+        .iter()
+        .map(|w| (w.code.as_str(), w.severity))
+        .collect();
     assert!(codes.contains(&("finish-stop", Severity::Warning)));
     assert!(codes.contains(&("output-tokens", Severity::Warning)));
     assert!(codes.contains(&("prompt-overhead", Severity::Note)));

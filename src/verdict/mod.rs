@@ -275,7 +275,7 @@ fn few_samples_in_steps(objectives: &[Assertion], steps: &[StepResult]) -> Vec<W
                 .count();
             (short > 0).then(|| Warning {
                 severity: Severity::Note,
-                code: "few-samples",
+                code: crate::metrics::warnings::Code::FewSamples,
                 message: format!(
                     "`{}`: in {short} of {} steps and probes its p{p} rests on fewer than {needed} values, \
                      so it is their largest: longer windows make it mean what it says",

@@ -321,7 +321,7 @@ impl RunVerdict {
                                 .warnings
                                 .iter()
                                 .filter(|w| w.severity == Severity::Warning)
-                                .map(|w| w.code)
+                                .map(|w| w.code.as_str())
                                 .collect();
                             format!(
                                 "the run is not trustworthy and --fail-on-warning is set ({})",
