@@ -201,3 +201,29 @@ pub fn assess(log: &RunLog, aggregates: &Aggregates) -> Vec<Warning> {
     transport::transport(&run, &mut out);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// A message's line that ends without `\` keeps the next line's indentation inside the
+    /// words (two messages said "1 MiB of text                  (the first MiB…"): no string
+    /// of a family's file may hold a run of spaces.
+    #[test]
+    fn no_message_carries_a_run_of_spaces() {
+        let families = [
+            ("context.rs", include_str!("context.rs")),
+            ("sending.rs", include_str!("sending.rs")),
+            ("client.rs", include_str!("client.rs")),
+            ("outcomes.rs", include_str!("outcomes.rs")),
+            ("tokens.rs", include_str!("tokens.rs")),
+            ("transport.rs", include_str!("transport.rs")),
+        ];
+        for (file, text) in families {
+            for (n, line) in text.lines().enumerate() {
+                let words = line.trim_start();
+                if words.starts_with('"') {
+                    assert!(!words.contains("   "), "{file}:{}: {words}", n + 1);
+                }
+            }
+        }
+    }
+}

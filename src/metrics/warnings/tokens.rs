@@ -88,7 +88,9 @@ pub(super) fn tokens(run: &Run, out: &mut Vec<Warning>) {
         out.push(warning(
             Code::EstimatedTokens,
             format!(
-                "{} request(s) had their output tokens estimated, not counted: answers over 1 MiB of text                  (the first MiB counted, the rest in proportion), or records written after a second Ctrl-C;                  their token figures are approximate",
+                "{} request(s) had their output tokens estimated, not counted: answers over 1 MiB of text \
+                 (the first MiB counted, the rest in proportion), or records written after a second \
+                 Ctrl-C; their token figures are approximate",
                 overall.tokens.counted_estimated
             ),
         ));
@@ -97,7 +99,9 @@ pub(super) fn tokens(run: &Run, out: &mut Vec<Warning>) {
         out.push(warning(
             Code::RecorderBacklog,
             format!(
-                "the recorder fell behind: {} request(s) waited for room in its queue (at most {} MiB of                  answers) before their records could be handed over, {:.0} ms at most and {:.1} s in all;                  the load was held back meanwhile (the client was a bottleneck)",
+                "the recorder fell behind: {} request(s) waited for room in its queue (at most {} MiB of \
+                 answers) before their records could be handed over, {:.0} ms at most and {:.1} s in \
+                 all; the load was held back meanwhile (the client was a bottleneck)",
                 backlog.requests,
                 backlog.queue_mib,
                 backlog.longest_ms,
