@@ -15,12 +15,14 @@
 //! `: ping` comment line, content chunks of `tokens-per-chunk` tokens, a finish chunk, a usage
 //! chunk with empty `choices` when `include_usage` is asked, and `data: [DONE]`.
 
+mod answer;
 pub(crate) mod engine;
 mod gpus;
 mod limits;
 mod metrics;
 mod server;
 mod stream;
+mod streaming;
 mod wire;
 pub mod writes;
 
