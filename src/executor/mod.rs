@@ -108,7 +108,7 @@ pub async fn run(schedule: Arc<Schedule>, config: RunConfig) -> Result<()> {
 /// highest included).
 pub async fn run_from(
     schedule: Arc<Schedule>,
-    mut source: Box<dyn PhaseSource>,
+    source: Box<dyn PhaseSource>,
     config: RunConfig,
 ) -> Result<()> {
     let pool = pool_size(&schedule, config.template.timeout);
@@ -123,38 +123,7 @@ pub async fn run_from(
         &config.tls_roots,
     )
     .map_err(Error::run)?;
-    // The target answers and serves the plan's model(s), before anything is recorded: a wrong
-    // URL, key or model ends the run in seconds. It rides on the connection warm-up (a plan
-    // measuring cold connections opens none before its clock).
-    let mut refused: Option<String> = None;
-    // What the checks learned that the reports must say too (a model served but not listed).
-    let mut preflight_notes: Vec<String> = Vec::new();
-    let mut served_models = Vec::new();
-    if config.warm_connections {
-        let mut checked: Vec<(String, String)> = Vec::new();
-        for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
-            // One check per server and model: phases that speak another API to the same
-            // server share it (a second GET on a pooled connection llama.cpp closed would fail).
-            let key = (
-                template.models_url().to_string(),
-                template.options.model.clone(),
-            );
-            if checked.contains(&key) || refused.is_some() {
-                continue;
-            }
-            match connections::preflight(&transport, template).await {
-                Ok(checked) => {
-                    if let Some(note) = checked.note {
-                        config.observer.on_event(Event::Note(&note));
-                        preflight_notes.push(note);
-                    }
-                    served_models.extend(checked.served);
-                }
-                Err(why) => refused = Some(format!("{why}; nothing was sent")),
-            }
-            checked.push(key);
-        }
-    }
+    let checked = check_target(&config, &transport).await;
     let recorder = Recorder::start(
         &config.records_path,
         config.tokenizer.clone(),
@@ -168,20 +137,128 @@ pub async fn run_from(
         .map_err(|e| Error::run(format!("cannot start the pacing timer: {e}")))?;
     let mut header = config.header.clone();
     if let Some(start_at) = config.start_at {
-        // Everything is ready: the schedule's clock starts at the agreed instant.
-        let mut sending = stop.sending();
-        tokio::select! {
-            _ = wait_for_wall_clock(start_at) => {}
-            _ = stopped(&mut sending) => {}
-        }
-        if let Some(shard) = header.shard.as_mut() {
-            let late = std::time::SystemTime::now()
-                .duration_since(start_at)
-                .unwrap_or_default();
-            shard.start_late_ms = Some(late.as_secs_f64() * 1000.0);
-        }
+        start_together(start_at, &stop, &mut header).await;
     }
-    let media_host = match &config.image_urls {
+    let media_host = serve_images(&config)?;
+    let context = start_context(
+        &config, schedule, transport, connects, &recorder, timer, media_host,
+    );
+    header.target_notes = checked.notes;
+    header.served_models = checked.served;
+    header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
+    header.started_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_nanos() as u64);
+    context.observer.on_event(Event::RunStarted(&header));
+    context.observer.on_event(Event::Counters(&context.live));
+    context.log(LogLine::Run(RunLine::current(header)));
+    if let Some(why) = checked.refused {
+        // Nothing was sent: the run ends here, its records saying why (a report is written
+        // from them, NOT CARRIED OUT, as for any run).
+        let end = RunEnd {
+            at_us: context.micros(Instant::now()),
+            interrupted: false,
+            aborted: None,
+            client_peak_rss_bytes: resources::peak_rss_bytes(),
+            recorder_backlog: None,
+            refused: Some(why),
+        };
+        context.observer.on_event(Event::RunEnded(&end));
+        context.log(LogLine::RunEnd(end));
+        drop(context);
+        return recorder.finish();
+    }
+    let sending = stop.sending();
+    let exhausted = send_groups(&context, source, &sending).await?;
+    let cut_short = drain(&context, &stop, sending.clone(), config.grace).await;
+    let aborted = stop.abort_reason();
+    let refused = stop.refused_reason();
+    let end = RunEnd {
+        at_us: context.micros(Instant::now()),
+        // A stop that came once every phase was sent, and whose grace let every answer finish,
+        // interrupted nothing (a CI job's timeout while the last answers came in).
+        interrupted: *sending.borrow()
+            && (!exhausted || cut_short)
+            && aborted.is_none()
+            && refused.is_none(),
+        aborted,
+        client_peak_rss_bytes: resources::peak_rss_bytes(),
+        recorder_backlog: context.record_room.backlog(),
+        refused,
+    };
+    context.observer.on_event(Event::RunEnded(&end));
+    context.log(LogLine::RunEnd(end));
+    drop(context);
+    // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
+    recorder.finish()
+}
+
+/// What the checks of the target before anything is recorded found.
+#[derive(Default)]
+struct TargetChecked {
+    /// Why the run is refused (a wrong URL, key or model), if it is.
+    refused: Option<String>,
+    /// What the reports must say too (a model served but not listed).
+    notes: Vec<String>,
+    /// The models the target serves.
+    served: Vec<crate::records::ServedModel>,
+}
+
+/// The target answers and serves the plan's model(s), before anything is recorded: a wrong
+/// URL, key or model ends the run in seconds. It rides on the connection warm-up (a plan
+/// measuring cold connections opens none before its clock).
+async fn check_target(config: &RunConfig, transport: &transport::Transport) -> TargetChecked {
+    let mut found = TargetChecked::default();
+    if !config.warm_connections {
+        return found;
+    }
+    let mut checked: Vec<(String, String)> = Vec::new();
+    for template in std::iter::once(&config.template).chain(config.phase_templates.values()) {
+        // One check per server and model: phases that speak another API to the same
+        // server share it (a second GET on a pooled connection llama.cpp closed would fail).
+        let key = (
+            template.models_url().to_string(),
+            template.options.model.clone(),
+        );
+        if checked.contains(&key) || found.refused.is_some() {
+            continue;
+        }
+        match connections::preflight(transport, template).await {
+            Ok(checked) => {
+                if let Some(note) = checked.note {
+                    config.observer.on_event(Event::Note(&note));
+                    found.notes.push(note);
+                }
+                found.served.extend(checked.served);
+            }
+            Err(why) => found.refused = Some(format!("{why}; nothing was sent")),
+        }
+        checked.push(key);
+    }
+    found
+}
+
+/// Everything is ready: the schedule's clock starts at the agreed instant (or at a stop), and
+/// a shard's header says how late it started.
+async fn start_together(start_at: std::time::SystemTime, stop: &Stop, header: &mut RunHeader) {
+    let mut sending = stop.sending();
+    tokio::select! {
+        _ = wait_for_wall_clock(start_at) => {}
+        _ = stopped(&mut sending) => {}
+    }
+    if let Some(shard) = header.shard.as_mut() {
+        let late = std::time::SystemTime::now()
+            .duration_since(start_at)
+            .unwrap_or_default();
+        shard.start_late_ms = Some(late.as_secs_f64() * 1000.0);
+    }
+}
+
+/// The images' host when they go out as URLs (`image-urls`), serving the dataset's image
+/// files from the start.
+fn serve_images(config: &RunConfig) -> Result<Option<media_host::MediaHost>> {
+    Ok(match &config.image_urls {
         Some((urls, files)) => {
             let files = files
                 .iter()
@@ -215,9 +292,22 @@ pub async fn run_from(
             Some(host)
         }
         None => None,
-    };
+    })
+}
+
+/// What every phase shares, from the run's start on.
+fn start_context(
+    config: &RunConfig,
+    schedule: Arc<Schedule>,
+    transport: transport::Transport,
+    connects: Arc<transport::ConnectLog>,
+    recorder: &Recorder,
+    timer: PreciseTimer,
+    media_host: Option<media_host::MediaHost>,
+) -> Arc<Context> {
+    let stop = &config.stop;
     let run_start = Instant::now();
-    let context = Arc::new(Context {
+    Arc::new(Context {
         media_host,
         transport: Arc::new(transport),
         template: config.template.clone(),
@@ -225,7 +315,7 @@ pub async fn run_from(
         connects,
         warm_connections: config.warm_connections,
         prompts: config.prompts.clone(),
-        schedule: schedule.clone(),
+        schedule,
         run_start,
         records: recorder.sender(),
         record_room: Arc::new(recorder::QueueRoom::default()),
@@ -241,35 +331,16 @@ pub async fn run_from(
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
         pacer: config.template.limits.and_then(pacer::Pacer::new),
-    });
-    header.target_notes = preflight_notes;
-    header.served_models = served_models;
-    header.clock_origin_ns = crate::clock::monotonic_ns(context.run_start.into_std());
-    header.started_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_nanos() as u64);
-    context.observer.on_event(Event::RunStarted(&header));
-    context.observer.on_event(Event::Counters(&context.live));
-    context.log(LogLine::Run(RunLine::current(header)));
-    if let Some(why) = refused {
-        // Nothing was sent: the run ends here, its records saying why (a report is written
-        // from them, NOT CARRIED OUT, as for any run).
-        let end = RunEnd {
-            at_us: context.micros(Instant::now()),
-            interrupted: false,
-            aborted: None,
-            client_peak_rss_bytes: resources::peak_rss_bytes(),
-            recorder_backlog: None,
-            refused: Some(why),
-        };
-        context.observer.on_event(Event::RunEnded(&end));
-        context.log(LogLine::RunEnd(end));
-        drop(context);
-        return recorder.finish();
-    }
+    })
+}
 
-    let sending = stop.sending();
+/// Sends the groups the source gives until it has none or sending stops; whether it ran out
+/// (every phase was sent).
+async fn send_groups(
+    context: &Arc<Context>,
+    mut source: Box<dyn PhaseSource>,
+    sending: &tokio::sync::watch::Receiver<bool>,
+) -> Result<bool> {
     let mut between = Between {
         context: context.clone(),
     };
@@ -302,23 +373,31 @@ pub async fn run_from(
         if *sending.borrow() {
             break;
         }
-        last_group_ran = phase::run_group(&context, group, sending.clone()).await;
+        last_group_ran = phase::run_group(context, group, sending.clone()).await;
         // Every record of the group is written and observed before the source is asked again.
         let (reply, written) = tokio::sync::oneshot::channel();
         let _ = context.records.send(Message::Barrier(reply));
         let _ = written.await;
     }
     drop(between);
+    Ok(exhausted)
+}
 
-    // Let in-flight requests finish; after an early stop, only for the grace period.
-    let mut stop_wait = sending.clone();
+/// Lets in-flight requests finish; after an early stop, only for the grace period (or until
+/// an abort), then cancels the rest. Whether any answer was cut short.
+async fn drain(
+    context: &Context,
+    stop: &Stop,
+    mut stop_wait: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) -> bool {
     let mut cut_short = false;
     tokio::select! {
         _ = context.in_flight.wait_empty() => {}
         _ = stopped(&mut stop_wait) => {
             tokio::select! {
                 _ = context.in_flight.wait_empty() => {}
-                _ = tokio::time::sleep(config.grace) => {}
+                _ = tokio::time::sleep(grace) => {}
                 _ = async { let mut a = context.abort.clone(); stopped(&mut a).await } => {}
             }
             cut_short = !context.in_flight.is_empty();
@@ -326,26 +405,7 @@ pub async fn run_from(
             context.in_flight.wait_empty().await;
         }
     }
-    let aborted = stop.abort_reason();
-    let refused = stop.refused_reason();
-    let end = RunEnd {
-        at_us: context.micros(Instant::now()),
-        // A stop that came once every phase was sent, and whose grace let every answer finish,
-        // interrupted nothing (a CI job's timeout while the last answers came in).
-        interrupted: *sending.borrow()
-            && (!exhausted || cut_short)
-            && aborted.is_none()
-            && refused.is_none(),
-        aborted,
-        client_peak_rss_bytes: resources::peak_rss_bytes(),
-        recorder_backlog: context.record_room.backlog(),
-        refused,
-    };
-    context.observer.on_event(Event::RunEnded(&end));
-    context.log(LogLine::RunEnd(end));
-    drop(context);
-    // The report is built from the file, exactly as `llmload report DIR` rebuilds it.
-    recorder.finish()
+    cut_short
 }
 
 /// Returns at the wall-clock instant `at` (at once when it has passed): asleep until the last
