@@ -219,6 +219,8 @@ fn blocks_for(tokens: u64, block_size: u32) -> u64 {
     tokens.div_ceil(block_size as u64)
 }
 
+/// The engine's loop: take what was submitted, drop what its client left, run one step
+/// (decodes, prefill chunks, admissions), sleep its modelled time, release its tokens.
 async fn run(
     settings: EngineSettings,
     mut inbox: mpsc::UnboundedReceiver<Submission>,
@@ -227,51 +229,125 @@ async fn run(
     waiting_count: Arc<AtomicUsize>,
     resets: Arc<std::sync::atomic::AtomicU64>,
 ) {
-    let mut resets_seen = 0u64;
-    let total_blocks = (settings.kv_cache_tokens / settings.block_size as u64).max(1);
-    let mut free_blocks = total_blocks;
-    let mut waiting: VecDeque<Sequence> = VecDeque::new();
-    let mut running: Vec<Sequence> = Vec::new();
-    let mut admissions = 0u64;
-    let mut prefix_cache = settings.prefix_cache.then(|| PrefixCache {
-        capacity: total_blocks as usize,
-        last_used: HashMap::new(),
-        clock: 0,
-    });
-    let new_sequence = |s: Submission| Sequence {
-        prompt: s.prompt,
-        prefix_blocks: s.blocks,
-        cached: s.cached,
-        max_tokens: s.max_tokens,
-        generated: 0,
-        computed: 0,
-        prefill_remaining: s.prompt.max(1),
-        blocks: 0,
-        admitted_order: 0,
-        arrived: s.arrived,
-        first_admitted: None,
-        last_token: None,
-        events: s.events,
-    };
+    let mut engine = Scheduler::new(settings, metrics, waiting_count, resets);
     loop {
-        if running.is_empty() && waiting.is_empty() {
+        if engine.running.is_empty() && engine.waiting.is_empty() {
             match inbox.recv().await {
-                Some(submission) => waiting.push_back(new_sequence(submission)),
+                Some(submission) => engine.waiting.push_back(Sequence::from(submission)),
                 None => return,
             }
         }
         while let Ok(submission) = inbox.try_recv() {
-            waiting.push_back(new_sequence(submission));
+            engine.waiting.push_back(Sequence::from(submission));
         }
-        // Streams whose client went away free their slot and blocks.
-        running.retain(|seq| {
+        engine.drop_gone();
+        let step_start = Instant::now();
+        let mut step = Step {
+            budget: engine.settings.max_batched_tokens as u64,
+            prefill_tokens: 0,
+            decodes: 0,
+            preemptions: 0,
+            // Which running sequences sample a token at the end of this step.
+            sampled: vec![false; engine.running.len()],
+        };
+        engine.decode(&mut step);
+        engine.continue_prefills(&mut step);
+        engine.admit(&mut step, step_start);
+        let duration = engine.duration(&step);
+        engine.say_step(step.preemptions);
+        timer.sleep_until(step_start + duration).await;
+        engine.release(&step);
+        engine.say_step(0);
+    }
+}
+
+impl From<Submission> for Sequence {
+    fn from(s: Submission) -> Sequence {
+        Sequence {
+            prompt: s.prompt,
+            prefix_blocks: s.blocks,
+            cached: s.cached,
+            max_tokens: s.max_tokens,
+            generated: 0,
+            computed: 0,
+            prefill_remaining: s.prompt.max(1),
+            blocks: 0,
+            admitted_order: 0,
+            arrived: s.arrived,
+            first_admitted: None,
+            last_token: None,
+            events: s.events,
+        }
+    }
+}
+
+/// What one engine step does: its token budget left, what it computes, and which running
+/// sequences sample a token at its end.
+struct Step {
+    budget: u64,
+    prefill_tokens: u64,
+    decodes: u64,
+    preemptions: u64,
+    sampled: Vec<bool>,
+}
+
+/// The engine's state between steps: its sequences, its KV blocks, its prefix cache.
+struct Scheduler {
+    settings: EngineSettings,
+    metrics: Arc<SimMetrics>,
+    /// Requests not yet admitted once (shared with `Engine::submit`'s queue check).
+    waiting_count: Arc<AtomicUsize>,
+    /// Prefix-cache resets asked, and how many this loop has done.
+    resets: Arc<std::sync::atomic::AtomicU64>,
+    resets_seen: u64,
+    total_blocks: u64,
+    free_blocks: u64,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    admissions: u64,
+    prefix_cache: Option<PrefixCache>,
+}
+
+impl Scheduler {
+    fn new(
+        settings: EngineSettings,
+        metrics: Arc<SimMetrics>,
+        waiting_count: Arc<AtomicUsize>,
+        resets: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Scheduler {
+        let total_blocks = (settings.kv_cache_tokens / settings.block_size as u64).max(1);
+        let prefix_cache = settings.prefix_cache.then(|| PrefixCache {
+            capacity: total_blocks as usize,
+            last_used: HashMap::new(),
+            clock: 0,
+        });
+        Scheduler {
+            settings,
+            metrics,
+            waiting_count,
+            resets,
+            resets_seen: 0,
+            total_blocks,
+            free_blocks: total_blocks,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            admissions: 0,
+            prefix_cache,
+        }
+    }
+
+    /// Streams whose client went away free their slot and blocks.
+    fn drop_gone(&mut self) {
+        let free_blocks = &mut self.free_blocks;
+        self.running.retain(|seq| {
             let gone = seq.events.is_closed();
             if gone {
-                free_blocks += seq.blocks;
+                *free_blocks += seq.blocks;
             }
             !gone
         });
-        waiting.retain(|seq| {
+        let waiting_count = &self.waiting_count;
+        self.waiting.retain(|seq| {
             let gone = seq.events.is_closed();
             // A request that leaves before its first admission no longer counts as waiting.
             if gone && seq.first_admitted.is_none() {
@@ -279,37 +355,33 @@ async fn run(
             }
             !gone
         });
+    }
 
-        let step_start = Instant::now();
-        let mut budget = settings.max_batched_tokens as u64;
-        let mut prefill_tokens = 0u64;
-        let mut decodes = 0u64;
-        let mut preemptions = 0u64;
-        // Which running sequences sample a token at the end of this step.
-        let mut sampled: Vec<bool> = vec![false; running.len()];
-
-        // Decodes first: each needs one token of budget and room for one more KV entry.
+    /// Decodes first: each needs one token of budget and room for one more KV entry, for
+    /// which the most recently admitted sequences are preempted.
+    fn decode(&mut self, step: &mut Step) {
+        let running = &mut self.running;
         let mut index = 0;
         while index < running.len() {
             if running[index].prefill_remaining > 0 {
                 index += 1;
                 continue;
             }
-            let needed = blocks_for(running[index].computed as u64 + 1, settings.block_size);
+            let needed = blocks_for(running[index].computed as u64 + 1, self.settings.block_size);
             let mut preempted_self = false;
-            while running[index].blocks < needed && free_blocks == 0 {
+            while running[index].blocks < needed && self.free_blocks == 0 {
                 // Preempt the most recently admitted sequence (possibly this one).
                 let victim = (0..running.len())
                     .max_by_key(|&i| running[i].admitted_order)
                     .unwrap_or(index);
                 let mut seq = running.remove(victim);
-                sampled.remove(victim);
-                free_blocks += seq.blocks;
+                step.sampled.remove(victim);
+                self.free_blocks += seq.blocks;
                 seq.blocks = 0;
                 seq.computed = 0;
                 seq.prefill_remaining = seq.prompt + seq.generated;
-                waiting.push_front(seq);
-                preemptions += 1;
+                self.waiting.push_front(seq);
+                step.preemptions += 1;
                 if victim == index {
                     preempted_self = true;
                     break;
@@ -323,99 +395,129 @@ async fn run(
             }
             let seq = &mut running[index];
             if seq.blocks < needed {
-                free_blocks -= 1;
+                self.free_blocks -= 1;
                 seq.blocks += 1;
             }
             seq.computed += 1;
-            budget = budget.saturating_sub(1);
-            decodes += 1;
-            sampled[index] = true;
+            step.budget = step.budget.saturating_sub(1);
+            step.decodes += 1;
+            step.sampled[index] = true;
             index += 1;
         }
-        // Ongoing prefills get chunks of what is left.
-        for (i, seq) in running.iter_mut().enumerate() {
-            if seq.prefill_remaining == 0 || budget == 0 {
+    }
+
+    /// Ongoing prefills get chunks of what is left.
+    fn continue_prefills(&mut self, step: &mut Step) {
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if seq.prefill_remaining == 0 || step.budget == 0 {
                 continue;
             }
-            let chunk = (seq.prefill_remaining as u64).min(budget) as u32;
+            let chunk = (seq.prefill_remaining as u64).min(step.budget) as u32;
             seq.prefill_remaining -= chunk;
             seq.computed += chunk;
-            budget -= chunk as u64;
-            prefill_tokens += chunk as u64;
+            step.budget -= chunk as u64;
+            step.prefill_tokens += chunk as u64;
             if seq.prefill_remaining == 0 {
-                sampled[i] = true;
+                step.sampled[i] = true;
             }
         }
-        // Admit waiting requests, first come first served, while there is a slot and KV room.
-        while running.len() < settings.max_seqs as usize {
-            let Some(front) = waiting.front() else { break };
-            let needed = blocks_for((front.prompt + front.generated) as u64, settings.block_size);
-            if needed > free_blocks {
-                break;
-            }
-            let Some(mut seq) = waiting.pop_front() else {
+    }
+
+    /// Admits waiting requests, first come first served, while there is a slot and KV room;
+    /// each starts its prefill in this step.
+    fn admit(&mut self, step: &mut Step, step_start: Instant) {
+        while self.running.len() < self.settings.max_seqs as usize {
+            let Some(front) = self.waiting.front() else {
                 break;
             };
-            free_blocks -= needed;
-            seq.blocks = needed;
-            admissions += 1;
-            seq.admitted_order = admissions;
-            if seq.first_admitted.is_none() {
-                seq.first_admitted = Some(step_start);
-                if let Some(cache) = prefix_cache.as_mut() {
-                    let asked = resets.load(std::sync::atomic::Ordering::SeqCst);
-                    if asked != resets_seen {
-                        resets_seen = asked;
-                        cache.last_used.clear();
-                    }
-                    let hits = cache.lookup_and_keep(&seq.prefix_blocks) as u64;
-                    // The last prompt token is always computed: its logits give the first token.
-                    let cached = (hits * settings.block_size as u64)
-                        .min(seq.prompt.saturating_sub(1) as u64)
-                        as u32;
-                    seq.prefill_remaining -= cached.min(seq.prefill_remaining.saturating_sub(1));
-                    seq.computed += cached;
-                    seq.cached.store(cached, Ordering::Relaxed);
-                    metrics.on_prefix_lookup(seq.prompt, cached);
-                }
-                waiting_count.fetch_sub(1, Ordering::SeqCst);
-                metrics.on_admitted(
-                    step_start.saturating_duration_since(seq.arrived),
-                    seq.prompt,
-                );
+            let needed = blocks_for(
+                (front.prompt + front.generated) as u64,
+                self.settings.block_size,
+            );
+            if needed > self.free_blocks {
+                break;
             }
-            let chunk = (seq.prefill_remaining as u64).min(budget) as u32;
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
+            self.free_blocks -= needed;
+            seq.blocks = needed;
+            self.admissions += 1;
+            seq.admitted_order = self.admissions;
+            if seq.first_admitted.is_none() {
+                self.first_admission(&mut seq, step_start);
+            }
+            let chunk = (seq.prefill_remaining as u64).min(step.budget) as u32;
             seq.prefill_remaining -= chunk;
             seq.computed += chunk;
-            budget -= chunk as u64;
-            prefill_tokens += chunk as u64;
-            sampled.push(seq.prefill_remaining == 0);
-            running.push(seq);
+            step.budget -= chunk as u64;
+            step.prefill_tokens += chunk as u64;
+            step.sampled.push(seq.prefill_remaining == 0);
+            self.running.push(seq);
         }
-        let context: u64 = running.iter().map(|s| s.computed as u64).sum();
-        let step = settings.step_base
-            + settings.prefill_per_token * prefill_tokens as u32
-            + settings.decode_per_seq * decodes as u32
+    }
+
+    /// A request admitted for the first time: what its prefix finds in the cache (after a
+    /// reset asked meanwhile), and its time in the queue.
+    fn first_admission(&mut self, seq: &mut Sequence, step_start: Instant) {
+        seq.first_admitted = Some(step_start);
+        if let Some(cache) = self.prefix_cache.as_mut() {
+            let asked = self.resets.load(std::sync::atomic::Ordering::SeqCst);
+            if asked != self.resets_seen {
+                self.resets_seen = asked;
+                cache.last_used.clear();
+            }
+            let hits = cache.lookup_and_keep(&seq.prefix_blocks) as u64;
+            // The last prompt token is always computed: its logits give the first token.
+            let cached = (hits * self.settings.block_size as u64)
+                .min(seq.prompt.saturating_sub(1) as u64) as u32;
+            seq.prefill_remaining -= cached.min(seq.prefill_remaining.saturating_sub(1));
+            seq.computed += cached;
+            seq.cached.store(cached, Ordering::Relaxed);
+            self.metrics.on_prefix_lookup(seq.prompt, cached);
+        }
+        self.waiting_count.fetch_sub(1, Ordering::SeqCst);
+        self.metrics.on_admitted(
+            step_start.saturating_duration_since(seq.arrived),
+            seq.prompt,
+        );
+    }
+
+    /// The step's modelled time: a base, its prefill tokens, its decodes, and attention over
+    /// every running sequence's context.
+    fn duration(&self, step: &Step) -> Duration {
+        let settings = &self.settings;
+        let context: u64 = self.running.iter().map(|s| s.computed as u64).sum();
+        settings.step_base
+            + settings.prefill_per_token * step.prefill_tokens as u32
+            + settings.decode_per_seq * step.decodes as u32
             + Duration::from_nanos(
                 (settings.attention_per_token.as_nanos() as u64).saturating_mul(context),
-            );
-        metrics.on_step(
-            running.len(),
-            waiting.len(),
-            (total_blocks - free_blocks) as f64 / total_blocks as f64,
+            )
+    }
+
+    /// The engine's gauges now (and the step's preemptions).
+    fn say_step(&self, preemptions: u64) {
+        self.metrics.on_step(
+            self.running.len(),
+            self.waiting.len(),
+            (self.total_blocks - self.free_blocks) as f64 / self.total_blocks as f64,
             preemptions,
         );
-        timer.sleep_until(step_start + step).await;
+    }
 
-        // The step is over: release its tokens, and say what the GPUs did for them.
+    /// The step is over: its tokens released, what the GPUs did for them said, and the
+    /// sequences that reached their length finished.
+    fn release(&mut self, step: &Step) {
+        let metrics = &self.metrics;
         metrics.on_gpu_work(
-            prefill_tokens,
-            sampled.iter().filter(|s| **s).count() as u64,
+            step.prefill_tokens,
+            step.sampled.iter().filter(|s| **s).count() as u64,
         );
         let now = Instant::now();
         let mut finished = Vec::new();
-        for (i, seq) in running.iter_mut().enumerate() {
-            if !sampled[i] {
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if !step.sampled[i] {
                 continue;
             }
             seq.generated += 1;
@@ -430,17 +532,11 @@ async fn run(
             }
         }
         for i in finished.into_iter().rev() {
-            let seq = running.remove(i);
-            free_blocks += seq.blocks;
+            let seq = self.running.remove(i);
+            self.free_blocks += seq.blocks;
             metrics.on_finished(now.saturating_duration_since(seq.arrived));
             let _ = seq.events.send(EngineEvent::Finished);
         }
-        metrics.on_step(
-            running.len(),
-            waiting.len(),
-            (total_blocks - free_blocks) as f64 / total_blocks as f64,
-            0,
-        );
     }
 }
 
