@@ -91,56 +91,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     if dirs.is_empty() {
         return Err(Error::usage("llmload merge needs the shards' directories"));
     }
-    // First pass: each shard's log without its requests, which are only counted. The requests
-    // are read again, streamed, when the merged file is written: memory does not grow with them.
-    let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
-    let mut files: Vec<(PathBuf, u64)> = Vec::new();
-    let mut compressed = false;
-    for dir in dirs {
-        if same_dir(dir, out) {
-            return Err(Error::usage(format!(
-                "--out {} is one of the shards: merge into a directory of its own",
-                out.display()
-            )));
-        }
-        let records = records::find(dir)?;
-        compressed |= records::Compression::of(&records) == records::Compression::Zstd;
-        let mut log = RunLog::default();
-        let mut requests = 0u64;
-        records::read_lines(&records, |line| match line {
-            LogLine::Request(_) => requests += 1,
-            other => log.push(other),
-        })?;
-        RunLog::check_header(&log, &records)?;
-        shards.push((dir.clone(), log));
-        files.push((records, requests));
-    }
+    let (shards, files, compressed) = read_shards(dirs, out)?;
     let headers = check_shards(&shards)?;
     let origin = headers
         .iter()
         .map(|(_, h)| h.started_unix_ns.unwrap_or(0))
         .min()
         .unwrap_or(0);
-    let mut merged_header = headers[0].1.clone();
-    merged_header.shard = None;
-    merged_header.started_unix_ns = Some(origin);
-    merged_header.clock_origin_ns = None;
-    merged_header.request_id_prefix = None;
-    let earliest = headers
-        .iter()
-        .min_by_key(|(_, h)| h.started_unix_ns)
-        .map(|(_, h)| h.started_at.clone())
-        .unwrap_or_default();
-    merged_header.started_at = earliest;
-    let mut hosts: Vec<String> = headers.iter().map(|(_, h)| h.client_host.clone()).collect();
-    hosts.dedup();
-    merged_header.client_host = hosts.join(", ");
-    // One machine's description only when every shard ran on the like of it.
-    let machines: Vec<_> = headers.iter().map(|(_, h)| &h.client_machine).collect();
-    if machines.windows(2).any(|pair| pair[0] != pair[1]) {
-        merged_header.client_machine = None;
-    }
-
+    let mut merged_header = merged_header(&headers, origin);
     let mut phases: BTreeMap<usize, PhaseStart> = BTreeMap::new();
     let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
     let mut lanes = Vec::new();
@@ -164,69 +122,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
             interrupted: log.interrupted(),
         });
         for start in &log.phases {
-            let at_us = start.at_us + offset_us;
-            phases
-                .entry(start.index)
-                .and_modify(|merged| {
-                    merged.at_us = merged.at_us.min(at_us);
-                    merged.planned_requests = merged
-                        .planned_requests
-                        .zip(start.planned_requests)
-                        .map(|(a, b)| a + b);
-                    merged.planned_rate = merged
-                        .planned_rate
-                        .zip(start.planned_rate)
-                        .map(|(a, b)| a + b);
-                })
-                .or_insert_with(|| PhaseStart {
-                    at_us,
-                    ..start.clone()
-                });
+            merge_phase_start(&mut phases, start, offset_us);
         }
         for end in &log.phase_ends {
             let at_us = end.at_us + offset_us;
             ends.entry(end.index)
-                .and_modify(|merged| {
-                    merged.at_us = merged.at_us.max(at_us);
-                    merged.sent += end.sent;
-                    merged.client = combine(merged.client, end.client);
-                    if merged.ended_early.is_none() {
-                        merged.ended_early.clone_from(&end.ended_early);
-                    }
-                    // Every shard opened its own: counts add up, the slowest is the slowest.
-                    merged.connections = match (merged.connections, end.connections) {
-                        (Some(a), Some(b)) => Some(crate::records::Connections {
-                            warmed: a.warmed + b.warmed,
-                            opened: a.opened + b.opened,
-                            failed: a.failed + b.failed,
-                            stray: a.stray + b.stray,
-                            connect_ms_p50: a.connect_ms_p50.or(b.connect_ms_p50),
-                            connect_ms_max: match (a.connect_ms_max, b.connect_ms_max) {
-                                (Some(x), Some(y)) => Some(x.max(y)),
-                                (x, y) => x.or(y),
-                            },
-                        }),
-                        (a, b) => a.or(b),
-                    };
-                    // Each shard's meter measured its own process: the worst is the worst.
-                    merged.hiccups = match (merged.hiccups, end.hiccups) {
-                        (Some(a), Some(b)) => Some(crate::records::Hiccups {
-                            ticks: a.ticks + b.ticks,
-                            p99_ms: a.p99_ms.max(b.p99_ms),
-                            max_ms: a.max_ms.max(b.max_ms),
-                            stalls: a.stalls + b.stalls,
-                        }),
-                        (a, b) => a.or(b),
-                    };
-                    // Each shard's users waited apart: their waits and their time add up.
-                    merged.body_wait = match (merged.body_wait, end.body_wait) {
-                        (Some(a), Some(b)) => Some(crate::records::BodyWait {
-                            waited_s: a.waited_s + b.waited_s,
-                            users_s: a.users_s + b.users_s,
-                        }),
-                        (a, b) => a.or(b),
-                    };
-                })
+                .and_modify(|merged| merge_phase_end(merged, end, at_us))
                 .or_insert_with(|| PhaseEnd {
                     at_us,
                     ..end.clone()
@@ -244,33 +145,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
             buffered: 0,
         });
         match &log.end {
-            Some(end) => {
-                let at_us = end.at_us + offset_us;
-                let merged = run_end.get_or_insert(RunEnd {
-                    at_us,
-                    interrupted: false,
-                    aborted: None,
-                    client_peak_rss_bytes: None,
-                    recorder_backlog: None,
-                    refused: None,
-                });
-                merged.at_us = merged.at_us.max(at_us);
-                merged.interrupted |= end.interrupted;
-                if merged.aborted.is_none() {
-                    merged.aborted.clone_from(&end.aborted);
-                }
-                if merged.refused.is_none() {
-                    merged.refused.clone_from(&end.refused);
-                }
-                merged.client_peak_rss_bytes =
-                    merged.client_peak_rss_bytes.max(end.client_peak_rss_bytes);
-                if let Some(backlog) = &end.recorder_backlog {
-                    let into = merged.recorder_backlog.get_or_insert_with(Default::default);
-                    into.requests += backlog.requests;
-                    into.total_ms += backlog.total_ms;
-                    into.longest_ms = into.longest_ms.max(backlog.longest_ms);
-                }
-            }
+            Some(end) => merge_run_end(&mut run_end, end, offset_us),
             None => every_end = false,
         }
     }
@@ -300,6 +175,164 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
         undo_merge(out, existed);
     }
     written
+}
+
+/// A shard's directory and its log without its requests.
+type ShardLog = (PathBuf, RunLog);
+
+/// A shard's records file and how many requests it holds.
+type ShardRecords = (PathBuf, u64);
+
+/// Each shard's directory and log without its requests, which are only counted (they are read
+/// again, streamed, when the merged file is written: memory does not grow with them); its
+/// records file and count; whether any is compressed.
+fn read_shards(
+    dirs: &[PathBuf],
+    out: &Path,
+) -> Result<(Vec<ShardLog>, Vec<ShardRecords>, bool)> {
+    let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
+    let mut files: Vec<(PathBuf, u64)> = Vec::new();
+    let mut compressed = false;
+    for dir in dirs {
+        if same_dir(dir, out) {
+            return Err(Error::usage(format!(
+                "--out {} is one of the shards: merge into a directory of its own",
+                out.display()
+            )));
+        }
+        let records = records::find(dir)?;
+        compressed |= records::Compression::of(&records) == records::Compression::Zstd;
+        let mut log = RunLog::default();
+        let mut requests = 0u64;
+        records::read_lines(&records, |line| match line {
+            LogLine::Request(_) => requests += 1,
+            other => log.push(other),
+        })?;
+        RunLog::check_header(&log, &records)?;
+        shards.push((dir.clone(), log));
+        files.push((records, requests));
+    }
+    Ok((shards, files, compressed))
+}
+
+/// The merged run's header: the first shard's, as one run's (no shard, no clock origin of its
+/// own), started when the earliest shard started, on every shard's host.
+fn merged_header(headers: &[(PathBuf, RunHeader)], origin: u64) -> RunHeader {
+    let mut merged_header = headers[0].1.clone();
+    merged_header.shard = None;
+    merged_header.started_unix_ns = Some(origin);
+    merged_header.clock_origin_ns = None;
+    merged_header.request_id_prefix = None;
+    let earliest = headers
+        .iter()
+        .min_by_key(|(_, h)| h.started_unix_ns)
+        .map(|(_, h)| h.started_at.clone())
+        .unwrap_or_default();
+    merged_header.started_at = earliest;
+    let mut hosts: Vec<String> = headers.iter().map(|(_, h)| h.client_host.clone()).collect();
+    hosts.dedup();
+    merged_header.client_host = hosts.join(", ");
+    // One machine's description only when every shard ran on the like of it.
+    let machines: Vec<_> = headers.iter().map(|(_, h)| &h.client_machine).collect();
+    if machines.windows(2).any(|pair| pair[0] != pair[1]) {
+        merged_header.client_machine = None;
+    }
+    merged_header
+}
+
+/// A shard's phase start, on the merged time line: the earliest start, the planned requests
+/// and rates summed.
+fn merge_phase_start(phases: &mut BTreeMap<usize, PhaseStart>, start: &PhaseStart, offset_us: u64) {
+    let at_us = start.at_us + offset_us;
+    phases
+        .entry(start.index)
+        .and_modify(|merged| {
+            merged.at_us = merged.at_us.min(at_us);
+            merged.planned_requests = merged
+                .planned_requests
+                .zip(start.planned_requests)
+                .map(|(a, b)| a + b);
+            merged.planned_rate = merged
+                .planned_rate
+                .zip(start.planned_rate)
+                .map(|(a, b)| a + b);
+        })
+        .or_insert_with(|| PhaseStart {
+            at_us,
+            ..start.clone()
+        });
+}
+
+/// Another shard's end of a phase, merged in (`at_us` on the merged time line).
+fn merge_phase_end(merged: &mut PhaseEnd, end: &PhaseEnd, at_us: u64) {
+    merged.at_us = merged.at_us.max(at_us);
+    merged.sent += end.sent;
+    merged.client = combine(merged.client, end.client);
+    if merged.ended_early.is_none() {
+        merged.ended_early.clone_from(&end.ended_early);
+    }
+    // Every shard opened its own: counts add up, the slowest is the slowest.
+    merged.connections = match (merged.connections, end.connections) {
+        (Some(a), Some(b)) => Some(crate::records::Connections {
+            warmed: a.warmed + b.warmed,
+            opened: a.opened + b.opened,
+            failed: a.failed + b.failed,
+            stray: a.stray + b.stray,
+            connect_ms_p50: a.connect_ms_p50.or(b.connect_ms_p50),
+            connect_ms_max: match (a.connect_ms_max, b.connect_ms_max) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            },
+        }),
+        (a, b) => a.or(b),
+    };
+    // Each shard's meter measured its own process: the worst is the worst.
+    merged.hiccups = match (merged.hiccups, end.hiccups) {
+        (Some(a), Some(b)) => Some(crate::records::Hiccups {
+            ticks: a.ticks + b.ticks,
+            p99_ms: a.p99_ms.max(b.p99_ms),
+            max_ms: a.max_ms.max(b.max_ms),
+            stalls: a.stalls + b.stalls,
+        }),
+        (a, b) => a.or(b),
+    };
+    // Each shard's users waited apart: their waits and their time add up.
+    merged.body_wait = match (merged.body_wait, end.body_wait) {
+        (Some(a), Some(b)) => Some(crate::records::BodyWait {
+            waited_s: a.waited_s + b.waited_s,
+            users_s: a.users_s + b.users_s,
+        }),
+        (a, b) => a.or(b),
+    };
+}
+
+/// A shard's end of the run, merged in: the latest end; interrupted, aborted or refused if any
+/// shard was; the largest memory; the recorders' backlogs added up.
+fn merge_run_end(run_end: &mut Option<RunEnd>, end: &RunEnd, offset_us: u64) {
+    let at_us = end.at_us + offset_us;
+    let merged = run_end.get_or_insert(RunEnd {
+        at_us,
+        interrupted: false,
+        aborted: None,
+        client_peak_rss_bytes: None,
+        recorder_backlog: None,
+        refused: None,
+    });
+    merged.at_us = merged.at_us.max(at_us);
+    merged.interrupted |= end.interrupted;
+    if merged.aborted.is_none() {
+        merged.aborted.clone_from(&end.aborted);
+    }
+    if merged.refused.is_none() {
+        merged.refused.clone_from(&end.refused);
+    }
+    merged.client_peak_rss_bytes = merged.client_peak_rss_bytes.max(end.client_peak_rss_bytes);
+    if let Some(backlog) = &end.recorder_backlog {
+        let into = merged.recorder_backlog.get_or_insert_with(Default::default);
+        into.requests += backlog.requests;
+        into.total_ms += backlog.total_ms;
+        into.longest_ms = into.longest_ms.max(backlog.longest_ms);
+    }
 }
 
 /// What a merge puts together before it writes anything.
