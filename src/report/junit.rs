@@ -24,11 +24,22 @@ struct Case {
 
 /// The JUnit XML of a run (and of its comparison with a baseline).
 pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warning: bool) -> String {
-    let plan = &summary.context.header.plan;
-    let mut cases: Vec<Case> = Vec::new();
-    // The run itself is a test case: an error when it could not be carried out (interrupted,
-    // unreachable, every request failed), a failure when an abort condition stopped it. With
-    // the cases below, the report fails exactly when the exit code does.
+    let mut cases = run_cases(summary);
+    cases.extend(sla_cases(summary));
+    if let Some(comparison) = comparison {
+        cases.extend(regression_cases(comparison));
+    }
+    if fail_on_warning {
+        cases.extend(warning_cases(summary));
+    }
+    suite(summary, &cases)
+}
+
+/// The run itself as test cases: an error when it could not be carried out (interrupted,
+/// unreachable, every request failed), a failure when an abort condition stopped it. With the
+/// other cases, the report fails exactly when the exit code does.
+fn run_cases(summary: &Summary) -> Vec<Case> {
+    let mut cases = Vec::new();
     match summary.verdict.status {
         // A run that is not decided fails through its undecided assertions' error cases.
         VerdictStatus::Pass | VerdictStatus::Fail | VerdictStatus::NotDecided => {}
@@ -53,6 +64,13 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
             )),
         });
     }
+    cases
+}
+
+/// Every SLA assertion as a test case: a failure when it failed, an error when it is not
+/// decided and that gates, skipped when it is not decided and the plan lets it pass.
+fn sla_cases(summary: &Summary) -> Vec<Case> {
+    let mut cases = Vec::new();
     for v in &summary.verdicts {
         let message = format!(
             "observed {}, threshold {}, phase {}",
@@ -92,48 +110,63 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
             outcome,
         });
     }
-    if let Some(comparison) = comparison {
-        for row in &comparison.rows {
-            let pct = |v: Option<f64>| match v {
-                Some(v) if row.relative => format!("{:+.1}%", v * 100.0),
-                Some(v) => format!("{:+.2} pts", v * 100.0),
-                None => "-".into(),
-            };
-            let message = format!(
-                "change {} (95% CI {} to {}) against an allowed {}",
-                pct(row.change),
-                pct(row.ci_low),
-                pct(row.ci_high),
-                pct(Some(row.allowed))
-            );
-            let undecided = || format!("not decided: {}", row.undecided.as_deref().unwrap_or(""));
-            let outcome = match (row.verdict, row.passes) {
-                (Change::Regression, _) => Some(("failure", message.clone(), message.clone())),
-                // Not decided, and the plan lets it pass: shown, not gating.
-                (Change::NotDecided, true) => Some(("skipped", undecided(), String::new())),
-                (Change::NotDecided, false) => Some(("error", undecided(), message.clone())),
-                (Change::Improvement | Change::Unchanged | Change::NoData, _) => None,
-            };
-            cases.push(Case {
-                name: format!("{} [{}]", row.metric, row.phase),
-                class: "regression",
-                outcome,
-            });
-        }
+    cases
+}
+
+/// Every compared metric of a baseline comparison as a test case.
+fn regression_cases(comparison: &Comparison) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for row in &comparison.rows {
+        let pct = |v: Option<f64>| match v {
+            Some(v) if row.relative => format!("{:+.1}%", v * 100.0),
+            Some(v) => format!("{:+.2} pts", v * 100.0),
+            None => "-".into(),
+        };
+        let message = format!(
+            "change {} (95% CI {} to {}) against an allowed {}",
+            pct(row.change),
+            pct(row.ci_low),
+            pct(row.ci_high),
+            pct(Some(row.allowed))
+        );
+        let undecided = || format!("not decided: {}", row.undecided.as_deref().unwrap_or(""));
+        let outcome = match (row.verdict, row.passes) {
+            (Change::Regression, _) => Some(("failure", message.clone(), message.clone())),
+            // Not decided, and the plan lets it pass: shown, not gating.
+            (Change::NotDecided, true) => Some(("skipped", undecided(), String::new())),
+            (Change::NotDecided, false) => Some(("error", undecided(), message.clone())),
+            (Change::Improvement | Change::Unchanged | Change::NoData, _) => None,
+        };
+        cases.push(Case {
+            name: format!("{} [{}]", row.metric, row.phase),
+            class: "regression",
+            outcome,
+        });
     }
-    if fail_on_warning {
-        for w in summary
-            .warnings
-            .iter()
-            .filter(|w| w.severity == Severity::Warning)
-        {
-            cases.push(Case {
-                name: format!("trustworthy: {}", w.code),
-                class: "warnings",
-                outcome: Some(("failure", w.message.clone(), w.message.clone())),
-            });
-        }
+    cases
+}
+
+/// With `--fail-on-warning`, every warning as a failing test case.
+fn warning_cases(summary: &Summary) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for w in summary
+        .warnings
+        .iter()
+        .filter(|w| w.severity == Severity::Warning)
+    {
+        cases.push(Case {
+            name: format!("trustworthy: {}", w.code),
+            class: "warnings",
+            outcome: Some(("failure", w.message.clone(), w.message.clone())),
+        });
     }
+    cases
+}
+
+/// The test suite's XML around the cases: counts, time, the run's properties, every warning
+/// and note as its standard output.
+fn suite(summary: &Summary, cases: &[Case]) -> String {
+    let plan = &summary.context.header.plan;
     let count = |kind: &str| {
         cases
             .iter()
@@ -193,7 +226,7 @@ pub fn render(summary: &Summary, comparison: Option<&Comparison>, fail_on_warnin
         );
     }
     out.push_str("    </properties>\n");
-    for case in &cases {
+    for case in cases {
         let _ = write!(
             out,
             "    <testcase name=\"{}\" classname=\"llmload.{}.{}\" time=\"0\"",

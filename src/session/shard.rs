@@ -186,10 +186,7 @@ type ShardRecords = (PathBuf, u64);
 /// Each shard's directory and log without its requests, which are only counted (they are read
 /// again, streamed, when the merged file is written: memory does not grow with them); its
 /// records file and count; whether any is compressed.
-fn read_shards(
-    dirs: &[PathBuf],
-    out: &Path,
-) -> Result<(Vec<ShardLog>, Vec<ShardRecords>, bool)> {
+fn read_shards(dirs: &[PathBuf], out: &Path) -> Result<(Vec<ShardLog>, Vec<ShardRecords>, bool)> {
     let mut shards: Vec<(PathBuf, RunLog)> = Vec::new();
     let mut files: Vec<(PathBuf, u64)> = Vec::new();
     let mut compressed = false;
