@@ -430,152 +430,21 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
     };
     cx.walk(node, "in `phase`", CHILDREN, &mut fields);
     let name = name?;
-    let load_help = "give the phase exactly one load model: concurrency N (closed loop), \
-                     rate R or rate from=A to=B (open loop), or at-once N (a burst)";
-    let (mut load, load_span) = match fields.loads.len() {
-        0 => {
-            if !fields.broken {
-                cx.consequence(
-                    node.name().span(),
-                    format!("phase \"{name}\" has no load model"),
-                    "no load",
-                    load_help,
-                );
-            }
-            return None;
-        }
-        1 => fields.loads.remove(0),
-        _ => {
-            cx.error(
-                fields.loads[1].1,
-                format!("phase \"{name}\" has more than one load model"),
-                "second load model",
-                load_help,
-            );
-            return None;
-        }
-    };
+    let (mut load, load_span) = one_load(cx, node, &name, &mut fields)?;
     let mut ok = !fields.broken;
     if let Some((kind, span)) = fields.arrivals {
-        match &mut load {
-            Load::Rate { arrivals, .. } => *arrivals = kind,
-            Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => {
-                cx.error(
-                    span,
-                    "`arrivals` applies only to open-loop phases",
-                    "no rate here",
-                    "arrivals shape a `rate` phase; remove it, or use rate R",
-                );
-                ok = false;
-            }
-        }
+        ok &= shape_arrivals(cx, &mut load, kind, span);
     }
     let (duration, max_requests) = (fields.duration, fields.max_requests);
-    match load {
-        Load::AtOnce(_) => {
-            if let Some(extra) = children(node)
-                .iter()
-                .find(|c| matches!(c.name().value(), "duration" | "requests"))
-            {
-                cx.error(
-                    extra.name().span(),
-                    "an at-once phase has no duration or request limit",
-                    "not for a burst",
-                    "a burst sends its N requests together and ends when they finish; remove this",
-                );
-                ok = false;
-            }
-        }
-        Load::Rate {
-            rate: RateShape::Ramp { .. },
-            ..
-        } if duration.is_none() && ok => {
-            cx.error(
-                load_span,
-                "a ramp needs a `duration` to ramp over",
-                "ramp without duration",
-                "add duration \"60s\" to the phase",
-            );
-            ok = false;
-        }
-        // A replay ends with its trace.
-        Load::Trace(_) => {}
-        Load::Concurrency(_) | Load::Rate { .. }
-            if duration.is_none() && max_requests.is_none() && ok =>
-        {
-            cx.error(
-                node.name().span(),
-                format!("phase \"{name}\" never ends"),
-                "no end",
-                "add duration \"60s\", requests N, or both (the phase ends at whichever comes first)",
-            );
-            ok = false;
-        }
-        Load::Concurrency(_) | Load::Rate { .. } => {}
-    }
-    if !ok {
+    let end = End {
+        duration,
+        max_requests,
+        load_span,
+    };
+    if !(ends(cx, node, &name, &load, &end, ok) && ok) {
         return None;
     }
-    let expected_requests = match &load {
-        Load::AtOnce(n) => *n as f64,
-        Load::Concurrency(_) => max_requests.map_or(0.0, |n| n as f64),
-        Load::Trace(trace) => {
-            let rows = trace.window(duration, max_requests).count();
-            if rows == 0 && cx.check_files {
-                cx.error(
-                    load_span,
-                    format!("phase \"{name}\" replays no row of its trace"),
-                    "empty window",
-                    "the trace has no row after `from` within the phase's duration; move `from` or lengthen the phase",
-                );
-                return None;
-            }
-            rows as f64
-        }
-        Load::Rate { rate, .. } => {
-            let mean = rate.mean();
-            match duration {
-                Some(duration) => {
-                    let expected = mean * duration.as_secs_f64();
-                    if expected < 1.0 && max_requests.is_none_or(|n| n as f64 > expected) {
-                        cx.error(
-                            load_span,
-                            format!(
-                                "at a mean of {}/s for {}, this phase sends {} requests on average: fewer than one",
-                                trim_float(mean),
-                                format_duration(duration),
-                                trim_float(expected)
-                            ),
-                            "too slow to send",
-                            "raise the rate or lengthen the duration",
-                        );
-                        return None;
-                    }
-                    max_requests.map_or(expected, |n| expected.min(n as f64))
-                }
-                None => {
-                    // Ended by count alone (a ramp has a duration): that many requests at the
-                    // rate must fit in the longest phase allowed.
-                    let n = max_requests.unwrap_or(0) as f64;
-                    if n / mean > MAX_DURATION.as_secs_f64() {
-                        cx.error(
-                            load_span,
-                            format!(
-                                "at {}/s, {} requests take longer than the longest phase allowed ({} days)",
-                                trim_float(mean),
-                                n,
-                                MAX_DURATION.as_secs() / 86400
-                            ),
-                            "too slow to end",
-                            "raise the rate, lower `requests`, or give the phase a `duration`",
-                        );
-                        return None;
-                    }
-                    n
-                }
-            }
-        }
-    };
+    let expected_requests = expected_requests(cx, &name, &load, &end)?;
     let (with, with_span) = match fields.with {
         Some((with, span)) => (Some(with), Some(span)),
         None => (None, None),
@@ -598,5 +467,185 @@ pub(super) fn phase(cx: &mut Cx, node: &KdlNode) -> Option<CheckedPhase> {
         with_span,
         api_span: fields.api.map(|(_, span)| span),
         until_span: fields.until_decided.map(|(_, span)| span),
+    })
+}
+
+/// The phase's one load model (and where it is written); `None`, said, when it has none or
+/// several.
+fn one_load(
+    cx: &mut Cx,
+    node: &KdlNode,
+    name: &str,
+    fields: &mut Fields,
+) -> Option<(Load, SourceSpan)> {
+    let load_help = "give the phase exactly one load model: concurrency N (closed loop), \
+                     rate R or rate from=A to=B (open loop), or at-once N (a burst)";
+    match fields.loads.len() {
+        0 => {
+            if !fields.broken {
+                cx.consequence(
+                    node.name().span(),
+                    format!("phase \"{name}\" has no load model"),
+                    "no load",
+                    load_help,
+                );
+            }
+            None
+        }
+        1 => Some(fields.loads.remove(0)),
+        _ => {
+            cx.error(
+                fields.loads[1].1,
+                format!("phase \"{name}\" has more than one load model"),
+                "second load model",
+                load_help,
+            );
+            None
+        }
+    }
+}
+
+/// An open loop's arrivals as `arrivals` shapes them; `false`, said, for a closed loop.
+fn shape_arrivals(cx: &mut Cx, load: &mut Load, kind: Arrivals, span: SourceSpan) -> bool {
+    match load {
+        Load::Rate { arrivals, .. } => {
+            *arrivals = kind;
+            true
+        }
+        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => {
+            cx.error(
+                span,
+                "`arrivals` applies only to open-loop phases",
+                "no rate here",
+                "arrivals shape a `rate` phase; remove it, or use rate R",
+            );
+            false
+        }
+    }
+}
+
+/// How a phase ends, and where its load is written (for diagnostics).
+struct End {
+    duration: Option<Duration>,
+    max_requests: Option<u64>,
+    load_span: SourceSpan,
+}
+
+/// Whether the phase ends as its load needs (a burst ends by itself, a ramp needs a duration,
+/// anything else a duration or a count); said when not. `ok`: no mistake was found before, so
+/// the later checks that assume a well-formed phase apply.
+fn ends(cx: &mut Cx, node: &KdlNode, name: &str, load: &Load, end: &End, ok: bool) -> bool {
+    let (duration, max_requests, load_span) = (end.duration, end.max_requests, end.load_span);
+    match load {
+        Load::AtOnce(_) => {
+            if let Some(extra) = children(node)
+                .iter()
+                .find(|c| matches!(c.name().value(), "duration" | "requests"))
+            {
+                cx.error(
+                    extra.name().span(),
+                    "an at-once phase has no duration or request limit",
+                    "not for a burst",
+                    "a burst sends its N requests together and ends when they finish; remove this",
+                );
+                return false;
+            }
+        }
+        Load::Rate {
+            rate: RateShape::Ramp { .. },
+            ..
+        } if duration.is_none() && ok => {
+            cx.error(
+                load_span,
+                "a ramp needs a `duration` to ramp over",
+                "ramp without duration",
+                "add duration \"60s\" to the phase",
+            );
+            return false;
+        }
+        // A replay ends with its trace.
+        Load::Trace(_) => {}
+        Load::Concurrency(_) | Load::Rate { .. }
+            if duration.is_none() && max_requests.is_none() && ok =>
+        {
+            cx.error(
+                node.name().span(),
+                format!("phase \"{name}\" never ends"),
+                "no end",
+                "add duration \"60s\", requests N, or both (the phase ends at whichever comes first)",
+            );
+            return false;
+        }
+        Load::Concurrency(_) | Load::Rate { .. } => {}
+    }
+    true
+}
+
+/// How many requests the phase sends, as planned; `None`, said, when it would send none (a
+/// replay's empty window, a rate too slow for its duration) or could never end by its count.
+fn expected_requests(cx: &mut Cx, name: &str, load: &Load, end: &End) -> Option<f64> {
+    let (duration, max_requests, load_span) = (end.duration, end.max_requests, end.load_span);
+    Some(match load {
+        Load::AtOnce(n) => *n as f64,
+        Load::Concurrency(_) => max_requests.map_or(0.0, |n| n as f64),
+        Load::Trace(trace) => {
+            let rows = trace.window(duration, max_requests).count();
+            if rows == 0 && cx.check_files {
+                cx.error(
+                    load_span,
+                    format!("phase \"{name}\" replays no row of its trace"),
+                    "empty window",
+                    "the trace has no row after `from` within the phase's duration; move `from` or lengthen the phase",
+                );
+                return None;
+            }
+            rows as f64
+        }
+        Load::Rate { rate, .. } => expected_at_rate(cx, rate.mean(), end)?,
+    })
+}
+
+/// How many requests an open loop at a mean `mean` per second sends before it ends.
+fn expected_at_rate(cx: &mut Cx, mean: f64, end: &End) -> Option<f64> {
+    let (duration, max_requests, load_span) = (end.duration, end.max_requests, end.load_span);
+    Some(match duration {
+        Some(duration) => {
+            let expected = mean * duration.as_secs_f64();
+            if expected < 1.0 && max_requests.is_none_or(|n| n as f64 > expected) {
+                cx.error(
+                    load_span,
+                    format!(
+                        "at a mean of {}/s for {}, this phase sends {} requests on average: fewer than one",
+                        trim_float(mean),
+                        format_duration(duration),
+                        trim_float(expected)
+                    ),
+                    "too slow to send",
+                    "raise the rate or lengthen the duration",
+                );
+                return None;
+            }
+            max_requests.map_or(expected, |n| expected.min(n as f64))
+        }
+        None => {
+            // Ended by count alone (a ramp has a duration): that many requests at the
+            // rate must fit in the longest phase allowed.
+            let n = max_requests.unwrap_or(0) as f64;
+            if n / mean > MAX_DURATION.as_secs_f64() {
+                cx.error(
+                    load_span,
+                    format!(
+                        "at {}/s, {} requests take longer than the longest phase allowed ({} days)",
+                        trim_float(mean),
+                        n,
+                        MAX_DURATION.as_secs() / 86400
+                    ),
+                    "too slow to end",
+                    "raise the rate, lower `requests`, or give the phase a `duration`",
+                );
+                return None;
+            }
+            n
+        }
     })
 }
