@@ -39,23 +39,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         let endpoint = options.target.as_ref().unwrap_or(&plan.target.endpoint);
         let (endpoint, metrics_source) = server::filled_target(plan, endpoint, launched.as_ref());
         let endpoint = &endpoint;
-        // A "sim" target starts the simulator in-process, on a loopback port of its own.
-        let (target, simulator) = match endpoint {
-            Endpoint::Url(url) => (TargetUrl::parse(url)?, None),
-            Endpoint::Simulator => {
-                let addr = ([127, 0, 0, 1], 0).into();
-                let serve = sim::ServeOptions {
-                    record_writes: options.record_writes,
-                };
-                let server = sim::serve_embedded(addr, plan.sim.clone(), tokenizer.clone(), serve)
-                    .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
-                (TargetUrl::parse(&server.base_url())?, Some(server))
-            }
-        };
-        let target_display = match endpoint {
-            Endpoint::Simulator => format!("sim (embedded, {})", target.shown()),
-            Endpoint::Url(_) => target.shown(),
-        };
+        let (target, simulator, target_display) = target_of(endpoint, plan, options, &tokenizer)?;
         for secret in target.secrets() {
             secrets.add(&secret);
         }
@@ -86,15 +70,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             templates(plan, &target, credentials, headers, request_id_prefix)?;
         let tls_roots = trusted_roots(plan)?;
         if let Some(launched) = launched.as_mut() {
-            // Asked as the scraper asks: with the run's credentials, on its own origin only.
-            let version = crate::telemetry::scrape::server_version(
-                &client_with(origin_headers(&launched.ready_url, &template), &tls_roots),
-                &launched.ready_url,
-            )
-            .await;
-            launched
-                .server
-                .set_version(version.map(|v| secrets.redact(&v).into_owned()));
+            note_version(launched, &template, &tls_roots, &secrets).await;
         }
         header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
         let Watching {
@@ -131,39 +107,8 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
             tls_roots,
         };
         let schedule = Arc::new(schedule);
-        let source: Box<dyn executor::PhaseSource> = match watch.and_then(|watch| {
-            search::SearchSource::new(schedule.clone(), verdict::objectives(plan), plan.slo, watch)
-        }) {
-            Some(search) => Box::new(search),
-            None => {
-                Box::new(executor::ScheduleSource::new(schedule.clone()).with_controls(controls))
-            }
-        };
-        // The server's own metrics, scraped beside the run on a thread and connection of its own.
-        let metrics = telemetry_urls(&metrics_source, &target);
-        let scraper = if metrics.is_empty() {
-            None
-        } else {
-            let targets = metrics
-                .into_iter()
-                .map(|url| {
-                    let shown = redact_url(url.as_str());
-                    let headers = origin_headers(&url, &config.template);
-                    crate::telemetry::scrape::ScrapeTarget {
-                        url,
-                        shown,
-                        headers,
-                        roots: config.tls_roots.clone(),
-                    }
-                })
-                .collect();
-            Some(crate::telemetry::scrape::Scraper::start(
-                targets,
-                plan.target.metrics_interval,
-                out,
-                config.secrets.clone(),
-            )?)
-        };
+        let source = phase_source(plan, schedule.clone(), watch, controls);
+        let scraper = start_scraper(plan, &metrics_source, &target, &config, out)?;
         // From here on, a server that exits ends the run (not carried out).
         if let Some(launched) = &mut launched {
             let ready_url = launched.ready_url.clone();
@@ -172,17 +117,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .watch(options.stop.clone(), ready_url, config.live.clone());
         }
         let ran = executor::run_from(schedule, source, config).await;
-        if let Some(scraper) = scraper {
-            tokio::task::spawn_blocking(move || scraper.finish())
-                .await
-                .ok();
-        }
-        if let Some(launched) = launched {
-            let out = out.clone();
-            tokio::task::spawn_blocking(move || launched.server.stop(&out))
-                .await
-                .map_err(|e| Error::run(format!("the server's stop failed: {e}")))??;
-        }
+        wind_down(scraper, launched, out).await?;
         ran?;
         Ok::<_, Error>(simulator.and_then(|server| server.writes()))
     })?;
@@ -190,6 +125,123 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         records_path,
         sim_writes,
     })
+}
+
+/// The target's URL, the simulator when the target is "sim" (started in-process, on a
+/// loopback port of its own), and the target as reports show it.
+fn target_of(
+    endpoint: &Endpoint,
+    plan: &Plan,
+    options: &RunOptions,
+    tokenizer: &Arc<Tokenizer>,
+) -> Result<(TargetUrl, Option<sim::EmbeddedSim>, String)> {
+    let (target, simulator) = match endpoint {
+        Endpoint::Url(url) => (TargetUrl::parse(url)?, None),
+        Endpoint::Simulator => {
+            let addr = ([127, 0, 0, 1], 0).into();
+            let serve = sim::ServeOptions {
+                record_writes: options.record_writes,
+            };
+            let server = sim::serve_embedded(addr, plan.sim.clone(), tokenizer.clone(), serve)
+                .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
+            (TargetUrl::parse(&server.base_url())?, Some(server))
+        }
+    };
+    let shown = match endpoint {
+        Endpoint::Simulator => format!("sim (embedded, {})", target.shown()),
+        Endpoint::Url(_) => target.shown(),
+    };
+    Ok((target, simulator, shown))
+}
+
+/// The started server's version, asked as the scraper asks: with the run's credentials, on its
+/// own origin only (and kept of every secret).
+async fn note_version(
+    launched: &mut server::Launched,
+    template: &RequestTemplate,
+    tls_roots: &[reqwest::Certificate],
+    secrets: &Secrets,
+) {
+    let version = crate::telemetry::scrape::server_version(
+        &client_with(origin_headers(&launched.ready_url, template), tls_roots),
+        &launched.ready_url,
+    )
+    .await;
+    launched
+        .server
+        .set_version(version.map(|v| secrets.redact(&v).into_owned()));
+}
+
+/// Where the executor's groups of phases come from: a search's probes, or the schedule (with
+/// the controls of phases that end once decided).
+fn phase_source(
+    plan: &Plan,
+    schedule: Arc<crate::planner::Schedule>,
+    watch: Option<Arc<search::ProbeWatch>>,
+    controls: HashMap<usize, executor::PhaseControl>,
+) -> Box<dyn executor::PhaseSource> {
+    let search = watch.and_then(|watch| {
+        search::SearchSource::new(schedule.clone(), verdict::objectives(plan), plan.slo, watch)
+    });
+    match search {
+        Some(search) => Box::new(search),
+        None => Box::new(executor::ScheduleSource::new(schedule).with_controls(controls)),
+    }
+}
+
+/// The server's own metrics, scraped beside the run on a thread and connection of its own;
+/// none when the plan scrapes nothing.
+fn start_scraper(
+    plan: &Plan,
+    metrics_source: &plan::MetricsSource,
+    target: &TargetUrl,
+    config: &RunConfig,
+    out: &Path,
+) -> Result<Option<crate::telemetry::scrape::Scraper>> {
+    let metrics = telemetry_urls(metrics_source, target);
+    if metrics.is_empty() {
+        return Ok(None);
+    }
+    let targets = metrics
+        .into_iter()
+        .map(|url| {
+            let shown = redact_url(url.as_str());
+            let headers = origin_headers(&url, &config.template);
+            crate::telemetry::scrape::ScrapeTarget {
+                url,
+                shown,
+                headers,
+                roots: config.tls_roots.clone(),
+            }
+        })
+        .collect();
+    Ok(Some(crate::telemetry::scrape::Scraper::start(
+        targets,
+        plan.target.metrics_interval,
+        out,
+        config.secrets.clone(),
+    )?))
+}
+
+/// After the run: the scraper's last scrape written, and the started server stopped (its log
+/// and what happened to it kept in `out`).
+async fn wind_down(
+    scraper: Option<crate::telemetry::scrape::Scraper>,
+    launched: Option<server::Launched>,
+    out: &Path,
+) -> Result<()> {
+    if let Some(scraper) = scraper {
+        tokio::task::spawn_blocking(move || scraper.finish())
+            .await
+            .ok();
+    }
+    if let Some(launched) = launched {
+        let out = out.to_path_buf();
+        tokio::task::spawn_blocking(move || launched.server.stop(&out))
+            .await
+            .map_err(|e| Error::run(format!("the server's stop failed: {e}")))??;
+    }
+    Ok(())
 }
 
 /// The headers a request to `url` carries besides its own: the run's credentials and extra
