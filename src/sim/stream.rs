@@ -106,77 +106,17 @@ impl SimRequest {
             tool_rounds = rounds;
             tokens
         } else if chat {
-            let messages = value
-                .get("messages")
-                .and_then(Value::as_array)
-                .ok_or("`messages` is required and must be an array")?;
-            tool_rounds = messages
-                .iter()
-                .rev()
-                .take_while(|m| m.get("role").and_then(Value::as_str) != Some("user"))
-                .filter(|m| {
-                    m.get("tool_calls")
-                        .and_then(Value::as_array)
-                        .is_some_and(|c| !c.is_empty())
-                })
-                .count() as u32;
-            messages
-                .iter()
-                .map(|m| {
-                    let content = match m.get("content") {
-                        Some(Value::String(s)) => measure(s),
-                        Some(Value::Array(parts)) => parts
-                            .iter()
-                            .filter_map(|p| p.get("text").and_then(Value::as_str))
-                            .map(&mut measure)
-                            .sum(),
-                        _ => 0,
-                    };
-                    // An assistant's tool calls are prompt too: their names and arguments.
-                    let calls: usize = m
-                        .get("tool_calls")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|call| call.get("function"))
-                        .flat_map(|f| [f.get("name"), f.get("arguments")])
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .map(&mut measure)
-                        .sum();
-                    content + calls
-                })
-                .sum()
+            let (tokens, rounds) = chat_prompt(&value, &mut measure)?;
+            tool_rounds = rounds;
+            tokens
         } else {
-            match value.get("prompt") {
-                Some(Value::String(s)) => measure(s),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(&mut measure)
-                    .sum(),
-                _ => return Err("`prompt` is required and must be a string".into()),
-            }
+            completion_prompt(&value, &mut measure)?
         };
         let blocks = match prefix_block {
             Some(size) => block_hashes(&ids, size as usize),
             None => Vec::new(),
         };
-        let max_tokens = match wire {
-            // An embedding or a ranking costs its prefill and one step: one "token".
-            Wire::Embeddings | Wire::Rerank => Some(&Value::Null),
-            Wire::Responses => value.get("max_output_tokens"),
-            Wire::Messages => Some(
-                value
-                    .get("max_tokens")
-                    .ok_or("max_tokens: Field required")?,
-            ),
-            _ => value
-                .get("max_completion_tokens")
-                .or_else(|| value.get("max_tokens")),
-        }
-        .and_then(Value::as_u64)
-        .unwrap_or(if wire.batches() { 1 } else { 16 }) as usize;
+        let max_tokens = max_tokens(&value, wire)?;
         let options = value.get("stream_options");
         let flag = |name: &str| {
             options
@@ -187,14 +127,7 @@ impl SimRequest {
         let tool = (wire != Wire::Completions)
             .then(|| tool_called(&value, wire))
             .flatten();
-        let format = match wire {
-            Wire::Responses => value.get("text").and_then(|t| t.get("format")),
-            _ => value.get("response_format"),
-        };
-        let json_answer = format
-            .and_then(|f| f.get("type"))
-            .and_then(Value::as_str)
-            .is_some_and(|kind| kind == "json_object" || kind == "json_schema");
+        let json_answer = asks_json(&value, wire);
         // Responses and Messages always end with their usage.
         let usage_always = matches!(wire, Wire::Responses | Wire::Messages);
         let mut media = Media::default();
@@ -388,6 +321,104 @@ fn batch_prompt(
             .collect());
     }
     Ok(texts("input")?.iter().map(|t| measure(t) as u32).collect())
+}
+
+/// A chat request's prompt tokens (its messages' text, and an assistant's tool calls, which are
+/// prompt too), and how many tool rounds followed the user's last message.
+fn chat_prompt(
+    value: &Value,
+    measure: &mut dyn FnMut(&str) -> usize,
+) -> Result<(usize, u32), String> {
+    let messages = value
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` is required and must be an array")?;
+    let tool_rounds = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.get("role").and_then(Value::as_str) != Some("user"))
+        .filter(|m| {
+            m.get("tool_calls")
+                .and_then(Value::as_array)
+                .is_some_and(|c| !c.is_empty())
+        })
+        .count() as u32;
+    let tokens = messages
+        .iter()
+        .map(|m| {
+            let content = match m.get("content") {
+                Some(Value::String(s)) => measure(s),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(&mut *measure)
+                    .sum(),
+                _ => 0,
+            };
+            // An assistant's tool calls are prompt too: their names and arguments.
+            let calls: usize = m
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|call| call.get("function"))
+                .flat_map(|f| [f.get("name"), f.get("arguments")])
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(&mut *measure)
+                .sum();
+            content + calls
+        })
+        .sum();
+    Ok((tokens, tool_rounds))
+}
+
+/// A completion request's prompt tokens: its `prompt`, a string or several.
+fn completion_prompt(
+    value: &Value,
+    measure: &mut dyn FnMut(&str) -> usize,
+) -> Result<usize, String> {
+    Ok(match value.get("prompt") {
+        Some(Value::String(s)) => measure(s),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(Value::as_str)
+            .map(&mut *measure)
+            .sum(),
+        _ => return Err("`prompt` is required and must be a string".into()),
+    })
+}
+
+/// How many tokens the request may generate, by its API's field (an embedding or a ranking
+/// costs its prefill and one step: one "token").
+fn max_tokens(value: &Value, wire: Wire) -> Result<usize, String> {
+    Ok(match wire {
+        // An embedding or a ranking costs its prefill and one step: one "token".
+        Wire::Embeddings | Wire::Rerank => Some(&Value::Null),
+        Wire::Responses => value.get("max_output_tokens"),
+        Wire::Messages => Some(
+            value
+                .get("max_tokens")
+                .ok_or("max_tokens: Field required")?,
+        ),
+        _ => value
+            .get("max_completion_tokens")
+            .or_else(|| value.get("max_tokens")),
+    }
+    .and_then(Value::as_u64)
+    .unwrap_or(if wire.batches() { 1 } else { 16 }) as usize)
+}
+
+/// Whether the request asks for a JSON answer (`response_format`, or Responses' `text.format`).
+fn asks_json(value: &Value, wire: Wire) -> bool {
+    let format = match wire {
+        Wire::Responses => value.get("text").and_then(|t| t.get("format")),
+        _ => value.get("response_format"),
+    };
+    format
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind == "json_object" || kind == "json_schema")
 }
 
 /// A Responses request's prompt tokens (`instructions`, then `input`: a text, or items whose
