@@ -237,9 +237,25 @@ metrics judged:
 
 /// Where prompts come from and what every request asks for, beyond input and output lengths.
 fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
-    use crate::plan::{HeaderValue, Load, OutputSpread};
     let workload = &plan.workload;
     let mut lines: Vec<String> = Vec::new();
+    system_and_prefix_lines(workload, &mut lines);
+    dataset_lines(workload, schedule, &mut lines);
+    conversation_and_output_lines(workload, &mut lines);
+    trace_lines(plan, &mut lines);
+    if let Some(media) = schedule.media() {
+        lines.extend(media.describe());
+    }
+    lines.extend(request_lines(plan, schedule));
+    target_lines(plan, &mut lines);
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!("\n{}\n", lines.join("\n"))
+}
+
+/// The system message (its start) and the shared prefixes' groups.
+fn system_and_prefix_lines(workload: &crate::plan::Workload, lines: &mut Vec<String>) {
     if let Some(system) = &workload.system {
         let shown: String = system.chars().take(60).collect();
         let more = if system.chars().count() > 60 {
@@ -271,6 +287,10 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             if workload.prefix.len() > 8 { ", ..." } else { "" }
         ));
     }
+}
+
+/// The dataset: its file, format, order, usable entries and bounds, and its media.
+fn dataset_lines(workload: &crate::plan::Workload, schedule: &Schedule, lines: &mut Vec<String>) {
     if let (Some(dataset), Some(catalogue)) = (&workload.dataset, schedule.catalogue()) {
         let bounds = match (dataset.min_input, dataset.max_input) {
             (None, None) => String::new(),
@@ -328,6 +348,11 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             ));
         }
     }
+}
+
+/// Conversations' turns and think times, and how output lengths spread.
+fn conversation_and_output_lines(workload: &crate::plan::Workload, lines: &mut Vec<String>) {
+    use crate::plan::OutputSpread;
     if let Some(conversation) = workload.conversation {
         let think = match conversation.think_max {
             Some(max) if max > conversation.think => format!(
@@ -357,6 +382,11 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
         )),
         None => {}
     }
+}
+
+/// Each replayed trace: its file, rows, span, shared blocks, start and speed.
+fn trace_lines(plan: &Plan, lines: &mut Vec<String>) {
+    use crate::plan::Load;
     for phase in &plan.phases {
         if let Load::Trace(trace) = &phase.load {
             let span_s = trace.rows.last().map_or(0.0, |r| r.at_ms as f64 / 1000.0);
@@ -373,10 +403,11 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             ));
         }
     }
-    if let Some(media) = schedule.media() {
-        lines.extend(media.describe());
-    }
-    lines.extend(request_lines(plan, schedule));
+}
+
+/// The target's extra body fields and headers (a secret header shows its variable only).
+fn target_lines(plan: &Plan, lines: &mut Vec<String>) {
+    use crate::plan::HeaderValue;
     if !plan.target.body.is_empty() {
         lines.push(format!(
             "body fields: {}",
@@ -395,10 +426,6 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
             .collect();
         lines.push(format!("headers: {}", headers.join(", ")));
     }
-    if lines.is_empty() {
-        return String::new();
-    }
-    format!("\n{}\n", lines.join("\n"))
 }
 
 /// Each API the plan speaks: its route, how the key goes, and one example body (the prompt
