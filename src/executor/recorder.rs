@@ -503,6 +503,72 @@ fn count_chunks(exchange: &Exchange, tokenizer: &Tokenizer, meter: &Meter) -> Op
     Some(counts)
 }
 
+/// How many tokens each chunk held, and who said so: from per-chunk usage when every chunk had
+/// it; else one each when the usage total equals the number of chunks (each chunk holds at
+/// least one token, so they must hold exactly one); else by tokenizing each chunk's text.
+fn chunk_tokens(
+    exchange: &Exchange,
+    tokenizer: &Tokenizer,
+    meter: &Meter,
+    usage_completion: Option<u64>,
+    usage_per_chunk: bool,
+    tokenizer_completion: Option<u64>,
+) -> (Vec<u32>, Option<TokenSource>) {
+    let chunk_count = exchange.chunk_times.len();
+    if chunk_count == 0 {
+        (Vec::new(), None)
+    } else if usage_per_chunk {
+        (
+            exchange.chunk_usage_tokens.clone(),
+            Some(TokenSource::Usage),
+        )
+    } else if usage_completion == Some(chunk_count as u64) {
+        (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
+    } else if let Some(counts) = count_chunks(exchange, tokenizer, meter) {
+        match usage_completion {
+            // The server's total is the truth; the tokenizer only says where its tokens fell.
+            Some(total) if total >= chunk_count as u64 => (
+                spread_total(&counts, total),
+                Some(TokenSource::UsageByTokenizer),
+            ),
+            _ => (counts, Some(TokenSource::Tokenizer)),
+        }
+    } else {
+        // Too much text to tokenize chunk by chunk in the budget: the chunks' bytes say where
+        // the tokens (the server's, or the estimate) fell.
+        let mut start = 0u32;
+        let bytes: Vec<u32> = exchange
+            .chunk_ends
+            .iter()
+            .map(|&end| {
+                let length = end.saturating_sub(start).max(1);
+                start = end;
+                length
+            })
+            .collect();
+        let total = usage_completion
+            .or(tokenizer_completion)
+            .unwrap_or(chunk_count as u64)
+            .max(chunk_count as u64);
+        (spread_total(&bytes, total), Some(TokenSource::Estimated))
+    }
+}
+
+/// A server's word (a finish reason): kept as sent when it is a short line (it always is from
+/// a sane server), else made one and shortened.
+fn kept_reason(reason: String) -> String {
+    if reason.len() <= 200
+        && matches!(
+            crate::escape::one_line(&reason),
+            std::borrow::Cow::Borrowed(_)
+        )
+    {
+        reason
+    } else {
+        crate::error::shorten(&reason)
+    }
+}
+
 /// Counts tokens and builds the record of one finished request, spending at most `budget` on
 /// counting (see [`count_within`]).
 pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) -> RequestRecord {
@@ -536,46 +602,14 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         _ => TokenSource::Tokenizer,
     };
 
-    // Tokens per chunk: from per-chunk usage when every chunk had it; else one each when the
-    // usage total equals the number of chunks (each chunk holds at least one token, so they must
-    // hold exactly one); else by tokenizing each chunk's text.
-    let (chunk_tokens, chunk_source): (Vec<u32>, Option<TokenSource>) = if chunk_count == 0 {
-        (Vec::new(), None)
-    } else if usage_per_chunk {
-        (
-            exchange.chunk_usage_tokens.clone(),
-            Some(TokenSource::Usage),
-        )
-    } else if usage_completion == Some(chunk_count as u64) {
-        (vec![1; chunk_count], Some(TokenSource::OnePerChunk))
-    } else if let Some(counts) = count_chunks(&exchange, tokenizer, &meter) {
-        match usage_completion {
-            // The server's total is the truth; the tokenizer only says where its tokens fell.
-            Some(total) if total >= chunk_count as u64 => (
-                spread_total(&counts, total),
-                Some(TokenSource::UsageByTokenizer),
-            ),
-            _ => (counts, Some(TokenSource::Tokenizer)),
-        }
-    } else {
-        // Too much text to tokenize chunk by chunk in the budget: the chunks' bytes say where
-        // the tokens (the server's, or the estimate) fell.
-        let mut start = 0u32;
-        let bytes: Vec<u32> = exchange
-            .chunk_ends
-            .iter()
-            .map(|&end| {
-                let length = end.saturating_sub(start).max(1);
-                start = end;
-                length
-            })
-            .collect();
-        let total = usage_completion
-            .or(tokenizer_completion)
-            .unwrap_or(chunk_count as u64)
-            .max(chunk_count as u64);
-        (spread_total(&bytes, total), Some(TokenSource::Estimated))
-    };
+    let (chunk_tokens, chunk_source) = chunk_tokens(
+        &exchange,
+        tokenizer,
+        &meter,
+        usage_completion,
+        usage_per_chunk,
+        tokenizer_completion,
+    );
 
     let (completion_tokens, token_source) = match usage_completion {
         Some(n) => (Some(n), Some(TokenSource::Usage)),
@@ -633,18 +667,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         cached_tokens: usage.and_then(|u| u.cached),
         // A server's word: kept as sent when it is a short line (it always is from a sane
         // server), else made one and shortened.
-        finish_reason: exchange.finish_reason.map(|reason| {
-            if reason.len() <= 200
-                && matches!(
-                    crate::escape::one_line(&reason),
-                    std::borrow::Cow::Borrowed(_)
-                )
-            {
-                reason
-            } else {
-                crate::error::shorten(&reason)
-            }
-        }),
+        finish_reason: exchange.finish_reason.map(kept_reason),
         model: exchange.model.filter(|_| error.is_none()),
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,

@@ -199,17 +199,7 @@ async fn execute(
             _ = stopped(&mut abort) => break End::Complete,
             _ = ended_early(&mut ended) => break End::Complete,
         }
-        throttled.push(ThrottledAttempt {
-            sent_us: context.micros(sent_at),
-            e2e_us: exchange.end_us,
-            http_status: exchange.http_status,
-            error: exchange
-                .error
-                .as_ref()
-                .map_or(ErrorClass::Http429, |(class, _)| *class),
-            retry_after_ms: exchange.rate_limit.as_ref().and_then(|l| l.retry_after_ms),
-            waited_us: wait.as_micros() as u64,
-        });
+        throttled.push(throttled_attempt(context, sent_at, &exchange, wait));
         exchange = new_exchange();
         sent_at = Instant::now();
     };
@@ -219,13 +209,8 @@ async fn execute(
         exchange.images_fetched = host.forget(phase, request.seq);
     }
     check_batch_answer(template, &request, &mut exchange);
-    // A request sent again counts from its first send, as the application that retries sees it.
     if let Some(first) = first_sent.filter(|_| !throttled.is_empty()) {
-        let offset = sent_at.saturating_duration_since(first).as_micros() as u64;
-        exchange.end_us += offset;
-        exchange.chunk_times.iter_mut().for_each(|at| *at += offset);
-        sent_at = first;
-        exchange.throttled_attempts = throttled;
+        count_from_first_send(&mut exchange, &mut sent_at, first, throttled);
     }
     exchange.paced_us = paced_us;
     let actual_send_us = context.micros(sent_at);
@@ -233,20 +218,7 @@ async fn execute(
     // guard still records the request if this task dies while it waits.
     let room = context.record_room.reserve(exchange.text.len()).await;
     guard.pending = None;
-    let answer = (keep_answer && exchange.error.is_none()).then(|| Answer {
-        text: exchange.answer_text(),
-        tool_calls: std::mem::take(&mut exchange.calls)
-            .into_iter()
-            .enumerate()
-            .map(|(index, mut call)| {
-                // A call must be named for its result to answer it.
-                if call.id.is_empty() {
-                    call.id = format!("call_{index}");
-                }
-                call
-            })
-            .collect(),
-    });
+    let answer = (keep_answer && exchange.error.is_none()).then(|| answer_of(&mut exchange));
     let finished = Finished {
         phase,
         request,
@@ -261,6 +233,60 @@ async fn execute(
     };
     let _ = context.records.send(Message::Finished(Box::new(finished)));
     answer
+}
+
+/// A throttled attempt, as its record keeps it: when it went, how it ended, what the server
+/// asked, and how long the client waited before sending again.
+fn throttled_attempt(
+    context: &Context,
+    sent_at: Instant,
+    exchange: &Exchange,
+    wait: Duration,
+) -> ThrottledAttempt {
+    ThrottledAttempt {
+        sent_us: context.micros(sent_at),
+        e2e_us: exchange.end_us,
+        http_status: exchange.http_status,
+        error: exchange
+            .error
+            .as_ref()
+            .map_or(ErrorClass::Http429, |(class, _)| *class),
+        retry_after_ms: exchange.rate_limit.as_ref().and_then(|l| l.retry_after_ms),
+        waited_us: wait.as_micros() as u64,
+    }
+}
+
+/// A request sent again counts from its first send, as the application that retries sees it:
+/// its times move by the waits and earlier attempts, and it keeps those attempts.
+fn count_from_first_send(
+    exchange: &mut Exchange,
+    sent_at: &mut Instant,
+    first: Instant,
+    throttled: Vec<ThrottledAttempt>,
+) {
+    let offset = sent_at.saturating_duration_since(first).as_micros() as u64;
+    exchange.end_us += offset;
+    exchange.chunk_times.iter_mut().for_each(|at| *at += offset);
+    *sent_at = first;
+    exchange.throttled_attempts = throttled;
+}
+
+/// What a conversation goes on from: the answer's text and its tool calls (each named, as a
+/// call must be for its result to answer it).
+fn answer_of(exchange: &mut Exchange) -> Answer {
+    Answer {
+        text: exchange.answer_text(),
+        tool_calls: std::mem::take(&mut exchange.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut call)| {
+                if call.id.is_empty() {
+                    call.id = format!("call_{index}");
+                }
+                call
+            })
+            .collect(),
+    }
 }
 
 /// Holds a request until the key's budgets (`limits`) allow it: its slot (its intended time
