@@ -440,7 +440,7 @@ async fn read(
             SimRequest::parse(&body, wire, &tokenizer, prefix_block)
         })
         .await
-        .unwrap_or_else(|_| Err("the request could not be read".into()))
+        .unwrap_or(Err(super::stream::BadRequest::Unread))
     } else {
         SimRequest::parse(&body, wire, &shared.tokenizer, prefix_block)
     };
@@ -448,7 +448,7 @@ async fn read(
         Ok(request) => Ok((request, request_ids)),
         Err(message) => Err(json_response(
             StatusCode::BAD_REQUEST,
-            wire.error_body(&message, "invalid_request_error"),
+            wire.error_body(&message.to_string(), "invalid_request_error"),
         )),
     }
 }

@@ -67,6 +67,29 @@ pub fn block_hashes(ids: &[u32], size: usize) -> Vec<u64> {
         .collect()
 }
 
+/// Why the simulator refuses a request (a 400, in its API's error shape), as a server says it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadRequest {
+    /// The body does not parse.
+    #[error("request body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// A field the API requires is missing, or not of its type (the server's words).
+    #[error("{0}")]
+    Required(&'static str),
+    /// A batch's field (`input`, `documents`) is missing or holds something else than text.
+    #[error("'{field}' {problem}")]
+    Batch {
+        field: String,
+        problem: &'static str,
+    },
+    /// A media part the simulator cannot read: what it is not, and the reader's words.
+    #[error("{what}: {detail}")]
+    Media { what: &'static str, detail: String },
+    /// The body was read on the blocking pool, and its task did not come back.
+    #[error("the request could not be read")]
+    Unread,
+}
+
 impl SimRequest {
     /// Reads a request body of `wire`'s API; the error is the message for a 400 response.
     pub(crate) fn parse(
@@ -74,9 +97,8 @@ impl SimRequest {
         wire: Wire,
         tokenizer: &Tokenizer,
         prefix_block: Option<u32>,
-    ) -> Result<SimRequest, String> {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
+    ) -> Result<SimRequest, BadRequest> {
+        let value: Value = serde_json::from_slice(body).map_err(BadRequest::NotJson)?;
         // With a prefix cache the prompt's token ids are needed (its blocks are hashed);
         // without one, a count is enough.
         let mut ids: Vec<u32> = Vec::new();
@@ -182,7 +204,7 @@ struct Media {
 const MEDIA_DEPTH: usize = 8;
 
 impl Media {
-    fn find(&mut self, value: &Value, depth: usize) -> Result<(), String> {
+    fn find(&mut self, value: &Value, depth: usize) -> Result<(), BadRequest> {
         if depth > MEDIA_DEPTH {
             return Ok(());
         }
@@ -198,23 +220,34 @@ impl Media {
                 match fields.get("type").and_then(Value::as_str) {
                     Some("image_url") => {
                         let url = data_url(fields.get("image_url").and_then(|u| u.get("url")));
-                        self.image(&url.ok_or("an image_url part has no url")?)?;
+                        self.image(
+                            &url.ok_or(BadRequest::Required("an image_url part has no url"))?,
+                        )?;
                     }
                     Some("input_image") => {
                         let url = data_url(fields.get("image_url"));
-                        self.image(&url.ok_or("an input_image part has no image_url")?)?;
+                        self.image(&url.ok_or(BadRequest::Required(
+                            "an input_image part has no image_url",
+                        ))?)?;
                     }
                     Some("image") => {
                         let data = data_url(fields.get("source").and_then(|s| s.get("data")))
-                            .ok_or("an image block has no base64 source data")?;
+                            .ok_or(BadRequest::Required(
+                                "an image block has no base64 source data",
+                            ))?;
                         self.image_bytes(&decode_base64(&data)?)?;
                     }
                     Some("input_audio") => {
                         let data = data_url(fields.get("input_audio").and_then(|a| a.get("data")))
-                            .ok_or("an input_audio part has no data")?;
+                            .ok_or(BadRequest::Required("an input_audio part has no data"))?;
                         let bytes = decode_base64(&data)?;
-                        let reader = hound::WavReader::new(std::io::Cursor::new(bytes))
-                            .map_err(|e| format!("input_audio is not a WAV file: {e}"))?;
+                        let reader =
+                            hound::WavReader::new(std::io::Cursor::new(bytes)).map_err(|e| {
+                                BadRequest::Media {
+                                    what: "input_audio is not a WAV file",
+                                    detail: e.to_string(),
+                                }
+                            })?;
                         let spec = reader.spec();
                         self.audio_seconds +=
                             f64::from(reader.duration()) / f64::from(spec.sample_rate.max(1));
@@ -231,31 +264,39 @@ impl Media {
         Ok(())
     }
 
-    fn image(&mut self, url: &str) -> Result<(), String> {
+    fn image(&mut self, url: &str) -> Result<(), BadRequest> {
         let data = url
             .strip_prefix("data:")
             .and_then(|rest| rest.split_once(";base64,"))
             .map(|(_, data)| data)
-            .ok_or("the simulator reads images from base64 data URLs only")?;
+            .ok_or(BadRequest::Required(
+                "the simulator reads images from base64 data URLs only",
+            ))?;
         self.image_bytes(&decode_base64(data)?)
     }
 
-    fn image_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn image_bytes(&mut self, bytes: &[u8]) -> Result<(), BadRequest> {
         let size = image::ImageReader::new(std::io::Cursor::new(bytes))
             .with_guessed_format()
             .map_err(|e| e.to_string())
             .and_then(|reader| reader.into_dimensions().map_err(|e| e.to_string()))
-            .map_err(|e| format!("an image is not a PNG or JPEG the simulator can read: {e}"))?;
+            .map_err(|detail| BadRequest::Media {
+                what: "an image is not a PNG or JPEG the simulator can read",
+                detail,
+            })?;
         self.images.push(size);
         Ok(())
     }
 }
 
-fn decode_base64(data: &str) -> Result<Vec<u8>, String> {
+fn decode_base64(data: &str) -> Result<Vec<u8>, BadRequest> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD
         .decode(data)
-        .map_err(|e| format!("media data is not base64: {e}"))
+        .map_err(|e| BadRequest::Media {
+            what: "media data is not base64",
+            detail: e.to_string(),
+        })
 }
 
 /// The function a request's answer calls: `tool_choice`'s, else the first of its `tools`;
@@ -287,8 +328,8 @@ fn batch_prompt(
     value: &Value,
     wire: Wire,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<Vec<u32>, String> {
-    let texts = |field: &str| -> Result<Vec<String>, String> {
+) -> Result<Vec<u32>, BadRequest> {
+    let texts = |field: &str| -> Result<Vec<String>, BadRequest> {
         match value.get(field) {
             Some(Value::String(text)) => Ok(vec![text.clone()]),
             Some(Value::Array(items)) => items
@@ -300,19 +341,23 @@ fn batch_prompt(
                         .get("text")
                         .and_then(Value::as_str)
                         .map(str::to_string)
-                        .ok_or_else(|| format!("'{field}' holds an item that is not text")),
+                        .ok_or_else(|| BadRequest::Batch {
+                            field: field.to_string(),
+                            problem: "holds an item that is not text",
+                        }),
                 })
                 .collect(),
-            _ => Err(format!(
-                "'{field}' is required (a string or a list of strings)"
-            )),
+            _ => Err(BadRequest::Batch {
+                field: field.to_string(),
+                problem: "is required (a string or a list of strings)",
+            }),
         }
     };
     if wire == Wire::Rerank {
         let query = value
             .get("query")
             .and_then(Value::as_str)
-            .ok_or("'query' is required")?;
+            .ok_or(BadRequest::Required("'query' is required"))?;
         let documents = texts("documents")?;
         let query_tokens = measure(query);
         return Ok(documents
@@ -328,11 +373,13 @@ fn batch_prompt(
 fn chat_prompt(
     value: &Value,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<(usize, u32), String> {
+) -> Result<(usize, u32), BadRequest> {
     let messages = value
         .get("messages")
         .and_then(Value::as_array)
-        .ok_or("`messages` is required and must be an array")?;
+        .ok_or(BadRequest::Required(
+            "`messages` is required and must be an array",
+        ))?;
     let tool_rounds = messages
         .iter()
         .rev()
@@ -377,7 +424,7 @@ fn chat_prompt(
 fn completion_prompt(
     value: &Value,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<usize, String> {
+) -> Result<usize, BadRequest> {
     Ok(match value.get("prompt") {
         Some(Value::String(s)) => measure(s),
         Some(Value::Array(parts)) => parts
@@ -385,13 +432,17 @@ fn completion_prompt(
             .filter_map(Value::as_str)
             .map(&mut *measure)
             .sum(),
-        _ => return Err("`prompt` is required and must be a string".into()),
+        _ => {
+            return Err(BadRequest::Required(
+                "`prompt` is required and must be a string",
+            ))
+        }
     })
 }
 
 /// How many tokens the request may generate, by its API's field (an embedding or a ranking
 /// costs its prefill and one step: one "token").
-fn max_tokens(value: &Value, wire: Wire) -> Result<usize, String> {
+fn max_tokens(value: &Value, wire: Wire) -> Result<usize, BadRequest> {
     Ok(match wire {
         // An embedding or a ranking costs its prefill and one step: one "token".
         Wire::Embeddings | Wire::Rerank => Some(&Value::Null),
@@ -399,7 +450,7 @@ fn max_tokens(value: &Value, wire: Wire) -> Result<usize, String> {
         Wire::Messages => Some(
             value
                 .get("max_tokens")
-                .ok_or("max_tokens: Field required")?,
+                .ok_or(BadRequest::Required("max_tokens: Field required"))?,
         ),
         _ => value
             .get("max_completion_tokens")
@@ -427,7 +478,7 @@ fn asks_json(value: &Value, wire: Wire) -> bool {
 fn responses_prompt(
     value: &Value,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<(usize, u32), String> {
+) -> Result<(usize, u32), BadRequest> {
     let mut tokens = value
         .get("instructions")
         .and_then(Value::as_str)
@@ -460,7 +511,11 @@ fn responses_prompt(
                 }
             }
         }
-        _ => return Err("'input' is required (a string or a list of items)".into()),
+        _ => {
+            return Err(BadRequest::Required(
+                "'input' is required (a string or a list of items)",
+            ))
+        }
     }
     Ok((tokens, rounds))
 }
@@ -470,12 +525,12 @@ fn responses_prompt(
 fn messages_prompt(
     value: &Value,
     measure: &mut dyn FnMut(&str) -> usize,
-) -> Result<(usize, u32), String> {
+) -> Result<(usize, u32), BadRequest> {
     let mut tokens = content_tokens(value.get("system"), measure);
     let messages = value
         .get("messages")
         .and_then(Value::as_array)
-        .ok_or("messages: Field required")?;
+        .ok_or(BadRequest::Required("messages: Field required"))?;
     let mut rounds = 0;
     for m in messages {
         let blocks = m.get("content");
@@ -692,4 +747,62 @@ pub fn full_response(
 
 pub fn error_body(message: &str, kind: &str) -> Value {
     json!({"error": {"message": message, "type": kind, "code": null}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the simulator answers a body it cannot take: each refusal in the words a server
+    /// uses, one per way a body can be wrong.
+    #[test]
+    fn a_body_it_cannot_take_is_refused_in_a_servers_words() {
+        let tokenizer = Tokenizer::builtin("cl100k_base").unwrap();
+        let png = "data:image/png;base64,aGVsbG8=";
+        let cases: &[(Wire, &str, &str)] = &[
+            (Wire::Chat, "{not json", "request body is not JSON: key must be a string at line 1 column 2"),
+            (Wire::Chat, "{}", "`messages` is required and must be an array"),
+            (Wire::Completions, "{}", "`prompt` is required and must be a string"),
+            (Wire::Messages, r#"{"messages": []}"#, "max_tokens: Field required"),
+            (Wire::Messages, r#"{"max_tokens": 4}"#, "messages: Field required"),
+            (Wire::Responses, "{}", "'input' is required (a string or a list of items)"),
+            (Wire::Rerank, r#"{"documents": ["a"]}"#, "'query' is required"),
+            (Wire::Rerank, r#"{"query": "q"}"#, "'documents' is required (a string or a list of strings)"),
+            (Wire::Embeddings, r#"{"input": [1]}"#, "'input' holds an item that is not text"),
+            (
+                Wire::Chat,
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#,
+                "an image_url part has no url",
+            ),
+            (
+                Wire::Chat,
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/a.png"}}]}]}"#,
+                "the simulator reads images from base64 data URLs only",
+            ),
+            (
+                Wire::Chat,
+                r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]}]}"#,
+                "media data is not base64: Invalid symbol 64, offset 0.",
+            ),
+            (
+                Wire::Chat,
+                &format!(r#"{{"messages": [{{"role": "user", "content": [{{"type": "image_url", "image_url": {{"url": "{png}"}}}}]}}]}}"#),
+                "an image is not a PNG or JPEG the simulator can read: The image format could not be determined",
+            ),
+            (
+                Wire::Chat,
+                r#"{"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "aGVsbG8="}}]}]}"#,
+                "input_audio is not a WAV file: ",
+            ),
+        ];
+        for (wire, body, said) in cases {
+            let refused = SimRequest::parse(body.as_bytes(), *wire, &tokenizer, None)
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                refused.as_deref().is_some_and(|r| r.starts_with(said)),
+                "{wire:?} {body}: {refused:?}"
+            );
+        }
+    }
 }
