@@ -127,7 +127,9 @@ impl Connection {
         let written = Instant::now();
         let mut received = false;
         loop {
-            if let Some(head) = http1::parse_head(&mut self.buffer).map_err(Failed::NotHttp)? {
+            if let Some(head) =
+                http1::parse_head(&mut self.buffer).map_err(|e| Failed::NotHttp(e.to_string()))?
+            {
                 return Ok((head, written));
             }
             match self.read_more().await {
@@ -238,7 +240,7 @@ impl DirectBody {
                 Ok(piece) => piece,
                 Err(err) => {
                     self.connection = None;
-                    return Some(Err(BrokenBody(err)));
+                    return Some(Err(BrokenBody(err.to_string())));
                 }
             };
             if self.reader.done() {

@@ -82,9 +82,43 @@ pub(super) enum Framing {
     UntilClose,
 }
 
+/// How a response is not the HTTP/1.1 a request here can read: the words go into the record's
+/// error detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NotHttp {
+    #[error("the response's head is longer than {} KiB", MAX_HEAD / 1024)]
+    HeadTooLong,
+    #[error("the response is not HTTP/1.1 ({0})")]
+    Malformed(httparse::Error),
+    #[error("the server switched protocols (101), which a request here never asks")]
+    SwitchedProtocols,
+    #[error("the response has two different content-lengths")]
+    TwoLengths,
+    #[error("the response's content-length is not a number")]
+    LengthNotNumber,
+    #[error("a chunk's size line is too long")]
+    ChunkSizeLineTooLong,
+    #[error("a chunk has no size")]
+    ChunkWithoutSize,
+    #[error("a chunk's size is not hexadecimal")]
+    ChunkSizeNotHex,
+    #[error("a chunk's size is too large")]
+    ChunkSizeTooLarge,
+    #[error("a chunk's size line does not end in CRLF")]
+    ChunkSizeLineNotCrlf,
+    #[error("a chunk's data is longer than its size")]
+    ChunkTooLong,
+    #[error("a chunk's data does not end in CRLF")]
+    ChunkDataNotCrlf,
+    #[error("the body's trailers are too long")]
+    TrailersTooLong,
+    #[error("the body's last chunk does not end in CRLF")]
+    LastChunkNotCrlf,
+}
+
 /// Reads a response head off the front of `buffer`: `Ok(None)` when more bytes are needed.
 /// Informational answers (`100 Continue`, `103 Early Hints`) are skipped.
-pub(super) fn parse_head(buffer: &mut BytesMut) -> Result<Option<Head>, String> {
+pub(super) fn parse_head(buffer: &mut BytesMut) -> Result<Option<Head>, NotHttp> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut headers);
@@ -92,20 +126,15 @@ pub(super) fn parse_head(buffer: &mut BytesMut) -> Result<Option<Head>, String> 
             Ok(httparse::Status::Complete(length)) => length,
             Ok(httparse::Status::Partial) => {
                 if buffer.len() > MAX_HEAD {
-                    return Err(format!(
-                        "the response's head is longer than {} KiB",
-                        MAX_HEAD / 1024
-                    ));
+                    return Err(NotHttp::HeadTooLong);
                 }
                 return Ok(None);
             }
-            Err(err) => return Err(format!("the response is not HTTP/1.1 ({err})")),
+            Err(err) => return Err(NotHttp::Malformed(err)),
         };
         let status = response.code.unwrap_or_default();
         if status == 101 {
-            return Err(
-                "the server switched protocols (101), which a request here never asks".into(),
-            );
+            return Err(NotHttp::SwitchedProtocols);
         }
         if (100..200).contains(&status) {
             buffer.advance(length);
@@ -117,7 +146,7 @@ pub(super) fn parse_head(buffer: &mut BytesMut) -> Result<Option<Head>, String> 
     }
 }
 
-fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, String> {
+fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, NotHttp> {
     let http_10 = response.version == Some(0);
     let (mut content_type, mut content_length) = (None, None);
     let (mut chunked, mut transfer_encoding) = (false, false);
@@ -145,9 +174,9 @@ fn head_of(response: &httparse::Response<'_, '_>, status: u16) -> Result<Head, S
                 .map(str::trim)
                 .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|text| text.parse::<u64>().ok())
-                .ok_or("the response's content-length is not a number")?;
+                .ok_or(NotHttp::LengthNotNumber)?;
             if content_length.is_some_and(|seen| seen != length) {
-                return Err("the response has two different content-lengths".into());
+                return Err(NotHttp::TwoLengths);
             }
             content_length = Some(length);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -274,7 +303,7 @@ impl BodyReader {
     /// The body's bytes at the front of `buffer`, taken off it (with the chunks' framing, which
     /// is dropped): empty when `buffer` holds none yet. A chunked body's pieces in `buffer` are
     /// moved together in place, so that a read of many chunks is one piece.
-    pub(super) fn take(&mut self, buffer: &mut BytesMut) -> Result<Bytes, String> {
+    pub(super) fn take(&mut self, buffer: &mut BytesMut) -> Result<Bytes, NotHttp> {
         match &mut self.state {
             State::Done => Ok(Bytes::new()),
             State::UntilClose => Ok(buffer.split().freeze()),
@@ -297,7 +326,7 @@ impl BodyReader {
 
     /// Walks the chunks in `bytes`, moving their data to its front: how many bytes were read
     /// and how many of the body's were written.
-    fn dechunk(&mut self, bytes: &mut [u8]) -> Result<(usize, usize), String> {
+    fn dechunk(&mut self, bytes: &mut [u8]) -> Result<(usize, usize), NotHttp> {
         let (mut read, mut written) = (0usize, 0usize);
         while read < bytes.len() {
             if let State::Data(left) = &mut self.state {
@@ -316,29 +345,29 @@ impl BodyReader {
                 State::Size { size, line, digits } => {
                     let line = line + 1;
                     if line > MAX_CHUNK_LINE {
-                        return Err("a chunk's size line is too long".into());
+                        return Err(NotHttp::ChunkSizeLineTooLong);
                     }
                     match (byte as char).to_digit(16) {
                         Some(digit) => State::Size {
                             size: size
                                 .checked_mul(16)
                                 .map(|s| s + u64::from(digit))
-                                .ok_or("a chunk's size is too large")?,
+                                .ok_or(NotHttp::ChunkSizeTooLarge)?,
                             line,
                             digits: true,
                         },
-                        None if !digits => return Err("a chunk has no size".into()),
+                        None if !digits => return Err(NotHttp::ChunkWithoutSize),
                         None => match byte {
                             b'\r' => State::SizeLf { size },
                             b'\n' => chunk_begins(size),
                             b';' | b' ' | b'\t' => State::SizeRest { size, line },
-                            _ => return Err("a chunk's size is not hexadecimal".into()),
+                            _ => return Err(NotHttp::ChunkSizeNotHex),
                         },
                     }
                 }
                 State::SizeRest { size, line } => {
                     if line + 1 > MAX_CHUNK_LINE {
-                        return Err("a chunk's size line is too long".into());
+                        return Err(NotHttp::ChunkSizeLineTooLong);
                     }
                     match byte {
                         b'\r' => State::SizeLf { size },
@@ -351,20 +380,20 @@ impl BodyReader {
                 }
                 State::SizeLf { size } => match byte {
                     b'\n' => chunk_begins(size),
-                    _ => return Err("a chunk's size line does not end in CRLF".into()),
+                    _ => return Err(NotHttp::ChunkSizeLineNotCrlf),
                 },
                 State::DataCr => match byte {
                     b'\r' => State::DataLf,
                     b'\n' => new_size(),
-                    _ => return Err("a chunk's data is longer than its size".into()),
+                    _ => return Err(NotHttp::ChunkTooLong),
                 },
                 State::DataLf => match byte {
                     b'\n' => new_size(),
-                    _ => return Err("a chunk's data does not end in CRLF".into()),
+                    _ => return Err(NotHttp::ChunkDataNotCrlf),
                 },
                 State::TrailerLine { at_start, bytes } => {
                     if bytes + 1 > MAX_TRAILERS {
-                        return Err("the body's trailers are too long".into());
+                        return Err(NotHttp::TrailersTooLong);
                     }
                     match (byte, at_start) {
                         (b'\n', true) => State::Done,
@@ -381,7 +410,7 @@ impl BodyReader {
                 }
                 State::TrailerEndLf => match byte {
                     b'\n' => State::Done,
-                    _ => return Err("the body's last chunk does not end in CRLF".into()),
+                    _ => return Err(NotHttp::LastChunkNotCrlf),
                 },
                 State::Done => {
                     // Bytes after the body are left for the caller to see.
@@ -424,8 +453,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The head, or the words a record would keep of why it is not one.
     fn head(text: &str) -> Result<Option<Head>, String> {
-        parse_head(&mut BytesMut::from(text))
+        parse_head(&mut BytesMut::from(text)).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -598,7 +628,7 @@ mod tests {
             let size = (*sizes.next().unwrap()).max(1).min(wire.len() - at);
             buffer.extend_from_slice(&wire[at..at + size]);
             at += size;
-            body.extend_from_slice(&reader.take(&mut buffer)?);
+            body.extend_from_slice(&reader.take(&mut buffer).map_err(|e| e.to_string())?);
         }
         buffer.extend_from_slice(&wire[at..]);
         Ok((body, buffer.to_vec()))
