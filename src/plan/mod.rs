@@ -172,7 +172,7 @@ pub fn parse_with(
     text: &str,
     set: &[overrides::Override],
 ) -> Result<Plan, PlanErrors> {
-    let text = overrides::apply(text, set).map_err(PlanErrors::io)?;
+    let text = overrides::apply(text, set).map_err(|e| PlanErrors::io(e.to_string()))?;
     let mut plan = parse_plan(file_name, text)?;
     plan.source.overrides = set.iter().map(overrides::Override::shown).collect();
     Ok(plan)

@@ -14,6 +14,37 @@
 
 use kdl::{KdlDocument, KdlEntry, KdlNode, KdlValue};
 
+/// What is wrong with a value given on the command line, or with where it goes in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverrideError {
+    /// `--set` without `=`.
+    #[error("--set {0}: write it as PATH=VALUE, e.g. --set phase:steady.rate=8")]
+    NotPathValue(String),
+    /// `--set` with an empty path, or an empty name between its dots.
+    #[error(
+        "--set {0}: the path names nodes from the top, separated by dots, e.g. workload.output"
+    )]
+    EmptySegment(String),
+    /// `--header` without `:`.
+    #[error("--header {0}: write it as \"Name: value\"")]
+    NotHeader(String),
+    /// `--header` or `--api-key-env` on a plan without a `target`.
+    #[error("{flag}: the plan has no target")]
+    NoTarget {
+        /// The command line's option.
+        flag: &'static str,
+    },
+    /// The path leads nowhere in the plan: the node named is not there (with the nearest that
+    /// is), or a node on the way holds no such child.
+    #[error("--set {shown}: {why}")]
+    NotInPlan {
+        /// The value set, as reports show it.
+        shown: String,
+        /// Where the path stops, and what the plan has there.
+        why: String,
+    },
+}
+
 /// One edit of the plan.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Override {
@@ -38,15 +69,13 @@ pub enum Override {
 
 impl Override {
     /// Reads `PATH=VALUE`.
-    pub fn set(text: &str) -> Result<Override, String> {
-        let (path, value) = text.split_once('=').ok_or_else(|| {
-            format!("--set {text}: write it as PATH=VALUE, e.g. --set phase:steady.rate=8")
-        })?;
+    pub fn set(text: &str) -> Result<Override, OverrideError> {
+        let (path, value) = text
+            .split_once('=')
+            .ok_or_else(|| OverrideError::NotPathValue(text.to_string()))?;
         let path = path.trim();
         if path.is_empty() || path.split('.').any(|segment| segment.trim().is_empty()) {
-            return Err(format!(
-                "--set {text}: the path names nodes from the top, separated by dots, e.g. workload.output"
-            ));
+            return Err(OverrideError::EmptySegment(text.to_string()));
         }
         Ok(Override::Set {
             path: path.to_string(),
@@ -55,10 +84,10 @@ impl Override {
     }
 
     /// Reads `Name: value`.
-    pub fn header(text: &str) -> Result<Override, String> {
+    pub fn header(text: &str) -> Result<Override, OverrideError> {
         let (name, value) = text
             .split_once(':')
-            .ok_or_else(|| format!("--header {text}: write it as \"Name: value\""))?;
+            .ok_or_else(|| OverrideError::NotHeader(text.to_string()))?;
         Ok(Override::Header {
             name: name.trim().to_string(),
             value: value.trim().to_string(),
@@ -77,7 +106,7 @@ impl Override {
 
 /// `text` with `overrides` applied, in order. A plan whose text is not KDL is returned as it is:
 /// the parser says what is wrong with it first.
-pub fn apply(text: &str, overrides: &[Override]) -> Result<String, String> {
+pub fn apply(text: &str, overrides: &[Override]) -> Result<String, OverrideError> {
     if overrides.is_empty() {
         return Ok(text.to_string());
     }
@@ -86,11 +115,15 @@ pub fn apply(text: &str, overrides: &[Override]) -> Result<String, String> {
     };
     for o in overrides {
         match o {
-            Override::Set { path, value } => set(&mut document, path, value)
-                .map_err(|why| format!("--set {}: {why}", o.shown()))?,
+            Override::Set { path, value } => {
+                set(&mut document, path, value).map_err(|why| OverrideError::NotInPlan {
+                    shown: o.shown(),
+                    why,
+                })?
+            }
             Override::Header { name, value } => {
-                let target =
-                    top(&mut document, "target", None).ok_or("--header: the plan has no target")?;
+                let target = top(&mut document, "target", None)
+                    .ok_or(OverrideError::NoTarget { flag: "--header" })?;
                 let mut node = KdlNode::new("header");
                 node.push(KdlEntry::new(name.as_str()));
                 // `$VAR` names a secret: read at run time, never kept (the plan's `env=`).
@@ -103,8 +136,9 @@ pub fn apply(text: &str, overrides: &[Override]) -> Result<String, String> {
                 add_child(target, node);
             }
             Override::ApiKeyEnv(var) => {
-                let target = top(&mut document, "target", None)
-                    .ok_or("--api-key-env: the plan has no target")?;
+                let target = top(&mut document, "target", None).ok_or(OverrideError::NoTarget {
+                    flag: "--api-key-env",
+                })?;
                 let children = target.ensure_children();
                 children
                     .nodes_mut()
@@ -412,7 +446,7 @@ phase "steady" { rate 4; duration "30s" }
     #[test]
     fn mistakes_are_named() {
         let wrong = Override::set("phase:nope.rate=8").unwrap();
-        let err = apply(PLAN, &[wrong]).unwrap_err();
+        let err = apply(PLAN, &[wrong]).unwrap_err().to_string();
         assert!(err.contains("no `phase \"nope\"`"), "{err}");
         assert!(Override::set("rate").is_err());
         assert!(Override::set("a..b=1").is_err());
@@ -422,12 +456,47 @@ phase "steady" { rate 4; duration "30s" }
         assert!(format!("{errors:?}").contains("timout"));
         assert!(format!("{errors:?}").contains("did you mean `timeout`?"));
         // The nearest of what is there is offered.
-        let err = apply(PLAN, &[Override::set("phase:stedy.rate=8").unwrap()]).unwrap_err();
+        let err = apply(PLAN, &[Override::set("phase:stedy.rate=8").unwrap()])
+            .unwrap_err()
+            .to_string();
         assert!(err.ends_with("did you mean `phase \"steady\"`?"), "{err}");
-        let err = apply(PLAN, &[Override::set("workload.inptu.bucket=8").unwrap()]).unwrap_err();
+        let err = apply(PLAN, &[Override::set("workload.inptu.bucket=8").unwrap()])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.ends_with("there is no `inptu` in `workload`; did you mean `input`?"),
             "{err}"
+        );
+    }
+
+    /// What the command line is told when a value cannot be set: one error per mistake, in
+    /// the words `llmload run` prints after clap's "invalid value".
+    #[test]
+    fn a_value_that_cannot_be_set_says_why() {
+        let said = |result: Result<Override, OverrideError>| result.unwrap_err().to_string();
+        assert_eq!(
+            said(Override::set("rate8")),
+            "--set rate8: write it as PATH=VALUE, e.g. --set phase:steady.rate=8"
+        );
+        assert_eq!(
+            said(Override::set("workload..output=8")),
+            "--set workload..output=8: the path names nodes from the top, separated by dots, e.g. \
+             workload.output"
+        );
+        assert_eq!(
+            said(Override::header("Authorization")),
+            "--header Authorization: write it as \"Name: value\""
+        );
+        let headless = "plan \"p\" { seed 1 }\n";
+        let header = Override::header("X-Team: a").unwrap();
+        assert_eq!(
+            apply(headless, &[header]).unwrap_err(),
+            OverrideError::NoTarget { flag: "--header" }
+        );
+        let key = Override::ApiKeyEnv("KEY".into());
+        assert_eq!(
+            apply(headless, &[key]).unwrap_err().to_string(),
+            "--api-key-env: the plan has no target"
         );
     }
 
