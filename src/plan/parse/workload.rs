@@ -595,53 +595,72 @@ fn dataset(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
         media: Default::default(),
     };
     if cx.check_files {
-        let Some((path, text, sha)) = datafile::read(cx, span, &name, "dataset") else {
-            w.broken = true;
-            return;
-        };
-        let read = match format {
-            DatasetFormat::Jsonl => data::read_jsonl(&text, &dataset.field, &dataset.answer_field),
-            DatasetFormat::ShareGpt => data::read_sharegpt(&text),
-        };
-        let shown = path.display().to_string();
-        match read {
-            Ok((entries, _)) if entries.is_empty() => {
-                cx.error(
-                    span,
-                    format!("dataset {shown} has no entry with a prompt"),
-                    "nothing to send",
-                    match format {
-                        DatasetFormat::Jsonl => format!("each line needs a \"{}\" field holding text or chat messages (field= names another)", dataset.field),
-                        DatasetFormat::ShareGpt => "each conversation needs a turn from \"human\"".to_string(),
-                    },
-                );
+        match read_dataset(cx, span, &name, &mut dataset) {
+            // No file to read: no dataset either.
+            None => {
                 w.broken = true;
+                return;
             }
-            Ok((mut entries, skipped)) => {
-                let folder = path.parent().unwrap_or(std::path::Path::new("."));
-                match crate::plan::data_media::read_media(&mut entries, folder) {
-                    Ok(media) => dataset.media = media,
-                    Err(errors) => {
-                        for error in errors {
-                            cx.error_in_data(&shown, text.clone(), error);
-                        }
-                        w.broken = true;
-                    }
-                }
-                dataset.entries = Arc::new(entries);
-                dataset.skipped = skipped;
-                dataset.sha256 = sha;
-            }
-            Err(errors) => {
-                // The first few mistakes are enough to see what is wrong with a file.
-                for error in errors.into_iter().take(5) {
-                    cx.error_in_data(&shown, text.clone(), error);
-                }
-                w.broken = true;
-            }
+            // Its mistakes are said; what was read is kept for the checks that follow.
+            Some(read) => w.broken |= !read,
         }
     }
     w.dataset = Some(dataset);
+}
+
+/// Reads the dataset's file into `dataset`: its entries (in its format), its media, its
+/// SHA-256. `Some(false)`, said with the file's lines, when its entries or media are wrong or it
+/// has nothing to send; `None` when the file cannot be read at all.
+fn read_dataset(
+    cx: &mut Cx,
+    span: miette::SourceSpan,
+    name: &str,
+    dataset: &mut Dataset,
+) -> Option<bool> {
+    let (path, text, sha) = datafile::read(cx, span, name, "dataset")?;
+    let mut ok = true;
+    let read = match dataset.format {
+        DatasetFormat::Jsonl => data::read_jsonl(&text, &dataset.field, &dataset.answer_field),
+        DatasetFormat::ShareGpt => data::read_sharegpt(&text),
+    };
+    let shown = path.display().to_string();
+    match read {
+        Ok((entries, _)) if entries.is_empty() => {
+            cx.error(
+                span,
+                format!("dataset {shown} has no entry with a prompt"),
+                "nothing to send",
+                match dataset.format {
+                    DatasetFormat::Jsonl => format!("each line needs a \"{}\" field holding text or chat messages (field= names another)", dataset.field),
+                    DatasetFormat::ShareGpt => "each conversation needs a turn from \"human\"".to_string(),
+                },
+            );
+            ok = false;
+        }
+        Ok((mut entries, skipped)) => {
+            let folder = path.parent().unwrap_or(std::path::Path::new("."));
+            match crate::plan::data_media::read_media(&mut entries, folder) {
+                Ok(media) => dataset.media = media,
+                Err(errors) => {
+                    for error in errors {
+                        cx.error_in_data(&shown, text.clone(), error);
+                    }
+                    ok = false;
+                }
+            }
+            dataset.entries = Arc::new(entries);
+            dataset.skipped = skipped;
+            dataset.sha256 = sha;
+        }
+        Err(errors) => {
+            // The first few mistakes are enough to see what is wrong with a file.
+            for error in errors.into_iter().take(5) {
+                cx.error_in_data(&shown, text.clone(), error);
+            }
+            ok = false;
+        }
+    }
+    Some(ok)
 }
 
 fn tokenizer(cx: &mut Cx, node: &KdlNode, w: &mut Fields) {
