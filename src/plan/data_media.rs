@@ -24,7 +24,7 @@ const MAX_ERRORS: usize = 5;
 /// Reads every media file `entries` name (paths relative to `dir`, the dataset's folder) into
 /// their `media`, in the order each entry names them. Returns what they hold, or the mistakes.
 pub fn read_media(entries: &mut [DataEntry], dir: &Path) -> Result<DatasetMedia, Vec<DataError>> {
-    let mut read: HashMap<PathBuf, Result<Attachment, String>> = HashMap::new();
+    let mut read: HashMap<PathBuf, Result<Attachment, MediaFileError>> = HashMap::new();
     let mut files = 0u32;
     let mut tally = DatasetMedia::default();
     let mut errors = Vec::new();
@@ -97,31 +97,51 @@ pub fn read_media(entries: &mut [DataEntry], dir: &Path) -> Result<DatasetMedia,
     }
 }
 
+/// Why a dataset's media file cannot be sent: said after its entry's line and its path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum MediaFileError {
+    #[error("not a file")]
+    NotAFile,
+    #[error("cannot read it: {0}")]
+    Unreadable(String),
+    #[error("{size} bytes, more than the {} MiB a media file may hold", MAX_MEDIA_FILE_BYTES >> 20)]
+    FileTooLarge { size: u64 },
+    #[error("the dataset's files come to more than the {} MiB a plan may read", MAX_DATA_BYTES >> 20)]
+    DatasetTooLarge,
+    /// The image reader could not even guess (its own words).
+    #[error("{0}")]
+    Unguessable(String),
+    #[error("a {0} image: llmload sends PNG and JPEG")]
+    OtherImageFormat(&'static str),
+    #[error("not a PNG or JPEG image")]
+    NotPngOrJpeg,
+    #[error("not a readable image: {0}")]
+    UnreadableImage(String),
+    #[error("not a WAV file: {0}")]
+    NotWav(String),
+    #[error("a clip of {seconds} s, longer than the {} s a request may carry", MAX_AUDIO.as_secs())]
+    ClipTooLong { seconds: u64 },
+}
+
 fn kind_matches(attachment: &Attachment, audio: bool) -> bool {
     matches!(attachment.kind, AttachmentKind::Audio { .. }) == audio
 }
 
 /// One file, read and checked; `so_far` is the bytes of the dataset's files read before it.
-fn attachment_of(path: &Path, audio: bool, so_far: u64) -> Result<Attachment, String> {
+fn attachment_of(path: &Path, audio: bool, so_far: u64) -> Result<Attachment, MediaFileError> {
     let size = match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => meta.len(),
-        Ok(_) => return Err("not a file".into()),
-        Err(e) => return Err(format!("cannot read it: {e}")),
+        Ok(_) => return Err(MediaFileError::NotAFile),
+        Err(e) => return Err(MediaFileError::Unreadable(e.to_string())),
     };
     if size > MAX_MEDIA_FILE_BYTES {
-        return Err(format!(
-            "{size} bytes, more than the {} MiB a media file may hold",
-            MAX_MEDIA_FILE_BYTES >> 20
-        ));
+        return Err(MediaFileError::FileTooLarge { size });
     }
     if so_far + size > MAX_DATA_BYTES {
-        return Err(format!(
-            "the dataset's files come to more than the {} MiB a plan may read",
-            MAX_DATA_BYTES >> 20
-        ));
+        return Err(MediaFileError::DatasetTooLarge);
     }
     let bytes = crate::files::read_bounded(path, MAX_MEDIA_FILE_BYTES)
-        .map_err(|e| format!("cannot read it: {e}"))?;
+        .map_err(|e| MediaFileError::Unreadable(e.to_string()))?;
     let kind = if audio {
         wav_kind(&bytes)?
     } else {
@@ -138,24 +158,23 @@ fn attachment_of(path: &Path, audio: bool, so_far: u64) -> Result<Attachment, St
 }
 
 /// A PNG or JPEG's type and size, from its header (the formats every vision API takes).
-fn image_kind(bytes: &[u8]) -> Result<AttachmentKind, String> {
+fn image_kind(bytes: &[u8]) -> Result<AttachmentKind, MediaFileError> {
     let reader = image::ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| MediaFileError::Unguessable(e.to_string()))?;
     let mime = match reader.format() {
         Some(image::ImageFormat::Png) => "image/png",
         Some(image::ImageFormat::Jpeg) => "image/jpeg",
         Some(other) => {
-            return Err(format!(
-                "a {} image: llmload sends PNG and JPEG",
-                other.extensions_str().first().unwrap_or(&"other")
+            return Err(MediaFileError::OtherImageFormat(
+                other.extensions_str().first().copied().unwrap_or("other"),
             ))
         }
-        None => return Err("not a PNG or JPEG image".into()),
+        None => return Err(MediaFileError::NotPngOrJpeg),
     };
     let (width, height) = reader
         .into_dimensions()
-        .map_err(|e| format!("not a readable image: {e}"))?;
+        .map_err(|e| MediaFileError::UnreadableImage(e.to_string()))?;
     Ok(AttachmentKind::Image {
         mime,
         width,
@@ -164,17 +183,15 @@ fn image_kind(bytes: &[u8]) -> Result<AttachmentKind, String> {
 }
 
 /// A WAV clip's length, from its header.
-fn wav_kind(bytes: &[u8]) -> Result<AttachmentKind, String> {
-    let reader =
-        hound::WavReader::new(Cursor::new(bytes)).map_err(|e| format!("not a WAV file: {e}"))?;
+fn wav_kind(bytes: &[u8]) -> Result<AttachmentKind, MediaFileError> {
+    let reader = hound::WavReader::new(Cursor::new(bytes))
+        .map_err(|e| MediaFileError::NotWav(e.to_string()))?;
     let rate = reader.spec().sample_rate.max(1);
     let millis = u64::from(reader.duration()) * 1000 / u64::from(rate);
     if millis > MAX_AUDIO.as_millis() as u64 {
-        return Err(format!(
-            "a clip of {} s, longer than the {} s a request may carry",
-            millis / 1000,
-            MAX_AUDIO.as_secs()
-        ));
+        return Err(MediaFileError::ClipTooLong {
+            seconds: millis / 1000,
+        });
     }
     Ok(AttachmentKind::Audio {
         millis: millis as u32,
