@@ -5,8 +5,8 @@
 //! What this is not: the distributions (kept as histograms by [`super::grouped`]), or the
 //! aggregates made of several of these (cost, energy), which read the totals from here.
 
-use super::table::{Metric, Source, METRICS};
-use crate::records::{ErrorClass, RequestRecord};
+use super::table::{Metric, Population, Source, METRICS};
+use crate::records::RequestRecord;
 
 /// One share's or per-second metric's sums over a scope's completed requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -40,10 +40,8 @@ impl Tally {
     /// resampling, only completed requests count: a cancelled request or the client's own
     /// failure says nothing of the server.
     pub(super) fn add(&mut self, record: &RequestRecord, good: bool) {
-        if matches!(
-            record.error,
-            Some(ErrorClass::Cancelled | ErrorClass::Client)
-        ) {
+        // Whether the phase is an open loop does not matter to `Completed`.
+        if !Population::Completed.includes(record, false) {
             return;
         }
         for (metric, part) in &mut self.parts {
@@ -101,6 +99,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::ErrorClass;
 
     fn record(error: Option<ErrorClass>, completion: u64) -> RequestRecord {
         RequestRecord {
