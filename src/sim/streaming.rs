@@ -44,7 +44,7 @@ impl Answer {
         let (tx, rx) = mpsc::channel::<Sent>(16);
         let source = FrameSource {
             writer: self.shared.writes.as_ref().map(|log| {
-                let ids = self.request_ids.clone();
+                let ids = self.request_ids;
                 (log.begin(ids, self.arrived.into_std()), log.clone())
             }),
             rx,
