@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::engine::EngineEvent;
 use super::server::{json_response, rejected, Body, Shared};
-use super::stream::{full_response, generate, SimRequest};
-use super::wire::{batch_answer, full_answer, Counts, Wire};
+use super::stream::{generate, SimRequest};
+use super::wire::{Counts, Whole, Wire};
 use crate::plan::SimSettings;
 use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
@@ -65,7 +65,6 @@ pub(super) async fn answer(
         let id = id.as_str();
         return whole(
             &shared,
-            wire,
             &request,
             id,
             tokens,
@@ -209,10 +208,8 @@ fn start(
 }
 
 /// The answer of a request that did not ask to stream: every token generated, then one body.
-#[allow(clippy::too_many_arguments)] // The stages' products, each named; a struct would only rename them.
 async fn whole(
     shared: &Shared,
-    wire: Wire,
     request: &SimRequest,
     id: &str,
     mut tokens: Tokens,
@@ -238,21 +235,15 @@ async fn whole(
     if shared.engine.is_none() {
         shared.metrics.on_finished(arrived.elapsed());
     }
-    let said = reasoning.map(|(_, field, in_usage)| (field, thought.as_str(), thinking, in_usage));
-    let body = match wire {
-        Wire::Chat | Wire::Completions => full_response(request, id, &text, completion, said),
-        Wire::Embeddings | Wire::Rerank => batch_answer(request, id, request_seed),
-        Wire::Responses | Wire::Messages => full_answer(
-            request,
-            id,
-            &text,
-            reasoning.map(|_| thought.as_str()),
-            Counts {
-                completion,
-                reasoning: reasoning.filter(|r| r.2).map(|_| thinking),
-            },
-        ),
+    let answer = Whole {
+        text: &text,
+        thought: reasoning.map(|(_, field, _)| (field, thought.as_str())),
+        counts: Counts {
+            completion,
+            reasoning: reasoning.filter(|r| r.2).map(|_| thinking),
+        },
     };
+    let body = super::wire::whole(request, id, answer, request_seed);
     json_response(StatusCode::OK, body)
 }
 

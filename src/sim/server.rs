@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::engine::Engine;
 use super::limits::{Limiter, Style};
 use super::metrics::SimMetrics;
-use super::stream::{error_body, SimRequest};
+use super::stream::SimRequest;
 use super::wire::Wire;
 use super::writes::{RequestWrites, WriteLog};
 use crate::plan::SimSettings;
@@ -385,7 +385,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Result<Wire, Box<Response<
             Some(log) => full(StatusCode::OK, "application/x-ndjson", log.to_json_lines()),
             None => json_response(
                 StatusCode::NOT_FOUND,
-                error_body(
+                Wire::Chat.error_body(
                     "write times are not recorded: start the simulator with --record-writes",
                     "not_found_error",
                 ),
@@ -393,7 +393,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Result<Wire, Box<Response<
         },
         _ => json_response(
             StatusCode::NOT_FOUND,
-            error_body(
+            Wire::Chat.error_body(
                 &format!("no route for {} {path}", req.method()),
                 "not_found_error",
             ),

@@ -1,12 +1,12 @@
 //! What the simulator generates for one request: token text, timings and the JSON of each chunk.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::wire::Wire;
 use crate::plan::SimSettings;
@@ -17,8 +17,6 @@ use crate::tokens::Tokenizer;
 pub struct SimRequest {
     /// The API it speaks.
     pub wire: Wire,
-    /// A chat request (the chat dialect's chunks).
-    pub chat: bool,
     pub model: String,
     pub stream: bool,
     pub include_usage: bool,
@@ -168,7 +166,6 @@ impl SimRequest {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             wire,
-            chat,
             model: value
                 .get("model")
                 .and_then(Value::as_str)
@@ -577,20 +574,6 @@ fn content_tokens(content: Option<&Value>, measure: &mut dyn FnMut(&str) -> usiz
     }
 }
 
-/// A streamed chat chunk carrying one fragment of a tool call, as vLLM streams one: the first
-/// fragment (`first`) names the call and its function, the rest add to its arguments.
-pub fn tool_call_chunk(request: &SimRequest, id: &str, arguments: &str, first: bool) -> Value {
-    let mut value = chunk(request, id, None, false, None);
-    let call = if first {
-        json!({"index": 0, "id": format!("call_{id}"), "type": "function",
-               "function": {"name": request.tool.as_deref().unwrap_or("tool"), "arguments": arguments}})
-    } else {
-        json!({"index": 0, "function": {"arguments": arguments}})
-    };
-    value["choices"][0]["delta"] = json!({ "tool_calls": [call] });
-    value
-}
-
 /// A JSON answer's fragment around the generated `text`: the first opens the object, the last
 /// closes it (the words escaped as a JSON string's inside).
 pub fn json_fragment(text: &str, first: bool, last: bool) -> String {
@@ -648,105 +631,6 @@ pub fn generate(
         }
     }
     Generation { chunks }
-}
-
-/// Usage after `completion` tokens, of which `reasoning` were reasoning (said in
-/// `completion_tokens_details` when it is `Some`, as OpenAI's and DeepSeek's APIs say it).
-pub fn usage(request: &SimRequest, completion: usize, reasoning: Option<usize>) -> Value {
-    let prompt = request.prompt_tokens;
-    let mut usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
-    if let Some(cached) = &request.cached {
-        usage["prompt_tokens_details"] = json!({"cached_tokens": cached.load(Ordering::Relaxed)});
-    }
-    if let Some(reasoning) = reasoning {
-        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
-    }
-    usage
-}
-
-/// A streamed chat chunk carrying reasoning `text` in `field` (`reasoning_content` or
-/// `reasoning`), as vLLM streams a reasoning model's thinking.
-pub fn reasoning_chunk(request: &SimRequest, id: &str, text: &str, field: &str) -> Value {
-    let mut value = chunk(request, id, None, false, None);
-    value["choices"][0]["delta"] = json!({ field: text });
-    value
-}
-
-/// A streamed chunk carrying `text` (or only the role, or only a finish_reason), shaped as
-/// vLLM's OpenAI server sends it, null fields included, so that a client's cost of reading the
-/// simulator's chunks is its cost of reading vLLM's.
-pub fn chunk(
-    request: &SimRequest,
-    id: &str,
-    text: Option<&str>,
-    role: bool,
-    finish: Option<&str>,
-) -> Value {
-    let object = if request.chat {
-        "chat.completion.chunk"
-    } else {
-        "text_completion"
-    };
-    let choice = if request.chat {
-        let mut delta = serde_json::Map::new();
-        if role {
-            delta.insert("role".into(), json!("assistant"));
-            delta.insert("content".into(), json!(""));
-        }
-        if let Some(text) = text {
-            delta.insert("content".into(), json!(text));
-        }
-        json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
-    } else {
-        json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
-               "stop_reason": null})
-    };
-    json!({"id": id, "object": object, "created": request.created, "model": request.model,
-           "system_fingerprint": null, "choices": [choice], "usage": null})
-}
-
-/// A whole non-streamed response; a chat answer's `reasoning` (field, text, tokens), if any,
-/// comes in its message beside the content.
-pub fn full_response(
-    request: &SimRequest,
-    id: &str,
-    text: &str,
-    completion: usize,
-    reasoning: Option<(&str, &str, usize, bool)>,
-) -> Value {
-    let answer = if request.json_answer {
-        json_fragment(text, true, true)
-    } else {
-        text.to_string()
-    };
-    let choice = if request.chat {
-        let mut message = json!({"role": "assistant", "content": answer});
-        if let Some((field, thought, _, _)) = reasoning {
-            message[field] = json!(thought);
-        }
-        let mut finish = "length";
-        if let Some(tool) = &request.tool {
-            message["content"] = Value::Null;
-            message["tool_calls"] = json!([{"index": 0, "id": format!("call_{id}"), "type": "function",
-                "function": {"name": tool, "arguments": format!("{{\"query\":\"{}\"}}", text.trim())}}]);
-            finish = "tool_calls";
-        }
-        json!({"index": 0, "message": message, "finish_reason": finish})
-    } else {
-        json!({"index": 0, "text": answer, "finish_reason": "length"})
-    };
-    let object = if request.chat {
-        "chat.completion"
-    } else {
-        "text_completion"
-    };
-    let in_usage = reasoning.and_then(|(_, _, tokens, said)| said.then_some(tokens));
-    json!({"id": id, "object": object, "created": request.created, "model": request.model, "choices": [choice],
-           "usage": usage(request, completion, in_usage)})
-}
-
-pub fn error_body(message: &str, kind: &str) -> Value {
-    json!({"error": {"message": message, "type": kind, "code": null}})
 }
 
 #[cfg(test)]

@@ -122,7 +122,10 @@ impl Writer {
     /// (with the faults drawn for them), and its closing frames. Ends early, quietly, when the
     /// client goes away.
     async fn write(self, request: &SimRequest, id: &str, mut tokens: Tokens) {
-        let mut encoder = Encoder::new(request, id);
+        // Embeddings and rankings are answered whole (`SimRequest::parse` never streams them).
+        let Some(mut encoder) = Encoder::new(request, id) else {
+            return;
+        };
         if !self.send(encoder.start(), false).await {
             return;
         }
@@ -198,7 +201,7 @@ impl Writer {
         if request.continuous_usage {
             if let Some(SseFrame::Data(value)) = frames.last_mut() {
                 let said = self.said(at.thinking);
-                value["usage"] = super::stream::usage(request, at.completion, said);
+                value["usage"] = super::wire::usage(request, at.completion, said);
             }
         }
         self.send(frames, true).await
