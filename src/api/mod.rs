@@ -15,6 +15,8 @@
 //! so that the client and the simulator cannot agree on the same bug).
 
 mod answered_model;
+#[cfg(test)]
+pub(crate) mod captured;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
