@@ -36,6 +36,6 @@ pub(super) fn whole(request: &SimRequest, id: &str, answer: Whole<'_>) -> Value 
     } else {
         answer.text.to_string()
     };
-    let choice = json!({"index": 0, "text": text, "finish_reason": "length"});
+    let choice = json!({"index": 0, "text": text, "logprobs": null, "finish_reason": "length"});
     openai::body(request, id, "text_completion", choice, answer.counts)
 }

@@ -11,6 +11,8 @@
 //! What this is not: reading a request (`stream`), or when each token is due (`streaming`).
 
 mod blocks;
+#[cfg(test)]
+mod captured;
 mod chat;
 mod completions;
 mod embeddings;

@@ -22,7 +22,8 @@ pub(super) fn body(
     counts: Counts,
 ) -> Value {
     json!({"id": id, "object": object, "created": request.created, "model": request.model,
-           "choices": [choice], "usage": usage(request, counts.completion, counts.reasoning)})
+           "system_fingerprint": null, "choices": [choice],
+           "usage": usage(request, counts.completion, counts.reasoning)})
 }
 
 /// Usage after `completion` tokens, of which `reasoning` were reasoning (said in

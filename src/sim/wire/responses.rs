@@ -14,6 +14,8 @@ pub struct Stream<'a> {
     request: &'a SimRequest,
     id: &'a str,
     items: Blocks,
+    /// The items done so far, whole: the final response's `output`.
+    done: Vec<Value>,
 }
 
 impl<'a> Stream<'a> {
@@ -22,6 +24,7 @@ impl<'a> Stream<'a> {
             request,
             id,
             items: Blocks::default(),
+            done: Vec::new(),
         }
     }
 
@@ -85,6 +88,7 @@ impl<'a> Stream<'a> {
             Finish::ToolCalls => ("completed", "response.completed"),
         };
         let mut response = self.response(status, usage(self.request, counts));
+        response["output"] = Value::Array(std::mem::take(&mut self.done));
         if finish == Finish::Length {
             response["incomplete_details"] = json!({"reason": "max_output_tokens"});
         }
@@ -141,13 +145,14 @@ impl<'a> Stream<'a> {
         frames
     }
 
-    /// Closes the open item: its `.done` events.
+    /// Closes the open item: its `.done` events, the whole item last (kept for the final
+    /// response's `output`).
     fn close(&mut self) -> Vec<Frame> {
         let Some(Closed { kind, index, text }) = self.items.end() else {
             return Vec::new();
         };
         let id = item_id(Some(kind), self.id, index);
-        let done = match kind {
+        let mut frames = vec![match kind {
             Block::Reasoning => Frame::Named(
                 "response.reasoning_text.done",
                 json!({"type": "response.reasoning_text.done", "item_id": id,
@@ -163,15 +168,48 @@ impl<'a> Stream<'a> {
                 json!({"type": "response.function_call_arguments.done", "item_id": id,
                        "output_index": index, "arguments": text}),
             ),
-        };
-        vec![
-            done,
-            Frame::Named(
-                "response.output_item.done",
-                json!({"type": "response.output_item.done", "output_index": index,
-                       "item": {"id": id, "status": "completed"}}),
-            ),
-        ]
+        }];
+        if kind == Block::Text {
+            frames.push(Frame::Named(
+                "response.content_part.done",
+                json!({"type": "response.content_part.done", "item_id": id,
+                       "output_index": index, "content_index": 0, "part": output_text(&text)}),
+            ));
+        }
+        let item = done_item(kind, &id, &text, self.request, self.id);
+        frames.push(Frame::Named(
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ));
+        self.done.push(item);
+        frames
+    }
+}
+
+/// Now, in Unix seconds (a response's `completed_at`).
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// An output text part.
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+/// An output item once done, as its `.done` event and the final response carry it: `id` is
+/// the item's, `response` the response's.
+fn done_item(kind: Block, id: &str, text: &str, request: &SimRequest, response: &str) -> Value {
+    match kind {
+        Block::Reasoning => json!({"id": id, "type": "reasoning", "summary": [],
+                                   "content": [{"type": "reasoning_text", "text": text}]}),
+        Block::Text => json!({"id": id, "type": "message", "role": "assistant",
+                              "status": "completed", "content": [output_text(text)]}),
+        Block::Call => json!({"id": id, "type": "function_call", "status": "completed",
+                              "call_id": format!("call_{response}"),
+                              "name": request.tool.as_deref().unwrap_or("tool"),
+                              "arguments": text}),
     }
 }
 
@@ -201,32 +239,42 @@ fn usage(request: &SimRequest, counts: Counts) -> Value {
 pub(super) fn whole(request: &SimRequest, id: &str, answer: Whole<'_>) -> Value {
     let mut output = Vec::new();
     if let Some((_, thought)) = answer.thought {
-        output.push(
-            json!({"id": format!("rs_{id}"), "type": "reasoning", "summary": [],
-                           "content": [{"type": "reasoning_text", "text": thought}]}),
-        );
+        output.push(done_item(
+            Block::Reasoning,
+            &format!("rs_{id}"),
+            thought,
+            request,
+            id,
+        ));
     }
-    let status = match &request.tool {
-        Some(tool) => {
-            let arguments = format!("{{\"query\":\"{}\"}}", answer.text.trim());
-            output.push(json!({"id": format!("fc_{id}"), "type": "function_call", "status": "completed",
-                               "call_id": format!("call_{id}"), "name": tool, "arguments": arguments}));
-            "completed"
-        }
-        None => {
-            let text = if request.json_answer {
-                json_fragment(answer.text, true, true)
-            } else {
-                answer.text.to_string()
-            };
-            output.push(json!({"id": format!("msg_{id}"), "type": "message", "role": "assistant",
-                               "status": "completed",
-                               "content": [{"type": "output_text", "text": text, "annotations": []}]}));
-            "incomplete"
-        }
+    let status = if request.tool.is_some() {
+        let arguments = format!("{{\"query\":\"{}\"}}", answer.text.trim());
+        output.push(done_item(
+            Block::Call,
+            &format!("fc_{id}"),
+            &arguments,
+            request,
+            id,
+        ));
+        "completed"
+    } else {
+        let text = if request.json_answer {
+            json_fragment(answer.text, true, true)
+        } else {
+            answer.text.to_string()
+        };
+        output.push(done_item(
+            Block::Text,
+            &format!("msg_{id}"),
+            &text,
+            request,
+            id,
+        ));
+        "incomplete"
     };
     let mut response = json!({"id": id, "object": "response", "created_at": request.created,
-                              "status": status, "model": request.model, "output": output,
+                              "completed_at": unix_seconds(), "status": status,
+                              "model": request.model, "output": output,
                               "usage": usage(request, answer.counts)});
     if status == "incomplete" {
         response["incomplete_details"] = json!({"reason": "max_output_tokens"});
