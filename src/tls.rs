@@ -9,27 +9,62 @@
 /// The environment variable naming a PEM bundle of extra roots, as OpenSSL and curl read it.
 pub const SSL_CERT_FILE: &str = "SSL_CERT_FILE";
 
-/// The certificates of a PEM bundle; an error says why none can be used (no
-/// `BEGIN CERTIFICATE` block, or one that does not parse), never what the file holds.
-pub fn certificates(pem: &[u8]) -> Result<Vec<reqwest::Certificate>, String> {
-    let certificates = reqwest::Certificate::from_pem_bundle(pem)
-        .map_err(|_| "a certificate in it does not parse".to_string())?;
+/// Why a PEM bundle gives no certificate to trust: said without what the file holds.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BundleError {
+    /// A block in it is not a certificate.
+    #[error("a certificate in it does not parse")]
+    Unparsable,
+    /// It has no certificate block at all.
+    #[error("it holds no `-----BEGIN CERTIFICATE-----` block")]
+    Empty,
+}
+
+/// Why the bundle `SSL_CERT_FILE` names cannot be used: its path and why.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvironmentError {
+    /// The file cannot be read.
+    #[error("{SSL_CERT_FILE}={path}: {source}")]
+    Unreadable {
+        /// The variable's value.
+        path: String,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// The file is read but gives no certificate.
+    #[error("{SSL_CERT_FILE}={path}: {source}")]
+    Bundle {
+        /// The variable's value.
+        path: String,
+        /// Why its bundle gives none.
+        source: BundleError,
+    },
+}
+
+/// The certificates of a PEM bundle.
+pub fn certificates(pem: &[u8]) -> Result<Vec<reqwest::Certificate>, BundleError> {
+    let certificates =
+        reqwest::Certificate::from_pem_bundle(pem).map_err(|_| BundleError::Unparsable)?;
     if certificates.is_empty() {
-        return Err("it holds no `-----BEGIN CERTIFICATE-----` block".into());
+        return Err(BundleError::Empty);
     }
     Ok(certificates)
 }
 
 /// The roots `SSL_CERT_FILE` names, when it is set: its path and its certificates.
-pub fn from_environment() -> Result<Option<(String, Vec<reqwest::Certificate>)>, String> {
+pub fn from_environment() -> Result<Option<(String, Vec<reqwest::Certificate>)>, EnvironmentError> {
     let Some(path) = std::env::var_os(SSL_CERT_FILE) else {
         return Ok(None);
     };
-    let shown = path.to_string_lossy().into_owned();
-    let pem = std::fs::read(&path).map_err(|e| format!("{SSL_CERT_FILE}={shown}: {e}"))?;
-    let certificates =
-        certificates(&pem).map_err(|why| format!("{SSL_CERT_FILE}={shown}: {why}"))?;
-    Ok(Some((shown, certificates)))
+    let path = path.to_string_lossy().into_owned();
+    let pem = match std::fs::read(&path) {
+        Ok(pem) => pem,
+        Err(source) => return Err(EnvironmentError::Unreadable { path, source }),
+    };
+    match certificates(&pem) {
+        Ok(certificates) => Ok(Some((path, certificates))),
+        Err(source) => Err(EnvironmentError::Bundle { path, source }),
+    }
 }
 
 /// A client builder that trusts `roots` besides the public roots: every client llmload makes
@@ -49,10 +84,11 @@ mod tests {
     #[test]
     fn a_bundle_without_a_certificate_is_refused_without_its_text() {
         let why = certificates(b"secret-looking text, no PEM").unwrap_err();
-        assert!(why.contains("BEGIN CERTIFICATE"), "{why}");
-        assert!(!why.contains("secret"), "{why}");
+        assert_eq!(why, BundleError::Empty);
+        assert!(why.to_string().contains("BEGIN CERTIFICATE"), "{why}");
+        assert!(!why.to_string().contains("secret"), "{why}");
         let broken =
             b"-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
-        assert!(certificates(broken).is_err());
+        assert_eq!(certificates(broken).err(), Some(BundleError::Unparsable));
     }
 }

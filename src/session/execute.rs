@@ -80,7 +80,8 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         } = observers(plan, options, &schedule);
         let answers = match &plan.target.response_format {
             Some(format) => Some(Arc::new(
-                executor::answers::AnswerCheck::new(format).map_err(Error::usage)?,
+                executor::answers::AnswerCheck::new(format)
+                    .map_err(|e| Error::usage(e.to_string()))?,
             )),
             None => None,
         };
@@ -347,7 +348,9 @@ fn trusted_roots(plan: &Plan) -> Result<Vec<reqwest::Certificate>> {
                 .map_err(|why| Error::usage(format!("ca-file {name}: {why}")))?,
         );
     }
-    if let Some((_, from_environment)) = crate::tls::from_environment().map_err(Error::usage)? {
+    if let Some((_, from_environment)) =
+        crate::tls::from_environment().map_err(|e| Error::usage(e.to_string()))?
+    {
         roots.extend(from_environment);
     }
     Ok(roots)
