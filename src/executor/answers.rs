@@ -4,6 +4,16 @@
 
 use crate::plan::ResponseFormat;
 
+/// A plan's schema that cannot be compiled: where it came from, and the validator's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{shown} is not a usable JSON Schema: {why}")]
+pub struct UnusableSchema {
+    /// The schema as the plan names it (its file, or "the inline schema").
+    pub shown: String,
+    /// What the validator said.
+    pub why: String,
+}
+
 /// What every answer of a run must be.
 pub struct AnswerCheck {
     /// The schema's validator, for `json-schema`; `None` for any JSON object.
@@ -13,12 +23,14 @@ pub struct AnswerCheck {
 impl AnswerCheck {
     /// The check of `format`; an error when its schema cannot be compiled (the plan parser
     /// refuses such a schema, so this is for a plan built in code).
-    pub fn new(format: &ResponseFormat) -> Result<AnswerCheck, String> {
+    pub fn new(format: &ResponseFormat) -> Result<AnswerCheck, UnusableSchema> {
         let schema = match format {
             ResponseFormat::JsonObject => None,
             ResponseFormat::JsonSchema { schema, shown, .. } => Some(
-                jsonschema::validator_for(schema)
-                    .map_err(|e| format!("{shown} is not a usable JSON Schema: {e}"))?,
+                jsonschema::validator_for(schema).map_err(|e| UnusableSchema {
+                    shown: shown.clone(),
+                    why: e.to_string(),
+                })?,
             ),
         };
         Ok(AnswerCheck { schema })

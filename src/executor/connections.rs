@@ -57,10 +57,47 @@ const MODELS_BYTES: u64 = 4 << 20;
 /// refuses it (vLLM's 404) ends the run, saying what it serves. A server without `/models`, or
 /// one that lists none, is let through. `Ok` holds what the listing said of the model (its
 /// entry, or the only one), and a note, if there is one.
+/// Why the preflight refuses a run, before anything is sent.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("the target does not answer ({shown}): {detail}")]
+    Unreachable { shown: String, detail: String },
+    #[error("the target refused the run's credentials: HTTP {status} from {shown}: {said} ({})",
+        credentials_hint(*key_sent))]
+    Credentials {
+        status: u16,
+        shown: String,
+        said: String,
+        key_sent: bool,
+    },
+    #[error(
+        "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: \
+             {served} (set `model` in the target, or --model)"
+    )]
+    Model {
+        model: String,
+        status: u16,
+        said: String,
+        served: String,
+    },
+}
+
+/// What to do about refused credentials: whether a key went out decides it (give one, or check
+/// the one given).
+fn credentials_hint(key_sent: bool) -> &'static str {
+    if key_sent {
+        "a key was sent, and refused: check that the variable the plan names holds a key this \
+         target accepts (for this model, not expired)"
+    } else {
+        "no key was sent: name the variable that holds it with `api-key env=\"VAR\"` in the \
+         target (or --api-key-env VAR) and export VAR"
+    }
+}
+
 pub async fn preflight(
     transport: &Transport,
     template: &RequestTemplate,
-) -> Result<Preflight, String> {
+) -> Result<Preflight, Refusal> {
     use super::transport::Outgoing;
     let models = template.models_url();
     // Its path only: the URL's query may hold a key.
@@ -74,10 +111,10 @@ pub async fn preflight(
     let mut response = match transport.send(outgoing).await {
         Ok(response) => response,
         Err(error) => {
-            return Err(format!(
-                "the target does not answer ({shown}): {}",
-                error.detail
-            ))
+            return Err(Refusal::Unreachable {
+                shown,
+                detail: error.detail,
+            })
         }
     };
     let body = super::request::read_capped(&mut response.body, MODELS_BYTES)
@@ -89,19 +126,12 @@ pub async fn preflight(
     };
     match response.status {
         401 | 403 => {
-            // Whether a key went out decides what to do: give one, or check the one given.
-            let hint = if template.credentials.is_empty() {
-                "no key was sent: name the variable that holds it with `api-key env=\"VAR\"` in \
-                 the target (or --api-key-env VAR) and export VAR"
-            } else {
-                "a key was sent, and refused: check that the variable the plan names holds a key \
-                 this target accepts (for this model, not expired)"
-            };
-            return Err(format!(
-                "the target refused the run's credentials: HTTP {} from {shown}: {} ({hint})",
-                response.status,
-                said()
-            ));
+            return Err(Refusal::Credentials {
+                status: response.status,
+                shown,
+                said: said(),
+                key_sent: !template.credentials.is_empty(),
+            });
         }
         200..=299 => {}
         // No model list here (not every server has one): the requests will tell.
@@ -166,9 +196,11 @@ pub async fn preflight(
             )),
             served: facts,
         }),
-        (status, said) => Err(format!(
-            "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: {served} \
-             (set `model` in the target, or --model)"
-        )),
+        (status, said) => Err(Refusal::Model {
+            model: model.clone(),
+            status,
+            said,
+            served,
+        }),
     }
 }

@@ -122,7 +122,7 @@ pub async fn run_from(
         config.template.timeout.min(Duration::from_secs(10)),
         &config.tls_roots,
     )
-    .map_err(Error::run)?;
+    .map_err(|e| Error::run(e.to_string()))?;
     let checked = check_target(&config, &transport).await;
     let recorder = Recorder::start(
         &config.records_path,

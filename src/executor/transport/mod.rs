@@ -234,7 +234,7 @@ impl Transport {
         max_idle: usize,
         connect_timeout: Duration,
         roots: &[reqwest::Certificate],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, via_reqwest::ClientBuildError> {
         Ok(Transport {
             reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout, roots)?,
             direct: Direct::new(log, max_idle, connect_timeout),

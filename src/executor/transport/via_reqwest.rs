@@ -35,13 +35,18 @@ pub(super) struct ViaReqwest {
     client: reqwest::Client,
 }
 
+/// reqwest could not make its client (its TLS backend could not start).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct ClientBuildError(reqwest::Error);
+
 impl ViaReqwest {
     pub(super) fn new(
         log: Arc<ConnectLog>,
         max_idle: usize,
         connect_timeout: Duration,
         roots: &[reqwest::Certificate],
-    ) -> Result<ViaReqwest, String> {
+    ) -> Result<ViaReqwest, ClientBuildError> {
         // The public roots compiled in, and any the plan or SSL_CERT_FILE add.
         let client = crate::tls::trusting(roots)
             .connector_layer(Timed { log })
@@ -49,7 +54,7 @@ impl ViaReqwest {
             .pool_max_idle_per_host(max_idle)
             .connect_timeout(connect_timeout)
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(ClientBuildError)?;
         Ok(ViaReqwest { client })
     }
 }
