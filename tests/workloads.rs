@@ -274,6 +274,68 @@ phase "replay" {{ trace "trace.jsonl" speed=2 block=64 }}
     );
 }
 
+/// BurstGPT's and Azure's published CSV traces replay as they are (fixtures shaped like each
+/// dataset's files): every row that was a request, at its lengths, and `plan` says the layout
+/// and the failed requests BurstGPT keeps, which are left out.
+#[test]
+fn burstgpt_and_azure_csv_traces_replay_their_rows() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    let sim = SimProcess::start_with(&["--ttft", "1ms", "--itl", "0ms"]);
+    for (file, speed, layout, replayed, left_out) in [
+        ("burstgpt.csv", 1000, "BurstGPT CSV", 11, 1),
+        ("azure-conv.csv", 10, "Azure LLM inference CSV", 8, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(fixtures.join(file), dir.path().join(file)).unwrap();
+        let text = std::fs::read_to_string(fixtures.join(file)).unwrap();
+        // The fixture's rows that were requests: (input, output), in file order (already in
+        // time order).
+        let rows: Vec<(u64, u64)> = text
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let fields: Vec<&str> = line.split(',').collect();
+                match file {
+                    "burstgpt.csv" => (fields[2].parse().unwrap(), fields[3].parse().unwrap()),
+                    _ => (fields[1].parse().unwrap(), fields[2].parse().unwrap()),
+                }
+            })
+            .filter(|&(_, output)| output > 0)
+            .collect();
+        assert_eq!(rows.len(), replayed);
+        let plan = format!(
+            "plan \"replay\" {{ seed 1 }}\ntarget \"{}\" {{ model \"m\"; api \"completions\"; metrics #false }}\n\
+             workload {{ }}\nphase \"replay\" {{ trace \"{file}\" speed={speed} }}\n",
+            sim.url
+        );
+        let path = write_plan(dir.path(), &plan);
+        let shown = llmload().arg("plan").arg(&path).output().unwrap();
+        let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+        let said = format!("({layout}: {replayed} rows over");
+        assert!(shown.contains(&said), "{file}: {shown}");
+        assert_eq!(
+            shown.contains("1 failed request left out"),
+            left_out == 1,
+            "{shown}"
+        );
+        let run = common::run_in(dir, &plan, &[]);
+        assert_eq!(run.code(), 0, "{file}: {}", run.stderr());
+        let mut records = run.records();
+        records.sort_by_key(|r| r["seq"].as_u64());
+        let planned: Vec<(u64, u64)> = records
+            .iter()
+            .map(|r| {
+                let n = |k: &str| r[k].as_u64().unwrap();
+                (n("input_tokens_planned"), n("output_tokens_planned"))
+            })
+            .collect();
+        assert_eq!(planned, rows, "{file}");
+        assert!(records
+            .iter()
+            .all(|r| r["prompt_tokens"] == r["input_tokens_planned"]));
+    }
+}
+
 #[test]
 fn output_lengths_follow_their_distribution() {
     let dir = tempfile::tempdir().unwrap();

@@ -187,7 +187,7 @@ fn line_spans(text: &str) -> impl Iterator<Item = (usize, usize, &str)> {
 
 /// The non-blank lines of a JSONL file: their number (from 1), their span, and their JSON (or
 /// the mistake, with `help`).
-fn json_lines<'a>(
+pub(super) fn json_lines<'a>(
     text: &'a str,
     help: &'a str,
 ) -> impl Iterator<Item = (usize, (usize, usize), Result<Value, DataError>)> + 'a {
@@ -207,7 +207,7 @@ fn json_lines<'a>(
         })
 }
 
-fn error_at(
+pub(super) fn error_at(
     span: (usize, usize),
     message: String,
     label: &str,
@@ -505,70 +505,7 @@ pub fn read_sharegpt(text: &str) -> Result<(Vec<DataEntry>, usize), Vec<DataErro
     Ok((entries, skipped))
 }
 
-/// Reads a trace in the Mooncake/aiperf JSONL layout: `timestamp` (ms), `input_length`,
-/// `output_length`, optional `hash_ids`. Rows come back in time order.
-pub fn read_trace(text: &str) -> Result<Vec<TraceRow>, Vec<DataError>> {
-    let mut rows = Vec::new();
-    let mut errors = Vec::new();
-    let help = "each line is {\"timestamp\": ms, \"input_length\": N, \"output_length\": N, \"hash_ids\": [...]}";
-    for (number, span, value) in json_lines(text, help) {
-        let value = match value {
-            Ok(value) => value,
-            Err(error) => {
-                errors.push(error);
-                continue;
-            }
-        };
-        let count = |name: &str| value.get(name).and_then(Value::as_u64);
-        let at_ms = count("timestamp").or_else(|| {
-            // Some traces write a float of ms.
-            value
-                .get("timestamp")
-                .and_then(Value::as_f64)
-                .filter(|t| *t >= 0.0)
-                .map(|t| t.round() as u64)
-        });
-        let input = count("input_length").filter(|&n| n > 0 && n <= super::limits::MAX_TOKENS);
-        let output = count("output_length").filter(|&n| n > 0 && n <= super::limits::MAX_TOKENS);
-        let hash_ids = match value.get("hash_ids") {
-            None | Some(Value::Null) => Some(Vec::new()),
-            Some(Value::Array(ids)) => ids.iter().map(Value::as_u64).collect(),
-            Some(_) => None,
-        };
-        match (at_ms, input, output, hash_ids) {
-            (Some(at_ms), Some(input), Some(output), Some(hash_ids)) => rows.push(TraceRow {
-                at_ms,
-                input_tokens: input as u32,
-                output_tokens: output as u32,
-                hash_ids,
-            }),
-            (at_ms, input, output, hash_ids) => {
-                let missing = [
-                    (at_ms.is_none(), "timestamp (ms, not negative)"),
-                    (input.is_none(), "input_length (a positive count)"),
-                    (output.is_none(), "output_length (a positive count)"),
-                    (hash_ids.is_none(), "hash_ids (a list of block numbers)"),
-                ]
-                .iter()
-                .filter(|(bad, _)| *bad)
-                .map(|(_, name)| *name)
-                .collect::<Vec<_>>()
-                .join(", ");
-                errors.push(error_at(
-                    span,
-                    format!("line {number}: missing or wrong {missing}"),
-                    "bad row",
-                    help,
-                ));
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    rows.sort_by_key(|row| row.at_ms);
-    Ok(rows)
-}
+pub use super::trace_formats::{read_trace, TraceFormat, TraceRead};
 
 /// A trace read from disk, and which part of it a phase replays.
 #[derive(Debug, Clone, PartialEq)]
@@ -583,6 +520,10 @@ pub struct Trace {
     pub block_tokens: u32,
     /// The trace's rows, in time order (empty when the plan was read without its files).
     pub rows: Arc<Vec<TraceRow>>,
+    /// The file's layout (Mooncake's when the plan was read without its files).
+    pub format: TraceFormat,
+    /// Rows of the file left out: requests that failed in production (BurstGPT's).
+    pub left_out: usize,
     /// The file's SHA-256, kept in the run's header.
     pub sha256: String,
 }
@@ -682,7 +623,7 @@ mod tests {
         let text = "{\"timestamp\": 2000, \"input_length\": 600, \"output_length\": 10, \"hash_ids\": [1, 2]}\n\
                     {\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5}\n\
                     {\"timestamp\": 5000, \"input_length\": 100, \"output_length\": 5}\n";
-        let rows = read_trace(text).unwrap();
+        let rows = read_trace(text).unwrap().rows;
         assert_eq!(rows[0].at_ms, 0);
         assert_eq!(rows[1].hash_ids, vec![1, 2]);
         let trace = Trace {
@@ -691,6 +632,8 @@ mod tests {
             from: std::time::Duration::ZERO,
             block_tokens: 512,
             rows: Arc::new(rows),
+            format: TraceFormat::Mooncake,
+            left_out: 0,
             sha256: String::new(),
         };
         let all: Vec<_> = trace.window(None, None).collect();

@@ -24,6 +24,7 @@ mod sla;
 mod steps;
 pub(crate) mod suggest;
 mod target;
+mod trace_formats;
 pub mod units;
 mod workload;
 

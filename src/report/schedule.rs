@@ -391,10 +391,16 @@ fn trace_lines(plan: &Plan, lines: &mut Vec<String>) {
         if let Load::Trace(trace) = &phase.load {
             let span_s = trace.rows.last().map_or(0.0, |r| r.at_ms as f64 / 1000.0);
             let blocks = trace.rows.iter().filter(|r| !r.hash_ids.is_empty()).count();
+            let left_out = match trace.left_out {
+                0 => String::new(),
+                1 => ", 1 failed request left out".to_string(),
+                n => format!(", {n} failed requests left out"),
+            };
             lines.push(format!(
-                "trace of \"{}\": {} ({} rows over {span_s:.1} s; {} with shared blocks of {} tokens), from {} at {}× speed",
+                "trace of \"{}\": {} ({}: {} rows over {span_s:.1} s{left_out}; {} with shared blocks of {} tokens), from {} at {}× speed",
                 phase.name,
                 trace.shown,
+                trace.format.name(),
                 trace.rows.len(),
                 blocks,
                 trace.block_tokens,

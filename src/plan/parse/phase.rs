@@ -379,22 +379,31 @@ fn trace(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::data::Trace> {
         from,
         block_tokens: block as u32,
         rows: std::sync::Arc::new(Vec::new()),
+        format: crate::plan::data::TraceFormat::Mooncake,
+        left_out: 0,
         sha256: String::new(),
     };
     if cx.check_files {
         let (path, text, sha) = super::datafile::read(cx, span, &name, "trace")?;
         match crate::plan::data::read_trace(&text) {
-            Ok(rows) if rows.is_empty() => {
+            Ok(read) if read.rows.is_empty() => {
+                let failed = match read.left_out {
+                    0 => String::new(),
+                    1 => " but 1 failed request, left out".to_string(),
+                    n => format!(" but {n} failed requests, left out"),
+                };
                 cx.error(
                     span,
-                    format!("trace {} has no rows", path.display()),
+                    format!("trace {} has no rows{failed}", path.display()),
                     "empty",
                     usage,
                 );
                 return None;
             }
-            Ok(rows) => {
-                trace.rows = std::sync::Arc::new(rows);
+            Ok(read) => {
+                trace.rows = std::sync::Arc::new(read.rows);
+                trace.format = read.format;
+                trace.left_out = read.left_out;
                 trace.sha256 = sha;
             }
             Err(errors) => {
