@@ -39,8 +39,44 @@ fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// `.ci/run` builds the engine in the background while the rest of the suite runs
+/// (tests/engines/build.sh), and names the file its exit status goes to: the engine's tests wait
+/// for it. A failed build fails them, with where its log is.
+fn wait_for_a_background_build() {
+    let Some(status) = std::env::var_os("LLMLOAD_ENGINE_BUILD_STATUS").map(PathBuf::from) else {
+        return;
+    };
+    // A first build takes about 6 minutes on 2 cores; at idle priority beside busy tests, longer.
+    let deadline = Instant::now() + Duration::from_secs(45 * 60);
+    let waited = Instant::now();
+    loop {
+        if let Ok(code) = std::fs::read_to_string(&status) {
+            assert_eq!(
+                code.trim(),
+                "0",
+                "the background engine build failed: its log is beside {}",
+                status.display()
+            );
+            if waited.elapsed() > Duration::from_secs(1) {
+                eprintln!(
+                    "waited {:.0} s for the background engine build",
+                    waited.elapsed().as_secs_f64()
+                );
+            }
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no engine build status in {} after 45 minutes",
+            status.display()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Where the scripts put the engine and the model, unless the environment says otherwise.
 fn engine_paths() -> Option<(PathBuf, PathBuf)> {
+    wait_for_a_background_build();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     // Relative paths are the repository's (plans in temporary directories name them).
     let server = root.join(

@@ -7,6 +7,7 @@
 # target/engines/ (ignored by git) and is reused when it is already there.
 #
 #   tests/engines/llama-server.sh            # build (or reuse), print the binary's path
+#   tests/engines/llama-server.sh --path     # print where the binary is (or will be), build nothing
 #   LLMLOAD_ENGINES_DIR=/some/dir tests/engines/llama-server.sh
 #
 # On 2 cores the first build takes several minutes (docs/real-engines.md has the figure).
@@ -18,7 +19,7 @@ dir=${LLMLOAD_ENGINES_DIR:-$root/target/engines}
 src=$dir/llama.cpp-$LLAMA_CPP_PYTHON_VERSION
 bin=$src/build/bin/llama-server
 
-if [ -x "$bin" ]; then
+if [ "${1:-}" = "--path" ] || [ -x "$bin" ]; then
     echo "$bin"
     exit 0
 fi
