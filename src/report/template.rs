@@ -278,3 +278,85 @@ impl Exporter for UserTemplate {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::metrics::Metric;
+
+    /// Where report.md and report.html show each metric of the table: the template expressions
+    /// that read it (a distribution is a row of the `metric_rows` loop). A metric added to the
+    /// table must be placed here, and a template that loses one fails the test below.
+    fn shown_by(metric: Metric) -> &'static [&'static str] {
+        match metric {
+            Metric::Ttft
+            | Metric::Ttfo
+            | Metric::Itl
+            | Metric::ItlReasoning
+            | Metric::ItlAnswer
+            | Metric::Tpot
+            | Metric::E2e
+            | Metric::E2ePerInput
+            | Metric::ReasoningTime
+            | Metric::ReasoningTokens
+            | Metric::AnswerTokens
+            | Metric::ToolCallTtft
+            | Metric::ToolCalls
+            | Metric::PrefillTps
+            | Metric::DecodeTps
+            | Metric::ScheduleLag
+            | Metric::Connect
+            | Metric::Upload => &["metric_rows"],
+            Metric::ErrorRate => &["rates.error_rate"],
+            Metric::ThrottledRate => &["rates.throttled_rate"],
+            Metric::TimeoutRate => &["rates.timeout_rate"],
+            Metric::RequestThroughput => &["throughput.requests_per_s"],
+            Metric::OutputThroughput => &["throughput.output_tokens_per_s"],
+            Metric::TotalThroughput => &["throughput.total_tokens_per_s"],
+            Metric::InputThroughput => &["throughput.inputs_per_s"],
+            Metric::InputTokenThroughput => &["throughput.input_tokens_per_s"],
+            Metric::Goodput => &["goodput.requests_per_s"],
+            Metric::GoodputRatio => &["goodput.ratio"],
+            Metric::Capacity => &["capacity.headline"],
+            Metric::ServerRunning => &["s.running.mean"],
+            Metric::ServerWaiting => &["s.waiting.mean"],
+            Metric::ServerKvCache => &["s.kv_cache.max"],
+            Metric::ServerPreemptions => &["s.preemptions"],
+            Metric::ServerTtft => &["s.ttft"],
+            Metric::ServerQueueTime => &["s.queue_time"],
+            Metric::ServerGpuUtilization => &["s.gpu_utilization.mean"],
+            Metric::ServerGpuPower => &["s.gpu_power_w.mean"],
+            Metric::EnergyPerOutputToken => &["per_output_token_j"],
+            Metric::CostPerMillionOutputTokens => &["cost.per_million_output_tokens"],
+            Metric::CostPerMillionTokens => &["cost.per_million_total_tokens"],
+            Metric::CostPerMillionGoodputTokens => &["cost.per_million_goodput_tokens"],
+            Metric::InvalidJsonRate => &["answers.invalid_rate"],
+            Metric::PrefixCacheHitRate => &["c.hit_rate"],
+        }
+    }
+
+    #[test]
+    fn the_reports_show_every_metric_of_the_table() {
+        let templates = [
+            ("report.md.j2", include_str!("templates/report.md.j2")),
+            ("report.html.j2", include_str!("templates/report.html.j2")),
+        ];
+        for metric in Metric::all() {
+            let name = metric.def().name;
+            let expressions = shown_by(metric);
+            // A distribution is shown by the loop, which needs its key; anything else by name.
+            assert_eq!(
+                expressions == ["metric_rows"],
+                metric.summary_key().is_some(),
+                "{name}: a distribution is a row of the loop, and only a distribution"
+            );
+            for (template, source) in templates {
+                for expression in expressions {
+                    assert!(
+                        source.contains(expression),
+                        "{template} does not show {name} (`{expression}`)"
+                    );
+                }
+            }
+        }
+    }
+}
