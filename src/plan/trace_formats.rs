@@ -341,6 +341,14 @@ fn date_time_as_ms(text: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// Each row's time (ms) and lengths, in order.
+    fn timed_lengths(read: &TraceRead) -> Vec<(u64, u32, u32)> {
+        read.rows
+            .iter()
+            .map(|r| (r.at_ms, r.input_tokens, r.output_tokens))
+            .collect()
+    }
+
     /// BurstGPT's rows as its README shows them, with a failed request (0 response tokens).
     #[test]
     fn burstgpt_rows_are_read_and_its_failures_left_out() {
@@ -353,13 +361,8 @@ mod tests {
         let read = read_trace(text).unwrap();
         assert_eq!(read.format, TraceFormat::BurstGpt);
         assert_eq!(read.left_out, 1);
-        let rows: Vec<(u64, u32, u32)> = read
-            .rows
-            .iter()
-            .map(|r| (r.at_ms, r.input_tokens, r.output_tokens))
-            .collect();
         assert_eq!(
-            rows,
+            timed_lengths(&read),
             [
                 (5_000, 472, 18),
                 (45_000, 1087, 230),
@@ -376,14 +379,7 @@ mod tests {
         let text = "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
                     0.5,s1,3.2,ChatGPT,100,20,120,Conversation log\n";
         let read = read_trace(text).unwrap();
-        assert_eq!(
-            (
-                read.rows[0].at_ms,
-                read.rows[0].input_tokens,
-                read.rows[0].output_tokens
-            ),
-            (500, 100, 20)
-        );
+        assert_eq!(timed_lengths(&read), [(500, 100, 20)]);
     }
 
     /// Azure's rows as its dataset writes them: times count from the earliest row, ms kept.
@@ -396,13 +392,8 @@ mod tests {
                     2023-11-17 00:00:01.5,7,1\n";
         let read = read_trace(text).unwrap();
         assert_eq!(read.format, TraceFormat::Azure);
-        let rows: Vec<(u64, u32, u32)> = read
-            .rows
-            .iter()
-            .map(|r| (r.at_ms, r.input_tokens, r.output_tokens))
-            .collect();
         assert_eq!(
-            rows,
+            timed_lengths(&read),
             [
                 (0, 110, 27),
                 (1_680, 4808, 10),
