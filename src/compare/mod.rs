@@ -22,7 +22,7 @@ use crate::metrics::percentile;
 use crate::metrics::table::{self, Source};
 use crate::plan::{Metric, MetricKind, Slo, Stat, Tolerance, Undecided};
 use crate::planner::search::Bracket;
-use crate::records::{ErrorClass, RequestRecord, RunHeader, RunLog};
+use crate::records::{RequestRecord, RunHeader, RunLog};
 use bootstrap::Resampler;
 
 /// Bootstrap resamples for per-request metrics, and for ITL (whose gaps are resampled by
@@ -280,10 +280,7 @@ fn side(
             aggregates.overall.wall_s,
         ),
     };
-    let included = |r: &&RequestRecord| {
-        indices.contains(&r.phase)
-            && !matches!(r.error, Some(ErrorClass::Cancelled | ErrorClass::Client))
-    };
+    let included = |r: &&RequestRecord| indices.contains(&r.phase) && r.completed();
     // Windows span the completions themselves (from the first to the last), so that a run's
     // start-up and drain do not pass for variation; a window's rate is scaled so that all
     // windows together give the report's throughput (total / wall time).

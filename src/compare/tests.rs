@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::plan::Undecided;
-use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
+use crate::records::{ErrorClass, PhaseEnd, PhaseStart, RequestRecord, RunEnd, TokenSource};
 
 fn header(seed: u64, plan: &str) -> RunHeader {
     RunHeader {

@@ -136,10 +136,7 @@ impl Population {
         match self {
             Population::Every => true,
             Population::OpenLoop => open_loop,
-            Population::Completed => !matches!(
-                record.error,
-                Some(ErrorClass::Cancelled | ErrorClass::Client)
-            ),
+            Population::Completed => record.completed(),
             Population::Succeeded => record.ok(),
         }
     }

@@ -875,6 +875,13 @@ impl RequestRecord {
         self.error.is_none()
     }
 
+    /// Whether it counts as completed: it succeeded or the server failed it. A request the run
+    /// cancelled (its phase ended) or the client failed to send says nothing of the server, so
+    /// no rate, objective or abort counts it.
+    pub fn completed(&self) -> bool {
+        !matches!(self.error, Some(ErrorClass::Cancelled | ErrorClass::Client))
+    }
+
     /// When the response ended, from the start of the run.
     pub fn end_us(&self) -> Option<u64> {
         self.e2e_us

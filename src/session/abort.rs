@@ -12,7 +12,6 @@ use super::live::Live;
 use crate::executor::{Event, Observer, Stop};
 use crate::metrics;
 use crate::plan::{AbortRule, Slo};
-use crate::records::ErrorClass;
 use crate::verdict::display;
 
 /// Distributions are judged every this many requests (a percentile of a histogram costs more
@@ -102,13 +101,7 @@ impl Observer for AbortWatch {
             Event::RequestFinished(record) => {
                 let reason = self.state.lock().ok().and_then(|mut state| {
                     let recorded = state.recorded.get(record.phase).copied().unwrap_or(false);
-                    if state.fired
-                        || !recorded
-                        || matches!(
-                            record.error,
-                            Some(ErrorClass::Cancelled | ErrorClass::Client)
-                        )
-                    {
+                    if state.fired || !recorded || !record.completed() {
                         return None;
                     }
                     state.completed += 1;

@@ -21,7 +21,7 @@ use super::live::Live;
 use crate::executor::{Event, Observer, PhaseControl};
 use crate::metrics::{self, PhaseMetrics};
 use crate::plan::{Assertion, Judging, Op, Plan, Slo, Stat};
-use crate::records::{ErrorClass, RequestRecord};
+use crate::records::RequestRecord;
 use crate::verdict::{judge_assertion, Judge, Outcome};
 
 /// A phase's assertions are judged every this many of its requests (a percentile's bounds cost
@@ -168,12 +168,7 @@ impl Watched {
         slo: Option<&Slo>,
         judging: &Judging,
     ) -> Option<String> {
-        if self.ended
-            || matches!(
-                record.error,
-                Some(ErrorClass::Cancelled | ErrorClass::Client)
-            )
-        {
+        if self.ended || !record.completed() {
             return None;
         }
         self.completed += 1;

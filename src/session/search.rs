@@ -23,7 +23,7 @@ use crate::metrics::{self, profile};
 use crate::plan::{Assertion, Op, Search, Slo, Stat};
 use crate::planner::search::{self, ProbeResult};
 use crate::planner::Schedule;
-use crate::records::{ErrorClass, LogLine, RequestRecord, SearchEnd, Stopped};
+use crate::records::{LogLine, RequestRecord, SearchEnd, Stopped};
 use crate::verdict;
 
 /// The search's phases: the plan's groups written before it, its probes, then the groups
@@ -332,10 +332,7 @@ impl Armed {
     }
 
     fn count(&mut self, record: &RequestRecord) {
-        if matches!(
-            record.error,
-            Some(ErrorClass::Cancelled | ErrorClass::Client)
-        ) {
+        if !record.completed() {
             return;
         }
         let send_us = self
