@@ -76,6 +76,10 @@ fn the_documented_queries_read_compressed_records_too() {
 }
 
 fn queries_agree_with_the_summary(records: &str, file: &str) {
+    // Open loops at 40–80 req/s: two side by side on 2 cores stalled the client often enough
+    // that the verdict was, rightly, not decided (exit 3) in 1 of 6 tries; one at a time, in 1
+    // of 9.
+    let _serial = common::serial();
     let plan = sim_plan(
         "ttft \"20ms\"; itl \"2ms\"; jitter \"5ms\"\nfaults { http-5xx \"8%\" }",
         "input 32; output 8",
@@ -85,7 +89,16 @@ fn queries_agree_with_the_summary(records: &str, file: &str) {
         "error-rate < \"50%\"",
     ) + &format!("report {{ records \"{records}\" }}\n");
     let run = run_plan(&plan, &[]);
-    assert_eq!(run.code(), 0, "{}", run.stderr());
+    // What is checked is the records against the summary; a client this machine stalled makes
+    // the verdict "not decided" (exit 3), honestly, and leaves both as complete as ever.
+    let decided = run.code() == 0;
+    let not_decided = run.code() == 3 && run.summary()["verdict"]["status"] == "not_decided";
+    assert!(
+        decided || not_decided,
+        "exit {}: {}",
+        run.code(),
+        run.stderr()
+    );
     let records = run.out().join(file);
     assert!(records.is_file(), "no {file}");
     let path = records.display().to_string().replace('\'', "''");
