@@ -89,15 +89,9 @@ fn sla_cases(summary: &Summary) -> Vec<Case> {
                 message.clone(),
                 format!("{}: {message}", v.assertion),
             )),
-            // Not decided, and the plan lets it pass: shown, not gating.
-            (Outcome::NotDecided, true) => Some((
-                "skipped",
-                format!("not decided: {}", v.undecided.as_deref().unwrap_or("")),
-                String::new(),
-            )),
-            (Outcome::NotDecided, false) => Some((
-                "error",
-                format!("not decided: {}", v.undecided.as_deref().unwrap_or("")),
+            (Outcome::NotDecided, passes) => Some(not_decided(
+                passes,
+                v.undecided.as_deref(),
                 format!(
                     "{}: {message}; this run's data cannot decide it",
                     v.assertion
@@ -111,6 +105,17 @@ fn sla_cases(summary: &Summary) -> Vec<Case> {
         });
     }
     cases
+}
+
+/// A judgement the run could not decide: skipped when the plan lets it pass (shown, not
+/// gating), else an error whose body is `detail`; either way its message says why.
+fn not_decided(passes: bool, why: Option<&str>, detail: String) -> (&'static str, String, String) {
+    let message = format!("not decided: {}", why.unwrap_or(""));
+    if passes {
+        ("skipped", message, String::new())
+    } else {
+        ("error", message, detail)
+    }
 }
 
 /// Every compared metric of a baseline comparison as a test case.
@@ -129,12 +134,11 @@ fn regression_cases(comparison: &Comparison) -> Vec<Case> {
             pct(row.ci_high),
             pct(Some(row.allowed))
         );
-        let undecided = || format!("not decided: {}", row.undecided.as_deref().unwrap_or(""));
         let outcome = match (row.verdict, row.passes) {
-            (Change::Regression, _) => Some(("failure", message.clone(), message.clone())),
-            // Not decided, and the plan lets it pass: shown, not gating.
-            (Change::NotDecided, true) => Some(("skipped", undecided(), String::new())),
-            (Change::NotDecided, false) => Some(("error", undecided(), message.clone())),
+            (Change::Regression, _) => Some(("failure", message.clone(), message)),
+            (Change::NotDecided, passes) => {
+                Some(not_decided(passes, row.undecided.as_deref(), message))
+            }
             (Change::Improvement | Change::Unchanged | Change::NoData, _) => None,
         };
         cases.push(Case {
