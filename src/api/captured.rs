@@ -35,7 +35,7 @@ impl Read {
 }
 
 /// A captured file's text, by name.
-pub(crate) fn captured(name: &str) -> &'static str {
+fn captured(name: &str) -> &'static str {
     match name {
         "chat-stream.sse" => include_str!("../../tests/fixtures/wire/chat-stream.sse"),
         "chat.json" => include_str!("../../tests/fixtures/wire/chat.json"),

@@ -16,7 +16,7 @@
 
 mod answered_model;
 #[cfg(test)]
-pub(crate) mod captured;
+mod captured;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;

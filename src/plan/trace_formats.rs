@@ -65,7 +65,7 @@ const FORMATS_HELP: &str = "a trace is Mooncake/aiperf JSONL (a JSON object a li
 pub fn read_trace(text: &str) -> Result<TraceRead, Vec<DataError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let (rows, format, left_out) = if first.trim_start().starts_with('{') {
+    let (mut rows, format, left_out) = if first.trim_start().starts_with('{') {
         (read_mooncake(text)?, TraceFormat::Mooncake, 0)
     } else {
         let header: Vec<&str> = first
@@ -89,7 +89,6 @@ pub fn read_trace(text: &str) -> Result<TraceRead, Vec<DataError>> {
             )]);
         }
     };
-    let mut rows = rows;
     if format == TraceFormat::Azure {
         // Absolute times: the replay counts from the earliest.
         let start = rows.iter().map(|r| r.at_ms).min().unwrap_or(0);
