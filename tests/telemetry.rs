@@ -578,3 +578,62 @@ fn energy_per_output_token_is_the_simulated_gpus_model() {
         "{report}"
     );
 }
+
+/// A phase whose first seconds meet a backlog (a burst beside it, not recorded) has its warm-up
+/// cut: its steady window's energy is the GPUs' over that window alone, set against the tokens
+/// of the requests sent in it, and `sla { window "steady" }` judges energy per token there.
+#[test]
+fn energy_per_output_token_is_measured_over_the_steady_window() {
+    let _serial = common::serial();
+    let plan = "plan \"steady-energy\" { seed 3 }\n\
+        target \"sim\" { timeout \"10s\"; metrics interval=\"100ms\" }\n\
+        sim { profile \"tiny\"; gpu count=2 idle=\"50W\" prefill=\"1mJ\" decode=\"0.5J\" memory=\"80GiB\" }\n\
+        workload { input 64; output 32 ignore-eos=#true }\n\
+        report { interval \"500ms\" }\n\
+        phase \"steady\" { rate 10; duration \"8s\" }\n\
+        phase \"spike\" { with \"steady\"; at-once 40; record #false }\n\
+        sla { window \"steady\"; energy-per-output-token < \"100J\" phase=\"steady\"; energy-per-output-token < \"100J\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let whole = common::phase(&summary, "steady");
+    let window = &summary["steady"]["phases"][0];
+    assert!(window["cut_s"].as_f64().unwrap() > 0.0, "{window}");
+    let (energy, whole_energy) = (&window["metrics"]["energy"], &whole["energy"]);
+    let watts = energy["watts"].as_f64().unwrap();
+    let wall = window["metrics"]["wall_s"].as_f64().unwrap();
+    assert!(wall < whole["wall_s"].as_f64().unwrap(), "{window}");
+    assert!(
+        (energy["joules"].as_f64().unwrap() - watts * wall).abs() < 1e-6,
+        "{energy}"
+    );
+    // The backlog's burst drew more than the steady load does: the window after it less.
+    assert!(
+        watts < whole_energy["watts"].as_f64().unwrap(),
+        "{energy} against the whole phase's {whole_energy}"
+    );
+    // Per token: the window's joules over its own requests' tokens.
+    let tokens_per_s = window["metrics"]["throughput"]["output_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    let per_token = energy["per_output_token_j"].as_f64().unwrap();
+    assert!((per_token - watts / tokens_per_s).abs() < 1e-9, "{energy}");
+    // The phase's assertion and the run's read the steady windows' figures.
+    let verdicts = summary["verdicts"].as_array().unwrap();
+    assert!(verdicts[0]["phase"]
+        .as_str()
+        .unwrap()
+        .starts_with("steady (from +"));
+    assert_eq!(
+        verdicts[0]["observed"].as_f64().unwrap(),
+        per_token,
+        "{verdicts:?}"
+    );
+    let overall = summary["steady"]["overall"]["energy"]["per_output_token_j"].as_f64();
+    assert_eq!(verdicts[1]["observed"].as_f64(), overall, "{verdicts:?}");
+    assert_eq!(
+        overall,
+        Some(per_token),
+        "one recorded phase: its window is the run's"
+    );
+}

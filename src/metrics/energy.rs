@@ -37,24 +37,34 @@ impl Energy {
     /// The GPUs' energy over `scope`, when its telemetry says what they drew. Power over
     /// tokens per second is joules per token; both are over the scope's window.
     pub fn of(scope: &PhaseMetrics) -> Option<Energy> {
-        let server = scope.server.as_ref()?;
-        // A counter that moved fewer than twice over the window was refreshed less often than
-        // the window lasts: its increase is a step, not the window's energy. Its increase over
-        // the window itself where scrapes stand on both sides of each end, else its rate
-        // between the scrapes that bracket the window.
-        let counter = server
-            .signal(Signal::GpuEnergy)
-            .filter(|energy| energy.changes.unwrap_or(0) >= 2)
-            .and_then(|energy| match energy.window_delta {
-                Some(joules) if scope.wall_s > 0.0 => Some(joules / scope.wall_s),
-                Some(_) | None => energy.per_s,
-            });
-        let gauge = server.signal(Signal::GpuPower).and_then(|power| power.mean);
-        let (watts, from) = match (counter, gauge) {
-            (Some(watts), _) => (watts, "energy counter"),
-            (None, Some(watts)) => (watts, "power gauge"),
-            (None, None) => return None,
-        };
+        let (watts, from) = mean_power(scope)?;
+        Some(Energy::at(scope, watts, from))
+    }
+
+    /// The GPUs' energy over a scope made of the windows of `parts` (all recorded phases, or
+    /// their steady windows): the parts' joules together over their wall time together, so that
+    /// the time between them (a warm-up cut off, a phase not recorded) counts neither its
+    /// joules nor its seconds. `None` when a part's telemetry says nothing of power.
+    pub fn of_parts(scope: &PhaseMetrics, parts: &[&PhaseMetrics]) -> Option<Energy> {
+        let mut joules = 0.0;
+        let mut wall_s = 0.0;
+        let mut from = COUNTER;
+        for part in parts {
+            let (watts, part_from) = mean_power(part)?;
+            joules += watts * part.wall_s;
+            wall_s += part.wall_s;
+            if part_from == GAUGE {
+                from = GAUGE;
+            }
+        }
+        if parts.len() < 2 || wall_s <= 0.0 {
+            return Energy::of(scope);
+        }
+        Some(Energy::at(scope, joules / wall_s, from))
+    }
+
+    /// The figures of `scope` at a mean power of `watts` over its window.
+    fn at(scope: &PhaseMetrics, watts: f64, from: &'static str) -> Energy {
         let tokens_per_s = scope.throughput.output_tokens_per_s;
         let tokens = tokens_per_s > 0.0;
         let in_flight = scope
@@ -64,7 +74,7 @@ impl Energy {
             .filter(|_| scope.wall_s > 0.0)
             .map(|busy_s| busy_s / scope.wall_s)
             .filter(|&n| n > 0.0);
-        Some(Energy {
+        Energy {
             watts,
             from,
             joules: watts * scope.wall_s,
@@ -72,7 +82,32 @@ impl Energy {
             output_tokens_per_j: (tokens && watts > 0.0).then(|| tokens_per_s / watts),
             requests_in_flight: in_flight,
             watts_per_request_in_flight: in_flight.map(|n| watts / n),
-        })
+        }
+    }
+}
+
+const COUNTER: &str = "energy counter";
+const GAUGE: &str = "power gauge";
+
+/// The GPUs' mean power over `scope`'s window, and where it came from.
+fn mean_power(scope: &PhaseMetrics) -> Option<(f64, &'static str)> {
+    let server = scope.server.as_ref()?;
+    // A counter that moved fewer than twice over the window was refreshed less often than
+    // the window lasts: its increase is a step, not the window's energy. Its increase over
+    // the window itself where scrapes stand on both sides of each end, else its rate
+    // between the scrapes that bracket the window.
+    let counter = server
+        .signal(Signal::GpuEnergy)
+        .filter(|energy| energy.changes.unwrap_or(0) >= 2)
+        .and_then(|energy| match energy.window_delta {
+            Some(joules) if scope.wall_s > 0.0 => Some(joules / scope.wall_s),
+            Some(_) | None => energy.per_s,
+        });
+    let gauge = server.signal(Signal::GpuPower).and_then(|power| power.mean);
+    match (counter, gauge) {
+        (Some(watts), _) => Some((watts, COUNTER)),
+        (None, Some(watts)) => Some((watts, GAUGE)),
+        (None, None) => None,
     }
 }
 
@@ -144,6 +179,31 @@ mod tests {
         .unwrap();
         assert_eq!(stepped.from, "power gauge");
         assert_eq!(stepped.watts, 350.0);
+    }
+
+    #[test]
+    fn parts_add_their_joules_and_leave_out_the_time_between_them() {
+        let gauge = |watts: f64| SignalSummary {
+            mean: Some(watts),
+            ..SignalSummary::default()
+        };
+        let mut first = scope(&[(Signal::GpuPower, gauge(100.0))], 1000.0);
+        first.wall_s = 2.0;
+        let mut second = scope(&[(Signal::GpuPower, gauge(400.0))], 1000.0);
+        second.wall_s = 8.0;
+        // The scope's own scrapes span the gap between the parts too (a warm-up's watts).
+        let mut both = scope(&[(Signal::GpuPower, gauge(600.0))], 1000.0);
+        both.wall_s = 10.0;
+        let energy = Energy::of_parts(&both, &[&first, &second]).unwrap();
+        assert_eq!(energy.watts, (100.0 * 2.0 + 400.0 * 8.0) / 10.0);
+        assert_eq!(energy.joules, 3400.0);
+        assert_eq!(energy.per_output_token_j, Some(0.34));
+        assert_eq!(energy.from, "power gauge");
+        // One part is the scope's own window.
+        assert_eq!(Energy::of_parts(&both, &[&both]), Energy::of(&both));
+        // A part without power says nothing of the whole.
+        let dark = scope(&[], 1000.0);
+        assert_eq!(Energy::of_parts(&both, &[&first, &dark]), None);
     }
 
     #[test]

@@ -145,6 +145,41 @@ pub struct Span {
     pub to_unix_ms: f64,
 }
 
+impl Span {
+    /// The span from the earlier start to the later end of this one and `other`.
+    fn joined(self, other: Option<Span>) -> Span {
+        match other {
+            Some(other) => Span {
+                from_unix_ms: self.from_unix_ms.min(other.from_unix_ms),
+                to_unix_ms: self.to_unix_ms.max(other.to_unix_ms),
+            },
+            None => self,
+        }
+    }
+}
+
+/// Each steady window's server summary and energy over the window itself, its cut to its last
+/// response: energy per token there sets the GPUs' joules after the warm-up against the tokens
+/// of the requests sent after it, the window whose tokens `sla { window "steady" }` counts.
+fn attach_steady(steady: &mut super::steady::Steady, telemetry: &Telemetry, run_start_ms: f64) {
+    let mut all: Option<Span> = None;
+    for window in &mut steady.phases {
+        let from_unix_ms = run_start_ms + window.from_s * 1000.0;
+        let span = Span {
+            from_unix_ms,
+            to_unix_ms: from_unix_ms + window.metrics.wall_s * 1000.0,
+        };
+        window.metrics.server = summarize(telemetry, span);
+        window.metrics.energy = super::energy::Energy::of(&window.metrics);
+        all = Some(span.joined(all));
+    }
+    if let Some(span) = all {
+        steady.overall.server = summarize(telemetry, span);
+        let windows: Vec<&super::PhaseMetrics> = steady.phases.iter().map(|w| &w.metrics).collect();
+        steady.overall.energy = super::energy::Energy::of_parts(&steady.overall, &windows);
+    }
+}
+
 /// The run-wide view of `telemetry`, with the run's start (ms since the epoch) as time zero.
 pub fn overview(telemetry: &Telemetry, run_start_unix_ms: f64) -> ServerTelemetry {
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
@@ -420,18 +455,17 @@ pub fn attach(
         phase.server = summarize(telemetry, span);
         phase.energy = super::energy::Energy::of(phase);
         if phase.recorded {
-            recorded_span = Some(match recorded_span {
-                Some(s) => Span {
-                    from_unix_ms: s.from_unix_ms.min(span.from_unix_ms),
-                    to_unix_ms: s.to_unix_ms.max(span.to_unix_ms),
-                },
-                None => span,
-            });
+            recorded_span = Some(span.joined(recorded_span));
         }
     }
     if let Some(span) = recorded_span {
         aggregates.overall.server = summarize(telemetry, span);
-        aggregates.overall.energy = super::energy::Energy::of(&aggregates.overall);
+        let recorded: Vec<&super::PhaseMetrics> =
+            aggregates.phases.iter().filter(|p| p.recorded).collect();
+        aggregates.overall.energy = super::energy::Energy::of_parts(&aggregates.overall, &recorded);
+    }
+    if let Some(steady) = aggregates.steady.as_mut() {
+        attach_steady(steady, telemetry, run_start_ms);
     }
     let mut view = overview(telemetry, run_start_ms);
     let apart =

@@ -329,9 +329,9 @@ fn judge_in_run(
 ) -> VerdictResult {
     let phase = assertion.phase.as_deref();
     let steady = match judging.window {
-        // The server's telemetry is scraped over the whole run, not by request.
-        JudgedWindow::Steady if !assertion.metric.is_server() => steady_scope(aggregates, phase),
-        JudgedWindow::Steady | JudgedWindow::Whole => None,
+        // A steady window's telemetry (and energy) is summarised over the window itself.
+        JudgedWindow::Steady => steady_scope(aggregates, phase),
+        JudgedWindow::Whole => None,
     };
     let metrics = steady
         .as_ref()
