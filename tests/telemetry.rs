@@ -637,3 +637,98 @@ fn energy_per_output_token_is_measured_over_the_steady_window() {
         "one recorded phase: its window is the run's"
     );
 }
+
+/// GPU readings from a command of the user's printing nvidia-smi's CSV (header first, units
+/// in it): each loop one sample, its GPUs described, energy per token from its power, and a
+/// second command that dies mid-run a note, never a failed run.
+#[test]
+fn a_commands_gpu_readings_are_read_beside_the_run() {
+    let meter =
+        "echo 'timestamp, index, name, memory.total [MiB], power.draw [W], utilization.gpu [%]'; \
+        while true; do now=$(date '+%Y/%m/%d %H:%M:%S.%3N'); \
+        echo \"$now, 0, Test GPU, 24576 MiB, 150.00 W, 50 %\"; \
+        echo \"$now, 1, Test GPU, 24576 MiB, 250.00 W, [N/A]\"; sleep 0.1; done";
+    let dying = "echo 'power.draw [W]'; echo 100; sleep 0.3; echo oops >&2; exit 3";
+    let plan = sim_plan(
+        "ttft \"20ms\"; itl \"5ms\"",
+        "input 64; output 32 ignore-eos=#true",
+        "phase \"steady\" { rate 20; duration \"3s\" }",
+        "energy-per-output-token < \"2J\"; server-gpu-utilization max < \"60%\"",
+    )
+    .replace(
+        "target \"sim\" {",
+        &format!(
+            "target \"sim\" {{ metrics #false interval=\"200ms\"; gpus command={meter:?}; gpus command={dying:?};"
+        ),
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    assert_eq!(
+        summary["server"]["gpus_described"],
+        "2 × Test GPU (24 GiB each)"
+    );
+    let steady = common::phase(&summary, "steady");
+    // The dying meter's 100 W left with it: a reading older than two intervals is not summed.
+    let energy = &steady["energy"];
+    assert_eq!(energy["from"], "power gauge", "{energy}");
+    let watts = energy["watts"].as_f64().unwrap();
+    assert!((400.0..=500.0).contains(&watts), "{energy}");
+    let tokens_per_s = steady["throughput"]["output_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    let per_token = energy["per_output_token_j"].as_f64().unwrap();
+    assert!((per_token - watts / tokens_per_s).abs() < 1e-9, "{energy}");
+    let notes: Vec<String> = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("ended before the run did") && n.contains(": oops")),
+        "{notes:?}"
+    );
+    let telemetry = std::fs::read_to_string(run.out().join("telemetry.jsonl")).unwrap();
+    assert!(
+        telemetry.contains("\"url\":\"command: echo 'power.draw [W]'"),
+        "{telemetry}"
+    );
+}
+
+/// Where nvidia-smi is installed, llmload's own query of it is read for real and what it saw is
+/// said; elsewhere (CI has no GPU) the test says it had nothing to read.
+#[test]
+fn nvidia_smi_is_read_where_it_is_installed() {
+    let found = std::process::Command::new("nvidia-smi")
+        .arg("--list-gpus")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("no nvidia-smi that answers on this machine: nothing to read");
+        return;
+    }
+    let plan = sim_plan(
+        "ttft \"20ms\"; itl \"5ms\"",
+        "input 64; output 32",
+        "phase \"steady\" { rate 5; duration \"3s\" }",
+        "error-rate < \"1%\"",
+    )
+    .replace(
+        "target \"sim\" {",
+        "target \"sim\" { metrics #false; gpus \"nvidia-smi\";",
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let described = summary["server"]["gpus_described"]
+        .as_str()
+        .unwrap_or_default();
+    eprintln!(
+        "nvidia-smi described: {described}; the phase's GPU signals: {}",
+        common::phase(&summary, "steady")["server"]["signals"]
+    );
+    assert!(!described.is_empty(), "{}", summary["server"]);
+}

@@ -526,7 +526,7 @@ pub fn attach(
         aggregates.warnings.push(note(
             Code::TelemetryGaps,
             format!(
-                "{} scrape(s) of the server's metrics failed; the first: {}",
+                "{} scrape(s) of the server's metrics (or its GPUs' readings) failed; the first: {}",
                 telemetry.problems.len(),
                 telemetry.problems[0]
             ),

@@ -72,6 +72,8 @@ pub struct Target {
     pub metrics: MetricsSource,
     /// How often they are scraped.
     pub metrics_interval: Duration,
+    /// GPU readings from commands beside the metrics URLs (`gpus`), read at the same interval.
+    pub gpus: Vec<GpuSource>,
     /// Fields merged into every request's body: sampling parameters and server-specific knobs.
     pub body: serde_json::Map<String, serde_json::Value>,
     /// Extra HTTP headers on every request.
@@ -147,6 +149,16 @@ impl Endpoint {
             None
         }
     }
+}
+
+/// A command GPU readings are read from as it prints them (`gpus`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GpuSource {
+    /// `gpus "nvidia-smi"`: nvidia-smi on this machine, looping at the scrape interval.
+    NvidiaSmi,
+    /// `gpus command="…"`: a command of the user's (run by `sh -c`) printing nvidia-smi's CSV,
+    /// header first.
+    Command(String),
 }
 
 /// Where the target's server telemetry comes from.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::archive::{keep_sources, sha256};
 use super::*;
 use crate::executor::Event;
+use crate::telemetry::command::CommandSource;
 
 /// Sends `plan` and writes its records (and a copy of the plan) into `options.out_dir`.
 pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
@@ -190,8 +191,8 @@ fn phase_source(
     }
 }
 
-/// The server's own metrics, scraped beside the run on a thread and connection of its own;
-/// none when the plan scrapes nothing.
+/// The server's own metrics, scraped beside the run on a thread and connection of its own,
+/// and the plan's GPU commands read there too; none when the plan scrapes nothing.
 fn start_scraper(
     plan: &Plan,
     metrics_source: &plan::MetricsSource,
@@ -200,7 +201,16 @@ fn start_scraper(
     out: &Path,
 ) -> Result<Option<crate::telemetry::scrape::Scraper>> {
     let metrics = telemetry_urls(metrics_source, target);
-    if metrics.is_empty() {
+    let commands: Vec<CommandSource> = plan
+        .target
+        .gpus
+        .iter()
+        .map(|source| match source {
+            plan::GpuSource::NvidiaSmi => CommandSource::nvidia_smi(plan.target.metrics_interval),
+            plan::GpuSource::Command(command) => CommandSource::shell(command),
+        })
+        .collect();
+    if metrics.is_empty() && commands.is_empty() {
         return Ok(None);
     }
     let targets = metrics
@@ -218,6 +228,7 @@ fn start_scraper(
         .collect();
     Ok(Some(crate::telemetry::scrape::Scraper::start(
         targets,
+        commands,
         plan.target.metrics_interval,
         out,
         config.secrets.clone(),

@@ -7,10 +7,12 @@
 //! summary is [`crate::metrics::server`]'s. A server that does not answer, or answers with names
 //! llmload does not know, is a note in the report, never a failed run.
 
+pub(crate) mod command;
 pub mod gpus;
 pub mod names;
 pub mod prom;
 pub mod scrape;
+pub(crate) mod smi;
 
 use std::collections::BTreeMap;
 use std::path::Path;

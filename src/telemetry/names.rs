@@ -19,6 +19,8 @@ pub enum Engine {
     LlamaCpp,
     /// NVIDIA's DCGM exporter (dcgm-exporter): the GPUs', not an engine's.
     Dcgm,
+    /// nvidia-smi's CSV, from a command llmload runs: the GPUs', not an engine's.
+    NvidiaSmi,
 }
 
 impl Engine {
@@ -30,6 +32,7 @@ impl Engine {
             Engine::Tgi => "TGI",
             Engine::LlamaCpp => "llama.cpp",
             Engine::Dcgm => "DCGM exporter",
+            Engine::NvidiaSmi => "nvidia-smi",
         }
     }
 
@@ -38,7 +41,7 @@ impl Engine {
     pub fn serves(self) -> bool {
         match self {
             Engine::Vllm | Engine::Sglang | Engine::Tgi | Engine::LlamaCpp => true,
-            Engine::Dcgm => false,
+            Engine::Dcgm | Engine::NvidiaSmi => false,
         }
     }
 }
@@ -230,7 +233,9 @@ impl Signal {
                 };
                 value.is_finite() && value < limit
             }
-            Engine::Vllm | Engine::Sglang | Engine::Tgi | Engine::LlamaCpp => value.is_finite(),
+            Engine::Vllm | Engine::Sglang | Engine::Tgi | Engine::LlamaCpp | Engine::NvidiaSmi => {
+                value.is_finite()
+            }
         }
     }
 }

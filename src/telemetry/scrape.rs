@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::command::CommandSource;
 use super::{gather, prom, TelemetryLine};
 use crate::error::{Error, Result};
 
@@ -42,8 +45,11 @@ impl Scraper {
     /// Starts scraping each of `targets` every `interval` (together, so that one round's
     /// samples can be summed) into `dir/telemetry.jsonl`.
     /// What a server says (its version, an error) is kept with `secrets` redacted.
-    pub fn start(
+    /// Commands that print GPU readings (`commands`) are read beside them, as targets after
+    /// the URLs.
+    pub(crate) fn start(
         targets: Vec<ScrapeTarget>,
+        commands: Vec<CommandSource>,
         interval: Duration,
         dir: &Path,
         secrets: std::sync::Arc<crate::secrets::Secrets>,
@@ -53,7 +59,8 @@ impl Scraper {
         let (stop, stopped) = watch::channel(false);
         let thread = crate::threads::spawn_with_runtime("llmload-telemetry", move || async move {
             let mut out = std::io::BufWriter::new(file);
-            scrape_until(targets, interval, &mut out, stopped, &secrets).await;
+            let sources = Sources { targets, commands };
+            scrape_until(sources, interval, &mut out, stopped, &secrets).await;
         })
         .map_err(|e| Error::run(format!("cannot start the telemetry thread: {e}")))?;
         Ok(Scraper { stop, thread })
@@ -66,7 +73,7 @@ impl Scraper {
     }
 }
 
-fn now_unix_ms() -> f64 {
+pub(super) fn now_unix_ms() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64() * 1000.0)
@@ -93,13 +100,89 @@ struct Scraped {
     gpus_said: bool,
 }
 
-async fn scrape_until(
+/// What a run's telemetry is read from: metrics URLs, and commands printing GPU readings.
+struct Sources {
     targets: Vec<ScrapeTarget>,
+    commands: Vec<CommandSource>,
+}
+
+/// How long the commands' last lines are waited for once they are stopped.
+const COMMANDS_DRAIN: Duration = Duration::from_secs(2);
+
+async fn scrape_until(
+    sources: Sources,
     interval: Duration,
     out: &mut std::io::BufWriter<std::fs::File>,
     mut stopped: watch::Receiver<bool>,
     secrets: &crate::secrets::Secrets,
 ) {
+    let mut scraped = clients(sources.targets, interval);
+    let versions =
+        futures_util::future::join_all(scraped.iter().map(|t| server_version(&t.client, &t.url)))
+            .await;
+    for (target, server_version) in scraped.iter().zip(versions) {
+        let source = TelemetryLine::Source {
+            url: target.shown.clone(),
+            interval_s: interval.as_secs_f64(),
+            server_version: server_version.map(|v| secrets.redact(&v).into_owned()),
+            target: target.index,
+            scraped_by: Vec::new(),
+        };
+        if !write_line(out, &source) {
+            return;
+        }
+    }
+    let first_command = scraped.iter().map(|t| t.index + 1).max().unwrap_or(0);
+    let Some((running, mut lines)) =
+        start_commands(sources.commands, first_command, interval, out, secrets)
+    else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut commands_open = !running.is_empty();
+    loop {
+        let last = tokio::select! {
+            _ = ticker.tick() => false,
+            _ = stopped.wait_for(|s| *s) => true,
+            line = lines.recv(), if commands_open => {
+                match line {
+                    Some(line) => if !write_line(out, &redacted(line, secrets)) { return },
+                    None => commands_open = false,
+                }
+                continue;
+            }
+        };
+        let live: Vec<&mut Scraped> = scraped.iter_mut().filter(|t| !t.given_up).collect();
+        if live.is_empty() && !commands_open {
+            return;
+        }
+        let answers =
+            futures_util::future::join_all(live.iter().map(|t| scrape(&t.client, &t.url))).await;
+        for (target, answer) in live.into_iter().zip(answers) {
+            let answer = answer.map_err(|why| secrets.redact(&why).into_owned());
+            if !record(out, target, answer) {
+                return;
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    // The commands' last loops: they are stopped, and their readers send what they hold.
+    running.iter().for_each(super::command::Running::stop);
+    let drained = tokio::time::timeout(COMMANDS_DRAIN, async {
+        while let Some(line) = lines.recv().await {
+            if !write_line(out, &redacted(line, secrets)) {
+                return;
+            }
+        }
+    });
+    let _ = drained.await;
+}
+
+/// A client for each metrics URL.
+fn clients(targets: Vec<ScrapeTarget>, interval: Duration) -> Vec<Scraped> {
     let mut scraped = Vec::new();
     for (index, target) in (0u32..).zip(targets) {
         // The run's credentials (and headers) when the metrics are its server's own: a server
@@ -122,43 +205,66 @@ async fn scrape_until(
             gpus_said: false,
         });
     }
-    let versions =
-        futures_util::future::join_all(scraped.iter().map(|t| server_version(&t.client, &t.url)))
-            .await;
-    for (target, server_version) in scraped.iter().zip(versions) {
+    scraped
+}
+
+/// Starts each command as a target from `first` on, its `source` line written (and a
+/// `problem` when it cannot start); the commands running and the lines they send. `None` when
+/// the file cannot be written.
+fn start_commands(
+    commands: Vec<CommandSource>,
+    first: u32,
+    interval: Duration,
+    out: &mut impl Write,
+    secrets: &crate::secrets::Secrets,
+) -> Option<(
+    Vec<super::command::Running>,
+    UnboundedReceiver<TelemetryLine>,
+)> {
+    let (sender, lines) = tokio::sync::mpsc::unbounded_channel();
+    let mut running = Vec::new();
+    for (target, command) in (first..).zip(commands) {
         let source = TelemetryLine::Source {
-            url: target.shown.clone(),
+            url: secrets.redact(&command.shown).into_owned(),
             interval_s: interval.as_secs_f64(),
-            server_version: server_version.map(|v| secrets.redact(&v).into_owned()),
-            target: target.index,
+            server_version: None,
+            target,
             scraped_by: Vec::new(),
         };
         if !write_line(out, &source) {
-            return;
+            return None;
         }
-    }
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let last = tokio::select! {
-            _ = ticker.tick() => false,
-            _ = stopped.wait_for(|s| *s) => true,
-        };
-        let live: Vec<&mut Scraped> = scraped.iter_mut().filter(|t| !t.given_up).collect();
-        if live.is_empty() {
-            return;
-        }
-        let answers =
-            futures_util::future::join_all(live.iter().map(|t| scrape(&t.client, &t.url))).await;
-        for (target, answer) in live.into_iter().zip(answers) {
-            let answer = answer.map_err(|why| secrets.redact(&why).into_owned());
-            if !record(out, target, answer) {
-                return;
+        match command.start(target, sender.clone()) {
+            Ok(started) => running.push(started),
+            Err(why) => {
+                let problem = TelemetryLine::Problem {
+                    at_unix_ms: now_unix_ms(),
+                    message: secrets.redact(&why).into_owned(),
+                    target,
+                };
+                if !write_line(out, &problem) {
+                    return None;
+                }
             }
         }
-        if last {
-            return;
-        }
+    }
+    Some((running, lines))
+}
+
+/// A command's line with any secret the run knows starred out (a command's words are its
+/// own, and may echo what it was given).
+fn redacted(line: TelemetryLine, secrets: &crate::secrets::Secrets) -> TelemetryLine {
+    match line {
+        TelemetryLine::Problem {
+            at_unix_ms,
+            message,
+            target,
+        } => TelemetryLine::Problem {
+            at_unix_ms,
+            message: secrets.redact(&message).into_owned(),
+            target,
+        },
+        other => other,
     }
 }
 

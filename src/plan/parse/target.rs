@@ -26,6 +26,7 @@ struct Fields {
     max_body: u64,
     metrics: MetricsSource,
     metrics_interval: Duration,
+    gpus: Vec<crate::plan::GpuSource>,
     body: serde_json::Map<String, serde_json::Value>,
     headers: Vec<Header>,
     warm_connections: bool,
@@ -208,6 +209,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         }
     }),
     ("metrics", metrics),
+    ("gpus", gpus),
     ("sampling", sampling),
     ("body", body),
     ("header", header),
@@ -699,6 +701,70 @@ fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     }
 }
 
+/// The most `gpus` sources a target may name (each a process beside the run).
+const MAX_GPU_SOURCES: usize = 16;
+
+/// `gpus "nvidia-smi"` or `gpus command="ssh node nvidia-smi --query-gpu=… --format=csv -lms 1000"`:
+/// GPU readings from a command, beside the metrics URLs; one node per source.
+fn gpus(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    use crate::plan::GpuSource;
+    let usage = "gpus \"nvidia-smi\" (this machine's GPUs), or gpus command=\"…\" (a command printing nvidia-smi's CSV, header first)";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["command"], usage);
+    let command = cx.prop(node, "command", usage, Text).ok().flatten();
+    let source = match (positional(node).next(), command) {
+        (Some(entry), None) => match Text.read(cx, entry, usage).as_deref() {
+            None => return,
+            Some("nvidia-smi") => GpuSource::NvidiaSmi,
+            Some(other) => {
+                cx.error(
+                    entry.span(),
+                    format!("unknown GPU source \"{other}\""),
+                    "unknown source",
+                    format!("write it as: {usage}; for another tool, a command printing nvidia-smi's columns (docs/metrics.md#gpus-and-energy)"),
+                );
+                return;
+            }
+        },
+        (None, Some(command)) if !command.trim().is_empty() => GpuSource::Command(command),
+        (Some(entry), Some(_)) => {
+            cx.error(
+                entry.span(),
+                "`gpus` takes a source or command=, not both",
+                "both",
+                usage,
+            );
+            return;
+        }
+        (None, _) => {
+            cx.error(
+                node.name().span(),
+                "`gpus` names no source",
+                "no source",
+                usage,
+            );
+            return;
+        }
+    };
+    if t.gpus.contains(&source) {
+        cx.error(
+            node.name().span(),
+            "this GPU source is named twice",
+            "twice",
+            "name each source once",
+        );
+    } else if t.gpus.len() == MAX_GPU_SOURCES {
+        cx.error(
+            node.name().span(),
+            format!("more than {MAX_GPU_SOURCES} GPU sources"),
+            "too many",
+            "read a host's GPUs with one command",
+        );
+    } else {
+        t.gpus.push(source);
+    }
+}
+
 /// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
 fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     t.api_key_env = key_variable(cx, node, "api-key env=\"OPENAI_API_KEY\"");
@@ -775,6 +841,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         max_body: DEFAULT_MAX_BODY,
         metrics: MetricsSource::Auto,
         metrics_interval: Duration::from_secs(1),
+        gpus: Vec::new(),
         body: serde_json::Map::new(),
         headers: Vec::new(),
         warm_connections: true,
@@ -820,6 +887,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         max_body: fields.max_body,
         metrics: fields.metrics,
         metrics_interval: fields.metrics_interval,
+        gpus: fields.gpus,
         body: fields.body,
         headers: fields.headers,
         warm_connections: fields.warm_connections,

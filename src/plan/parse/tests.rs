@@ -476,6 +476,30 @@ fn target_and_workload_rules() {
             "http://b:8000/metrics".into()
         ])
     );
+    // GPU readings from commands: nvidia-smi here, or the user's, each once.
+    let plan = parse_plan(
+        "p.kdl",
+        replicas("gpus \"nvidia-smi\"; gpus command=\"ssh n nvidia-smi --format=csv\""),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.target.gpus,
+        [
+            crate::plan::GpuSource::NvidiaSmi,
+            crate::plan::GpuSource::Command("ssh n nvidia-smi --format=csv".into())
+        ]
+    );
+    assert_eq!(
+        bad(&replicas(
+            "gpus \"rocm-smi\"; gpus; gpus \"nvidia-smi\" command=\"x\"; gpus \"nvidia-smi\"; gpus \"nvidia-smi\""
+        )),
+        [
+            "unknown GPU source \"rocm-smi\"",
+            "`gpus` names no source",
+            "`gpus` takes a source or command=, not both",
+            "this GPU source is named twice"
+        ]
+    );
     assert_eq!(
         bad(&replicas(
             "metrics \"http://a/metrics\" \"http://a/metrics\" \"b\" 3"
