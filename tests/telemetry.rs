@@ -577,6 +577,16 @@ fn energy_per_output_token_is_the_simulated_gpus_model() {
         report.contains("Measured on 2 × llmload-sim GPU \\(80 GiB each\\)"),
         "{report}"
     );
+    // Charted over time in report.html: utilization and memory in use, and power.
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    for id in ["gpus-over-time", "gpu-power-over-time"] {
+        let at = html
+            .find(&format!("<figure id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no chart {id}"));
+        assert!(html[at..].contains("<svg"), "{id} has no SVG");
+    }
+    let chart = &html[html.find("<figure id=\"gpus-over-time\">").unwrap()..];
+    assert!(chart.contains("memory in use") && chart.contains("utilization (busiest GPU)"));
 }
 
 /// A phase whose first seconds meet a backlog (a burst beside it, not recorded) has its warm-up

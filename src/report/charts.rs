@@ -8,6 +8,7 @@
 
 use super::svg::{Axis, Band, Bars, Line, Marker, Plot, Rule, Scale, Unit};
 use super::Summary;
+use crate::metrics::server::ServerTelemetry;
 use crate::metrics::timeseries::{PhaseBand, SeriesPoint};
 use crate::metrics::Metric;
 use crate::plan::Stat;
@@ -39,6 +40,9 @@ mod colour {
     pub const RUNNING: &str = "#17a2b8";
     pub const WAITING: &str = "#e8710a";
     pub const KV_CACHE: &str = "#9467bd";
+    pub const GPU_UTILIZATION: &str = "#2ca02c";
+    pub const GPU_MEMORY: &str = "#9467bd";
+    pub const GPU_POWER: &str = "#d62728";
     pub const OBJECTIVE: &str = "#d62728";
 }
 
@@ -141,29 +145,113 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         charts.extend(by_input_chart(summary));
     }
     if let Some(server) = summary.server.as_ref().filter(|s| s.samples > 0) {
-        let gauge = |signal: &str, name: &str, colour, dashed, scale: f64| {
-            let at = server
-                .series
-                .get(signal)
-                .map(|v| v.iter().map(|(t, y)| (*t, y * scale)).collect())
-                .unwrap_or_default();
-            Line::new(name, colour, dashed, at)
-        };
-        let mut plot = Plot::new(
-            "The server: batch, queue and KV cache",
-            time(),
-            Axis::new("requests; KV cache %", Scale::Linear, Unit::Number),
-        );
-        plot.lines = vec![
-            gauge("running", "running", colour::RUNNING, false, 1.0),
-            gauge("waiting", "waiting", colour::WAITING, false, 1.0),
-            gauge("kv_cache", "KV cache %", colour::KV_CACHE, true, 100.0),
-        ];
-        plot.bands = phase_bands(bands);
+        charts.extend(server_chart(server, time(), bands));
+        charts.extend(gpu_charts(server, time, bands));
+    }
+    charts
+}
+
+/// The server's batch, queue and KV cache at each scrape.
+fn server_chart(server: &ServerTelemetry, time: Axis, bands: &[PhaseBand]) -> Option<Chart> {
+    let gauge = |signal: &str, name: &str, colour, dashed, scale: f64| {
+        let at = server
+            .series
+            .get(signal)
+            .map(|v| v.iter().map(|(t, y)| (*t, y * scale)).collect())
+            .unwrap_or_default();
+        Line::new(name, colour, dashed, at)
+    };
+    let mut plot = Plot::new(
+        "The server: batch, queue and KV cache",
+        time,
+        Axis::new("requests; KV cache %", Scale::Linear, Unit::Number),
+    );
+    plot.lines = vec![
+        gauge("running", "running", colour::RUNNING, false, 1.0),
+        gauge("waiting", "waiting", colour::WAITING, false, 1.0),
+        gauge("kv_cache", "KV cache %", colour::KV_CACHE, true, 100.0),
+    ];
+    if plot.lines.iter().all(|l| l.points.is_empty()) {
+        return None;
+    }
+    plot.bands = phase_bands(bands);
+    chart(
+        "server-over-time",
+        "What the server said at each scrape: requests running and waiting, and its KV cache's use in percent.",
+        &plot,
+    )
+}
+
+/// The GPUs at each reading (a GPU exporter's scrape, a `gpus` source's loop): the busiest
+/// one's utilization and the memory in use, in percent; and the power all of them drew. None
+/// when nothing said anything of GPUs.
+fn gpu_charts(
+    server: &ServerTelemetry,
+    time: impl Fn() -> Axis,
+    bands: &[PhaseBand],
+) -> Vec<Chart> {
+    let series = |name: &str| {
+        server
+            .series
+            .get(name)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    let utilization: Vec<(f64, f64)> = series("gpu_utilization")
+        .iter()
+        .map(|&(t, share)| (t, share * 100.0))
+        .collect();
+    // Memory in use over used and free at the same reading.
+    let free = series("gpu_memory_free_mib");
+    let memory: Vec<(f64, f64)> = series("gpu_memory_used_mib")
+        .iter()
+        .filter_map(|&(t, used)| {
+            let (_, free) = free.iter().find(|(at, _)| *at == t)?;
+            (used + free > 0.0).then(|| (t, used / (used + free) * 100.0))
+        })
+        .collect();
+    let mut busy = Plot::new(
+        "The GPUs: utilization and memory",
+        time(),
+        Axis::new("percent", Scale::Linear, Unit::Percent).range(0.0, 100.0),
+    );
+    busy.lines = vec![
+        Line::new(
+            "utilization (busiest GPU)",
+            colour::GPU_UTILIZATION,
+            false,
+            utilization,
+        ),
+        Line::new("memory in use", colour::GPU_MEMORY, true, memory),
+    ];
+    busy.lines.retain(|l| !l.points.is_empty());
+    let mut power = Plot::new(
+        "The GPUs: power",
+        time(),
+        Axis::new("watts, all GPUs", Scale::Linear, Unit::Number),
+    );
+    power.lines = vec![Line::new(
+        "power",
+        colour::GPU_POWER,
+        false,
+        series("gpu_power_w").to_vec(),
+    )];
+    power.lines.retain(|l| !l.points.is_empty());
+    let mut charts = Vec::new();
+    if !busy.lines.is_empty() {
+        busy.bands = phase_bands(bands);
         charts.extend(chart(
-            "server-over-time",
-            "What the server said at each scrape: requests running and waiting, and its KV cache's use in percent.",
-            &plot,
+            "gpus-over-time",
+            "What the GPUs' telemetry said at each reading: the busiest GPU's utilization, and the share of their memory in use. Latency that grows while utilization stays low is a bottleneck elsewhere (the CPU, the network, the scheduler).",
+            &busy,
+        ));
+    }
+    if !power.lines.is_empty() {
+        power.bands = phase_bands(bands);
+        charts.extend(chart(
+            "gpu-power-over-time",
+            "The power all GPUs drew at each reading, in watts: energy per token is its mean over a window set against that window's output tokens per second.",
+            &power,
         ));
     }
     charts
