@@ -763,3 +763,54 @@ fn the_next_run_stops_a_server_a_dead_llmload_left() {
     let _ = kept.wait();
     let _ = std::fs::remove_file(kept_entry);
 }
+
+/// A sweep whose setting is the GPUs (`gpus=#true`, as tensor parallelism is) prices each
+/// configuration by its own count of them, and names the cheapest that passed: at one load,
+/// twice the GPUs is twice the price of a good token.
+#[test]
+fn a_server_sweep_prices_each_configuration_by_its_gpus_and_names_the_cheapest() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = plan(
+        &format!(
+            "command \"{SIM}\" \"sim\" \"--port\" \"{{port}}\" \"--ttft\" \"5ms\"; ready \"/v1/models\" timeout=\"30s\"; stop-grace \"5s\""
+        ),
+        "2s",
+    )
+    .replace(
+        "sla {",
+        "server-sweep { arg \"--seed\" 2 1 gpus=#true }\ncost { gpu-hour \"$2.00\" }\nslo ttft=\"1s\"\nsla {",
+    );
+    let path = write_plan(dir.path(), &text);
+    let out = dir.path().join("out");
+    let ran = run_file(&path, &out, &["--allow-server"], &[]);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{stderr}");
+    let good_price = |slug: &str| {
+        let summary = read_summary(&out.join(slug));
+        let cost = summary["overall"]["cost"].clone();
+        (
+            cost["basis"].as_str().unwrap().to_string(),
+            cost["per_million_goodput_tokens"].as_f64().unwrap(),
+        )
+    };
+    let (two_basis, two) = good_price("seed-2");
+    let (one_basis, one) = good_price("seed-1");
+    assert_eq!(two_basis, "2 GPUs at $2 a GPU-hour");
+    assert_eq!(one_basis, "1 GPU at $2 a GPU-hour");
+    // The same load on both: the price of a good token follows the GPUs (within the runs'
+    // wall times, which differ by their last responses).
+    assert!((two / one - 2.0).abs() < 0.1, "{two} against {one}");
+    let sweep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("server-sweep.json")).unwrap())
+            .unwrap();
+    let cheapest = &sweep["cheapest"];
+    assert_eq!(cheapest["name"], "--seed 1", "{sweep}");
+    assert_eq!(cheapest["by"], "cost per million goodput tokens");
+    assert_eq!(cheapest["dollars"].as_f64(), Some(one));
+    let md = std::fs::read_to_string(out.join("server-sweep.md")).unwrap();
+    assert!(
+        md.contains("**Cheapest under the objectives: `--seed 1`**"),
+        "{md}"
+    );
+}

@@ -143,12 +143,39 @@ fn a_concurrency_sweep_finds_the_knee_and_reports_every_step() {
 #[test]
 fn a_rate_search_finds_the_capacity_the_engine_has() {
     let _serial = serial();
-    let run = run_plan(
-        &search_plan("", "ttft p99 < \"100ms\"\ncapacity >= 20"),
-        &[],
-    );
+    let priced = search_plan("", "ttft p99 < \"100ms\"\ncapacity >= 20")
+        + "cost { instance-hour \"$3.60\" }\n";
+    let run = run_plan(&priced, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let (sustains, fails_at) = capacity(&run);
+    // A token's price is the one paid at the capacity: the last probe at the load that held.
+    let summary = run.summary();
+    let at_capacity = summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|p| {
+            p["step"]["load_value"].as_f64() == Some(sustains) && p["step"]["warmup"] == false
+        })
+        .expect("the probe at the capacity")
+        .clone();
+    let tokens_per_s = at_capacity["throughput"]["output_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    let price = summary["measures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["slug"] == "cost-per-million-output-tokens-usd")
+        .expect("a price per token at the capacity")["value"]
+        .as_f64()
+        .unwrap();
+    let expected = 3.60 / (tokens_per_s * 3600.0) * 1e6;
+    assert!(
+        (price - expected).abs() < 1e-9 * expected,
+        "{price} against {expected}"
+    );
     assert!(
         sustains <= ANALYTICAL_CAPACITY * 1.05 && fails_at >= ANALYTICAL_CAPACITY * 0.95,
         "[{sustains}, {fails_at}) against {ANALYTICAL_CAPACITY}"

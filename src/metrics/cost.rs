@@ -62,6 +62,7 @@ mod tests {
         let rate = CostRate {
             dollars_per_hour: 36.0,
             basis: "$36 an instance-hour".into(),
+            per_gpu_hour: None,
         };
         let scope = PhaseMetrics {
             wall_s: 100.0,

@@ -41,6 +41,19 @@ pub use sim::*;
 pub use sla::*;
 pub use steps::*;
 pub use target::*;
+
+/// The price of a deployment of `gpus` GPUs at `dollars` each an hour (`cost { gpu-hour }`).
+pub fn gpu_hour_price(dollars: f64, gpus: u64) -> crate::records::CostRate {
+    crate::records::CostRate {
+        dollars_per_hour: dollars * gpus as f64,
+        basis: format!(
+            "{gpus} GPU{} at {} a GPU-hour",
+            if gpus == 1 { "" } else { "s" },
+            units::format_price(dollars)
+        ),
+        per_gpu_hour: Some(dollars),
+    }
+}
 pub use workload::*;
 
 use std::path::Path;

@@ -178,6 +178,9 @@ pub struct SweepDimension {
     pub setting: ServerSetting,
     /// The values it takes, in order.
     pub values: Vec<String>,
+    /// Its values are each configuration's count of GPUs (`gpus=#true`: tensor parallelism),
+    /// which prices it at the plan's `cost { gpu-hour }`.
+    pub gpus: bool,
 }
 
 /// Where a swept value goes.
@@ -200,11 +203,15 @@ pub struct ServerConfig {
     /// Each dimension's setting and value.
     #[serde(skip)]
     pub values: Vec<(ServerSetting, String)>,
+    /// Its count of GPUs, when a dimension says it (`gpus=#true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u64>,
 }
 
 impl ServerSweep {
     /// Every configuration, the first dimension varying slowest.
     pub fn configurations(&self) -> Vec<ServerConfig> {
+        let gpus_at = self.dimensions.iter().position(|d| d.gpus);
         let mut combos: Vec<Vec<(ServerSetting, String)>> = vec![Vec::new()];
         for dimension in &self.dimensions {
             combos = combos
@@ -242,6 +249,7 @@ impl ServerSweep {
                 ServerConfig {
                     name: words.join(" "),
                     slug,
+                    gpus: gpus_at.and_then(|at| values.get(at)?.1.parse().ok()),
                     values,
                 }
             })
@@ -349,10 +357,12 @@ mod tests {
                 SweepDimension {
                     setting: ServerSetting::Arg("--parallel".into()),
                     values: vec!["1".into(), "2".into()],
+                    gpus: false,
                 },
                 SweepDimension {
                     setting: ServerSetting::Env("FLASH".into()),
                     values: vec!["on".into(), "off".into()],
+                    gpus: false,
                 },
             ],
         }
@@ -410,6 +420,7 @@ mod tests {
             dimensions: vec![SweepDimension {
                 setting: ServerSetting::Arg("--ctx".into()),
                 values: vec!["8192".into()],
+                gpus: false,
             }],
         };
         let with_ctx = base.configured(&ctx.configurations()[0]);
@@ -418,6 +429,7 @@ mod tests {
             dimensions: vec![SweepDimension {
                 setting: ServerSetting::Arg("--batch".into()),
                 values: vec!["512".into()],
+                gpus: false,
             }],
         };
         let added = base.configured(&batch.configurations()[0]);

@@ -182,6 +182,10 @@ pub struct CostRate {
     pub dollars_per_hour: f64,
     /// How the plan put it: "8 GPUs at $2.49 a GPU-hour", "$98.32 an instance-hour".
     pub basis: String,
+    /// One GPU's price an hour, when the plan priced the deployment by its GPUs (a server
+    /// sweep prices each configuration by its own count of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_gpu_hour: Option<f64>,
 }
 
 /// The server a run started itself: what `compare` holds two runs' servers apart by.

@@ -4,7 +4,8 @@
 //! `report`), never into the report directory by default.
 //!
 //! Each exported number is a [`Measure`] of [`MEASURES`]: a metric of all recorded phases (or
-//! the search's capacity), with a 95% confidence interval where one is known: for a percentile,
+//! the search's capacity; for an amount per token in a search, of the probe at the capacity),
+//! with a 95% confidence interval where one is known: for a percentile,
 //! the distribution-free interval of order statistics (the values at the ranks
 //! n·q ± 1.96·√(n·q·(1−q))), read from the run's own histogram; for the error rate, Wilson's
 //! score interval over the completed requests; for the capacity, its bracket; for a throughput,
@@ -218,7 +219,7 @@ impl MeasureDef {
                 scaled(per_completion(value(scope)?, count(scope)?))
             }
             Interval::PerToken(count) => {
-                let scope = recorded(summary)?;
+                let scope = priced(summary)?;
                 scaled(per_token(value(scope)?, count(scope)?))
             }
             Interval::Bracket => {
@@ -235,6 +236,24 @@ impl MeasureDef {
 /// each have their own load (a total over them mixes loads).
 fn recorded(summary: &Summary) -> Option<&PhaseMetrics> {
     (summary.steps.is_empty() && summary.overall.requests.ok > 0).then_some(&summary.overall)
+}
+
+/// The scope an amount per token (joules, dollars) is read over: all recorded phases of a plain
+/// run; for a capacity search, the last probe at its capacity (the highest load whose
+/// objectives held), so that a token's price is the one paid at the most the server sustains
+/// under them; none for a sweep (its steps each have a load of their own).
+fn priced(summary: &Summary) -> Option<&PhaseMetrics> {
+    if let Some(scope) = recorded(summary) {
+        return Some(scope);
+    }
+    let sustains = summary.capacity.as_ref()?.bracket.sustains?;
+    summary.phases.iter().rev().find(|phase| {
+        let at_capacity = phase
+            .step
+            .as_ref()
+            .is_some_and(|step| step.probe && !step.warmup && step.load_value == sustains);
+        at_capacity && phase.recorded && phase.requests.ok > 0
+    })
 }
 
 const fn percentile(name: &'static str, slug: &'static str, metric: Metric, q: f64) -> MeasureDef {

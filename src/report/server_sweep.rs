@@ -5,6 +5,8 @@
 //! beside each configuration's own full report in its subdirectory.
 //!
 //! It judges nothing: the sweep's verdict and its best configuration come from the session.
+//! It names the cheapest of the configurations that passed, by the lowest price per token in
+//! their columns (per good token where every one of them has that), as it would sort a table.
 
 use minijinja::Value;
 use serde::Serialize;
@@ -46,6 +48,60 @@ pub struct SweepSummary {
     pub skipped: Vec<String>,
     /// The measures the table shows, in order (slug, name, unit).
     pub columns: Vec<(String, String, String)>,
+    /// The configuration that passed at the lowest price per token, when the plan prices them.
+    pub cheapest: Option<Cheapest>,
+}
+
+/// The configuration that passed at the lowest price per token.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cheapest {
+    /// Its name.
+    pub name: String,
+    /// The price it is cheapest by: `cost per million goodput tokens` (every configuration
+    /// that passed has it: the plan has an `slo`), else `cost per million output tokens`.
+    pub by: String,
+    /// Its price, dollars.
+    pub dollars: f64,
+}
+
+/// The prices a cheapest configuration is chosen by, in order of preference.
+const PRICES: [&str; 2] = [
+    "cost-per-million-goodput-tokens-usd",
+    "cost-per-million-output-tokens-usd",
+];
+
+/// Of the configurations that passed, the one at the lowest price per token: by the first of
+/// [`PRICES`] every one of them has.
+fn cheapest(
+    configurations: &[ConfigRow],
+    columns: &[(String, String, String)],
+) -> Option<Cheapest> {
+    let passed: Vec<&ConfigRow> = configurations
+        .iter()
+        .filter(|c| c.status == "pass")
+        .collect();
+    for slug in PRICES {
+        let Some(column) = columns.iter().position(|c| c.0 == slug) else {
+            continue;
+        };
+        let prices: Option<Vec<(&ConfigRow, f64)>> = passed
+            .iter()
+            .map(|c| c.values[column].map(|v| (*c, v)))
+            .collect();
+        let Some((row, dollars)) = prices
+            .unwrap_or_default()
+            .into_iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+        else {
+            continue;
+        };
+        return Some(Cheapest {
+            name: row.name.clone(),
+            by: columns[column].1.clone(),
+            dollars,
+        });
+    }
+    None
 }
 
 /// One configuration in the sweep's table.
@@ -136,6 +192,7 @@ pub fn summary(
         .collect();
     let best_caveat = best_caveat(&configurations, best_by);
     SweepSummary {
+        cheapest: cheapest(&configurations, &columns),
         best_caveat,
         plan: plan.to_string(),
         passed: verdict.exit_code == crate::error::EXIT_PASS,
@@ -424,6 +481,51 @@ mod tests {
         assert_eq!(best_caveat(&rows[1..2], "capacity"), None);
     }
 
+    /// The cheapest is the lowest price per good token among the configurations that passed,
+    /// per output token when one of them has no good-token price, none without prices.
+    #[test]
+    fn the_cheapest_passing_configuration_is_named_by_its_price_per_good_token() {
+        let columns = vec![
+            (
+                "cost-per-million-output-tokens-usd".to_string(),
+                "cost per million output tokens".to_string(),
+                "$".to_string(),
+            ),
+            (
+                "cost-per-million-goodput-tokens-usd".to_string(),
+                "cost per million goodput tokens".to_string(),
+                "$".to_string(),
+            ),
+        ];
+        let priced = |name: &str, status: &str, output: f64, good: Option<f64>| {
+            let mut row = row(name, status, None);
+            row.values = vec![Some(output), good];
+            row
+        };
+        let rows = vec![
+            priced("--parallel 1", "pass", 4.0, Some(9.0)),
+            priced("--parallel 4", "pass", 5.0, Some(6.0)),
+            priced("--parallel 8", "fail", 1.0, Some(1.5)),
+        ];
+        let cheapest = cheapest(&rows, &columns).unwrap();
+        assert_eq!(
+            cheapest.name, "--parallel 4",
+            "the one that failed is not a choice"
+        );
+        assert_eq!(
+            (cheapest.by.as_str(), cheapest.dollars),
+            ("cost per million goodput tokens", 6.0)
+        );
+        let mut no_good = rows.clone();
+        no_good[0].values[1] = None;
+        let cheapest = super::cheapest(&no_good, &columns).unwrap();
+        assert_eq!(
+            (cheapest.name.as_str(), cheapest.dollars),
+            ("--parallel 1", 4.0)
+        );
+        assert!(super::cheapest(&rows, &columns[..0]).is_none());
+    }
+
     /// The capacity chart draws each search's bracket as a whisker over its bar, in the
     /// bracket's unit; a search that never failed has none.
     #[test]
@@ -454,6 +556,7 @@ mod tests {
             configurations: vec![held, top],
             skipped: Vec::new(),
             columns: vec![("capacity".into(), "capacity".into(), "load".into())],
+            cheapest: None,
         };
         let svg = chart(&summary).unwrap();
         assert_eq!(svg.matches("class=\"whisker\"").count(), 1, "{svg}");

@@ -71,6 +71,12 @@ pub fn run_server_sweep(plan: &Plan, options: &RunOptions) -> Result<ServerSweep
         let mut one = plan.clone();
         one.server = Some(server.configured(&config));
         one.server_sweep = None;
+        // A configuration of its own count of GPUs is priced by it.
+        if let (Some(gpus), Some(per_gpu)) =
+            (config.gpus, plan.cost.as_ref().and_then(|c| c.per_gpu_hour))
+        {
+            one.cost = Some(crate::plan::gpu_hour_price(per_gpu, gpus));
+        }
         let mut labels = options.labels.clone();
         labels.insert("server-config".into(), config.name.clone());
         let config_options = RunOptions {

@@ -29,14 +29,7 @@ const CHILDREN: &[(&str, Handler<Price>)] = &[
             },
         );
         if let (Some(dollars), Some(gpus)) = (dollars, gpus) {
-            *price = Some(CostRate {
-                dollars_per_hour: dollars * gpus as f64,
-                basis: format!(
-                    "{gpus} GPU{} at {} a GPU-hour",
-                    if gpus == 1 { "" } else { "s" },
-                    crate::plan::units::format_price(dollars)
-                ),
-            });
+            *price = Some(crate::plan::gpu_hour_price(dollars, gpus));
         }
     }),
     ("instance-hour", |cx, node, price| {
@@ -47,6 +40,7 @@ const CHILDREN: &[(&str, Handler<Price>)] = &[
                     "{} an instance-hour",
                     crate::plan::units::format_price(dollars)
                 ),
+                per_gpu_hour: None,
             });
         }
     }),

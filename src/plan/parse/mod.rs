@@ -1331,6 +1331,23 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         cx.current = 0;
     }
 
+    let gpus_swept = server_sweep
+        .as_ref()
+        .is_some_and(|sweep: &crate::plan::ServerSweep| sweep.dimensions.iter().any(|d| d.gpus));
+    let priced_by_gpus = cost
+        .as_ref()
+        .is_some_and(|c: &crate::records::CostRate| c.per_gpu_hour.is_some());
+    if let (Some((file, span)), true, false) = (server_sweep_at, gpus_swept, priced_by_gpus) {
+        cx.current = file;
+        cx.error(
+            span,
+            "the sweep prices each configuration by its GPUs, and the plan gives no price a GPU",
+            "no GPU price",
+            "add the price of one GPU an hour: cost { gpu-hour \"$2.49\" }",
+        );
+        cx.current = 0;
+    }
+
     let name = match header.name {
         Some(name) => name,
         None if header_ok => std::path::Path::new(&cx.files[0].name)

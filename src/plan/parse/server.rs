@@ -13,7 +13,7 @@
 use kdl::{KdlEntry, KdlNode, KdlValue};
 
 use super::cx::{children, positional, type_name, Cx, Handler};
-use super::values::{ByteSize, Count, Kind, Text, DURATION};
+use super::values::{ByteSize, Count, Flag, Kind, Text, DURATION};
 use crate::plan::{
     Endpoint, MetricsSource, Readiness, ServerCommand, ServerSetting, ServerSettings, ServerSweep,
     SweepDimension, Target, DEFAULT_HANG_AFTER, DEFAULT_LOG_MAX, DEFAULT_STOP_GRACE,
@@ -410,7 +410,7 @@ const SWEEP_CHILDREN: &[(&str, Handler<ServerSweep>)] = &[
 /// A dimension's name and values (at least one value).
 fn dimension(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<(String, Vec<String>)> {
     cx.no_children(node);
-    cx.check_entries(node, usize::MAX, &[], usage);
+    cx.check_entries(node, usize::MAX, &["gpus"], usage);
     let name = cx.arg(node, usage, Text)?;
     let mut secrets = Vec::new();
     let values: Vec<String> = positional(node)
@@ -445,7 +445,40 @@ fn push_dimension(
         );
         return;
     }
-    sweep.dimensions.push(SweepDimension { setting, values });
+    let usage = "arg \"--tensor-parallel-size\" 1 2 4 gpus=#true (its values are each configuration's GPUs)";
+    let gpus = cx
+        .prop(node, "gpus", usage, Flag)
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    if gpus {
+        if sweep.dimensions.iter().any(|d| d.gpus) {
+            cx.error(
+                node.name().span(),
+                "two settings of the sweep say they are the GPUs",
+                "twice",
+                "mark the one whose values are the configuration's count of GPUs",
+            );
+            return;
+        }
+        let counts = values
+            .iter()
+            .all(|v| v.parse::<u64>().is_ok_and(|n| (1..=100_000).contains(&n)));
+        if !counts {
+            cx.error(
+                node.name().span(),
+                "a setting that is the GPUs takes counts of them",
+                "not counts",
+                "give whole numbers from 1 to 100,000: arg \"--tensor-parallel-size\" 1 2 4 gpus=#true",
+            );
+            return;
+        }
+    }
+    sweep.dimensions.push(SweepDimension {
+        setting,
+        values,
+        gpus,
+    });
 }
 
 #[cfg(test)]
@@ -620,6 +653,42 @@ mod tests {
         assert_eq!(
             messages(&format!("arg \"-np\"{many}")),
             ["the server sweep crosses into 65 configurations: more than a plan may (64)"]
+        );
+        // A setting that is the GPUs: counts of them, once, priced by a GPU's hour.
+        let priced = |body: &str| {
+            parse_plan(
+                "p.kdl",
+                format!(
+                    "server {{ command \"srv\" \"--port\" \"{{port}}\" }}\nserver-sweep {{ {body} }}\ncost {{ gpu-hour \"$2\" }}\ntarget \"http://127.0.0.1:{{port}}\" {{ model \"m\" }}\n{REST}"
+                ),
+            )
+        };
+        let configurations = priced("arg \"-tp\" 1 2 gpus=#true; env \"F\" \"a\"")
+            .unwrap()
+            .server_sweep
+            .unwrap()
+            .configurations();
+        let gpus: Vec<Option<u64>> = configurations.iter().map(|c| c.gpus).collect();
+        assert_eq!(gpus, [Some(1), Some(2)]);
+        let priced_messages = |body: &str| -> Vec<String> {
+            priced(body)
+                .unwrap_err()
+                .diagnostics
+                .iter()
+                .map(|d| d.message.clone())
+                .collect()
+        };
+        assert_eq!(
+            priced_messages("arg \"-tp\" 1 two gpus=#true"),
+            ["a setting that is the GPUs takes counts of them"]
+        );
+        assert_eq!(
+            priced_messages("arg \"-tp\" 1 gpus=#true; env \"N\" \"2\" gpus=#true"),
+            ["two settings of the sweep say they are the GPUs"]
+        );
+        assert_eq!(
+            messages("arg \"-tp\" 1 2 gpus=#true"),
+            ["the sweep prices each configuration by its GPUs, and the plan gives no price a GPU"]
         );
         let no_server = parse_plan(
             "p.kdl",
