@@ -742,3 +742,38 @@ fn nvidia_smi_is_read_where_it_is_installed() {
     );
     assert!(!described.is_empty(), "{}", summary["server"]);
 }
+
+/// `compare` says when two runs were measured on different GPUs, as their telemetry described
+/// them (here the simulator's, 80 GiB against 40 GiB each).
+#[test]
+fn a_comparison_says_the_runs_gpus_differ() {
+    let plan = |memory: &str| {
+        sim_plan(
+            &format!("ttft \"20ms\"; itl \"5ms\"; gpu count=2 idle=\"50W\" memory=\"{memory}\""),
+            "input 64; output 16",
+            "phase \"steady\" { rate 20; duration \"1s\" }",
+            "error-rate < \"1%\"",
+        )
+        .replace(
+            "target \"sim\" {",
+            "target \"sim\" { metrics interval=\"100ms\";",
+        )
+    };
+    let baseline = run_plan(&plan("80GiB"), &[]);
+    assert_eq!(baseline.code(), 0, "{}", baseline.stderr());
+    let current = run_plan(&plan("40GiB"), &[]);
+    assert_eq!(current.code(), 0, "{}", current.stderr());
+    let compared = common::llmload()
+        .arg("compare")
+        .arg(baseline.out())
+        .arg(current.out())
+        .arg("--force")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        text.contains("measured on different GPUs: the baseline's 2 × llmload-sim GPU (80 GiB each), this run's 2 × llmload-sim GPU (40 GiB each)"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&compared.stderr)
+    );
+}

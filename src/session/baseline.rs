@@ -9,7 +9,7 @@ use super::*;
 /// defaults); runs of different plans, seeds or models are refused unless `force`.
 pub fn compare_with(
     baseline_dir: &Path,
-    current: &RunLog,
+    (current_dir, current): (&Path, &RunLog),
     plan: &Plan,
     force: bool,
 ) -> Result<Comparison> {
@@ -21,6 +21,7 @@ pub fn compare_with(
         &current.header.clone().unwrap_or_default(),
         force,
     )?;
+    notes.extend(gpu_difference(baseline_dir, current_dir));
     for (which, log) in [("baseline", &baseline), ("current", current)] {
         if let Some(sampled) = &log.sampled {
             notes.push(format!(
@@ -58,6 +59,21 @@ pub fn compare_with(
         plan.seed,
         plan.judging.undecided,
     ))
+}
+
+/// How the GPUs the runs were measured on differ, as their telemetry described them (a GPU
+/// exporter's labels, a `gpus` source's rows); nothing when either run described none.
+fn gpu_difference(baseline_dir: &Path, current_dir: &Path) -> Option<String> {
+    let described = |dir: &Path| {
+        let telemetry = crate::telemetry::read(dir).ok().flatten()?;
+        (!telemetry.gpus.is_empty()).then(|| crate::telemetry::gpus::describe(&telemetry.gpus))
+    };
+    let (before, now) = (described(baseline_dir)?, described(current_dir)?);
+    (before != now).then(|| {
+        format!(
+            "the runs were measured on different GPUs: the baseline's {before}, this run's {now}"
+        )
+    })
 }
 
 /// The most requests of each run `compare` holds: a longer run is compared through a uniform

@@ -174,7 +174,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
         // Resampling needs every request's values: only a comparison reads them all in.
         Some(baseline) => {
             let current = RunLog::read_sampled(&records_path, MAX_COMPARED_REQUESTS)?;
-            match compare_with(baseline, &current, plan, false) {
+            match compare_with(baseline, (dir, &current), plan, false) {
                 Ok(comparison) => Some(comparison),
                 Err(error) => {
                     status = Status::NotCarriedOut(NotCarriedOut::NotComparable(error.to_string()));
