@@ -327,7 +327,7 @@ fn exact_lengths_on_chat_and_completions_streamed_and_not() {
 /// What llama.cpp's `/v1/models` says of its model is recorded and reported: the context a
 /// request may use (`--ctx-size` 4096 over `--parallel` 2 slots: 2048), the one
 /// tests/engines/tiny-model.py trained it for (4096), the weights' type it wrote (F16, with F32
-/// norms: 2 to 4 bytes a parameter), and the client's machine beside it.
+/// norms: 2 to 4 bytes a parameter), its slots from `/props`, and the client's machine beside it.
 #[test]
 fn the_models_facts_and_the_clients_machine_are_reported() {
     let _engines = beside_others();
@@ -351,6 +351,9 @@ fn the_models_facts_and_the_clients_machine_are_reported() {
     assert_eq!(served["context"], 2048, "{served}");
     assert_eq!(served["trained_context"], 4096, "{served}");
     assert_eq!(served["weights"], "F16", "{served}");
+    // From its /props: the slots it serves at once (`--parallel 2`), and no image or audio.
+    assert_eq!(served["slots"], 2, "{served}");
+    assert!(served["modalities"].is_null(), "{served}");
     let (parameters, bytes) = (
         served["parameters"].as_u64().unwrap(),
         served["size_bytes"].as_u64().unwrap(),
@@ -366,7 +369,8 @@ fn the_models_facts_and_the_clients_machine_are_reported() {
         .find(|l| l.starts_with("| Model served |"))
         .unwrap_or_else(|| panic!("no Model served row: {report}"));
     assert!(
-        row.contains("M parameters, F16,") && row.contains("context 2048 (trained on 4096)"),
+        row.contains("M parameters, F16,")
+            && row.contains("context 2048 (trained on 4096); 2 slots"),
         "{row}"
     );
 }

@@ -94,6 +94,31 @@ fn credentials_hint(key_sent: bool) -> &'static str {
     }
 }
 
+/// The most bytes of llama.cpp's `/props` read (its chat template is most of it).
+const PROPS_BYTES: u64 = 1 << 20;
+
+/// llama.cpp's `/props` (on the target's origin, the run's credentials with it), when it
+/// answers with JSON: what its listing leaves out (slots, modalities).
+async fn props(transport: &Transport, template: &RequestTemplate) -> Option<serde_json::Value> {
+    let mut url = template.url.clone();
+    url.set_path("/props");
+    url.set_query(None);
+    let outgoing = super::transport::Outgoing {
+        url: &url,
+        body: None,
+        headers: &[],
+        template,
+    };
+    let mut response = transport.send(outgoing).await.ok()?;
+    let body = super::request::read_capped(&mut response.body, PROPS_BYTES)
+        .await
+        .ok()?;
+    (200..300)
+        .contains(&response.status)
+        .then(|| serde_json::from_slice(&body).ok())
+        .flatten()
+}
+
 pub async fn preflight(
     transport: &Transport,
     template: &RequestTemplate,
@@ -151,7 +176,16 @@ pub async fn preflight(
         .iter()
         .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model.as_str()))
         .or_else(|| (entries.len() == 1).then(|| &entries[0]));
-    let facts = entry.and_then(crate::records::ServedModel::of_listing);
+    let mut facts = entry.and_then(crate::records::ServedModel::of_listing);
+    let llama_cpp = entry
+        .and_then(|m| m.get("owned_by"))
+        .and_then(|o| o.as_str())
+        == Some("llamacpp");
+    if let (true, Some(id)) = (llama_cpp, entry.and_then(|m| m.get("id")?.as_str())) {
+        if let Some(props) = props(transport, template).await {
+            facts = crate::records::ServedModel::with_props(facts, id, &props);
+        }
+    }
     if listed.is_empty() || listed.iter().any(|id| id == model) {
         return Ok(Preflight {
             served: facts,

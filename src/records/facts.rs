@@ -81,6 +81,12 @@ pub struct ServedModel {
     /// Its weights' type or quantization (`F16`, `Q4_K_M`), as the server names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<String>,
+    /// Requests it serves at once (llama.cpp's `total_slots`: `--parallel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u64>,
+    /// What it takes besides text (`vision`, `audio`), as llama.cpp's /props says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modalities: Vec<String>,
 }
 
 impl ServedModel {
@@ -101,12 +107,53 @@ impl ServedModel {
                 .and_then(|m| m.get("ftype"))
                 .and_then(serde_json::Value::as_str)
                 .map(crate::error::shorten),
+            ..ServedModel::default()
         };
-        let said = model.context.is_some()
-            || model.parameters.is_some()
-            || model.size_bytes.is_some()
-            || model.weights.is_some();
-        said.then_some(model)
+        model.said_something().then_some(model)
+    }
+
+    /// Whether it says anything beyond its id.
+    fn said_something(&self) -> bool {
+        self.context.is_some()
+            || self.parameters.is_some()
+            || self.size_bytes.is_some()
+            || self.weights.is_some()
+            || self.slots.is_some()
+            || !self.modalities.is_empty()
+    }
+
+    /// The model `id` with what llama.cpp's `/props` adds to its listing: its slots (requests
+    /// served at once), its weights' type where the listing did not say, and the modalities it
+    /// takes; `None` when neither says anything beyond the id.
+    pub fn with_props(
+        listed: Option<ServedModel>,
+        id: &str,
+        props: &serde_json::Value,
+    ) -> Option<ServedModel> {
+        let mut model = listed.unwrap_or_else(|| ServedModel {
+            id: crate::error::shorten(id),
+            ..ServedModel::default()
+        });
+        model.slots = props.get("total_slots").and_then(serde_json::Value::as_u64);
+        if model.weights.is_none() {
+            model.weights = props
+                .get("model_ftype")
+                .and_then(serde_json::Value::as_str)
+                .map(crate::error::shorten);
+        }
+        if model.context.is_none() {
+            model.context = props
+                .pointer("/default_generation_settings/n_ctx")
+                .and_then(serde_json::Value::as_u64);
+        }
+        if let Some(modalities) = props.get("modalities").and_then(|m| m.as_object()) {
+            model.modalities = modalities
+                .iter()
+                .filter(|(_, on)| on.as_bool() == Some(true))
+                .map(|(name, _)| crate::error::shorten(name))
+                .collect();
+        }
+        model.said_something().then_some(model)
     }
 
     /// "8.3M parameters, F16, 16.7MB; context 2048 (trained on 4096)".
@@ -119,17 +166,22 @@ impl ServedModel {
         if let Some(bytes) = self.size_bytes {
             parts.push(format!("{}B", si(bytes as f64)));
         }
-        let mut text = parts.join(", ");
+        let mut groups = vec![parts.join(", ")];
         if let Some(context) = self.context {
-            if !text.is_empty() {
-                text.push_str("; ");
-            }
-            text.push_str(&format!("context {context}"));
+            let mut said = format!("context {context}");
             if let Some(trained) = self.trained_context.filter(|&t| t != context) {
-                text.push_str(&format!(" (trained on {trained})"));
+                said.push_str(&format!(" (trained on {trained})"));
             }
+            groups.push(said);
         }
-        text
+        if let Some(slots) = self.slots {
+            groups.push(format!("{slots} slot{}", if slots == 1 { "" } else { "s" }));
+        }
+        if !self.modalities.is_empty() {
+            groups.push(format!("takes {}", self.modalities.join(" and ")));
+        }
+        groups.retain(|g| !g.is_empty());
+        groups.join("; ")
     }
 }
 
@@ -200,6 +252,27 @@ mod tests {
         let model = ServedModel::of_listing(&vllm).unwrap();
         assert_eq!((model.context, model.parameters), (Some(8192), None));
         assert_eq!(model.describe(), "context 8192");
+        // llama.cpp's /props adds its slots and what it takes besides text (as the suite's
+        // real engine answers it, its chat template and sampling left out).
+        let props: serde_json::Value = serde_json::from_str(
+            r#"{"default_generation_settings":{"n_ctx":2048},"total_slots":2,
+            "model_ftype":"F16","modalities":{"vision":true,"video":false,"audio":false},
+            "build_info":"b0-unknown"}"#,
+        )
+        .unwrap();
+        let listed = ServedModel::of_listing(&llama);
+        let model = ServedModel::with_props(listed, "tiny-llama.gguf", &props).unwrap();
+        assert_eq!((model.slots, model.context), (Some(2), Some(4096)));
+        assert_eq!(
+            model.describe(),
+            "8.3M parameters, F16, 16.7MB; context 4096 (trained on 8192); 2 slots; takes vision"
+        );
+        let alone = ServedModel::with_props(None, "m", &props).unwrap();
+        assert_eq!(alone.describe(), "F16; context 2048; 2 slots; takes vision");
+        assert_eq!(
+            ServedModel::with_props(None, "m", &serde_json::json!({})),
+            None
+        );
         // OpenAI's: nothing beyond the id.
         let bare = serde_json::json!({"id": "gpt-4o", "object": "model", "owned_by": "system"});
         assert_eq!(ServedModel::of_listing(&bare), None);
