@@ -532,6 +532,16 @@ pub fn attach(
             ),
         ));
     }
+    for (at_unix_ms, message) in telemetry.targets.iter().filter_map(|t| t.ended.as_ref()) {
+        aggregates.warnings.push(Warning {
+            severity: Severity::Warning,
+            code: Code::GpuSourceEnded,
+            message: format!(
+                "{message}, {:.1} s into the run: from then on the GPU figures (power, energy per token, utilization) leave out the GPUs it read",
+                (at_unix_ms - run_start_ms) / 1000.0
+            ),
+        });
+    }
     let notes = gpu_notes(&aggregates.phases);
     aggregates.warnings.extend(notes);
     aggregates.server = Some(view);

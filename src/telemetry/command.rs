@@ -4,8 +4,9 @@
 //! read on a thread of its own into telemetry lines, which the scraper writes beside its
 //! scrapes' (one file, one writer).
 //!
-//! A command that cannot start, prints what cannot be read, or ends before the run does is a
-//! `problem` line (a note in the report), never a failed run.
+//! A command that cannot start or prints what cannot be read is a `problem` line (a note in the
+//! report); one that ends before the run does an `ended` line (a warning: the GPU figures after
+//! it leave its GPUs out); never a failed run.
 //!
 //! Not for: what the lines mean ([`super::smi`]).
 
@@ -211,8 +212,11 @@ impl Reader {
             Ok(status) => format!("ended before the run did ({status}){said}"),
             Err(e) => format!("ended before the run did ({e}){said}"),
         };
-        self.problems = 0;
-        self.problem(format!("{} {how}", self.shown));
+        let _ = self.out.send(TelemetryLine::Ended {
+            at_unix_ms: super::scrape::now_unix_ms(),
+            message: format!("{} {how}", self.shown),
+            target: self.target,
+        });
     }
 
     /// Sends one loop's sample (and its GPUs, the first time); whether the GPUs are described.
@@ -299,7 +303,7 @@ mod tests {
             .filter(|l| matches!(l, TelemetryLine::Gpus { .. }))
             .count();
         assert_eq!(gpus, 1, "described once");
-        let Some(TelemetryLine::Problem { message, .. }) = lines.last() else {
+        let Some(TelemetryLine::Ended { message, .. }) = lines.last() else {
             panic!("{lines:?}")
         };
         assert!(message.contains("ended before the run did"), "{message}");
@@ -347,7 +351,9 @@ mod tests {
         let messages: Vec<String> = lines
             .iter()
             .filter_map(|l| match l {
-                TelemetryLine::Problem { message, .. } => Some(message.clone()),
+                TelemetryLine::Problem { message, .. } | TelemetryLine::Ended { message, .. } => {
+                    Some(message.clone())
+                }
                 _ => None,
             })
             .collect();

@@ -55,6 +55,16 @@ pub enum TelemetryLine {
         #[serde(default, skip_serializing_if = "is_zero")]
         target: u32,
     },
+    /// A source that stopped before the run did (a `gpus` command that ended): when, and why.
+    Ended {
+        /// When, in ms since the Unix epoch.
+        at_unix_ms: f64,
+        /// What happened (its exit status, its last words).
+        message: String,
+        /// The target it concerns.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        target: u32,
+    },
     /// A scrape that failed, or a server with no known metric: why.
     Problem {
         /// When, in ms since the Unix epoch.
@@ -142,6 +152,8 @@ pub struct TargetTelemetry {
     pub scraped_by: Vec<u32>,
     /// The GPUs it described, when it is a GPU exporter.
     pub gpus: Vec<gpus::Gpu>,
+    /// When it stopped before the run did (ms since the Unix epoch), and why.
+    pub ended: Option<(f64, String)>,
 }
 
 impl Telemetry {
@@ -219,6 +231,14 @@ pub fn read(dir: &Path) -> Result<Option<Telemetry>> {
             TelemetryLine::Gpus { gpus, target } if (target as usize) < MAX_TARGETS => {
                 let at = slot(&mut targets, target);
                 targets[at].gpus = gpus;
+            }
+            TelemetryLine::Ended {
+                at_unix_ms,
+                message,
+                target,
+            } if (target as usize) < MAX_TARGETS => {
+                let at = slot(&mut targets, target);
+                targets[at].ended = Some((at_unix_ms, message));
             }
             TelemetryLine::Problem {
                 message, target, ..
@@ -440,6 +460,13 @@ pub fn merge_shards(shards: &[(u32, &Path)], out: &Path) -> Result<()> {
                     target: index,
                     ..sample.clone()
                 }))?;
+            }
+            if let Some((at_unix_ms, message)) = &target.ended {
+                line(&TelemetryLine::Ended {
+                    at_unix_ms: *at_unix_ms,
+                    message: message.clone(),
+                    target: index,
+                })?;
             }
             for problem in &target.problems {
                 line(&TelemetryLine::Problem {

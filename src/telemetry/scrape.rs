@@ -255,6 +255,15 @@ fn start_commands(
 /// own, and may echo what it was given).
 fn redacted(line: TelemetryLine, secrets: &crate::secrets::Secrets) -> TelemetryLine {
     match line {
+        TelemetryLine::Ended {
+            at_unix_ms,
+            message,
+            target,
+        } => TelemetryLine::Ended {
+            at_unix_ms,
+            message: secrets.redact(&message).into_owned(),
+            target,
+        },
         TelemetryLine::Problem {
             at_unix_ms,
             message,

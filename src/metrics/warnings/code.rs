@@ -118,6 +118,8 @@ codes! {
     Telemetry = "telemetry", Note;
     /// Some scrapes failed.
     TelemetryGaps = "telemetry-gaps", Note;
+    /// A GPU command ended before the run did.
+    GpuSourceEnded = "gpu-source-ended", Warning;
     /// The server fell behind while its GPUs were mostly idle.
     GpuIdle = "gpu-idle", Note;
     /// GPU memory neared its total.
