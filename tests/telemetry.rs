@@ -780,3 +780,61 @@ fn a_comparison_says_the_runs_gpus_differ() {
         String::from_utf8_lossy(&compared.stderr)
     );
 }
+
+/// A plan that prices GPUs by type is priced by the GPUs its telemetry described (here the
+/// simulator's two), exactly; without GPU telemetry it has no cost, says why, and its cost
+/// gate is not decided.
+#[test]
+fn a_price_per_gpu_type_is_paid_for_the_gpus_the_telemetry_described() {
+    let plan = |gpu: &str| {
+        sim_plan(
+            &format!("ttft \"20ms\"; itl \"5ms\"{gpu}"),
+            "input 64; output 16 ignore-eos=#true",
+            "phase \"steady\" { rate 20; duration \"1s\" }",
+            "cost-per-million-output-tokens < \"$100000\"",
+        )
+        .replace(
+            "target \"sim\" {",
+            "target \"sim\" { metrics interval=\"100ms\";",
+        ) + "cost { gpu-hour \"$2.49\" gpu=\"sim GPU\"; gpu-hour \"$0.80\" gpu=\"L4\" }\n"
+    };
+    let run = run_plan(&plan("; gpu count=2 idle=\"50W\""), &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let steady = common::phase(&run.summary(), "steady");
+    let cost = &steady["cost"];
+    assert_eq!(
+        cost["basis"], "2 sim GPU at $2.49 a GPU-hour, as the telemetry described them",
+        "{cost}"
+    );
+    let wall = steady["wall_s"].as_f64().unwrap();
+    let tokens_per_s = steady["throughput"]["output_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    let expected = 2.0 * 2.49 / 3600.0 / tokens_per_s * 1e6;
+    let priced = cost["per_million_output_tokens"].as_f64().unwrap();
+    assert!((priced - expected).abs() <= 1e-9 * expected, "{cost}");
+    assert!((cost["dollars"].as_f64().unwrap() - 2.0 * 2.49 / 3600.0 * wall).abs() < 1e-12);
+
+    let dark = run_plan(&plan(""), &[]);
+    assert_eq!(dark.code(), 3, "{}\n{}", dark.stdout(), dark.stderr());
+    let summary = dark.summary();
+    let warning = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "cost-unpriced")
+        .unwrap_or_else(|| panic!("{}", summary["warnings"]))
+        .clone();
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("no telemetry described the GPUs"),
+        "{warning}"
+    );
+    assert_eq!(
+        summary["verdicts"][0]["outcome"], "not_decided",
+        "{}",
+        summary["verdicts"]
+    );
+}

@@ -3,12 +3,14 @@
 //! (the output of requests that met every objective: what the money bought that was worth
 //! having).
 //!
-//! Not a price list: the plan says what its deployment costs an hour, and this only divides.
+//! Not a price list: the plan says what its deployment costs an hour (or each GPU type, then
+//! counted from the telemetry), and this only counts, adds and divides.
 
 use serde::Serialize;
 
 use super::PhaseMetrics;
-use crate::records::CostRate;
+use crate::records::{CostRate, GpuTypePrice};
+use crate::telemetry::gpus::Gpu;
 
 /// What a scope's tokens cost.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,10 +54,146 @@ impl Cost {
     }
 }
 
+/// Why a run priced by GPU type has no price.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unpriced {
+    /// No telemetry described the GPUs (no exporter, no `gpus` source, or none that said).
+    NoGpus,
+    /// A GPU whose model no type's name is in.
+    Unmatched(String),
+}
+
+impl std::fmt::Display for Unpriced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unpriced::NoGpus => write!(
+                f,
+                "no telemetry described the GPUs (scrape a GPU exporter, or add a `gpus` source)"
+            ),
+            Unpriced::Unmatched(model) => write!(
+                f,
+                "GPU \"{model}\" is none of the priced types (add a gpu-hour line with gpu= a part of its name)"
+            ),
+        }
+    }
+}
+
+/// The deployment's price an hour: each GPU the telemetry described at the price of the first
+/// type whose name its model holds (case aside).
+pub fn rate_of_gpus(prices: &[GpuTypePrice], gpus: &[Gpu]) -> Result<CostRate, Unpriced> {
+    if gpus.is_empty() {
+        return Err(Unpriced::NoGpus);
+    }
+    let mut counts: Vec<(&GpuTypePrice, u64)> = Vec::new();
+    for gpu in gpus {
+        let model = gpu.model.as_deref().unwrap_or("(model not said)");
+        let lower = model.to_lowercase();
+        let price = prices
+            .iter()
+            .find(|p| lower.contains(&p.model.to_lowercase()))
+            .ok_or_else(|| Unpriced::Unmatched(model.to_string()))?;
+        match counts.iter_mut().find(|(p, _)| std::ptr::eq(*p, price)) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((price, 1)),
+        }
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(price, n)| {
+            format!(
+                "{n} {} at {}",
+                price.model,
+                crate::plan::units::format_price(price.dollars_per_hour)
+            )
+        })
+        .collect();
+    Ok(CostRate {
+        dollars_per_hour: counts
+            .iter()
+            .map(|(price, n)| price.dollars_per_hour * *n as f64)
+            .sum(),
+        basis: format!(
+            "{} a GPU-hour, as the telemetry described them",
+            parts.join(" and ")
+        ),
+        per_gpu_hour: None,
+    })
+}
+
+/// Prices every scope of a run whose plan priced GPUs by type (its phases, all recorded phases,
+/// the steady windows), at the GPUs its telemetry described; a warning instead when it cannot.
+pub fn price_by_gpu_type(
+    aggregates: &mut super::Aggregates,
+    prices: &[GpuTypePrice],
+    gpus: &[Gpu],
+) {
+    use super::warnings::{Code, Severity, Warning};
+    let rate = match rate_of_gpus(prices, gpus) {
+        Ok(rate) => rate,
+        Err(why) => {
+            aggregates.warnings.push(Warning {
+                severity: Severity::Warning,
+                code: Code::CostUnpriced,
+                message: format!("the plan prices GPUs by type, and {why}: the run has no cost"),
+            });
+            return;
+        }
+    };
+    let steady = aggregates.steady.iter_mut().flat_map(|s| {
+        s.phases
+            .iter_mut()
+            .map(|w| &mut w.metrics)
+            .chain(std::iter::once(&mut s.overall))
+    });
+    let scopes = aggregates
+        .phases
+        .iter_mut()
+        .chain(std::iter::once(&mut aggregates.overall))
+        .chain(steady);
+    for scope in scopes {
+        scope.cost = Cost::of(scope, &rate);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::{Goodput, Throughput};
+
+    #[test]
+    fn gpus_are_priced_by_the_first_type_their_model_holds() {
+        let prices = [
+            GpuTypePrice {
+                model: "H100".into(),
+                dollars_per_hour: 2.5,
+            },
+            GpuTypePrice {
+                model: "l4".into(),
+                dollars_per_hour: 0.8,
+            },
+        ];
+        let gpu = |model: &str| Gpu {
+            index: "0".into(),
+            model: Some(model.into()),
+            ..Gpu::default()
+        };
+        let gpus = [
+            gpu("NVIDIA H100 80GB HBM3"),
+            gpu("NVIDIA H100 80GB HBM3"),
+            gpu("NVIDIA L4"),
+        ];
+        let rate = rate_of_gpus(&prices, &gpus).unwrap();
+        assert_eq!(rate.dollars_per_hour, 2.5 * 2.0 + 0.8);
+        assert_eq!(
+            rate.basis,
+            "2 H100 at $2.5 and 1 l4 at $0.8 a GPU-hour, as the telemetry described them"
+        );
+        assert_eq!(rate_of_gpus(&prices, &[]), Err(Unpriced::NoGpus));
+        assert_eq!(
+            rate_of_gpus(&prices, &[gpu("NVIDIA A100-SXM4-40GB")]),
+            Err(Unpriced::Unmatched("NVIDIA A100-SXM4-40GB".into()))
+        );
+    }
 
     #[test]
     fn an_hour_of_the_deployment_over_the_tokens_it_made() {

@@ -37,6 +37,7 @@ fn header(exact: bool) -> RunHeader {
         exports: Vec::new(),
         server: None,
         cost: None,
+        gpu_prices: Vec::new(),
     }
 }
 

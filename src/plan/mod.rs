@@ -88,6 +88,9 @@ pub struct Plan {
     pub slo: Option<Slo>,
     /// What the deployment under test costs an hour (the `cost` block), which prices its tokens.
     pub cost: Option<crate::records::CostRate>,
+    /// Each GPU type's price an hour, when the `cost` block prices GPUs by type: the run is
+    /// priced by the GPUs its telemetry describes (then `cost` is `None`).
+    pub gpu_prices: Vec<crate::records::GpuTypePrice>,
     /// Tolerances for comparing a run with a baseline (`llmload compare`, `run --baseline`).
     pub regression: Vec<Tolerance>,
     /// Conditions that stop a clearly failing run early (k6's abortOnFail), as a failed run.

@@ -166,6 +166,10 @@ pub struct RunHeader {
     /// so that a report made again later prices the run as it was priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<CostRate>,
+    /// Each GPU type's price an hour, when the plan prices the deployment by the GPUs its
+    /// telemetry describes (`cost { gpu-hour "$2.49" gpu="H100" }`) rather than at one price.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_prices: Vec<GpuTypePrice>,
     /// The machine the client ran on; absent in logs of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_machine: Option<ClientMachine>,
@@ -186,6 +190,15 @@ pub struct CostRate {
     /// sweep prices each configuration by its own count of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_gpu_hour: Option<f64>,
+}
+
+/// One GPU type's price an hour (`gpu-hour "$2.49" gpu="H100"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuTypePrice {
+    /// What its model's name holds (`H100`), matched without regard to case.
+    pub model: String,
+    /// Dollars an hour, one GPU.
+    pub dollars_per_hour: f64,
 }
 
 /// The server a run started itself: what `compare` holds two runs' servers apart by.

@@ -429,6 +429,7 @@ fn run_header(
         merged: Vec::new(),
         labels: options.labels.clone(),
         cost: plan.cost.clone(),
+        gpu_prices: plan.gpu_prices.clone(),
     }
 }
 

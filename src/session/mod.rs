@@ -162,8 +162,14 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     let (log, mut aggregates) =
         metrics::compute_file_with(&records_path, plan.slo.as_ref(), plan.report.interval)?;
     refuse_shard(&log, dir)?;
-    if let Some(telemetry) = crate::telemetry::read(dir)? {
-        metrics::server::attach(&mut aggregates, &log, &telemetry);
+    let telemetry = crate::telemetry::read(dir)?;
+    if let Some(telemetry) = &telemetry {
+        metrics::server::attach(&mut aggregates, &log, telemetry);
+    }
+    // A plan that prices GPUs by type is priced by the GPUs its telemetry described.
+    if let Some(header) = log.header.as_ref().filter(|h| !h.gpu_prices.is_empty()) {
+        let gpus = telemetry.as_ref().map_or(&[][..], |t| t.gpus.as_slice());
+        metrics::cost::price_by_gpu_type(&mut aggregates, &header.gpu_prices, gpus);
     }
     aggregates.launched_server = crate::server::read_record(dir)?;
     let verdicts = verdict::evaluate_plan(plan, &aggregates);

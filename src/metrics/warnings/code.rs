@@ -120,6 +120,8 @@ codes! {
     TelemetryGaps = "telemetry-gaps", Note;
     /// A GPU command ended before the run did.
     GpuSourceEnded = "gpu-source-ended", Warning;
+    /// The plan priced GPUs by type, and the run's GPUs could not be priced.
+    CostUnpriced = "cost-unpriced", Warning;
     /// The server fell behind while its GPUs were mostly idle.
     GpuIdle = "gpu-idle", Note;
     /// GPU memory neared its total.

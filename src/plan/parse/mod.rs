@@ -925,6 +925,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
     let mut target_at = None;
     let mut slo = None;
     let mut cost = None;
+    let mut gpu_prices = Vec::new();
     let mut phases: Vec<crate::plan::Phase> = Vec::new();
     // Phases that speak an API of their own, and where they name it.
     let mut phase_apis: Vec<(usize, SourceSpan, crate::api::Api)> = Vec::new();
@@ -1116,7 +1117,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
                 server_sweep_at = Some((p.file, node.name().span()));
             }
             "report" => report = report::report(cx, node),
-            "cost" => cost = cost::cost(cx, node),
+            "cost" => (cost, gpu_prices) = cost::cost(cx, node),
             _ => cx.unknown_node(node, "at the top level", TOP_LEVEL),
         }
     }
@@ -1376,6 +1377,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         judging,
         slo,
         cost,
+        gpu_prices,
         regression,
         abort,
         objective: search
