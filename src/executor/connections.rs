@@ -94,14 +94,25 @@ fn credentials_hint(key_sent: bool) -> &'static str {
     }
 }
 
-/// The most bytes of llama.cpp's `/props` read (its chat template is most of it).
-const PROPS_BYTES: u64 = 1 << 20;
+/// The most bytes of an engine's info read (llama.cpp's chat template is most of its /props).
+const INFO_BYTES: u64 = 1 << 20;
 
-/// llama.cpp's `/props` (on the target's origin, the run's credentials with it), when it
-/// answers with JSON: what its listing leaves out (slots, modalities).
-async fn props(transport: &Transport, template: &RequestTemplate) -> Option<serde_json::Value> {
+/// Reads an engine's info into the listed model's facts.
+type InfoReader = fn(
+    Option<crate::records::ServedModel>,
+    &str,
+    &serde_json::Value,
+) -> Option<crate::records::ServedModel>;
+
+/// An engine's own info endpoint (`path` on the target's origin, the run's credentials with
+/// it), when it answers with JSON: what its listing leaves out.
+async fn engine_info(
+    transport: &Transport,
+    template: &RequestTemplate,
+    path: &str,
+) -> Option<serde_json::Value> {
     let mut url = template.url.clone();
-    url.set_path("/props");
+    url.set_path(path);
     url.set_query(None);
     let outgoing = super::transport::Outgoing {
         url: &url,
@@ -110,7 +121,7 @@ async fn props(transport: &Transport, template: &RequestTemplate) -> Option<serd
         template,
     };
     let mut response = transport.send(outgoing).await.ok()?;
-    let body = super::request::read_capped(&mut response.body, PROPS_BYTES)
+    let body = super::request::read_capped(&mut response.body, INFO_BYTES)
         .await
         .ok()?;
     (200..300)
@@ -177,13 +188,20 @@ pub async fn preflight(
         .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model.as_str()))
         .or_else(|| (entries.len() == 1).then(|| &entries[0]));
     let mut facts = entry.and_then(crate::records::ServedModel::of_listing);
-    let llama_cpp = entry
-        .and_then(|m| m.get("owned_by"))
-        .and_then(|o| o.as_str())
-        == Some("llamacpp");
-    if let (true, Some(id)) = (llama_cpp, entry.and_then(|m| m.get("id")?.as_str())) {
-        if let Some(props) = props(transport, template).await {
-            facts = crate::records::ServedModel::with_props(facts, id, &props);
+    // What an engine's own endpoint adds to its listing: llama.cpp's /props, SGLang's
+    // /get_model_info (asked only of the engine that owns the listing).
+    let owner = entry.and_then(|m| m.get("owned_by")?.as_str());
+    let info: Option<(&str, InfoReader)> = match owner {
+        Some("llamacpp") => Some(("/props", crate::records::ServedModel::with_props)),
+        Some("sglang") => Some((
+            "/get_model_info",
+            crate::records::ServedModel::with_sglang_info,
+        )),
+        _ => None,
+    };
+    if let (Some((path, read)), Some(id)) = (info, entry.and_then(|m| m.get("id")?.as_str())) {
+        if let Some(said) = engine_info(transport, template, path).await {
+            facts = read(facts, id, &said);
         }
     }
     if listed.is_empty() || listed.iter().any(|id| id == model) {

@@ -87,6 +87,10 @@ pub struct ServedModel {
     /// What it takes besides text (`vision`, `audio`), as llama.cpp's /props says.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modalities: Vec<String>,
+    /// Its weights' version, as SGLang's /get_model_info says (`weight_version`: it changes
+    /// when weights are updated in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_version: Option<String>,
 }
 
 impl ServedModel {
@@ -120,6 +124,25 @@ impl ServedModel {
             || self.weights.is_some()
             || self.slots.is_some()
             || !self.modalities.is_empty()
+            || self.weights_version.is_some()
+    }
+
+    /// The model `id` with what SGLang's `/get_model_info` adds to its listing: its weights'
+    /// version; `None` when neither says anything beyond the id.
+    pub fn with_sglang_info(
+        listed: Option<ServedModel>,
+        id: &str,
+        info: &serde_json::Value,
+    ) -> Option<ServedModel> {
+        let mut model = listed.unwrap_or_else(|| ServedModel {
+            id: crate::error::shorten(id),
+            ..ServedModel::default()
+        });
+        model.weights_version = info
+            .get("weight_version")
+            .and_then(serde_json::Value::as_str)
+            .map(crate::error::shorten);
+        model.said_something().then_some(model)
     }
 
     /// The model `id` with what llama.cpp's `/props` adds to its listing: its slots (requests
@@ -179,6 +202,9 @@ impl ServedModel {
         }
         if !self.modalities.is_empty() {
             groups.push(format!("takes {}", self.modalities.join(" and ")));
+        }
+        if let Some(version) = &self.weights_version {
+            groups.push(format!("weights version {version}"));
         }
         groups.retain(|g| !g.is_empty());
         groups.join("; ")
@@ -273,6 +299,15 @@ mod tests {
             ServedModel::with_props(None, "m", &serde_json::json!({})),
             None
         );
+        // SGLang's /get_model_info, shaped as its documentation shows it: its weights' version.
+        let info: serde_json::Value = serde_json::from_str(
+            r#"{"model_path":"qwen/qwen2.5-0.5b-instruct","tokenizer_path":"qwen/qwen2.5-0.5b-instruct",
+            "is_generation":true,"preferred_sampling_params":null,"weight_version":"default"}"#,
+        )
+        .unwrap();
+        let listed = ServedModel::of_listing(&vllm);
+        let model = ServedModel::with_sglang_info(listed, "m", &info).unwrap();
+        assert_eq!(model.describe(), "context 8192; weights version default");
         // OpenAI's: nothing beyond the id.
         let bare = serde_json::json!({"id": "gpt-4o", "object": "model", "owned_by": "system"});
         assert_eq!(ServedModel::of_listing(&bare), None);
