@@ -127,6 +127,14 @@ impl ServedModel {
             || self.weights_version.is_some()
     }
 
+    /// A model known by its id alone (a server's info said more than its listing).
+    fn named(id: &str) -> ServedModel {
+        ServedModel {
+            id: crate::error::shorten(id),
+            ..ServedModel::default()
+        }
+    }
+
     /// The model `id` with what SGLang's `/get_model_info` adds to its listing: its weights'
     /// version; `None` when neither says anything beyond the id.
     pub fn with_sglang_info(
@@ -134,10 +142,7 @@ impl ServedModel {
         id: &str,
         info: &serde_json::Value,
     ) -> Option<ServedModel> {
-        let mut model = listed.unwrap_or_else(|| ServedModel {
-            id: crate::error::shorten(id),
-            ..ServedModel::default()
-        });
+        let mut model = listed.unwrap_or_else(|| ServedModel::named(id));
         model.weights_version = info
             .get("weight_version")
             .and_then(serde_json::Value::as_str)
@@ -153,10 +158,7 @@ impl ServedModel {
         id: &str,
         props: &serde_json::Value,
     ) -> Option<ServedModel> {
-        let mut model = listed.unwrap_or_else(|| ServedModel {
-            id: crate::error::shorten(id),
-            ..ServedModel::default()
-        });
+        let mut model = listed.unwrap_or_else(|| ServedModel::named(id));
         model.slots = props.get("total_slots").and_then(serde_json::Value::as_u64);
         if model.weights.is_none() {
             model.weights = props

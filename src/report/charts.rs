@@ -237,22 +237,24 @@ fn gpu_charts(
         series("gpu_power_w").to_vec(),
     )];
     power.lines.retain(|l| !l.points.is_empty());
-    let mut charts = Vec::new();
-    if !busy.lines.is_empty() {
-        busy.bands = phase_bands(bands);
-        charts.extend(chart(
+    let plots = [
+        (
+            busy,
             "gpus-over-time",
             "What the GPUs' telemetry said at each reading: the busiest GPU's utilization, and the share of their memory in use. Latency that grows while utilization stays low is a bottleneck elsewhere (the CPU, the network, the scheduler).",
-            &busy,
-        ));
-    }
-    if !power.lines.is_empty() {
-        power.bands = phase_bands(bands);
-        charts.extend(chart(
+        ),
+        (
+            power,
             "gpu-power-over-time",
             "The power all GPUs drew at each reading, in watts: energy per token is its mean over a window set against that window's output tokens per second.",
-            &power,
-        ));
+        ),
+    ];
+    let mut charts = Vec::new();
+    for (mut plot, id, caption) in plots {
+        if !plot.lines.is_empty() {
+            plot.bands = phase_bands(bands);
+            charts.extend(chart(id, caption, &plot));
+        }
     }
     charts
 }
