@@ -1340,12 +1340,19 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         .is_some_and(|c: &crate::records::CostRate| c.per_gpu_hour.is_some());
     if let (Some((file, span)), true, false) = (server_sweep_at, gpus_swept, priced_by_gpus) {
         cx.current = file;
-        cx.error(
-            span,
-            "the sweep prices each configuration by its GPUs, and the plan gives no price a GPU",
-            "no GPU price",
-            "add the price of one GPU an hour: cost { gpu-hour \"$2.49\" }",
-        );
+        // Priced by GPU type, each configuration's GPUs are counted from its telemetry.
+        let (message, help) = if gpu_prices.is_empty() {
+            (
+                "the sweep prices each configuration by its GPUs, and the plan gives no price a GPU",
+                "add the price of one GPU an hour: cost { gpu-hour \"$2.49\" }",
+            )
+        } else {
+            (
+                "the sweep says which setting is the GPUs, and the plan prices GPUs by type, counting them from the telemetry",
+                "leave out gpus=#true (each configuration is priced by the GPUs its telemetry describes), or give one price a GPU: cost { gpu-hour \"$2.49\" }",
+            )
+        };
+        cx.error(span, message, "no GPU price", help);
         cx.current = 0;
     }
 

@@ -690,6 +690,20 @@ mod tests {
             messages("arg \"-tp\" 1 2 gpus=#true"),
             ["the sweep prices each configuration by its GPUs, and the plan gives no price a GPU"]
         );
+        let typed = parse_plan(
+            "p.kdl",
+            format!(
+                "server {{ command \"srv\" \"--port\" \"{{port}}\" }}\nserver-sweep {{ arg \"-tp\" 1 2 gpus=#true }}\ncost {{ gpu-hour \"$2\" gpu=\"H100\" }}\ntarget \"http://127.0.0.1:{{port}}\" {{ model \"m\" }}\n{REST}"
+            ),
+        )
+        .unwrap_err();
+        assert!(
+            typed.diagnostics[0]
+                .message
+                .contains("prices GPUs by type, counting them from the telemetry"),
+            "{:?}",
+            typed.diagnostics
+        );
         let no_server = parse_plan(
             "p.kdl",
             format!("server-sweep {{ arg \"-np\" 1 }}\ntarget \"sim\"\n{REST}"),
