@@ -102,6 +102,7 @@ impl CommandSource {
             target,
             out,
             problems: 0,
+            described: false,
         };
         let (waited, stopped) = (child.clone(), stopping.clone());
         std::thread::Builder::new()
@@ -152,6 +153,8 @@ struct Reader {
     target: u32,
     out: UnboundedSender<TelemetryLine>,
     problems: usize,
+    /// Its GPUs have been described (at its first loop).
+    described: bool,
 }
 
 impl Reader {
@@ -163,7 +166,6 @@ impl Reader {
         said: Said,
     ) {
         let mut loops = Loops::default();
-        let mut described = false;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if line.trim().is_empty() {
@@ -180,7 +182,7 @@ impl Reader {
             match layout.row(&line) {
                 Ok(row) => {
                     if let Some((at, rows)) = loops.push(row, arrived) {
-                        described = self.send(at, &rows, described);
+                        self.send(at, &rows);
                     }
                 }
                 Err(why) => {
@@ -190,7 +192,7 @@ impl Reader {
             }
         }
         if let Some((at, rows)) = loops.finish() {
-            self.send(at, &rows, described);
+            self.send(at, &rows);
         }
         if stopping.load(Ordering::SeqCst) {
             return;
@@ -208,24 +210,25 @@ impl Reader {
             .clone()
             .map(|l| format!(": {}", crate::error::shorten(&l)))
             .unwrap_or_default();
-        let how = match status {
-            Ok(status) => format!("ended before the run did ({status}){said}"),
-            Err(e) => format!("ended before the run did ({e}){said}"),
+        let status = match status {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
         };
         let _ = self.out.send(TelemetryLine::Ended {
             at_unix_ms: super::scrape::now_unix_ms(),
-            message: format!("{} {how}", self.shown),
+            message: format!("{} ended before the run did ({status}){said}", self.shown),
             target: self.target,
         });
     }
 
-    /// Sends one loop's sample (and its GPUs, the first time); whether the GPUs are described.
-    fn send(&self, at: f64, rows: &[super::smi::Row], described: bool) -> bool {
-        let gpus = if described {
+    /// Sends one loop's sample (and its GPUs, the first time).
+    fn send(&mut self, at: f64, rows: &[super::smi::Row]) {
+        let gpus = if self.described {
             Vec::new()
         } else {
             super::smi::gpus(rows)
         };
+        self.described = true;
         if !gpus.is_empty() {
             let _ = self.out.send(TelemetryLine::Gpus {
                 gpus,
@@ -235,7 +238,6 @@ impl Reader {
         let mut sample = super::smi::sample(rows, at);
         sample.target = self.target;
         let _ = self.out.send(TelemetryLine::Sample(sample));
-        true
     }
 
     fn problem(&mut self, message: String) {

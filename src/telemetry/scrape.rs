@@ -11,9 +11,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
 
 use super::command::CommandSource;
 use super::{gather, prom, TelemetryLine};
@@ -253,28 +252,12 @@ fn start_commands(
 
 /// A command's line with any secret the run knows starred out (a command's words are its
 /// own, and may echo what it was given).
-fn redacted(line: TelemetryLine, secrets: &crate::secrets::Secrets) -> TelemetryLine {
-    match line {
-        TelemetryLine::Ended {
-            at_unix_ms,
-            message,
-            target,
-        } => TelemetryLine::Ended {
-            at_unix_ms,
-            message: secrets.redact(&message).into_owned(),
-            target,
-        },
-        TelemetryLine::Problem {
-            at_unix_ms,
-            message,
-            target,
-        } => TelemetryLine::Problem {
-            at_unix_ms,
-            message: secrets.redact(&message).into_owned(),
-            target,
-        },
-        other => other,
+fn redacted(mut line: TelemetryLine, secrets: &crate::secrets::Secrets) -> TelemetryLine {
+    if let TelemetryLine::Ended { message, .. } | TelemetryLine::Problem { message, .. } = &mut line
+    {
+        *message = secrets.redact(message).into_owned();
     }
+    line
 }
 
 /// Writes what one scrape of `target` gave; `false` when the file cannot be written.
