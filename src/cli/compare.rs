@@ -59,7 +59,8 @@ struct Compared {
 /// One run against its baseline.
 fn compare_runs(baseline: &Path, current: &Path, args: &CompareArgs) -> Result<Compared> {
     let (log, plan) = session::read_run_dir(current)?;
-    let comparison = session::compare_with(baseline, (current, &log), &plan, args.force)?;
+    let gpus = session::gpus_of(current);
+    let comparison = session::compare_with(baseline, (&gpus, &log), &plan, args.force)?;
     let markdown = report::comparison_markdown(&comparison)?;
     let aggregates = session::aggregates_of(&log, plan.slo.as_ref())?;
     // Only the comparison is judged here: the run's own assertions were its run's verdict.

@@ -9,7 +9,7 @@ use super::*;
 /// defaults); runs of different plans, seeds or models are refused unless `force`.
 pub fn compare_with(
     baseline_dir: &Path,
-    (current_dir, current): (&Path, &RunLog),
+    (current_gpus, current): (&[crate::telemetry::gpus::Gpu], &RunLog),
     plan: &Plan,
     force: bool,
 ) -> Result<Comparison> {
@@ -21,7 +21,7 @@ pub fn compare_with(
         &current.header.clone().unwrap_or_default(),
         force,
     )?;
-    notes.extend(gpu_difference(baseline_dir, current_dir));
+    notes.extend(gpu_difference(&gpus_of(baseline_dir), current_gpus));
     for (which, log) in [("baseline", &baseline), ("current", current)] {
         if let Some(sampled) = &log.sampled {
             notes.push(format!(
@@ -61,14 +61,28 @@ pub fn compare_with(
     ))
 }
 
-/// How the GPUs the runs were measured on differ, as their telemetry described them (a GPU
-/// exporter's labels, a `gpus` source's rows); nothing when either run described none.
-fn gpu_difference(baseline_dir: &Path, current_dir: &Path) -> Option<String> {
-    let described = |dir: &Path| {
-        let telemetry = crate::telemetry::read(dir).ok().flatten()?;
-        (!telemetry.gpus.is_empty()).then(|| crate::telemetry::gpus::describe(&telemetry.gpus))
-    };
-    let (before, now) = (described(baseline_dir)?, described(current_dir)?);
+/// The GPUs a run's telemetry described (a GPU exporter's labels, a `gpus` source's rows);
+/// none when it kept no telemetry or described none.
+pub fn gpus_of(dir: &Path) -> Vec<crate::telemetry::gpus::Gpu> {
+    crate::telemetry::read(dir)
+        .ok()
+        .flatten()
+        .map(|t| t.gpus)
+        .unwrap_or_default()
+}
+
+/// How the GPUs the runs were measured on differ; nothing when either run described none.
+fn gpu_difference(
+    baseline: &[crate::telemetry::gpus::Gpu],
+    current: &[crate::telemetry::gpus::Gpu],
+) -> Option<String> {
+    if baseline.is_empty() || current.is_empty() {
+        return None;
+    }
+    let (before, now) = (
+        crate::telemetry::gpus::describe(baseline),
+        crate::telemetry::gpus::describe(current),
+    );
     (before != now).then(|| {
         format!(
             "the runs were measured on different GPUs: the baseline's {before}, this run's {now}"

@@ -36,7 +36,7 @@ use sha2::Digest;
 /// The run's one verdict is the verdict stage's; the session hands it out.
 pub use crate::verdict::{Failure, NotCarriedOut, RunVerdict, Status, VerdictStatus};
 pub use archive::{archived_plan, read_run_dir};
-pub use baseline::{aggregates_of, check_baseline, compare_with};
+pub use baseline::{aggregates_of, check_baseline, compare_with, gpus_of};
 pub use baseline::{MAX_COMPARED_REQUESTS, MIN_COMPARED_REQUESTS};
 pub use execute::execute;
 pub use outcome::{Execution, RunOutcome};
@@ -166,9 +166,9 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
     if let Some(telemetry) = &telemetry {
         metrics::server::attach(&mut aggregates, &log, telemetry);
     }
+    let gpus = telemetry.as_ref().map_or(&[][..], |t| t.gpus.as_slice());
     // A plan that prices GPUs by type is priced by the GPUs its telemetry described.
     if let Some(header) = log.header.as_ref().filter(|h| !h.gpu_prices.is_empty()) {
-        let gpus = telemetry.as_ref().map_or(&[][..], |t| t.gpus.as_slice());
         metrics::cost::price_by_gpu_type(&mut aggregates, &header.gpu_prices, gpus);
     }
     aggregates.launched_server = crate::server::read_record(dir)?;
@@ -180,7 +180,7 @@ pub fn judge(plan: &Plan, dir: &Path, gate: &Gate) -> Result<RunOutcome> {
         // Resampling needs every request's values: only a comparison reads them all in.
         Some(baseline) => {
             let current = RunLog::read_sampled(&records_path, MAX_COMPARED_REQUESTS)?;
-            match compare_with(baseline, (dir, &current), plan, false) {
+            match compare_with(baseline, (gpus, &current), plan, false) {
                 Ok(comparison) => Some(comparison),
                 Err(error) => {
                     status = Status::NotCarriedOut(NotCarriedOut::NotComparable(error.to_string()));
