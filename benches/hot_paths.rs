@@ -19,6 +19,9 @@ use llmload::planner::ScheduledRequest;
 use llmload::records::{LogLine, RequestRecord, RunLog, TokenSource};
 use llmload::tokens::Tokenizer;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 /// Tokens in the benchmark's stream.
 const TOKENS: usize = 512;
 
@@ -286,6 +289,9 @@ fn main() {
             report(&format!("{name} (regex)"), time, tokens);
         }
     }
+    if wanted("tokenizers") {
+        tokenizers();
+    }
     if wanted("aggregate") {
         let log = run_log(1000, 64);
         let time = measure(|| {
@@ -352,6 +358,74 @@ fn main() {
                 time.as_secs_f64() * 1e3,
                 bytes / 1024
             );
+        }
+    }
+}
+
+/// Prompts under each kind of tokenizer: the built-in encoding, the tests' word-level
+/// tokenizer.json and a byte-level BPE of 32,000 merges (tests/common/bpe.rs): loading it (with
+/// the check of which words never merge), building prompts of 128 and 2,048 tokens by
+/// construction (one in 256 counted again), and what counting one costs (the tokenizer itself,
+/// as every prompt cost before, and a run of known words).
+fn tokenizers() {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let specs = [
+        ("cl100k_base", TokenizerSpec::Builtin("cl100k_base".into())),
+        (
+            "word-level file",
+            TokenizerSpec::File(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/word-level-tokenizer.json"),
+            ),
+        ),
+        (
+            "BPE file (32k merges)",
+            TokenizerSpec::File(common::bpe::tokenizer_json(tmp)),
+        ),
+    ];
+    for (name, spec) in specs {
+        let started = Instant::now();
+        let tokenizer = Tokenizer::load(&spec).expect("a tokenizer");
+        println!(
+            "{name}: loaded in {:.1} ms, {} words, by construction: {}",
+            started.elapsed().as_secs_f64() * 1000.0,
+            tokenizer.single_token_words().len(),
+            tokenizer.prompts_by_construction()
+        );
+        let whole = match &spec {
+            TokenizerSpec::File(path) => tokenizers::Tokenizer::from_file(path).ok(),
+            TokenizerSpec::Builtin(_) => None,
+        };
+        for tokens in [128u32, 2048] {
+            let mut seed = 0u64;
+            let time = measure(|| {
+                seed += 1;
+                black_box(tokenizer.prompt(tokens, seed));
+            });
+            report(
+                &format!("{name}: a {tokens}-token prompt"),
+                time,
+                tokens as usize,
+            );
+            let text = tokenizer.prompt(tokens, 7);
+            let time = measure(|| {
+                black_box(tokenizer.count(&text));
+            });
+            report(&format!("{name}: count it"), time, tokens as usize);
+            if let Some(whole) = &whole {
+                assert_eq!(
+                    whole.encode(text.as_str(), false).unwrap().len(),
+                    tokens as usize
+                );
+                let time = measure(|| {
+                    black_box(whole.encode(text.as_str(), false).map(|e| e.len()).ok());
+                });
+                report(
+                    &format!("{name}: count it (encoded)"),
+                    time,
+                    tokens as usize,
+                );
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::wire::Seen;
@@ -676,4 +677,45 @@ fn connections_are_opened_before_the_clock_unless_cold_starts_are_measured() {
     assert_eq!(cold["warmed"], 0, "{cold}");
     assert!(cold["opened"].as_u64().unwrap() >= 32, "{cold}");
     assert!(cold["connect_ms_max"].as_f64().unwrap() > 0.0, "{cold}");
+}
+
+/// Prompts of exact lengths under every kind of tokenizer, each one checked by encoding it with
+/// the `tokenizers` library itself: the tests' word-level tokenizer.json and a byte-level BPE of
+/// 32,000 merges under Llama 3's pre-tokenizer (trained here, tests/common/bpe.rs). Both are
+/// built by construction (runs of words checked pair by pair when the tokenizer was loaded), not
+/// by counting each prompt.
+#[test]
+fn ten_thousand_prompts_per_tokenizer_file_are_exact() {
+    let bpe = common::bpe::tokenizer_json(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let files = [
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json"),
+        bpe,
+    ];
+    let lengths = [1u32, 2, 7, 16, 64, 128, 511, 2048];
+    for file in files {
+        let ours = llmload::tokens::Tokenizer::from_file(&file).unwrap();
+        assert!(ours.prompts_by_construction(), "{}", file.display());
+        let theirs = tokenizers::Tokenizer::from_file(&file).unwrap();
+        for chunk in 0..10u64 {
+            let asked: Vec<(u32, String)> = (0..1000u64)
+                .map(|i| {
+                    let seed = chunk * 1000 + i;
+                    let tokens = lengths[seed as usize % lengths.len()];
+                    (tokens, ours.prompt(tokens, seed))
+                })
+                .collect();
+            let texts: Vec<&str> = asked.iter().map(|(_, text)| text.as_str()).collect();
+            let encoded = theirs.encode_batch(texts, false).unwrap();
+            for ((tokens, text), encoding) in asked.iter().zip(&encoded) {
+                assert_eq!(
+                    encoding.len(),
+                    *tokens as usize,
+                    "{}: {text:?}",
+                    file.display()
+                );
+            }
+        }
+        // Still by construction: no prompt was ever found off.
+        assert!(ours.prompts_by_construction(), "{}", file.display());
+    }
 }

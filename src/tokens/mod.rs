@@ -5,13 +5,16 @@
 //! network. It is a support module: the executor uses it to build prompts and the recorder to
 //! count tokens where a server sends no usage; it knows nothing of plans or schedules.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result};
 
+mod compose;
 mod plain;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,10 +42,18 @@ pub struct Tokenizer {
     /// Words (with a leading space) that are one token each under this tokenizer; prompts and the
     /// simulator's output are built from them so that lengths come out exact.
     single_token_words: Vec<String>,
-    /// A run of these words is exactly one token per word, without counting (see `prompt`).
+    /// A run of these words is exactly one token per word, without counting (see `prompt`):
+    /// proved for the built-in encodings ([`plain`]), checked for a `tokenizer.json`
+    /// ([`compose`]).
     words_never_merge: bool,
-    /// Those of them a built-in encoding counts without its regex, with their ids ([`plain`]).
-    plain_words: plain::Known,
+    /// Those words with their ids: under a built-in encoding the ones it counts without its
+    /// regex ([`plain`]), under a `tokenizer.json` the ones a run of which it counts without
+    /// encoding it ([`compose`]).
+    known_words: plain::Known,
+    /// Prompts built by construction so far, which picks the ones counted again (see `prompt`).
+    built: AtomicU64,
+    /// A prompt built by construction was counted and found off: every prompt is counted since.
+    construction_off: AtomicBool,
 }
 
 enum Backend {
@@ -55,6 +66,10 @@ impl std::fmt::Debug for Tokenizer {
         write!(f, "Tokenizer({})", self.name)
     }
 }
+
+/// One in this many prompts of a `tokenizer.json` built by construction is counted again
+/// (`Tokenizer::recount`): at 2,048 tokens a count costs some 50 prompts' building.
+const RECOUNT_EVERY: u64 = 256;
 
 /// The longest piece of text counted at once (see [`Tokenizer::count`]).
 pub const COUNT_PIECE_BYTES: usize = 16 * 1024;
@@ -199,7 +214,9 @@ impl Tokenizer {
             backend,
             single_token_words: Vec::new(),
             words_never_merge: false,
-            plain_words: plain::Known::default(),
+            known_words: plain::Known::default(),
+            built: AtomicU64::new(0),
+            construction_off: AtomicBool::new(false),
         };
         let mut words: Vec<String> = Vec::new();
         for word in WORDS.split_whitespace() {
@@ -218,9 +235,31 @@ impl Tokenizer {
         // piece. So a run of single-token " word"s never merges: it is one token per word.
         tokenizer.words_never_merge = matches!(tokenizer.backend, Backend::Tiktoken(_))
             && words.iter().all(|w| plain::is_plain_word(w));
-        if let Backend::Tiktoken(bpe) = tokenizer.backend {
-            let id = |word: &str| bpe.encode_ordinary(word).first().copied().unwrap_or(0);
-            tokenizer.plain_words = plain::Known::of(words.iter().map(String::as_str), id);
+        match &tokenizer.backend {
+            Backend::Tiktoken(bpe) => {
+                let id = |word: &str| bpe.encode_ordinary(word).first().copied().unwrap_or(0);
+                tokenizer.known_words = plain::Known::of(words.iter().map(String::as_str), id);
+            }
+            Backend::HuggingFace(inner) => {
+                let encode = |text: &str| {
+                    inner
+                        .encode(text, false)
+                        .ok()
+                        .map(|encoding| encoding.get_ids().to_vec())
+                };
+                if let Some(stable) = compose::stable_words(&words, encode) {
+                    let ids: HashMap<&str, u32> = stable
+                        .words
+                        .iter()
+                        .map(String::as_str)
+                        .zip(stable.ids)
+                        .collect();
+                    tokenizer.known_words =
+                        plain::Known::of(stable.words.iter().map(String::as_str), |w| ids[w]);
+                    tokenizer.words_never_merge = true;
+                    words = stable.words;
+                }
+            }
         }
         tokenizer.single_token_words = words;
         tokenizer
@@ -247,12 +286,22 @@ impl Tokenizer {
         match self.backend {
             Backend::Tiktoken(_) => plain::count(
                 text,
-                &self.plain_words,
+                &self.known_words,
                 |word| self.count_unbounded(word),
                 unplain,
             ),
-            Backend::HuggingFace(_) => unplain(text),
+            Backend::HuggingFace(_) => self
+                .words_never_merge
+                .then(|| compose::count_known_run(text, &self.known_words))
+                .flatten()
+                .unwrap_or_else(|| unplain(text)),
         }
+    }
+
+    /// Tokens in `text` as the tokenizer itself counts them, in pieces (see [`Tokenizer::count`])
+    /// but never by the words it knows: what a prompt built by construction is checked against.
+    fn count_encoded(&self, text: &str) -> usize {
+        pieces(text).map(|piece| self.count_piece(piece)).sum()
     }
 
     /// Tokens in as much of `text` as can be counted before `until` (checked between pieces of
@@ -319,7 +368,7 @@ impl Tokenizer {
     pub fn ids(&self, text: &str) -> Vec<u32> {
         match self.backend {
             Backend::Tiktoken(bpe) => {
-                let known = &self.plain_words;
+                let known = &self.known_words;
                 plain::ids(
                     text,
                     known,
@@ -327,7 +376,11 @@ impl Tokenizer {
                     |rest| self.ids_whole(rest),
                 )
             }
-            Backend::HuggingFace(_) => self.ids_whole(text),
+            Backend::HuggingFace(_) => self
+                .words_never_merge
+                .then(|| compose::known_run_ids(text, &self.known_words))
+                .flatten()
+                .unwrap_or_else(|| self.ids_whole(text)),
         }
     }
 
@@ -370,6 +423,32 @@ impl Tokenizer {
         }
     }
 
+    /// Whether a prompt built by construction, `text` of `target` tokens, was picked to be
+    /// counted again and found off (then every later prompt is counted). The built-in encodings'
+    /// prompts are exact by proof ([`plain`]) and never counted; a `tokenizer.json`'s were
+    /// checked pair by pair ([`compose`]): one in [`RECOUNT_EVERY`] of them is counted in a
+    /// release build, every one in a debug build (the tests').
+    fn recount(&self, text: &str, target: usize) -> bool {
+        if matches!(self.backend, Backend::Tiktoken(_)) {
+            return false;
+        }
+        let built = self.built.fetch_add(1, Ordering::Relaxed);
+        if !cfg!(debug_assertions) && built % RECOUNT_EVERY != 0 {
+            return false;
+        }
+        let off = self.count_encoded(text) != target;
+        if off {
+            self.construction_off.store(true, Ordering::Relaxed);
+        }
+        off
+    }
+
+    /// Whether prompts are exact by construction, without counting each: `false` when the
+    /// tokenizer's words merge, or when a prompt built so was found off.
+    pub fn prompts_by_construction(&self) -> bool {
+        self.words_never_merge && !self.construction_off.load(Ordering::Relaxed)
+    }
+
     /// Words that are one token each (with a leading space).
     pub fn single_token_words(&self) -> &[String] {
         &self.single_token_words
@@ -384,10 +463,14 @@ impl Tokenizer {
         let mut picked: Vec<usize> = (0..target)
             .map(|_| rng.random_range(0..words.len()))
             .collect();
-        if self.words_never_merge {
+        if self.words_never_merge && !self.construction_off.load(Ordering::Relaxed) {
             // Exact by construction: no need to count (building prompts is the client's largest
             // cost per request, and counting is most of it).
-            return picked.iter().map(|&i| words[i].as_str()).collect();
+            let mut text = String::with_capacity(target * 7);
+            text.extend(picked.iter().map(|&i| words[i].as_str()));
+            if !self.recount(&text, target) {
+                return text;
+            }
         }
         let mut best: Option<(usize, String)> = None;
         // Words are one token alone and almost always one token in a sequence; the loop corrects

@@ -111,6 +111,16 @@ impl Known {
                 .collect(),
         )
     }
+
+    /// Whether `word` is one of them.
+    pub(super) fn contains(&self, word: &str) -> bool {
+        self.0.contains_key(word)
+    }
+
+    /// `word`'s id, when it is one of them.
+    pub(super) fn id(&self, word: &str) -> Option<u32> {
+        self.0.get(word).copied()
+    }
 }
 
 /// Tokens in `text`: a known word is one; every other distinct word is counted once by `word`,

@@ -2,6 +2,8 @@
 //! against the embedded simulator or a hand-written raw TCP server.
 #![allow(dead_code)]
 
+pub mod bpe;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
