@@ -206,6 +206,19 @@ fn closed_plan(input: u32, output: u32, streams: u32, seconds: u64) -> String {
     )
 }
 
+/// The tests' word-level tokenizer.json.
+fn fixture_tokenizer() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json")
+}
+
+/// `plan` with its prompts built and counted under the tokenizer.json at `file`.
+fn with_tokenizer(plan: &str, file: &Path) -> String {
+    plan.replace(
+        "workload {",
+        &format!("workload {{ tokenizer \"{}\";", file.display()),
+    )
+}
+
 fn open_plan(output: u32, rate: u32, seconds: u64) -> String {
     plan(
         16,
@@ -358,6 +371,7 @@ impl Bench {
         name: &str,
         (ttft, itl): (&str, &str),
         (streams, requests, input): (u32, u32, u32),
+        tokenizer_json: &Path,
     ) -> Option<Outcome> {
         let program = std::env::var_os("LLMLOAD_VLLM_BENCH")?;
         let dir = self.run_dir(&format!("vllm-bench-{name}"));
@@ -365,14 +379,11 @@ impl Bench {
         let base_url = sim.url.trim_end_matches("/v1").to_string();
         let time_file = dir.join("time.txt");
         // Its built-in tiktoken tables panic on some of the random token ids it draws (seen at
-        // 15,000 prompts); a local tokenizer.json (the tests' word-level one) does not.
+        // 15,000 prompts); a local tokenizer.json (the tests' word-level one, or the plan's)
+        // does not.
         let tokenizer = dir.join("tokenizer");
         std::fs::create_dir_all(&tokenizer).ok()?;
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json"),
-            tokenizer.join("tokenizer.json"),
-        )
-        .ok()?;
+        std::fs::copy(tokenizer_json, tokenizer.join("tokenizer.json")).ok()?;
         let status = self
             .client("/usr/bin/time")
             .args(["-f", "%e %U %S %M", "-o"])
@@ -977,32 +988,61 @@ impl Bench {
         self.say("| writes | load | client | requests | tokens/s | client CPU % | tokens per client CPU-s | × ideal | peak RSS MB | verdict |");
         self.say("|---|---|---|---:|---:|---:|---:|---:|---:|---|");
         let per_cpu = |o: &Outcome| o.tokens as f64 / o.cpu_s.max(1e-9);
+        // The tokenizer.json files of issue 45: prompts built for the tests' word-level file and
+        // for a BPE file of 32,000 merges (tests/common/bpe.rs); vllm-bench uses the same file.
+        let word_level = fixture_tokenizer();
+        let bpe = common::bpe::tokenizer_json(Path::new(env!("CARGO_TARGET_TMPDIR")));
         let loads = [
-            ("64 streams", 64u32, 128u32),
-            ("256 streams", 256, 128),
-            ("1,000 streams", 1000, 128),
-            ("4,000 streams", 4000, 128),
-            ("256 streams, 2,048-token prompts", 256, 2048),
+            ("64 streams", 64u32, 128u32, None),
+            ("256 streams", 256, 128, None),
+            ("1,000 streams", 1000, 128, None),
+            ("4,000 streams", 4000, 128, None),
+            ("256 streams, 2,048-token prompts", 256, 2048, None),
+            (
+                "256 streams, word-level tokenizer.json",
+                256,
+                128,
+                Some(&word_level),
+            ),
+            ("256 streams, BPE tokenizer.json", 256, 128, Some(&bpe)),
+            (
+                "256 streams, 2,048-token prompts, BPE tokenizer.json",
+                256,
+                2048,
+                Some(&bpe),
+            ),
         ];
         let shapes = [("a token per write", 1u64), ("an answer per write", 64)];
-        for ((writes, tokens_per_write), (load, streams, input)) in shapes
+        for ((writes, tokens_per_write), (load, streams, input, tokenizer)) in shapes
             .into_iter()
             .flat_map(|shape| loads.into_iter().map(move |load| (shape, load)))
         {
             self.tokens_per_write = tokens_per_write;
+            let mut plan = closed_plan(input, 64, streams, self.seconds);
+            if let Some(file) = tokenizer {
+                plan = with_tokenizer(&plan, file);
+            }
             let setup = Setup {
                 ttft: "0ms",
                 itl: "0ms",
-                plan: closed_plan(input, 64, streams, self.seconds),
+                plan,
                 client_threads: Some(1),
                 first_wave: None,
             };
-            let name = format!("streams-{tokens_per_write}-{streams}-{input}");
+            let name = format!(
+                "streams-{tokens_per_write}-{streams}-{input}{}",
+                if tokenizer.is_some() { "-file" } else { "" }
+            );
             let ours = self.llmload(&name, &setup);
             let base = self.baseline(&name, &setup);
             // As many requests as llmload's measured phase carried, at least 2,000.
             let requests = (ours.requests as u32).max(2000);
-            let vllm = self.vllm_bench(&name, ("0ms", "0ms"), (streams, requests, input));
+            let vllm = self.vllm_bench(
+                &name,
+                ("0ms", "0ms"),
+                (streams, requests, input),
+                tokenizer.unwrap_or(&word_level),
+            );
             let ratio = per_cpu(&ours) / per_cpu(&base);
             let mut verdict = if ratio >= 0.8 {
                 format!("meets ≥ 0.8× ({ratio:.2}×)")
@@ -1059,7 +1099,12 @@ impl Bench {
             };
             let ours_cold = self.llmload(&format!("{name}-cold-connections"), &cold_connections);
             let base = self.baseline(&name, &cold_connections);
-            let vllm = self.vllm_bench(&name, ("50ms", "10ms"), (streams, requests, 128));
+            let vllm = self.vllm_bench(
+                &name,
+                ("50ms", "10ms"),
+                (streams, requests, 128),
+                &fixture_tokenizer(),
+            );
             let excess = |o: &Outcome| o.ttft_p99_ms - o.true_ttft_p99_ms;
             let per_request = |o: &Outcome| 1000.0 * o.cpu_s / (o.requests.max(1) as f64);
             let ttft_limit = (1.5 * excess(&base)).max(2.0);
