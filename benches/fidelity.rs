@@ -1013,9 +1013,15 @@ impl Bench {
             ),
         ];
         let shapes = [("a token per write", 1u64), ("an answer per write", 64)];
+        // `LLMLOAD_BENCH_LOADS=BPE` runs only the loads whose name holds that.
+        let only = std::env::var("LLMLOAD_BENCH_LOADS").unwrap_or_default();
+        let loads: Vec<_> = loads
+            .into_iter()
+            .filter(|(load, ..)| load.contains(only.as_str()))
+            .collect();
         for ((writes, tokens_per_write), (load, streams, input, tokenizer)) in shapes
             .into_iter()
-            .flat_map(|shape| loads.into_iter().map(move |load| (shape, load)))
+            .flat_map(|shape| loads.iter().map(move |&load| (shape, load)))
         {
             self.tokens_per_write = tokens_per_write;
             let mut plan = closed_plan(input, 64, streams, self.seconds);
@@ -1164,34 +1170,72 @@ impl Bench {
     }
 
     fn long_context(&mut self) {
+        // The calibrated server, pinned as in `streams`: vllm-bench reads its chunks (not the
+        // simulator's), and the server's own cost stays off the clients' core.
+        self.calibrated = true;
+        let seconds = self.seconds.max(15);
         self.say("## Long context\n");
         self.say(&format!(
-            "Closed loop, 16 streams, simulator TTFT 20 ms and ITL 10 ms, {} s: 32,768-token prompts with \
-             1,024-token outputs beside 128-token prompts with 64-token outputs. Long prompts must not slow \
-             the client or distort its timings.\n",
-            self.seconds.max(15)
+            "Closed loop against the calibrated server (its core; each client alone on the other), TTFT \
+             20 ms and ITL 10 ms, {seconds} s after 1 request per stream of warmup: 32,768- and 131,072-token prompts with 256-token outputs at 16 and 64 streams, beside \
+             128-token prompts with 64-token outputs, llmload beside the ideal client and vllm-bench (when \
+             `LLMLOAD_VLLM_BENCH` is set; its whole process, prompt generation included, on as many \
+             requests). Long prompts must not slow the client or distort its timings: \"TTFT p99 − \
+             server's\" is the client's TTFT p99 less the server's own (first write after the \
+             request's arrival) over the same requests; the errors are matched per request against the \
+             server's write times; send delay is the client's send to the server's reading of the \
+             headers.\n"
         ));
-        self.say("| prompt / output | client | requests | TTFT err p50 | TTFT err p99 | ITL err p50 | ITL err p99 | ITL err max | read delay p99 | client CPU-s |");
-        self.say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for (input, output) in [(128u32, 64u32), (32_768, 1024)] {
+        self.say("| prompt / output | streams | client | requests | TTFT p99 − server's | TTFT err p50 | TTFT err p99 | ITL err p99 | send delay p99 | client CPU-s | peak RSS MB |");
+        self.say("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let loads = [
+            (128u32, 64u32, 16u32),
+            (32_768, 256, 16),
+            (32_768, 256, 64),
+            (131_072, 256, 16),
+            (131_072, 256, 64),
+        ];
+        for (input, output, streams) in loads {
             let setup = Setup {
                 ttft: "20ms",
                 itl: "10ms",
-                plan: closed_plan(input, output, 16, self.seconds.max(15)),
+                plan: plan(
+                    input,
+                    output,
+                    &format!("concurrency {streams}"),
+                    &format!("requests {streams}"),
+                    &format!("duration \"{seconds}s\""),
+                ),
                 client_threads: None,
                 first_wave: None,
             };
-            let ours = self.llmload(&format!("long-{input}"), &setup);
-            let base = self.baseline(&format!("long-{input}"), &setup);
-            for (client, o) in [("llmload", &ours), ("baseline", &base)] {
+            let name = format!("long-{input}-{streams}");
+            let ours = self.llmload(&name, &setup);
+            let base = self.baseline(&name, &setup);
+            let requests = (ours.requests as u32).max(streams * 2);
+            let vllm = self.vllm_bench(
+                &name,
+                ("20ms", "10ms"),
+                (streams, requests, input),
+                &fixture_tokenizer(),
+            );
+            let excess = |o: &Outcome| o.ttft_p99_ms - o.true_ttft_p99_ms;
+            for (client, o) in [("llmload", &ours), ("ideal", &base)] {
                 let e = &o.errors;
                 self.say(&format!(
-                    "| {input} / {output} | {client} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} |",
-                    e.matched, e.ttft.p50_ms, e.ttft.p99_ms, e.itl.p50_ms, e.itl.p99_ms, e.itl.max_ms,
-                    e.read_delay.p99_ms, o.cpu_s
+                    "| {input} / {output} | {streams} | {client} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} |",
+                    e.matched, excess(o), e.ttft.p50_ms, e.ttft.p99_ms, e.itl.p99_ms,
+                    e.send_delay.p99_ms, o.cpu_s, o.peak_rss_mb
+                ));
+            }
+            if let Some(v) = &vllm {
+                self.say(&format!(
+                    "| {input} / {output} | {streams} | vllm-bench (whole process) | {} | {:.2} | — | — | — | — | {:.2} | {:.0} |",
+                    v.requests, excess(v), v.cpu_s, v.peak_rss_mb
                 ));
             }
         }
+        self.calibrated = false;
         self.say("");
     }
 }
