@@ -295,7 +295,7 @@ impl Tokenizer {
         // the tokenizer was loaded): the simulator's prompts and answers, counted at the speed of
         // reading them.
         let run = self
-            .words_never_merge
+            .prompts_by_construction()
             .then(|| compose::count_known_run(text, &self.known_words));
         if let Some(Some(words)) = run {
             return words;
@@ -383,7 +383,7 @@ impl Tokenizer {
     /// encode in pieces (see [`Tokenizer::count`]): the simulator's prefix cache hashes them.
     pub fn ids(&self, text: &str) -> Vec<u32> {
         let run = self
-            .words_never_merge
+            .prompts_by_construction()
             .then(|| compose::known_run_ids(text, &self.known_words));
         if let Some(Some(ids)) = run {
             return ids;
@@ -454,6 +454,12 @@ impl Tokenizer {
         if !cfg!(debug_assertions) && built % RECOUNT_EVERY != 0 {
             return false;
         }
+        self.found_off(text, target)
+    }
+
+    /// Whether the tokenizer itself counts `text` other than `target`; if so, construction is
+    /// turned off for good.
+    fn found_off(&self, text: &str, target: usize) -> bool {
         let off = self.count_encoded(text) != target;
         if off {
             self.construction_off.store(true, Ordering::Relaxed);
@@ -461,8 +467,9 @@ impl Tokenizer {
         off
     }
 
-    /// Whether prompts are exact by construction, without counting each: `false` when the
-    /// tokenizer's words merge, or when a prompt built so was found off.
+    /// Whether prompts are exact by construction, without counting each, and a run of the known
+    /// words is counted from the words: `false` when the tokenizer's words merge, or when a
+    /// prompt built so was found off (then the tokenizer itself counts everything).
     pub fn prompts_by_construction(&self) -> bool {
         self.words_never_merge && !self.construction_off.load(Ordering::Relaxed)
     }
@@ -481,7 +488,7 @@ impl Tokenizer {
         let mut picked: Vec<usize> = (0..target)
             .map(|_| rng.random_range(0..words.len()))
             .collect();
-        if self.words_never_merge && !self.construction_off.load(Ordering::Relaxed) {
+        if self.prompts_by_construction() {
             // Exact by construction: no need to count (building prompts is the client's largest
             // cost per request, and counting is most of it).
             let mut text = String::with_capacity(target * 7);
@@ -604,6 +611,25 @@ mod hugging_face_tests {
             );
         }
         assert!(Tokenizer::from_file(Path::new("/nonexistent/tokenizer.json")).is_err());
+    }
+
+    /// A prompt found off when counted again sends the tokenizer back to counting everything:
+    /// prompts still exact (by the correcting loop), runs of words counted by the encoder.
+    #[test]
+    fn a_recount_found_off_turns_construction_off() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/word-level-tokenizer.json");
+        let tokenizer = Tokenizer::from_file(&path).unwrap();
+        assert!(tokenizer.prompts_by_construction());
+        let prompt = tokenizer.prompt(40, 1);
+        assert!(!tokenizer.found_off(&prompt, 40));
+        assert!(tokenizer.prompts_by_construction());
+        // As if the tokenizer had counted 41: off, for good.
+        assert!(tokenizer.found_off(&prompt, 41));
+        assert!(!tokenizer.prompts_by_construction());
+        assert_eq!(tokenizer.prompt(40, 1), prompt);
+        assert_eq!(tokenizer.count(&prompt), 40);
+        assert_eq!(tokenizer.ids(&prompt).len(), 40);
     }
 }
 
