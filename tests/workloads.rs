@@ -719,3 +719,45 @@ fn ten_thousand_prompts_per_tokenizer_file_are_exact() {
         assert!(ours.prompts_by_construction(), "{}", file.display());
     }
 }
+
+/// A dataset entry longer than `max-input` is cut to it under a BPE tokenizer.json, the same
+/// text every time it is sent (cut once, then kept), and the simulator, counting with the same
+/// file, sees exactly the bound.
+#[test]
+fn a_long_dataset_entry_is_cut_to_its_bound_every_time_it_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let bpe = common::bpe::tokenizer_json(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let long = "The server's queue grew, and 3 requests waited; then, at 4,096 tokens, the \
+                scheduler took them all. Each one answered within 50 ms, as its log said!";
+    let lines = [
+        serde_json::json!({"text": long}).to_string(),
+        serde_json::json!({"text": "short one"}).to_string(),
+    ];
+    std::fs::write(dir.path().join("data/p.jsonl"), lines.join("\n") + "\n").unwrap();
+    let plan = sim_plan(
+        "",
+        &format!(
+            "tokenizer \"{}\"; dataset \"data/p.jsonl\" field=\"text\" order=\"sequential\" \
+             max-input=12 truncate=#true; output 4",
+            bpe.display()
+        ),
+        "phase \"a\" { concurrency 1; requests 6 }",
+        "error-rate < \"1%\"",
+    );
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let records = common::read_records(&run.out());
+    assert_eq!(records.len(), 6);
+    let mut tokens: Vec<u64> = records
+        .iter()
+        .map(|record| record["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    tokens.sort_unstable();
+    // The short entry three times (as long as it is), the long one three times at the bound.
+    assert!(
+        tokens[0] < 12 && tokens[..3].iter().all(|&t| t == tokens[0]),
+        "{tokens:?}"
+    );
+    assert_eq!(tokens[3..], [12, 12, 12], "{tokens:?}");
+}
