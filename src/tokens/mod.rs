@@ -300,15 +300,14 @@ impl Tokenizer {
         if let Some(Some(words)) = run {
             return words;
         }
-        let unplain = |text: &str| pieces(text).map(|piece| self.count_piece(piece)).sum();
         match self.backend {
             Backend::Tiktoken(_) => plain::count(
                 text,
                 &self.known_words,
                 |word| self.count_unbounded(word),
-                unplain,
+                |rest| self.count_encoded(rest),
             ),
-            Backend::HuggingFace(_) => unplain(text),
+            Backend::HuggingFace(_) => self.count_encoded(text),
         }
     }
 
