@@ -22,6 +22,11 @@ use llmload::tokens::Tokenizer;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+/// Prose as datasets hold it and real servers answer: capitals, punctuation, digits, newlines.
+const PROSE: &str = "The 3 engines ran at 4,096 tokens; each one, as its log said, answered \
+                     within 50 ms.\nThen the queue grew: requests waited (some 2.5 s) before the \
+                     scheduler took them. ";
+
 /// Tokens in the benchmark's stream.
 const TOKENS: usize = 512;
 
@@ -264,11 +269,7 @@ fn main() {
         // answer without usage): count a long prompt, with the plain words cut out of the
         // regex's way, and through tiktoken-rs alone as before.
         let bpe = tiktoken_rs::cl100k_base_singleton();
-        // Prose as datasets hold it: capitals, punctuation, digits, newlines.
-        let prose = "The 3 engines ran at 4,096 tokens; each one, as its log said, answered \
-                     within 50 ms.\nThen the queue grew: requests waited (some 2.5 s) before \
-                     the scheduler took them. "
-            .repeat(400);
+        let prose = PROSE.repeat(400);
         for (name, text) in [
             (
                 "count: a 131,072-token prompt",
@@ -409,12 +410,8 @@ fn tokenizers() {
             }
             println!("{name}: 10,000 prompts of 1 to 2,048 tokens, each exact");
         }
-        // An answer as real servers write them (capitals, punctuation, digits): what the
-        // recorder counts where usage is missing or cross-checked.
-        let prose = "The 3 engines ran at 4,096 tokens; each one, as its log said, answered \
-                     within 50 ms.\nThen the queue grew: requests waited (some 2.5 s) before \
-                     the scheduler took them. "
-            .repeat(20);
+        // What the recorder counts where usage is missing or cross-checked.
+        let prose = PROSE.repeat(20);
         let tokens = tokenizer.count(&prose);
         let time = measure(|| {
             black_box(tokenizer.count(&prose));

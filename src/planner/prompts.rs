@@ -172,6 +172,12 @@ impl PromptSource for SyntheticPrompts {
     }
 }
 
+/// The dataset, its catalogue, and each catalogue entry's prompt once cut to its length (by the
+/// entry's position): cutting encodes the whole entry, which under a BPE `tokenizer.json` costs
+/// about 1.2 µs per token (5 ms for a 4,096-token entry) on the client's core, so each entry is
+/// cut once.
+type DatasetSource = (Arc<Dataset>, Arc<Catalogue>, Vec<OnceLock<String>>);
+
 /// The prompts a plan's workload describes: synthetic text, a dataset's entries, a trace's
 /// shared blocks; each behind its shared prefix (if any) and after the system message (if any).
 pub struct WorkloadPrompts {
@@ -181,11 +187,7 @@ pub struct WorkloadPrompts {
     /// Each prefix group's length, and its text once built (the same for every request of it).
     prefixes: Vec<(u32, OnceLock<String>)>,
     prefix_seed: u64,
-    dataset: Option<(Arc<Dataset>, Arc<Catalogue>)>,
-    /// Each catalogue entry's prompt once cut to its length, by the entry's position: cutting
-    /// encodes the whole entry, which under a BPE `tokenizer.json` costs about 1.2 µs per token
-    /// (5 ms for a 4,096-token entry) on the client's core, so each entry is cut once.
-    truncated: Vec<OnceLock<String>>,
+    dataset: Option<DatasetSource>,
     /// The trace each phase replays, by phase index.
     traces: Vec<Option<Trace>>,
     trace_seed: u64,
@@ -214,11 +216,11 @@ impl WorkloadPrompts {
                 .map(|group| (group.tokens, OnceLock::new()))
                 .collect(),
             prefix_seed: crate::seed::derived(schedule.seed, 0x7072_6566),
-            truncated: schedule.catalogue().map_or_else(Vec::new, |catalogue| {
-                catalogue.entries.iter().map(|_| OnceLock::new()).collect()
-            }),
             dataset: match (&workload.dataset, schedule.catalogue()) {
-                (Some(dataset), Some(catalogue)) => Some((Arc::new(dataset.clone()), catalogue)),
+                (Some(dataset), Some(catalogue)) => {
+                    let cuts = catalogue.entries.iter().map(|_| OnceLock::new()).collect();
+                    Some((Arc::new(dataset.clone()), catalogue, cuts))
+                }
                 _ => None,
             },
             traces: plan
@@ -304,7 +306,7 @@ impl WorkloadPrompts {
         let Origin::Dataset(at) = request.origin else {
             return None;
         };
-        let (dataset, catalogue) = self.dataset.as_ref()?;
+        let (dataset, catalogue, _) = self.dataset.as_ref()?;
         let entry = catalogue.entries.get(at as usize)?;
         let data = dataset.entries.get(entry.source as usize)?;
         (!data.media.is_empty()).then_some(data.media.as_slice())
@@ -322,20 +324,23 @@ impl WorkloadPrompts {
             .saturating_sub(self.system_tokens)
             .saturating_sub(prefix_tokens);
         let own = match request.origin {
-            Origin::Dataset(at) => self.dataset.as_ref().and_then(|(dataset, catalogue)| {
-                let entry = catalogue.entries.get(at as usize)?;
-                let data = dataset.entries.get(entry.source as usize)?;
-                Some(match (&data.prompt, entry.truncate_to) {
-                    (DataPrompt::Text(text), Some(tokens)) => {
-                        let cut = || self.tokenizer.truncate(text, tokens);
-                        DataPrompt::Text(match self.truncated.get(at as usize) {
-                            Some(once) => once.get_or_init(cut).clone(),
-                            None => cut(),
-                        })
-                    }
-                    (prompt, _) => prompt.clone(),
-                })
-            }),
+            Origin::Dataset(at) => self
+                .dataset
+                .as_ref()
+                .and_then(|(dataset, catalogue, cuts)| {
+                    let entry = catalogue.entries.get(at as usize)?;
+                    let data = dataset.entries.get(entry.source as usize)?;
+                    Some(match (&data.prompt, entry.truncate_to) {
+                        (DataPrompt::Text(text), Some(tokens)) => {
+                            let cut = cuts.get(at as usize)?;
+                            DataPrompt::Text(
+                                cut.get_or_init(|| self.tokenizer.truncate(text, tokens))
+                                    .clone(),
+                            )
+                        }
+                        (prompt, _) => prompt.clone(),
+                    })
+                }),
             Origin::Trace { phase, row } => self
                 .traces
                 .get(phase as usize)
