@@ -1,238 +1,249 @@
-//! An `https://` target signed by a CA of its own (a company's internal endpoint): refused
-//! under the public roots alone, served once the plan's `ca-file` or `SSL_CERT_FILE` names the
-//! CA; a file that is not one is a plan mistake that shows none of its text. The server is the
-//! simulator behind a loopback TLS proxy (tests/tls/proxy.py) with a certificate the test
-//! makes with openssl.
+//! `https://` targets over the direct transport: the simulator serving TLS with certificates
+//! the test makes (tests/common/certs.rs). A target signed by a CA of its own is refused under
+//! the public and platform roots alone and served once the plan's `ca-file`, `SSL_CERT_FILE`
+//! or `SSL_CERT_DIR` names the CA; each new connection's TLS handshake is timed apart; a server
+//! asking for a client certificate gets the plan's `client-cert`; `tls-verify #false` is said
+//! in every output; no certificate's or key's text is kept anywhere.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 
 use common::{run_file, SimProcess};
 
-/// openssl and Python are CI's (`.ci/run` requires both); without them here, the test says it
-/// skipped, unless LLMLOAD_REQUIRE_TLS_TOOLS is set.
-fn tools_present() -> bool {
-    let present = |program: &str, arg: &str| {
-        Command::new(program)
-            .arg(arg)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let ok = present("openssl", "version") && present("python3", "--version");
-    if !ok {
-        assert!(
-            std::env::var_os("LLMLOAD_REQUIRE_TLS_TOOLS").is_none(),
-            "openssl and python3 are required here"
-        );
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "\nSKIPPED: openssl or python3 missing\n");
+/// A TLS simulator (an engine, so a cache reset has a prefix cache to empty) serving `certs`'
+/// server certificate, asking clients for one signed by `client_ca` when given.
+fn tls_sim(certs: &common::certs::Certs, client_ca: Option<&Path>) -> SimProcess {
+    let (cert, key) = (certs.server_cert.to_str(), certs.server_key.to_str());
+    let mut args = vec!["--profile", "tiny"];
+    args.extend(["--tls-cert", cert.unwrap(), "--tls-key", key.unwrap()]);
+    if let Some(ca) = client_ca {
+        args.extend(["--tls-client-ca", ca.to_str().unwrap()]);
     }
-    ok
+    let sim = SimProcess::start_with(&args);
+    assert!(sim.url.starts_with("https://127.0.0.1:"), "{}", sim.url);
+    sim
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 it signed (`server.pem`,
-/// `server.key`), made in `dir`.
-fn make_certificates(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.pem", "-days", "2"]);
-    ca.extend(["-subj", "/CN=llmload test CA"]);
-    ca.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
-    ca.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
-    openssl(dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-    csr.extend(["-subj", "/CN=127.0.0.1"]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
-
-/// The TLS proxy in front of `backend_port`; its port.
-struct Proxy {
-    child: Child,
-    port: u16,
-}
-
-impl Proxy {
-    fn start(dir: &Path, backend_port: u16) -> Proxy {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/proxy.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(dir.join("server.pem"))
-            .arg(dir.join("server.key"))
-            .arg(backend_port.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        Proxy { child, port }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn plan(port: u16, ca_file: &str) -> String {
+/// A plan of 10 requests to `url` with `extra` in its target, two at a time; with `cold`, the
+/// first two open the connections the rest reuse.
+fn plan(url: &str, extra: &str, cold: bool) -> String {
+    let connections = if cold { "connections \"cold\";" } else { "" };
     // The server's /metrics scraped and its cache reset over the same TLS: every client llmload
     // makes for the target trusts the CA.
     format!(
         "plan \"tls\" {{ seed 1 }}\n\
-         target \"https://127.0.0.1:{port}/v1\" {{ model \"llmload-sim\"; timeout \"10s\"; metrics interval=\"100ms\"; {ca_file} }}\n\
+         target \"{url}\" {{ model \"llmload-sim\"; timeout \"10s\"; metrics interval=\"100ms\"; {connections} {extra} }}\n\
          workload {{ tokenizer \"cl100k_base\"; input 32; output 8 }}\n\
          phase \"p\" {{ concurrency 2; requests 10; reset-cache #true }}\n"
     )
 }
 
-#[test]
-fn a_target_signed_by_its_own_ca_is_served_once_the_ca_is_named() {
-    if !tools_present() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    // An engine keeps a prefix cache a reset can empty (vLLM's endpoint).
-    let sim = SimProcess::start_with(&["--profile", "tiny"]);
-    let backend: u16 = sim
-        .url
-        .trim_start_matches("http://127.0.0.1:")
-        .trim_end_matches("/v1")
-        .parse()
-        .unwrap();
-    let proxy = Proxy::start(dir.path(), backend);
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(name);
+/// Where a test writes its plans and outputs.
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.path().join(name);
         std::fs::write(&path, text).unwrap();
         path
-    };
-    let out = |name: &str| dir.path().join(name);
+    }
 
-    // The public roots alone: the target's certificate is not trusted, and it is said.
-    let untrusted = run_file(&write("a.kdl", plan(proxy.port, "")), &out("a"), &[], &[]);
-    assert_ne!(untrusted.status.code(), Some(0));
-    let said = String::from_utf8_lossy(&untrusted.stderr).to_lowercase();
-    assert_eq!(untrusted.status.code(), Some(3), "{said}");
+    fn out(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+
+    /// Runs `text` as plan `name`, with `env`: its exit code and what it said.
+    fn run(
+        &self,
+        name: &str,
+        text: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (Option<i32>, String) {
+        let ran = run_file(
+            &self.write(&format!("{name}.kdl"), text),
+            &self.out(name),
+            &[],
+            env,
+        );
+        (
+            ran.status.code(),
+            String::from_utf8_lossy(&ran.stderr).into_owned(),
+        )
+    }
+
+    fn summary(&self, name: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.out(name).join("summary.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Every file a run wrote holding `needle`.
+    fn files_holding(&self, name: &str, needle: &str) -> Vec<PathBuf> {
+        std::fs::read_dir(self.out(name))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| std::fs::read_to_string(p).is_ok_and(|text| text.contains(needle)))
+            .collect()
+    }
+}
+
+#[test]
+fn a_target_signed_by_its_own_ca_is_served_once_the_ca_is_named() {
+    let dir = Dir(tempfile::tempdir().unwrap());
+    let certs = common::certs::make(dir.0.path());
+    let sim = tls_sim(&certs, None);
+
+    // The public and platform roots alone: the target's certificate is not trusted, and it is
+    // said, with what to do about it.
+    let (code, said) = dir.run("a", &plan(&sim.url, "", false), &[]);
+    assert_eq!(code, Some(3), "{said}");
+    let said = said.to_lowercase();
     assert!(said.contains("unknownissuer"), "{said}");
-    // And what to do about it.
     assert!(
         said.contains("ca-file") && said.contains("ssl_cert_file"),
         "{said}"
     );
 
-    // The plan names the CA: every request served over TLS.
-    let trusted = run_file(
-        &write("b.kdl", plan(proxy.port, "ca-file \"ca.pem\"")),
-        &out("b"),
-        &[],
-        &[],
-    );
-    assert_eq!(
-        trusted.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&trusted.stderr)
-    );
-    let records = common::read_records(&out("b"));
+    // The plan names the CA: every request served over TLS, on connections the direct
+    // transport opened and timed (by the requests themselves: "cold").
+    let (code, said) = dir.run("b", &plan(&sim.url, "ca-file \"ca.pem\"", true), &[]);
+    assert_eq!(code, Some(0), "{said}");
+    let records = common::read_records(&dir.out("b"));
     assert_eq!(records.len(), 10);
     assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out("b").join("summary.json")).unwrap())
-            .unwrap();
+    let opened: Vec<_> = records
+        .iter()
+        .filter(|r| r["connect_us"].is_u64())
+        .collect();
+    assert!(opened.len() >= 2, "{records:?}");
+    for record in &opened {
+        let (connect, tls) = (&record["connect_us"], &record["tls_us"]);
+        assert!(
+            tls.as_u64()
+                .is_some_and(|tls| tls <= connect.as_u64().unwrap()),
+            "{record}"
+        );
+        // An IP address is not resolved.
+        assert!(record["dns_us"].is_null(), "{record}");
+    }
+    let summary = dir.summary("b");
+    let phase = common::phase(&summary, "p");
+    assert_eq!(
+        phase["metrics"]["tls_ms"]["count"],
+        opened.len(),
+        "{}",
+        phase["metrics"]
+    );
     assert!(
         summary["server"]["samples"].as_u64().unwrap_or(0) >= 1,
         "{}",
         summary["server"]
     );
-    let reset = &common::phase(&summary, "p")["cache_reset"];
-    assert_eq!(reset["done"], true, "{reset}");
-
-    // SSL_CERT_FILE, as OpenSSL and curl read it, does the same without a plan change.
-    let ca = out("ca.pem");
-    let from_env = run_file(
-        &write("c.kdl", plan(proxy.port, "")),
-        &out("c"),
-        &[],
-        &[("SSL_CERT_FILE", ca.as_os_str())],
-    );
     assert_eq!(
-        from_env.status.code(),
-        Some(0),
+        phase["cache_reset"]["done"], true,
         "{}",
-        String::from_utf8_lossy(&from_env.stderr)
+        phase["cache_reset"]
     );
+    let report = std::fs::read_to_string(dir.out("b").join("report.md")).unwrap();
+    assert!(
+        report.contains("of which the TLS handshake p50"),
+        "{report}"
+    );
+
+    // SSL_CERT_FILE, as OpenSSL and curl read it, does the same without a plan change; so does
+    // SSL_CERT_DIR, a directory of them; and a name is resolved, and timed apart.
+    let by_name = sim.url.replace("127.0.0.1", "localhost");
+    let cert_dir = dir.out("certs");
+    std::fs::create_dir(&cert_dir).unwrap();
+    std::fs::copy(&certs.ca, cert_dir.join("company.pem")).unwrap();
+    for (name, variable, value) in [
+        ("c", "SSL_CERT_FILE", certs.ca.as_os_str()),
+        ("d", "SSL_CERT_DIR", cert_dir.as_os_str()),
+    ] {
+        let (code, said) = dir.run(name, &plan(&by_name, "", true), &[(variable, value)]);
+        assert_eq!(code, Some(0), "{variable}: {said}");
+        let records = common::read_records(&dir.out(name));
+        let opened = records.iter().filter(|r| r["connect_us"].is_u64());
+        assert!(opened.clone().count() >= 2, "{records:?}");
+        assert!(opened
+            .clone()
+            .all(|r| r["dns_us"].is_u64() && r["tls_us"].is_u64()));
+    }
 
     // A file that is not a CA certificate is a plan mistake, and its text is shown nowhere.
-    write("not-a-ca.pem", "sk-secret-looking-text\n".into());
-    let wrong = run_file(
-        &write("d.kdl", plan(proxy.port, "ca-file \"not-a-ca.pem\"")),
-        &out("d"),
-        &[],
-        &[],
-    );
-    assert_eq!(wrong.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&wrong.stderr);
+    dir.write("not-a-ca.pem", "sk-secret-looking-text\n");
+    let (code, said) = dir.run("e", &plan(&sim.url, "ca-file \"not-a-ca.pem\"", false), &[]);
+    assert_eq!(code, Some(2));
     assert!(said.contains("holds no CA certificate"), "{said}");
     assert!(!said.contains("sk-secret"), "{said}");
     // Nor is the CA's text kept with a run that used it.
-    let kept: Vec<_> = std::fs::read_dir(out("b"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| std::fs::read_to_string(p).is_ok_and(|text| text.contains("BEGIN CERTIFICATE")))
-        .collect();
-    assert!(kept.is_empty(), "{kept:?}");
+    assert_eq!(
+        dir.files_holding("b", "BEGIN CERTIFICATE"),
+        Vec::<PathBuf>::new()
+    );
+}
+
+#[test]
+fn a_server_asking_for_a_client_certificate_gets_the_plans() {
+    let dir = Dir(tempfile::tempdir().unwrap());
+    let certs = common::certs::make(dir.0.path());
+    let sim = tls_sim(&certs, Some(&certs.client_ca));
+    let ca = "ca-file \"ca.pem\"";
+
+    // Without one, the server ends every connection at its handshake: nothing is served.
+    let (code, said) = dir.run("a", &plan(&sim.url, ca, false), &[]);
+    assert_eq!(code, Some(3), "{said}");
+    assert!(said.contains("CertificateRequired"), "{said}");
+    assert!(said.contains("give one with `client-cert`"), "{said}");
+
+    let with = format!("{ca}; client-cert \"client.pem\" key=\"client.key\"");
+    let (code, said) = dir.run("b", &plan(&sim.url, &with, true), &[]);
+    assert_eq!(code, Some(0), "{said}");
+    let records = common::read_records(&dir.out("b"));
+    assert!(records.iter().all(|r| r["error"].is_null()), "{records:?}");
+    assert!(records.iter().filter(|r| r["tls_us"].is_u64()).count() >= 2);
+    assert_eq!(dir.files_holding("b", "PRIVATE KEY"), Vec::<PathBuf>::new());
+
+    // A key that is not the certificate's is a plan mistake, said without the key's text.
+    std::fs::copy(&certs.server_key, dir.out("other.key")).unwrap();
+    let wrong = format!("{ca}; client-cert \"client.pem\" key=\"other.key\"");
+    let (code, said) = dir.run("c", &plan(&sim.url, &wrong, false), &[]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("cannot be the client certificate's key"),
+        "{said}"
+    );
+    assert!(!said.contains("PRIVATE KEY-----"), "{said}");
+    // Nor is a certificate without its key taken.
+    let keyless = format!("{ca}; client-cert \"client.pem\"");
+    let (code, said) = dir.run("d", &plan(&sim.url, &keyless, false), &[]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(
+        said.contains("needs the certificate's private key"),
+        "{said}"
+    );
+}
+
+#[test]
+fn an_unverified_target_is_served_and_said_to_be_unverified_everywhere() {
+    let dir = Dir(tempfile::tempdir().unwrap());
+    let certs = common::certs::make(dir.0.path());
+    let sim = tls_sim(&certs, None);
+    let (code, said) = dir.run("a", &plan(&sim.url, "tls-verify #false", false), &[]);
+    assert_eq!(code, Some(0), "{said}");
+    let summary = dir.summary("a");
+    let warning = common::warning_of(&summary, "tls-unverified").expect("the warning");
+    assert_eq!(warning["severity"], "warning", "{warning}");
+    let report = std::fs::read_to_string(dir.out("a").join("report.md")).unwrap();
+    assert!(report.contains("tls-unverified"), "{report}");
+    // The connections checked before the clock served every request: a TLS 1.3 server's
+    // session tickets, sent after the handshake, are not taken for stray bytes on an idle
+    // connection.
+    let phase = common::phase(&summary, "p");
+    assert_eq!(phase["requests"]["new_connections"], 0, "{phase}");
+    assert_eq!(phase["connections"]["warmed"], 2, "{phase}");
+    assert!(common::warning_of(&summary, "server-protocol").is_none());
+    let log = common::read_log(&dir.out("a"));
+    let run = log.iter().find(|line| line["event"] == "run").unwrap();
+    assert_eq!(run["tls_unverified"], true, "{run}");
 }

@@ -50,6 +50,16 @@ pub(super) struct SimArgs {
     /// timing error; memory grows with every request.
     #[arg(long)]
     record_writes: bool,
+    /// Serve https:// with this certificate (a PEM chain); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Ask every client for a certificate signed by this CA (PEM), as a mutual-TLS gateway
+    /// does; needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<std::path::PathBuf>,
     /// Runtime worker threads [default: one per core].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
@@ -72,6 +82,28 @@ fn profile(profile: &str, flags: SimSettings) -> Result<SimSettings> {
     }
     let text = plan::read_plan_text(path)?;
     Ok(plan::parse_sim_profile(profile, text)?)
+}
+
+/// The TLS configuration `--tls-cert`, `--tls-key` and `--tls-client-ca` ask for.
+fn tls(args: &SimArgs) -> Result<Option<Arc<rustls::ServerConfig>>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, path: &Path| {
+        std::fs::read(path).map_err(|e| Error::usage(format!("--{flag} {}: {e}", path.display())))
+    };
+    let client_ca = match &args.tls_client_ca {
+        Some(path) => Some(read("tls-client-ca", path)?),
+        None => None,
+    };
+    let files = sim::TlsFiles {
+        cert: &read("tls-cert", cert)?,
+        key: &read("tls-key", key)?,
+        client_ca: client_ca.as_deref(),
+    };
+    sim::tls_server_config(files)
+        .map(Some)
+        .map_err(|e| Error::usage(format!("cannot serve TLS: {e}")))
 }
 
 pub(super) fn serve(args: &SimArgs) -> Result<u8> {
@@ -104,6 +136,7 @@ pub(super) fn serve(args: &SimArgs) -> Result<u8> {
     let runtime = session::runtime(args.threads.map(usize::from))?;
     let options = sim::ServeOptions {
         record_writes: args.record_writes,
+        tls: tls(args)?,
     };
     runtime.block_on(async {
         let server = sim::serve_with(addr, settings, tokenizer, options)

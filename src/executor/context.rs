@@ -83,9 +83,8 @@ pub(super) struct Context {
     /// The run's secrets, kept out of what a server says back outside a request (a refused
     /// cache reset).
     pub(super) secrets: Arc<crate::secrets::Secrets>,
-    /// The roots an `https://` server is trusted under besides the public ones, for the calls
-    /// made beside the transport (a cache reset).
-    pub(super) tls_roots: Vec<reqwest::Certificate>,
+    /// The run's TLS configuration, for the calls made beside the transport (a cache reset).
+    pub(super) tls: crate::tls::Trust,
     /// Holds requests to the key's budgets (`limits`), across the run's phases.
     pub(super) pacer: Option<super::pacer::Pacer>,
 }

@@ -89,9 +89,8 @@ pub struct RunConfig {
     /// Images go out as URLs served on loopback (`image-urls`), with the dataset's image
     /// files (each once) served from the start.
     pub image_urls: Option<(crate::plan::ImageUrls, Vec<crate::plan::Attachment>)>,
-    /// Certificate authorities `https://` targets are trusted under besides the public roots
-    /// (the plan's `ca-file`, `SSL_CERT_FILE`).
-    pub tls_roots: Vec<reqwest::Certificate>,
+    /// Whom `https://` targets are trusted as, and the client certificate shown them.
+    pub tls: crate::tls::Trust,
 }
 
 /// Runs every phase of `schedule`, group by group, writing the run's log to
@@ -120,7 +119,7 @@ pub async fn run_from(
         connects.clone(),
         pool,
         config.template.timeout.min(Duration::from_secs(10)),
-        &config.tls_roots,
+        &config.tls,
     )
     .map_err(|e| Error::run(e.to_string()))?;
     let checked = check_target(&config, &transport).await;
@@ -327,7 +326,7 @@ fn start_context(
         live: config.live.clone(),
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
-        tls_roots: config.tls_roots.clone(),
+        tls: config.tls.clone(),
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
         pacer: config.template.limits.and_then(pacer::Pacer::new),

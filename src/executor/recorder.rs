@@ -671,6 +671,8 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         model: exchange.model.filter(|_| error.is_none()),
         connection_retries: exchange.connection_retries,
         connect_us: exchange.connect_us,
+        tls_us: exchange.tls_us,
+        dns_us: exchange.dns_us,
         trace_id: exchange.trace.map(|trace| trace.trace_id_hex()),
         rate_limit: exchange.rate_limit.map(|limit| *limit),
         server_request_id: exchange.server_request_id,

@@ -79,11 +79,25 @@ pub struct Exchange {
     pub images_fetched: Option<u32>,
     /// How long opening a new connection for it took, µs; `None` when it reused one.
     pub connect_us: Option<u64>,
+    /// Of it, the TLS handshake, µs, where told apart.
+    pub tls_us: Option<u64>,
+    /// Of it, resolving the host's name, µs, where told apart.
+    pub dns_us: Option<u64>,
     /// How long its body took to hand to the socket, µs after the send (less a new
     /// connection's opening); `None` where the transport cannot tell.
     pub upload_us: Option<u64>,
     /// The run's live count of chunks, bumped as each arrives (for a progress line).
     pub live_chunks: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl Exchange {
+    /// The connection opened for it, if one was: how long that took, in all and in parts.
+    fn opened(&mut self, opened: Option<super::transport::Opened>) {
+        let micros = |d: std::time::Duration| d.as_micros() as u64;
+        self.connect_us = opened.map(|o| micros(o.total));
+        self.tls_us = opened.and_then(|o| o.tls).map(micros);
+        self.dns_us = opened.and_then(|o| o.dns).map(micros);
+    }
 }
 
 fn micros_since(start: Instant, now: Instant) -> u64 {
@@ -289,7 +303,7 @@ pub async fn exchange(
     else {
         return;
     };
-    exchange.connect_us = response.connect.map(|d| d.as_micros() as u64);
+    exchange.opened(response.connect);
     let sent_at = *sent_at;
     // The body's upload: from the send (after a new connection's opening) to its last byte
     // taken by the socket.
@@ -374,7 +388,7 @@ async fn send(
             }
             Err(err) => {
                 exchange.end_us = micros_since(*sent_at, Instant::now());
-                exchange.connect_us = err.connect.map(|d| d.as_micros() as u64);
+                exchange.opened(err.connect);
                 let class = match err.kind {
                     SendFailure::ClientLimit => ErrorClass::Client,
                     SendFailure::Connect => ErrorClass::Connect,

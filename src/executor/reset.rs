@@ -20,10 +20,10 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// What a reset did: `Ok` with how (`POST /reset_prefix_cache`), or `Err` with why not.
 pub type ResetOutcome = Result<String, String>;
 
-/// Resets the caches of the server behind `template`, trusting `roots` besides the public
-/// ones (the run's `ca-file`, `SSL_CERT_FILE`).
-pub async fn reset(template: &RequestTemplate, roots: &[reqwest::Certificate]) -> ResetOutcome {
-    let client = crate::tls::trusting(roots)
+/// Resets the caches of the server behind `template`, with the run's TLS configuration.
+pub async fn reset(template: &RequestTemplate, tls: &crate::tls::Trust) -> ResetOutcome {
+    let client = tls
+        .reqwest_builder()
         .timeout(TIMEOUT)
         .build()
         .map_err(|e| format!("cannot make an HTTP client: {e}"))?;

@@ -1039,6 +1039,24 @@ metric_table! {
         uses: JUDGED,
         example: "p99 < \"500ms\" phase=\"steady\"",
     },
+    /// The TLS handshake's share of opening a new connection, over the requests that opened
+    /// one over TLS (where the transport times it apart: not through a proxy).
+    Tls {
+        name: "tls",
+        label: "TLS handshake",
+        doc: "the TLS handshake of a new connection (a share of connect), over the requests that opened one to an https:// target (not timed apart through a proxy)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Distribution {
+            key: "tls_ms",
+            population: Population::Every,
+            sample: Sample::One(tls_ms),
+        },
+        needs: Needs::Nothing,
+        uses: JUDGED,
+        example: "p99 < \"50ms\"",
+    },
     /// How long a large body (an image's, audio's) took to go out, within TTFT.
     Upload {
         name: "upload",
@@ -1341,6 +1359,12 @@ pub fn schedule_lag_ms(record: &RequestRecord) -> Option<f64> {
 /// How long a request spent opening a new connection, ms; `None` when it reused one.
 pub fn connect_ms(record: &RequestRecord) -> Option<f64> {
     record.connect_us.map(ms)
+}
+
+/// How long a request's new connection spent in its TLS handshake, ms; `None` when it opened
+/// none, over plain TCP, or where not timed apart.
+pub fn tls_ms(record: &RequestRecord) -> Option<f64> {
+    record.tls_us.map(ms)
 }
 
 /// How long a large body took to go out, ms; `None` for small bodies and where not measured.

@@ -88,6 +88,30 @@ pub struct Target {
     /// Certificate authorities an `https://` target is also trusted under (`ca-file`): the file
     /// as written and its PEM text (empty when the plan was read without its files).
     pub ca_file: Option<(String, std::sync::Arc<String>)>,
+    /// The certificate the client shows a server that asks for one (`client-cert`).
+    pub client_cert: Option<ClientCertificate>,
+    /// Whether the server's certificate is checked (`tls-verify #false`: not, for test rigs;
+    /// every output says so).
+    pub tls_verify: bool,
+}
+
+/// `client-cert "client.pem" key="client-key.pem"`: a certificate chain and its private key,
+/// read when the plan is read (empty texts when it was read without its files).
+#[derive(Clone)]
+pub struct ClientCertificate {
+    /// The certificate file as written, and its PEM text.
+    pub cert: (String, std::sync::Arc<String>),
+    /// The key file as written, and its PEM text: never shown, not even in debug output.
+    pub key: (String, std::sync::Arc<String>),
+}
+
+impl std::fmt::Debug for ClientCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertificate")
+            .field("cert", &self.cert.0)
+            .field("key", &self.key.0)
+            .finish()
+    }
 }
 
 /// `response-format "json-object"`, or `"json-schema" schema="schema.json"`.

@@ -120,6 +120,10 @@ pub struct RunHeader {
     /// message, conversations, a dataset): a cache that never hits is then worth saying.
     #[serde(default)]
     pub shares_prompts: bool,
+    /// The plan turned TLS verification off (`tls-verify #false`): which server answered at
+    /// the target's address is unproven, and every output says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls_unverified: bool,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.
@@ -495,6 +499,10 @@ pub struct Connections {
     pub connect_ms_p50: Option<f64>,
     /// The longest, ms.
     pub connect_ms_max: Option<f64>,
+    /// Median TLS handshake of them (a share of their connect time), ms; absent over plain
+    /// TCP, and where the transport does not time it apart (through a proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ms_p50: Option<f64>,
     /// Connections dropped because the server sent bytes no request asked for (a late or
     /// second response, a 408 on an idle connection): a request may have taken such bytes
     /// for its answer before they could be told apart.
@@ -770,10 +778,19 @@ pub struct RequestRecord {
     /// before answering; its send time is the last re-send's.
     #[serde(default)]
     pub connection_retries: u32,
-    /// How long opening a new connection for this request took (TCP connect, and the TLS
-    /// handshake over HTTPS), µs, within its TTFT; absent when it reused an open connection.
+    /// How long opening a new connection for this request took (resolving the name, TCP's
+    /// handshake, TLS's over HTTPS), µs, within its TTFT; absent when it reused an open
+    /// connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_us: Option<u64>,
+    /// Of `connect_us`, the TLS handshake, µs; absent over plain TCP and where the transport
+    /// does not time it apart (through a proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_us: Option<u64>,
+    /// Of `connect_us`, resolving the host's name, µs; absent for an IP address and where
+    /// not timed apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_us: Option<u64>,
     /// The W3C trace id it was sent with (its `traceparent`), 32 hex digits: the spans an
     /// engine exports for it carry the same. Absent in logs of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -305,6 +305,7 @@ mod tests {
             | Metric::DecodeTps
             | Metric::ScheduleLag
             | Metric::Connect
+            | Metric::Tls
             | Metric::Upload => &["metric_rows"],
             Metric::ErrorRate => &["rates.error_rate"],
             Metric::ThrottledRate => &["rates.throttled_rate"],

@@ -69,9 +69,9 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         }
         let (template, phase_templates) =
             templates(plan, &target, credentials, headers, request_id_prefix)?;
-        let tls_roots = trusted_roots(plan)?;
+        let tls = trust(plan)?;
         if let Some(launched) = launched.as_mut() {
-            note_version(launched, &template, &tls_roots, &secrets).await;
+            note_version(launched, &template, &tls, &secrets).await;
         }
         header.server = launched.as_ref().map(|l| Box::new(l.server.launched()));
         let Watching {
@@ -106,7 +106,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .workload
                 .image_urls
                 .map(|urls| (urls, dataset_image_files(plan))),
-            tls_roots,
+            tls,
         };
         let schedule = Arc::new(schedule);
         let source = phase_source(plan, schedule.clone(), watch, controls);
@@ -143,6 +143,7 @@ fn target_of(
             let addr = ([127, 0, 0, 1], 0).into();
             let serve = sim::ServeOptions {
                 record_writes: options.record_writes,
+                tls: None,
             };
             let server = sim::serve_embedded(addr, plan.sim.clone(), tokenizer.clone(), serve)
                 .map_err(|e| Error::run(format!("cannot start the simulator: {e}")))?;
@@ -161,11 +162,11 @@ fn target_of(
 async fn note_version(
     launched: &mut server::Launched,
     template: &RequestTemplate,
-    tls_roots: &[reqwest::Certificate],
+    tls: &crate::tls::Trust,
     secrets: &Secrets,
 ) {
     let version = crate::telemetry::scrape::server_version(
-        &client_with(origin_headers(&launched.ready_url, template), tls_roots),
+        &client_with(origin_headers(&launched.ready_url, template), tls),
         &launched.ready_url,
     )
     .await;
@@ -222,7 +223,7 @@ fn start_scraper(
                 url,
                 shown,
                 headers,
-                roots: config.tls_roots.clone(),
+                tls: config.tls.clone(),
             }
         })
         .collect();
@@ -278,9 +279,9 @@ fn origin_headers(
 /// An HTTP client that sends `headers` with every request.
 fn client_with(
     headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-    roots: &[reqwest::Certificate],
+    tls: &crate::tls::Trust,
 ) -> reqwest::Client {
-    crate::tls::trusting(roots)
+    tls.reqwest_builder()
         .default_headers(headers.into_iter().collect())
         .build()
         .unwrap_or_default()
@@ -348,23 +349,32 @@ fn with_basic_auth(
     credentials
 }
 
-/// The certificate authorities `https://` targets are trusted under besides the public roots:
-/// the plan's `ca-file` (checked when the plan was read) and `SSL_CERT_FILE`'s. A file that
-/// cannot be used ends the run before anything is sent, naming the file, never its text.
-fn trusted_roots(plan: &Plan) -> Result<Vec<reqwest::Certificate>> {
-    let mut roots = Vec::new();
+/// The run's TLS configuration: the plan's `ca-file` (checked when the plan was read) beside the
+/// public and platform roots, its `client-cert`, its `tls-verify`. A file that cannot be used
+/// (`SSL_CERT_FILE` naming a missing one, say) ends the run before anything is sent, naming the
+/// file, never its text.
+fn trust(plan: &Plan) -> Result<crate::tls::Trust> {
+    let mut settings = crate::tls::TrustSettings {
+        skip_verify: !plan.target.tls_verify,
+        ..Default::default()
+    };
     if let Some((name, pem)) = &plan.target.ca_file {
-        roots.extend(
-            crate::tls::certificates(pem.as_bytes())
-                .map_err(|why| Error::usage(format!("ca-file {name}: {why}")))?,
-        );
+        settings.extra_roots = crate::tls::certificates(pem.as_bytes())
+            .map_err(|why| Error::usage(format!("ca-file {name}: {why}")))?;
     }
-    if let Some((_, from_environment)) =
-        crate::tls::from_environment().map_err(|e| Error::usage(e.to_string()))?
-    {
-        roots.extend(from_environment);
+    if let Some(client) = &plan.target.client_cert {
+        let named = |why: &dyn std::fmt::Display| {
+            Error::usage(format!(
+                "client-cert {} key={}: {why}",
+                client.cert.0, client.key.0
+            ))
+        };
+        let chain = crate::tls::certificates(client.cert.1.as_bytes()).map_err(|e| named(&e))?;
+        let key = crate::tls::private_key(client.key.1.as_bytes()).map_err(|e| named(&e))?;
+        settings.identity = Some((chain, key));
     }
-    Ok(roots)
+    crate::tls::check_environment().map_err(|e| Error::usage(e.to_string()))?;
+    crate::tls::Trust::new(settings).map_err(|e| Error::usage(format!("TLS: {e}")))
 }
 
 /// The records' first line: what the run is (tool, plan and its files' SHA-256, seed, target,
@@ -410,6 +420,7 @@ fn run_header(
         tokenizer_note: plan.workload.tokenizer_note.clone(),
         target_notes: Vec::new(),
         shares_prompts: plan.workload.shares_prompts(),
+        tls_unverified: !plan.target.tls_verify,
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
         client_machine: Some(records::ClientMachine::here()),

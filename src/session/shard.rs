@@ -276,6 +276,7 @@ fn merge_phase_end(merged: &mut PhaseEnd, end: &PhaseEnd, at_us: u64) {
             failed: a.failed + b.failed,
             stray: a.stray + b.stray,
             connect_ms_p50: a.connect_ms_p50.or(b.connect_ms_p50),
+            tls_ms_p50: a.tls_ms_p50.or(b.tls_ms_p50),
             connect_ms_max: match (a.connect_ms_max, b.connect_ms_max) {
                 (Some(x), Some(y)) => Some(x.max(y)),
                 (x, y) => x.or(y),

@@ -23,9 +23,11 @@ mod metrics;
 mod server;
 mod stream;
 mod streaming;
+mod tls;
 mod wire;
 pub mod writes;
 
 pub use server::{
     serve, serve_embedded, serve_with, EmbeddedSim, ServeOptions, SimServer, SIM_THREAD_PREFIX,
 };
+pub use tls::{server_config as tls_server_config, TlsFiles, TlsSetupError};

@@ -48,16 +48,20 @@ pub(super) struct Shared {
 }
 
 /// How the server runs, beside what it simulates.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
     /// Keep the write time of every token of every streamed request (see [`super::writes`]).
     pub record_writes: bool,
+    /// Serve `https://` with this configuration ([`super::tls_server_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A running simulator; dropping it (or calling [`SimServer::shutdown`]) stops accepting.
 pub struct SimServer {
     /// The address it listens on.
     pub addr: SocketAddr,
+    /// Whether it serves `https://`.
+    tls: bool,
     stop: watch::Sender<bool>,
     metrics: Arc<SimMetrics>,
     writes: Option<Arc<WriteLog>>,
@@ -66,7 +70,8 @@ pub struct SimServer {
 impl SimServer {
     /// The base URL clients use, e.g. `http://127.0.0.1:40123/v1`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/v1", self.addr)
     }
 
     /// Stops accepting connections.
@@ -210,6 +215,8 @@ pub async fn serve_with(
         .clone()
         .map(|engine| Engine::start(engine, timer.clone(), metrics.clone()));
     let writes = options.record_writes.then(|| Arc::new(WriteLog::new()));
+    let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
+    let serves_tls = tls.is_some();
     let required_key = settings
         .api_key_env
         .as_ref()
@@ -236,11 +243,21 @@ pub async fn serve_with(
                     let Ok((socket, _)) = accepted else { continue };
                     let _ = socket.set_nodelay(true);
                     let shared = shared.clone();
+                    let tls = tls.clone();
                     tokio::spawn(async move {
                         let service = service_fn(move |req| handle(req, shared.clone()));
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(socket), service)
-                            .await;
+                        let http = hyper::server::conn::http1::Builder::new();
+                        let _ = match tls {
+                            None => http.serve_connection(TokioIo::new(socket), service).await,
+                            // A handshake that fails (a client that does not trust the
+                            // certificate) ends the connection, as any server's does.
+                            Some(tls) => match tls.accept(socket).await {
+                                Ok(socket) => {
+                                    http.serve_connection(TokioIo::new(socket), service).await
+                                }
+                                Err(_) => Ok(()),
+                            },
+                        };
                     });
                 }
             }
@@ -248,6 +265,7 @@ pub async fn serve_with(
     });
     Ok(SimServer {
         addr,
+        tls: serves_tls,
         stop,
         metrics,
         writes,

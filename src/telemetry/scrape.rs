@@ -35,9 +35,8 @@ pub struct ScrapeTarget {
     pub shown: String,
     /// Headers sent with each scrape (the run's credentials, for its own server only).
     pub headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-    /// Roots an `https://` URL is trusted under besides the public ones (the run's `ca-file`,
-    /// `SSL_CERT_FILE`).
-    pub roots: Vec<reqwest::Certificate>,
+    /// The run's TLS configuration (its roots, its client certificate).
+    pub tls: crate::tls::Trust,
 }
 
 impl Scraper {
@@ -186,7 +185,9 @@ fn clients(targets: Vec<ScrapeTarget>, interval: Duration) -> Vec<Scraped> {
     for (index, target) in (0u32..).zip(targets) {
         // The run's credentials (and headers) when the metrics are its server's own: a server
         // started with an API key asks for it on /metrics too.
-        let Ok(client) = crate::tls::trusting(&target.roots)
+        let Ok(client) = target
+            .tls
+            .reqwest_builder()
             .default_headers(target.headers.into_iter().collect())
             .timeout(SCRAPE_TIMEOUT.min(interval.max(Duration::from_secs(1))))
             .pool_max_idle_per_host(1)

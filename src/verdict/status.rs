@@ -29,8 +29,9 @@ pub enum Failure {
 pub enum NotCarriedOut {
     /// It was stopped before its plan finished.
     Interrupted,
-    /// No connection could be made to the target.
-    Unreachable,
+    /// No connection could be made to the target: what the first attempt said (empty in
+    /// logs that kept none).
+    Unreachable(String),
     /// Every recorded request failed; what the first said.
     EveryRequestFailed(String),
     /// No recorded request was sent.
@@ -61,9 +62,18 @@ impl std::fmt::Display for NotCarriedOut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotCarriedOut::Interrupted => f.write_str("the run was interrupted"),
-            NotCarriedOut::Unreachable => f.write_str(
+            NotCarriedOut::Unreachable(first) if first.contains("TLS handshake failed") => {
+                write!(f, "the target is unreachable: {first}")
+            }
+            NotCarriedOut::Unreachable(first) => write!(
+                f,
                 "the target is unreachable: no connection could be made (is the server running? \
-                 check the URL or --target)",
+                 check the URL or --target){}",
+                if first.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the first attempt said: {first}")
+                }
             ),
             NotCarriedOut::EveryRequestFailed(first) => {
                 write!(f, "every request failed; the first said: {first}")
@@ -138,7 +148,7 @@ impl Status {
                 .copied()
                 .unwrap_or(0);
             return Status::NotCarriedOut(if connect_failures == recorded.sent {
-                NotCarriedOut::Unreachable
+                NotCarriedOut::Unreachable(aggregates.first_error.clone().unwrap_or_default())
             } else {
                 NotCarriedOut::EveryRequestFailed(
                     aggregates

@@ -55,7 +55,7 @@ pub(super) async fn run_group(
                 _ = stopped(&mut cancel_wait) => return false,
             }
             let outcome =
-                super::reset::reset(context.template(run.phase.index), &context.tls_roots).await;
+                super::reset::reset(context.template(run.phase.index), &context.tls).await;
             let reset = match outcome {
                 Ok(how) => crate::records::CacheReset {
                     done: true,

@@ -1,6 +1,6 @@
 //! The direct HTTP/1.1 transport: one pooled connection per request in flight, written and
-//! read by the request's own task ([`super::http1`] frames the bytes); see the module above for
-//! why it exists.
+//! read by the request's own task ([`super::http1`] frames the bytes), over TCP or TLS
+//! ([`super::socket`]); see the module above for why it exists.
 
 use std::collections::HashMap;
 use std::io::IoSlice;
@@ -18,10 +18,12 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::http1::{self, BodyReader, Head};
+use super::socket::{Idle, Socket};
 use super::{
-    client_limit, too_slow, BrokenBody, Client, ConnectLog, Outgoing, Response, ResponseBody,
-    SendError, SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
+    certificate_hint, client_limit, too_slow, BrokenBody, Client, ConnectLog, Opened, Outgoing,
+    Response, ResponseBody, SendError, SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
 };
+use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
 
 /// The direct HTTP/1.1 transport.
@@ -29,6 +31,8 @@ pub(super) struct Direct {
     /// Its idle connections, and the log where every connection it opens or drops is kept.
     pool: Arc<Pool>,
     connect_timeout: Duration,
+    /// The run's TLS client, for `https://` servers.
+    tls: tokio_rustls::TlsConnector,
 }
 
 /// Idle connections, per server (`host:port`), the most recently used first out.
@@ -44,8 +48,8 @@ impl Pool {
     fn take(&self, key: &str) -> Option<Connection> {
         let mut idle = self.idle.lock().ok()?;
         let connections = idle.get_mut(key)?;
-        while let Some(connection) = connections.pop() {
-            if self.usable(&connection) {
+        while let Some(mut connection) = connections.pop() {
+            if self.usable(&mut connection) {
                 return Some(connection);
             }
         }
@@ -58,14 +62,14 @@ impl Pool {
             return Vec::new();
         };
         let mut connections = idle.remove(key).unwrap_or_default();
-        connections.retain(|connection| self.usable(connection));
+        connections.retain_mut(|connection| self.usable(connection));
         connections
     }
 
     /// Whether an idle connection can carry a request; one the server sent bytes on while it
     /// was idle (a late response, a 408 before closing) is counted as stray and dropped: a
     /// request sent on it would take those bytes for its answer.
-    fn usable(&self, connection: &Connection) -> bool {
+    fn usable(&self, connection: &mut Connection) -> bool {
         match connection.idle_state() {
             IdleState::Open => true,
             IdleState::Closed => false,
@@ -88,22 +92,28 @@ impl Pool {
 
 /// An open connection: its socket, and the bytes read from it and not yet taken.
 struct Connection {
-    stream: TcpStream,
+    stream: Socket,
     buffer: BytesMut,
 }
 
 impl Connection {
+    fn over(stream: Socket) -> Connection {
+        Connection {
+            stream,
+            buffer: BytesMut::new(),
+        }
+    }
+
     /// What an idle connection is: open with nothing to read, closed by the server, or holding
-    /// bytes nobody asked for (one `recv` tells).
-    fn idle_state(&self) -> IdleState {
+    /// bytes nobody asked for (one read that does not wait tells).
+    fn idle_state(&mut self) -> IdleState {
         if !self.buffer.is_empty() {
             return IdleState::Stray;
         }
-        let mut probe = [0u8; 1];
-        match self.stream.try_read(&mut probe) {
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => IdleState::Open,
-            Ok(n) if n > 0 => IdleState::Stray,
-            _ => IdleState::Closed,
+        match self.stream.idle() {
+            Idle::Open => IdleState::Open,
+            Idle::Bytes => IdleState::Stray,
+            Idle::Closed => IdleState::Closed,
         }
     }
 
@@ -124,6 +134,8 @@ impl Connection {
             let from_head = wrote.min(head.len() - head_at);
             (head_at, body_at) = (head_at + from_head, body_at + wrote - from_head);
         }
+        // Over TLS, the last records rustls holds go out now (over TCP, nothing to do).
+        self.stream.flush().await.map_err(Failed::Io)?;
         let written = Instant::now();
         let mut received = false;
         loop {
@@ -160,7 +172,11 @@ enum IdleState {
 
 /// What a request whose connection failed before any response says, from its `cause`.
 fn failed_before_response(cause: impl std::fmt::Display) -> String {
-    format!("the connection failed before a response: {cause}")
+    let cause = cause.to_string();
+    // With TLS 1.3 a server refuses the client's certificate after the client's handshake has
+    // ended: the refusal arrives as the request's first read.
+    let hint = certificate_hint(&cause);
+    format!("the connection failed before a response: {cause}{hint}")
 }
 
 /// How a request got no response head.
@@ -280,22 +296,33 @@ impl DirectBody {
 
 /// A server as the direct transport reaches it.
 struct Server<'a> {
-    /// Its pool key, and the `Host` header: `host:port`, or `host` for the scheme's port.
+    /// The `Host` header: `host:port`, or `host` for the scheme's port.
+    authority: String,
+    /// Its pool key: the authority, and whether over TLS.
     key: String,
     host: &'a str,
     port: u16,
+    tls: bool,
 }
 
 impl<'a> Server<'a> {
     fn of(url: &'a Url) -> Self {
         let host = url.host_str().unwrap_or_default();
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        let tls = url.scheme() == "https";
         Server {
-            key: match url.port() {
-                Some(port) => format!("{host}:{port}"),
-                None => host.to_string(),
+            key: if tls {
+                format!("https://{authority}")
+            } else {
+                authority.clone()
             },
+            authority,
             host,
             port: url.port_or_known_default().unwrap_or(80),
+            tls,
         }
     }
 }
@@ -308,7 +335,7 @@ impl Direct {
         reuse: bool,
     ) -> Result<Response, SendError> {
         let server = Server::of(outgoing.url);
-        let (head, body) = request(outgoing, &server.key);
+        let (head, body) = request(outgoing, &server.authority);
         // An idle connection whose server has closed it since is dropped, and the next tried.
         // Without `reuse`, the pool is left as it is: its idle connections serve later requests.
         let idle = if reuse {
@@ -319,8 +346,8 @@ impl Direct {
         let (mut connection, connect) = match idle {
             Some(connection) => (connection, None),
             None => {
-                let (connection, took) = self.open(&server).await?;
-                (connection, Some(took))
+                let (connection, opened) = self.open(&server).await?;
+                (connection, Some(opened))
             }
         };
         let (response, written) =
@@ -426,8 +453,14 @@ impl Direct {
         self.pool.take_all(&Server::of(url).key).len()
     }
 
-    pub(super) fn new(log: Arc<ConnectLog>, max_idle: usize, connect_timeout: Duration) -> Direct {
+    pub(super) fn new(
+        log: Arc<ConnectLog>,
+        max_idle: usize,
+        connect_timeout: Duration,
+        tls: &crate::tls::Trust,
+    ) -> Direct {
         Direct {
+            tls: tokio_rustls::TlsConnector::from(tls.client_config()),
             pool: Arc::new(Pool {
                 idle: Mutex::new(HashMap::new()),
                 max_idle,
@@ -437,21 +470,41 @@ impl Direct {
         }
     }
 
-    /// Opens a connection to `server`, timed and logged.
-    async fn open(&self, server: &Server<'_>) -> Result<(Connection, Duration), SendError> {
+    /// Opens a connection to `server`, timed (DNS, TCP, TLS apart) and logged.
+    async fn open(&self, server: &Server<'_>) -> Result<(Connection, Opened), SendError> {
         let started = Instant::now();
         // Boxed: the connect's state would otherwise sit in every request's future for its
         // whole life (10,000 streams hold 10,000 of them).
-        let opened = Box::pin(self.connect(server.host, server.port)).await;
-        let took = started.elapsed();
-        self.pool.log.record(took, opened.is_ok());
-        opened
-            .map(|connection| (connection, took))
-            .map_err(|(kind, detail)| SendError {
-                kind,
-                detail,
-                connect: None,
-            })
+        let opened = Box::pin(tokio::time::timeout(
+            self.connect_timeout,
+            self.connect(server),
+        ))
+        .await
+        .unwrap_or_else(|_| {
+            Err((
+                SendFailure::Connect,
+                format!(
+                    "cannot connect to the target: no connection within {} s",
+                    self.connect_timeout.as_secs_f64()
+                ),
+            ))
+        });
+        let total = started.elapsed();
+        match opened {
+            Ok((connection, dns, tls)) => {
+                let opened = Opened { total, dns, tls };
+                self.pool.log.record(opened, true);
+                Ok((connection, opened))
+            }
+            Err((kind, detail)) => {
+                self.pool.log.record(Opened::took(total), false);
+                Err(SendError {
+                    kind,
+                    detail,
+                    connect: None,
+                })
+            }
+        }
     }
 
     /// Sends a `GET` of `models` on `idle` (or, when there is none or it fails, on a new
@@ -469,7 +522,7 @@ impl Direct {
             headers: &[],
             template,
         };
-        let (head, _) = request(outgoing, &server.key);
+        let (head, _) = request(outgoing, &server.authority);
         loop {
             let reused = idle.is_some();
             let mut connection = match idle.take() {
@@ -492,64 +545,74 @@ impl Direct {
         }
     }
 
-    /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off.
-    async fn connect(&self, host: &str, port: u16) -> Result<Connection, (SendFailure, String)> {
-        let literal = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>();
-        let addresses: Vec<SocketAddr> = match literal {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => match tokio::net::lookup_host((host, port)).await {
-                Ok(found) => found.collect(),
-                Err(err) => {
-                    return Err((
-                        SendFailure::Connect,
-                        format!("cannot connect to the target: cannot resolve {host}: {err}"),
-                    ))
-                }
-            },
+    /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
+    /// and over `https://` the TLS handshake. With it, how long resolving the name and the
+    /// handshake took (`None`: not done).
+    async fn connect(&self, server: &Server<'_>) -> Result<Connected, (SendFailure, String)> {
+        let cannot = |why: String| {
+            (
+                SendFailure::Connect,
+                format!("cannot connect to the target: {why}"),
+            )
         };
-        let attempt = async {
-            let mut last_error = None;
-            for address in &addresses {
-                match tokio::net::TcpStream::connect(address).await {
-                    Ok(stream) => return Ok(stream),
-                    Err(err) => last_error = Some(err),
-                }
-            }
-            Err(last_error.unwrap_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no address found")
-            }))
-        };
-        let stream = match tokio::time::timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => {
-                return Err(match client_limit(&err) {
-                    Some(limit) => (SendFailure::ClientLimit, limit),
-                    None => (
-                        SendFailure::Connect,
-                        format!("cannot connect to the target: {err}"),
-                    ),
-                })
-            }
+        let host = server.host.trim_start_matches('[').trim_end_matches(']');
+        let (addresses, dns): (Vec<SocketAddr>, _) = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => (vec![SocketAddr::new(ip, server.port)], None),
             Err(_) => {
-                return Err((
-                    SendFailure::Connect,
-                    format!(
-                        "cannot connect to the target: no connection within {} s",
-                        self.connect_timeout.as_secs_f64()
-                    ),
-                ))
+                let started = Instant::now();
+                match tokio::net::lookup_host((host, server.port)).await {
+                    Ok(found) => (found.collect(), Some(started.elapsed())),
+                    Err(err) => return Err(cannot(format!("cannot resolve {host}: {err}"))),
+                }
             }
+        };
+        let mut last_error = None;
+        let mut stream = None;
+        for address in &addresses {
+            match TcpStream::connect(address).await {
+                Ok(connected) => {
+                    stream = Some(connected);
+                    break;
+                }
+                Err(err) => last_error = Some(err),
+            }
+        }
+        let Some(stream) = stream else {
+            let err = last_error.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no address found")
+            });
+            return Err(match client_limit(&err) {
+                Some(limit) => (SendFailure::ClientLimit, limit),
+                None => cannot(err.to_string()),
+            });
         };
         let _ = stream.set_nodelay(true);
-        Ok(Connection {
-            stream,
-            buffer: BytesMut::new(),
-        })
+        if !server.tls {
+            return Ok((Connection::over(Socket::Plain(stream)), dns, None));
+        }
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|_| cannot(format!("{host} is not a name TLS can check")))?;
+        let started = Instant::now();
+        match self.tls.connect(name, stream).await {
+            Ok(tls) => Ok((
+                Connection::over(Socket::Tls(Box::new(tls))),
+                dns,
+                Some(started.elapsed()),
+            )),
+            Err(err) => {
+                let cause = root_cause(&err);
+                Err(cannot(format!(
+                    "TLS handshake failed: {cause}{}",
+                    certificate_hint(&cause)
+                )))
+            }
+        }
     }
 }
+
+/// A connection just opened, how long resolving its server's name took and how long its TLS
+/// handshake took (`None`: not done).
+type Connected = (Connection, Option<Duration>, Option<Duration>);
 
 /// `outgoing` as a request to `key` (`host:port`) for the direct transport: the head of a
 /// `POST` of its body, or of a `GET`, and the body.

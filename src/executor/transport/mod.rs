@@ -1,20 +1,21 @@
 //! How a request reaches the server: an HTTP/1.1 connection of its own, taken from a pool or
 //! opened for it, and timed.
 //!
-//! Two transports speak for the executor. Plain `http://` targets (every self-hosted engine,
-//! and every test and benchmark) go through [`Direct`]: HTTP/1.1 written and read by the
-//! request's own task over a pooled socket ([`http1`] frames it), one connection per request
-//! in flight, IP literals connected without a resolver, each connection's setup timed for the
-//! request that opened it. It exists because the general-purpose client cost about 2.5× a bare
+//! Two transports speak for the executor. `http://` and `https://` targets (every self-hosted
+//! engine, hosted APIs, every test and benchmark) go through [`Direct`]: HTTP/1.1 written and
+//! read by the request's own task over a pooled socket ([`http1`] frames it; [`socket`] is TCP
+//! or rustls over it), one connection per request in flight, IP literals connected without a
+//! resolver, each connection's setup timed for the request that opened it (DNS, TCP and the
+//! TLS handshake apart). It exists because the general-purpose client cost about 2.5× a bare
 //! hyper connection per request (request building, pool bookkeeping and a dispatch channel
 //! sized for its request type: measured in docs/performance.md), a cost that lands on the
 //! first wave's TTFT when hundreds of streams start at once; and because hyper's own
 //! connection hands a chunked body over one chunk at a time, a token at a time from a
 //! streaming server, where a read's chunks can be one piece (see [`http1`] for the numbers).
-//! `https://` targets, and any target while an HTTP proxy is configured in the environment, go
-//! through reqwest, which brings TLS and proxies; its connector is wrapped to time the
-//! connections it opens, and a task-local slot gives each request the setup time of the
-//! connection it opened.
+//! A target whose scheme has a proxy configured in the environment goes through reqwest,
+//! which speaks to proxies; its connector is wrapped to time the connections it opens (in all:
+//! the proxy's tunnel hides the parts), and a task-local slot gives each request the setup
+//! time of the connection it opened. Both use the run's one TLS configuration (`crate::tls`).
 //!
 //! Each transport is a file of its own behind one trait, [`Client`]: [`direct`] and
 //! [`via_reqwest`]; [`Transport`] picks one per URL. Every connection either opens is logged in
@@ -25,6 +26,7 @@
 
 mod direct;
 mod http1;
+mod socket;
 mod via_reqwest;
 
 use std::pin::Pin;
@@ -79,9 +81,9 @@ pub struct Response {
     pub server_request_id: Option<String>,
     /// The body, read frame by frame as it arrives.
     pub body: ResponseBody,
-    /// How long opening a new connection for this request took (TCP connect, and the TLS
-    /// handshake over HTTPS); `None` when it reused an open one.
-    pub connect: Option<Duration>,
+    /// How long opening a new connection for this request took; `None` when it reused an
+    /// open one.
+    pub connect: Option<Opened>,
     /// When the request's last byte was handed to the connection's socket (the direct
     /// transport; `None` where it cannot tell).
     pub written: Option<tokio::time::Instant>,
@@ -95,7 +97,46 @@ pub struct SendError {
     /// What happened, in a sentence (never a header).
     pub detail: String,
     /// How long opening the connection took, if one was opened.
-    pub connect: Option<Duration>,
+    pub connect: Option<Opened>,
+}
+
+/// How long opening a connection took: in all, and the parts a transport can tell apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Opened {
+    /// From the start to a connection ready for the request: resolving the name, TCP's
+    /// handshake, and TLS's over `https://`.
+    pub total: Duration,
+    /// Resolving the host's name; `None` for an IP address, or where not told apart (reqwest).
+    pub dns: Option<Duration>,
+    /// The TLS handshake; `None` over plain TCP, or where not told apart (reqwest).
+    pub tls: Option<Duration>,
+}
+
+impl Opened {
+    /// A connection whose opening is known only in all.
+    pub(super) fn took(total: Duration) -> Opened {
+        Opened {
+            total,
+            dns: None,
+            tls: None,
+        }
+    }
+}
+
+/// What to do about a certificate the TLS handshake refused: the target's, signed by a CA of
+/// its own (an internal endpoint) that the public and platform roots do not hold; or the
+/// client's, which a mutual-TLS server asked for and did not get or did not accept.
+pub(super) fn certificate_hint(cause: &str) -> &'static str {
+    if cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate") {
+        " (its certificate is signed by a CA llmload does not trust: name that CA's PEM file with \
+         `ca-file` in the target, or in SSL_CERT_FILE)"
+    } else if cause.contains("CertificateRequired") {
+        " (the server asks for a client certificate: give one with `client-cert` in the target)"
+    } else if cause.contains("alert: BadCertificate") || cause.contains("alert: UnknownCA") {
+        " (the server did not accept the client certificate: check `client-cert`)"
+    } else {
+        ""
+    }
 }
 
 /// The kinds of [`SendError`].
@@ -152,13 +193,13 @@ impl ResponseBody {
 /// Every connection the client opened: when it was ready, how long it took, whether it worked.
 #[derive(Default)]
 pub struct ConnectLog {
-    opened: Mutex<Vec<(Instant, Duration, bool)>>,
+    opened: Mutex<Vec<(Instant, Opened, bool)>>,
     /// When a connection was dropped because the server sent bytes no request asked for.
     stray: Mutex<Vec<Instant>>,
 }
 
 impl ConnectLog {
-    pub(crate) fn record(&self, took: Duration, ok: bool) {
+    pub(crate) fn record(&self, took: Opened, ok: bool) {
         if let Ok(mut opened) = self.opened.lock() {
             opened.push((Instant::now(), took, ok));
         }
@@ -174,13 +215,15 @@ impl ConnectLog {
 
     /// The connections that were ready between `from` and `to`, and how long they took.
     pub fn between(&self, from: Instant, to: Instant, warmed: u64) -> Connections {
-        let mut took: Vec<f64> = Vec::new();
+        let (mut took, mut tls): (Vec<f64>, Vec<f64>) = Default::default();
         let mut failed = 0;
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         if let Ok(opened) = self.opened.lock() {
-            for &(at, duration, ok) in opened.iter() {
+            for &(at, opened, ok) in opened.iter() {
                 if at >= from && at <= to {
                     if ok {
-                        took.push(duration.as_secs_f64() * 1000.0);
+                        took.push(ms(opened.total));
+                        tls.extend(opened.tls.map(ms));
                     } else {
                         failed += 1;
                     }
@@ -188,6 +231,7 @@ impl ConnectLog {
             }
         }
         took.sort_by(f64::total_cmp);
+        tls.sort_by(f64::total_cmp);
         let stray = self.stray.lock().map_or(0, |stray| {
             stray.iter().filter(|&&at| at >= from && at <= to).count() as u64
         });
@@ -198,6 +242,7 @@ impl ConnectLog {
             failed,
             connect_ms_p50: took.get(took.len() / 2).copied(),
             connect_ms_max: took.last().copied(),
+            tls_ms_p50: tls.get(tls.len() / 2).copied(),
         }
     }
 }
@@ -222,8 +267,9 @@ pub(super) trait Client {
 pub struct Transport {
     direct: Direct,
     reqwest: ViaReqwest,
-    /// reqwest for `http://` too: an HTTP proxy is configured in the environment.
-    proxied: bool,
+    /// Whether a proxy is configured in the environment for `http://` and for `https://`
+    /// targets: then reqwest carries them (it speaks to proxies, and honours `NO_PROXY`).
+    proxied: [bool; 2],
 }
 
 impl Transport {
@@ -233,18 +279,24 @@ impl Transport {
         log: Arc<ConnectLog>,
         max_idle: usize,
         connect_timeout: Duration,
-        roots: &[reqwest::Certificate],
+        tls: &crate::tls::Trust,
     ) -> Result<Self, via_reqwest::ClientBuildError> {
         Ok(Transport {
-            reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout, roots)?,
-            direct: Direct::new(log, max_idle, connect_timeout),
-            proxied: http_proxy_configured(),
+            reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout, tls)?,
+            direct: Direct::new(log, max_idle, connect_timeout, tls),
+            proxied: [Scheme::Http, Scheme::Https]
+                .map(|scheme| proxy_configured(scheme, std::env::vars_os())),
         })
     }
 
-    /// Whether `url` goes over the direct transport.
+    /// Whether `url` goes over the direct transport: `http://` and `https://`, unless a proxy
+    /// is configured for its scheme.
     fn direct_for(&self, url: &Url) -> bool {
-        url.scheme() == "http" && !self.proxied
+        match url.scheme() {
+            "http" => !self.proxied[Scheme::Http as usize],
+            "https" => !self.proxied[Scheme::Https as usize],
+            _ => false,
+        }
     }
 
     /// Sends `outgoing` and returns the response's head once it arrives.
@@ -305,12 +357,29 @@ pub(super) fn too_slow() -> String {
 /// client's peak memory by 10–15 MB).
 pub(super) const WARM_AT_ONCE: usize = 256;
 
-/// Whether the environment configures a proxy for plain HTTP (reqwest honours it; the direct
-/// transport does not speak to proxies).
-fn http_proxy_configured() -> bool {
-    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
-        .iter()
-        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+/// A target URL's scheme, as proxies are configured per scheme.
+#[derive(Clone, Copy)]
+enum Scheme {
+    Http = 0,
+    Https = 1,
+}
+
+/// Whether the environment `vars` configures a proxy for `scheme`, as reqwest reads them
+/// (`http_proxy`, `https_proxy`, `all_proxy`, either case): reqwest then carries such targets,
+/// as the direct transport does not speak to proxies. (`NO_PROXY` is left to reqwest: a target
+/// it exempts still goes through reqwest, directly, at reqwest's cost.)
+fn proxy_configured(
+    scheme: Scheme,
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> bool {
+    let own = match scheme {
+        Scheme::Http => "http_proxy",
+        Scheme::Https => "https_proxy",
+    };
+    vars.into_iter().any(|(name, value)| {
+        let name = name.to_string_lossy().to_ascii_lowercase();
+        (name == own || name == "all_proxy") && !value.is_empty()
+    })
 }
 
 /// When an I/O failure is the client itself running out of something (file descriptors,
@@ -392,10 +461,40 @@ mod tests {
     /// through reqwest for plain HTTP as it does when a proxy is configured.
     fn logged_transport(max_idle: usize, proxied: bool) -> (Arc<ConnectLog>, Transport) {
         let log = Arc::new(ConnectLog::default());
-        let mut transport =
-            Transport::new(log.clone(), max_idle, Duration::from_secs(5), &[]).unwrap();
-        transport.proxied = proxied;
+        let mut transport = Transport::new(
+            log.clone(),
+            max_idle,
+            Duration::from_secs(5),
+            &Default::default(),
+        )
+        .unwrap();
+        transport.proxied = [proxied; 2];
         (log, transport)
+    }
+
+    /// A proxy for a scheme sends that scheme's targets through reqwest; `all_proxy` both.
+    #[test]
+    fn a_proxy_is_configured_per_scheme() {
+        let vars = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect::<Vec<(std::ffi::OsString, std::ffi::OsString)>>()
+        };
+        type Env<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Env, [bool; 2])] = &[
+            (&[], [false, false]),
+            (&[("HTTPS_PROXY", "http://p:3128")], [false, true]),
+            (&[("http_proxy", "http://p:3128")], [true, false]),
+            (&[("ALL_PROXY", "socks5://p")], [true, true]),
+            (&[("https_proxy", "")], [false, false]),
+            (&[("NO_PROXY", "*")], [false, false]),
+        ];
+        for (env, expected) in cases {
+            let got = [Scheme::Http, Scheme::Https]
+                .map(|scheme| proxy_configured(scheme, vars(env).into_iter()));
+            assert_eq!(got, *expected, "{env:?}");
+        }
     }
 
     /// Both transports, over loopback to the simulator: a first request opens a connection and
@@ -794,14 +893,19 @@ mod tests {
     fn connections_are_counted_in_their_window() {
         let log = ConnectLog::default();
         let before = Instant::now();
-        log.record(Duration::from_millis(3), true);
-        log.record(Duration::from_millis(9), true);
-        log.record(Duration::from_millis(1), false);
+        let over_tls = |total, tls| Opened {
+            tls: Some(Duration::from_millis(tls)),
+            ..Opened::took(Duration::from_millis(total))
+        };
+        log.record(over_tls(3, 2), true);
+        log.record(over_tls(9, 5), true);
+        log.record(Opened::took(Duration::from_millis(1)), false);
         let after = Instant::now();
         let c = log.between(before, after, 4);
         assert_eq!((c.warmed, c.opened, c.failed), (4, 2, 1));
         assert_eq!(c.connect_ms_max, Some(9.0));
         assert_eq!(c.connect_ms_p50, Some(9.0));
+        assert_eq!(c.tls_ms_p50, Some(5.0));
         let none = log.between(
             after + Duration::from_secs(1),
             after + Duration::from_secs(2),

@@ -13,22 +13,11 @@ use reqwest::Url;
 use tokio::time::Instant;
 
 use super::{
-    client_limit, too_slow, Client, ConnectLog, Outgoing, Response, ResponseBody, SendError,
-    SendFailure, WARM_TIMEOUT,
+    certificate_hint, client_limit, too_slow, Client, ConnectLog, Opened, Outgoing, Response,
+    ResponseBody, SendError, SendFailure, WARM_TIMEOUT,
 };
 use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
-
-/// What to do when the target's certificate is not trusted: an internal endpoint is signed by
-/// a CA of its own, which the public roots compiled in do not hold.
-fn certificate_hint(cause: &str) -> &'static str {
-    if cause.contains("UnknownIssuer") || cause.contains("invalid peer certificate") {
-        " (its certificate is signed by a CA llmload does not trust: name that CA's PEM file with \
-         `ca-file` in the target, or in SSL_CERT_FILE)"
-    } else {
-        ""
-    }
-}
 
 /// reqwest, with every connection it opens logged and timed.
 pub(super) struct ViaReqwest {
@@ -45,10 +34,11 @@ impl ViaReqwest {
         log: Arc<ConnectLog>,
         max_idle: usize,
         connect_timeout: Duration,
-        roots: &[reqwest::Certificate],
+        tls: &crate::tls::Trust,
     ) -> Result<ViaReqwest, ClientBuildError> {
-        // The public roots compiled in, and any the plan or SSL_CERT_FILE add.
-        let client = crate::tls::trusting(roots)
+        // The run's one TLS configuration: the direct transport's too.
+        let client = tls
+            .reqwest_builder()
             .connector_layer(Timed { log })
             .tcp_nodelay(true)
             .pool_max_idle_per_host(max_idle)
@@ -142,7 +132,7 @@ async fn send_reqwest(
         .await;
     let connect = match opened.load(Ordering::Relaxed) {
         0 => None,
-        us => Some(Duration::from_micros(us - 1)),
+        us => Some(Opened::took(Duration::from_micros(us - 1))),
     };
     match sent {
         Ok(response) => Ok(Response {
@@ -280,7 +270,7 @@ where
         Box::pin(async move {
             let result = connecting.await;
             let took = started.elapsed();
-            log.record(took, result.is_ok());
+            log.record(Opened::took(took), result.is_ok());
             if let (Some(slot), true) = (for_request, result.is_ok()) {
                 slot.store(took.as_micros() as u64 + 1, Ordering::Relaxed);
             }

@@ -114,6 +114,8 @@ codes! {
     ConnectionRetries = "connection-retries", Note;
     /// The target is not streamed.
     NotStreaming = "not-streaming", Note;
+    /// The target's TLS certificate went unchecked.
+    TlsUnverified = "tls-unverified", Warning;
     /// The server's metrics were scraped.
     Telemetry = "telemetry", Note;
     /// Some scrapes failed.

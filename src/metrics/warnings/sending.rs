@@ -26,11 +26,16 @@ pub(super) fn sending(run: &Run, out: &mut Vec<Warning>) {
         let connect = &phase.metrics[crate::dist!(Connect)];
         if phase.requests.new_connections > 0 && connect.max.unwrap_or(0.0) >= 1.0 {
             let warmed = phase.connections.map_or(0, |c| c.warmed);
+            // Cold connections to an https:// target pay a handshake each: said apart.
+            let tls = match phase.metrics[crate::dist!(Tls)].p50 {
+                Some(p50) => format!(", of which the TLS handshake p50 {p50:.2} ms"),
+                None => String::new(),
+            };
             out.push(note(
                 Code::ConnectionsOpened,
                 format!(
                     "phase \"{}\": {} request(s) opened a new connection{} (connect p50 {:.2} ms, p99 {:.2} ms, \
-                     max {:.2} ms); their TTFT includes it",
+                     max {:.2} ms{tls}); their TTFT includes it",
                     phase.name,
                     phase.requests.new_connections,
                     if warmed > 0 {

@@ -1,6 +1,7 @@
-//! What the transport says: requests re-sent on a fresh connection, answers not streamed.
+//! What the transport says: requests re-sent on a fresh connection, answers not streamed, a
+//! server whose certificate went unchecked.
 
-use super::{note, Code, Run, Warning};
+use super::{note, warning, Code, Run, Warning};
 
 /// The run's warnings and notes of this family.
 pub(super) fn transport(run: &Run, out: &mut Vec<Warning>) {
@@ -15,6 +16,15 @@ pub(super) fn transport(run: &Run, out: &mut Vec<Warning>) {
                  it had left open before answering on it; their send time is the re-send's",
                 overall.requests.connection_retries
             ),
+        ));
+    }
+    if run.header.is_some_and(|h| h.tls_unverified) {
+        out.push(warning(
+            Code::TlsUnverified,
+            "the target's TLS certificate was not checked (`tls-verify #false`): nothing proves \
+             which server answered at its address, or that nothing sat between it and the client; \
+             fit for a test rig, not for a claim about a server"
+                .into(),
         ));
     }
     if !stream {

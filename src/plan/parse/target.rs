@@ -33,6 +33,8 @@ struct Fields {
     tools_file: Option<(String, String)>,
     response_format: Option<ResponseFormat>,
     ca_file: Option<(String, std::sync::Arc<String>)>,
+    client_cert: Option<crate::plan::ClientCertificate>,
+    tls_verify: bool,
 }
 
 /// A node's `rpm=` and `tpm=`, requests and tokens per minute, at least one of them: a key's
@@ -104,6 +106,14 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     }),
     ("api-key", api_key),
     ("ca-file", ca_file),
+    ("client-cert", client_cert),
+    ("tls-verify", |cx, node, t| {
+        let usage =
+            "tls-verify #false (a test rig's certificate goes unchecked; said in every output)";
+        if let Some(verify) = cx.single(node, usage, Flag) {
+            t.tls_verify = verify;
+        }
+    }),
     ("stream", |cx, node, t| {
         if let Some(b) = cx.single(node, "stream #true", Flag) {
             t.stream = b;
@@ -394,6 +404,74 @@ fn ca_file(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             format!("{} holds no CA certificate llmload can use: {why}", path.display()),
             "not PEM certificates",
             "give a PEM file of one or more `-----BEGIN CERTIFICATE-----` blocks (the CA that signed the server's certificate)",
+        ),
+    }
+}
+
+/// `client-cert "client.pem" key="client-key.pem"`: the certificate chain a server asking for
+/// one (mutual TLS) is shown, and its private key. Both read and checked here, so a wrong file
+/// or a key that is not the certificate's is a plan mistake; neither text is ever shown.
+fn client_cert(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    let usage = "client-cert \"client.pem\" key=\"client-key.pem\" (PEM files)";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["key"], usage);
+    let Some(cert) = cx.arg(node, usage, Text) else {
+        return;
+    };
+    let Ok(Some(key)) = cx.prop(node, "key", usage, Text) else {
+        if property(node, "key").is_none() {
+            cx.error(
+                node.name().span(),
+                "`client-cert` needs the certificate's private key",
+                "key missing",
+                format!("write it as: {usage}"),
+            );
+        }
+        return;
+    };
+    if !cx.check_files {
+        t.client_cert = Some(crate::plan::ClientCertificate {
+            cert: (cert, Default::default()),
+            key: (key, Default::default()),
+        });
+        return;
+    }
+    let cert_span = positional(node).next().map_or(node.span(), |e| e.span());
+    let key_span = property(node, "key").map_or(node.span(), |e| e.span());
+    let cert_text = super::datafile::read(cx, cert_span, &cert, "client certificate");
+    let key_text = super::datafile::read(cx, key_span, &key, "client key");
+    let (Some((cert_path, cert_text, _)), Some((_, key_text, _))) = (cert_text, key_text) else {
+        return;
+    };
+    let chain = match crate::tls::certificates(cert_text.as_bytes()) {
+        Ok(chain) => chain,
+        Err(why) => {
+            return cx.error(
+                cert_span,
+                format!("{} holds no certificate llmload can use: {why}", cert_path.display()),
+                "not PEM certificates",
+                "give the client's certificate (and its intermediates) as `-----BEGIN CERTIFICATE-----` blocks",
+            )
+        }
+    };
+    let identity = crate::tls::private_key(key_text.as_bytes()).and_then(|key| {
+        crate::tls::Trust::new(crate::tls::TrustSettings {
+            identity: Some((chain, key)),
+            ..Default::default()
+        })
+    });
+    match identity {
+        Ok(_) => {
+            t.client_cert = Some(crate::plan::ClientCertificate {
+                cert: (cert, cert_text),
+                key: (key, key_text),
+            })
+        }
+        Err(why) => cx.error(
+            key_span,
+            format!("`{key}` cannot be the client certificate's key: {why}"),
+            "not the certificate's key",
+            "give the PEM private key (PKCS#8 `BEGIN PRIVATE KEY`, or an RSA or EC key) made with the certificate",
         ),
     }
 }
@@ -848,6 +926,8 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         tools_file: None,
         response_format: None,
         ca_file: None,
+        client_cert: None,
+        tls_verify: true,
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
@@ -894,5 +974,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         tools_file: fields.tools_file,
         response_format: fields.response_format,
         ca_file: fields.ca_file,
+        client_cert: fields.client_cert,
+        tls_verify: fields.tls_verify,
     })
 }
