@@ -9,7 +9,8 @@ use crate::plan::Plan;
 use crate::secrets::Secrets;
 
 /// A target's URL taken apart, so that every connection of a run treats it alike: the API root
-/// (scheme, host, port, the path ending in `/v1`), the query it carried (kept on every request,
+/// (scheme, host, port, the path ending in `/v1`, or an Azure OpenAI deployment's
+/// `/openai/deployments/NAME`), the query it carried (kept on every request,
 /// after each endpoint's path), and the `user:password@` it carried, sent as HTTP Basic
 /// authentication on every connection (requests, the connection warm-up, `/metrics`,
 /// `/version`) and shown nowhere.
@@ -28,7 +29,8 @@ fn is_secret_parameter(name: &str) -> bool {
 }
 
 impl TargetUrl {
-    /// `http://host:8000`, `http://host:8000/v1/` or `http://u:p@host/v1?api-version=1`.
+    /// `http://host:8000`, `http://host:8000/v1/`, `http://u:p@host/v1?api-version=1`, or
+    /// Azure's `https://NAME.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=…`.
     pub fn parse(text: &str) -> Result<TargetUrl> {
         let mut url = reqwest::Url::parse(text.trim())
             .map_err(|e| Error::usage(format!("{} is not a URL: {e}", redact_url(text))))?;
@@ -45,7 +47,7 @@ impl TargetUrl {
         let _ = url.set_password(None);
         url.set_fragment(None);
         let path = url.path().trim_end_matches('/').to_string();
-        if !path.ends_with("/v1") {
+        if !path.ends_with("/v1") && !is_azure_deployment(&path) {
             url.set_path(&format!("{path}/v1"));
         } else {
             url.set_path(&path);
@@ -99,6 +101,15 @@ impl TargetUrl {
         value.set_sensitive(true);
         Some((reqwest::header::AUTHORIZATION, value))
     }
+}
+
+/// Whether `path` is an Azure OpenAI deployment's root (`…/openai/deployments/NAME`), under
+/// which the endpoints' paths go as they are (`/chat/completions`), with no `/v1`.
+fn is_azure_deployment(path: &str) -> bool {
+    let Some((before, name)) = path.rsplit_once('/') else {
+        return false;
+    };
+    !name.is_empty() && before.ends_with("/openai/deployments")
 }
 
 fn percent_decoded(text: &str) -> String {
@@ -301,6 +312,22 @@ mod tests {
     fn the_api_root_with_or_without_v1_keeps_its_query_after_every_path() {
         let root = |text: &str| TargetUrl::parse(text).unwrap();
         assert_eq!(root("http://h:8000").shown(), "http://h:8000/v1");
+        // Azure OpenAI: the deployment is the root, its api-version on every request.
+        let azure =
+            root("https://r.openai.azure.com/openai/deployments/gpt-4o/?api-version=2024-10-21");
+        assert_eq!(
+            azure.endpoint("/chat/completions").as_str(),
+            "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+        );
+        // Its v1 API is a /v1 root like any other; a deployments list is no deployment.
+        assert_eq!(
+            root("https://r.openai.azure.com/openai/v1").shown(),
+            "https://r.openai.azure.com/openai/v1"
+        );
+        assert_eq!(
+            root("http://h:1/openai/deployments").shown(),
+            "http://h:1/openai/deployments/v1"
+        );
         assert_eq!(root("http://h:8000/").shown(), "http://h:8000/v1");
         assert_eq!(root("http://h:8000/v1/").shown(), "http://h:8000/v1");
         assert_eq!(

@@ -323,19 +323,41 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     Ok(within_limits(shared, wire, request, arrived, request_ids).await)
 }
 
-/// As vLLM's --api-key: every /v1 route wants the key; /health, /metrics, /version do not.
+/// As vLLM's --api-key: every /v1 route (and an Azure deployment's) wants the key, as
+/// `Authorization: Bearer`, Anthropic's `x-api-key` or Azure's `api-key`; /health, /metrics,
+/// /version do not.
 fn unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<Response<Body>> {
     let required = shared.required_key.as_ref()?;
     let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
     let bearer =
         header(hyper::header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
-    let given = bearer.or_else(|| header("x-api-key"));
-    (req.uri().path().starts_with("/v1/") && given != Some(required.as_str())).then(|| {
+    let given = bearer
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("api-key"));
+    let path = req.uri().path();
+    let guarded = path.starts_with("/v1/") || path.starts_with(AZURE_DEPLOYMENTS);
+    (guarded && given != Some(required.as_str())).then(|| {
         json_response(
             StatusCode::UNAUTHORIZED,
             serde_json::json!({"error": "Unauthorized"}),
         )
     })
+}
+
+/// Where Azure OpenAI serves a deployment's endpoints: `/openai/deployments/NAME/chat/completions`.
+const AZURE_DEPLOYMENTS: &str = "/openai/deployments/";
+
+/// An Azure deployment's endpoint as the `/v1` one it is (`/v1/chat/completions`), and whether
+/// the request names the `api-version` Azure requires; `None` for any other path.
+fn azure_endpoint(path: &str, query: Option<&str>) -> Option<(String, bool)> {
+    let (_deployment, endpoint) = path.strip_prefix(AZURE_DEPLOYMENTS)?.split_once('/')?;
+    let versioned = query.is_some_and(|q| {
+        q.split('&').any(|pair| {
+            pair.strip_prefix("api-version=")
+                .is_some_and(|v| !v.is_empty())
+        })
+    });
+    Some((format!("/v1/{endpoint}"), versioned))
 }
 
 /// The API a POST speaks, by its path; `Err` with the answer of any other route (the model
@@ -345,6 +367,24 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Result<Wire, Box<Response<
     if req.method() == Method::POST {
         if let Some(wire) = Wire::from_path(path) {
             return Ok(wire);
+        }
+        // As Azure OpenAI: a deployment's endpoint, refused without its api-version.
+        match azure_endpoint(path, req.uri().query()) {
+            Some((_, false)) => {
+                return Err(Box::new(json_response(
+                    StatusCode::NOT_FOUND,
+                    serde_json::json!({"error": {
+                        "code": "404",
+                        "message": "Resource not found (the api-version query parameter is required)",
+                    }}),
+                )))
+            }
+            Some((endpoint, true)) => {
+                if let Some(wire) = Wire::from_path(&endpoint) {
+                    return Ok(wire);
+                }
+            }
+            None => {}
         }
     }
     Err(Box::new(match (req.method(), path) {

@@ -251,9 +251,16 @@ impl SimProcess {
     }
 
     pub fn start_with(args: &[&str]) -> SimProcess {
+        SimProcess::start_with_env(args, &[])
+    }
+
+    /// [`SimProcess::start_with`], with `env` set for the simulator alone (the key a `sim {
+    /// api-key env= }` profile requires).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> SimProcess {
         let child = llmload()
             .args(["sim", "--port", "0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
