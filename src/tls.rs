@@ -170,6 +170,13 @@ impl Trust {
         self.config.clone()
     }
 
+    /// The same, offering `protocols` by ALPN instead of HTTP/1.1 (`h2` for HTTP/2).
+    pub fn client_config_for(&self, protocols: &[&[u8]]) -> Arc<ClientConfig> {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+
     /// Whether server certificates go unchecked.
     pub fn skips_verification(&self) -> bool {
         self.skip_verify

@@ -56,6 +56,8 @@ const BODIES_AHEAD: usize = 512;
 pub struct RunConfig {
     /// How each request is spoken.
     pub template: RequestTemplate,
+    /// The HTTP version requests are spoken in.
+    pub http: crate::plan::HttpVersion,
     /// How the requests of phases with a model or endpoint of their own are spoken, by phase.
     pub phase_templates: std::collections::BTreeMap<usize, RequestTemplate>,
     /// Open the connections each group of phases needs before its clock starts.
@@ -120,6 +122,7 @@ pub async fn run_from(
         pool,
         config.template.timeout.min(Duration::from_secs(10)),
         &config.tls,
+        config.http,
     )
     .map_err(|e| Error::run(e.to_string()))?;
     let checked = check_target(&config, &transport).await;

@@ -93,7 +93,34 @@ pub struct Target {
     /// Whether the server's certificate is checked (`tls-verify #false`: not, for test rigs;
     /// every output says so).
     pub tls_verify: bool,
+    /// The HTTP version requests are spoken in (`http`).
+    pub http: HttpVersion,
 }
+
+/// `http "1.1"` (the default: a connection per request in flight), `http "2" streams=100`
+/// (requests multiplexed on as few connections as hold them, `streams` each), or `http "auto"`
+/// (HTTP/2 where the server agrees to it in the TLS handshake, else HTTP/1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpVersion {
+    /// HTTP/1.1.
+    #[default]
+    Http1,
+    /// HTTP/2, with at most `streams` requests in flight on a connection.
+    Http2 {
+        /// Streams per connection before another is opened.
+        streams: u32,
+    },
+    /// HTTP/2 over `https://` when the server's ALPN answer is `h2`, else HTTP/1.1 (and
+    /// always over `http://`, where nothing is agreed).
+    Auto {
+        /// Streams per HTTP/2 connection before another is opened.
+        streams: u32,
+    },
+}
+
+/// The streams an HTTP/2 connection carries before another opens: what servers commonly allow
+/// at once (nginx, Envoy and Go's HTTP/2 servers default to 100 to 250).
+pub const DEFAULT_HTTP2_STREAMS: u32 = 100;
 
 /// `client-cert "client.pem" key="client-key.pem"`: a certificate chain and its private key,
 /// read when the plan is read (empty texts when it was read without its files).

@@ -88,6 +88,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         };
         let config = RunConfig {
             answers,
+            http: plan.target.http,
             template,
             phase_templates,
             warm_connections: plan.target.warm_connections,

@@ -246,7 +246,11 @@ pub async fn serve_with(
                     let tls = tls.clone();
                     tokio::spawn(async move {
                         let service = service_fn(move |req| handle(req, shared.clone()));
-                        let http = hyper::server::conn::http1::Builder::new();
+                        // HTTP/1.1, or HTTP/2 when the client opens with its preface (h2c
+                        // with prior knowledge) or agreed to it by ALPN.
+                        let http = hyper_util::server::conn::auto::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        );
                         let _ = match tls {
                             None => http.serve_connection(TokioIo::new(socket), service).await,
                             // A handshake that fails (a client that does not trust the

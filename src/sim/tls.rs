@@ -27,7 +27,7 @@ pub struct TlsFiles<'a> {
     pub client_ca: Option<&'a [u8]>,
 }
 
-/// A server configuration for `files`, offering HTTP/1.1 by ALPN.
+/// A server configuration for `files`, offering HTTP/2 and HTTP/1.1 by ALPN.
 pub fn server_config(files: TlsFiles<'_>) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let fail = |what: &str| TlsSetupError(what.to_string());
     let chain = CertificateDer::pem_slice_iter(files.cert)
@@ -60,6 +60,6 @@ pub fn server_config(files: TlsFiles<'_>) -> Result<Arc<ServerConfig>, TlsSetupE
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| TlsSetupError(format!("the certificate and key: {e}")))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

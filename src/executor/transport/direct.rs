@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io::IoSlice;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,16 +13,14 @@ use futures_util::StreamExt;
 use reqwest::header::HeaderValue;
 use reqwest::Url;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::http1::{self, BodyReader, Head};
-use super::socket::{Idle, Socket};
+use super::socket::{self, Dial, Idle, Socket};
 use super::{
-    certificate_hint, client_limit, too_slow, BrokenBody, Client, ConnectLog, Opened, Outgoing,
-    Response, ResponseBody, SendError, SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
+    certificate_hint, too_slow, BrokenBody, Client, ConnectLog, Opened, Outgoing, Response,
+    ResponseBody, SendError, SendFailure, WARM_AT_ONCE, WARM_TIMEOUT,
 };
-use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
 
 /// The direct HTTP/1.1 transport.
@@ -472,39 +469,16 @@ impl Direct {
 
     /// Opens a connection to `server`, timed (DNS, TCP, TLS apart) and logged.
     async fn open(&self, server: &Server<'_>) -> Result<(Connection, Opened), SendError> {
-        let started = Instant::now();
+        let dial = Dial {
+            host: server.host,
+            port: server.port,
+            tls: server.tls.then_some(&self.tls),
+            timeout: self.connect_timeout,
+        };
         // Boxed: the connect's state would otherwise sit in every request's future for its
         // whole life (10,000 streams hold 10,000 of them).
-        let opened = Box::pin(tokio::time::timeout(
-            self.connect_timeout,
-            self.connect(server),
-        ))
-        .await
-        .unwrap_or_else(|_| {
-            Err((
-                SendFailure::Connect,
-                format!(
-                    "cannot connect to the target: no connection within {} s",
-                    self.connect_timeout.as_secs_f64()
-                ),
-            ))
-        });
-        let total = started.elapsed();
-        match opened {
-            Ok((connection, dns, tls)) => {
-                let opened = Opened { total, dns, tls };
-                self.pool.log.record(opened, true);
-                Ok((connection, opened))
-            }
-            Err((kind, detail)) => {
-                self.pool.log.record(Opened::took(total), false);
-                Err(SendError {
-                    kind,
-                    detail,
-                    connect: None,
-                })
-            }
-        }
+        let (socket, opened) = Box::pin(socket::open(dial, &self.pool.log)).await?;
+        Ok((Connection::over(socket), opened))
     }
 
     /// Sends a `GET` of `models` on `idle` (or, when there is none or it fails, on a new
@@ -544,75 +518,7 @@ impl Direct {
             return Ok(());
         }
     }
-
-    /// Opens a connection: the address (an IP literal needs no resolver), TCP with Nagle off,
-    /// and over `https://` the TLS handshake. With it, how long resolving the name and the
-    /// handshake took (`None`: not done).
-    async fn connect(&self, server: &Server<'_>) -> Result<Connected, (SendFailure, String)> {
-        let cannot = |why: String| {
-            (
-                SendFailure::Connect,
-                format!("cannot connect to the target: {why}"),
-            )
-        };
-        let host = server.host.trim_start_matches('[').trim_end_matches(']');
-        let (addresses, dns): (Vec<SocketAddr>, _) = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => (vec![SocketAddr::new(ip, server.port)], None),
-            Err(_) => {
-                let started = Instant::now();
-                match tokio::net::lookup_host((host, server.port)).await {
-                    Ok(found) => (found.collect(), Some(started.elapsed())),
-                    Err(err) => return Err(cannot(format!("cannot resolve {host}: {err}"))),
-                }
-            }
-        };
-        let mut last_error = None;
-        let mut stream = None;
-        for address in &addresses {
-            match TcpStream::connect(address).await {
-                Ok(connected) => {
-                    stream = Some(connected);
-                    break;
-                }
-                Err(err) => last_error = Some(err),
-            }
-        }
-        let Some(stream) = stream else {
-            let err = last_error.unwrap_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no address found")
-            });
-            return Err(match client_limit(&err) {
-                Some(limit) => (SendFailure::ClientLimit, limit),
-                None => cannot(err.to_string()),
-            });
-        };
-        let _ = stream.set_nodelay(true);
-        if !server.tls {
-            return Ok((Connection::over(Socket::Plain(stream)), dns, None));
-        }
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())
-            .map_err(|_| cannot(format!("{host} is not a name TLS can check")))?;
-        let started = Instant::now();
-        match self.tls.connect(name, stream).await {
-            Ok(tls) => Ok((
-                Connection::over(Socket::Tls(Box::new(tls))),
-                dns,
-                Some(started.elapsed()),
-            )),
-            Err(err) => {
-                let cause = root_cause(&err);
-                Err(cannot(format!(
-                    "TLS handshake failed: {cause}{}",
-                    certificate_hint(&cause)
-                )))
-            }
-        }
-    }
 }
-
-/// A connection just opened, how long resolving its server's name took and how long its TLS
-/// handshake took (`None`: not done).
-type Connected = (Connection, Option<Duration>, Option<Duration>);
 
 /// `outgoing` as a request to `key` (`host:port`) for the direct transport: the head of a
 /// `POST` of its body, or of a `GET`, and the body.

@@ -17,7 +17,10 @@
 //! the proxy's tunnel hides the parts), and a task-local slot gives each request the setup
 //! time of the connection it opened. Both use the run's one TLS configuration (`crate::tls`).
 //!
-//! Each transport is a file of its own behind one trait, [`Client`]: [`direct`] and
+//! With `http "2"`, [`http2`] carries them instead: hyper's HTTP/2 client over connections
+//! opened as the direct transport's are, requests multiplexed as streams.
+//!
+//! Each transport is a file of its own behind one trait, [`Client`]: [`direct`], [`http2`] and
 //! [`via_reqwest`]; [`Transport`] picks one per URL. Every connection either opens is logged in
 //! a [`ConnectLog`].
 //!
@@ -26,6 +29,7 @@
 
 mod direct;
 mod http1;
+mod http2;
 mod socket;
 mod via_reqwest;
 
@@ -43,9 +47,11 @@ use super::template::RequestTemplate;
 use crate::error::root_cause;
 use crate::records::Connections;
 use direct::{Direct, DirectBody};
+use http2::{Http2, Http2Body};
 use via_reqwest::ViaReqwest;
 
 /// What a request asks of the transport.
+#[derive(Clone)]
 pub struct Outgoing<'a> {
     /// Where it goes.
     pub url: &'a Url,
@@ -123,6 +129,41 @@ impl Opened {
     }
 }
 
+/// What a response's head says that a record keeps, read from its parsed headers (reqwest's
+/// and HTTP/2's; the direct HTTP/1.1 transport reads the same from its own parse).
+pub(super) struct HeadFacts {
+    pub content_type: Option<String>,
+    pub rate_limit: Option<Box<crate::records::RateLimit>>,
+    pub server_request_id: Option<String>,
+}
+
+/// The [`HeadFacts`] of `headers`: the server's request id is the first header, in the
+/// response's order, that holds an id (as the direct transport takes it).
+pub(super) fn head_facts(headers: &reqwest::header::HeaderMap) -> HeadFacts {
+    let arrived = chrono::Utc::now();
+    let mut limit = crate::records::RateLimit::default();
+    let mut server_request_id = None;
+    for (name, value) in headers {
+        if crate::records::is_rate_limit_header(name.as_str()) {
+            if let Ok(value) = value.to_str() {
+                limit.note(name.as_str(), value, arrived);
+            }
+        } else if server_request_id.is_none()
+            && crate::records::is_server_request_id_header(name.as_str())
+        {
+            server_request_id = crate::records::server_request_id(value.as_bytes());
+        }
+    }
+    HeadFacts {
+        content_type: headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        rate_limit: (!limit.is_empty()).then(|| Box::new(limit)),
+        server_request_id,
+    }
+}
+
 /// What to do about a certificate the TLS handshake refused: the target's, signed by a CA of
 /// its own (an internal endpoint) that the public and platform roots do not hold; or the
 /// client's, which a mutual-TLS server asked for and did not get or did not accept.
@@ -172,6 +213,8 @@ pub enum ResponseBody {
     /// From [`Direct`]: the connection goes back to the pool once the body has been read to
     /// its end.
     Direct(DirectBody),
+    /// From [`Http2`]: the stream's hold on its connection ends with the body.
+    Http2(Http2Body),
     /// From reqwest.
     Reqwest(Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>),
 }
@@ -182,6 +225,7 @@ impl ResponseBody {
     pub async fn next(&mut self) -> Option<Result<Bytes, BrokenBody>> {
         match self {
             ResponseBody::Direct(body) => body.next().await,
+            ResponseBody::Http2(body) => body.next().await,
             ResponseBody::Reqwest(stream) => stream
                 .next()
                 .await
@@ -266,6 +310,8 @@ pub(super) trait Client {
 /// The executor's HTTP client: [`Direct`] or reqwest, chosen per target URL.
 pub struct Transport {
     direct: Direct,
+    /// With `http "2"`: every request not through a proxy goes over HTTP/2.
+    http2: Option<Http2>,
     reqwest: ViaReqwest,
     /// Whether a proxy is configured in the environment for `http://` and for `https://`
     /// targets: then reqwest carries them (it speaks to proxies, and honours `NO_PROXY`).
@@ -280,8 +326,20 @@ impl Transport {
         max_idle: usize,
         connect_timeout: Duration,
         tls: &crate::tls::Trust,
+        http: crate::plan::HttpVersion,
     ) -> Result<Self, via_reqwest::ClientBuildError> {
+        use crate::plan::HttpVersion;
+        let http2 = |streams: u32, offer_http1: bool| {
+            let streams = streams as usize;
+            Http2::new(log.clone(), streams, connect_timeout, tls, offer_http1)
+        };
+        let http2 = match http {
+            HttpVersion::Http1 => None,
+            HttpVersion::Http2 { streams } => Some(http2(streams, false)),
+            HttpVersion::Auto { streams } => Some(http2(streams, true)),
+        };
         Ok(Transport {
+            http2,
             reqwest: ViaReqwest::new(log.clone(), max_idle, connect_timeout, tls)?,
             direct: Direct::new(log, max_idle, connect_timeout, tls),
             proxied: [Scheme::Http, Scheme::Https]
@@ -289,22 +347,35 @@ impl Transport {
         })
     }
 
-    /// Whether `url` goes over the direct transport: `http://` and `https://`, unless a proxy
-    /// is configured for its scheme.
-    fn direct_for(&self, url: &Url) -> bool {
-        match url.scheme() {
-            "http" => !self.proxied[Scheme::Http as usize],
-            "https" => !self.proxied[Scheme::Https as usize],
-            _ => false,
+    /// Which client carries requests to `url`: reqwest when a proxy is configured for its
+    /// scheme (it speaks to proxies), else HTTP/2 when the plan asks for it, else the direct
+    /// HTTP/1.1 transport.
+    fn carrier(&self, url: &Url) -> Carrier<'_> {
+        let proxied = match url.scheme() {
+            "http" => self.proxied[Scheme::Http as usize],
+            "https" => self.proxied[Scheme::Https as usize],
+            _ => true,
+        };
+        match (&self.http2, proxied) {
+            (_, true) => Carrier::Reqwest,
+            (Some(http2), false) if http2.carries(url) => Carrier::Http2(http2),
+            (_, false) => Carrier::Direct,
         }
     }
 
     /// Sends `outgoing` and returns the response's head once it arrives.
     pub async fn send(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
-        if self.direct_for(outgoing.url) {
-            self.direct.send(outgoing).await
-        } else {
-            self.reqwest.send(outgoing).await
+        match self.carrier(outgoing.url) {
+            Carrier::Direct => self.direct.send(outgoing).await,
+            Carrier::Http2(http2) => {
+                let again = outgoing.clone();
+                match http2.send(outgoing).await {
+                    // `http "auto"`: the server chose HTTP/1.1 in the handshake just made.
+                    Err(_) if !http2.carries(again.url) => self.direct.send(again).await,
+                    sent => sent,
+                }
+            }
+            Carrier::Reqwest => self.reqwest.send(outgoing).await,
         }
     }
 
@@ -312,10 +383,10 @@ impl Transport {
     /// found closed (another idle connection of the same server may have been closed too).
     /// reqwest keeps its own pool, and its own re-send of such a request.
     pub async fn send_fresh(&self, outgoing: Outgoing<'_>) -> Result<Response, SendError> {
-        if self.direct_for(outgoing.url) {
-            self.direct.send_on(outgoing, false).await
-        } else {
-            self.reqwest.send(outgoing).await
+        match self.carrier(outgoing.url) {
+            Carrier::Direct => self.direct.send_on(outgoing, false).await,
+            Carrier::Http2(http2) => http2.send(outgoing).await,
+            Carrier::Reqwest => self.reqwest.send(outgoing).await,
         }
     }
 
@@ -332,12 +403,24 @@ impl Transport {
         if count == 0 {
             return (0, None);
         }
-        if self.direct_for(models) {
-            self.direct.warm(models, template, count).await
-        } else {
-            self.reqwest.warm(models, template, count).await
+        match self.carrier(models) {
+            Carrier::Direct => self.direct.warm(models, template, count).await,
+            Carrier::Http2(http2) => match http2.warm(models, template, count).await {
+                (0, Some(_)) if !http2.carries(models) => {
+                    self.direct.warm(models, template, count).await
+                }
+                warmed => warmed,
+            },
+            Carrier::Reqwest => self.reqwest.warm(models, template, count).await,
         }
     }
+}
+
+/// The client a request goes through.
+enum Carrier<'a> {
+    Direct,
+    Http2(&'a Http2),
+    Reqwest,
 }
 
 /// How long a warm-up request may take.
@@ -410,7 +493,7 @@ mod tests {
     use super::*;
     use crate::plan::{Api, SimSettings};
 
-    fn template(url: &Url) -> RequestTemplate {
+    pub(super) fn template(url: &Url) -> RequestTemplate {
         RequestTemplate {
             url: url.clone(),
             dialect: Api::Completions.dialect(),
@@ -466,6 +549,7 @@ mod tests {
             max_idle,
             Duration::from_secs(5),
             &Default::default(),
+            Default::default(),
         )
         .unwrap();
         transport.proxied = [proxied; 2];

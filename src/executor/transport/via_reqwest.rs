@@ -13,8 +13,8 @@ use reqwest::Url;
 use tokio::time::Instant;
 
 use super::{
-    certificate_hint, client_limit, too_slow, Client, ConnectLog, Opened, Outgoing, Response,
-    ResponseBody, SendError, SendFailure, WARM_TIMEOUT,
+    certificate_hint, client_limit, head_facts, too_slow, Client, ConnectLog, Opened, Outgoing,
+    Response, ResponseBody, SendError, SendFailure, WARM_TIMEOUT,
 };
 use crate::error::root_cause;
 use crate::executor::template::RequestTemplate;
@@ -135,25 +135,18 @@ async fn send_reqwest(
         us => Some(Opened::took(Duration::from_micros(us - 1))),
     };
     match sent {
-        Ok(response) => Ok(Response {
-            status: response.status().as_u16(),
-            content_type: response
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
-            rate_limit: rate_limit_of(response.headers()),
-            // As the direct transport takes it: the first such header, in the response's
-            // order, that holds an id.
-            server_request_id: response
-                .headers()
-                .iter()
-                .filter(|(name, _)| crate::records::is_server_request_id_header(name.as_str()))
-                .find_map(|(_, value)| crate::records::server_request_id(value.as_bytes())),
-            body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
-            connect,
-            // reqwest owns its connections' sockets: no clock on their writes.
-            written: None,
+        Ok(response) => Ok({
+            let facts = head_facts(response.headers());
+            Response {
+                status: response.status().as_u16(),
+                content_type: facts.content_type,
+                rate_limit: facts.rate_limit,
+                server_request_id: facts.server_request_id,
+                body: ResponseBody::Reqwest(Box::pin(response.bytes_stream())),
+                connect,
+                // reqwest owns its connections' sockets: no clock on their writes.
+                written: None,
+            }
         }),
         Err(err) => {
             let (kind, detail) = if let Some(limit) = reqwest_client_limit(&err) {
@@ -277,19 +270,4 @@ where
             result
         })
     }
-}
-
-/// What a response's headers said of the server's rate limits (the direct transport reads the
-/// same from its own parse of the head).
-fn rate_limit_of(headers: &reqwest::header::HeaderMap) -> Option<Box<crate::records::RateLimit>> {
-    let arrived = chrono::Utc::now();
-    let mut limit = crate::records::RateLimit::default();
-    for (name, value) in headers {
-        if crate::records::is_rate_limit_header(name.as_str()) {
-            if let Ok(value) = value.to_str() {
-                limit.note(name.as_str(), value, arrived);
-            }
-        }
-    }
-    (!limit.is_empty()).then(|| Box::new(limit))
 }

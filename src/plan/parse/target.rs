@@ -35,6 +35,7 @@ struct Fields {
     ca_file: Option<(String, std::sync::Arc<String>)>,
     client_cert: Option<crate::plan::ClientCertificate>,
     tls_verify: bool,
+    http: crate::plan::HttpVersion,
 }
 
 /// A node's `rpm=` and `tpm=`, requests and tokens per minute, at least one of them: a key's
@@ -107,6 +108,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     ("api-key", api_key),
     ("ca-file", ca_file),
     ("client-cert", client_cert),
+    ("http", http_version),
     ("tls-verify", |cx, node, t| {
         let usage =
             "tls-verify #false (a test rig's certificate goes unchecked; said in every output)";
@@ -404,6 +406,44 @@ fn ca_file(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             format!("{} holds no CA certificate llmload can use: {why}", path.display()),
             "not PEM certificates",
             "give a PEM file of one or more `-----BEGIN CERTIFICATE-----` blocks (the CA that signed the server's certificate)",
+        ),
+    }
+}
+
+/// `http "1.1"` or `http "2" streams=100`: the HTTP version requests are spoken in.
+fn http_version(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
+    use crate::plan::{HttpVersion, DEFAULT_HTTP2_STREAMS};
+    let usage = "http \"1.1\" (the default), http \"2\" streams=100, or http \"auto\"";
+    cx.no_children(node);
+    cx.check_entries(node, 1, &["streams"], usage);
+    let Some(version) = cx.arg(node, usage, Text) else {
+        return;
+    };
+    let streams = cx.prop(node, "streams", usage, Count::positive(10_000));
+    match (version.as_str(), streams) {
+        ("1.1", Ok(None)) => t.http = HttpVersion::Http1,
+        ("2", Ok(streams)) => {
+            t.http = HttpVersion::Http2 {
+                streams: streams.map_or(DEFAULT_HTTP2_STREAMS, |s| s as u32),
+            }
+        }
+        ("auto", Ok(streams)) => {
+            t.http = HttpVersion::Auto {
+                streams: streams.map_or(DEFAULT_HTTP2_STREAMS, |s| s as u32),
+            }
+        }
+        ("1.1", Ok(Some(_))) => cx.error(
+            property(node, "streams").map_or(node.span(), |e| e.span()),
+            "`streams` is for HTTP/2: HTTP/1.1 carries one request per connection",
+            "not for 1.1",
+            "drop it, or write http \"2\" streams=100",
+        ),
+        (_, Err(())) => {}
+        (other, Ok(_)) => cx.error(
+            positional(node).next().map_or(node.span(), |e| e.span()),
+            format!("unknown HTTP version \"{other}\""),
+            "unknown version",
+            format!("write it as: {usage}"),
         ),
     }
 }
@@ -928,6 +968,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         ca_file: None,
         client_cert: None,
         tls_verify: true,
+        http: Default::default(),
     };
     // The API decides which body fields and headers are llmload's own: it is read first,
     // wherever the block writes it (its mistakes are reported in their place by the walk).
@@ -976,5 +1017,6 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         ca_file: fields.ca_file,
         client_cert: fields.client_cert,
         tls_verify: fields.tls_verify,
+        http: fields.http,
     })
 }
