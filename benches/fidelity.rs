@@ -39,6 +39,9 @@ const LLMLOAD: &str = env!("CARGO_BIN_EXE_llmload");
 #[path = "fidelity/server.rs"]
 mod server;
 
+#[path = "fidelity/tls.rs"]
+mod tls;
+
 fn main() {
     match std::env::var("LLMLOAD_BENCH_ROLE").as_deref() {
         Ok("baseline") => return baseline::main(),
@@ -63,10 +66,11 @@ fn main() {
         runs: 0,
         calibrated: false,
         tokens_per_write: 1,
+        tls: None,
     };
     bench.say(&format!("# llmload fidelity benchmark\n\n{}\n", machine()));
     let all = [
-        "wave", "timing", "schedule", "cost", "memory", "ceiling", "long", "streams",
+        "wave", "timing", "schedule", "cost", "memory", "ceiling", "long", "streams", "tls",
     ];
     for scenario in all {
         if !wanted.is_empty() && !wanted.iter().any(|w| scenario.contains(w.as_str())) {
@@ -81,6 +85,7 @@ fn main() {
             "ceiling" => bench.ceiling(),
             "long" => bench.long_context(),
             "streams" => bench.streams(),
+            "tls" => bench.tls(),
             _ => {}
         }
     }
@@ -128,6 +133,8 @@ struct Bench {
     calibrated: bool,
     /// The calibrated server's tokens per write.
     tokens_per_write: u64,
+    /// Over `https://`: the calibrated server's certificate and the CA every client trusts.
+    tls: Option<common::certs::Certs>,
 }
 
 /// What one client run measured.
@@ -151,6 +158,11 @@ struct Outcome {
     /// comparison any client can be put to, ids or not.
     ttft_p99_ms: f64,
     true_ttft_p99_ms: f64,
+    /// llmload's connect and TLS-handshake p50 over the requests that opened a connection, ms.
+    connect_p50_ms: Option<f64>,
+    tls_p50_ms: Option<f64>,
+    /// llmload's connections opened before the measured phase's clock.
+    connections: Option<u64>,
 }
 
 /// The baseline's report of itself, one JSON line on stdout.
@@ -343,6 +355,12 @@ impl Bench {
             .env("SERVER_TTFT_US", micros(ttft).to_string())
             .env("SERVER_ITL_US", micros(itl).to_string())
             .env("SERVER_TOKENS_PER_WRITE", self.tokens_per_write.to_string())
+            .envs(self.tls.iter().flat_map(|certs| {
+                [
+                    ("SERVER_TLS_CERT", certs.server_cert.clone()),
+                    ("SERVER_TLS_KEY", certs.server_key.clone()),
+                ]
+            }))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -409,6 +427,9 @@ impl Bench {
             .args(["--metric-percentiles", "50,99", "--result-dir"])
             .arg(&dir)
             .args(["--result-filename", "result.json"])
+            // Over TLS: it can be given no CA of one's own (its reqwest trusts the compiled-in
+            // roots only), so its certificate check is off; the handshake costs the same.
+            .args(self.tls.iter().map(|_| "--insecure"))
             .stdout(std::fs::File::create(dir.join("stdout.txt")).ok()?)
             .stderr(std::fs::File::create(dir.join("stderr.txt")).ok()?)
             .status()
@@ -472,6 +493,14 @@ impl Bench {
         let plan = match std::env::var("LLMLOAD_BENCH_RECORDS") {
             Ok(records) => format!("{}report {{ records \"{records}\" }}\n", setup.plan),
             Err(_) => setup.plan.clone(),
+        };
+        // Over TLS the plan trusts the benchmark's CA, as a user's names theirs.
+        let plan = match &self.tls {
+            Some(certs) => plan.replace(
+                "api \"completions\";",
+                &format!("api \"completions\"; ca-file {:?};", certs.ca),
+            ),
+            None => plan,
         };
         std::fs::write(&plan_path, plan).expect("plan.kdl");
         let sim = self.start_server(setup.ttft, setup.itl);
@@ -550,6 +579,9 @@ impl Bench {
                 * phase["wall_s"].as_f64().unwrap_or(0.0))
             .round() as u64,
             seconds: phase["wall_s"].as_f64().unwrap_or(0.0),
+            connect_p50_ms: phase["metrics"]["connect_ms"]["p50"].as_f64(),
+            tls_p50_ms: phase["metrics"]["tls_ms"]["p50"].as_f64(),
+            connections: phase["connections"]["warmed"].as_u64(),
             cpu_s: phase["client"]["cpu_s"].as_f64().unwrap_or(f64::NAN),
             peak_rss_mb: summary["context"]["client_peak_rss_mb"]
                 .as_f64()
@@ -574,7 +606,8 @@ impl Bench {
             .env("LLMLOAD_BENCH_ROLE", "baseline")
             .env("BASELINE_URL", &sim.url)
             .env("BASELINE_PLAN", &plan_path)
-            .env("BASELINE_STREAMS", &streams_path);
+            .env("BASELINE_STREAMS", &streams_path)
+            .envs(self.tls.iter().map(|certs| ("BASELINE_TLS_CA", &certs.ca)));
         if let Some(threads) = setup.client_threads {
             command.env("BASELINE_THREADS", threads.to_string());
         }
@@ -616,6 +649,7 @@ impl Bench {
             record_bytes_per_request: None,
             ttft_p99_ms,
             true_ttft_p99_ms,
+            ..Outcome::default()
         }
     }
 
@@ -1261,6 +1295,8 @@ mod baseline {
     struct Shared {
         authority: String,
         path: String,
+        /// Over `https://`: the TLS client (trusting `BASELINE_TLS_CA`).
+        tls: Option<tokio_rustls::TlsConnector>,
         streams: Mutex<Vec<BaselineStream>>,
         lags_ms: Mutex<Vec<f64>>,
         tokens: std::sync::atomic::AtomicU64,
@@ -1307,9 +1343,20 @@ mod baseline {
         };
         let authority = url
             .trim_start_matches("http://")
+            .trim_start_matches("https://")
             .trim_end_matches("/v1")
             .to_string();
+        let tls = url.starts_with("https://").then(|| {
+            let ca = std::fs::read(env("BASELINE_TLS_CA")).expect("the CA file");
+            let trust = llmload::tls::Trust::new(llmload::tls::TrustSettings {
+                extra_roots: llmload::tls::certificates(&ca).expect("a CA"),
+                ..Default::default()
+            })
+            .expect("a TLS configuration");
+            tokio_rustls::TlsConnector::from(trust.client_config())
+        });
         let shared = Arc::new(Shared {
+            tls,
             authority,
             path: "/v1/completions".into(),
             streams: Mutex::new(Vec::new()),
@@ -1474,9 +1521,25 @@ mod baseline {
         println!("{}", serde_json::to_string(&report).expect("JSON"));
     }
 
-    async fn connect(authority: &str) -> Option<Connection> {
-        let stream = TcpStream::connect(authority).await.ok()?;
+    async fn connect(shared: &Shared) -> Option<Connection> {
+        let stream = TcpStream::connect(&shared.authority).await.ok()?;
         stream.set_nodelay(true).ok()?;
+        let Some(tls) = &shared.tls else {
+            return handshake(stream).await;
+        };
+        let host = shared
+            .authority
+            .rsplit_once(':')
+            .map_or("", |(host, _)| host);
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+        handshake(tls.connect(name, stream).await.ok()?).await
+    }
+
+    /// HTTP/1.1 over `stream`, its connection driven by a task of its own.
+    async fn handshake<S>(stream: S) -> Option<Connection>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .ok()?;
@@ -1498,7 +1561,7 @@ mod baseline {
         let sent = Instant::now();
         let mut connection = match connection {
             Some(c) if !c.is_closed() => c,
-            _ => match connect(&shared.authority).await {
+            _ => match connect(shared).await {
                 Some(c) => c,
                 None => {
                     shared.failed.fetch_add(measured as u64, Relaxed);

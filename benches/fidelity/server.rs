@@ -14,6 +14,10 @@
 //! --record-writes` does (the request's arrival, each token's write), served at
 //! `GET /llmload/writes`, so `llmload::selfcheck::fidelity` reads either server.
 //!
+//! With `SERVER_TLS_CERT` and `SERVER_TLS_KEY` (PEM files) it serves `https://` (rustls, as
+//! `llmload sim --tls-cert` does) and keeps a plain port beside it for `GET /llmload/writes`,
+//! named after the https URL on its first line, so the truth is read without TLS.
+//!
 //! Hand-written HTTP/1.1 on purpose: it is the benchmark's instrument, not llmload's code, and
 //! its cost per token (a `format!` of one chunk and one `write`) is the floor a real server has.
 //! Not for anything but loopback benchmarks: it trusts its client.
@@ -23,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llmload::sim::writes::WriteLog;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 /// Words a BPE tokenizer keeps as one token each, so a chunk is a token for every client.
 const WORDS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " that", " for"];
@@ -54,36 +58,85 @@ pub fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    let tls = tls_acceptor();
     runtime.block_on(async move {
-        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
-        socket.set_reuseaddr(true).expect("SO_REUSEADDR");
-        socket
-            .bind("127.0.0.1:0".parse().expect("an address"))
-            .expect("bind");
-        // A backlog like uvicorn's and llmload sim's: 4,000 cold connections at once.
-        let listener: TcpListener = socket.listen(4096).expect("listen");
+        let listener = listen();
         let port = listener.local_addr().expect("an address").port();
-        println!("calibrated server on http://127.0.0.1:{port}/v1");
         let truth = Arc::new(WriteLog::new());
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(connection(
-                stream,
-                truth.clone(),
-                ttft,
-                itl,
-                tokens_per_write,
-            ));
+        let delays = (ttft, itl, tokens_per_write);
+        match tls {
+            None => println!("calibrated server on http://127.0.0.1:{port}/v1"),
+            Some(_) => {
+                // The truth's own plain port.
+                let plain = listen();
+                let plain_port = plain.local_addr().expect("an address").port();
+                println!(
+                    "calibrated server on https://127.0.0.1:{port}/v1 truth on http://127.0.0.1:{plain_port}/v1"
+                );
+                tokio::spawn(serve(plain, None, truth.clone(), delays));
+            }
         }
+        serve(listener, tls, truth, delays).await;
     });
 }
 
+/// A listening socket on a free loopback port, with a backlog like uvicorn's and llmload sim's:
+/// 4,000 cold connections at once.
+fn listen() -> TcpListener {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket
+        .bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("bind");
+    socket.listen(4096).expect("listen")
+}
+
+/// The TLS acceptor `SERVER_TLS_CERT` and `SERVER_TLS_KEY` ask for, if they do.
+fn tls_acceptor() -> Option<tokio_rustls::TlsAcceptor> {
+    let cert = std::fs::read(std::env::var("SERVER_TLS_CERT").ok()?).expect("the certificate");
+    let key = std::fs::read(std::env::var("SERVER_TLS_KEY").ok()?).expect("the key");
+    let files = llmload::sim::TlsFiles {
+        cert: &cert,
+        key: &key,
+        client_ca: None,
+    };
+    let config = llmload::sim::tls_server_config(files).expect("a TLS configuration");
+    Some(tokio_rustls::TlsAcceptor::from(config))
+}
+
+/// Serves every connection `listener` accepts (over TLS with `tls`).
+async fn serve(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    truth: Arc<WriteLog>,
+    (ttft, itl, tokens_per_write): (Duration, Duration, u64),
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (truth, tls) = (truth.clone(), tls.clone());
+        tokio::spawn(async move {
+            match tls {
+                None => connection(stream, truth, ttft, itl, tokens_per_write).await,
+                Some(tls) => {
+                    if let Ok(stream) = tls.accept(stream).await {
+                        connection(stream, truth, ttft, itl, tokens_per_write).await
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A connection's stream: TCP, or TLS over it.
+trait Socket: AsyncRead + AsyncWrite + Unpin {}
+impl<S: AsyncRead + AsyncWrite + Unpin> Socket for S {}
+
 /// One connection: requests one after the other until the client closes it.
 async fn connection(
-    mut stream: TcpStream,
+    mut stream: impl Socket,
     truth: Arc<WriteLog>,
     ttft: Duration,
     itl: Duration,
@@ -166,7 +219,7 @@ async fn connection(
     }
 }
 
-async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
+async fn read_more(stream: &mut impl Socket, buffer: &mut Vec<u8>) -> bool {
     let mut chunk = [0u8; 16 * 1024];
     match stream.read(&mut chunk).await {
         Ok(0) | Err(_) => false,
@@ -177,12 +230,18 @@ async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> bool {
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &str) -> bool {
+/// Writes `bytes` and sees them onto the socket (over TLS, rustls may hold the last record
+/// until flushed): one write, as an engine's step flushes its token. Whether it went.
+async fn send(stream: &mut impl Socket, bytes: &[u8]) -> bool {
+    stream.write_all(bytes).await.is_ok() && stream.flush().await.is_ok()
+}
+
+async fn respond(stream: &mut impl Socket, status: &str, kind: &str, body: &str) -> bool {
     let text = format!(
         "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(text.as_bytes()).await.is_ok()
+    send(stream, text.as_bytes()).await
 }
 
 /// The number after `"key":` in a JSON body, found by a byte search (the body is llmload's or
@@ -220,7 +279,7 @@ struct Delays {
 }
 
 async fn stream_completion(
-    stream: &mut TcpStream,
+    stream: &mut impl Socket,
     truth: &WriteLog,
     body: &[u8],
     request_id: Option<String>,
@@ -243,7 +302,7 @@ async fn stream_completion(
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n\
                 cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
     let mut writes = truth.begin((request_id, None), received);
-    if stream.write_all(head.as_bytes()).await.is_err() {
+    if !send(stream, head.as_bytes()).await {
         return false;
     }
     let mut pending = String::new();
@@ -272,7 +331,7 @@ async fn stream_completion(
         if pending_tokens < tokens_per_write && token + 1 < tokens {
             continue;
         }
-        if stream.write_all(pending.as_bytes()).await.is_err() {
+        if !send(stream, pending.as_bytes()).await {
             return false;
         }
         let written = Instant::now();
@@ -290,7 +349,7 @@ async fn stream_completion(
     );
     frame(&mut pending, &usage);
     pending.push_str("0\r\n\r\n");
-    let ok = stream.write_all(pending.as_bytes()).await.is_ok();
+    let ok = send(stream, pending.as_bytes()).await;
     writes.finish(truth);
     ok
 }
