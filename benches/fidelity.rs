@@ -165,6 +165,14 @@ struct Outcome {
     connections: Option<u64>,
 }
 
+/// The runs of [`Bench::cold_runs`].
+struct ColdRuns {
+    ours: Outcome,
+    ours_cold: Outcome,
+    base: Outcome,
+    vllm: Option<Outcome>,
+}
+
 /// The baseline's report of itself, one JSON line on stdout.
 #[derive(Debug, Serialize, Deserialize)]
 struct BaselineReport {
@@ -1119,32 +1127,12 @@ impl Bench {
         self.say("| cold, TTFT 50 ms / ITL 10 ms | client | requests | TTFT p99 − server's | TTFT err p99 (matched) | ITL err p99 (matched) | CPU-s per 1k requests | verdict |");
         self.say("|---|---|---:|---:|---:|---:|---:|---|");
         for (streams, requests) in [(256u32, 2000u32), (1000, 4000)] {
-            let setup = Setup {
-                ttft: "50ms",
-                itl: "10ms",
-                plan: cold_plan(streams, requests),
-                client_threads: Some(1),
-                first_wave: None,
-            };
-            let name = format!("cold-{streams}");
-            let ours = self.llmload(&name, &setup);
-            // llmload opens its connections before the phase's clock by default (`connections
-            // "warm"`); the other clients open theirs with their first requests, as this does.
-            let cold_connections = Setup {
-                plan: setup.plan.replace(
-                    "api \"completions\";",
-                    "api \"completions\"; connections \"cold\";",
-                ),
-                ..setup
-            };
-            let ours_cold = self.llmload(&format!("{name}-cold-connections"), &cold_connections);
-            let base = self.baseline(&name, &cold_connections);
-            let vllm = self.vllm_bench(
-                &name,
-                ("50ms", "10ms"),
-                (streams, requests, 128),
-                &fixture_tokenizer(),
-            );
+            let ColdRuns {
+                ours,
+                ours_cold,
+                base,
+                vllm,
+            } = self.cold_runs(&format!("cold-{streams}"), streams, requests);
             let excess = |o: &Outcome| o.ttft_p99_ms - o.true_ttft_p99_ms;
             let per_request = |o: &Outcome| 1000.0 * o.cpu_s / (o.requests.max(1) as f64);
             let ttft_limit = (1.5 * excess(&base)).max(2.0);
@@ -1201,6 +1189,42 @@ impl Bench {
         }
         self.say("");
         self.calibrated = false;
+    }
+
+    /// A cold start of `streams` and `requests` in all, TTFT 50 ms and ITL 10 ms, one client
+    /// core each: llmload as by default (connections opened before the clock) and with
+    /// `connections "cold"`, the ideal client and vllm-bench (these open theirs with their first
+    /// requests).
+    fn cold_runs(&mut self, name: &str, streams: u32, requests: u32) -> ColdRuns {
+        let setup = Setup {
+            ttft: "50ms",
+            itl: "10ms",
+            plan: cold_plan(streams, requests),
+            client_threads: Some(1),
+            first_wave: None,
+        };
+        let ours = self.llmload(name, &setup);
+        let cold_connections = Setup {
+            plan: setup.plan.replace(
+                "api \"completions\";",
+                "api \"completions\"; connections \"cold\";",
+            ),
+            ..setup
+        };
+        let ours_cold = self.llmload(&format!("{name}-cold-connections"), &cold_connections);
+        let base = self.baseline(name, &cold_connections);
+        let vllm = self.vllm_bench(
+            name,
+            ("50ms", "10ms"),
+            (streams, requests, 128),
+            &fixture_tokenizer(),
+        );
+        ColdRuns {
+            ours,
+            ours_cold,
+            base,
+            vllm,
+        }
     }
 
     fn long_context(&mut self) {

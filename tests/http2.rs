@@ -48,12 +48,17 @@ fn requests_share_few_connections_as_streams_and_are_timed_as_over_http1() {
         assert_eq!(record["completion_tokens"], 8, "{record}");
         let chunks = record["chunks"].as_array().unwrap();
         assert_eq!(chunks.len(), 8, "{record}");
-        // The server's delays, as HTTP/1.1 measures them: TTFT from 30 ms, tokens 5 ms apart.
-        let ttft_ms = record["ttft_us"].as_u64().unwrap() as f64 / 1000.0;
-        assert!((30.0..80.0).contains(&ttft_ms), "{record}");
-        let last = chunks.last().unwrap()[0].as_u64().unwrap();
-        let first = chunks[0][0].as_u64().unwrap();
-        assert!(last - first >= 7 * 5_000 - 500, "{record}");
+        // The server's delays, as HTTP/1.1 measures them: it writes token k no sooner than
+        // 30 ms + k × 5 ms after the request arrived (after its send), so no chunk is seen
+        // sooner; how much later is the machine's business (an upper bound would be a timed
+        // test).
+        for (k, chunk) in chunks.iter().enumerate() {
+            let at_us = chunk[0].as_u64().unwrap();
+            assert!(
+                at_us + 200 >= 30_000 + 5_000 * k as u64,
+                "token {k}: {record}"
+            );
+        }
     }
 }
 

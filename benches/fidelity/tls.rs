@@ -6,7 +6,7 @@
 //! HTTP/1.1, llmload against `llmload sim` (which speaks both; the calibrated server speaks
 //! HTTP/1.1 only), timed against the simulator's own write log.
 
-use super::{closed_plan, cold_plan, cores, fixture_tokenizer, Bench, Outcome, Setup};
+use super::{closed_plan, cores, fixture_tokenizer, Bench, ColdRuns, Outcome, Setup};
 
 /// The schemes compared, and whether each is TLS.
 const SCHEMES: [(&str, bool); 2] = [("http", false), ("https", true)];
@@ -130,31 +130,12 @@ impl Bench {
 
     /// The cold run's rows over `scheme`, with the verdict on llmload's cold connections.
     fn cold_rows(&mut self, scheme: &str) {
-        let (streams, requests) = (256u32, 2000u32);
-        let setup = Setup {
-            ttft: "50ms",
-            itl: "10ms",
-            plan: cold_plan(streams, requests),
-            client_threads: Some(1),
-            first_wave: None,
-        };
-        let name = format!("tls-cold-{scheme}");
-        let ours = self.llmload(&name, &setup);
-        let cold_connections = Setup {
-            plan: setup.plan.replace(
-                "api \"completions\";",
-                "api \"completions\"; connections \"cold\";",
-            ),
-            ..setup
-        };
-        let ours_cold = self.llmload(&format!("{name}-cold-connections"), &cold_connections);
-        let base = self.baseline(&name, &cold_connections);
-        let vllm = self.vllm_bench(
-            &name,
-            ("50ms", "10ms"),
-            (streams, requests, 128),
-            &fixture_tokenizer(),
-        );
+        let ColdRuns {
+            ours,
+            ours_cold,
+            base,
+            vllm,
+        } = self.cold_runs(&format!("tls-cold-{scheme}"), 256, 2000);
         let limit = 1.5 * base.errors.ttft.p99_ms.max(0.1);
         let verdict = format!(
             "TTFT err p99 {} ≤ 1.5× ideal ({limit:.2})",
