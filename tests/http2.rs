@@ -41,6 +41,16 @@ fn requests_share_few_connections_as_streams_and_are_timed_as_over_http1() {
     // 10 streams at once, 4 to a connection: 3 connections, opened before the clock.
     assert_eq!(phase["connections"]["warmed"], 3, "{phase}");
     assert_eq!(phase["requests"]["new_connections"], 0, "{phase}");
+    // Every report says which HTTP the run spoke.
+    assert_eq!(
+        summary["context"]["http"],
+        "2, up to 4 streams a connection"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("streaming, HTTP 2, up to 4 streams a connection)"),
+        "{report}"
+    );
     let records = common::read_records(&out);
     assert_eq!(records.len(), 40);
     for record in &records {

@@ -22,6 +22,7 @@ fn header(exact: bool) -> RunHeader {
         target_notes: Vec::new(),
         shares_prompts: false,
         tls_unverified: false,
+        http: None,
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
         client_machine: None,

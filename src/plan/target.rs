@@ -118,6 +118,21 @@ pub enum HttpVersion {
     },
 }
 
+impl HttpVersion {
+    /// As a report says it, when not the default HTTP/1.1.
+    pub fn described(self) -> Option<String> {
+        match self {
+            HttpVersion::Http1 => None,
+            HttpVersion::Http2 { streams } => {
+                Some(format!("2, up to {streams} streams a connection"))
+            }
+            HttpVersion::Auto { streams } => Some(format!(
+                "2 where the server agrees to it over TLS, else 1.1 (auto; up to {streams} streams a connection)"
+            )),
+        }
+    }
+}
+
 /// The streams an HTTP/2 connection carries before another opens: what servers commonly allow
 /// at once (nginx, Envoy and Go's HTTP/2 servers default to 100 to 250).
 pub const DEFAULT_HTTP2_STREAMS: u32 = 100;

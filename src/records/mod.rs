@@ -124,6 +124,10 @@ pub struct RunHeader {
     /// the target's address is unproven, and every output says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls_unverified: bool,
+    /// The HTTP version the plan asked for, when not HTTP/1.1 (`http "2"`, `"auto"`), said as
+    /// reports say it: "2, up to 100 streams a connection".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.

@@ -422,6 +422,7 @@ fn run_header(
         target_notes: Vec::new(),
         shares_prompts: plan.workload.shares_prompts(),
         tls_unverified: !plan.target.tls_verify,
+        http: plan.target.http.described(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
         client_machine: Some(records::ClientMachine::here()),
