@@ -100,15 +100,25 @@ fn goodput_in_assertions() {
     );
 }
 
-/// Runs `plan` into `dir/name`, returning the report directory.
+/// Runs `plan` into `dir/name`, returning the report directory of a whole run: passed, failed,
+/// or not decided. The last is what a client stall on a busy runner makes of a failing
+/// assertion (a CI run of 2626a13 met it: exit 3 with nothing said under --quiet); the run is
+/// still whole, which is all a comparison needs. Not carried out or interrupted is not.
 fn run_into(dir: &std::path::Path, name: &str, plan: &str) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.kdl"));
     std::fs::write(&path, plan).unwrap();
     let out = dir.join(name);
     let output = run_file(&path, &out, &[], &[]);
+    let verdict = std::fs::read_to_string(out.join("summary.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .map(|summary| summary["verdict"].clone());
+    let status = verdict.as_ref().and_then(|v| v["status"].as_str());
     assert!(
-        matches!(output.status.code(), Some(0 | 1)),
-        "{}",
+        matches!(output.status.code(), Some(0 | 1))
+            || (output.status.code() == Some(3) && status == Some("not_decided")),
+        "exit {:?}, verdict {verdict:?}: {}",
+        output.status.code(),
         String::from_utf8_lossy(&output.stderr)
     );
     out
