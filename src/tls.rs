@@ -81,6 +81,31 @@ pub fn private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, KeyError> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|_| KeyError::Missing)
 }
 
+/// A client certificate chain and its key, for mutual TLS.
+pub type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// Why a `client-cert` and its key give no identity: said without what the files hold.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IdentityError {
+    /// The certificate file gives no certificate.
+    #[error("{0}")]
+    Certificate(BundleError),
+    /// The key file gives no key, or not the certificate's.
+    #[error("{0}")]
+    Key(KeyError),
+}
+
+/// The identity of a certificate chain and its private key (PEM texts), checked to belong
+/// together: read when the plan is read and when a run starts, without loading any roots.
+pub fn client_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<Identity, IdentityError> {
+    let chain = certificates(cert_pem).map_err(IdentityError::Certificate)?;
+    let key = private_key(key_pem).map_err(IdentityError::Key)?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider)
+        .map_err(|e| IdentityError::Key(KeyError::Unusable(e.to_string())))?;
+    Ok((chain, key))
+}
+
 /// Checks that `SSL_CERT_FILE`, when it is set, names a bundle that can be used: its path.
 /// (The platform's roots then come from it; a variable naming a missing file would otherwise
 /// leave a run trusting less than its user thinks, silently.)
@@ -113,7 +138,7 @@ pub struct TrustSettings {
     /// Roots besides Mozilla's and the platform's (a plan's `ca-file`), DER.
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// A client certificate chain and its key, for servers that ask for one (mutual TLS).
-    pub identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    pub identity: Option<Identity>,
     /// `false`: any server certificate is taken (`tls-verify #false`, test rigs only).
     pub skip_verify: bool,
 }
@@ -251,27 +276,28 @@ mod tests {
     #[test]
     fn a_client_identity_is_a_certificate_and_its_own_key() {
         let made = rcgen::generate_simple_self_signed(vec!["client".into()]).unwrap();
-        let chain = certificates(made.cert.pem().as_bytes()).unwrap();
-        let key = private_key(made.key_pair.serialize_pem().as_bytes()).unwrap();
-        let identity = Some((chain.clone(), key));
+        let (cert, key) = (made.cert.pem(), made.key_pair.serialize_pem());
+        let identity = client_identity(cert.as_bytes(), key.as_bytes()).unwrap();
         assert!(Trust::new(TrustSettings {
-            identity,
+            identity: Some(identity),
             ..Default::default()
         })
         .is_ok());
-        // A key that is not the certificate's is refused when the run starts, not at a
+        // A key that is not the certificate's is refused when the plan is read, not at a
         // server's request for it halfway through.
-        let other = rcgen::KeyPair::generate().unwrap();
-        let wrong = private_key(other.serialize_pem().as_bytes()).unwrap();
-        let refused = Trust::new(TrustSettings {
-            identity: Some((chain, wrong)),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert!(matches!(refused, KeyError::Unusable(_)), "{refused}");
+        let other = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        let refused = client_identity(cert.as_bytes(), other.as_bytes()).unwrap_err();
+        assert!(
+            matches!(refused, IdentityError::Key(KeyError::Unusable(_))),
+            "{refused}"
+        );
         assert_eq!(
-            private_key(b"secret text").unwrap_err().to_string(),
-            KeyError::Missing.to_string()
+            client_identity(cert.as_bytes(), b"secret text").unwrap_err(),
+            IdentityError::Key(KeyError::Missing)
+        );
+        assert_eq!(
+            client_identity(b"secret text", key.as_bytes()).unwrap_err(),
+            IdentityError::Certificate(BundleError::Empty)
         );
     }
 }

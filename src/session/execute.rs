@@ -364,15 +364,15 @@ fn trust(plan: &Plan) -> Result<crate::tls::Trust> {
             .map_err(|why| Error::usage(format!("ca-file {name}: {why}")))?;
     }
     if let Some(client) = &plan.target.client_cert {
-        let named = |why: &dyn std::fmt::Display| {
-            Error::usage(format!(
-                "client-cert {} key={}: {why}",
-                client.cert.0, client.key.0
-            ))
-        };
-        let chain = crate::tls::certificates(client.cert.1.as_bytes()).map_err(|e| named(&e))?;
-        let key = crate::tls::private_key(client.key.1.as_bytes()).map_err(|e| named(&e))?;
-        settings.identity = Some((chain, key));
+        let identity =
+            crate::tls::client_identity(client.cert.1.as_bytes(), client.key.1.as_bytes())
+                .map_err(|why| {
+                    Error::usage(format!(
+                        "client-cert {} key={}: {why}",
+                        client.cert.0, client.key.0
+                    ))
+                })?;
+        settings.identity = Some(identity);
     }
     crate::tls::check_environment().map_err(|e| Error::usage(e.to_string()))?;
     crate::tls::Trust::new(settings).map_err(|e| Error::usage(format!("TLS: {e}")))

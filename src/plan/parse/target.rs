@@ -483,31 +483,21 @@ fn client_cert(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     let (Some((cert_path, cert_text, _)), Some((_, key_text, _))) = (cert_text, key_text) else {
         return;
     };
-    let chain = match crate::tls::certificates(cert_text.as_bytes()) {
-        Ok(chain) => chain,
-        Err(why) => {
-            return cx.error(
-                cert_span,
-                format!("{} holds no certificate llmload can use: {why}", cert_path.display()),
-                "not PEM certificates",
-                "give the client's certificate (and its intermediates) as `-----BEGIN CERTIFICATE-----` blocks",
-            )
-        }
-    };
-    let identity = crate::tls::private_key(key_text.as_bytes()).and_then(|key| {
-        crate::tls::Trust::new(crate::tls::TrustSettings {
-            identity: Some((chain, key)),
-            ..Default::default()
-        })
-    });
-    match identity {
+    use crate::tls::IdentityError;
+    match crate::tls::client_identity(cert_text.as_bytes(), key_text.as_bytes()) {
         Ok(_) => {
             t.client_cert = Some(crate::plan::ClientCertificate {
                 cert: (cert, cert_text),
                 key: (key, key_text),
             })
         }
-        Err(why) => cx.error(
+        Err(IdentityError::Certificate(why)) => cx.error(
+            cert_span,
+            format!("{} holds no certificate llmload can use: {why}", cert_path.display()),
+            "not PEM certificates",
+            "give the client's certificate (and its intermediates) as `-----BEGIN CERTIFICATE-----` blocks",
+        ),
+        Err(IdentityError::Key(why)) => cx.error(
             key_span,
             format!("`{key}` cannot be the client certificate's key: {why}"),
             "not the certificate's key",
