@@ -170,18 +170,21 @@ impl Http2 {
             timeout: self.connect_timeout,
         };
         let (socket, opened) = socket::open(dial, &self.log).await?;
-        let refused = |detail: String| SendError {
-            kind: SendFailure::Connect,
-            detail: format!("cannot connect to the target: {detail}"),
-            connect: Some(opened),
-        };
-        if tls && socket.alpn() != Some(b"h2") && self.offer_http1 {
-            if let Ok(mut declined) = self.declined.lock() {
-                declined.insert(key(url));
+        let refused = |why: String| {
+            let (kind, detail) = socket::cannot(why);
+            SendError {
+                kind,
+                detail,
+                connect: Some(opened),
             }
-            return Err(http1_chosen(Some(opened)));
-        }
+        };
         if tls && socket.alpn() != Some(b"h2") {
+            if self.offer_http1 {
+                if let Ok(mut declined) = self.declined.lock() {
+                    declined.insert(key(url));
+                }
+                return Err(http1_chosen(Some(opened)));
+            }
             return Err(refused(
                 "the server did not agree to HTTP/2 in the TLS handshake (ALPN): it speaks \
                  HTTP/1.1 only; use `http \"1.1\"`"

@@ -63,8 +63,8 @@ pub(super) async fn open(dial: Dial<'_>, log: &ConnectLog) -> Result<(Socket, Op
     }
 }
 
-/// A connection that could not be made, and why.
-fn cannot(why: String) -> (SendFailure, String) {
+/// A connection that could not be made, and why (HTTP/2's refusals after the handshake too).
+pub(super) fn cannot(why: String) -> (SendFailure, String) {
     (
         SendFailure::Connect,
         format!("cannot connect to the target: {why}"),
