@@ -165,6 +165,21 @@ struct Outcome {
     connections: Option<u64>,
 }
 
+/// A zero-delay run's cells beside `base`'s (the ideal client's): requests, tokens/s, client
+/// CPU %, tokens per client CPU-s, × the ideal, peak RSS MB.
+fn throughput_cells(o: &Outcome, base: &Outcome) -> String {
+    let per_cpu = |o: &Outcome| o.tokens as f64 / o.cpu_s.max(1e-9);
+    format!(
+        "{} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0}",
+        o.requests,
+        o.tokens as f64 / o.seconds.max(1e-9),
+        100.0 * o.cpu_s / o.seconds.max(1e-9),
+        per_cpu(o),
+        per_cpu(o) / per_cpu(base),
+        o.peak_rss_mb,
+    )
+}
+
 /// The runs of [`Bench::cold_runs`].
 struct ColdRuns {
     ours: Outcome,
@@ -1111,14 +1126,9 @@ impl Bench {
             let mut rows = vec![("llmload", &ours, verdict.as_str()), ("ideal", &base, "")];
             rows.extend(vllm.as_ref().map(|v| ("vllm-bench (whole process)", v, "")));
             for (client, o, verdict) in rows {
+                let cells = throughput_cells(o, &base);
                 self.say(&format!(
-                    "| {writes} | {load} | {client} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {verdict} |",
-                    o.requests,
-                    o.tokens as f64 / o.seconds.max(1e-9),
-                    100.0 * o.cpu_s / o.seconds.max(1e-9),
-                    per_cpu(o),
-                    per_cpu(o) / per_cpu(&base),
-                    o.peak_rss_mb,
+                    "| {writes} | {load} | {client} | {cells} | {verdict} |"
                 ));
             }
         }

@@ -6,7 +6,7 @@
 //! HTTP/1.1, llmload against `llmload sim` (which speaks both; the calibrated server speaks
 //! HTTP/1.1 only), timed against the simulator's own write log.
 
-use super::{closed_plan, cores, fixture_tokenizer, Bench, ColdRuns, Outcome, Setup};
+use super::{closed_plan, cores, fixture_tokenizer, throughput_cells, Bench, ColdRuns, Setup};
 
 /// The schemes compared, and whether each is TLS.
 const SCHEMES: [(&str, bool); 2] = [("http", false), ("https", true)];
@@ -112,18 +112,12 @@ impl Bench {
             (streams, requests, 128),
             &fixture_tokenizer(),
         );
-        let per_cpu = |o: &Outcome| o.tokens as f64 / o.cpu_s.max(1e-9);
         let mut rows = vec![("llmload", &ours), ("ideal", &base)];
         rows.extend(vllm.as_ref().map(|v| ("vllm-bench (whole process)", v)));
         for (client, o) in rows {
+            let cells = throughput_cells(o, &base);
             self.say(&format!(
-                "| {scheme} | {streams} streams | {client} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} |",
-                o.requests,
-                o.tokens as f64 / o.seconds.max(1e-9),
-                100.0 * o.cpu_s / o.seconds.max(1e-9),
-                per_cpu(o),
-                per_cpu(o) / per_cpu(&base),
-                o.peak_rss_mb,
+                "| {scheme} | {streams} streams | {client} | {cells} |"
             ));
         }
     }
