@@ -1365,11 +1365,13 @@ mod baseline {
                 ignore_eos: plan.workload.ignore_eos,
                 extra: Default::default(),
             },
-            credentials: Default::default(),
+            keys: std::sync::Arc::new(vec![llmload::executor::KeyCredentials {
+                limits: plan.target.limits,
+                ..Default::default()
+            }]),
             headers: Default::default(),
             timeout: plan.target.timeout,
             on_throttle: plan.target.on_throttle,
-            limits: plan.target.limits,
             request_id_prefix: "baseline".into(),
             max_line: 1 << 20,
             max_body: 256 << 20,

@@ -299,3 +299,143 @@ fn limits_without_a_limit_are_a_plan_mistake() {
         run.stderr()
     );
 }
+
+/// The two keys of the tests that use several, and their variables.
+const KEYS: [(&str, &str); 2] = [
+    ("LLMLOAD_T_KEY_A", "sk-a-0123456789abcdef"),
+    ("LLMLOAD_T_KEY_B", "sk-b-fedcba9876543210"),
+];
+
+/// Runs `plan` with both keys in the environment.
+fn run_with_keys(plan: &str) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plan(dir.path(), plan);
+    let env: Vec<(&str, &std::ffi::OsStr)> = KEYS
+        .iter()
+        .map(|(var, key)| (*var, std::ffi::OsStr::new(*key)))
+        .collect();
+    let output = run_file(&path, &dir.path().join("out"), &[], &env);
+    Run { dir, output }
+}
+
+/// No key's text in any file of the run.
+fn assert_no_key_written(run: &Run) {
+    for entry in std::fs::read_dir(run.out()).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        for (_, key) in KEYS {
+            assert!(!text.contains(key), "{} holds a key", path.display());
+        }
+    }
+}
+
+/// The provider's limits are per key: with two keys taken in turn, a burst of 20 against 6
+/// requests a minute per key is answered 12 times, each key's bucket spent on its own, and
+/// every output says which key carried what (never the keys).
+#[test]
+fn several_keys_are_taken_in_turn_and_throttled_each_on_its_own() {
+    let plan = "plan \"keys\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; api-key env=\"LLMLOAD_T_KEY_A\"; api-key env=\"LLMLOAD_T_KEY_B\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=6 }\nworkload { input 16; output 4 }\nphase \"burst\" { at-once 20 }\nsla { error-rate < \"1%\" }\n";
+    let run = run_with_keys(plan);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let records = run.records();
+    let with = |key: u64| records.iter().filter(|r| r["key"] == key).count();
+    assert_eq!((with(0), with(1)), (10, 10));
+    let summary = run.summary();
+    let requests = &summary["overall"]["requests"];
+    assert_eq!(requests["ok"], 12, "{requests}");
+    assert_eq!(requests["throttled"], 8, "{requests}");
+    for key in requests["by_key"].as_array().expect("by key") {
+        assert_eq!(
+            (key["sent"].as_u64(), key["ok"].as_u64()),
+            (Some(10), Some(6))
+        );
+        assert_eq!(key["throttled"], 4, "{key}");
+    }
+    let note = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "keys")
+        .expect("a keys note");
+    let said = note["message"].as_str().unwrap();
+    assert!(
+        said.contains("$LLMLOAD_T_KEY_A 10 sent, 6 ok, 4 throttled"),
+        "{said}"
+    );
+    assert!(said.contains("$LLMLOAD_T_KEY_B"), "{said}");
+    assert_no_key_written(&run);
+}
+
+/// Each key paced to its own budget, the budgets adding up: 10 requests due at 4 a second
+/// against 60 a minute per key go out two a second, and the simulator (one
+/// request a second per key, a burst of two) throttles none.
+#[test]
+fn limits_are_per_key_so_two_keys_carry_twice_the_rate() {
+    let plan = "plan \"keys\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; limits rpm=60; api-key env=\"LLMLOAD_T_KEY_A\"; api-key env=\"LLMLOAD_T_KEY_B\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=60 burst=\"2s\" }\nworkload { input 16; output 4 }\nphase \"p\" { rate 4; arrivals \"constant\"; requests 10 }\nsla { throttled-rate < \"1%\" }\n";
+    let run = run_with_keys(plan);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let mut records = run.records();
+    records.sort_by_key(|r| r["actual_send_us"].as_u64());
+    for (i, record) in records.iter().enumerate() {
+        let sent_s = record["actual_send_us"].as_f64().unwrap() / 1e6;
+        let first_s = records[0]["actual_send_us"].as_f64().unwrap() / 1e6;
+        // Due every 250 ms, each key free once a second: the first of each pair goes when
+        // due (key A at 0, 1, 2 s), the second a quarter second on (key B).
+        let expected = (i / 2) as f64 + 0.25 * (i % 2) as f64;
+        assert!(
+            (sent_s - first_s - expected).abs() < 0.05,
+            "request {i} sent at {} s",
+            sent_s - first_s
+        );
+        assert!(record["error"].is_null(), "{record}");
+    }
+    let summary = run.summary();
+    let paced = summary["overall"]["rates"]["paced_per_s"].as_f64().unwrap();
+    assert!((2.0..=2.6).contains(&paced), "{paced}");
+    let by_key = summary["overall"]["requests"]["by_key"].as_array().unwrap();
+    let sent: Vec<u64> = by_key.iter().map(|k| k["sent"].as_u64().unwrap()).collect();
+    assert_eq!(sent, [5, 5]);
+    assert_no_key_written(&run);
+}
+
+/// Keys are checked before the clock starts: one the target refuses is named, and nothing is
+/// sent; one of several that is not set is a mistake, not a share of keyless requests.
+#[test]
+fn a_refused_or_missing_key_of_several_ends_the_run_before_it_starts() {
+    let serving = "sim { ttft \"5ms\"; itl \"1ms\"; api-key env=\"LLMLOAD_T_KEY_A\" }\nworkload { input 16; output 4 }\nphase \"p\" { concurrency 1; requests 4 }\n";
+    let refused = run_with_keys(&format!(
+        "plan \"keys\"\ntarget \"sim\" {{ api-key env=\"LLMLOAD_T_KEY_A\"; api-key env=\"LLMLOAD_T_KEY_B\" }}\n{serving}"
+    ));
+    assert_eq!(refused.code(), 3, "{}", refused.stderr());
+    let said = refused.stdout() + &refused.stderr();
+    assert!(said.contains("the key in $LLMLOAD_T_KEY_B"), "{said}");
+    assert!(refused.records().is_empty());
+    assert_no_key_written(&refused);
+
+    let unset = run_with_keys(&format!(
+        "plan \"keys\"\ntarget \"sim\" {{ api-key env=\"LLMLOAD_T_KEY_A\"; api-key env=\"LLMLOAD_T_KEY_UNSET\" }}\n{serving}"
+    ));
+    assert_eq!(unset.code(), 2, "{}", unset.stderr());
+    assert!(
+        unset
+            .stderr()
+            .contains("$LLMLOAD_T_KEY_UNSET (one of the plan's API keys) is not set"),
+        "{}",
+        unset.stderr()
+    );
+}
+
+#[test]
+fn a_key_named_twice_is_a_plan_mistake() {
+    let run = run_plan(
+        "plan \"t\"\ntarget \"sim\" { api-key env=\"K\"; api-key env=\"K\" rpm=10 }\nworkload { input 8; output 4 }\nphase \"p\" { concurrency 1; requests 1 }\n",
+        &[],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("$K is named twice"),
+        "{}",
+        run.stderr()
+    );
+}

@@ -62,13 +62,16 @@ const MODELS_BYTES: u64 = 4 << 20;
 pub enum Refusal {
     #[error("the target does not answer ({shown}): {detail}")]
     Unreachable { shown: String, detail: String },
-    #[error("the target refused the run's credentials: HTTP {status} from {shown}: {said} ({})",
+    #[error("the target refused the run's credentials{}: HTTP {status} from {shown}: {said} ({})",
+        key_var.as_ref().map(|var| format!(" (the key in ${var})")).unwrap_or_default(),
         credentials_hint(*key_sent))]
     Credentials {
         status: u16,
         shown: String,
         said: String,
         key_sent: bool,
+        /// The refused key's variable, when the run has several.
+        key_var: Option<String>,
     },
     #[error(
         "the target does not serve model \"{model}\" (HTTP {status}: {said}); it serves: \
@@ -92,6 +95,40 @@ fn credentials_hint(key_sent: bool) -> &'static str {
         "no key was sent: name the variable that holds it with `api-key env=\"VAR\"` in the \
          target (or --api-key-env VAR) and export VAR"
     }
+}
+
+/// With several keys, each after the first is shown the same `GET /models`: one the target
+/// refuses would fail its share of the requests, so the run is refused, naming its variable.
+async fn other_keys_accepted(
+    transport: &Transport,
+    template: &RequestTemplate,
+) -> Result<(), Refusal> {
+    let models = template.models_url();
+    for (key, credentials) in template.keys.iter().enumerate().skip(1) {
+        let outgoing = super::transport::Outgoing {
+            url: &models,
+            body: None,
+            headers: &[],
+            template,
+            key,
+        };
+        let Ok(mut response) = transport.send(outgoing).await else {
+            continue;
+        };
+        if matches!(response.status, 401 | 403) {
+            let body = super::request::read_capped(&mut response.body, 4096)
+                .await
+                .unwrap_or_default();
+            return Err(Refusal::Credentials {
+                status: response.status,
+                shown: format!("GET {}", models.path()),
+                said: crate::error::shorten(&String::from_utf8_lossy(&body)),
+                key_sent: true,
+                key_var: credentials.var.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The most bytes of an engine's info read (llama.cpp's chat template is most of its /props).
@@ -119,6 +156,7 @@ async fn engine_info(
         body: None,
         headers: &[],
         template,
+        key: 0,
     };
     let mut response = transport.send(outgoing).await.ok()?;
     let body = super::request::read_capped(&mut response.body, INFO_BYTES)
@@ -143,6 +181,7 @@ pub async fn preflight(
         body: None,
         headers: &[],
         template,
+        key: 0,
     };
     let mut response = match transport.send(outgoing).await {
         Ok(response) => response,
@@ -166,10 +205,11 @@ pub async fn preflight(
                 status: response.status,
                 shown,
                 said: said(),
-                key_sent: !template.credentials.is_empty(),
+                key_sent: template.sends_a_key(),
+                key_var: None,
             });
         }
-        200..=299 => {}
+        200..=299 => other_keys_accepted(transport, template).await?,
         // No model list here (not every server has one): the requests will tell.
         _ => return Ok(Preflight::default()),
     }
@@ -226,6 +266,7 @@ pub async fn preflight(
         body: Some(body),
         headers: &[],
         template,
+        key: 0,
     };
     let answered = match transport.send(outgoing).await {
         Ok(mut response) => {

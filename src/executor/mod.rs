@@ -47,7 +47,7 @@ use observe::stopped;
 pub use observe::{Event, LiveCounters, Observer, Quiet, Stop};
 use recorder::{Message, Recorder};
 pub use source::{Between, PhaseControl, PhaseRun, PhaseSource, ScheduleSource};
-pub use template::RequestTemplate;
+pub use template::{KeyCredentials, RequestTemplate};
 
 /// How many prompt bodies are built ahead of the pacer.
 const BODIES_AHEAD: usize = 512;
@@ -332,7 +332,14 @@ fn start_context(
         tls: config.tls.clone(),
         hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
         secrets: config.secrets.clone(),
-        pacer: config.template.limits.and_then(pacer::Pacer::new),
+        pacer: pacer::Pacer::new(
+            &config
+                .template
+                .keys
+                .iter()
+                .map(|k| k.limits)
+                .collect::<Vec<_>>(),
+        ),
     })
 }
 

@@ -1,6 +1,7 @@
-//! The client's own pacing to a provider's limits (`target { limits rpm=… tpm=… }`): each
-//! request goes out no sooner than the budgets allow, as an application's rate limiter holds
-//! it, so that a run measures the server at the limit instead of collecting its refusals.
+//! The client's own pacing to a provider's limits (`target { limits rpm=… tpm=… }`), and the
+//! keys requests are sent with in turn (`api-key` once per key): each request goes out with a
+//! key and no sooner than that key's budgets allow, as an application's rate limiter holds it,
+//! so that a run measures the server at the limit instead of collecting its refusals.
 //!
 //! The budgets are spent evenly (a generic cell rate: one request every `60 / rpm` seconds, and
 //! `60 / tpm` seconds per token of its prompt and answer), never in bursts, from the run's
@@ -10,6 +11,10 @@
 //! queue at the client and the open loop slows to the limit. Each record says how long it was
 //! held (`paced_us`), and its intended time moves to its slot: the schedule lag stays the
 //! client's own lateness, not the budget's.
+//!
+//! With several keys, a request takes the key whose budgets free first, the keys taken in turn
+//! among those free alike (all of them, when none has budgets): so their budgets add up, as a
+//! gateway's key rotation spends them, and keys of different tiers each carry their share.
 //!
 //! What this is not: the server's limits (the simulator's `limits.rs`), or what becomes of a
 //! request the server throttles anyway (`on-throttle`, in `send.rs`).
@@ -21,51 +26,99 @@ use tokio::time::Instant;
 
 use crate::plan::ClientLimits;
 
-/// The budgets' next free slots.
+/// The keys' budgets and their next free slots.
 pub(super) struct Pacer {
+    budgets: Vec<Budget>,
+    state: Mutex<State>,
+}
+
+/// One key's budgets.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
     /// The gap between two requests (`60 s / rpm`).
     request_gap: Option<Duration>,
     /// The time one token takes of the token budget (`60 s / tpm`).
     token_time: Option<Duration>,
-    /// When the next request may go by each budget.
-    next: Mutex<[Option<Instant>; 2]>,
 }
 
-impl Pacer {
-    /// A pacer for the limits, or none when they set none.
-    pub(super) fn new(limits: ClientLimits) -> Option<Pacer> {
+impl Budget {
+    fn of(limits: Option<ClientLimits>) -> Budget {
         let per_minute = |n: Option<u64>| {
             n.filter(|&n| n > 0)
                 .map(|n| Duration::from_secs_f64(60.0 / n as f64))
         };
-        let (request_gap, token_time) = (per_minute(limits.rpm), per_minute(limits.tpm));
-        (request_gap.is_some() || token_time.is_some()).then(|| Pacer {
-            request_gap,
-            token_time,
-            next: Mutex::new([None, None]),
+        Budget {
+            request_gap: limits.and_then(|l| per_minute(l.rpm)),
+            token_time: limits.and_then(|l| per_minute(l.tpm)),
+        }
+    }
+
+    fn is_some(&self) -> bool {
+        self.request_gap.is_some() || self.token_time.is_some()
+    }
+}
+
+struct State {
+    /// When each key's next request may go by each of its budgets.
+    next: Vec<[Option<Instant>; 2]>,
+    /// The key first in turn.
+    turn: usize,
+}
+
+/// The key a request goes with, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Turn {
+    /// The key's place among the run's.
+    pub key: usize,
+    /// When its budgets let it go; `None` when the key has none (it goes when due).
+    pub slot: Option<Instant>,
+}
+
+impl Pacer {
+    /// A pacer for keys with these budgets, or none when there is one key without any.
+    pub(super) fn new(keys: &[Option<ClientLimits>]) -> Option<Pacer> {
+        let budgets: Vec<Budget> = keys.iter().map(|&limits| Budget::of(limits)).collect();
+        (budgets.len() > 1 || budgets.iter().any(Budget::is_some)).then(|| Pacer {
+            state: Mutex::new(State {
+                next: vec![[None, None]; budgets.len()],
+                turn: 0,
+            }),
+            budgets,
         })
     }
 
-    /// The time a request costing `tokens` (its prompt and its answer) may go, asked when it is
-    /// due (`due`): the latest of then and each budget's next free slot. The slot is taken:
-    /// the next request's comes after it.
-    pub(super) fn slot(&self, due: Instant, tokens: u64) -> Instant {
-        let mut next = match self.next.lock() {
-            Ok(next) => next,
+    /// The key and time a request costing `tokens` (its prompt and its answer) goes with,
+    /// asked when it is due (`due`): the key whose budgets free first (the next in turn among
+    /// those alike), at the latest of then and its budgets' next free slots. The slot is taken:
+    /// that key's next request comes after it.
+    pub(super) fn take(&self, due: Instant, tokens: u64) -> Turn {
+        let mut state = match self.state.lock() {
+            Ok(state) => state,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let slot = next
-            .iter()
-            .flatten()
-            .fold(due, |slot, &free| slot.max(free));
-        if let Some(gap) = self.request_gap {
-            next[0] = Some(slot + gap);
+        let keys = self.budgets.len();
+        let (key, slot) = (0..keys)
+            .map(|step| (state.turn + step) % keys)
+            .map(|key| {
+                let free = state.next[key].iter().flatten();
+                (key, free.fold(due, |slot, &free| slot.max(free)))
+            })
+            // The earliest; the first in turn of those alike.
+            .min_by_key(|&(_, slot)| slot)
+            .unwrap_or((0, due));
+        state.turn = (key + 1) % keys.max(1);
+        let budget = self.budgets[key];
+        if let Some(gap) = budget.request_gap {
+            state.next[key][0] = Some(slot + gap);
         }
-        if let Some(per_token) = self.token_time {
+        if let Some(per_token) = budget.token_time {
             let spent = per_token.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX));
-            next[1] = Some(slot + spent);
+            state.next[key][1] = Some(slot + spent);
         }
-        slot
+        Turn {
+            key,
+            slot: budget.is_some().then_some(slot),
+        }
     }
 }
 
@@ -73,38 +126,108 @@ impl Pacer {
 mod tests {
     use super::*;
 
-    fn limits(rpm: Option<u64>, tpm: Option<u64>) -> ClientLimits {
-        ClientLimits { rpm, tpm }
+    fn limits(rpm: Option<u64>, tpm: Option<u64>) -> [Option<ClientLimits>; 1] {
+        [Some(ClientLimits { rpm, tpm })]
+    }
+
+    fn slots(pacer: &Pacer, due: Instant, n: usize, tokens: u64) -> Vec<(usize, Duration)> {
+        (0..n)
+            .map(|_| {
+                let turn = pacer.take(due, tokens);
+                let slot = turn.slot.expect("a budget");
+                (turn.key, slot - due)
+            })
+            .collect()
     }
 
     #[test]
     fn requests_due_together_are_spread_at_the_budgets_pace() {
-        let pacer = Pacer::new(limits(Some(600), None)).expect("a budget");
+        let pacer = Pacer::new(&limits(Some(600), None)).expect("a budget");
         let start = Instant::now();
-        let slots: Vec<Duration> = (0..4).map(|_| pacer.slot(start, 100) - start).collect();
         let ms = |n| Duration::from_millis(n);
-        assert_eq!(slots, [ms(0), ms(100), ms(200), ms(300)]);
+        let slots = slots(&pacer, start, 4, 100);
+        assert_eq!(
+            slots,
+            [(0, ms(0)), (0, ms(100)), (0, ms(200)), (0, ms(300))]
+        );
         // One due after the queue has drained goes at once.
-        assert_eq!(pacer.slot(start + ms(1000), 100), start + ms(1000));
+        let later = pacer.take(start + ms(1000), 100);
+        assert_eq!(later.slot, Some(start + ms(1000)));
     }
 
     #[test]
     fn the_token_budget_spaces_requests_by_their_size() {
         // 6,000 tokens a minute: 10 ms a token.
-        let pacer = Pacer::new(limits(None, Some(6000))).expect("a budget");
+        let pacer = Pacer::new(&limits(None, Some(6000))).expect("a budget");
         let start = Instant::now();
-        assert_eq!(pacer.slot(start, 50), start);
-        assert_eq!(pacer.slot(start, 10), start + Duration::from_millis(500));
-        assert_eq!(pacer.slot(start, 10), start + Duration::from_millis(600));
+        assert_eq!(pacer.take(start, 50).slot, Some(start));
+        let ms = |n| Some(start + Duration::from_millis(n));
+        assert_eq!(pacer.take(start, 10).slot, ms(500));
+        assert_eq!(pacer.take(start, 10).slot, ms(600));
     }
 
     #[test]
     fn the_tighter_budget_holds_and_no_budget_is_no_pacer() {
-        let pacer = Pacer::new(limits(Some(60), Some(600_000))).expect("budgets");
+        let pacer = Pacer::new(&limits(Some(60), Some(600_000))).expect("budgets");
         let start = Instant::now();
-        pacer.slot(start, 10);
+        pacer.take(start, 10);
         // A second a request beats 0.1 ms a token.
-        assert_eq!(pacer.slot(start, 10), start + Duration::from_secs(1));
-        assert!(Pacer::new(limits(None, None)).is_none());
+        let second = pacer.take(start, 10).slot;
+        assert_eq!(second, Some(start + Duration::from_secs(1)));
+        assert!(Pacer::new(&limits(None, None)).is_none());
+        assert!(Pacer::new(&[None]).is_none());
+    }
+
+    #[test]
+    fn keys_alike_take_turns_and_add_their_budgets_up() {
+        // Two keys of 600 requests a minute: together one request every 50 ms.
+        let each = Some(ClientLimits {
+            rpm: Some(600),
+            tpm: None,
+        });
+        let pacer = Pacer::new(&[each, each]).expect("budgets");
+        let start = Instant::now();
+        let ms = |n| Duration::from_millis(n);
+        let taken = slots(&pacer, start, 6, 1);
+        assert_eq!(
+            taken,
+            [
+                (0, ms(0)),
+                (1, ms(0)),
+                (0, ms(100)),
+                (1, ms(100)),
+                (0, ms(200)),
+                (1, ms(200))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_of_a_bigger_tier_carries_more_of_the_requests() {
+        let key = |rpm| {
+            Some(ClientLimits {
+                rpm: Some(rpm),
+                tpm: None,
+            })
+        };
+        // 300 and 600 requests a minute: 200 ms and 100 ms apart.
+        let pacer = Pacer::new(&[key(300), key(600)]).expect("budgets");
+        let start = Instant::now();
+        let taken = slots(&pacer, start, 30, 1);
+        let big = taken.iter().filter(|(key, _)| *key == 1).count();
+        assert_eq!(big, 20, "{taken:?}");
+        // Together 900 a minute: 30 requests in 2 s (the last starts before it ends).
+        let last = taken.iter().map(|(_, at)| *at).max().expect("slots");
+        assert!(last < Duration::from_secs(2), "{last:?}");
+    }
+
+    #[test]
+    fn keys_without_budgets_only_take_turns() {
+        let pacer = Pacer::new(&[None, None, None]).expect("several keys");
+        let start = Instant::now();
+        let keys: Vec<Turn> = (0..4).map(|_| pacer.take(start, 1)).collect();
+        let at: Vec<usize> = keys.iter().map(|t| t.key).collect();
+        assert_eq!(at, [0, 1, 2, 0]);
+        assert!(keys.iter().all(|t| t.slot.is_none()));
     }
 }

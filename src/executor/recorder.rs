@@ -677,6 +677,7 @@ pub fn finalize(finished: Finished, tokenizer: &Tokenizer, budget: CountBudget) 
         rate_limit: exchange.rate_limit.map(|limit| *limit),
         server_request_id: exchange.server_request_id,
         paced_us: (exchange.paced_us > 0).then_some(exchange.paced_us),
+        key: exchange.key.and_then(|key| u32::try_from(key).ok()),
         throttled_attempts: (!exchange.throttled_attempts.is_empty())
             .then_some(exchange.throttled_attempts),
         usage_problem,

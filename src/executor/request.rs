@@ -31,6 +31,8 @@ pub struct Exchange {
     pub server_request_id: Option<String>,
     /// How long the key's budgets (`limits`) held it before its send, µs.
     pub paced_us: u64,
+    /// Which of the run's keys it went with, when it has several.
+    pub key: Option<usize>,
     /// The attempts the server throttled before this one (`on-throttle "retry"`).
     pub throttled_attempts: Vec<crate::records::ThrottledAttempt>,
     /// Arrival of each token-bearing chunk, µs after the send.
@@ -363,6 +365,7 @@ async fn send(
             body: Some(body.take().unwrap_or_else(body_again)),
             headers,
             template,
+            key: exchange.key.unwrap_or(0),
         };
         // Boxed: sending's state (request building, the pool, hyper's dispatch) lives only
         // until the response's head, not for the whole stream.

@@ -35,7 +35,7 @@ pub async fn reset(template: &RequestTemplate, tls: &crate::tls::Trust) -> Reset
     };
     let send = |request: reqwest::RequestBuilder| {
         template
-            .credentials
+            .credentials(0)
             .iter()
             .chain(template.headers.iter())
             .fold(request, |r, (name, value)| r.header(name, value))

@@ -127,9 +127,9 @@ async fn execute(
     let phase = state.index;
     let template = context.template(phase);
     let request_id = template.request_id(phase, request.seq);
-    let (intended, paced_us) = match &context.pacer {
+    let (intended, paced_us, key) = match &context.pacer {
         Some(pacer) => pace(pacer, context, state, &request, intended, deadline).await?,
-        None => (intended, 0),
+        None => (intended, 0, 0),
     };
     let mut sent_at = Instant::now();
     let intended_send_us = context.micros(intended.unwrap_or(sent_at));
@@ -150,6 +150,7 @@ async fn execute(
         request_bytes,
         images: media.images.clone(),
         audio_ms: media.audio_ms,
+        key: (template.keys.len() > 1).then_some(key),
         ..Exchange::default()
     };
     let mut exchange = new_exchange();
@@ -289,10 +290,10 @@ fn answer_of(exchange: &mut Exchange) -> Answer {
     }
 }
 
-/// Holds a request until the key's budgets (`limits`) allow it: its slot (its intended time
-/// from now on) and how long it was held, µs. `None` when the run stops, its phase ends, or
-/// the slot falls at or past the phase's end first: it is then not sent, as a request the
-/// schedule had no time left for.
+/// Holds a request until a key's budgets (`limits`) allow it: its slot (its intended time
+/// from now on), how long it was held, µs, and the key it goes with. `None` when the run
+/// stops, its phase ends, or the slot falls at or past the phase's end first: it is then not
+/// sent, as a request the schedule had no time left for.
 async fn pace(
     pacer: &super::pacer::Pacer,
     context: &Context,
@@ -300,10 +301,14 @@ async fn pace(
     request: &ScheduledRequest,
     intended: Option<Instant>,
     deadline: Option<Instant>,
-) -> Option<(Option<Instant>, u64)> {
+) -> Option<(Option<Instant>, u64, usize)> {
     let due = intended.unwrap_or_else(Instant::now);
     let tokens = u64::from(request.input_tokens) + u64::from(request.output_tokens);
-    let slot = pacer.slot(due, tokens);
+    let turn = pacer.take(due, tokens);
+    let Some(slot) = turn.slot else {
+        // A key without budgets: it goes when due.
+        return Some((intended, 0, turn.key));
+    };
     if deadline.is_some_and(|end| slot >= end) {
         return None;
     }
@@ -316,7 +321,7 @@ async fn pace(
         }
     }
     let held = slot.saturating_duration_since(due).as_micros() as u64;
-    Some((Some(slot), held))
+    Some((Some(slot), held, turn.key))
 }
 
 /// How a request's last attempt ended.

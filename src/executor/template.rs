@@ -12,6 +12,27 @@ use crate::api::{BodyOptions, Dialect};
 use crate::planner::Prompt;
 use crate::records::request_id_text;
 
+/// One of the run's keys as requests carry it, and the budgets it is paced to.
+#[derive(Clone, Default)]
+pub struct KeyCredentials {
+    /// The environment variable it came from (none: requests go without a key).
+    pub var: Option<String>,
+    /// Its headers, marked sensitive.
+    pub headers: Vec<(reqwest::header::HeaderName, HeaderValue)>,
+    /// Its budgets per minute, if any.
+    pub limits: Option<crate::plan::ClientLimits>,
+}
+
+impl std::fmt::Debug for KeyCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Its headers are deliberately left out.
+        f.debug_struct("KeyCredentials")
+            .field("var", &self.var)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Everything about requests that does not change from one to the next.
 #[derive(Clone)]
 pub struct RequestTemplate {
@@ -21,17 +42,16 @@ pub struct RequestTemplate {
     pub dialect: &'static dyn Dialect,
     /// What every body asks for besides its prompt.
     pub options: BodyOptions,
-    /// The headers carrying the API key, as the dialect sends it (`Authorization: Bearer …`),
-    /// marked sensitive so they never print.
-    pub credentials: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
+    /// The run's keys, used in turn (one without headers when it has none): each key's
+    /// headers as the dialect sends it (`Authorization: Bearer …`, marked sensitive so they
+    /// never print) and its budgets.
+    pub keys: Arc<Vec<KeyCredentials>>,
     /// The plan's extra headers (secret ones marked sensitive).
     pub headers: Arc<Vec<(reqwest::header::HeaderName, HeaderValue)>>,
     /// Per request, from the send to the end of the response.
     pub timeout: Duration,
     /// What a throttled request becomes: counted, or sent again.
     pub on_throttle: crate::plan::OnThrottle,
-    /// The key's budgets the client paces its requests to (the run's, across its phases).
-    pub limits: Option<crate::plan::ClientLimits>,
     /// What every `x-request-id` of the run starts with (see [`RequestTemplate::request_id`]).
     pub request_id_prefix: String,
     /// The longest SSE line (or event) a response may hold, in bytes.
@@ -60,14 +80,28 @@ impl RequestTemplate {
         Bytes::from(self.dialect.body(prompt, max_tokens, &self.options))
     }
 
-    /// Adds the run's credentials and extra headers to `headers`.
-    pub fn add_credentials(&self, headers: &mut reqwest::header::HeaderMap) {
-        for (name, value) in self.credentials.iter() {
+    /// Adds key `key`'s credentials (the first key's when there is no such key) and the run's
+    /// extra headers to `headers`.
+    pub fn add_credentials(&self, key: usize, headers: &mut reqwest::header::HeaderMap) {
+        for (name, value) in self.credentials(key) {
             headers.insert(name.clone(), value.clone());
         }
         for (name, value) in self.headers.iter() {
             headers.append(name.clone(), value.clone());
         }
+    }
+
+    /// Key `key`'s headers (the first key's when there is no such key).
+    pub fn credentials(&self, key: usize) -> &[(reqwest::header::HeaderName, HeaderValue)] {
+        self.keys
+            .get(key)
+            .or(self.keys.first())
+            .map_or(&[], |key| key.headers.as_slice())
+    }
+
+    /// Whether any request carries a key.
+    pub fn sends_a_key(&self) -> bool {
+        self.keys.iter().any(|key| !key.headers.is_empty())
     }
 
     /// Whether answers are streamed.

@@ -201,6 +201,7 @@ impl<'s> Accumulator<'s> {
         if record.connect_us.is_some() {
             m.requests.new_connections += 1;
         }
+        count_by_key(&mut m.requests, record);
         if let Some(held) = record.paced_us {
             let held = held as f64 / 1e6;
             m.requests.paced += 1;
@@ -410,5 +411,29 @@ impl<'s> Accumulator<'s> {
         m.tokens.usage_vs_tokenizer = median(&mut usage_vs_tokenizer);
         m.metrics = m.distributions.summaries();
         m
+    }
+}
+
+/// A request of a run with several API keys, counted under its key (a place past the most a
+/// plan may name is a record no run wrote, and is left out).
+fn count_by_key(requests: &mut super::aggregates::RequestCounts, record: &RequestRecord) {
+    let Some(key) = record
+        .key
+        .map(|key| key as usize)
+        .filter(|&key| key < crate::plan::MAX_API_KEYS)
+    else {
+        return;
+    };
+    if requests.by_key.len() <= key {
+        requests.by_key.resize_with(key + 1, Default::default);
+    }
+    let counts = &mut requests.by_key[key];
+    counts.sent += 1;
+    counts.paced_s += record.paced_us.unwrap_or(0) as f64 / 1e6;
+    match record.error {
+        None => counts.ok += 1,
+        Some(ErrorClass::Cancelled | ErrorClass::Client) => {}
+        Some(class) if class.throttled() => counts.throttled += 1,
+        Some(_) => counts.failed += 1,
     }
 }

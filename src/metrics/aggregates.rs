@@ -197,6 +197,24 @@ pub struct RequestCounts {
     pub connection_retries: u64,
     /// Requests that opened a new connection (the others reused an open one).
     pub new_connections: u64,
+    /// By API key, when the run went with several (in the order of the run line's `keys`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_key: Vec<KeyCounts>,
+}
+
+/// The requests that went with one of a run's API keys, by outcome.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct KeyCounts {
+    /// Requests sent with it.
+    pub sent: u64,
+    /// Succeeded.
+    pub ok: u64,
+    /// Failed (the throttled apart).
+    pub failed: u64,
+    /// Throttled by the server.
+    pub throttled: u64,
+    /// How long its budgets held its requests, s, in all.
+    pub paced_s: f64,
 }
 
 impl RequestCounts {

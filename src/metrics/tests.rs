@@ -23,6 +23,7 @@ fn header(exact: bool) -> RunHeader {
         shares_prompts: false,
         tls_unverified: false,
         http: None,
+        keys: Vec::new(),
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
         client_machine: None,

@@ -533,7 +533,13 @@ phase "steady" { rate 4; duration "30s" }
             plan.target.headers[1].value,
             crate::plan::HeaderValue::Secret("TEAM_TOKEN".into())
         );
-        assert_eq!(plan.target.api_key_env.as_deref(), Some("MY_KEY"));
+        let vars: Vec<&str> = plan
+            .target
+            .api_keys
+            .iter()
+            .map(|k| k.env.as_str())
+            .collect();
+        assert_eq!(vars, ["MY_KEY"]);
         assert_eq!(
             Override::header("Authorization: Bearer x").unwrap().shown(),
             "target.header \"Authorization\" (value not shown)"

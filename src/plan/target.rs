@@ -38,6 +38,19 @@ pub struct ClientLimits {
     pub tpm: Option<u64>,
 }
 
+/// `api-key env="VAR" rpm=… tpm=…`: one API key, by the variable that holds it, and its own
+/// budgets when they are not the target's `limits` (a key of another tier, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeySource {
+    /// The environment variable holding the key (read at run time, never written anywhere).
+    pub env: String,
+    /// This key's budgets, where the node sets them.
+    pub limits: Option<ClientLimits>,
+}
+
+/// The most API keys a target may use in turn.
+pub const MAX_API_KEYS: usize = 64;
+
 /// Where requests go and how they are spoken.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -47,8 +60,9 @@ pub struct Target {
     pub api: Api,
     /// The `model` field of every request.
     pub model: String,
-    /// Name of the environment variable that holds the API key. The key itself never enters the plan.
-    pub api_key_env: Option<String>,
+    /// The API keys requests are sent with (`api-key env="VAR"`, once per key), in turn: each
+    /// named by the environment variable that holds it. The keys themselves never enter the plan.
+    pub api_keys: Vec<ApiKeySource>,
     /// Stream responses (SSE); without it only E2E latency can be measured.
     pub stream: bool,
     /// Per request, from the send to the end of the response.
@@ -95,6 +109,20 @@ pub struct Target {
     pub tls_verify: bool,
     /// The HTTP version requests are spoken in (`http`).
     pub http: HttpVersion,
+}
+
+impl Target {
+    /// Each key's budgets: its own, else the target's `limits` (which are per key). One entry
+    /// without a variable when the plan names no key (the keyless client's budgets, if any).
+    pub fn key_budgets(&self) -> Vec<(Option<&str>, Option<ClientLimits>)> {
+        if self.api_keys.is_empty() {
+            return vec![(None, self.limits)];
+        }
+        self.api_keys
+            .iter()
+            .map(|key| (Some(key.env.as_str()), key.limits.or(self.limits)))
+            .collect()
+    }
 }
 
 /// `http "1.1"` (the default: a connection per request in flight), `http "2" streams=100`

@@ -128,6 +128,10 @@ pub struct RunHeader {
     /// reports say it: "2, up to 100 streams a connection".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
+    /// The variables of the API keys requests went with in turn, when there were several (a
+    /// record's `key` is its place here). Never the keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.
@@ -811,6 +815,10 @@ pub struct RequestRecord {
     /// intended send time is then its slot, so its schedule lag is the client's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paced_us: Option<u64>,
+    /// Which of the run's API keys it went with (its place in the run line's `keys`), when the
+    /// run had several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<u32>,
     /// The attempts the server throttled before this one, when the plan retries them
     /// (`on-throttle "retry"`); its send time is then the first attempt's, and its TTFT, E2E and
     /// chunk times count from it, the waits included, as the application that retries sees

@@ -519,12 +519,18 @@ fn request_lines(plan: &Plan, schedule: &Schedule) -> Vec<String> {
     apis.iter()
         .map(|api| {
             let dialect = api.dialect();
-            let key = match (
-                &plan.target.api_key_env,
-                dialect.credential_headers().first(),
-            ) {
-                (Some(var), Some(header)) => format!("; key: {header} from ${var}"),
-                _ => String::new(),
+            let vars: Vec<String> = plan
+                .target
+                .api_keys
+                .iter()
+                .map(|key| format!("${}", key.env))
+                .collect();
+            let key = match (vars.as_slice(), dialect.credential_headers().first()) {
+                ([], _) | (_, None) => String::new(),
+                ([var], Some(header)) => format!("; key: {header} from {var}"),
+                (vars, Some(header)) => {
+                    format!("; keys in turn: {header} from {}", vars.join(", "))
+                }
             };
             let fixed: Vec<String> = dialect
                 .fixed_headers()

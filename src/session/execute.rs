@@ -23,7 +23,7 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
     };
     let tokenizer = Arc::new(Tokenizer::load(&plan.workload.tokenizer)?);
     let mut secrets = Secrets::new();
-    let api_key = target::api_key(plan, &*options.observer, &mut secrets)?;
+    let api_keys = target::api_keys(plan, &*options.observer, &mut secrets)?;
     let headers = target::extra_headers(plan, &*options.observer, &mut secrets)?;
     let out = &options.out_dir;
     outdir::prepare(out, Some(&plan.name))?;
@@ -44,10 +44,19 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
         for secret in target.secrets() {
             secrets.add(&secret);
         }
-        // Each API a phase speaks sends the key its own way.
-        let credentials = |api: crate::api::Api| -> Result<_> {
-            let own = target::credentials(api.dialect(), api_key.as_ref())?;
-            Ok(with_basic_auth(own, &target, &*options.observer))
+        // Each API a phase speaks sends the keys its own way.
+        let credentials = |api: crate::api::Api| -> Result<Vec<executor::KeyCredentials>> {
+            api_keys
+                .iter()
+                .map(|run_key| {
+                    let own = target::credentials(api.dialect(), run_key.key.as_ref())?;
+                    Ok(executor::KeyCredentials {
+                        var: run_key.key.as_ref().map(|key| key.var().to_string()),
+                        headers: with_basic_auth(own, &target, &*options.observer),
+                        limits: run_key.limits,
+                    })
+                })
+                .collect()
         };
         let request_id_prefix = records::new_request_id_prefix();
         let mut header = run_header(
@@ -270,7 +279,7 @@ fn origin_headers(
         return Vec::new();
     }
     template
-        .credentials
+        .credentials(0)
         .iter()
         .chain(template.headers.iter())
         .cloned()
@@ -422,6 +431,10 @@ fn run_header(
         target_notes: Vec::new(),
         shares_prompts: plan.workload.shares_prompts(),
         tls_unverified: !plan.target.tls_verify,
+        keys: match plan.target.api_keys.as_slice() {
+            [] | [_] => Vec::new(),
+            keys => keys.iter().map(|key| key.env.clone()).collect(),
+        },
         http: plan.target.http.described(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         client_host: target::host_name(),
@@ -468,7 +481,7 @@ type Headers = Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>;
 fn templates(
     plan: &Plan,
     target: &TargetUrl,
-    credentials: impl Fn(crate::api::Api) -> Result<Headers>,
+    credentials: impl Fn(crate::api::Api) -> Result<Vec<executor::KeyCredentials>>,
     headers: Headers,
     request_id_prefix: String,
 ) -> Result<(
@@ -480,11 +493,10 @@ fn templates(
         url: target.endpoint(dialect.path()),
         dialect,
         options: plan.body_options(),
-        credentials: Arc::new(credentials(plan.target.api)?),
+        keys: Arc::new(credentials(plan.target.api)?),
         headers: Arc::new(with_fixed_headers(headers.clone(), dialect)),
         timeout: plan.target.timeout,
         on_throttle: plan.target.on_throttle,
-        limits: plan.target.limits,
         request_id_prefix,
         max_line: usize::try_from(plan.target.max_line).unwrap_or(usize::MAX),
         max_body: plan.target.max_body,
@@ -504,7 +516,7 @@ fn templates(
         if let Some(api) = phase.api {
             own.dialect = api.dialect();
             own.url = target.endpoint(own.dialect.path());
-            own.credentials = Arc::new(credentials(api)?);
+            own.keys = Arc::new(credentials(api)?);
             own.headers = Arc::new(with_fixed_headers(headers.clone(), own.dialect));
         }
         if let Some(endpoint) = &phase.endpoint {

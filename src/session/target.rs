@@ -180,18 +180,49 @@ pub fn redact_url(text: &str) -> String {
     }
 }
 
-/// The API key, from the variable the plan names, added to `secrets`; none (with a notice)
-/// when the variable is unset or empty.
-pub(super) fn api_key(
+/// The run's keys, from the variables the plan names (added to `secrets`), each with its
+/// budgets; one entry without a key when the plan names none. A single key whose variable is
+/// unset or empty leaves requests without a key (with a notice); one of several is a mistake,
+/// since a share of the requests would go unauthenticated.
+pub(super) fn api_keys(
     plan: &Plan,
     observer: &dyn Observer,
     secrets: &mut Secrets,
+) -> Result<Vec<RunKey>> {
+    let budgets = plan.target.key_budgets();
+    let several = budgets.len() > 1;
+    let mut keys = Vec::with_capacity(budgets.len());
+    for (var, limits) in budgets {
+        let key = match var {
+            Some(var) => api_key(var, several, observer, secrets)?,
+            None => None,
+        };
+        keys.push(RunKey { key, limits });
+    }
+    Ok(keys)
+}
+
+/// One key of the run (none: requests go without one) and the budgets it is paced to.
+#[derive(Debug)]
+pub(super) struct RunKey {
+    pub key: Option<ApiKey>,
+    pub limits: Option<crate::plan::ClientLimits>,
+}
+
+/// The key in `var`, added to `secrets`.
+fn api_key(
+    var: &str,
+    several: bool,
+    observer: &dyn Observer,
+    secrets: &mut Secrets,
 ) -> Result<Option<ApiKey>> {
-    let Some(var) = &plan.target.api_key_env else {
-        return Ok(None);
-    };
     let key = match std::env::var(var) {
         Ok(key) if !key.is_empty() => key,
+        Ok(_) | Err(std::env::VarError::NotPresent) if several => {
+            return Err(Error::usage(format!(
+                "${var} (one of the plan's API keys) is not set: set it, or leave its api-key out"
+            )))
+        }
         Ok(_) | Err(std::env::VarError::NotPresent) => {
             let notice = format!("${var} is not set; requests go without an API key");
             observer.on_event(Event::Note(&notice));
@@ -205,7 +236,7 @@ pub(super) fn api_key(
     };
     secrets.add(&key);
     Ok(Some(ApiKey {
-        var: var.clone(),
+        var: var.to_string(),
         key,
     }))
 }
@@ -214,6 +245,13 @@ pub(super) fn api_key(
 pub(super) struct ApiKey {
     var: String,
     key: String,
+}
+
+impl ApiKey {
+    /// The variable it came from.
+    pub(super) fn var(&self) -> &str {
+        &self.var
+    }
 }
 
 impl std::fmt::Debug for ApiKey {

@@ -2,6 +2,10 @@
 //! buckets, the 429 it answers beyond them, and the headers every answer says them in, so that
 //! llmload's reading of throttling is tested against a server that does it by the book.
 //!
+//! The limits are per key, as a provider's are per key (or organisation): each key a request
+//! presents (`Authorization: Bearer`, `x-api-key`, `api-key`) has buckets of its own, full at
+//! its first request; requests without a key share one set.
+//!
 //! What this is not: the engine's own queue limit (`max-waiting` answers 429 or 503 when the
 //! queue is full, a self-hosted server's way), or the `http-429` fault (a share of requests
 //! refused at random, with no headers).
@@ -14,9 +18,17 @@ use tokio::time::Instant;
 
 use crate::plan::RateLimits;
 
-/// The buckets, each full at the start.
+/// The most keys given buckets of their own; the keys past it share one set (a test server
+/// is not a key store, and a client making up keys must not grow it without end).
+const MAX_KEYS: usize = 4096;
+
+/// The buckets of each key, each full at the key's first request.
 pub(super) struct Limiter {
-    buckets: Mutex<[Option<Bucket>; 2]>,
+    /// A full set, copied for each new key.
+    full: [Option<Bucket>; 2],
+    /// Each key's (by a hash of it; `0` for requests without one, and the keys past
+    /// [`MAX_KEYS`]).
+    buckets: Mutex<std::collections::HashMap<u64, [Option<Bucket>; 2]>>,
     /// Requests it has seen: each answer's own request id is drawn from it.
     seen: std::sync::atomic::AtomicU64,
 }
@@ -110,18 +122,38 @@ impl Limiter {
             })
         };
         Limiter {
-            buckets: Mutex::new([bucket(limits.rpm), bucket(limits.tpm)]),
+            full: [bucket(limits.rpm), bucket(limits.tpm)],
+            buckets: Default::default(),
             seen: Default::default(),
         }
     }
 
-    /// Takes a request costing `tokens` (its prompt and its `max_tokens`) at `now`: admitted
-    /// when every bucket holds its cost (and each then pays it), else refused, paying nothing.
-    pub(super) fn admit(&self, tokens: u64, now: Instant) -> Admission {
-        let mut buckets = match self.buckets.lock() {
-            Ok(buckets) => buckets,
+    /// Takes a request costing `tokens` (its prompt and its `max_tokens`) at `now`, from the
+    /// buckets of the key it presents (`key`): admitted when every bucket holds its cost (and
+    /// each then pays it), else refused, paying nothing.
+    pub(super) fn admit(&self, key: Option<&str>, tokens: u64, now: Instant) -> Admission {
+        let mut keys = match self.buckets.lock() {
+            Ok(keys) => keys,
             Err(poisoned) => poisoned.into_inner(),
         };
+        let mut id = key.map_or(0, |key| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::hash::DefaultHasher::new();
+            key.hash(&mut hasher);
+            hasher.finish().max(1)
+        });
+        if !keys.contains_key(&id) && keys.len() >= MAX_KEYS {
+            id = 0;
+        }
+        let buckets = keys.entry(id).or_insert_with(|| {
+            self.full.map(|bucket| {
+                bucket.map(|bucket| Bucket {
+                    level: bucket.size,
+                    at: now,
+                    ..bucket
+                })
+            })
+        });
         let costs = [1.0, tokens as f64];
         let mut refused: Option<Option<Duration>> = None;
         for (bucket, cost) in buckets.iter_mut().zip(costs) {
@@ -230,6 +262,22 @@ mod tests {
     }
 
     #[test]
+    fn each_key_has_buckets_of_its_own_full_at_its_first_request() {
+        let start = Instant::now();
+        let limiter = Limiter::new(limits(Some(2), None), start);
+        for key in [Some("sk-a"), None] {
+            assert_eq!(limiter.admit(key, 0, start).refused, None);
+            assert_eq!(limiter.admit(key, 0, start).refused, None);
+            assert!(limiter.admit(key, 0, start).refused.is_some(), "{key:?}");
+        }
+        // A key first seen a minute on starts full, whatever the others spent.
+        let later = start + Duration::from_secs(60);
+        assert_eq!(limiter.admit(Some("sk-b"), 0, later).refused, None);
+        assert_eq!(limiter.admit(Some("sk-b"), 0, later).refused, None);
+        assert!(limiter.admit(Some("sk-b"), 0, later).refused.is_some());
+    }
+
+    #[test]
     fn a_short_burst_holds_a_seconds_budget_and_refuses_beyond_it() {
         let start = Instant::now();
         let limits = RateLimits {
@@ -238,9 +286,9 @@ mod tests {
         };
         let limiter = Limiter::new(limits, start);
         for _ in 0..10 {
-            assert_eq!(limiter.admit(0, start).refused, None);
+            assert_eq!(limiter.admit(None, 0, start).refused, None);
         }
-        let refused = limiter.admit(0, start);
+        let refused = limiter.admit(None, 0, start);
         assert_eq!(refused.refused, Some(Some(Duration::from_millis(100))));
         // The headers still say the minute's limit.
         assert_eq!(refused.budgets[REQUESTS].map(|s| s.limit), Some(600));
@@ -265,16 +313,18 @@ mod tests {
         let start = Instant::now();
         let limiter = Limiter::new(limits(Some(6), None), start);
         for n in 0..6 {
-            let admission = limiter.admit(10, start);
+            let admission = limiter.admit(None, 10, start);
             assert_eq!(admission.refused, None, "request {n}");
         }
-        let refused = limiter.admit(10, start);
+        let refused = limiter.admit(None, 10, start);
         // Six a minute: one more after ten seconds.
         assert_eq!(refused.refused, Some(Some(Duration::from_secs(10))));
-        let later = limiter.admit(10, start + Duration::from_millis(9_990));
+        let later = limiter.admit(None, 10, start + Duration::from_millis(9_990));
         assert!(later.refused.is_some());
         assert_eq!(
-            limiter.admit(10, start + Duration::from_secs(10)).refused,
+            limiter
+                .admit(None, 10, start + Duration::from_secs(10))
+                .refused,
             None
         );
     }
@@ -283,14 +333,14 @@ mod tests {
     fn a_refusal_pays_nothing_and_tokens_are_counted_up_front() {
         let start = Instant::now();
         let limiter = Limiter::new(limits(Some(100), Some(1000)), start);
-        assert_eq!(limiter.admit(900, start).refused, None);
+        assert_eq!(limiter.admit(None, 900, start).refused, None);
         // 100 tokens left: a 200-token request waits for 100 more, 6 s at 1000 a minute.
-        let refused = limiter.admit(200, start);
+        let refused = limiter.admit(None, 200, start);
         assert_eq!(refused.refused, Some(Some(Duration::from_secs(6))));
         assert_eq!(refused.budgets[REQUESTS].map(|s| s.remaining), Some(99));
-        assert_eq!(limiter.admit(100, start).refused, None);
+        assert_eq!(limiter.admit(None, 100, start).refused, None);
         // More than a whole bucket: never.
-        assert_eq!(limiter.admit(1001, start).refused, Some(None));
+        assert_eq!(limiter.admit(None, 1001, start).refused, Some(None));
     }
 
     #[test]
@@ -298,8 +348,8 @@ mod tests {
         let start = Instant::now();
         let now = Utc::now();
         let limiter = Limiter::new(limits(Some(60), Some(150_000)), start);
-        limiter.admit(16, start);
-        let read = read_back(&limiter.admit(0, start), Style::OpenAi, now);
+        limiter.admit(None, 16, start);
+        let read = read_back(&limiter.admit(None, 0, start), Style::OpenAi, now);
         assert_eq!(read.requests.limit, Some(60));
         assert_eq!(read.requests.remaining, Some(58));
         // Two requests short of full at one a second.
@@ -308,9 +358,9 @@ mod tests {
         assert_eq!(read.tokens.reset_ms, Some(6));
         assert_eq!(read.retry_after_ms, None);
         let limiter = Limiter::new(limits(Some(1), None), start);
-        limiter.admit(0, start);
+        limiter.admit(None, 0, start);
         let refused = read_back(
-            &limiter.admit(0, start + Duration::from_millis(500)),
+            &limiter.admit(None, 0, start + Duration::from_millis(500)),
             Style::OpenAi,
             now,
         );
@@ -322,9 +372,9 @@ mod tests {
         let start = Instant::now();
         let now = Utc::now();
         let limiter = Limiter::new(limits(Some(2), None), start);
-        limiter.admit(0, start);
-        limiter.admit(0, start);
-        let admission = limiter.admit(0, start);
+        limiter.admit(None, 0, start);
+        limiter.admit(None, 0, start);
+        let admission = limiter.admit(None, 0, start);
         let headers = admission.headers(Style::Anthropic, now);
         assert!(headers
             .iter()

@@ -307,6 +307,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
     if let Some(refusal) = unauthorized(&req, &shared) {
         return Ok(refusal);
     }
+    // Kept for the hosted API's limits, which are per key.
+    let key = shared
+        .limiter
+        .as_ref()
+        .and_then(|_| presented_key(&req).map(str::to_string));
     let wire = match route(&req, &shared) {
         Ok(wire) => wire,
         Err(answered) => return Ok(*answered),
@@ -324,7 +329,8 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             ),
         ));
     }
-    Ok(within_limits(shared, wire, request, arrived, request_ids).await)
+    let key = key.as_deref();
+    Ok(within_limits(shared, wire, request, arrived, request_ids, key).await)
 }
 
 /// As vLLM's --api-key: every /v1 route (and an Azure deployment's) wants the key, as
@@ -332,12 +338,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
 /// /version do not.
 fn unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<Response<Body>> {
     let required = shared.required_key.as_ref()?;
-    let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let bearer =
-        header(hyper::header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
-    let given = bearer
-        .or_else(|| header("x-api-key"))
-        .or_else(|| header("api-key"));
+    let given = presented_key(req);
     let path = req.uri().path();
     let guarded = path.starts_with("/v1/") || path.starts_with(AZURE_DEPLOYMENTS);
     (guarded && given != Some(required.as_str())).then(|| {
@@ -346,6 +347,17 @@ fn unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<Response<Bod
             serde_json::json!({"error": "Unauthorized"}),
         )
     })
+}
+
+/// The key a request presents: `Authorization: Bearer`, Anthropic's `x-api-key` or Azure's
+/// `api-key`.
+fn presented_key(req: &Request<Incoming>) -> Option<&str> {
+    let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let bearer =
+        header(hyper::header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+    bearer
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("api-key"))
 }
 
 /// Where Azure OpenAI serves a deployment's endpoints: `/openai/deployments/NAME/chat/completions`.
@@ -523,13 +535,14 @@ async fn within_limits(
     request: SimRequest,
     arrived: Instant,
     request_ids: (Option<String>, Option<String>),
+    key: Option<&str>,
 ) -> Response<Body> {
     // A hosted API's limits are checked before any work: a refusal costs the server nothing.
     let Some(limiter) = &shared.limiter else {
         return super::answer::answer(shared, wire, request, arrived, request_ids).await;
     };
     let cost = (request.prompt_tokens + request.max_tokens) as u64;
-    let admission = limiter.admit(cost, Instant::now());
+    let admission = limiter.admit(key, cost, Instant::now());
     let style = match wire {
         Wire::Messages => Style::Anthropic,
         Wire::Chat | Wire::Completions | Wire::Responses | Wire::Embeddings | Wire::Rerank => {

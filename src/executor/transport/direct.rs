@@ -495,6 +495,7 @@ impl Direct {
             body: None,
             headers: &[],
             template,
+            key: 0,
         };
         let (head, _) = request(outgoing, &server.authority);
         loop {

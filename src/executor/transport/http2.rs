@@ -308,6 +308,7 @@ impl Http2 {
             body: None,
             headers: &[],
             template,
+            key: 0,
         };
         let mut sender = connection.sender.clone();
         let response = sender
@@ -351,6 +352,7 @@ mod tests {
             body: Some(Bytes::from_static(b"{}")),
             headers: &headers,
             template: &template,
+            key: 0,
         };
         let request = request(outgoing).unwrap();
         assert_eq!(request.method(), hyper::Method::POST);

@@ -61,6 +61,8 @@ pub struct Outgoing<'a> {
     pub headers: &'a [(HeaderName, HeaderValue)],
     /// The run's credentials and extra headers.
     pub template: &'a RequestTemplate,
+    /// Which of the run's keys it carries.
+    pub key: usize,
 }
 
 impl Outgoing<'_> {
@@ -70,7 +72,7 @@ impl Outgoing<'_> {
         for (name, value) in self.headers {
             headers.insert(name.clone(), value.clone());
         }
-        self.template.add_credentials(&mut headers);
+        self.template.add_credentials(self.key, &mut headers);
         headers
     }
 }
@@ -504,11 +506,10 @@ mod tests {
                 ignore_eos: false,
                 extra: Default::default(),
             },
-            credentials: Default::default(),
+            keys: Arc::new(vec![Default::default()]),
             headers: Default::default(),
             timeout: Duration::from_secs(10),
             on_throttle: Default::default(),
-            limits: None,
             request_id_prefix: "t".into(),
             max_line: 1 << 20,
             max_body: 1 << 20,
@@ -597,6 +598,7 @@ mod tests {
                         body: None,
                         headers: &[],
                         template: &template,
+                        key: 0,
                     };
                     let mut response = transport.send(outgoing).await.unwrap();
                     assert_eq!(response.status, 200);
@@ -674,6 +676,7 @@ mod tests {
                 body: None,
                 headers: &[],
                 template: &template,
+                key: 0,
             };
             let error = transport.send(outgoing).await.err().unwrap();
             assert_eq!(error.kind, SendFailure::Connect);
@@ -721,6 +724,7 @@ mod tests {
                     body: Some(Bytes::from(vec![b'x'; bytes])),
                     headers: &[],
                     template: &template,
+                    key: 0,
                 };
                 let mut response = transport.send(outgoing).await.unwrap();
                 let answered = tokio::time::Instant::now();
@@ -764,6 +768,7 @@ mod tests {
             body: Some(Bytes::from_static(b"{}")),
             headers: &[],
             template,
+            key: 0,
         };
         let mut response = transport.send(outgoing).await.unwrap();
         let (mut text, mut broken) = (Vec::new(), None);

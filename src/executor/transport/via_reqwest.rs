@@ -74,6 +74,7 @@ impl Client for ViaReqwest {
                     body: None,
                     headers: &[],
                     template,
+                    key: 0,
                 };
                 let answer =
                     tokio::time::timeout(WARM_TIMEOUT, Box::pin(self.send(outgoing))).await;

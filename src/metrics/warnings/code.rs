@@ -76,6 +76,8 @@ codes! {
     PartialLatency = "partial-latency", Warning;
     /// The plan's `limits` held requests before their send.
     Paced = "paced", Note;
+    /// Requests went with several API keys in turn.
+    Keys = "keys", Note;
     /// Throttled requests were sent again.
     ThrottleRetries = "throttle-retries", Note;
     /// The server throttled requests.

@@ -67,6 +67,9 @@ pub(super) fn outcomes(run: &Run, out: &mut Vec<Warning>) {
             ),
         ));
     }
+    if let Some(keys) = keys_note(run) {
+        out.push(note(Code::Keys, keys));
+    }
     if requests.retried > 0 {
         out.push(note(
             Code::ThrottleRetries,
@@ -91,4 +94,39 @@ pub(super) fn outcomes(run: &Run, out: &mut Vec<Warning>) {
             ),
         ));
     }
+}
+
+/// With several keys: how the requests went with each, and what became of them, so that a key
+/// of a lower tier (or a revoked one) shows as the one throttled or refused.
+fn keys_note(run: &Run) -> Option<String> {
+    let counts = &run.overall.requests.by_key;
+    let names = run.header.map_or(&[][..], |h| h.keys.as_slice());
+    if counts.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = counts
+        .iter()
+        .enumerate()
+        .map(|(index, key)| {
+            let name = names
+                .get(index)
+                .map_or_else(|| format!("key {}", index + 1), |var| format!("${var}"));
+            let mut said = format!("{name} {} sent, {} ok", key.sent, key.ok);
+            if key.throttled > 0 {
+                said.push_str(&format!(", {} throttled", key.throttled));
+            }
+            if key.failed > 0 {
+                said.push_str(&format!(", {} failed", key.failed));
+            }
+            if key.paced_s > 0.0 {
+                said.push_str(&format!(", held {:.1} s by its budgets", key.paced_s));
+            }
+            said
+        })
+        .collect();
+    Some(format!(
+        "requests went with {} API keys in turn, each to its own budgets: {}",
+        counts.len(),
+        each.join("; ")
+    ))
 }

@@ -15,7 +15,7 @@ use crate::plan::{
 struct Fields {
     api: Api,
     model: Option<String>,
-    api_key_env: Option<String>,
+    api_keys: Vec<crate::plan::ApiKeySource>,
     stream: bool,
     timeout: Duration,
     unreachable_after: Option<Duration>,
@@ -873,14 +873,45 @@ fn gpus(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
     }
 }
 
-/// `api-key env="NAME"`: a key written in the plan itself is refused, and never echoed back.
+/// `api-key env="NAME"`, once per key (used in turn), with `rpm=` and `tpm=` where the key's
+/// budgets are not the target's `limits`. A key written in the plan itself is refused, and
+/// never echoed back.
 fn api_key(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
-    t.api_key_env = key_variable(cx, node, "api-key env=\"OPENAI_API_KEY\"");
+    let usage = "api-key env=\"OPENAI_API_KEY\" (repeat for several keys, used in turn; rpm= tpm= for a key's own budgets)";
+    let Some(env) = key_variable_with(cx, node, usage, &["env", "rpm", "tpm"]) else {
+        return;
+    };
+    let limits = (property(node, "rpm").is_some() || property(node, "tpm").is_some()).then(|| {
+        let (rpm, tpm) = budgets_per_minute(cx, node, usage);
+        crate::plan::ClientLimits { rpm, tpm }
+    });
+    if t.api_keys.iter().any(|key| key.env == env) {
+        cx.error(
+            node.span(),
+            format!("${env} is named twice"),
+            "twice",
+            "name each key's variable once: a key used twice as often is one key",
+        );
+    } else if t.api_keys.len() == crate::plan::MAX_API_KEYS {
+        cx.error(
+            node.name().span(),
+            format!("more than {} API keys", crate::plan::MAX_API_KEYS),
+            "too many",
+            "use fewer keys",
+        );
+    } else {
+        t.api_keys.push(crate::plan::ApiKeySource { env, limits });
+    }
 }
 
 /// `api-key env="VAR"` (the target's, or the simulator's): the variable that holds a key. A key
 /// written in the plan itself is refused, and starred out of the diagnostic.
 pub(super) fn key_variable(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<String> {
+    key_variable_with(cx, node, usage, &["env"])
+}
+
+/// [`key_variable`], the node allowed the properties `allowed` besides.
+fn key_variable_with(cx: &mut Cx, node: &KdlNode, usage: &str, allowed: &[&str]) -> Option<String> {
     cx.no_children(node);
     for entry in positional(node) {
         cx.secret(entry.span());
@@ -891,7 +922,7 @@ pub(super) fn key_variable(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<S
             format!("name the environment variable that holds it: {usage}"),
         );
     }
-    cx.check_entries(node, usize::MAX, &["env"], usage);
+    cx.check_entries(node, usize::MAX, allowed, usage);
     match property(node, "env") {
         Some(_) => cx.prop(node, "env", usage, Text).ok().flatten(),
         None if positional(node).next().is_none() => {
@@ -938,7 +969,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
     let mut fields = Fields {
         api: Api::Chat,
         model: None,
-        api_key_env: None,
+        api_keys: Vec::new(),
         stream: true,
         timeout: Duration::from_secs(60),
         unreachable_after: Some(DEFAULT_UNREACHABLE_AFTER),
@@ -987,7 +1018,7 @@ pub(super) fn target(cx: &mut Cx, node: &KdlNode) -> Option<Target> {
         endpoint,
         api: fields.api,
         model,
-        api_key_env: fields.api_key_env,
+        api_keys: fields.api_keys,
         stream: fields.stream,
         timeout: fields.timeout,
         unreachable_after: fields.unreachable_after,
