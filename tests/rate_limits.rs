@@ -439,3 +439,65 @@ fn a_key_named_twice_is_a_plan_mistake() {
         run.stderr()
     );
 }
+
+/// A capacity search against a provider's limits finds the key's limit, not the bucket's
+/// burst: with 120 requests a minute (2 a second) and a minute's bucket, a 6 s probe at 4 req/s
+/// spends 12 of it without a single 429, and would pass on latency alone. Its answers' budget
+/// falling through the window fails it; the search waits for the budget to refill before
+/// probing again, and states "sustains 2 req/s".
+#[test]
+fn a_capacity_search_finds_the_keys_limit_not_its_burst() {
+    let plan = "plan \"limited\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=120 }\nworkload { input 16; output 4 }\nsearch \"capacity\" { rate from=1 to=8; arrivals \"constant\"; duration \"6s\"; precision \"45%\"; max-probes 8 }\nsla { ttft p99 < \"1s\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let bracket = &summary["capacity"]["bracket"];
+    assert_eq!(bracket["sustains"].as_f64(), Some(2.0), "{bracket}");
+    let fails_at = bracket["fails_at"].as_f64().unwrap();
+    assert!((2.8..2.9).contains(&fails_at), "{bracket}");
+    let steps = summary["steps"].as_array().unwrap();
+    let at = |load: f64| {
+        steps
+            .iter()
+            .find(|s| (s["load"].as_f64().unwrap() - load).abs() < 0.01)
+            .unwrap_or_else(|| panic!("no probe at {load}: {steps:?}"))
+    };
+    for over in [4.0, fails_at] {
+        let step = at(over);
+        assert_eq!(step["result"], "fail (over rate limits)", "{step}");
+        let why = step["why"].as_str().unwrap();
+        assert!(why.contains("rate-limit budget"), "{why}");
+    }
+    // (A p99 of 12 requests is not decided at 95%: said beside the pass.)
+    let held = at(2.0)["result"].as_str().unwrap();
+    assert!(held.starts_with("pass"), "{held}");
+    // Not one of them was refused: the budget's fall alone told.
+    let phases = summary["phases"].as_array().unwrap();
+    assert!(phases.iter().all(|p| p["requests"]["throttled"] == 0));
+    // The probe after the one at 4 req/s waited for the budget to refill: 12 requests over it
+    // at 2 a second are 6 s; the budget said it was whole again after about that.
+    let log = read_log(&run.out());
+    let sends = |phase: &serde_json::Value| -> Vec<u64> {
+        let index = log
+            .iter()
+            .find(|line| line["event"] == "phase_start" && line["name"] == phase["name"])
+            .and_then(|line| line["index"].as_u64());
+        log.iter()
+            .filter(|r| r["event"] == "request" && r["phase"].as_u64() == index)
+            .filter_map(|r| r["actual_send_us"].as_u64())
+            .collect()
+    };
+    let probe = |load: f64| {
+        phases
+            .iter()
+            .find(|p| {
+                p["step"]["warmup"] == false
+                    && (p["step"]["load_value"].as_f64().unwrap_or(0.0) - load).abs() < 0.01
+            })
+            .unwrap()
+    };
+    let last_at_4 = *sends(probe(4.0)).iter().max().unwrap();
+    let first_after = *sends(probe(fails_at)).iter().min().unwrap();
+    let gap_s = (first_after - last_at_4) as f64 / 1e6;
+    assert!(gap_s >= 4.0, "the next probe began {gap_s} s after");
+}

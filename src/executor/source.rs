@@ -101,6 +101,21 @@ impl Between {
         self.context.log(line);
     }
 
+    /// Waits `wait` before the next group (on the source's blocking thread), unless the run is
+    /// asked to stop meanwhile; whether it waited it out.
+    pub fn pause(&self, wait: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + wait;
+        while !self.context.stop.is_stopping() {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            // A stop is noticed within 50 ms.
+            std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+        }
+        false
+    }
+
     /// The records file (complete up to this moment).
     pub fn records_path(&self) -> &std::path::Path {
         &self.context.records_path

@@ -189,6 +189,9 @@ impl<'s> Accumulator<'s> {
         if let Some(profile) = &mut self.profile {
             let end = record.end_us().unwrap_or(record.actual_send_us);
             profile.add_request(record.actual_send_us, end, ttft_ms(record));
+            if let Some(said) = &record.rate_limit {
+                profile.add_budget(record.actual_send_us, said);
+            }
         }
         let good = self.slo.is_some_and(|slo| meets(slo, record));
         self.tally.add(record, good);
@@ -329,6 +332,9 @@ impl<'s> Accumulator<'s> {
         let mut m = self.m;
         if let (Some(profile), [window]) = (&self.profile, windows) {
             m.load_profile = profile.windows(window.sending_end);
+            let last = profile.last_budget();
+            m.over_limits = super::budget::over_limits(&m.load_profile, last, &m.requests);
+            m.budget_refill_s = last.and_then(|last| last.refill_s);
         }
         let wall = union_seconds(windows, |w| w.end);
         let sending = union_seconds(windows, |w| w.sending_end);

@@ -514,6 +514,14 @@ pub struct PhaseMetrics {
     /// [`profile::saturation`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saturation: Option<String>,
+    /// Why its load is above the server's rate limits, if it is: its refusals, or the budget
+    /// its answers said was left falling through its window (see [`super::budget`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_limits: Option<super::budget::OverLimits>,
+    /// How long until the server's budgets are whole again, as the answer to its last-sent
+    /// request that spoke of them said (seconds): what a search waits before its next probe.
+    #[serde(skip)]
+    pub budget_refill_s: Option<f64>,
     /// Requests in flight and TTFT through its sending window, in ten windows (a phase only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub load_profile: Vec<ProfileWindow>,

@@ -15,6 +15,7 @@
 mod accumulator;
 mod aggregates;
 mod aggregator;
+pub mod budget;
 pub mod cost;
 mod distribution;
 pub mod energy;

@@ -35,6 +35,12 @@ pub struct ProfileWindow {
     /// in seconds: with `sent`, what Little's law says the window's load holds in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e2e_mean_s: Option<f64>,
+    /// The mean share of the server's tightest rate-limit budget that the answers to the
+    /// window's requests said was left (`x-ratelimit-remaining` ÷ limit, or Anthropic's), when
+    /// they said it: falling through a window, the load spends the budget faster than it
+    /// refills ([`super::budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_left: Option<f64>,
 }
 
 /// Gathers a phase's load, bin by bin, as requests (or live counts) come.
@@ -53,6 +59,24 @@ pub struct ProfileBuilder {
     e2e_sum_us: Vec<f64>,
     e2e_count: Vec<u32>,
     sent: Vec<u32>,
+    /// The share of the tightest rate-limit budget left, summed over the answers to each bin's
+    /// requests, and how many said it.
+    budget_sum: Vec<f64>,
+    budget_count: Vec<u32>,
+    /// What the latest-sent answer that spoke of rate limits said.
+    last_budget: Option<LastBudget>,
+}
+
+/// The latest answer's rate-limit facts: what the budget trend is measured in, and how long
+/// until every budget is whole again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LastBudget {
+    /// Its request's send time (the records' clock).
+    pub send_us: u64,
+    /// The size of its tightest budget (requests or tokens).
+    pub limit: u64,
+    /// The longest wait it said until a budget is whole again, seconds.
+    pub refill_s: Option<f64>,
 }
 
 impl ProfileBuilder {
@@ -68,6 +92,9 @@ impl ProfileBuilder {
             e2e_sum_us: Vec::new(),
             e2e_count: Vec::new(),
             sent: Vec::new(),
+            budget_sum: Vec::new(),
+            budget_count: Vec::new(),
+            last_budget: None,
         }
     }
 
@@ -87,6 +114,8 @@ impl ProfileBuilder {
             self.e2e_sum_us.resize(len, 0.0);
             self.e2e_count.resize(len, 0);
             self.sent.resize(len, 0);
+            self.budget_sum.resize(len, 0.0);
+            self.budget_count.resize(len, 0);
         }
         index
     }
@@ -104,6 +133,8 @@ impl ProfileBuilder {
         self.e2e_sum_us = merge_f(&self.e2e_sum_us);
         self.e2e_count = merge_u(&self.e2e_count);
         self.sent = merge_u(&self.sent);
+        self.budget_sum = merge_f(&self.budget_sum);
+        self.budget_count = merge_u(&self.budget_count);
         self.bin_us *= 2;
     }
 
@@ -178,6 +209,45 @@ impl ProfileBuilder {
         }
     }
 
+    /// What the answer to a request sent at `send_us` said of the server's rate limits: the
+    /// share left of its tightest budget, counted in the request's bin.
+    pub fn add_budget(&mut self, send_us: u64, said: &crate::records::RateLimit) {
+        let budgets = [
+            &said.requests,
+            &said.tokens,
+            &said.input_tokens,
+            &said.output_tokens,
+        ];
+        let tightest = budgets
+            .iter()
+            .filter_map(|budget| match (budget.remaining, budget.limit) {
+                (Some(left), Some(limit)) if limit > 0 => {
+                    Some(((left as f64 / limit as f64).min(1.0), limit))
+                }
+                _ => None,
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((share, limit)) = tightest else {
+            return;
+        };
+        let b = self.bin(send_us);
+        self.budget_sum[b] += share;
+        self.budget_count[b] += 1;
+        if self.last_budget.is_none_or(|last| last.send_us <= send_us) {
+            let refill_ms = budgets.iter().filter_map(|budget| budget.reset_ms).max();
+            self.last_budget = Some(LastBudget {
+                send_us,
+                limit,
+                refill_s: refill_ms.map(|ms| ms as f64 / 1000.0),
+            });
+        }
+    }
+
+    /// What the latest answer that spoke of rate limits said.
+    pub fn last_budget(&self) -> Option<LastBudget> {
+        self.last_budget
+    }
+
     /// Requests in flight on average from `from_us` to `to_us` (the records' clock).
     pub fn mean_in_flight(&self, from_us: u64, to_us: u64) -> f64 {
         if to_us <= from_us {
@@ -215,6 +285,8 @@ impl ProfileBuilder {
         let mut ttft_n = [0u64; WINDOWS];
         let mut e2e_sum = [0.0f64; WINDOWS];
         let mut e2e_n = [0u64; WINDOWS];
+        let mut budget_sum = [0.0f64; WINDOWS];
+        let mut budget_n = [0u64; WINDOWS];
         for b in 0..self.sent.len() {
             let w = ((b as f64 * bin) / width) as usize;
             if w < WINDOWS {
@@ -223,6 +295,8 @@ impl ProfileBuilder {
                 ttft_n[w] += self.ttft_count[b] as u64;
                 e2e_sum[w] += self.e2e_sum_us[b];
                 e2e_n[w] += self.e2e_count[b] as u64;
+                budget_sum[w] += self.budget_sum[b];
+                budget_n[w] += self.budget_count[b] as u64;
             }
         }
         (0..WINDOWS)
@@ -244,6 +318,7 @@ impl ProfileBuilder {
                     ttft_mean_ms: (ttft_n[w] > 0).then(|| ttft_sum[w] / ttft_n[w] as f64),
                     sent: sent[w],
                     e2e_mean_s: (e2e_n[w] > 0).then(|| e2e_sum[w] / e2e_n[w] as f64 / 1e6),
+                    budget_left: (budget_n[w] > 0).then(|| budget_sum[w] / budget_n[w] as f64),
                 }
             })
             .collect()
@@ -435,6 +510,7 @@ mod tests {
                 ttft_mean_ms: Some(ttft(w)),
                 sent: 10,
                 e2e_mean_s: Some(0.2),
+                budget_left: None,
             })
             .collect()
     }
@@ -453,6 +529,7 @@ mod tests {
                 ttft_mean_ms: Some(30.0),
                 sent: (rate * 2.0) as u64,
                 e2e_mean_s: Some(1.37),
+                budget_left: None,
             })
             .collect();
         assert!(saturation(&windows, true).is_none());

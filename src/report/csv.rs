@@ -151,6 +151,7 @@ impl Exporter for StepsCsv {
                     .ended_early
                     .as_deref()
                     .or(step.saturation.as_deref())
+                    .or(step.over_limits.as_deref())
                     .unwrap_or(""),
             };
             out.serialize(row)

@@ -57,9 +57,13 @@ pub struct StepRow {
     pub objectives: Vec<ObjectiveCell>,
     /// Why its window shows saturation, if it does.
     pub saturation: Option<String>,
+    /// Why its load is above the server's rate limits, when that failed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_limits: Option<String>,
     /// Why it was ended early, if it was.
     pub ended_early: Option<String>,
-    /// "pass", "fail", "fail (saturated)", "fail (ended early)", "pass (not decided)" or "fail
+    /// "pass", "fail", "fail (saturated)", "fail (over rate limits)", "fail (ended early)",
+    /// "pass (not decided)" or "fail
     /// (not decided)" when its window's requests cannot decide an objective at 95% (judged on
     /// the observed values), or "-" without objectives.
     pub result: String,
@@ -121,6 +125,8 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                 "fail (ended early)"
             } else if step.saturation.is_some() {
                 "fail (saturated)"
+            } else if step.over_limits.is_some() {
+                "fail (over rate limits)"
             } else if !judged {
                 "-"
             } else if step.passed && step.undecided.is_empty() {
@@ -169,6 +175,7 @@ pub fn rows(steps: &[StepResult], phases: &[PhaseMetrics]) -> Vec<StepRow> {
                     })
                     .collect(),
                 saturation: step.saturation.clone(),
+                over_limits: step.over_limits.clone(),
                 ended_early: step.ended_early.clone(),
                 why: (judged && !step.passed
                     || step.client_limited.is_some()

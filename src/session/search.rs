@@ -44,6 +44,10 @@ pub(super) struct SearchSource {
     pending: Option<(usize, f64)>,
     /// A probe's measured group, after its warmup's (a closed loop's warmup drains first).
     queued: Option<Vec<PhaseRun>>,
+    /// How long the server's rate-limit budgets take to be whole again, after a probe that
+    /// went over them: waited out before the next probe, so that it does not start with a
+    /// budget the last one spent.
+    refill: Option<std::time::Duration>,
     done: bool,
 }
 
@@ -71,6 +75,7 @@ impl SearchSource {
             started: None,
             pending: None,
             queued: None,
+            refill: None,
             done: false,
         })
     }
@@ -100,6 +105,12 @@ impl SearchSource {
             })?;
         let judged = verdict::judge_step(&self.objectives, phase)
             .ok_or_else(|| crate::error::Error::run(format!("phase {index} is not a probe")))?;
+        self.refill = phase
+            .over_limits
+            .as_ref()
+            .and(phase.budget_refill_s)
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| std::time::Duration::from_secs_f64(s.min(MAX_REFILL_WAIT.as_secs_f64())));
         self.results.push(ProbeResult {
             load,
             passed: judged.passed,
@@ -115,9 +126,12 @@ impl SearchSource {
     /// measured window run in one group, the window from the warmup's end, its arrivals
     /// continuing the warmup's; a closed loop's warmup is a group of its own, drained before
     /// the window starts (else the window would start with twice its users in flight).
-    fn next_probe(&mut self) -> Result<Vec<PhaseRun>, Stopped> {
+    fn next_probe(&mut self, between: &Between) -> Result<Vec<PhaseRun>, Stopped> {
         let started = *self.started.get_or_insert_with(Instant::now);
         let load = search::next(&self.spec, &self.results, started.elapsed())?;
+        if !self.wait_for_refill(between) {
+            return Err(Stopped::Interrupted);
+        }
         let number = self.results.len() + 1;
         let mut group = Vec::new();
         let mut offset = std::time::Duration::ZERO;
@@ -162,6 +176,32 @@ impl SearchSource {
     }
 }
 
+/// The longest a search waits for a server's rate-limit budgets to refill between probes (a
+/// provider's reset is at most a minute's; a day's budget is not waited for).
+const MAX_REFILL_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl SearchSource {
+    /// Waits, after a probe that went over the server's rate limits, until its budgets are
+    /// whole again (as its last answer said), within the search's time budget, saying so;
+    /// whether the run goes on (not asked to stop meanwhile).
+    fn wait_for_refill(&mut self, between: &Between) -> bool {
+        let Some(refill) = self.refill.take() else {
+            return true;
+        };
+        let elapsed = self.started.map(|s| s.elapsed()).unwrap_or_default();
+        let wait = refill.min(self.spec.max_duration.saturating_sub(elapsed));
+        if wait.is_zero() {
+            return true;
+        }
+        self.watch.note(&format!(
+            "waiting {:.1} s for the server's rate-limit budgets to refill (the last probe went \
+             over them) before the next probe",
+            wait.as_secs_f64()
+        ));
+        between.pause(wait)
+    }
+}
+
 impl PhaseSource for SearchSource {
     fn next_group(&mut self, between: &Between) -> Option<Vec<PhaseRun>> {
         if let Some(group) = self.before.pop_front() {
@@ -173,7 +213,7 @@ impl PhaseSource for SearchSource {
         if !self.done {
             self.watch.disarm();
             let next = match self.judge_pending(between) {
-                Ok(()) => self.next_probe(),
+                Ok(()) => self.next_probe(between),
                 Err(problem) => {
                     self.watch.warn(&format!(
                         "the capacity search stopped: {problem}; its bracket is what it had found"

@@ -3,7 +3,9 @@
 //!
 //! A step passes when every objective holds over its own window, and its window shows no
 //! saturation (a queue still growing at its end is no steady state, whatever the percentiles
-//! say) and it was not ended early. A probe is judged exactly so, by the same function, both
+//! say), its load is within the server's rate limits (a load a hosted API throttles, or whose
+//! budget it spends faster than it refills, is not sustained: `metrics::budget`; objectives on
+//! `throttled-rate` judge the refusals themselves), and it was not ended early. A probe is judged exactly so, by the same function, both
 //! while the search runs (to choose the next load) and when the report is made (to state the
 //! bracket): the two cannot disagree.
 
@@ -43,6 +45,10 @@ pub struct StepResult {
     pub objectives: Vec<VerdictResult>,
     /// Why its window shows saturation, if it does.
     pub saturation: Option<String>,
+    /// Why its load is above the server's rate limits, if it is (refusals are left to
+    /// objectives that judge `throttled-rate` themselves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_limits: Option<String>,
     /// Why it was ended before its planned end, if it was.
     pub ended_early: Option<String>,
     /// Why the client, not the server, limited it, if it did (its requests went out late, or
@@ -135,7 +141,16 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
             })
         })
         .collect();
-    let trouble = phase.saturation.is_some() || phase.ended_early.is_some();
+    // Objectives that judge throttling themselves decide how much of it a load may meet; a
+    // budget falling through the window is throttling still to come, judged whatever they say.
+    let own_throttling = objectives.iter().any(|o| o.metric == Metric::ThrottledRate);
+    let over_limits = phase
+        .over_limits
+        .as_ref()
+        .filter(|over| !(over.refused && own_throttling))
+        .map(|over| over.why.clone());
+    let trouble =
+        phase.saturation.is_some() || phase.ended_early.is_some() || over_limits.is_some();
     let marginal = !trouble
         && objectives
             .iter()
@@ -151,6 +166,7 @@ pub fn judge_step(objectives: &[Assertion], phase: &PhaseMetrics) -> Option<Step
         marginal,
         objectives: results,
         saturation: phase.saturation.clone(),
+        over_limits,
         ended_early: phase.ended_early.clone(),
         client_limited: crate::metrics::warnings::client_limited(phase),
         undecided,
@@ -180,6 +196,8 @@ impl StepResult {
         let why = if let Some(why) = &self.ended_early {
             why.clone()
         } else if let Some(why) = &self.saturation {
+            why.clone()
+        } else if let Some(why) = &self.over_limits {
             why.clone()
         } else {
             let missed: Vec<String> = self
@@ -356,6 +374,42 @@ mod tests {
         warmup.step.as_mut().unwrap().warmup = true;
         assert!(judge_step(&objectives, &warmup).is_none());
         assert!(judge_step(&objectives, &PhaseMetrics::default()).is_none());
+    }
+
+    #[test]
+    fn a_load_over_the_rate_limits_fails_and_refusals_yield_to_own_objectives() {
+        use crate::metrics::budget::OverLimits;
+        let over = |refused| {
+            let mut m = step(8.0, 100.0, true);
+            m.requests.sent = 200;
+            m.requests.ok = 200;
+            m.over_limits = Some(OverLimits {
+                why: "the budget fell".into(),
+                refused,
+            });
+            m
+        };
+        let latency = [p99_under(500.0)];
+        for refused in [false, true] {
+            let judged = judge_step(&latency, &over(refused)).unwrap();
+            assert!(!judged.passed && !judged.marginal);
+            assert!(judged.outcome().starts_with("fail: the budget fell"));
+        }
+        // With an objective of its own on throttling, the plan decides how much a load may
+        // meet; a falling budget (throttling still to come) fails it all the same.
+        let throttling = [
+            p99_under(500.0),
+            Assertion {
+                metric: Metric::ThrottledRate,
+                stat: None,
+                op: Op::Lt,
+                threshold: 0.05,
+                phase: None,
+                text: "throttled-rate < 5%".into(),
+            },
+        ];
+        assert!(judge_step(&throttling, &over(true)).unwrap().passed);
+        assert!(!judge_step(&throttling, &over(false)).unwrap().passed);
     }
 
     #[test]
