@@ -501,3 +501,42 @@ fn a_capacity_search_finds_the_keys_limit_not_its_burst() {
     let gap_s = (first_after - last_at_4) as f64 / 1e6;
     assert!(gap_s >= 4.0, "the next probe began {gap_s} s after");
 }
+
+/// `on-throttle "pace"` slows to the limit the server's answers say, found as the run goes:
+/// 4 requests a second due against 120 a minute, and after the first answer the client sends
+/// every half second, within 5% of the limit, and nothing is throttled.
+#[test]
+fn pacing_converges_to_the_limit_the_answers_say() {
+    let plan = "plan \"paced\" { seed 5 }\ntarget \"sim\" { timeout \"10s\"; on-throttle \"pace\" }\nsim { ttft \"5ms\"; itl \"1ms\"; rate-limit rpm=120 }\nworkload { input 16; output 4 }\nphase \"p\" { rate 4; arrivals \"constant\"; duration \"10s\" }\nsla { throttled-rate < \"1%\" }\n";
+    let run = run_plan(plan, &[]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stdout(), run.stderr());
+    let mut sends: Vec<f64> = run
+        .records()
+        .iter()
+        .map(|r| r["actual_send_us"].as_f64().unwrap() / 1e6)
+        .collect();
+    sends.sort_by(f64::total_cmp);
+    // The first goes before anything is known; the rest half a second apart.
+    for pair in sends[2..].windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (0.49..=0.52).contains(&gap),
+            "sent {gap} s apart: {sends:?}"
+        );
+    }
+    let summary = run.summary();
+    let paced = summary["overall"]["rates"]["paced_per_s"].as_f64().unwrap();
+    assert!((paced - 2.0).abs() <= 0.1, "paced to {paced} req/s");
+    assert_eq!(summary["overall"]["requests"]["throttled"], 0);
+    let note = summary["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["code"] == "paced")
+        .expect("a paced note");
+    let said = note["message"].as_str().unwrap();
+    assert!(
+        said.contains("the limits the server's answers said"),
+        "{said}"
+    );
+}

@@ -339,6 +339,7 @@ fn start_context(
                 .iter()
                 .map(|k| k.limits)
                 .collect::<Vec<_>>(),
+            matches!(config.template.on_throttle, crate::plan::OnThrottle::Pace),
         ),
     })
 }

@@ -189,6 +189,9 @@ async fn execute(
             _ = ended_early(&mut ended) => End::PhaseEnded,
         };
         first_sent.get_or_insert(sent_at);
+        if let (Some(pacer), Some(said)) = (&context.pacer, &exchange.rate_limit) {
+            pacer.heard(key, said, Instant::now());
+        }
         let retry = matches!(end, End::Complete)
             .then(|| retry_wait(template.on_throttle, &exchange, throttled.len()))
             .flatten();

@@ -24,6 +24,7 @@ fn header(exact: bool) -> RunHeader {
         tls_unverified: false,
         http: None,
         keys: Vec::new(),
+        paces_to_answers: false,
         started_at: "2026-01-01T00:00:00Z".into(),
         client_host: "h".into(),
         client_machine: None,

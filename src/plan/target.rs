@@ -25,6 +25,12 @@ pub enum OnThrottle {
         /// The longest wait taken: a server asking for more is not retried.
         max_wait: Duration,
     },
+    /// The client slows to the limits the server's answers say (`x-ratelimit-limit-*`, per
+    /// minute, each key's own), where the plan sets none (`limits`), and holds a key a
+    /// throttled answer asks to wait for (`retry-after`) as long as it asks (`"pace"`): the
+    /// run measures the server at its limits, found as it goes. What is throttled still is
+    /// counted.
+    Pace,
 }
 
 /// `limits rpm=500 tpm=200000`: the budgets per minute of the key a run sends with (a hosted

@@ -132,6 +132,9 @@ pub struct RunHeader {
     /// record's `key` is its place here). Never the keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
+    /// The client paced to the limits the server's answers said (`on-throttle "pace"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paces_to_answers: bool,
     /// UTC, RFC 3339.
     pub started_at: String,
     /// The machine the client ran on.

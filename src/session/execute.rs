@@ -431,6 +431,7 @@ fn run_header(
         target_notes: Vec::new(),
         shares_prompts: plan.workload.shares_prompts(),
         tls_unverified: !plan.target.tls_verify,
+        paces_to_answers: matches!(plan.target.on_throttle, plan::OnThrottle::Pace),
         keys: match plan.target.api_keys.as_slice() {
             [] | [_] => Vec::new(),
             keys => keys.iter().map(|key| key.env.clone()).collect(),

@@ -52,11 +52,16 @@ pub(super) fn outcomes(run: &Run, out: &mut Vec<Warning>) {
         out.push(note(
             Code::Paced,
             format!(
-                "{} of {} request(s) were held by the plan's `limits` before their send ({:.2} s on \
-                 average, {:.2} s at most): the client slowed to the key's budgets ({}), and their \
-                 latencies count from their send; their schedule lag counts from their slot",
+                "{} of {} request(s) were held by {} before their send ({:.2} s on average, {:.2} \
+                 s at most): the client slowed to the key's budgets ({}), and their latencies count \
+                 from their send; their schedule lag counts from their slot",
                 requests.paced,
                 requests.sent,
+                if run.header.is_some_and(|h| h.paces_to_answers) {
+                    "the limits the server's answers said (`on-throttle \"pace\"`) or the plan's `limits`"
+                } else {
+                    "the plan's `limits`"
+                },
                 requests.paced_s / requests.paced as f64,
                 requests.paced_max_s,
                 match (overall.rates.paced_per_s, overall.rates.planned_per_s) {

@@ -144,7 +144,7 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
     }),
     ("on-throttle", |cx, node, t| {
         use crate::plan::OnThrottle;
-        let usage = "on-throttle \"retry\" attempts=3 max-wait=\"30s\" (or \"count\", the default)";
+        let usage = "on-throttle \"retry\" attempts=3 max-wait=\"30s\" (or \"pace\", or \"count\", the default)";
         cx.no_children(node);
         cx.check_entries(node, 1, &["attempts", "max-wait"], usage);
         let Some(entry) = cx.required_arg(node, usage) else {
@@ -156,18 +156,22 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         let attempts = cx.prop_or(node, "attempts", 3, usage, Count { min: 2, max: 20 });
         let max_wait = cx.prop_or(node, "max-wait", Duration::from_secs(30), usage, DURATION);
         match choice.as_str() {
-            "count" => {
+            "count" | "pace" => {
                 for name in ["attempts", "max-wait"] {
                     if let Some(extra) = property(node, name) {
                         cx.error(
                             extra.span(),
-                            format!("`{name}` is for retries; \"count\" sends nothing again"),
-                            "not for count",
+                            format!("`{name}` is for retries; \"{choice}\" sends nothing again"),
+                            "not for retries",
                             "write on-throttle \"retry\" to retry, or leave it out",
                         );
                     }
                 }
-                t.on_throttle = OnThrottle::Count;
+                t.on_throttle = if choice == "pace" {
+                    OnThrottle::Pace
+                } else {
+                    OnThrottle::Count
+                };
             }
             "retry" => {
                 if let (Some(attempts), Some(max_wait)) = (attempts, max_wait) {
@@ -180,10 +184,10 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
             other => cx.error(
                 entry.span(),
                 format!("unknown on-throttle \"{other}\""),
-                "not count or retry",
+                "not count, retry or pace",
                 format!(
-                    "{}\"count\" records a throttled request as it came; \"retry\" sends it again after the wait the server asks",
-                    crate::plan::suggest::did_you_mean(other, ["count", "retry"])
+                    "{}\"count\" records a throttled request as it came; \"retry\" sends it again after the wait the server asks; \"pace\" slows to the limits the server's headers say",
+                    crate::plan::suggest::did_you_mean(other, ["count", "retry", "pace"])
                 ),
             ),
         }
