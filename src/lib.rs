@@ -18,6 +18,7 @@ mod diagnostic;
 pub mod error;
 pub mod escape;
 pub mod executor;
+pub mod exporter;
 pub mod files;
 pub mod history;
 pub mod metrics;

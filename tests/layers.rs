@@ -40,7 +40,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["compare"],
     &["verdict"],
-    &["report"],
+    &["report", "exporter"],
     &["session"],
     &["selfcheck", "history"],
     &["cli"],

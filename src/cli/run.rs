@@ -1,12 +1,14 @@
 //! `llmload run PLAN`: run a plan, write its report, exit with its verdict.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::oneline::{self, OneLineArgs};
 use super::output::{self, GateArgs};
 use super::{parse_duration_arg, progress, signals};
 use crate::error::{Error, Result};
+use crate::executor::Observer;
 use crate::plan::Endpoint;
 use crate::planner;
 use crate::session::{self, RunOptions, Status};
@@ -57,10 +59,65 @@ pub(super) struct RunArgs {
     /// a plan from a pull request would otherwise run its author's command.
     #[arg(long)]
     allow_server: bool,
+    /// Serve the run's live metrics for Prometheus at http://ADDR/metrics while it goes
+    /// (requests by phase and outcome, in flight, TTFT/ITL/E2E and schedule lag histograms;
+    /// OpenMetrics text), e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// With --metrics-listen: keep serving this long after the run, so that a last scrape
+    /// sees its final counts.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration_arg)]
+    metrics_linger: std::time::Duration,
     #[command(flatten)]
     values: super::PlanValues,
     #[command(flatten)]
     one_line: OneLineArgs,
+}
+
+/// The run's metrics for Prometheus (`--metrics-listen`), when asked, served until it is
+/// dropped (`--metrics-linger` after the run).
+struct Exporter {
+    serving: Option<(
+        Arc<crate::exporter::Registry>,
+        crate::exporter::MetricsServer,
+    )>,
+    linger: std::time::Duration,
+}
+
+impl Exporter {
+    fn start(
+        listen: Option<std::net::SocketAddr>,
+        linger: std::time::Duration,
+    ) -> Result<Exporter> {
+        let serving = match listen {
+            Some(addr) => {
+                let registry = Arc::new(crate::exporter::Registry::new());
+                let server = crate::exporter::MetricsServer::start(addr, registry.clone())
+                    .map_err(|e| Error::usage(format!("--metrics-listen {addr}: {e}")))?;
+                Some((registry, server))
+            }
+            None => None,
+        };
+        Ok(Exporter { serving, linger })
+    }
+
+    /// The run's observer: `terminal`, and the exporter's registry beside it.
+    fn observing(&self, terminal: Arc<dyn Observer>) -> Arc<dyn Observer> {
+        let Some((registry, server)) = &self.serving else {
+            return terminal;
+        };
+        let notice = format!("live metrics at http://{}/metrics", server.addr());
+        terminal.on_event(crate::executor::Event::Note(&notice));
+        Arc::new(crate::executor::Fanout(vec![terminal, registry.clone()]))
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        if self.serving.is_some() && !self.linger.is_zero() {
+            std::thread::sleep(self.linger);
+        }
+    }
 }
 
 /// The setting a CI job sets deliberately, for plans it has reviewed: `LLMLOAD_ALLOW_SERVER`
@@ -229,7 +286,8 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     // Refused before the run starts anything (its progress, the output directory).
     session::permitted(&plan, &options)?;
     let live = progress::Live::start(!args.quiet);
-    options.observer = live.observer();
+    let exporter = Exporter::start(args.metrics_listen, args.metrics_linger)?;
+    options.observer = exporter.observing(live.observer());
     signals::forward_to(options.stop.clone());
     options.shard = args.shard;
     options.start_at = args.start_at;

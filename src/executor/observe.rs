@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::records::{PhaseEnd, PhaseStart, RequestRecord, RunEnd, RunHeader};
 
 /// Something that happened in a run.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// The run started, with this header (its target as reports show it).
     RunStarted(&'a RunHeader),
@@ -67,6 +67,17 @@ pub struct Quiet;
 
 impl Observer for Quiet {
     fn on_event(&self, _: Event<'_>) {}
+}
+
+/// Several observers, each given every event in turn (the terminal's, an exporter's).
+pub struct Fanout(pub Vec<Arc<dyn Observer>>);
+
+impl Observer for Fanout {
+    fn on_event(&self, event: Event<'_>) {
+        for observer in &self.0 {
+            observer.on_event(event);
+        }
+    }
 }
 
 /// Stops a run: first no new requests (those in flight may finish within the grace period),

@@ -1,0 +1,13 @@
+//! Live outputs of a run for the tools people already watch: llmload's own metrics as
+//! Prometheus scrapes them (`run --metrics-listen ADDR`).
+//!
+//! An exporter is an observer of the run and nothing more: it sees the events every observer
+//! sees, keeps its own counts, and is served from a thread of its own, so a slow or absent
+//! scraper never reaches the requests' tasks. It is not the report (the records are the run's
+//! numbers) and it reads nothing back.
+
+mod registry;
+mod serve;
+
+pub use registry::Registry;
+pub use serve::MetricsServer;

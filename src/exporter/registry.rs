@@ -1,0 +1,342 @@
+//! The run's own metrics as Prometheus holds them: an [`Observer`] that counts each request as
+//! it is sent and as it finishes, by phase and outcome, with TTFT, ITL, E2E and schedule lag as
+//! histograms, and renders them as OpenMetrics text for a scrape.
+//!
+//! The histograms' buckets are fixed (Prometheus' own way: a scrape's buckets add up across
+//! shards and over time), so they say less than the run's HDR distributions: the report's
+//! percentiles stay the run's numbers; these are for watching it go.
+//!
+//! Not for: serving them (`serve.rs`), or anything the records do not say (the server's own
+//! telemetry is scraped from the server).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use crate::executor::{Event, Observer};
+use crate::metrics::table::Metric;
+use crate::records::{ErrorClass, RequestRecord};
+
+/// Upper bounds of the latency histograms' buckets, seconds (and `+Inf`): 1 ms to 2 min, as
+/// an LLM's token gaps and whole answers span.
+const BUCKETS_S: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// The histograms kept, each from its metric table entry: (exported name, metric, help).
+const HISTOGRAMS: [(&str, Metric, &str); 4] = [
+    (
+        "llmload_ttft_seconds",
+        Metric::Ttft,
+        "Time to first token of finished requests.",
+    ),
+    (
+        "llmload_itl_seconds",
+        Metric::Itl,
+        "Every gap between tokens of finished requests.",
+    ),
+    (
+        "llmload_e2e_seconds",
+        Metric::E2e,
+        "Send to last byte of finished requests.",
+    ),
+    (
+        "llmload_schedule_lag_seconds",
+        Metric::ScheduleLag,
+        "How late the client sent requests after their intended time (open loop).",
+    ),
+];
+
+/// How a finished request ended, as the `outcome` label says it.
+const OUTCOMES: [&str; 5] = ["ok", "failed", "throttled", "cancelled", "client_failed"];
+
+/// A histogram with [`BUCKETS_S`]: counts per bucket (not cumulative), their sum and count.
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS_S.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64, times: u64) {
+        let bucket = BUCKETS_S
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(BUCKETS_S.len());
+        self.buckets[bucket] += times;
+        self.sum += seconds * times as f64;
+        self.count += times;
+    }
+}
+
+/// One phase's series.
+#[derive(Debug, Clone, Default)]
+struct PhaseSeries {
+    name: String,
+    open_loop: bool,
+    sent: u64,
+    finished: [u64; OUTCOMES.len()],
+    output_tokens: u64,
+    histograms: [Histogram; HISTOGRAMS.len()],
+}
+
+/// What the exporter knows of the run.
+#[derive(Debug, Default)]
+struct State {
+    /// The labels of every series: run, plan, and shard when there is one.
+    labels: Vec<(&'static str, String)>,
+    /// By phase index.
+    phases: BTreeMap<usize, PhaseSeries>,
+}
+
+/// The run's metrics, kept as its events come.
+#[derive(Debug, Default)]
+pub struct Registry {
+    state: Mutex<State>,
+}
+
+impl Registry {
+    /// An empty registry, to observe a run.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(state) => state,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The metrics as OpenMetrics text (`application/openmetrics-text; version=1.0.0`).
+    pub fn render(&self) -> String {
+        let state = self.state();
+        let mut out = String::new();
+        let scope = |phase: &PhaseSeries| {
+            let mut labels = state.labels.clone();
+            labels.push(("phase", phase.name.clone()));
+            labels
+        };
+        family(
+            &mut out,
+            "llmload_requests_sent",
+            "counter",
+            "Requests sent.",
+        );
+        for phase in state.phases.values() {
+            sample(
+                &mut out,
+                "llmload_requests_sent_total",
+                &scope(phase),
+                phase.sent,
+            );
+        }
+        family(
+            &mut out,
+            "llmload_requests_finished",
+            "counter",
+            "Requests finished, by outcome.",
+        );
+        for phase in state.phases.values() {
+            for (outcome, count) in OUTCOMES.iter().zip(phase.finished) {
+                let mut labels = scope(phase);
+                labels.push(("outcome", (*outcome).to_string()));
+                sample(&mut out, "llmload_requests_finished_total", &labels, count);
+            }
+        }
+        family(
+            &mut out,
+            "llmload_in_flight",
+            "gauge",
+            "Requests in flight.",
+        );
+        for phase in state.phases.values() {
+            let done: u64 = phase.finished.iter().sum();
+            let level = phase.sent.saturating_sub(done);
+            sample(&mut out, "llmload_in_flight", &scope(phase), level);
+        }
+        family(
+            &mut out,
+            "llmload_output_tokens",
+            "counter",
+            "Output tokens of finished requests.",
+        );
+        for phase in state.phases.values() {
+            let tokens = phase.output_tokens;
+            sample(
+                &mut out,
+                "llmload_output_tokens_total",
+                &scope(phase),
+                tokens,
+            );
+        }
+        for (index, (name, _, help)) in HISTOGRAMS.iter().enumerate() {
+            family(&mut out, name, "histogram", help);
+            for phase in state.phases.values() {
+                histogram(&mut out, name, &scope(phase), &phase.histograms[index]);
+            }
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+
+    fn started(&self, header: &crate::records::RunHeader) {
+        let mut labels = vec![
+            ("run", header.request_id_prefix.clone().unwrap_or_default()),
+            ("plan", header.plan.clone()),
+        ];
+        if let Some(shard) = &header.shard {
+            labels.push(("shard", format!("{}/{}", shard.index, shard.count)));
+        }
+        let mut state = self.state();
+        state.labels = labels;
+        state.phases.clear();
+    }
+
+    fn finished(&self, record: &RequestRecord) {
+        let mut state = self.state();
+        let phase = state.phases.entry(record.phase).or_default();
+        let outcome = match record.error {
+            None => 0,
+            Some(ErrorClass::Cancelled) => 3,
+            Some(ErrorClass::Client) => 4,
+            Some(class) if class.throttled() => 2,
+            Some(_) => 1,
+        };
+        phase.finished[outcome] += 1;
+        if record.error.is_none() {
+            phase.output_tokens += record.completion_tokens.unwrap_or(0);
+        }
+        let open_loop = phase.open_loop;
+        for (index, (_, metric, _)) in HISTOGRAMS.iter().enumerate() {
+            let histogram = &mut phase.histograms[index];
+            metric.samples(record, open_loop, |ms, times| {
+                histogram.observe(ms / 1000.0, times)
+            });
+        }
+    }
+}
+
+impl Observer for Registry {
+    fn on_event(&self, event: Event<'_>) {
+        match event {
+            Event::RunStarted(header) => self.started(header),
+            Event::PhaseStarted(start) => {
+                let mut state = self.state();
+                let phase = state.phases.entry(start.index).or_default();
+                phase.name.clone_from(&start.name);
+                phase.open_loop = start.open_loop;
+            }
+            Event::RequestSent { phase } => {
+                self.state().phases.entry(phase).or_default().sent += 1;
+            }
+            Event::RequestFinished(record) => self.finished(record),
+            Event::Counters(_)
+            | Event::PhaseEnded(_)
+            | Event::RunEnded(_)
+            | Event::Warning(_)
+            | Event::Note(_) => {}
+        }
+    }
+}
+
+/// A metric family's `# TYPE` and `# HELP` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+}
+
+/// One sample line.
+fn sample(out: &mut String, name: &str, labels: &[(&str, String)], value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{name}{} {value}", label_set(labels));
+}
+
+/// A histogram's cumulative buckets, count and sum.
+fn histogram(out: &mut String, name: &str, labels: &[(&str, String)], h: &Histogram) {
+    let mut cumulative = 0;
+    for (index, count) in h.buckets.iter().enumerate() {
+        cumulative += count;
+        let bound = BUCKETS_S
+            .get(index)
+            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", bound));
+        sample(out, &format!("{name}_bucket"), &with_le, cumulative);
+    }
+    sample(out, &format!("{name}_count"), labels, h.count);
+    sample(out, &format!("{name}_sum"), labels, h.sum);
+}
+
+/// `{name="value",…}`, each value escaped as OpenMetrics asks (a phase or plan name is the
+/// user's text).
+fn label_set(labels: &[(&str, String)]) -> String {
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(name, value)| {
+            let escaped = value
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{name}=\"{escaped}\"")
+        })
+        .collect();
+    format!("{{{}}}", pairs.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::PhaseStart;
+
+    fn record(phase: usize, error: Option<ErrorClass>, ttft_ms: u64) -> RequestRecord {
+        let mut r = RequestRecord::planned(phase, 1, None, None, (16, 4), 0, 1_000, 1_000);
+        r.error = error;
+        r.http_status = Some(if error.is_some() { 429 } else { 200 });
+        if error.is_none() {
+            r.ttft_us = Some(ttft_ms * 1000);
+            r.e2e_us = Some(ttft_ms * 1000 + 5_000);
+            r.completion_tokens = Some(4);
+        }
+        r
+    }
+
+    #[test]
+    fn requests_are_counted_by_phase_and_outcome_with_their_latencies() {
+        let registry = Registry::new();
+        let start: PhaseStart = serde_json::from_value(serde_json::json!({
+            "index": 0, "name": "steady \"A\"", "record": true, "load": "rate 1/s",
+            "open_loop": true, "at_us": 0
+        }))
+        .expect("a phase start");
+        registry.on_event(Event::PhaseStarted(&start));
+        for _ in 0..3 {
+            registry.on_event(Event::RequestSent { phase: 0 });
+        }
+        registry.on_event(Event::RequestFinished(&record(0, None, 20)));
+        registry.on_event(Event::RequestFinished(&record(
+            0,
+            Some(ErrorClass::Http429),
+            0,
+        )));
+        let text = registry.render();
+        let phase = "phase=\"steady \\\"A\\\"\"";
+        assert!(
+            text.contains(&format!("llmload_requests_sent_total{{{phase}}} 3")),
+            "{text}"
+        );
+        for (outcome, n) in [("ok", 1), ("throttled", 1), ("failed", 0)] {
+            let line =
+                format!("llmload_requests_finished_total{{{phase},outcome=\"{outcome}\"}} {n}");
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        assert!(text.contains(&format!("llmload_in_flight{{{phase}}} 1")));
+        assert!(text.contains(&format!("llmload_output_tokens_total{{{phase}}} 4")));
+        // 20 ms is in the 25 ms bucket and every one above it, not the 10 ms one.
+        let bucket = |le: &str| format!("llmload_ttft_seconds_bucket{{{phase},le=\"{le}\"}}");
+        assert!(text.contains(&format!("{} 0", bucket("0.01"))), "{text}");
+        assert!(text.contains(&format!("{} 1", bucket("0.025"))), "{text}");
+        assert!(text.contains(&format!("{} 1", bucket("+Inf"))), "{text}");
+        assert!(text.contains(&format!("llmload_ttft_seconds_count{{{phase}}} 1")));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

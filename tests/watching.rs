@@ -1,0 +1,190 @@
+//! Watching a run where people already look: `run --metrics-listen` serves the run's own
+//! metrics as Prometheus scrapes them, while it goes and (with `--metrics-linger`) after it, and
+//! what it serves agrees with the records.
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+/// `GET /metrics` over a plain socket, as a scraper asks: the status line and the body.
+fn scrape(port: u16) -> Option<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.to_string(), body.to_string()))
+}
+
+/// Each sample line's value, by its name and labels as written.
+fn samples(body: &str) -> BTreeMap<String, f64> {
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The one sample whose series starts with `name{` and holds every one of `labels`.
+fn value(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    let found: Vec<f64> = samples
+        .iter()
+        .filter(|(series, _)| series.starts_with(&format!("{name}{{")))
+        .filter(|(series, _)| labels.iter().all(|l| series.contains(l)))
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {labels:?}: {found:?}");
+    found[0]
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn the_metrics_endpoint_serves_the_run_as_it_goes_and_agrees_with_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"watch \\\"me\\\"\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\"; faults { http-429 \"10%\" } }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"3s\" }\nsla { throttled-rate < \"50%\" }\n",
+    );
+    let port = free_port();
+    let out = dir.path().join("out");
+    let mut child = llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-linger", "3s"])
+        .spawn()
+        .unwrap();
+    // While it runs: every scrape answers, and the counters never go back.
+    let mut during: Vec<BTreeMap<String, f64>> = Vec::new();
+    while !out.join("report.md").exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) without its report");
+        }
+        if let Some((head, body)) = scrape(port) {
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            assert!(
+                head.contains("application/openmetrics-text; version=1.0.0"),
+                "{head}"
+            );
+            assert!(body.ends_with("# EOF\n"), "{body}");
+            during.push(samples(&body));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // After it: what it served last is the run's whole count.
+    let (_, last) = scrape(port).expect("served while lingering");
+    assert!(child.wait().unwrap().code().is_some());
+    let last = samples(&last);
+    // (Before the phase starts, there is no series yet.)
+    let sent = |s: &BTreeMap<String, f64>| -> f64 {
+        s.iter()
+            .filter(|(series, _)| series.starts_with("llmload_requests_sent_total{"))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    assert!(during.len() >= 5, "{} scrapes during the run", during.len());
+    assert!(during.windows(2).all(|w| sent(&w[0]) <= sent(&w[1])));
+    assert!(during
+        .iter()
+        .any(|s| sent(s) > 0.0 && sent(s) < sent(&last)));
+
+    let records = read_records(&out);
+    let header = &read_log(&out)[0];
+    let run = format!(
+        "run=\"{}\"",
+        header["request_id_prefix"].as_str().expect("a run id")
+    );
+    let labels = [
+        run.as_str(),
+        "plan=\"watch \\\"me\\\"\"",
+        "phase=\"steady\"",
+    ];
+    assert_eq!(
+        value(&last, "llmload_requests_sent_total", &labels),
+        records.len() as f64
+    );
+    let ok: Vec<&serde_json::Value> = records.iter().filter(|r| r["error"].is_null()).collect();
+    let throttled = records.len() - ok.len();
+    assert!(throttled > 0, "the simulator throttles a tenth");
+    let finished = |outcome: &str| {
+        let outcome = format!("outcome=\"{outcome}\"");
+        let mut with = labels.to_vec();
+        with.push(&outcome);
+        value(&last, "llmload_requests_finished_total", &with)
+    };
+    assert_eq!(finished("ok"), ok.len() as f64);
+    assert_eq!(finished("throttled"), throttled as f64);
+    assert_eq!(finished("failed"), 0.0);
+    assert_eq!(value(&last, "llmload_in_flight", &labels), 0.0);
+    let tokens: u64 = ok
+        .iter()
+        .map(|r| r["completion_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        value(&last, "llmload_output_tokens_total", &labels),
+        tokens as f64
+    );
+    // Each histogram's +Inf bucket is its count: every answered request's TTFT and E2E, each
+    // gap between its tokens.
+    for (name, count) in [
+        ("llmload_ttft_seconds", ok.len()),
+        ("llmload_e2e_seconds", ok.len()),
+        ("llmload_itl_seconds", ok.len() * 7),
+    ] {
+        let total = value(&last, &format!("{name}_count"), &labels);
+        assert_eq!(total, count as f64, "{name}");
+        let inf = value(
+            &last,
+            &format!("{name}_bucket"),
+            &[labels[2], "le=\"+Inf\""],
+        );
+        assert_eq!(inf, total, "{name}");
+    }
+    // A TTFT of about 20 ms is in the 25 ms bucket, not the 10 ms one.
+    let ttft_le = |le: &str| {
+        value(
+            &last,
+            "llmload_ttft_seconds_bucket",
+            &[labels[2], &format!("le=\"{le}\"")],
+        )
+    };
+    assert_eq!(ttft_le("0.01"), 0.0);
+    assert!(ttft_le("0.025") >= 0.9 * ok.len() as f64);
+}
+
+#[test]
+fn an_address_that_cannot_be_listened_on_is_refused_before_the_run() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let run = run_plan(
+        "plan \"t\"\ntarget \"sim\"\nworkload { input 8; output 4 }\nphase \"p\" { concurrency 1; requests 2 }\n",
+        &["--metrics-listen", &format!("127.0.0.1:{port}")],
+    );
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains(&format!("--metrics-listen 127.0.0.1:{port}")),
+        "{}",
+        run.stderr()
+    );
+    assert!(!run.out().join("records.jsonl").exists());
+    drop(taken);
+}
