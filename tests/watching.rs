@@ -188,3 +188,160 @@ fn an_address_that_cannot_be_listened_on_is_refused_before_the_run() {
     assert!(!run.out().join("records.jsonl").exists());
     drop(taken);
 }
+
+/// Debian's Prometheus, when it is on this machine (`.ci/run` installs it and sets
+/// `LLMLOAD_REQUIRE_PROMETHEUS=1`, so CI never skips this).
+fn prometheus() -> Option<std::path::PathBuf> {
+    let found = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|path| path.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LLMLOAD_REQUIRE_PROMETHEUS").is_none_or(|v| v != "1"),
+            "Prometheus is required (apt-get install prometheus)"
+        );
+        eprintln!("skipped: no prometheus on this machine (apt-get install prometheus)");
+    }
+    found
+}
+
+/// A Prometheus server of its own, scraping `target` every second; killed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(binary: &std::path::Path, target: u16) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: llmload\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = std::process::Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let prometheus = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let ready = (0..300).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            get(port, "/-/ready").is_some_and(|(head, _)| head.starts_with("HTTP/1.1 200"))
+        });
+        assert!(ready, "Prometheus did not get ready on port {port}");
+        prometheus
+    }
+
+    /// An instant query's one value.
+    fn value(&self, query: &str) -> Option<f64> {
+        let (_, body) = get(self.port, &format!("/api/v1/query?query={query}"))?;
+        let said: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let result = said["data"]["result"].as_array()?;
+        assert!(result.len() <= 1, "{query}: {said}");
+        result.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET on loopback, read to its end (the body of a chunked answer kept as it came).
+fn get(port: u16, path: &str) -> Option<(String, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    // A chunked body: the JSON between its first size line and the next.
+    let body = match head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        true => body.split_once("\r\n").map_or(body, |(_, rest)| rest),
+        false => body,
+    };
+    let body = body.rsplit_once("\r\n0\r\n").map_or(body, |(json, _)| json);
+    Some((head.to_string(), body.to_string()))
+}
+
+/// A real Prometheus scrapes the run through its OpenMetrics parser, and what it holds after
+/// the run is the records' count.
+#[test]
+fn a_real_prometheus_scrapes_the_run_and_holds_its_counts() {
+    let Some(binary) = prometheus() else { return };
+    let port = free_port();
+    let server = Prometheus::start(&binary, port);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"scraped\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\"; faults { http-429 \"10%\" } }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"3s\" }\nsla { throttled-rate < \"50%\" }\n",
+    );
+    let out = dir.path().join("out");
+    let mut child = llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-linger", "8s"])
+        .spawn()
+        .unwrap();
+    // Asked while the exporter lingers, two scrapes after the report: once it is gone, a
+    // failed scrape marks every series stale.
+    while !out.join("report.md").exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) without its report");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let records = read_records(&out);
+    let ok = records.iter().filter(|r| r["error"].is_null()).count();
+    let query = |q: &str| {
+        server
+            .value(q)
+            .unwrap_or_else(|| panic!("Prometheus has no {q}"))
+    };
+    assert_eq!(query("llmload_requests_sent_total"), records.len() as f64);
+    assert_eq!(
+        query("llmload_requests_finished_total%7Boutcome%3D%22ok%22%7D"),
+        ok as f64
+    );
+    assert_eq!(
+        query("llmload_requests_finished_total%7Boutcome%3D%22throttled%22%7D"),
+        (records.len() - ok) as f64
+    );
+    assert_eq!(query("llmload_ttft_seconds_count"), ok as f64);
+    // Its own view of the target: up, scraped as OpenMetrics without a parse error.
+    assert_eq!(query("up%7Bjob%3D%22llmload%22%7D"), 1.0);
+    assert!(child.wait().unwrap().code().is_some());
+}
