@@ -246,6 +246,13 @@ impl Prometheus {
             get(port, "/-/ready").is_some_and(|(head, _)| head.starts_with("HTTP/1.1 200"))
         });
         assert!(ready, "Prometheus did not get ready on port {port}");
+        // Its discovery hands targets to the scrapers at most every 5 s: until the target is
+        // active, nothing is scraped.
+        let active = (0..300).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            get(port, "/api/v1/targets").is_some_and(|(_, body)| body.contains("\"scrapeUrl\""))
+        });
+        assert!(active, "Prometheus never took its target");
         prometheus
     }
 
@@ -343,5 +350,125 @@ fn a_real_prometheus_scrapes_the_run_and_holds_its_counts() {
     assert_eq!(query("llmload_ttft_seconds_count"), ok as f64);
     // Its own view of the target: up, scraped as OpenMetrics without a parse error.
     assert_eq!(query("up%7Bjob%3D%22llmload%22%7D"), 1.0);
+    // Every query of the Grafana dashboard parses and finds data, its variables at "All".
+    for expr in dashboard_queries() {
+        let expr = expr
+            .replace("$__rate_interval", "10s")
+            .replace("=~\"$run\"", "=~\".*\"")
+            .replace("=~\"$plan\"", "=~\".*\"")
+            .replace("=~\"$phase\"", "=~\".*\"");
+        let encoded: String = expr
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+                other => format!("%{other:02X}"),
+            })
+            .collect();
+        let (_, body) = get(server.port, &format!("/api/v1/query?query={encoded}"))
+            .expect("Prometheus answers");
+        let said: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(said["status"], "success", "{expr}: {said}");
+        let found = said["data"]["result"].as_array().map_or(0, Vec::len);
+        assert!(found > 0, "no data for {expr}: {body}");
+    }
     assert!(child.wait().unwrap().code().is_some());
+}
+
+/// The PromQL of every panel of deploy/grafana/llmload.json.
+fn dashboard_queries() -> Vec<String> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/llmload.json"),
+    )
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().unwrap().clone())
+        .map(|target| target["expr"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The dashboard asks only for series llmload serves (each `llmload_…` name in its queries
+/// and variables is a family, or a histogram's `_bucket`, of a real scrape), and only by labels
+/// they carry.
+#[test]
+fn the_grafana_dashboard_queries_only_what_the_exporter_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"t\" { seed 5 }\ntarget \"sim\"\nsim { ttft \"5ms\"; itl \"1ms\" }\nworkload { input 8; output 4 }\nphase \"p\" { rate 20; arrivals \"constant\"; duration \"1s\" }\n",
+    );
+    let port = free_port();
+    let out = dir.path().join("out");
+    let mut child = llmload()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-linger", "2s"])
+        .spawn()
+        .unwrap();
+    while !out.join("report.md").exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) without its report");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (_, body) = scrape(port).expect("served while lingering");
+    assert!(child.wait().unwrap().code().is_some());
+    let served = samples(&body);
+    let names: std::collections::BTreeSet<&str> = served
+        .keys()
+        .filter_map(|series| series.split_once('{').map(|(name, _)| name))
+        .collect();
+    let labels: std::collections::BTreeSet<String> = served
+        .keys()
+        .flat_map(|series| {
+            series
+                .split(['{', ','])
+                .skip(1)
+                .filter_map(|pair| pair.split_once('=').map(|(l, _)| l.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/llmload.json"),
+    )
+    .unwrap();
+    let mut asked = 0;
+    for (at, _) in text.match_indices("llmload_") {
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name == "llmload_" {
+            continue;
+        }
+        asked += 1;
+        assert!(
+            names.contains(name.as_str()),
+            "the dashboard asks for {name}; served: {names:?}"
+        );
+    }
+    assert!(asked >= 10, "{asked}");
+    for expr in dashboard_queries() {
+        for (at, _) in expr.match_indices(['{', ',', '(']) {
+            let rest = &expr[at + 1..];
+            let label: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let follows = rest[label.len()..].trim_start();
+            if !label.is_empty() && (follows.starts_with("=~") || follows.starts_with("=\"")) {
+                assert!(
+                    labels.contains(&label),
+                    "{expr}: label {label}; served {labels:?}"
+                );
+            }
+        }
+    }
 }
