@@ -214,14 +214,16 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn start(binary: &std::path::Path, target: u16) -> Prometheus {
+    /// Scraping `target`, or (without one) receiving remote writes only.
+    fn start(binary: &std::path::Path, target: Option<u16>) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("prometheus.yml");
+        let scrape = target.map_or(String::new(), |target| format!(
+            "scrape_configs:\n  - job_name: llmload\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        ));
         std::fs::write(
             &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: llmload\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-            ),
+            format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n{scrape}"),
         )
         .unwrap();
         let port = free_port();
@@ -232,6 +234,7 @@ impl Prometheus {
                 dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--web.enable-remote-write-receiver")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -248,10 +251,11 @@ impl Prometheus {
         assert!(ready, "Prometheus did not get ready on port {port}");
         // Its discovery hands targets to the scrapers at most every 5 s: until the target is
         // active, nothing is scraped.
-        let active = (0..300).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            get(port, "/api/v1/targets").is_some_and(|(_, body)| body.contains("\"scrapeUrl\""))
-        });
+        let active = target.is_none()
+            || (0..300).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                get(port, "/api/v1/targets").is_some_and(|(_, body)| body.contains("\"scrapeUrl\""))
+            });
         assert!(active, "Prometheus never took its target");
         prometheus
     }
@@ -305,7 +309,7 @@ fn get(port: u16, path: &str) -> Option<(String, String)> {
 fn a_real_prometheus_scrapes_the_run_and_holds_its_counts() {
     let Some(binary) = prometheus() else { return };
     let port = free_port();
-    let server = Prometheus::start(&binary, port);
+    let server = Prometheus::start(&binary, Some(port));
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(
         dir.path(),
@@ -471,4 +475,95 @@ fn the_grafana_dashboard_queries_only_what_the_exporter_serves() {
             }
         }
     }
+}
+
+/// `--remote-write` pushes the run to a real Prometheus' receiver, a last time at its end, and
+/// what it holds is the records' count; a receiver that is down costs the run nothing but the
+/// samples, which it says it dropped.
+#[test]
+fn remote_write_pushes_the_run_and_a_dead_receiver_never_fails_it() {
+    let Some(binary) = prometheus() else { return };
+    let server = Prometheus::start(&binary, None);
+    let plan = "plan \"pushed\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\" }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"2s\" }\nsla { error-rate < \"1%\" }\n";
+    let write = format!("http://127.0.0.1:{}/api/v1/write", server.port);
+    let run = run_plan(
+        plan,
+        &["--remote-write", &write, "--remote-write-interval", "500ms"],
+    );
+    assert!(matches!(run.code(), 0 | 3), "{}", run.stderr());
+    let said = run.stderr();
+    assert!(
+        said.contains("remote-write: ") && !said.contains("failed"),
+        "{said}"
+    );
+    let records = run.records();
+    assert_eq!(
+        server.value("llmload_requests_sent_total").expect("pushed"),
+        records.len() as f64
+    );
+    assert_eq!(
+        server.value("llmload_requests_finished_total%7Boutcome%3D%22ok%22%7D"),
+        Some(records.len() as f64)
+    );
+    assert_eq!(
+        server.value("llmload_ttft_seconds_count"),
+        Some(records.len() as f64)
+    );
+
+    // Nothing listens there: every push fails at once, the run does not.
+    let closed = format!("http://127.0.0.1:{}/api/v1/write", free_port());
+    let down = run_plan(
+        plan,
+        &[
+            "--remote-write",
+            &closed,
+            "--remote-write-interval",
+            "500ms",
+        ],
+    );
+    assert_eq!(down.code(), run.code(), "{}", down.stderr());
+    assert_eq!(down.records().len(), records.len());
+    let said = down.stderr();
+    assert!(said.contains("remote-write: 0 push(es) accepted"), "{said}");
+    assert!(
+        said.contains("samples dropped (first: cannot connect)"),
+        "{said}"
+    );
+}
+
+/// A receiver that takes the connection and never answers: each push gives up after its
+/// timeout, off the run's threads, and the run's own timing is untouched by it.
+#[test]
+fn a_receiver_that_never_answers_does_not_hold_the_run() {
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    // Accepts, reads nothing, answers nothing, for as long as the test lasts.
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in stalled.incoming().flatten() {
+            kept.push(stream);
+        }
+    });
+    let plan = "plan \"stalled\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"5ms\"; itl \"1ms\" }\nworkload { input 16; output 4 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"2s\" }\n";
+    let write = format!("http://127.0.0.1:{port}/api/v1/write");
+    let started = std::time::Instant::now();
+    let run = run_plan(
+        plan,
+        &["--remote-write", &write, "--remote-write-interval", "200ms"],
+    );
+    let took = started.elapsed();
+    assert!(matches!(run.code(), 0 | 3), "{}", run.stderr());
+    let said = run.stderr();
+    assert!(
+        said.contains("samples dropped (first: timed out)"),
+        "{said}"
+    );
+    // The schedule was kept: every request went out within a few ms of its time.
+    for record in run.records() {
+        let lag = record["actual_send_us"].as_i64().unwrap()
+            - record["intended_send_us"].as_i64().unwrap();
+        assert!(lag < 20_000, "{record}");
+    }
+    // 2 s of schedule, then at most one push's timeout (2 s) for the last.
+    assert!(took < std::time::Duration::from_secs(12), "{took:?}");
 }

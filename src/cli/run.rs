@@ -68,55 +68,93 @@ pub(super) struct RunArgs {
     /// sees its final counts.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration_arg)]
     metrics_linger: std::time::Duration,
+    /// Push the same metrics to a Prometheus remote-write receiver while the run goes, and
+    /// once more at its end (e.g. http://127.0.0.1:9090/api/v1/write).
+    #[arg(long, value_name = "URL", value_parser = parse_push_url)]
+    remote_write: Option<reqwest::Url>,
+    /// How often --remote-write pushes.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration_arg)]
+    remote_write_interval: std::time::Duration,
     #[command(flatten)]
     values: super::PlanValues,
     #[command(flatten)]
     one_line: OneLineArgs,
 }
 
-/// The run's metrics for Prometheus (`--metrics-listen`), when asked, served until it is
-/// dropped (`--metrics-linger` after the run).
+/// The run's metrics for Prometheus, when asked: served (`--metrics-listen`, until it is
+/// dropped, `--metrics-linger` after the run) and pushed (`--remote-write`, a last time when it
+/// is dropped, saying what went and what was dropped).
 struct Exporter {
-    serving: Option<(
-        Arc<crate::exporter::Registry>,
-        crate::exporter::MetricsServer,
-    )>,
+    registry: Option<Arc<crate::exporter::Registry>>,
+    server: Option<crate::exporter::MetricsServer>,
+    writer: Option<crate::exporter::RemoteWriter>,
     linger: std::time::Duration,
 }
 
 impl Exporter {
-    fn start(
-        listen: Option<std::net::SocketAddr>,
-        linger: std::time::Duration,
-    ) -> Result<Exporter> {
-        let serving = match listen {
-            Some(addr) => {
-                let registry = Arc::new(crate::exporter::Registry::new());
-                let server = crate::exporter::MetricsServer::start(addr, registry.clone())
-                    .map_err(|e| Error::usage(format!("--metrics-listen {addr}: {e}")))?;
-                Some((registry, server))
-            }
-            None => None,
+    fn start(args: &RunArgs) -> Result<Exporter> {
+        let wanted = args.metrics_listen.is_some() || args.remote_write.is_some();
+        let registry = wanted.then(|| Arc::new(crate::exporter::Registry::new()));
+        let server = match (args.metrics_listen, &registry) {
+            (Some(addr), Some(registry)) => Some(
+                crate::exporter::MetricsServer::start(addr, registry.clone())
+                    .map_err(|e| Error::usage(format!("--metrics-listen {addr}: {e}")))?,
+            ),
+            _ => None,
         };
-        Ok(Exporter { serving, linger })
+        let writer = match (&args.remote_write, &registry) {
+            (Some(url), Some(registry)) => Some(
+                crate::exporter::RemoteWriter::start(
+                    url.clone(),
+                    registry.clone(),
+                    args.remote_write_interval
+                        .max(std::time::Duration::from_millis(100)),
+                )
+                .map_err(|e| Error::run(format!("--remote-write: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(Exporter {
+            registry,
+            server,
+            writer,
+            linger: args.metrics_linger,
+        })
     }
 
     /// The run's observer: `terminal`, and the exporter's registry beside it.
     fn observing(&self, terminal: Arc<dyn Observer>) -> Arc<dyn Observer> {
-        let Some((registry, server)) = &self.serving else {
+        let Some(registry) = &self.registry else {
             return terminal;
         };
-        let notice = format!("live metrics at http://{}/metrics", server.addr());
-        terminal.on_event(crate::executor::Event::Note(&notice));
+        if let Some(server) = &self.server {
+            let notice = format!("live metrics at http://{}/metrics", server.addr());
+            terminal.on_event(crate::executor::Event::Note(&notice));
+        }
         Arc::new(crate::executor::Fanout(vec![terminal, registry.clone()]))
     }
 }
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        if self.serving.is_some() && !self.linger.is_zero() {
+        if let Some(writer) = self.writer.take() {
+            // Said whatever --quiet says: samples dropped are the exporter's only failure.
+            eprintln!("{}", writer.finish());
+        }
+        if self.server.is_some() && !self.linger.is_zero() {
             std::thread::sleep(self.linger);
         }
+    }
+}
+
+/// `--remote-write URL`: an http:// or https:// URL.
+fn parse_push_url(text: &str) -> std::result::Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(format!(
+            "a remote-write receiver is http:// or https://, not {other}://"
+        )),
     }
 }
 
@@ -286,7 +324,7 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     // Refused before the run starts anything (its progress, the output directory).
     session::permitted(&plan, &options)?;
     let live = progress::Live::start(!args.quiet);
-    let exporter = Exporter::start(args.metrics_listen, args.metrics_linger)?;
+    let exporter = Exporter::start(&args)?;
     options.observer = exporter.observing(live.observer());
     signals::forward_to(options.stop.clone());
     options.shard = args.shard;

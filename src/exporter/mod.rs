@@ -1,5 +1,6 @@
 //! Live outputs of a run for the tools people already watch: llmload's own metrics as
-//! Prometheus scrapes them (`run --metrics-listen ADDR`).
+//! Prometheus scrapes them (`run --metrics-listen ADDR`), or pushed to a remote-write receiver
+//! (`run --remote-write URL`).
 //!
 //! An exporter is an observer of the run and nothing more: it sees the events every observer
 //! sees, keeps its own counts, and is served from a thread of its own, so a slow or absent
@@ -7,7 +8,9 @@
 //! numbers) and it reads nothing back.
 
 mod registry;
+mod remote_write;
 mod serve;
 
 pub use registry::Registry;
+pub use remote_write::RemoteWriter;
 pub use serve::MetricsServer;

@@ -111,74 +111,100 @@ impl Registry {
 
     /// The metrics as OpenMetrics text (`application/openmetrics-text; version=1.0.0`).
     pub fn render(&self) -> String {
-        let state = self.state();
         let mut out = String::new();
+        for family in self.families() {
+            let (name, kind, help) = (family.name, family.kind, family.help);
+            let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+            for series in &family.series {
+                let _ = writeln!(
+                    out,
+                    "{}{} {}",
+                    series.name,
+                    label_set(&series.labels),
+                    series.value
+                );
+            }
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+
+    /// Every sample as it stands, each named as a scrape names it (a counter's `_total`, a
+    /// histogram's `_bucket`, `_count` and `_sum`).
+    pub(super) fn samples(&self) -> Vec<Series> {
+        self.families()
+            .into_iter()
+            .flat_map(|family| family.series)
+            .collect()
+    }
+
+    /// The families, each with its samples, in the order a scrape gives them.
+    fn families(&self) -> Vec<Family> {
+        let state = self.state();
         let scope = |phase: &PhaseSeries| {
             let mut labels = state.labels.clone();
             labels.push(("phase", phase.name.clone()));
             labels
         };
-        family(
-            &mut out,
-            "llmload_requests_sent",
-            "counter",
-            "Requests sent.",
-        );
-        for phase in state.phases.values() {
-            sample(
-                &mut out,
-                "llmload_requests_sent_total",
-                &scope(phase),
-                phase.sent,
-            );
-        }
-        family(
-            &mut out,
-            "llmload_requests_finished",
-            "counter",
-            "Requests finished, by outcome.",
-        );
-        for phase in state.phases.values() {
-            for (outcome, count) in OUTCOMES.iter().zip(phase.finished) {
-                let mut labels = scope(phase);
-                labels.push(("outcome", (*outcome).to_string()));
-                sample(&mut out, "llmload_requests_finished_total", &labels, count);
-            }
-        }
-        family(
-            &mut out,
-            "llmload_in_flight",
-            "gauge",
-            "Requests in flight.",
-        );
-        for phase in state.phases.values() {
-            let done: u64 = phase.finished.iter().sum();
-            let level = phase.sent.saturating_sub(done);
-            sample(&mut out, "llmload_in_flight", &scope(phase), level);
-        }
-        family(
-            &mut out,
-            "llmload_output_tokens",
-            "counter",
-            "Output tokens of finished requests.",
-        );
-        for phase in state.phases.values() {
-            let tokens = phase.output_tokens;
-            sample(
-                &mut out,
-                "llmload_output_tokens_total",
-                &scope(phase),
-                tokens,
-            );
-        }
+        let per_phase = |name: &str, value: &dyn Fn(&PhaseSeries) -> u64| -> Vec<Series> {
+            state
+                .phases
+                .values()
+                .map(|phase| Series::new(name, scope(phase), value(phase) as f64))
+                .collect()
+        };
+        let mut families = vec![
+            Family {
+                name: "llmload_requests_sent",
+                kind: "counter",
+                help: "Requests sent.",
+                series: per_phase("llmload_requests_sent_total", &|p| p.sent),
+            },
+            Family {
+                name: "llmload_requests_finished",
+                kind: "counter",
+                help: "Requests finished, by outcome.",
+                series: state
+                    .phases
+                    .values()
+                    .flat_map(|phase| {
+                        OUTCOMES.iter().zip(phase.finished).map(|(outcome, count)| {
+                            let mut labels = scope(phase);
+                            labels.push(("outcome", (*outcome).to_string()));
+                            Series::new("llmload_requests_finished_total", labels, count as f64)
+                        })
+                    })
+                    .collect(),
+            },
+            Family {
+                name: "llmload_in_flight",
+                kind: "gauge",
+                help: "Requests in flight.",
+                series: per_phase("llmload_in_flight", &|p| {
+                    p.sent.saturating_sub(p.finished.iter().sum())
+                }),
+            },
+            Family {
+                name: "llmload_output_tokens",
+                kind: "counter",
+                help: "Output tokens of finished requests.",
+                series: per_phase("llmload_output_tokens_total", &|p| p.output_tokens),
+            },
+        ];
         for (index, (name, _, help)) in HISTOGRAMS.iter().enumerate() {
-            family(&mut out, name, "histogram", help);
-            for phase in state.phases.values() {
-                histogram(&mut out, name, &scope(phase), &phase.histograms[index]);
-            }
+            let series = state
+                .phases
+                .values()
+                .flat_map(|phase| histogram(name, &scope(phase), &phase.histograms[index]))
+                .collect();
+            families.push(Family {
+                name,
+                kind: "histogram",
+                help,
+                series,
+            });
         }
-        out.push_str("# EOF\n");
-        out
+        families
     }
 
     fn started(&self, header: &crate::records::RunHeader) {
@@ -241,35 +267,61 @@ impl Observer for Registry {
     }
 }
 
-/// A metric family's `# TYPE` and `# HELP` lines.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+/// One sample: its name as scraped, its labels (the run's, then its own), its value.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Series {
+    pub name: String,
+    pub labels: Vec<(&'static str, String)>,
+    pub value: f64,
 }
 
-/// One sample line.
-fn sample(out: &mut String, name: &str, labels: &[(&str, String)], value: impl std::fmt::Display) {
-    let _ = writeln!(out, "{name}{} {value}", label_set(labels));
+impl Series {
+    fn new(name: &str, labels: Vec<(&'static str, String)>, value: f64) -> Series {
+        Series {
+            name: name.to_string(),
+            labels,
+            value,
+        }
+    }
+}
+
+/// A metric family: its metadata and samples.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    series: Vec<Series>,
 }
 
 /// A histogram's cumulative buckets, count and sum.
-fn histogram(out: &mut String, name: &str, labels: &[(&str, String)], h: &Histogram) {
+fn histogram(name: &str, labels: &[(&'static str, String)], h: &Histogram) -> Vec<Series> {
     let mut cumulative = 0;
-    for (index, count) in h.buckets.iter().enumerate() {
-        cumulative += count;
-        let bound = BUCKETS_S
-            .get(index)
-            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-        let mut with_le = labels.to_vec();
-        with_le.push(("le", bound));
-        sample(out, &format!("{name}_bucket"), &with_le, cumulative);
-    }
-    sample(out, &format!("{name}_count"), labels, h.count);
-    sample(out, &format!("{name}_sum"), labels, h.sum);
+    let mut series: Vec<Series> = h
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(index, count)| {
+            cumulative += count;
+            let bound = BUCKETS_S
+                .get(index)
+                .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", bound));
+            Series::new(&format!("{name}_bucket"), with_le, cumulative as f64)
+        })
+        .collect();
+    series.push(Series::new(
+        &format!("{name}_count"),
+        labels.to_vec(),
+        h.count as f64,
+    ));
+    series.push(Series::new(&format!("{name}_sum"), labels.to_vec(), h.sum));
+    series
 }
 
 /// `{name="value",…}`, each value escaped as OpenMetrics asks (a phase or plan name is the
 /// user's text).
-fn label_set(labels: &[(&str, String)]) -> String {
+fn label_set(labels: &[(&'static str, String)]) -> String {
     let pairs: Vec<String> = labels
         .iter()
         .map(|(name, value)| {

@@ -1,0 +1,292 @@
+//! Pushes the registry's samples to a Prometheus remote-write receiver (`run --remote-write
+//! URL`): for runs shorter than a scrape interval, and shards on many machines that no
+//! Prometheus can reach, each pushing its own series (labelled with its shard).
+//!
+//! Every interval, and once more when the run is over, the registry's samples as they stand go
+//! out as one remote-write 1.0 request: a protobuf `WriteRequest`, snappy-compressed. The
+//! samples are cumulative, so nothing is queued: a push that fails, times out, or is still
+//! going when the next falls due is dropped (its samples counted as dropped), and the next
+//! carries the counts it would have. A receiver that is down or slow costs the run nothing but
+//! the pusher's own thread; the counts of what went and what was dropped are said when it stops.
+//!
+//! The four protobuf messages are written by hand (a few tags and lengths, tested against the
+//! wire format below): the generated-code route needs protoc and a build script for four
+//! messages.
+//!
+//! Not for: what is counted (`registry.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::registry::{Registry, Series};
+
+/// The longest one push may take before it is given up (and its samples dropped).
+const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the pusher did, for the line said when it stops.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Pushes the receiver accepted (2xx).
+    pub accepted: AtomicU64,
+    /// Samples in them.
+    pub samples: AtomicU64,
+    /// Pushes that failed, timed out or were refused.
+    pub failed: AtomicU64,
+    /// Samples in those.
+    pub dropped: AtomicU64,
+}
+
+/// Pushes until it is stopped, then once more.
+pub struct RemoteWriter {
+    pushed: Arc<Pushed>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The first failure, in a sentence (never the URL's credentials).
+    first_failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl RemoteWriter {
+    /// Starts pushing `registry`'s samples to `url` every `interval`.
+    pub fn start(
+        url: reqwest::Url,
+        registry: Arc<Registry>,
+        interval: Duration,
+    ) -> std::io::Result<RemoteWriter> {
+        let pushed = Arc::new(Pushed::default());
+        let first_failure = Arc::new(std::sync::Mutex::new(None));
+        let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (counts, failures) = (pushed.clone(), first_failure.clone());
+        let thread =
+            crate::threads::spawn_with_runtime("llmload-remote-write", move || async move {
+                let client = reqwest::Client::builder()
+                    .timeout(PUSH_TIMEOUT)
+                    .build()
+                    .unwrap_or_default();
+                let pusher = Pusher {
+                    client,
+                    url,
+                    registry,
+                    pushed: counts,
+                    first_failure: failures,
+                };
+                let mut ticks = tokio::time::interval(interval);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                ticks.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = ticks.tick() => pusher.push().await,
+                        _ = &mut stopped => break,
+                    }
+                }
+                // The final counts, which a short run's receiver would otherwise never see.
+                pusher.push().await;
+            })?;
+        Ok(RemoteWriter {
+            pushed,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+            first_failure,
+        })
+    }
+
+    /// Pushes the final counts and stops; what went and what was dropped, in a sentence.
+    pub fn finish(mut self) -> String {
+        self.stop();
+        let p = &self.pushed;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let mut said = format!(
+            "remote-write: {} push(es) accepted ({} samples)",
+            load(&p.accepted),
+            load(&p.samples)
+        );
+        if load(&p.failed) > 0 {
+            let why = self
+                .first_failure
+                .lock()
+                .ok()
+                .and_then(|f| f.clone())
+                .unwrap_or_default();
+            said.push_str(&format!(
+                ", {} failed: {} samples dropped (first: {why})",
+                load(&p.failed),
+                load(&p.dropped)
+            ));
+        }
+        said
+    }
+
+    fn stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RemoteWriter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One push's worth of what the pusher holds.
+struct Pusher {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    registry: Arc<Registry>,
+    pushed: Arc<Pushed>,
+    first_failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Pusher {
+    /// Pushes the samples as they stand; counts what came of it.
+    async fn push(&self) {
+        let samples = self.registry.samples();
+        if samples.is_empty() {
+            return;
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let body = match snap::raw::Encoder::new().compress_vec(&write_request(&samples, now_ms)) {
+            Ok(body) => body,
+            Err(e) => return self.failed(samples.len(), format!("cannot compress: {e}")),
+        };
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .header("Content-Encoding", "snappy")
+            .header("Content-Type", "application/x-protobuf")
+            .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+            .header("User-Agent", concat!("llmload/", env!("CARGO_PKG_VERSION")))
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(answer) if answer.status().is_success() => {
+                self.pushed.accepted.fetch_add(1, Ordering::Relaxed);
+                let count = samples.len() as u64;
+                self.pushed.samples.fetch_add(count, Ordering::Relaxed);
+            }
+            Ok(answer) => self.failed(samples.len(), format!("HTTP {}", answer.status())),
+            Err(e) => {
+                // Its kind only: reqwest's text holds the URL, which may hold credentials.
+                let kind = if e.is_timeout() {
+                    "timed out"
+                } else if e.is_connect() {
+                    "cannot connect"
+                } else {
+                    "failed"
+                };
+                self.failed(samples.len(), kind.to_string());
+            }
+        }
+    }
+
+    fn failed(&self, samples: usize, why: String) {
+        self.pushed.failed.fetch_add(1, Ordering::Relaxed);
+        self.pushed
+            .dropped
+            .fetch_add(samples as u64, Ordering::Relaxed);
+        if let Ok(mut first) = self.first_failure.lock() {
+            first.get_or_insert(why);
+        }
+    }
+}
+
+/// A remote-write 1.0 `WriteRequest` of `samples` at `timestamp_ms`: each a `TimeSeries`
+/// (field 1) of its labels, `__name__` first and all sorted by name as the protocol asks
+/// (field 1 each: `Label { name = 1; value = 2 }`), and one `Sample { double value = 1; int64
+/// timestamp = 2 }` (field 2).
+fn write_request(samples: &[Series], timestamp_ms: i64) -> Vec<u8> {
+    let mut request = Vec::new();
+    for series in samples {
+        let mut labels: Vec<(&str, &str)> = series
+            .labels
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect();
+        labels.push(("__name__", series.name.as_str()));
+        labels.sort_by(|a, b| a.0.cmp(b.0));
+        let mut time_series = Vec::new();
+        for (name, value) in labels {
+            let mut label = Vec::new();
+            bytes_field(&mut label, 1, name.as_bytes());
+            bytes_field(&mut label, 2, value.as_bytes());
+            bytes_field(&mut time_series, 1, &label);
+        }
+        let mut sample = Vec::new();
+        key(&mut sample, 1, 1);
+        sample.extend_from_slice(&series.value.to_le_bytes());
+        key(&mut sample, 2, 0);
+        varint(&mut sample, timestamp_ms as u64);
+        bytes_field(&mut time_series, 2, &sample);
+        bytes_field(&mut request, 1, &time_series);
+    }
+    request
+}
+
+/// A field's key: its number and wire type (0 varint, 1 fixed 64-bit, 2 length-delimited).
+fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+    varint(out, u64::from(field << 3 | u32::from(wire_type)));
+}
+
+fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    key(out, field, 2);
+    varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_request_is_the_protobuf_wire_format() {
+        let samples = [Series {
+            name: "m_total".into(),
+            labels: vec![("run", "r".into())],
+            value: 2.0,
+        }];
+        let bytes = write_request(&samples, 300);
+        let label = |name: &[u8], value: &[u8]| {
+            let mut l = vec![0x0a, name.len() as u8];
+            l.extend_from_slice(name);
+            l.extend_from_slice(&[0x12, value.len() as u8]);
+            l.extend_from_slice(value);
+            let mut field = vec![0x0a, l.len() as u8];
+            field.extend(l);
+            field
+        };
+        let mut series = label(b"__name__", b"m_total");
+        series.extend(label(b"run", b"r"));
+        // Sample: 0x09 then the double's 8 bytes; 0x10 then 300 as a varint (0xac 0x02).
+        let mut sample = vec![0x09];
+        sample.extend_from_slice(&2.0f64.to_le_bytes());
+        sample.extend_from_slice(&[0x10, 0xac, 0x02]);
+        series.extend([0x12, sample.len() as u8]);
+        series.extend(sample);
+        let mut expected = vec![0x0a, series.len() as u8];
+        expected.extend(series);
+        assert_eq!(bytes, expected);
+    }
+
+    #[test]
+    fn varints_take_seven_bits_a_byte() {
+        let mut out = Vec::new();
+        varint(&mut out, 1);
+        varint(&mut out, 300);
+        varint(&mut out, u64::MAX);
+        assert_eq!(&out[..3], [0x01, 0xac, 0x02]);
+        assert_eq!(out.len(), 3 + 10);
+    }
+}
