@@ -412,6 +412,13 @@ fn a_refused_or_missing_key_of_several_ends_the_run_before_it_starts() {
     assert!(said.contains("the key in $LLMLOAD_T_KEY_B"), "{said}");
     assert!(refused.records().is_empty());
     assert_no_key_written(&refused);
+    // The first of them refused is named too.
+    let first = run_with_keys(&format!(
+        "plan \"keys\"\ntarget \"sim\" {{ api-key env=\"LLMLOAD_T_KEY_B\"; api-key env=\"LLMLOAD_T_KEY_A\" }}\n{serving}"
+    ));
+    assert_eq!(first.code(), 3, "{}", first.stderr());
+    let said = first.stdout() + &first.stderr();
+    assert!(said.contains("the key in $LLMLOAD_T_KEY_B"), "{said}");
 
     let unset = run_with_keys(&format!(
         "plan \"keys\"\ntarget \"sim\" {{ api-key env=\"LLMLOAD_T_KEY_A\"; api-key env=\"LLMLOAD_T_KEY_UNSET\" }}\n{serving}"

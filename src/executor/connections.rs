@@ -206,7 +206,12 @@ pub async fn preflight(
                 shown,
                 said: said(),
                 key_sent: template.sends_a_key(),
-                key_var: None,
+                // Which key, when there is a choice.
+                key_var: template
+                    .keys
+                    .first()
+                    .filter(|_| template.keys.len() > 1)
+                    .and_then(|key| key.var.clone()),
             });
         }
         200..=299 => other_keys_accepted(transport, template).await?,
