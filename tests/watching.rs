@@ -564,6 +564,7 @@ fn a_receiver_that_never_answers_does_not_hold_the_run() {
             - record["intended_send_us"].as_i64().unwrap();
         assert!(lag < 20_000, "{record}");
     }
-    // 2 s of schedule, then at most one push's timeout (2 s) for the last.
-    assert!(took < std::time::Duration::from_secs(12), "{took:?}");
+    // 2 s of schedule, then at most the push under way and the last one (2 s timeout each),
+    // with room for a loaded machine.
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
 }

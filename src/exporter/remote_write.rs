@@ -74,9 +74,13 @@ impl RemoteWriter {
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 ticks.tick().await;
                 loop {
+                    // The stop first: after a slow push the next tick is due at once, and a
+                    // fair choice between them could push (and wait out a timeout) again and
+                    // again.
                     tokio::select! {
-                        _ = ticks.tick() => pusher.push().await,
+                        biased;
                         _ = &mut stopped => break,
+                        _ = ticks.tick() => pusher.push().await,
                     }
                 }
                 // The final counts, which a short run's receiver would otherwise never see.
