@@ -8,21 +8,28 @@ use common::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
-/// `GET /metrics` over a plain socket, as a scraper asks: the status line and the body.
+/// `GET /metrics`, as a scraper asks: the status line and headers, and the body.
 fn scrape(port: u16) -> Option<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .ok()?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    Some((head.to_string(), body.to_string()))
+    get(port, "/metrics")
+}
+
+/// `llmload run PLAN --out OUT --quiet` serving its metrics on `port`, lingering `linger`.
+fn spawn_exported(
+    plan: &std::path::Path,
+    out: &std::path::Path,
+    port: u16,
+    linger: &str,
+) -> std::process::Child {
+    llmload()
+        .arg("run")
+        .arg(plan)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-linger", linger])
+        .spawn()
+        .unwrap()
 }
 
 /// Each sample line's value, by its name and labels as written.
@@ -62,16 +69,7 @@ fn the_metrics_endpoint_serves_the_run_as_it_goes_and_agrees_with_its_records() 
     );
     let port = free_port();
     let out = dir.path().join("out");
-    let mut child = llmload()
-        .arg("run")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-linger", "3s"])
-        .spawn()
-        .unwrap();
+    let mut child = spawn_exported(&plan, &out, port, "3s");
     // While it runs: every scrape answers, and the counters never go back.
     let mut during: Vec<BTreeMap<String, f64>> = Vec::new();
     while !out.join("report.md").exists() {
@@ -316,16 +314,7 @@ fn a_real_prometheus_scrapes_the_run_and_holds_its_counts() {
         "plan \"scraped\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\"; faults { http-429 \"10%\" } }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"3s\" }\nsla { throttled-rate < \"50%\" }\n",
     );
     let out = dir.path().join("out");
-    let mut child = llmload()
-        .arg("run")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-linger", "8s"])
-        .spawn()
-        .unwrap();
+    let mut child = spawn_exported(&plan, &out, port, "8s");
     // Asked while the exporter lingers, two scrapes after the report: once it is gone, a
     // failed scrape marks every series stale.
     while !out.join("report.md").exists() {
@@ -406,16 +395,7 @@ fn the_grafana_dashboard_queries_only_what_the_exporter_serves() {
     );
     let port = free_port();
     let out = dir.path().join("out");
-    let mut child = llmload()
-        .arg("run")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-linger", "2s"])
-        .spawn()
-        .unwrap();
+    let mut child = spawn_exported(&plan, &out, port, "2s");
     while !out.join("report.md").exists() {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended ({status}) without its report");
