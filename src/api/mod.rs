@@ -422,6 +422,11 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// Its name in plans and reports (`api "chat"`).
     fn name(&self) -> &'static str;
 
+    /// What it does in OpenTelemetry's GenAI semantic conventions (`gen_ai.operation.name`:
+    /// `chat`, `text_completion`, `embeddings`; `rerank`, which they do not name yet), for the
+    /// spans `run --otlp` exports.
+    fn operation(&self) -> &'static str;
+
     /// What a plan's `api` help says of it.
     fn summary(&self) -> &'static str;
 

@@ -75,6 +75,12 @@ pub(super) struct RunArgs {
     /// How often --remote-write pushes.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration_arg)]
     remote_write_interval: std::time::Duration,
+    /// Export every request as an OpenTelemetry span over OTLP/HTTP (protobuf) to this
+    /// collector (e.g. http://127.0.0.1:4318; `/v1/traces` is added to a bare address), with
+    /// the trace ids the requests' `traceparent` carried, so an engine's own spans join them.
+    /// Headers a collector asks for come from OTEL_EXPORTER_OTLP_HEADERS.
+    #[arg(long, value_name = "URL", value_parser = parse_push_url)]
+    otlp: Option<reqwest::Url>,
     #[command(flatten)]
     values: super::PlanValues,
     #[command(flatten)]
@@ -88,6 +94,7 @@ struct Exporter {
     registry: Option<Arc<crate::exporter::Registry>>,
     server: Option<crate::exporter::MetricsServer>,
     writer: Option<crate::exporter::RemoteWriter>,
+    spans: Option<crate::exporter::SpanExporter>,
     linger: std::time::Duration,
 }
 
@@ -114,24 +121,39 @@ impl Exporter {
             ),
             _ => None,
         };
+        let spans = match &args.otlp {
+            Some(url) => Some(
+                crate::exporter::SpanExporter::start(url.clone())
+                    .map_err(|e| Error::usage(format!("--otlp: {e}")))?,
+            ),
+            None => None,
+        };
         Ok(Exporter {
             registry,
             server,
             writer,
+            spans,
             linger: args.metrics_linger,
         })
     }
 
-    /// The run's observer: `terminal`, and the exporter's registry beside it.
+    /// The run's observer: `terminal`, and the exporters' beside it.
     fn observing(&self, terminal: Arc<dyn Observer>) -> Arc<dyn Observer> {
-        let Some(registry) = &self.registry else {
-            return terminal;
-        };
         if let Some(server) = &self.server {
             let notice = format!("live metrics at http://{}/metrics", server.addr());
             terminal.on_event(crate::executor::Event::Note(&notice));
         }
-        Arc::new(crate::executor::Fanout(vec![terminal, registry.clone()]))
+        let mut observers = vec![terminal];
+        if let Some(registry) = &self.registry {
+            observers.push(registry.clone());
+        }
+        if let Some(spans) = &self.spans {
+            observers.push(spans.observer());
+        }
+        match observers.len() {
+            1 => observers.remove(0),
+            _ => Arc::new(crate::executor::Fanout(observers)),
+        }
     }
 }
 
@@ -141,19 +163,23 @@ impl Drop for Exporter {
             // Said whatever --quiet says: samples dropped are the exporter's only failure.
             eprintln!("{}", writer.finish());
         }
+        if let Some(spans) = self.spans.take() {
+            // Said whatever --quiet says, as above.
+            eprintln!("{}", spans.finish());
+        }
         if self.server.is_some() && !self.linger.is_zero() {
             std::thread::sleep(self.linger);
         }
     }
 }
 
-/// `--remote-write URL`: an http:// or https:// URL.
+/// `--remote-write URL`, `--otlp URL`: an http:// or https:// URL.
 fn parse_push_url(text: &str) -> std::result::Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
     match url.scheme() {
         "http" | "https" => Ok(url),
         other => Err(format!(
-            "a remote-write receiver is http:// or https://, not {other}://"
+            "a receiver or collector is http:// or https://, not {other}://"
         )),
     }
 }

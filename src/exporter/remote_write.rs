@@ -9,9 +9,8 @@
 //! carries the counts it would have. A receiver that is down or slow costs the run nothing but
 //! the pusher's own thread; the counts of what went and what was dropped are said when it stops.
 //!
-//! The four protobuf messages are written by hand (a few tags and lengths, tested against the
-//! wire format below): the generated-code route needs protoc and a build script for four
-//! messages.
+//! The four protobuf messages are written by hand (`protobuf.rs`; tested against the wire
+//! format below).
 //!
 //! Not for: what is counted (`registry.rs`).
 
@@ -19,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::protobuf::{bytes_field, double_field, varint_field};
 use super::registry::{Registry, Series};
 
 /// The longest one push may take before it is given up (and its samples dropped).
@@ -221,33 +221,12 @@ fn write_request(samples: &[Series], timestamp_ms: i64) -> Vec<u8> {
             bytes_field(&mut time_series, 1, &label);
         }
         let mut sample = Vec::new();
-        key(&mut sample, 1, 1);
-        sample.extend_from_slice(&series.value.to_le_bytes());
-        key(&mut sample, 2, 0);
-        varint(&mut sample, timestamp_ms as u64);
+        double_field(&mut sample, 1, series.value);
+        varint_field(&mut sample, 2, timestamp_ms as u64);
         bytes_field(&mut time_series, 2, &sample);
         bytes_field(&mut request, 1, &time_series);
     }
     request
-}
-
-/// A field's key: its number and wire type (0 varint, 1 fixed 64-bit, 2 length-delimited).
-fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
-    varint(out, u64::from(field << 3 | u32::from(wire_type)));
-}
-
-fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    key(out, field, 2);
-    varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-fn varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 #[cfg(test)]
@@ -282,15 +261,5 @@ mod tests {
         let mut expected = vec![0x0a, series.len() as u8];
         expected.extend(series);
         assert_eq!(bytes, expected);
-    }
-
-    #[test]
-    fn varints_take_seven_bits_a_byte() {
-        let mut out = Vec::new();
-        varint(&mut out, 1);
-        varint(&mut out, 300);
-        varint(&mut out, u64::MAX);
-        assert_eq!(&out[..3], [0x01, 0xac, 0x02]);
-        assert_eq!(out.len(), 3 + 10);
     }
 }

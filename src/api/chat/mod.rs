@@ -131,6 +131,10 @@ impl Dialect for Chat {
         "chat"
     }
 
+    fn operation(&self) -> &'static str {
+        "chat"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/chat/completions (the prompt as messages)"
     }

@@ -39,6 +39,10 @@ impl Dialect for Completions {
         "completions"
     }
 
+    fn operation(&self) -> &'static str {
+        "text_completion"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/completions (the prompt as `prompt`)"
     }

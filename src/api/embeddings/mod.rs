@@ -93,6 +93,10 @@ impl Dialect for Embeddings {
         "embeddings"
     }
 
+    fn operation(&self) -> &'static str {
+        "embeddings"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/embeddings (a batch of inputs embedded)"
     }

@@ -324,6 +324,10 @@ impl Dialect for Messages {
         "messages"
     }
 
+    fn operation(&self) -> &'static str {
+        "chat"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/messages (Anthropic's Messages API: x-api-key, `system` apart, named events)"
     }

@@ -71,6 +71,10 @@ impl Dialect for Rerank {
         "rerank"
     }
 
+    fn operation(&self) -> &'static str {
+        "rerank"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/rerank (documents ranked against a query)"
     }

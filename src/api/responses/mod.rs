@@ -289,6 +289,10 @@ impl Dialect for Responses {
         "responses"
     }
 
+    fn operation(&self) -> &'static str {
+        "chat"
+    }
+
     fn summary(&self) -> &'static str {
         "/v1/responses (OpenAI's Responses API: `input`, typed events)"
     }
