@@ -548,3 +548,72 @@ fn a_receiver_that_never_answers_does_not_hold_the_run() {
     // with room for a loaded machine.
     assert!(took < std::time::Duration::from_secs(15), "{took:?}");
 }
+
+/// `llmload run` in a pseudo-terminal (util-linux's `script`), as a person at a terminal runs
+/// it: what it wrote, escape sequences and all. `None` where `script` is missing.
+fn run_in_terminal(
+    plan: &std::path::Path,
+    out: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Option<String> {
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let command = format!(
+        "{} run {} --out {}",
+        env!("CARGO_BIN_EXE_llmload"),
+        plan.display(),
+        out.display()
+    );
+    let mut script = std::process::Command::new(script);
+    script
+        .args(["-qfec", &command, "/dev/null"])
+        .env("COLUMNS", "100");
+    for (name, value) in env {
+        script.env(name, value);
+    }
+    let output = script.output().unwrap();
+    Some(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[test]
+fn a_terminal_sees_the_phase_its_latencies_and_each_objective_as_it_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan \"live\" { seed 3 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\"; faults { http-5xx \"20%\" } }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"4s\" }\nsla { itl max < \"1s\"; error-rate < \"1%\"; request-throughput > 1 }\n",
+    );
+    let Some(shown) = run_in_terminal(&plan, &dir.path().join("out"), &[]) else {
+        eprintln!("SKIPPED: no `script` (util-linux) for a pseudo-terminal");
+        return;
+    };
+    // The block is redrawn in place: erased (cursor up, clear to the end), then drawn again.
+    assert!(shown.contains("\x1b[J"), "{shown:?}");
+    assert!(shown.contains("steady \x1b[36m█"), "{shown:?}");
+    assert!(shown.contains("s left, "), "{shown:?}");
+    assert!(shown.contains("requests to go"), "{shown:?}");
+    assert!(shown.contains(" tok/s · TTFT p50 "), "{shown:?}");
+    assert!(
+        shown.contains(" · ITL p50 ") && shown.contains(" · E2E p50 "),
+        "{shown:?}"
+    );
+    // Each objective as the verdict will judge it, colored.
+    assert!(shown.contains("\x1b[32m✓ holding"), "{shown:?}");
+    assert!(shown.contains("itl max < 1s ("), "{shown:?}");
+    assert!(shown.contains("\x1b[31;1m✗ breaking"), "{shown:?}");
+    assert!(shown.contains("error-rate < 1% ("), "{shown:?}");
+    assert!(shown.contains("judged at the end"), "{shown:?}");
+    // The verdict agrees, and the block is gone before it is printed.
+    let verdict = shown.rfind("FAIL: 1 of 3").expect("the verdict");
+    let last_block = shown.rfind("judged at the end").unwrap();
+    assert!(last_block < verdict);
+    let no_color = run_in_terminal(&plan, &dir.path().join("out2"), &[("NO_COLOR", "1")]).unwrap();
+    assert!(
+        no_color.contains("✗ breaking") && no_color.contains("\x1b[J"),
+        "{no_color:?}"
+    );
+    assert!(
+        !no_color.contains("\x1b[31;1m") && !no_color.contains("\x1b[32m"),
+        "{no_color:?}"
+    );
+}

@@ -44,7 +44,7 @@ use crate::timer::PreciseTimer;
 use crate::tokens::Tokenizer;
 use context::{Context, InFlight};
 use observe::stopped;
-pub use observe::{Event, Fanout, LiveCounters, Observer, Quiet, Stop};
+pub use observe::{Event, Fanout, LiveCounters, Objective, Observer, Quiet, Standing, Stop};
 use recorder::{Message, Recorder};
 pub use source::{Between, PhaseControl, PhaseRun, PhaseSource, ScheduleSource};
 pub use template::{KeyCredentials, RequestTemplate};

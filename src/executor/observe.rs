@@ -36,6 +36,45 @@ pub enum Event<'a> {
     Warning(&'a str),
     /// Something the user should know, and is not in the records.
     Note(&'a str),
+    /// How the plan's objectives stand on the requests finished so far (given up to four times
+    /// a second while requests finish, by the session's watch: the executor judges nothing).
+    Objectives(&'a [Objective]),
+}
+
+/// One of the plan's `sla` assertions as it stands while the run goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Objective {
+    /// As the plan wrote it (`ttft p99 < 500ms`).
+    pub text: String,
+    /// Its value so far, as the verdict would write it.
+    pub observed: Option<String>,
+    /// How it stands.
+    pub standing: Standing,
+}
+
+/// How an objective stands on the requests so far, judged as the verdict judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// It holds (a percentile: its bound at the plan's confidence holds).
+    Holding,
+    /// It is broken (a percentile: beyond doubt at the plan's confidence).
+    Breaking,
+    /// Too few requests yet to say either.
+    Open,
+    /// Judged only on the phase as it ran (a throughput, the server's telemetry).
+    AtTheEnd,
+}
+
+impl Standing {
+    /// As the terminal writes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Standing::Holding => "holding",
+            Standing::Breaking => "breaking",
+            Standing::Open => "not decided yet",
+            Standing::AtTheEnd => "judged at the end",
+        }
+    }
 }
 
 /// What a run counts as it goes, readable at any moment.

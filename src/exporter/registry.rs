@@ -262,7 +262,8 @@ impl Observer for Registry {
             | Event::PhaseEnded(_)
             | Event::RunEnded(_)
             | Event::Warning(_)
-            | Event::Note(_) => {}
+            | Event::Note(_)
+            | Event::Objectives(_) => {}
         }
     }
 }

@@ -548,6 +548,12 @@ fn observers(plan: &Plan, options: &RunOptions, schedule: &planner::Schedule) ->
         )),
         None => options.observer.clone(),
     };
+    // How the objectives stand, for the people watching: next to the caller's observer, which
+    // it hands them to.
+    let observer: Arc<dyn Observer> = match standing::StandingWatch::new(plan, observer.clone()) {
+        Some(standing) => Arc::new(standing),
+        None => observer,
+    };
     let observer: Arc<dyn Observer> = if plan.abort.is_empty() {
         observer
     } else {

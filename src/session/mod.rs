@@ -24,6 +24,7 @@ mod search;
 mod server;
 mod server_sweep;
 mod shard;
+mod standing;
 mod target;
 mod unreachable;
 

@@ -81,7 +81,8 @@ impl Observer for Spans {
             | Event::PhaseEnded(_)
             | Event::RunEnded(_)
             | Event::Warning(_)
-            | Event::Note(_) => {}
+            | Event::Note(_)
+            | Event::Objectives(_) => {}
         }
     }
 }

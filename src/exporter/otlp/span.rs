@@ -358,7 +358,10 @@ mod tests {
         let request = run.request(&spans);
         let resource_spans = fields(&request, 1);
         assert_eq!(resource_spans.len(), 1);
-        assert_eq!(fields(&resource_spans[0], 1), std::slice::from_ref(&run.resource));
+        assert_eq!(
+            fields(&resource_spans[0], 1),
+            std::slice::from_ref(&run.resource)
+        );
         let scope_spans = &fields(&resource_spans[0], 2)[0];
         assert_eq!(fields(scope_spans, 2), spans);
     }
