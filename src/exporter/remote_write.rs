@@ -57,8 +57,9 @@ impl RemoteWriter {
         let first_failure = Arc::new(std::sync::Mutex::new(None));
         let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (counts, failures) = (pushed.clone(), first_failure.clone());
-        let thread =
-            crate::threads::spawn_with_runtime("llmload-remote-write", move || async move {
+        let thread = crate::threads::spawn_background_with_runtime(
+            "llmload-remote-write",
+            move || async move {
                 let client = reqwest::Client::builder()
                     .timeout(PUSH_TIMEOUT)
                     .build()
@@ -85,7 +86,8 @@ impl RemoteWriter {
                 }
                 // The final counts, which a short run's receiver would otherwise never see.
                 pusher.push().await;
-            })?;
+            },
+        )?;
         Ok(RemoteWriter {
             pushed,
             shutdown: Some(shutdown),

@@ -33,26 +33,27 @@ impl MetricsServer {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = crate::threads::spawn_with_runtime("llmload-metrics", move || async move {
-            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                return;
-            };
-            let room = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
-            loop {
-                let permit = tokio::select! {
-                    permit = room.clone().acquire_owned() => permit,
-                    _ = &mut stopped => break,
+        let thread =
+            crate::threads::spawn_background_with_runtime("llmload-metrics", move || async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
                 };
-                let Ok(permit) = permit else { break };
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
-                        tokio::spawn(serve_one(stream, registry.clone(), permit));
+                let room = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
+                loop {
+                    let permit = tokio::select! {
+                        permit = room.clone().acquire_owned() => permit,
+                        _ = &mut stopped => break,
+                    };
+                    let Ok(permit) = permit else { break };
+                    tokio::select! {
+                        accepted = listener.accept() => {
+                            let Ok((stream, _)) = accepted else { continue };
+                            tokio::spawn(serve_one(stream, registry.clone(), permit));
+                        }
+                        _ = &mut stopped => break,
                     }
-                    _ = &mut stopped => break,
                 }
-            }
-        })?;
+            })?;
         Ok(MetricsServer {
             addr,
             shutdown: Some(shutdown),

@@ -2,9 +2,10 @@
 //! URL`): the client's side of each request's trace, which the spans an engine exports for it
 //! (keyed by the same `traceparent`) join.
 //!
-//! Off the hot path: the observer encodes a finished request's span on the recorder's thread
-//! and offers it to a bounded queue ([`QUEUE_SPANS`]); a thread of its own sends batches of up
-//! to [`BATCH_SPANS`] every [`BATCH_INTERVAL`] or when one is full. A queue that is full (the
+//! Off the hot path: the observer copies what a span needs of a finished request on the
+//! recorder's thread and offers it to a bounded queue ([`QUEUE_SPANS`]); a thread of its own,
+//! at the idle scheduling class (it never takes the core from the run's requests), encodes and
+//! sends batches of up to [`BATCH_SPANS`] every [`BATCH_INTERVAL`] or when one is full. A queue that is full (the
 //! collector is slower than the run) drops the span; a batch that fails, is refused or takes
 //! longer than [`PUSH_TIMEOUT`] is dropped whole. Both are counted and said when the exporter
 //! stops; neither touches the run, its records or its verdict. Spans are not retried: a
@@ -25,9 +26,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::executor::{Event, Observer};
-use span::RunContext;
+use span::{Finished, RunContext};
 
-/// Spans waiting to be sent, at most: ~400 bytes each, so a few MB at worst.
+/// Spans waiting to be sent, at most: a few hundred bytes each, so a few MB at worst.
 const QUEUE_SPANS: usize = 16_384;
 /// Spans in one export request, at most (the OpenTelemetry SDKs' default batch).
 const BATCH_SPANS: usize = 512;
@@ -49,10 +50,10 @@ struct Counts {
     failed: AtomicU64,
 }
 
-/// The run's observer: encodes each finished request's span and queues it.
+/// The run's observer: queues what each finished request's span needs.
 struct Spans {
     run: Mutex<Option<RunContext>>,
-    queue: mpsc::Sender<Vec<u8>>,
+    queue: mpsc::Sender<Finished>,
     counts: Arc<Counts>,
 }
 
@@ -69,10 +70,10 @@ impl Observer for Spans {
                 }
             }
             Event::RequestFinished(record) => {
-                let Some(run) = run.as_ref() else {
+                if run.is_none() {
                     return;
-                };
-                if self.queue.try_send(run.span(record)).is_err() {
+                }
+                if self.queue.try_send(Finished::of(record)).is_err() {
                     self.counts.overflowed.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -122,9 +123,10 @@ impl SpanExporter {
             counts: counts.clone(),
             first_failure: first_failure.clone(),
         };
-        let thread =
-            crate::threads::spawn_with_runtime("llmload-otlp", move || sender.run(queued, stopped))
-                .map_err(|e| e.to_string())?;
+        let thread = crate::threads::spawn_background_with_runtime("llmload-otlp", move || {
+            sender.run(queued, stopped)
+        })
+        .map_err(|e| e.to_string())?;
         Ok(SpanExporter {
             spans,
             counts,
@@ -192,7 +194,7 @@ impl Sender {
     /// [`FINAL_FLUSH`].
     async fn run(
         self,
-        mut queued: mpsc::Receiver<Vec<u8>>,
+        mut queued: mpsc::Receiver<Finished>,
         mut stopped: tokio::sync::oneshot::Receiver<()>,
     ) {
         let mut batch = Vec::with_capacity(BATCH_SPANS);
@@ -231,7 +233,7 @@ impl Sender {
     }
 
     /// Exports `batch` if `deadline` leaves time for it; drops it otherwise.
-    async fn export_by(&self, batch: Vec<Vec<u8>>, deadline: tokio::time::Instant) {
+    async fn export_by(&self, batch: Vec<Finished>, deadline: tokio::time::Instant) {
         if batch.is_empty() {
             return;
         }
@@ -242,7 +244,7 @@ impl Sender {
     }
 
     /// One export request of `batch`; counts what came of it.
-    async fn export(&self, batch: Vec<Vec<u8>>) {
+    async fn export(&self, batch: Vec<Finished>) {
         let body = match self.spans.run.lock() {
             Ok(run) => match run.as_ref() {
                 Some(run) => run.request(&batch),

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::exporter::protobuf::{bytes_field, double_field, fixed64_field, varint_field};
-use crate::records::{request_id_text, RequestRecord, RunHeader, TraceContext};
+use crate::records::{request_id_text, ErrorClass, RequestRecord, RunHeader, TraceContext};
 
 /// OTLP's `SpanKind` CLIENT.
 const KIND_CLIENT: u64 = 3;
@@ -28,6 +28,56 @@ const STATUS_ERROR: u64 = 2;
 /// The longest status message kept, characters: the error's detail is a sentence, but a server
 /// chose some of its words.
 const STATUS_MESSAGE_CHARS: usize = 256;
+
+/// What a span takes of a request's record: copied on the recorder's thread (a few fields),
+/// encoded later on the exporter's own.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Finished {
+    phase: usize,
+    seq: u64,
+    intended_send_us: u64,
+    actual_send_us: u64,
+    /// Send to the end of the response (or the last thing heard), µs.
+    lasted_us: u64,
+    ttft_us: Option<u64>,
+    model: Option<String>,
+    error: Option<ErrorClass>,
+    error_detail: Option<String>,
+    http_status: Option<u16>,
+    server_request_id: Option<String>,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    output_tokens_planned: u32,
+    cached_tokens: Option<u64>,
+    finish_reason: Option<String>,
+}
+
+impl Finished {
+    pub(super) fn of(record: &RequestRecord) -> Finished {
+        Finished {
+            phase: record.phase,
+            seq: record.seq,
+            intended_send_us: record.intended_send_us,
+            actual_send_us: record.actual_send_us,
+            lasted_us: record
+                .e2e_us
+                .or_else(|| record.chunks.last().map(|c| c.0))
+                .or(record.ttft_us)
+                .unwrap_or(0),
+            ttft_us: record.ttft_us,
+            model: record.model.clone(),
+            error: record.error,
+            error_detail: record.error_detail.clone(),
+            http_status: record.http_status,
+            server_request_id: record.server_request_id.clone(),
+            prompt_tokens: record.prompt_tokens,
+            completion_tokens: record.completion_tokens,
+            output_tokens_planned: record.output_tokens_planned,
+            cached_tokens: record.cached_tokens,
+            finish_reason: record.finish_reason.clone(),
+        }
+    }
+}
 
 /// What every span of a run shares, learned when it starts.
 #[derive(Debug, Clone)]
@@ -86,14 +136,10 @@ impl RunContext {
     }
 
     /// The `Span` message of `record`.
-    pub(super) fn span(&self, record: &RequestRecord) -> Vec<u8> {
+    pub(super) fn span(&self, record: &Finished) -> Vec<u8> {
         let trace = TraceContext::of(&self.prefix, record.phase, record.seq);
         let start = self.started_unix_ns + record.actual_send_us * 1000;
-        let lasted_us = record
-            .e2e_us
-            .or_else(|| record.chunks.last().map(|c| c.0))
-            .or(record.ttft_us)
-            .unwrap_or(0);
+        let lasted_us = record.lasted_us;
         let model = record.model.as_deref().unwrap_or(&self.request_model);
         let mut span = Vec::new();
         bytes_field(&mut span, 1, &trace.trace_id.to_be_bytes());
@@ -127,7 +173,7 @@ impl RunContext {
     }
 
     /// A span's attributes (field 9 of `Span`).
-    fn attributes(&self, span: &mut Vec<u8>, record: &RequestRecord, model: &str) {
+    fn attributes(&self, span: &mut Vec<u8>, record: &Finished, model: &str) {
         let id = request_id_text(&self.prefix, record.phase, record.seq);
         let phase = self.phases.get(&record.phase).map_or("", String::as_str);
         let lag_ms = record
@@ -186,9 +232,15 @@ impl RunContext {
         }
     }
 
+    /// An `ExportTraceServiceRequest` of `finished`'s spans.
+    pub(super) fn request(&self, finished: &[Finished]) -> Vec<u8> {
+        let spans: Vec<Vec<u8>> = finished.iter().map(|f| self.span(f)).collect();
+        self.request_of(&spans)
+    }
+
     /// An `ExportTraceServiceRequest` of `spans` (each a `Span` message): one `ResourceSpans`
     /// under the run's resource, one `ScopeSpans` of scope `llmload`.
-    pub(super) fn request(&self, spans: &[Vec<u8>]) -> Vec<u8> {
+    fn request_of(&self, spans: &[Vec<u8>]) -> Vec<u8> {
         let mut scope = Vec::new();
         bytes_field(&mut scope, 1, b"llmload");
         bytes_field(&mut scope, 2, env!("CARGO_PKG_VERSION").as_bytes());
@@ -306,7 +358,7 @@ mod tests {
             e2e_us: Some(1_500),
             ..RequestRecord::default()
         };
-        let span = run.span(&record);
+        let span = run.span(&Finished::of(&record));
         let trace = TraceContext::of("llmload-0a1b2c3d", 1, 7);
         assert_eq!(fields(&span, 1), [trace.trace_id.to_be_bytes().to_vec()]);
         assert_eq!(fields(&span, 2), [trace.span_id.to_be_bytes().to_vec()]);
@@ -335,7 +387,7 @@ mod tests {
             e2e_us: Some(10),
             ..RequestRecord::default()
         };
-        let span = run.span(&record);
+        let span = run.span(&Finished::of(&record));
         let status = &fields(&span, 15)[0];
         let message = &fields(status, 2)[0];
         assert!(message.starts_with(b"http_5xx: xxx"));
@@ -355,7 +407,7 @@ mod tests {
     fn a_request_wraps_spans_in_one_resource_and_scope() {
         let run = RunContext::of(&header()).unwrap();
         let spans = vec![vec![1, 2], vec![3]];
-        let request = run.request(&spans);
+        let request = run.request_of(&spans);
         let resource_spans = fields(&request, 1);
         assert_eq!(resource_spans.len(), 1);
         assert_eq!(
