@@ -352,6 +352,8 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     let live = progress::Live::start(!args.quiet);
     let exporter = Exporter::start(&args)?;
     options.observer = exporter.observing(live.observer());
+    // The progress shows how the objectives stand; --quiet shows nothing and pays nothing.
+    options.objectives_live = !args.quiet;
     signals::forward_to(options.stop.clone());
     options.shard = args.shard;
     options.start_at = args.start_at;

@@ -550,7 +550,11 @@ fn observers(plan: &Plan, options: &RunOptions, schedule: &planner::Schedule) ->
     };
     // How the objectives stand, for the people watching: next to the caller's observer, which
     // it hands them to.
-    let observer: Arc<dyn Observer> = match standing::StandingWatch::new(plan, observer.clone()) {
+    let standing = options
+        .objectives_live
+        .then(|| standing::StandingWatch::new(plan, observer.clone()))
+        .flatten();
+    let observer: Arc<dyn Observer> = match standing {
         Some(standing) => Arc::new(standing),
         None => observer,
     };

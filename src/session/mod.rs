@@ -75,6 +75,10 @@ pub struct RunOptions {
     pub record_writes: bool,
     /// Told what happens while the plan runs.
     pub observer: Arc<dyn Observer>,
+    /// Tell the observer how the plan's objectives stand while the run goes
+    /// ([`executor::Event::Objectives`]): for a caller that shows them (the terminal's progress),
+    /// as the judging costs the recorder's thread a few µs a request.
+    pub objectives_live: bool,
     /// Stops the run early (the caller keeps a clone).
     pub stop: Stop,
     /// What decides the status besides the SLA.
@@ -101,6 +105,7 @@ impl RunOptions {
             threads: None,
             record_writes: false,
             observer: Arc::new(executor::Quiet),
+            objectives_live: false,
             stop: Stop::new(),
             gate: Gate::default(),
             shard: None,

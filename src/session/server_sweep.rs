@@ -87,6 +87,7 @@ pub fn run_server_sweep(plan: &Plan, options: &RunOptions) -> Result<ServerSweep
             threads: options.threads,
             record_writes: false,
             observer: options.observer.clone(),
+            objectives_live: options.objectives_live,
             stop: options.stop.clone(),
             // A baseline sweep's run of the same configuration is this one's baseline.
             gate: Gate {
