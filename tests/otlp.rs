@@ -222,15 +222,8 @@ fn a_collector_that_is_down_or_never_answers_costs_the_run_nothing() {
     );
     assert!(said.contains("(first failure: cannot connect)"), "{said}");
 
-    // Takes the connection, reads nothing, answers nothing, for as long as the test lasts.
-    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = stalled.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        for stream in stalled.incoming().flatten() {
-            kept.push(stream);
-        }
-    });
+    // Takes the connection, reads nothing, answers nothing.
+    let port = never_answering_port();
     let started = std::time::Instant::now();
     let slow = run_plan(plan, &["--otlp", &format!("http://127.0.0.1:{port}")]);
     let took = started.elapsed();

@@ -515,15 +515,7 @@ fn remote_write_pushes_the_run_and_a_dead_receiver_never_fails_it() {
 /// timeout, off the run's threads, and the run's own timing is untouched by it.
 #[test]
 fn a_receiver_that_never_answers_does_not_hold_the_run() {
-    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = stalled.local_addr().unwrap().port();
-    // Accepts, reads nothing, answers nothing, for as long as the test lasts.
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        for stream in stalled.incoming().flatten() {
-            kept.push(stream);
-        }
-    });
+    let port = never_answering_port();
     let plan = "plan \"stalled\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"5ms\"; itl \"1ms\" }\nworkload { input 16; output 4 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"2s\" }\n";
     let write = format!("http://127.0.0.1:{port}/api/v1/write");
     let started = std::time::Instant::now();

@@ -7,6 +7,7 @@
 //! scraper never reaches the requests' tasks. It is not the report (the records are the run's
 //! numbers) and it reads nothing back.
 
+mod background;
 mod otlp;
 mod protobuf;
 mod registry;

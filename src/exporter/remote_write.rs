@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::background::{failure, Background};
 use super::protobuf::{bytes_field, double_field, varint_field};
 use super::registry::{Registry, Series};
 
@@ -40,8 +41,7 @@ pub struct Pushed {
 /// Pushes until it is stopped, then once more.
 pub struct RemoteWriter {
     pushed: Arc<Pushed>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    pushing: Background,
     /// The first failure, in a sentence (never the URL's credentials).
     first_failure: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -55,50 +55,45 @@ impl RemoteWriter {
     ) -> std::io::Result<RemoteWriter> {
         let pushed = Arc::new(Pushed::default());
         let first_failure = Arc::new(std::sync::Mutex::new(None));
-        let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (counts, failures) = (pushed.clone(), first_failure.clone());
-        let thread = crate::threads::spawn_background_with_runtime(
-            "llmload-remote-write",
-            move || async move {
-                let client = reqwest::Client::builder()
-                    .timeout(PUSH_TIMEOUT)
-                    .build()
-                    .unwrap_or_default();
-                let pusher = Pusher {
-                    client,
-                    url,
-                    registry,
-                    pushed: counts,
-                    first_failure: failures,
-                };
-                let mut ticks = tokio::time::interval(interval);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                ticks.tick().await;
-                loop {
-                    // The stop first: after a slow push the next tick is due at once, and a
-                    // fair choice between them could push (and wait out a timeout) again and
-                    // again.
-                    tokio::select! {
-                        biased;
-                        _ = &mut stopped => break,
-                        _ = ticks.tick() => pusher.push().await,
-                    }
+        let pushing = Background::start("llmload-remote-write", move |mut stopped| async move {
+            let client = reqwest::Client::builder()
+                .timeout(PUSH_TIMEOUT)
+                .build()
+                .unwrap_or_default();
+            let pusher = Pusher {
+                client,
+                url,
+                registry,
+                pushed: counts,
+                first_failure: failures,
+            };
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            ticks.tick().await;
+            loop {
+                // The stop first: after a slow push the next tick is due at once, and a
+                // fair choice between them could push (and wait out a timeout) again and
+                // again.
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => break,
+                    _ = ticks.tick() => pusher.push().await,
                 }
-                // The final counts, which a short run's receiver would otherwise never see.
-                pusher.push().await;
-            },
-        )?;
+            }
+            // The final counts, which a short run's receiver would otherwise never see.
+            pusher.push().await;
+        })?;
         Ok(RemoteWriter {
             pushed,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            pushing,
             first_failure,
         })
     }
 
     /// Pushes the final counts and stops; what went and what was dropped, in a sentence.
     pub fn finish(mut self) -> String {
-        self.stop();
+        self.pushing.stop();
         let p = &self.pushed;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let mut said = format!(
@@ -120,21 +115,6 @@ impl RemoteWriter {
             ));
         }
         said
-    }
-
-    fn stop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for RemoteWriter {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -176,17 +156,7 @@ impl Pusher {
                 self.pushed.samples.fetch_add(count, Ordering::Relaxed);
             }
             Ok(answer) => self.failed(samples.len(), format!("HTTP {}", answer.status())),
-            Err(e) => {
-                // Its kind only: reqwest's text holds the URL, which may hold credentials.
-                let kind = if e.is_timeout() {
-                    "timed out"
-                } else if e.is_connect() {
-                    "cannot connect"
-                } else {
-                    "failed"
-                };
-                self.failed(samples.len(), kind.to_string());
-            }
+            Err(e) => self.failed(samples.len(), failure(&e).to_string()),
         }
     }
 

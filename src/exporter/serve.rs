@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 
+use super::background::Background;
 use super::Registry;
 
 /// The most scrapers served at once: Prometheus opens one connection per target.
@@ -22,8 +23,8 @@ const HEADER_READ: Duration = Duration::from_secs(5);
 /// The metrics endpoint, served until it is dropped.
 pub struct MetricsServer {
     addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Served until it is dropped.
+    _serving: Background,
 }
 
 impl MetricsServer {
@@ -32,49 +33,35 @@ impl MetricsServer {
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let (shutdown, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread =
-            crate::threads::spawn_background_with_runtime("llmload-metrics", move || async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
+        let serving = Background::start("llmload-metrics", move |mut stopped| async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            let room = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
+            loop {
+                let permit = tokio::select! {
+                    permit = room.clone().acquire_owned() => permit,
+                    _ = &mut stopped => break,
                 };
-                let room = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
-                loop {
-                    let permit = tokio::select! {
-                        permit = room.clone().acquire_owned() => permit,
-                        _ = &mut stopped => break,
-                    };
-                    let Ok(permit) = permit else { break };
-                    tokio::select! {
-                        accepted = listener.accept() => {
-                            let Ok((stream, _)) = accepted else { continue };
-                            tokio::spawn(serve_one(stream, registry.clone(), permit));
-                        }
-                        _ = &mut stopped => break,
+                let Ok(permit) = permit else { break };
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        tokio::spawn(serve_one(stream, registry.clone(), permit));
                     }
+                    _ = &mut stopped => break,
                 }
-            })?;
+            }
+        })?;
         Ok(MetricsServer {
             addr,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            _serving: serving,
         })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -746,3 +746,18 @@ pub fn warning_of<'a>(summary: &'a serde_json::Value, code: &str) -> Option<&'a 
         .iter()
         .find(|w| w["code"] == code)
 }
+
+/// A loopback port that takes every connection and never reads from or answers it, for as
+/// long as the test process lasts: a receiver or collector that hangs.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn never_answering_port() -> u16 {
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in stalled.incoming().flatten() {
+            kept.push(stream);
+        }
+    });
+    port
+}

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::background::{failure, Background};
 use crate::executor::{Event, Observer};
 use span::{Finished, RunContext};
 
@@ -93,8 +94,7 @@ pub struct SpanExporter {
     spans: Arc<Spans>,
     counts: Arc<Counts>,
     first_failure: Arc<Mutex<Option<String>>>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    sending: Background,
 }
 
 impl SpanExporter {
@@ -111,7 +111,6 @@ impl SpanExporter {
             counts: counts.clone(),
         });
         let first_failure = Arc::new(Mutex::new(None));
-        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let sender = Sender {
             client: reqwest::Client::builder()
                 .timeout(PUSH_TIMEOUT)
@@ -123,16 +122,13 @@ impl SpanExporter {
             counts: counts.clone(),
             first_failure: first_failure.clone(),
         };
-        let thread = crate::threads::spawn_background_with_runtime("llmload-otlp", move || {
-            sender.run(queued, stopped)
-        })
-        .map_err(|e| e.to_string())?;
+        let sending = Background::start("llmload-otlp", move |stopped| sender.run(queued, stopped))
+            .map_err(|e| e.to_string())?;
         Ok(SpanExporter {
             spans,
             counts,
             first_failure,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            sending,
         })
     }
 
@@ -143,7 +139,7 @@ impl SpanExporter {
 
     /// Sends what is still queued and stops; what went and what was dropped, in a sentence.
     pub fn finish(mut self) -> String {
-        self.stop();
+        self.sending.stop();
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let c = &self.counts;
         let mut said = format!(
@@ -162,21 +158,6 @@ impl SpanExporter {
             }
         }
         said
-    }
-
-    fn stop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for SpanExporter {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -267,10 +248,7 @@ impl Sender {
                 self.counts.exported.fetch_add(count, Ordering::Relaxed);
             }
             Ok(answer) => self.failed(batch.len(), format!("HTTP {}", answer.status())),
-            // Its kind only: reqwest's text holds the URL, which may hold credentials.
-            Err(e) if e.is_timeout() => self.failed(batch.len(), "timed out".into()),
-            Err(e) if e.is_connect() => self.failed(batch.len(), "cannot connect".into()),
-            Err(_) => self.failed(batch.len(), "failed".into()),
+            Err(e) => self.failed(batch.len(), failure(&e).to_string()),
         }
     }
 
