@@ -212,13 +212,18 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Scraping `target`, or (without one) receiving remote writes only.
-    fn start(binary: &std::path::Path, target: Option<u16>) -> Prometheus {
+    /// Scraping `targets` (job `llmload`), or (without any) receiving remote writes only.
+    fn start(binary: &std::path::Path, targets: &[u16]) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("prometheus.yml");
-        let scrape = target.map_or(String::new(), |target| format!(
-            "scrape_configs:\n  - job_name: llmload\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-        ));
+        let listed: Vec<String> = targets.iter().map(|t| format!("'127.0.0.1:{t}'")).collect();
+        let scrape = match targets {
+            [] => String::new(),
+            _ => format!(
+                "scrape_configs:\n  - job_name: llmload\n    static_configs:\n      - targets: [{}]\n",
+                listed.join(", ")
+            ),
+        };
         std::fs::write(
             &config,
             format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n{scrape}"),
@@ -249,11 +254,11 @@ impl Prometheus {
         assert!(ready, "Prometheus did not get ready on port {port}");
         // Its discovery hands targets to the scrapers at most every 5 s: until the target is
         // active, nothing is scraped.
-        let active = target.is_none()
-            || (0..300).any(|_| {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                get(port, "/api/v1/targets").is_some_and(|(_, body)| body.contains("\"scrapeUrl\""))
-            });
+        let active = (0..300).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            get(port, "/api/v1/targets")
+                .is_some_and(|(_, body)| body.matches("\"scrapeUrl\"").count() == targets.len())
+        });
         assert!(active, "Prometheus never took its target");
         prometheus
     }
@@ -307,7 +312,7 @@ fn get(port: u16, path: &str) -> Option<(String, String)> {
 fn a_real_prometheus_scrapes_the_run_and_holds_its_counts() {
     let Some(binary) = prometheus() else { return };
     let port = free_port();
-    let server = Prometheus::start(&binary, Some(port));
+    let server = Prometheus::start(&binary, &[port]);
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(
         dir.path(),
@@ -463,7 +468,7 @@ fn the_grafana_dashboard_queries_only_what_the_exporter_serves() {
 #[test]
 fn remote_write_pushes_the_run_and_a_dead_receiver_never_fails_it() {
     let Some(binary) = prometheus() else { return };
-    let server = Prometheus::start(&binary, None);
+    let server = Prometheus::start(&binary, &[]);
     let plan = "plan \"pushed\" { seed 5 }\ntarget \"sim\" { timeout \"10s\" }\nsim { ttft \"20ms\"; itl \"5ms\" }\nworkload { input 16; output 8 }\nphase \"steady\" { rate 20; arrivals \"constant\"; duration \"2s\" }\nsla { error-rate < \"1%\" }\n";
     let write = format!("http://127.0.0.1:{}/api/v1/write", server.port);
     let run = run_plan(
@@ -607,5 +612,86 @@ fn a_terminal_sees_the_phase_its_latencies_and_each_objective_as_it_stands() {
     assert!(
         !no_color.contains("\x1b[31;1m") && !no_color.contains("\x1b[32m"),
         "{no_color:?}"
+    );
+}
+
+/// `metrics prometheus=…`: a Prometheus scraping two replicas holds the server telemetry, read
+/// after the run over its window, each step the replicas summed.
+#[test]
+fn server_telemetry_is_read_from_a_prometheus_scraping_the_replicas() {
+    let Some(binary) = prometheus() else { return };
+    let replica = || SimProcess::start_with(&["--profile", "tiny"]);
+    let (a, b) = (replica(), replica());
+    // Replica b answers once before: its counter is a constant in every sum.
+    let warm = run_plan(
+        &format!("plan \"warm\"\ntarget \"{}\" {{ api \"completions\"; model \"m\"; metrics #false }}\nworkload {{ input 16; output 7 ignore-eos=#true }}\nphase \"one\" {{ requests 1; concurrency 1 }}\n", b.url),
+        &[],
+    );
+    assert_eq!(warm.code(), 0, "{}", warm.stderr());
+    let b_tokens = b.metric("vllm:generation_tokens_total");
+    assert!(b_tokens >= 7.0, "{b_tokens}");
+    let port = |url: &str| -> u16 {
+        url.rsplit(':')
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let server = Prometheus::start(&binary, &[port(&a.url), port(&b.url)]);
+    // Both scraped once before the run starts, so its first step holds both.
+    let scraped = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        server.value("count(up%3D%3D1)") == Some(2.0)
+    });
+    assert!(scraped, "Prometheus never scraped both replicas");
+    let plan = format!(
+        "plan \"replicas\" {{ seed 4 }}\ntarget \"{}\" {{ api \"completions\"; model \"m\"; metrics prometheus=\"http://127.0.0.1:{}\" match=\"{{job=\\\"llmload\\\"}}\" lag=\"2s\" interval=\"1s\" }}\nworkload {{ input 64; output 16 ignore-eos=#true }}\nphase \"steady\" {{ rate 8; arrivals \"constant\"; duration \"4s\" }}\nsla {{ server-running max < 1000 }}\n",
+        a.url, server.port
+    );
+    let run = run_plan(&plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let records = run.records();
+    let tokens: f64 = records
+        .iter()
+        .map(|r| r["completion_tokens"].as_f64().unwrap())
+        .sum();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(run.out().join("telemetry.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let source = &lines[0];
+    assert_eq!(source["kind"], "source", "{lines:?}");
+    let url = source["url"].as_str().unwrap();
+    assert!(url.ends_with("(Prometheus, {job=\"llmload\"})"), "{url}");
+    let generated: Vec<f64> = lines
+        .iter()
+        .filter(|l| l["kind"] == "sample")
+        .map(|l| l["values"]["generation_tokens"].as_f64().unwrap())
+        .collect();
+    assert!(
+        generated.len() >= 4,
+        "one sample a second of the run: {lines:?}"
+    );
+    // Each step sums both replicas: b's constant, plus a's tokens so far (none at the start,
+    // at most the run's at the end).
+    assert_eq!(generated[0], b_tokens, "{generated:?}");
+    let last = *generated.last().unwrap();
+    assert!(
+        last <= b_tokens + tokens && last >= b_tokens + tokens / 2.0,
+        "{generated:?} {tokens}"
+    );
+    assert!(generated.windows(2).all(|w| w[0] <= w[1]), "{generated:?}");
+    // The phase's server metrics come from them, and judge.
+    let summary = run.summary();
+    let text = summary.to_string();
+    assert!(text.contains("Prometheus"), "{text}");
+    assert!(
+        run.stdout().contains("server-running max < 1000"),
+        "{}",
+        run.stdout()
     );
 }

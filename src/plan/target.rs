@@ -269,6 +269,23 @@ pub enum MetricsSource {
     /// These URLs: one server's, or each replica's behind a load balancer (scraped apart,
     /// reported apart and summed).
     Urls(Vec<String>),
+    /// Read from a Prometheus server that scrapes the replicas (`metrics prometheus="URL"`):
+    /// after the run, with PromQL range queries over its window, the replicas' series summed.
+    Prometheus(PrometheusSource),
     /// Not scraped.
     Off,
+}
+
+/// `metrics prometheus="http://prom:9090" match="{job=\"vllm\"}" lag="15s"`: where the run's
+/// server telemetry is read from when a Prometheus already scrapes every replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrometheusSource {
+    /// The Prometheus server's base URL (its HTTP API is under `/api/v1/`).
+    pub url: String,
+    /// Label matchers every series must meet, PromQL's `{job="vllm"}` written without its
+    /// braces' surroundings; none reads every replica Prometheus knows.
+    pub matchers: Option<String>,
+    /// How long after the run to wait before reading: Prometheus holds the run's last seconds
+    /// only after its next scrape of each replica.
+    pub lag: Duration,
 }

@@ -128,8 +128,19 @@ pub fn execute(plan: &Plan, options: &RunOptions) -> Result<Execution> {
                 .server
                 .watch(options.stop.clone(), ready_url, config.live.clone());
         }
+        let started_ms = crate::telemetry::scrape::now_unix_ms();
+        let prometheus = match &metrics_source {
+            plan::MetricsSource::Prometheus(source) => Some((source.clone(), config.tls.clone())),
+            plan::MetricsSource::Auto | plan::MetricsSource::Urls(_) | plan::MetricsSource::Off => {
+                None
+            }
+        };
         let ran = executor::run_from(schedule, source, config).await;
+        let window = (started_ms, crate::telemetry::scrape::now_unix_ms());
         wind_down(scraper, launched, out).await?;
+        if let Some((source, tls)) = prometheus {
+            read_prometheus(&source, &tls, window, plan.target.metrics_interval, out).await?;
+        }
         ran?;
         Ok::<_, Error>(simulator.and_then(|server| server.writes()))
     })?;
@@ -267,6 +278,30 @@ async fn wind_down(
     Ok(())
 }
 
+/// The replicas' telemetry over the run's `window`, read from the plan's Prometheus once it
+/// has had `lag` to scrape the run's last seconds, appended to the run's telemetry.
+async fn read_prometheus(
+    source: &plan::PrometheusSource,
+    tls: &crate::tls::Trust,
+    window: (f64, f64),
+    step: std::time::Duration,
+    out: &Path,
+) -> Result<()> {
+    tokio::time::sleep(source.lag).await;
+    let shown = match &source.matchers {
+        Some(m) => format!("{} (Prometheus, {{{m}}})", redact_url(&source.url)),
+        None => format!("{} (Prometheus)", redact_url(&source.url)),
+    };
+    let client = client_with(Vec::new(), tls);
+    let from = crate::telemetry::promql::Source {
+        url: &source.url,
+        matchers: source.matchers.as_deref(),
+    };
+    let lines = crate::telemetry::promql::read(&client, &from, &shown, window, step).await;
+    crate::telemetry::scrape::append(out, &lines)
+        .map_err(|e| Error::run(format!("cannot write the server telemetry: {e}")))
+}
+
 /// The headers a request to `url` carries besides its own: the run's credentials and extra
 /// headers when `url` is on the target's origin (its `/metrics`, `/version`, the started
 /// server's readiness path), none for another host. One rule, whatever form the credentials
@@ -327,7 +362,8 @@ fn records_compression(plan: &Plan, schedule: &planner::Schedule) -> records::Co
 /// base URL's host, the API's path left out); none when the plan turns it off.
 fn telemetry_urls(source: &plan::MetricsSource, target: &TargetUrl) -> Vec<reqwest::Url> {
     match source {
-        plan::MetricsSource::Off => Vec::new(),
+        // (Read from Prometheus after the run, not scraped beside it.)
+        plan::MetricsSource::Off | plan::MetricsSource::Prometheus(_) => Vec::new(),
         plan::MetricsSource::Urls(urls) => urls
             .iter()
             .filter_map(|url| reqwest::Url::parse(url).ok())

@@ -11,6 +11,7 @@ pub(crate) mod command;
 pub mod gpus;
 pub mod names;
 pub mod prom;
+pub(crate) mod promql;
 pub mod scrape;
 pub(crate) mod smi;
 

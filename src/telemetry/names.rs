@@ -414,6 +414,21 @@ const NAMES: &[(&str, Engine, Signal)] = &[
     ("DCGM_FI_DEV_GPU_TEMP", Engine::Dcgm, Signal::GpuTemperature),
 ];
 
+/// Every series name llmload reads: each known metric's, a histogram's as its `_bucket`,
+/// `_sum` and `_count` series (what a PromQL selector names).
+pub fn series_names() -> Vec<String> {
+    NAMES
+        .iter()
+        .flat_map(|(name, _, signal)| match signal.kind() {
+            Kind::Histogram => ["_bucket", "_sum", "_count"]
+                .iter()
+                .map(|suffix| format!("{name}{suffix}"))
+                .collect(),
+            Kind::Gauge | Kind::Counter => vec![name.to_string()],
+        })
+        .collect()
+}
+
 /// The engine and signal a sample's metric name is, if llmload knows it. A histogram's
 /// `_bucket`, `_sum` and `_count` lines are known by their base name, and come with which of
 /// the three they are.

@@ -71,11 +71,27 @@ impl Scraper {
     }
 }
 
-pub(super) fn now_unix_ms() -> f64 {
+pub(crate) fn now_unix_ms() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64() * 1000.0)
         .unwrap_or(0.0)
+}
+
+/// Appends `lines` to the telemetry file in `out_dir` (after the scraper, if any, has
+/// finished): what a source read after the run adds.
+pub(crate) fn append(out_dir: &std::path::Path, lines: &[TelemetryLine]) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out_dir.join(super::FILE))?;
+    let mut out = std::io::BufWriter::new(file);
+    for line in lines {
+        if !write_line(&mut out, line) {
+            return Err(std::io::Error::other("cannot write the telemetry file"));
+        }
+    }
+    Ok(())
 }
 
 fn write_line(out: &mut impl Write, line: &TelemetryLine) -> bool {

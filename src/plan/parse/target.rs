@@ -5,7 +5,7 @@ use std::time::Duration;
 use kdl::KdlNode;
 
 use super::cx::{children, positional, property, Cx, Handler};
-use super::values::{ByteSize, Count, Flag, Kind, Text, DURATION};
+use super::values::{ByteSize, Count, Flag, Kind, Text, DURATION, DURATION_OR_ZERO};
 use crate::api::Need;
 use crate::plan::{
     Api, Endpoint, Header, HeaderValue, MetricsSource, ResponseFormat, Target, DEFAULT_MAX_BODY,
@@ -755,9 +755,28 @@ fn header(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
 /// `metrics "http://host:8000/metrics" interval="1s"`, `metrics #false`: the server telemetry;
 /// several URLs for replicas behind one target (each scraped, reported apart and summed).
 fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
-    let usage = "metrics \"http://host:8000/metrics\" interval=\"1s\" (several URLs for replicas; or metrics #false)";
+    let usage = "metrics \"http://host:8000/metrics\" interval=\"1s\" (several URLs for replicas; metrics prometheus=\"http://prom:9090\" match=\"{job=\\\"vllm\\\"}\" lag=\"15s\" to read them from Prometheus; or metrics #false)";
     cx.no_children(node);
-    cx.check_entries(node, MAX_METRICS_URLS, &["interval"], usage);
+    cx.check_entries(
+        node,
+        MAX_METRICS_URLS,
+        &["interval", "prometheus", "match", "lag"],
+        usage,
+    );
+    if property(node, "prometheus").is_some() {
+        prometheus_metrics(cx, node, t, usage);
+        return;
+    }
+    for name in ["match", "lag"] {
+        if let Some(entry) = property(node, name) {
+            cx.error(
+                entry.span(),
+                format!("`{name}=` belongs to a Prometheus source"),
+                "without prometheus=",
+                "add prometheus=\"http://prom:9090\" to read the replicas from a Prometheus server",
+            );
+        }
+    }
     let entries: Vec<&kdl::KdlEntry> = positional(node).collect();
     match entries.first().map(|e| e.value()) {
         Some(kdl::KdlValue::Bool(false)) if entries.len() == 1 => t.metrics = MetricsSource::Off,
@@ -811,6 +830,60 @@ fn metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields) {
             t.metrics_interval = interval;
         }
     }
+}
+
+/// `metrics prometheus="URL" match="{…}" lag="15s" interval="1s"`: the replicas' telemetry
+/// read from a Prometheus that scrapes them, after the run.
+fn prometheus_metrics(cx: &mut Cx, node: &KdlNode, t: &mut Fields, usage: &str) {
+    if let Some(entry) = positional(node).next() {
+        cx.error(
+            entry.span(),
+            "metrics URLs and prometheus= are two sources; give one",
+            "beside prometheus=",
+            "drop the URLs: Prometheus already scrapes the replicas",
+        );
+    }
+    let url = cx.prop(node, "prometheus", usage, Text).ok().flatten();
+    let matchers = cx.prop(node, "match", usage, Text).ok().flatten();
+    let lag = cx.prop(node, "lag", usage, DURATION_OR_ZERO).ok().flatten();
+    if let Some(interval) = cx.prop(node, "interval", usage, DURATION).ok().flatten() {
+        t.metrics_interval = interval.max(Duration::from_secs(1));
+    }
+    let span = property(node, "prometheus").map(|e| e.span());
+    let Some(url) = url else { return };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        if let Some(span) = span {
+            cx.error(
+                span,
+                format!("\"{url}\" is not an http:// or https:// URL"),
+                "not a URL",
+                format!("write it as: {usage}"),
+            );
+        }
+        return;
+    }
+    let matchers = match matchers.map(|m| m.trim().to_string()) {
+        Some(m) if m.starts_with('{') && m.ends_with('}') => {
+            Some(m[1..m.len() - 1].trim().to_string()).filter(|m| !m.is_empty())
+        }
+        Some(m) => {
+            if let Some(entry) = property(node, "match") {
+                cx.error(
+                    entry.span(),
+                    format!("\"{m}\" is not a PromQL selector's label matchers"),
+                    "not {…}",
+                    "write them as PromQL does: match=\"{job=\\\"vllm\\\", namespace=\\\"prod\\\"}\"",
+                );
+            }
+            return;
+        }
+        None => None,
+    };
+    t.metrics = MetricsSource::Prometheus(crate::plan::PrometheusSource {
+        url,
+        matchers,
+        lag: lag.unwrap_or(Duration::from_secs(15)),
+    });
 }
 
 /// The most `gpus` sources a target may name (each a process beside the run).

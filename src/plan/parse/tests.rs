@@ -476,6 +476,52 @@ fn target_and_workload_rules() {
             "http://b:8000/metrics".into()
         ])
     );
+    // Read from a Prometheus that scrapes the replicas, after the run.
+    let plan = parse_plan(
+        "p.kdl",
+        replicas("metrics prometheus=\"http://prom:9090\" match=\"{job=\\\"vllm\\\", ns=~\\\"prod.*\\\"}\" lag=\"30s\" interval=\"5s\""),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.target.metrics,
+        MetricsSource::Prometheus(crate::plan::PrometheusSource {
+            url: "http://prom:9090".into(),
+            matchers: Some("job=\"vllm\", ns=~\"prod.*\"".into()),
+            lag: Duration::from_secs(30),
+        })
+    );
+    assert_eq!(plan.target.metrics_interval, Duration::from_secs(5));
+    let plan = parse_plan("p.kdl", replicas("metrics prometheus=\"http://prom:9090\"")).unwrap();
+    assert!(matches!(
+        plan.target.metrics,
+        MetricsSource::Prometheus(ref p) if p.matchers.is_none() && p.lag == Duration::from_secs(15)
+    ));
+    for (metrics, says) in [
+        (
+            "metrics \"http://a/metrics\" prometheus=\"http://prom:9090\"",
+            "two sources",
+        ),
+        (
+            "metrics prometheus=\"prom:9090\"",
+            "is not an http:// or https:// URL",
+        ),
+        (
+            "metrics prometheus=\"http://prom:9090\" match=\"job=vllm\"",
+            "label matchers",
+        ),
+        (
+            "metrics \"http://a/metrics\" lag=\"5s\"",
+            "belongs to a Prometheus source",
+        ),
+    ] {
+        let wrong = parse_plan("p.kdl", replicas(metrics)).unwrap_err();
+        let said: Vec<String> = wrong
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect();
+        assert!(said.iter().any(|m| m.contains(says)), "{metrics}: {said:?}");
+    }
     // GPU readings from commands: nvidia-smi here, or the user's, each once.
     let plan = parse_plan(
         "p.kdl",
