@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::recorder::Message;
+use super::LiveCounters;
 use crate::records::{Hiccups, LogLine, Stall, STALL_RECORDED};
 
 /// How long the meter sleeps between readings.
@@ -47,13 +48,17 @@ fn histogram() -> Option<Histogram<u64>> {
 impl HiccupMeter {
     /// Starts the meter; its stalls are timed from `origin` (the run's start) and sent to the
     /// recorder through `records`. `None` where the thread cannot be started.
-    pub fn start(origin: Instant, records: mpsc::Sender<Message>) -> Option<HiccupMeter> {
+    pub fn start(
+        origin: Instant,
+        records: mpsc::Sender<Message>,
+        live: Arc<LiveCounters>,
+    ) -> Option<HiccupMeter> {
         let lateness = Arc::new(Mutex::new(histogram()?));
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_lateness, thread_stop) = (lateness.clone(), stop.clone());
         std::thread::Builder::new()
             .name("llmload-hiccup".into())
-            .spawn(move || measure(origin, &records, &thread_lateness, &thread_stop))
+            .spawn(move || measure(origin, &records, &live, &thread_lateness, &thread_stop))
             .ok()?;
         Some(HiccupMeter { lateness, stop })
     }
@@ -81,6 +86,7 @@ impl Drop for HiccupMeter {
 fn measure(
     origin: Instant,
     records: &mpsc::Sender<Message>,
+    live: &LiveCounters,
     lateness: &Mutex<Histogram<u64>>,
     stop: &AtomicBool,
 ) {
@@ -89,6 +95,13 @@ fn measure(
         let expected = Instant::now() + TICK;
         std::thread::sleep(TICK);
         let woke = Instant::now();
+        let late = woke.saturating_duration_since(expected);
+        if late >= STALL_RECORDED {
+            // Counted whether or not its line fits the second's budget.
+            live.stalls.fetch_add(1, Ordering::Relaxed);
+            live.stalled_us
+                .fetch_add(late.as_micros() as u64, Ordering::Relaxed);
+        }
         let Some(stall) = note(origin, expected, woke, lateness, &mut lines) else {
             continue;
         };
@@ -199,7 +212,7 @@ mod tests {
     #[test]
     fn a_phase_summary_is_what_was_measured_since_its_reading() {
         let (sender, _receiver) = mpsc::channel();
-        let meter = HiccupMeter::start(Instant::now(), sender).unwrap();
+        let meter = HiccupMeter::start(Instant::now(), sender, Arc::default()).unwrap();
         std::thread::sleep(Duration::from_millis(60));
         let before = meter.reading().unwrap();
         let earlier = before.0.len();

@@ -330,7 +330,11 @@ fn start_context(
         timer,
         cpu: resources::CpuMonitor::start(resources::client_cores(config.worker_threads)),
         tls: config.tls.clone(),
-        hiccups: hiccups::HiccupMeter::start(run_start.into_std(), recorder.sender()),
+        hiccups: hiccups::HiccupMeter::start(
+            run_start.into_std(),
+            recorder.sender(),
+            config.live.clone(),
+        ),
         secrets: config.secrets.clone(),
         pacer: pacer::Pacer::new(
             &config

@@ -84,6 +84,11 @@ pub struct LiveCounters {
     pub chunks: Arc<std::sync::atomic::AtomicU64>,
     /// Requests whose whole response came (any status), over the whole run.
     pub answered: std::sync::atomic::AtomicU64,
+    /// Times the client process stalled (its hiccup meter woke 5 ms or more late), and how
+    /// long those stalls were, µs: a client that stalls adds its stalls to every latency.
+    pub stalls: std::sync::atomic::AtomicU64,
+    /// See `stalls`.
+    pub stalled_us: std::sync::atomic::AtomicU64,
 }
 
 impl LiveCounters {

@@ -88,6 +88,8 @@ struct State {
     labels: Vec<(&'static str, String)>,
     /// By phase index.
     phases: BTreeMap<usize, PhaseSeries>,
+    /// The run's live counters (the client's stalls), once the run gives them.
+    counters: Option<std::sync::Arc<crate::executor::LiveCounters>>,
 }
 
 /// The run's metrics, kept as its events come.
@@ -191,6 +193,7 @@ impl Registry {
                 series: per_phase("llmload_output_tokens_total", &|p| p.output_tokens),
             },
         ];
+        families.extend(client_families(&state));
         for (index, (name, _, help)) in HISTOGRAMS.iter().enumerate() {
             let series = state
                 .phases
@@ -258,8 +261,8 @@ impl Observer for Registry {
                 self.state().phases.entry(phase).or_default().sent += 1;
             }
             Event::RequestFinished(record) => self.finished(record),
-            Event::Counters(_)
-            | Event::PhaseEnded(_)
+            Event::Counters(counters) => self.state().counters = Some(counters.clone()),
+            Event::PhaseEnded(_)
             | Event::RunEnded(_)
             | Event::Warning(_)
             | Event::Note(_)
@@ -292,6 +295,44 @@ struct Family {
     kind: &'static str,
     help: &'static str,
     series: Vec<Series>,
+}
+
+/// The client's own health, run-wide: its CPU time (the embedded simulator's left out) and
+/// its stalls, which every latency it measured then includes.
+fn client_families(state: &State) -> Vec<Family> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if state.labels.is_empty() {
+        return Vec::new();
+    }
+    let one = |name: &str, value: f64| vec![Series::new(name, state.labels.clone(), value)];
+    let mut families = Vec::new();
+    if let Some(cpu) = crate::executor::resources::cpu_seconds() {
+        families.push(Family {
+            name: "llmload_client_cpu_seconds",
+            kind: "counter",
+            help: "CPU time the client has used (user and system).",
+            series: one("llmload_client_cpu_seconds_total", cpu),
+        });
+    }
+    if let Some(counters) = &state.counters {
+        families.push(Family {
+            name: "llmload_client_stalls",
+            kind: "counter",
+            help: "Times the client process stalled 5 ms or more.",
+            series: one(
+                "llmload_client_stalls_total",
+                counters.stalls.load(Relaxed) as f64,
+            ),
+        });
+        let stalled_s = counters.stalled_us.load(Relaxed) as f64 / 1e6;
+        families.push(Family {
+            name: "llmload_client_stall_seconds",
+            kind: "counter",
+            help: "How long the client's stalls lasted in all.",
+            series: one("llmload_client_stall_seconds_total", stalled_s),
+        });
+    }
+    families
 }
 
 /// A histogram's cumulative buckets, count and sum.
@@ -351,6 +392,48 @@ mod tests {
             r.completion_tokens = Some(4);
         }
         r
+    }
+
+    #[test]
+    fn the_clients_cpu_and_stalls_are_run_wide_counters() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let registry = Registry::new();
+        assert!(
+            !registry.render().contains("llmload_client"),
+            "nothing before the run"
+        );
+        let header = crate::records::RunHeader {
+            plan: "p".into(),
+            request_id_prefix: Some("llmload-0000000a".into()),
+            ..Default::default()
+        };
+        registry.on_event(Event::RunStarted(&header));
+        let counters = std::sync::Arc::new(crate::executor::LiveCounters::default());
+        registry.on_event(Event::Counters(&counters));
+        counters.stalls.fetch_add(2, Relaxed);
+        counters.stalled_us.fetch_add(15_000, Relaxed);
+        let text = registry.render();
+        let labels = "{run=\"llmload-0000000a\",plan=\"p\"}";
+        assert!(
+            text.contains(&format!("llmload_client_stalls_total{labels} 2\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "llmload_client_stall_seconds_total{labels} 0.015\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE llmload_client_cpu_seconds counter"),
+            "{text}"
+        );
+        let cpu = registry
+            .samples()
+            .into_iter()
+            .find(|s| s.name == "llmload_client_cpu_seconds_total")
+            .expect("the client's CPU");
+        assert!(cpu.value > 0.0, "{cpu:?}");
     }
 
     #[test]
