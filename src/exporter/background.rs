@@ -1,6 +1,6 @@
 //! An exporter's own thread: at the idle scheduling class with a runtime of its own
 //! ([`crate::threads::spawn_background_with_runtime`]), told to stop through a oneshot and
-//! joined when it is stopped or dropped; and how a failed push is said.
+//! joined when it is stopped or dropped; and a push, with how a failed one is said.
 //!
 //! Not for: what the thread does (each exporter's module).
 
@@ -44,9 +44,31 @@ impl Drop for Background {
     }
 }
 
+/// POSTs a protobuf `body` to `url` with `headers` besides its type and llmload's agent; `Err`
+/// says why it did not go, in a few words (never the URL).
+pub(super) async fn post_protobuf(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<(), String> {
+    let mut request = client
+        .post(url.clone())
+        .header("Content-Type", "application/x-protobuf")
+        .header("User-Agent", concat!("llmload/", env!("CARGO_PKG_VERSION")));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    match request.body(body).send().await {
+        Ok(answer) if answer.status().is_success() => Ok(()),
+        Ok(answer) => Err(format!("HTTP {}", answer.status())),
+        Err(e) => Err(failure(&e).to_string()),
+    }
+}
+
 /// A push that got no answer, in a few words: its kind only, as reqwest's own text holds the
 /// URL, which may hold credentials.
-pub(super) fn failure(error: &reqwest::Error) -> &'static str {
+fn failure(error: &reqwest::Error) -> &'static str {
     if error.is_timeout() {
         "timed out"
     } else if error.is_connect() {

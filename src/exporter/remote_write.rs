@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::background::{failure, Background};
+use super::background::{post_protobuf, Background};
 use super::protobuf::{bytes_field, double_field, varint_field};
 use super::registry::{Registry, Series};
 
@@ -139,24 +139,17 @@ impl Pusher {
             Ok(body) => body,
             Err(e) => return self.failed(samples.len(), format!("cannot compress: {e}")),
         };
-        let sent = self
-            .client
-            .post(self.url.clone())
-            .header("Content-Encoding", "snappy")
-            .header("Content-Type", "application/x-protobuf")
-            .header("X-Prometheus-Remote-Write-Version", "0.1.0")
-            .header("User-Agent", concat!("llmload/", env!("CARGO_PKG_VERSION")))
-            .body(body)
-            .send()
-            .await;
-        match sent {
-            Ok(answer) if answer.status().is_success() => {
+        let headers = [
+            ("Content-Encoding", "snappy"),
+            ("X-Prometheus-Remote-Write-Version", "0.1.0"),
+        ];
+        match post_protobuf(&self.client, &self.url, &headers, body).await {
+            Ok(()) => {
                 self.pushed.accepted.fetch_add(1, Ordering::Relaxed);
                 let count = samples.len() as u64;
                 self.pushed.samples.fetch_add(count, Ordering::Relaxed);
             }
-            Ok(answer) => self.failed(samples.len(), format!("HTTP {}", answer.status())),
-            Err(e) => self.failed(samples.len(), failure(&e).to_string()),
+            Err(why) => self.failed(samples.len(), why),
         }
     }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::background::{failure, Background};
+use super::background::{post_protobuf, Background};
 use crate::executor::{Event, Observer};
 use span::{Finished, RunContext};
 
@@ -233,22 +233,13 @@ impl Sender {
             },
             Err(_) => return,
         };
-        let sent = self
-            .client
-            .post(self.url.clone())
-            .header("Content-Type", "application/x-protobuf")
-            .header("User-Agent", concat!("llmload/", env!("CARGO_PKG_VERSION")))
-            .body(body)
-            .send()
-            .await;
-        match sent {
-            Ok(answer) if answer.status().is_success() => {
+        match post_protobuf(&self.client, &self.url, &[], body).await {
+            Ok(()) => {
                 self.counts.batches.fetch_add(1, Ordering::Relaxed);
                 let count = batch.len() as u64;
                 self.counts.exported.fetch_add(count, Ordering::Relaxed);
             }
-            Ok(answer) => self.failed(batch.len(), format!("HTTP {}", answer.status())),
-            Err(e) => self.failed(batch.len(), failure(&e).to_string()),
+            Err(why) => self.failed(batch.len(), why),
         }
     }
 
