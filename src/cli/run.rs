@@ -87,9 +87,9 @@ pub(super) struct RunArgs {
     one_line: OneLineArgs,
 }
 
-/// The run's metrics for Prometheus, when asked: served (`--metrics-listen`, until it is
-/// dropped, `--metrics-linger` after the run) and pushed (`--remote-write`, a last time when it
-/// is dropped, saying what went and what was dropped).
+/// The run's exporters, when asked: its metrics served (`--metrics-listen`, until it is
+/// finished, `--metrics-linger` after a concluded run) and pushed (`--remote-write`), its spans
+/// exported (`--otlp`); each pusher's last push made and said when it is finished.
 struct Exporter {
     registry: Option<Arc<crate::exporter::Registry>>,
     server: Option<crate::exporter::MetricsServer>,
@@ -157,19 +157,33 @@ impl Exporter {
     }
 }
 
-impl Drop for Exporter {
-    fn drop(&mut self) {
+impl Exporter {
+    /// After the run: the last pushes made and said, and, when the run `concluded` (its report
+    /// written), the metrics served `--metrics-linger` longer for a last scrape.
+    fn finish(mut self, concluded: bool) {
+        self.push_last();
+        if concluded && self.server.is_some() && !self.linger.is_zero() {
+            std::thread::sleep(self.linger);
+        }
+    }
+
+    /// The pushers' last pushes, and what went and was dropped, said whatever --quiet says:
+    /// samples and spans dropped are the exporters' only failure.
+    fn push_last(&mut self) {
         if let Some(writer) = self.writer.take() {
-            // Said whatever --quiet says: samples dropped are the exporter's only failure.
             eprintln!("{}", writer.finish());
         }
         if let Some(spans) = self.spans.take() {
-            // Said whatever --quiet says, as above.
             eprintln!("{}", spans.finish());
         }
-        if self.server.is_some() && !self.linger.is_zero() {
-            std::thread::sleep(self.linger);
-        }
+    }
+}
+
+impl Drop for Exporter {
+    /// A run that ended before `finish` (a usage error, a panic's unwinding) still pushes and
+    /// says what it could; it does not linger.
+    fn drop(&mut self) {
+        self.push_last();
     }
 }
 
@@ -358,21 +372,35 @@ pub(super) fn run(args: RunArgs) -> Result<u8> {
     options.shard = args.shard;
     options.start_at = args.start_at;
     options.labels = args.labels.iter().cloned().collect();
+    let said = carry_out(&args, &plan, &options, live, &out, &templates);
+    exporter.finish(said.is_ok());
+    said
+}
+
+/// Runs the plan as `options` say (one shard, a server sweep, or the run) and says how it went.
+fn carry_out(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    options: &RunOptions,
+    live: progress::Live,
+    out: &std::path::Path,
+    templates: &[crate::report::UserTemplate],
+) -> Result<u8> {
     if let Some(shard) = args.shard {
-        let outcome = session::run_shard(&plan, &options);
+        let outcome = session::run_shard(plan, options);
         live.finish();
-        return shard_said(shard, &out, &outcome?);
+        return shard_said(shard, out, &outcome?);
     }
     // (With --target the run goes elsewhere: the plan's server, and its sweep, are not
     // started; the session's note says so.)
     if plan.server_sweep.is_some() && options.target.is_none() {
-        let sweep = session::run_server_sweep(&plan, &options);
+        let sweep = session::run_server_sweep(plan, options);
         live.finish();
-        return output::conclude_server_sweep(&sweep?, &plan.name, &args.gate, &templates);
+        return output::conclude_server_sweep(&sweep?, &plan.name, &args.gate, templates);
     }
-    let outcome = session::run(&plan, &options);
+    let outcome = session::run(plan, options);
     live.finish();
-    let code = output::conclude(&outcome?, &args.gate, &templates)?;
+    let code = output::conclude(&outcome?, &args.gate, templates)?;
     if args.plan.is_none() {
         let kept = out.join("plan.kdl");
         super::say!(
