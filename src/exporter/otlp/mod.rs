@@ -226,13 +226,12 @@ impl Sender {
 
     /// One export request of `batch`; counts what came of it.
     async fn export(&self, batch: Vec<Finished>) {
-        let body = match self.spans.run.lock() {
-            Ok(run) => match run.as_ref() {
-                Some(run) => run.request(&batch),
-                None => return,
-            },
-            Err(_) => return,
+        // Encoded from a copy: the recorder's thread takes this lock for every record, and this
+        // thread, at the idle class, may be preempted in the middle of a batch.
+        let Some(run) = self.spans.run.lock().ok().and_then(|run| run.clone()) else {
+            return;
         };
+        let body = run.request(&batch);
         match post_protobuf(&self.client, &self.url, &[], body).await {
             Ok(()) => {
                 self.counts.batches.fetch_add(1, Ordering::Relaxed);
