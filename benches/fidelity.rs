@@ -1615,6 +1615,8 @@ mod baseline {
                         }
                     });
                 }
+                // None of the benchmark's plans replays agent sessions.
+                Load::Sessions(_) => eprintln!("the ideal client replays no sessions: skipped"),
                 Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
                     let handle = runtime.handle().clone();
                     let index = phase.index;

@@ -77,6 +77,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
         records,
         search_end: None,
         stalls: Vec::new(),
+        sessions: Vec::new(),
         end: Some(RunEnd {
             at_us: n as u64 * 10_000 + 1_000_000,
             interrupted: false,

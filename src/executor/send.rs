@@ -108,7 +108,7 @@ async fn converse(
 /// result to the recorder. The caller has already counted it in `in_flight`. Returns the
 /// answer (its text and tool calls) when `keep_answer` asks and the request succeeded (a
 /// conversation goes on from it).
-async fn execute(
+pub(super) async fn execute(
     ticket: InFlightTicket,
     request: ScheduledRequest,
     body: Bytes,

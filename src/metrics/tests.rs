@@ -135,6 +135,7 @@ fn log(mut records: Vec<RequestRecord>) -> RunLog {
         records,
         search_end: None,
         stalls: Vec::new(),
+        sessions: Vec::new(),
         end: Some(RunEnd {
             at_us: 5_000_000,
             interrupted: false,

@@ -26,6 +26,9 @@ pub enum Load {
     AtOnce(u32),
     /// An open loop whose arrivals (and request lengths) replay a trace file.
     Trace(data::Trace),
+    /// Agent sessions replayed from a file, so many at once: each call waits for the answers
+    /// it depends on and its recorded wait.
+    Sessions(super::sessions::Sessions),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,7 +67,7 @@ impl Load {
     /// Whether requests go out on a schedule of their own (rates, traces, bursts), whatever the
     /// server does; a closed loop's users each wait for their previous answer.
     pub fn is_open_loop(&self) -> bool {
-        !matches!(self, Load::Concurrency(_))
+        !matches!(self, Load::Concurrency(_) | Load::Sessions(_))
     }
 
     /// Whether the phase waits for its requests to finish before the next starts (a burst's
@@ -79,7 +82,7 @@ impl Load {
         match self {
             Load::Rate { rate, .. } => Some(rate.peak()),
             Load::Trace(trace) => Some(trace.peak_rate()),
-            Load::Concurrency(_) | Load::AtOnce(_) => None,
+            Load::Concurrency(_) | Load::AtOnce(_) | Load::Sessions(_) => None,
         }
     }
 
@@ -89,6 +92,8 @@ impl Load {
         match self {
             Load::Concurrency(n) | Load::AtOnce(n) => Some(*n),
             Load::Rate { .. } | Load::Trace(_) => None,
+            // Each session's agents may each have a call out.
+            Load::Sessions(sessions) => Some(sessions.concurrent.saturating_mul(sessions.widest())),
         }
     }
 
@@ -119,7 +124,8 @@ impl Load {
                 ..
             }
             | Load::AtOnce(_)
-            | Load::Trace(_)) => other.clone(),
+            | Load::Trace(_)
+            | Load::Sessions(_)) => other.clone(),
         }
     }
 
@@ -147,6 +153,7 @@ impl Load {
                     format!(" ×{}", super::units::format_load(trace.speed))
                 }
             ),
+            Load::Sessions(sessions) => sessions.describe(),
         }
     }
 }

@@ -19,6 +19,7 @@ mod phase;
 pub mod profiles;
 mod report;
 mod server;
+pub mod sessions;
 mod sim;
 mod sla;
 mod steps;

@@ -32,8 +32,8 @@ use crate::seed;
 pub use crate::records::StepInfo;
 pub use arrivals::{arrival_offsets, ArrivalError};
 pub use prompts::{
-    as_messages, Answer, MediaCarried, Message, Prompt, PromptSource, SyntheticPrompts, ToolCall,
-    WorkloadPrompts,
+    as_messages, block_text, Answer, Blocks, MediaCarried, Message, Prompt, PromptSource,
+    SyntheticPrompts, ToolCall, WorkloadPrompts,
 };
 pub use shard::{Shard, MAX_SHARDS};
 
@@ -602,6 +602,8 @@ fn compile_phase(
         }
         Load::AtOnce(n) => Some(vec![0; *n as usize]),
         Load::Concurrency(_) => None,
+        // Calls are made as the sessions run (each waits for the answers it depends on).
+        Load::Sessions(_) => return Ok(phase_schedule(index, phase, Vec::new(), true)),
         Load::Trace(trace) => {
             let rows: Vec<(usize, u64)> = trace
                 .window(phase.duration, phase.max_requests)
@@ -654,7 +656,7 @@ fn phase_schedule(
     let mut duration = phase.duration;
     let mut planned_rate = match &phase.load {
         Load::Rate { rate, .. } => Some(rate.mean()),
-        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => None,
+        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) | Load::Sessions(_) => None,
     };
     if let Load::Trace(_) = &phase.load {
         // A replay without a duration lasts until its last arrival.

@@ -230,7 +230,8 @@ impl WorkloadPrompts {
                     crate::plan::Load::Trace(trace) => Some(trace.clone()),
                     crate::plan::Load::Concurrency(_)
                     | crate::plan::Load::Rate { .. }
-                    | crate::plan::Load::AtOnce(_) => None,
+                    | crate::plan::Load::AtOnce(_)
+                    | crate::plan::Load::Sessions(_) => None,
                 })
                 .collect(),
             // Blocks are the trace's, not the run's: the same hash id is the same text in every
@@ -276,27 +277,55 @@ impl WorkloadPrompts {
                 .tokenizer
                 .prompt(request.input_tokens, request.prompt_seed);
         };
-        let mut remaining = row.input_tokens;
-        let mut text = String::new();
-        for &hash in &row.hash_ids {
-            if remaining == 0 {
-                break;
-            }
-            let tokens = remaining.min(trace.block_tokens);
-            // A block's first n tokens are the same text whatever n is (prompts grow by words),
-            // so a row that ends inside a block still shares that block's start.
-            text.push_str(
-                &self
-                    .tokenizer
-                    .prompt(tokens, crate::seed::mix64(self.trace_seed ^ hash)),
-            );
-            remaining -= tokens;
-        }
-        if remaining > 0 {
-            text.push_str(&self.tokenizer.prompt(remaining, request.prompt_seed));
-        }
-        text
+        let blocks = Blocks {
+            hash_ids: &row.hash_ids,
+            block_tokens: trace.block_tokens,
+            seed_of: &|hash| crate::seed::mix64(self.trace_seed ^ hash),
+        };
+        block_text(
+            &self.tokenizer,
+            &blocks,
+            row.input_tokens,
+            request.prompt_seed,
+        )
     }
+}
+
+/// A prompt's shared blocks: the text of each hash id comes from its seed alone, so every
+/// prompt naming the id carries the same bytes for it.
+pub struct Blocks<'a> {
+    /// The blocks, in the prompt's order.
+    pub hash_ids: &'a [u64],
+    /// Tokens per block.
+    pub block_tokens: u32,
+    /// The seed of a block's text.
+    pub seed_of: &'a dyn Fn(u64) -> u64,
+}
+
+/// A prompt of `input_tokens`: its blocks' text, the last cut where the input ends, then text
+/// of its own (from `own_seed`) for what the blocks do not cover.
+pub fn block_text(
+    tokenizer: &Tokenizer,
+    blocks: &Blocks,
+    input_tokens: u32,
+    own_seed: u64,
+) -> String {
+    let mut remaining = input_tokens;
+    let mut text = String::new();
+    for &hash in blocks.hash_ids {
+        if remaining == 0 {
+            break;
+        }
+        let tokens = remaining.min(blocks.block_tokens);
+        // A block's first n tokens are the same text whatever n is (prompts grow by words), so
+        // a prompt that ends inside a block still shares that block's start.
+        text.push_str(&tokenizer.prompt(tokens, (blocks.seed_of)(hash)));
+        remaining -= tokens;
+    }
+    if remaining > 0 {
+        text.push_str(&tokenizer.prompt(remaining, own_seed));
+    }
+    text
 }
 
 impl WorkloadPrompts {

@@ -123,7 +123,7 @@ fn small(plan: &Plan) -> bool {
                 || p.max_requests.is_some_and(|n| n < 100_000)
         }
         Load::AtOnce(n) => *n < 100_000,
-        Load::Trace(_) => true,
+        Load::Trace(_) | Load::Sessions(_) => true,
         Load::Concurrency(_) => p.max_requests.is_none_or(|n| n < 100_000),
     })
 }

@@ -99,7 +99,7 @@ fn shard_phase(phase: &PhaseSchedule, shard: Shard) -> PhaseSchedule {
     // dealt like arrivals. A shard without a user then has no request of it either.
     let owner = |i: usize| match phase.load_model {
         Load::Concurrency(users) => i % users.max(1) as usize,
-        Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => i,
+        Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) | Load::Sessions(_) => i,
     };
     let requests: Vec<_> = phase
         .requests
@@ -113,6 +113,12 @@ fn shard_phase(phase: &PhaseSchedule, shard: Shard) -> PhaseSchedule {
         Load::AtOnce(_) => Load::AtOnce(requests.len() as u32),
         // Arrivals are the schedule's: the shard holds its share of them already.
         ref open @ (Load::Rate { .. } | Load::Trace(_)) => open.clone(),
+        // Whole sessions: the shard runs the file's sessions `seq_offset`, `+ seq_stride`...
+        // (session-affine), its share of the slots.
+        Load::Sessions(ref sessions) => Load::Sessions(crate::plan::sessions::Sessions {
+            concurrent: shard.share(sessions.concurrent as u64) as u32,
+            ..sessions.clone()
+        }),
     };
     let max_requests = if phase.ended_by_count() || !phase.requests.is_empty() {
         phase.max_requests.map(|_| requests.len() as u64)

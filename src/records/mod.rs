@@ -33,8 +33,9 @@ pub use write::{find, Compression, RecordsWriter, PLAIN_FILE, ZSTD_FILE};
 /// to upgrade; logs written before the version was recorded are format 1. Format 2 added the
 /// `too_large` and `client` error classes, `usage_problem`, and `aborted` on `run_end`. Format 4
 /// added the `stall` line (the client's hiccup meter). Format 5 added the `rate_limited` error
-/// class and a request's `rate_limit` headers.
-pub const RECORDS_FORMAT: u32 = 5;
+/// class and a request's `rate_limit` headers. Format 6 added the `session` line (an agent
+/// session of a `sessions` phase ended).
+pub const RECORDS_FORMAT: u32 = 6;
 /// The oldest records format this llmload reads.
 pub const OLDEST_RECORDS_FORMAT: u32 = 1;
 
@@ -54,6 +55,8 @@ pub enum LogLine {
     SearchEnd(SearchEnd),
     /// The client process stalled (its hiccup meter woke late).
     Stall(Stall),
+    /// An agent session of a `sessions` phase ended.
+    Session(SessionEnd),
     /// The run ended; absent when the process was killed.
     RunEnd(RunEnd),
 }
@@ -411,6 +414,48 @@ pub struct Stall {
     /// The shard whose client stalled, in a merged run (its requests alone waited on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<u32>,
+}
+
+/// The `session` line: an agent session of a `sessions` phase ended (its calls' requests are
+/// `request` lines with its number as their `conversation`). What only the client knows of it:
+/// when it ran, how many of its calls were sent and answered, and how long they waited for
+/// their time (tool runs, think times).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    /// Its phase's index.
+    pub phase: usize,
+    /// Its number in the phase (its requests' `conversation`).
+    pub session: u64,
+    /// Its id in the session file.
+    pub id: String,
+    /// When it started, µs from the run's start.
+    pub start_us: u64,
+    /// When its last call ended, µs from the run's start.
+    pub end_us: u64,
+    /// Calls it was to make (from its start-window point on).
+    pub calls: u32,
+    /// Calls sent: fewer when a call failed (its dependants are not sent) or the phase ended.
+    pub sent: u32,
+    /// Calls answered successfully.
+    pub answered: u32,
+    /// The waits its calls waited before they were sent, summed, ms.
+    pub waited_ms: f64,
+    /// The shard that ran it, in a merged run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+}
+
+impl SessionEnd {
+    /// Whether it ran its course: every call sent, or a call failed (which ends it); a session
+    /// the phase's end cut short tells nothing about the server.
+    pub fn judged(&self) -> bool {
+        self.sent == self.calls || self.answered < self.sent
+    }
+
+    /// Whether every call it was to make was answered.
+    pub fn completed(&self) -> bool {
+        self.answered == self.calls
+    }
 }
 
 impl Stall {

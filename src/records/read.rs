@@ -396,6 +396,8 @@ pub struct RunLog {
     pub search_end: Option<SearchEnd>,
     /// The client's stalls, as its hiccup meter saw them, in order.
     pub stalls: Vec<Stall>,
+    /// The agent sessions of `sessions` phases, as they ended.
+    pub sessions: Vec<crate::records::SessionEnd>,
     /// The run's end; `None` when the process was killed.
     pub end: Option<RunEnd>,
     /// When `records` is a sample of the run's requests ([`RunLog::read_sampled`]), not all.
@@ -423,6 +425,7 @@ impl RunLog {
             LogLine::PhaseEnd(end) => self.phase_ends.push(end),
             LogLine::SearchEnd(end) => self.search_end = Some(end),
             LogLine::Stall(stall) => self.stalls.push(stall),
+            LogLine::Session(session) => self.sessions.push(session),
             LogLine::RunEnd(end) => self.end = Some(end),
         }
     }

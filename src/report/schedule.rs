@@ -243,6 +243,7 @@ fn workload_lines(plan: &Plan, schedule: &Schedule) -> String {
     dataset_lines(workload, schedule, &mut lines);
     conversation_and_output_lines(workload, &mut lines);
     trace_lines(plan, &mut lines);
+    sessions_lines(plan, &mut lines);
     if let Some(media) = schedule.media() {
         lines.extend(media.describe());
     }
@@ -408,6 +409,40 @@ fn trace_lines(plan: &Plan, lines: &mut Vec<String>) {
                 crate::plan::units::format_load(trace.speed)
             ));
         }
+    }
+}
+
+/// Each phase's agent sessions: the file, what it holds, how they are replayed.
+fn sessions_lines(plan: &Plan, lines: &mut Vec<String>) {
+    use crate::plan::Load;
+    for phase in &plan.phases {
+        let Load::Sessions(sessions) = &phase.load else {
+            continue;
+        };
+        let summary = &sessions.summary;
+        let format = summary.format.map_or("sessions", |f| f.name());
+        let cap = sessions.idle_cap.map_or(String::new(), |cap| {
+            format!(", at most {}", crate::plan::units::format_duration(cap))
+        });
+        let start = sessions.start_window.map_or(String::new(), |(from, to)| {
+            format!(
+                "; each starting {:.0}–{:.0}% into its calls",
+                from * 100.0,
+                to * 100.0
+            )
+        });
+        lines.push(format!(
+            "sessions of \"{}\": {} ({format}: {} sessions, {} calls, {} sub-agents; at most {} calls and {} agents in one), {} at once; waits ×{}{cap}{start}",
+            phase.name,
+            sessions.shown,
+            summary.sessions,
+            summary.calls,
+            summary.subagents,
+            summary.most_calls,
+            summary.most_agents,
+            sessions.concurrent,
+            crate::plan::units::format_load(sessions.wait_scale),
+        ));
     }
 }
 

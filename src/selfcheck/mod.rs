@@ -114,7 +114,7 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         // would open new connections beside them).
         let (warmup_duration, warmup_requests) = match load {
             Load::Concurrency(n) => (None, Some(2 * n as u64)),
-            Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => {
+            Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) | Load::Sessions(_) => {
                 ((!burst).then_some(WARMUP.min(duration)), None)
             }
         };

@@ -103,6 +103,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
     let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
     let mut lanes = Vec::new();
     let mut stalls: Vec<crate::records::Stall> = Vec::new();
+    let mut sessions: Vec<crate::records::SessionEnd> = Vec::new();
     let mut run_end: Option<RunEnd> = None;
     let mut every_end = true;
     for (((_, log), (_, header)), (path, requests)) in shards.iter().zip(&headers).zip(&files) {
@@ -138,6 +139,17 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
             shard: Some(shard.index),
             ..*stall
         }));
+        // Each shard runs whole sessions of its own (session-affine): their lines join as they are.
+        sessions.extend(
+            log.sessions
+                .iter()
+                .map(|session| crate::records::SessionEnd {
+                    start_us: session.start_us + offset_us,
+                    end_us: session.end_us + offset_us,
+                    shard: Some(shard.index),
+                    ..session.clone()
+                }),
+        );
         lanes.push(Lane {
             reader: records::LogReader::open(path)?,
             offset_us,
@@ -168,6 +180,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
             ends,
             lanes,
             stalls,
+            sessions,
             run_end,
         },
     );
@@ -340,6 +353,7 @@ struct Merged {
     ends: BTreeMap<usize, PhaseEnd>,
     lanes: Vec<Lane>,
     stalls: Vec<crate::records::Stall>,
+    sessions: Vec<crate::records::SessionEnd>,
     run_end: Option<RunEnd>,
 }
 
@@ -375,6 +389,7 @@ fn write_merged(
         ends,
         mut lanes,
         mut stalls,
+        mut sessions,
         run_end,
     } = merged;
     let first = &shards[0].0;
@@ -415,6 +430,10 @@ fn write_merged(
         write(LogLine::Stall(stall))?;
     }
     merge_requests(&mut lanes, |record| write(LogLine::Request(record)))?;
+    sessions.sort_by_key(|s| (s.end_us, s.phase, s.session));
+    for session in sessions {
+        write(LogLine::Session(session))?;
+    }
     for end in ends.into_values() {
         write(LogLine::PhaseEnd(end))?;
     }

@@ -4,6 +4,7 @@
 
 mod closed_loop;
 mod open_loop;
+mod sessions;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -182,8 +183,12 @@ async fn run_phase(
         cancel: cancel.clone(),
         ended: state.ended.clone(),
     };
-    let body_wait = match phase.load_model.fixed_in_flight() {
-        Some(workers) if !phase.load_model.is_open_loop() => {
+    let body_wait = match (&phase.load_model, phase.load_model.fixed_in_flight()) {
+        (crate::plan::Load::Sessions(sessions), _) => {
+            sessions::drive(drive, sessions).await;
+            None
+        }
+        (_, Some(workers)) if !phase.load_model.is_open_loop() => {
             Some(closed_loop::drive(drive, workers).await)
         }
         _ => {

@@ -986,7 +986,7 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         && phase_nodes.iter().all(|p| {
             cx::children(p.node)
                 .iter()
-                .any(|c| c.name().value() == "trace")
+                .any(|c| matches!(c.name().value(), "trace" | "sessions"))
         });
     cx.batch_api = placed
         .iter()

@@ -139,6 +139,10 @@ const CHILDREN: &[(&str, Handler<Fields>)] = &[
         let trace = trace(cx, node);
         p.load(trace.map(Load::Trace), node);
     }),
+    ("sessions", |cx, node, p| {
+        let sessions = sessions(cx, node);
+        p.load(sessions.map(Load::Sessions), node);
+    }),
     ("arrivals", |cx, node, p| match arrivals(cx, node) {
         Some(a) => p.arrivals = Some((a, node.name().span())),
         None => p.broken = true,
@@ -353,6 +357,106 @@ pub(super) struct CheckedPhase {
     pub until_span: Option<SourceSpan>,
 }
 
+/// `sessions "agents.jsonl" concurrent=8 wait-scale=1.0 idle-cap="300s" start="25%..75%"`:
+/// agent sessions replayed so many at once; the file is checked here, streamed (every mistake
+/// said with its file, line and field), and read again as the phase runs.
+fn sessions(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::sessions::Sessions> {
+    let usage = "sessions \"agents.jsonl\" concurrent=8 wait-scale=1.0 idle-cap=\"300s\" start=\"25%..75%\"";
+    cx.no_children(node);
+    cx.check_entries(
+        node,
+        1,
+        &["concurrent", "wait-scale", "idle-cap", "start"],
+        usage,
+    );
+    let name = cx.arg(node, usage, Text);
+    let concurrent = cx.prop_or(
+        node,
+        "concurrent",
+        1,
+        usage,
+        Count::positive(MAX_CONCURRENCY),
+    );
+    let wait_scale = cx.prop_or(
+        node,
+        "wait-scale",
+        1.0,
+        usage,
+        Number {
+            positive: false,
+            max: 1000.0,
+        },
+    );
+    let idle_cap = cx.prop(node, "idle-cap", usage, DURATION).ok();
+    let start = start_window(cx, node, usage);
+    let (name, concurrent, wait_scale, idle_cap, start) =
+        (name?, concurrent?, wait_scale?, idle_cap?, start?);
+    let span = positional(node).next().map_or(node.span(), |e| e.span());
+    let path = super::datafile::resolve(cx, &name);
+    let mut sessions = crate::plan::sessions::Sessions {
+        shown: name.clone(),
+        path: path.clone(),
+        concurrent: concurrent as u32,
+        wait_scale,
+        idle_cap,
+        start_window: start,
+        summary: Default::default(),
+    };
+    if cx.check_files {
+        match crate::plan::sessions::check_file(&path, &path.display().to_string(), 5) {
+            Ok(summary) if summary.calls == 0 => {
+                cx.error(
+                    span,
+                    format!("session file {} has no call", path.display()),
+                    "empty",
+                    usage,
+                );
+                return None;
+            }
+            Ok(summary) => sessions.summary = summary,
+            Err(errors) => {
+                for error in errors {
+                    let label = error.field.clone().unwrap_or_else(|| "here".into());
+                    cx.error(span, error.to_string(), label, error.help);
+                }
+                return None;
+            }
+        }
+    }
+    Some(sessions)
+}
+
+/// `start="25%..75%"`: where in its calls each session starts, drawn per session.
+fn start_window(cx: &mut Cx, node: &KdlNode, usage: &str) -> Option<Option<(f64, f64)>> {
+    let Some(entry) = property(node, "start") else {
+        return Some(None);
+    };
+    let bad = |cx: &mut Cx| {
+        cx.error(
+            entry.span(),
+            "a start window is two shares of a session's calls, the first not above the second",
+            "not a window",
+            format!("write it as: {usage} (0% starts every session at its first call)"),
+        );
+        None
+    };
+    let Some(text) = entry.value().as_string() else {
+        return bad(cx);
+    };
+    let Some((from, to)) = text.split_once("..") else {
+        return bad(cx);
+    };
+    let share = |part: &str| {
+        crate::plan::units::parse_percent(part.trim())
+            .ok()
+            .filter(|v| (0.0..=1.0).contains(v))
+    };
+    match (share(from), share(to)) {
+        (Some(from), Some(to)) if from <= to => Some(Some((from, to))),
+        _ => bad(cx),
+    }
+}
+
 /// `trace "mooncake.jsonl" speed=2 from="10m" block=512`: an open loop replaying a trace.
 fn trace(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::data::Trace> {
     let usage = "trace \"trace.jsonl\" speed=2.0 from=\"0s\" block=512";
@@ -521,7 +625,7 @@ fn shape_arrivals(cx: &mut Cx, load: &mut Load, kind: Arrivals, span: SourceSpan
             *arrivals = kind;
             true
         }
-        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) => {
+        Load::Concurrency(_) | Load::AtOnce(_) | Load::Trace(_) | Load::Sessions(_) => {
             cx.error(
                 span,
                 "`arrivals` applies only to open-loop phases",
@@ -574,6 +678,22 @@ fn ends(cx: &mut Cx, node: &KdlNode, name: &str, load: &Load, end: &End, ok: boo
         }
         // A replay ends with its trace.
         Load::Trace(_) => {}
+        // Sessions end with their file (each run once), or with the duration (the file again
+        // and again); a count of calls would cut a session anywhere.
+        Load::Sessions(_) => {
+            if let Some(extra) = children(node)
+                .iter()
+                .find(|c| c.name().value() == "requests")
+            {
+                cx.error(
+                    extra.name().span(),
+                    "a sessions phase has no request limit",
+                    "not for sessions",
+                    "it ends when every session of its file has run, or at its duration (starting the file's sessions again until then); remove this",
+                );
+                return false;
+            }
+        }
         Load::Concurrency(_) | Load::Rate { .. }
             if duration.is_none() && max_requests.is_none() && ok =>
         {
@@ -611,6 +731,11 @@ fn expected_requests(cx: &mut Cx, name: &str, load: &Load, end: &End) -> Option<
             rows as f64
         }
         Load::Rate { rate, .. } => expected_at_rate(cx, rate.mean(), end)?,
+        // Its calls, when it runs its file once; decided as it runs when it lasts a duration.
+        Load::Sessions(sessions) => match duration {
+            Some(_) => 0.0,
+            None => sessions.summary.calls as f64,
+        },
     })
 }
 

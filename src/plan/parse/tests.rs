@@ -1154,3 +1154,77 @@ fn a_misspelt_name_gets_the_nearest_and_its_consequence_comes_after_it() {
         .unwrap_or_default();
     assert!(help.starts_with("allowed here:"), "{help}");
 }
+
+#[test]
+fn a_sessions_phase_reads_its_file_and_says_each_mistake_where_it_is() {
+    let dir = std::env::temp_dir().join(format!("llmload-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = "{\"id\": \"a\", \"block_size\": 16, \"requests\": [{\"t\": 0, \"type\": \"n\", \"in\": 32, \"out\": 4, \"hash_ids\": [1, 2]}, {\"t\": 1, \"type\": \"subagent\", \"status\": \"completed\", \"requests\": [{\"t\": 1.5, \"type\": \"n\", \"in\": 16, \"out\": 4}]}, {\"t\": 3, \"type\": \"n\", \"in\": 48, \"out\": 4, \"hash_ids\": [1, 2, 3]}]}";
+    let bad = "{\"id\": \"b\", \"block_size\": 16, \"requests\": [{\"t\": 0, \"type\": \"subagent\", \"requests\": [{\"t\": 0, \"type\": \"n\", \"in\": 0, \"out\": 4}]}]}";
+    std::fs::write(dir.join("good.jsonl"), format!("{good}\n{good}\n")).unwrap();
+    std::fs::write(dir.join("bad.jsonl"), format!("{good}\n\n{bad}\n")).unwrap();
+    std::fs::write(dir.join("empty.jsonl"), "\n").unwrap();
+    let file = dir.join("plan.kdl");
+    let parse_here = |phase: &str| {
+        let text = format!("target \"sim\"\nworkload {{ }}\nphase \"a\" {{ {phase} }}\n");
+        parse_plan(file.to_str().unwrap(), text)
+    };
+    let plan = parse_here(
+        "sessions \"good.jsonl\" concurrent=4 wait-scale=0.5 idle-cap=\"30s\" start=\"25%..75%\"",
+    )
+    .unwrap();
+    let Load::Sessions(sessions) = &plan.phases[0].load else {
+        panic!("sessions")
+    };
+    assert_eq!((sessions.concurrent, sessions.wait_scale), (4, 0.5));
+    assert_eq!(sessions.idle_cap, Some(Duration::from_secs(30)));
+    assert_eq!(sessions.start_window, Some((0.25, 0.75)));
+    let summary = &sessions.summary;
+    assert_eq!(
+        (
+            summary.sessions,
+            summary.calls,
+            summary.subagents,
+            summary.most_agents
+        ),
+        (2, 6, 2, 2)
+    );
+    assert_eq!(summary.sha256.len(), 64);
+    let cases: &[(&str, &str)] = &[
+        // The file's line, the field and what is wrong with it.
+        (
+            "sessions \"bad.jsonl\"",
+            "bad.jsonl:3: requests[0].requests[0].in: 0 prompt tokens is out of range",
+        ),
+        (
+            "sessions \"missing.jsonl\"",
+            "missing.jsonl:0: cannot read it",
+        ),
+        ("sessions \"empty.jsonl\"", "has no call"),
+        (
+            "sessions \"good.jsonl\"; requests 10",
+            "a sessions phase has no request limit",
+        ),
+        (
+            "sessions \"good.jsonl\" start=\"75%..25%\"",
+            "a start window is two shares",
+        ),
+        (
+            "sessions \"good.jsonl\" start=\"half\"",
+            "a start window is two shares",
+        ),
+        ("sessions \"good.jsonl\" concurrent=0", "0 is out of range"),
+        (
+            "sessions \"good.jsonl\"; arrivals \"poisson\"",
+            "`arrivals` applies only to open-loop phases",
+        ),
+    ];
+    for (phase, expected) in cases {
+        let errors = errors_of(parse_here(phase));
+        assert!(
+            errors.iter().any(|e| e.contains(expected)),
+            "{phase}: {errors:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

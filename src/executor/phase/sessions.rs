@@ -1,0 +1,377 @@
+//! The sessions driver: agent sessions replayed from a file, so many at once. Each slot runs
+//! the file's next session when its last has ended; within a session every call waits for the
+//! answers it comes after (its parent's, or every sub-agent's it joins), then its recorded wait
+//! (scaled, capped), then goes. A call whose parent failed is not sent (there is no answer to go
+//! on from): the session ends without it, and counts as failed.
+//!
+//! The file is streamed on a thread of its own, a few sessions ahead of the slots, so that a
+//! trace of any length holds only the sessions running and those next in line. A prompt (an
+//! agent's context is tens of thousands of tokens) is built on a blocking thread while its call
+//! waits for its time, never on the thread sending the others.
+//!
+//! What this is not: reading a session format (`plan::sessions`), or judging sessions (the
+//! metric table, from the records' session lines).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::time::Instant;
+
+use super::Drive;
+use crate::executor::context::{ended_early, Context, PhaseState};
+use crate::executor::observe::stopped;
+use crate::executor::send::execute;
+use crate::executor::Event;
+use crate::plan::sessions::{Call, Session, SessionReader, Sessions};
+use crate::planner::{Blocks, PhaseSchedule, ScheduledRequest};
+use crate::records::{LogLine, SessionEnd};
+
+/// Sequence numbers a session's calls take: call `i` of session `u` is request `u × this + i`,
+/// unique across slots, rounds and shards.
+const SEQ_PER_SESSION: u64 = crate::plan::sessions::MAX_SESSION_CALLS as u64;
+
+/// Runs the phase's sessions until the file is spent (once, without a duration) or its
+/// duration ends, it is stopped, or it is ended early.
+pub(super) async fn drive(drive: Drive<'_>, sessions: &Sessions) {
+    let Drive {
+        context,
+        state,
+        phase,
+        deadline,
+        mut cancel,
+        mut ended,
+        ..
+    } = drive;
+    let slots = sessions.concurrent;
+    let queue = Arc::new(Mutex::new(spawn_reader(context, phase, sessions, slots)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..slots {
+        let run = SessionRun {
+            context: context.clone(),
+            state: state.clone(),
+            sessions: Arc::new(sessions.clone()),
+            phase_index: phase.index,
+            deadline,
+            cancel: cancel.clone(),
+        };
+        let queue = queue.clone();
+        tasks.spawn(async move {
+            loop {
+                let mut cancel = run.cancel.clone();
+                let mut ended = run.state.ended.clone();
+                if *cancel.borrow()
+                    || ended.borrow().is_some()
+                    || deadline.is_some_and(|d| Instant::now() >= d)
+                {
+                    break;
+                }
+                let next = tokio::select! {
+                    next = async { queue.lock().await.recv().await } => next,
+                    _ = stopped(&mut cancel) => None,
+                    _ = ended_early(&mut ended) => None,
+                };
+                let Some((uid, session)) = next else { break };
+                run.session(uid, session).await;
+            }
+        });
+    }
+    let all_done = async {
+        while tasks.join_next().await.is_some() {}
+        if slots == 0 {
+            std::future::pending::<()>().await;
+        }
+    };
+    let until_deadline = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = all_done => {}
+        _ = until_deadline => {}
+        _ = stopped(&mut cancel) => {}
+        _ = ended_early(&mut ended) => {}
+    }
+    // Sessions still going finish their calls in flight in the background, sending no more.
+    tasks.detach_all();
+}
+
+/// Streams the file's sessions (this shard's: every `seq_stride`-th from `seq_offset`), each
+/// started at its drawn point of the start window, over and over while the phase has a
+/// duration; a session's id in the phase is `round × sessions in the file + its position`.
+fn spawn_reader(
+    context: &Arc<Context>,
+    phase: &PhaseSchedule,
+    sessions: &Sessions,
+    slots: u32,
+) -> mpsc::Receiver<(u64, Session)> {
+    let (tx, rx) = mpsc::channel(slots.clamp(1, 64) as usize);
+    let context = context.clone();
+    let sessions = sessions.clone();
+    let (offset, stride) = (phase.seq_offset, phase.seq_stride.max(1));
+    let rounds = if phase.duration.is_some() {
+        u64::MAX
+    } else {
+        1
+    };
+    let seed = crate::seed::derived(context.schedule.seed, 0x7365_7373 ^ phase.index as u64);
+    std::thread::spawn(move || {
+        let per_round = sessions.summary.sessions.max(1);
+        for round in 0..rounds {
+            let reader = match SessionReader::open(&sessions.path, &sessions.shown) {
+                Ok(reader) => reader,
+                Err(e) => return note(&context, &format!("cannot read {}: {e}", sessions.shown)),
+            };
+            let mut any = false;
+            for session in reader {
+                let session = match session {
+                    Ok(session) => session,
+                    Err(e) => return note(&context, &format!("stopped reading sessions: {e}")),
+                };
+                any = true;
+                if session.ordinal % stride != offset % stride {
+                    continue;
+                }
+                let uid = round * per_round + session.ordinal;
+                let session = start_in_window(session, sessions.start_window, seed ^ uid);
+                if tx.blocking_send((uid, session)).is_err() {
+                    return;
+                }
+            }
+            if !any {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn note(context: &Context, text: &str) {
+    context.observer.on_event(Event::Note(text));
+}
+
+/// `session` from a point drawn (from `seed`) within `window`, a share of its calls.
+fn start_in_window(session: Session, window: Option<(f64, f64)>, seed: u64) -> Session {
+    let Some((from, to)) = window else {
+        return session;
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(crate::seed::mix64(seed));
+    let share = if to > from {
+        rng.random_range(from..to)
+    } else {
+        from
+    };
+    let first = (share * session.calls.len() as f64).floor() as usize;
+    session.starting_at(first)
+}
+
+/// What every session of one slot shares.
+struct SessionRun {
+    context: Arc<Context>,
+    state: Arc<PhaseState>,
+    sessions: Arc<Sessions>,
+    phase_index: usize,
+    deadline: Option<Instant>,
+    cancel: watch::Receiver<bool>,
+}
+
+/// How one call ended, as its session needs it.
+struct CallDone {
+    index: usize,
+    /// It was answered: the calls after it may go.
+    answered: bool,
+    /// It was sent (not left out by the phase's end while it waited).
+    sent: bool,
+    waited: Duration,
+}
+
+impl SessionRun {
+    /// Runs one session to its end: its calls as their dependencies allow, and its record.
+    async fn session(&self, uid: u64, session: Session) {
+        // The session counts as in flight while its calls wait, so that a phase that drains
+        // waits for its last call.
+        let _hold = self.context.enter(&self.state);
+        let started = Instant::now();
+        let calls = Arc::new(session);
+        let mut blocked: Vec<usize> = calls.calls.iter().map(|c| c.after.len()).collect();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); calls.calls.len()];
+        for (index, call) in calls.calls.iter().enumerate() {
+            for &parent in &call.after {
+                children[parent as usize].push(index);
+            }
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (index, _) in blocked.iter().enumerate().filter(|(_, n)| **n == 0) {
+            tasks.spawn(self.call(uid, calls.clone(), index, started));
+        }
+        let mut end = SessionEnd {
+            phase: self.phase_index,
+            session: uid,
+            id: calls.id.clone(),
+            start_us: self.context.micros(started),
+            end_us: 0,
+            calls: calls.calls.len() as u32,
+            sent: 0,
+            answered: 0,
+            waited_ms: 0.0,
+            shard: None,
+        };
+        while let Some(done) = tasks.join_next().await {
+            // A call's task that died recorded its request already (as the client's failure).
+            let Ok(done) = done else { continue };
+            end.sent += u32::from(done.sent);
+            end.waited_ms += done.waited.as_secs_f64() * 1e3;
+            if !done.answered {
+                continue;
+            }
+            end.answered += 1;
+            let now = Instant::now();
+            for &child in &children[done.index] {
+                blocked[child] -= 1;
+                if blocked[child] == 0 {
+                    tasks.spawn(self.call(uid, calls.clone(), child, now));
+                }
+            }
+        }
+        end.end_us = self.context.micros(Instant::now());
+        self.context.log(LogLine::Session(end));
+    }
+
+    /// Call `index` of `session`, its dependencies met at `ready`: its prompt built, its wait
+    /// waited, then sent.
+    fn call(
+        &self,
+        uid: u64,
+        session: Arc<Session>,
+        index: usize,
+        ready: Instant,
+    ) -> impl std::future::Future<Output = CallDone> + Send + 'static {
+        let context = self.context.clone();
+        let state = self.state.clone();
+        let wait = self.sessions.wait(session.calls[index].wait);
+        let deadline = self.deadline;
+        let mut cancel = self.cancel.clone();
+        let phase_index = self.phase_index;
+        // Hash ids are the session's own (Weka's `local` scope): its id, the block size and the
+        // round of the file seed them, so a session replayed again (the file's next round) is a
+        // new session to the server's cache, not its first run's blocks again.
+        let round = uid / self.sessions.summary.sessions.max(1);
+        let scope = crate::seed::mix64(
+            id_hash(&session.id) ^ u64::from(session.block_tokens) ^ round.rotate_left(40),
+        );
+        async move {
+            let mut done = CallDone {
+                index,
+                answered: false,
+                sent: false,
+                waited: Duration::ZERO,
+            };
+            let seq = uid * SEQ_PER_SESSION + u64::from(session.first) + index as u64;
+            let request = call_request(&context, phase_index, &session, uid, index, seq);
+            let body = {
+                let context = context.clone();
+                let session = session.clone();
+                tokio::task::spawn_blocking(move || {
+                    let call = &session.calls[index];
+                    call_body(
+                        &context,
+                        phase_index,
+                        call,
+                        scope,
+                        session.block_tokens,
+                        &request,
+                    )
+                })
+            };
+            let send_at = ready + wait;
+            if deadline.is_some_and(|d| send_at >= d) {
+                return done;
+            }
+            let mut ended = state.ended.clone();
+            tokio::select! {
+                _ = context.timer.sleep_until(send_at) => {}
+                _ = stopped(&mut cancel) => return done,
+                _ = ended_early(&mut ended) => return done,
+            }
+            let Ok(body) = body.await else { return done };
+            done.waited = Instant::now().saturating_duration_since(ready);
+            done.sent = true;
+            let ticket = context.enter(&state);
+            let answer = execute(ticket, request, body, Some(send_at), deadline, true).await;
+            done.answered = answer.is_some();
+            done
+        }
+    }
+}
+
+/// Call `index`'s request: its lengths, its place (session, call), its seeds.
+fn call_request(
+    context: &Context,
+    phase_index: usize,
+    session: &Session,
+    uid: u64,
+    index: usize,
+    seq: u64,
+) -> ScheduledRequest {
+    let call = &session.calls[index];
+    let request_seed = crate::seed::request_seed(context.schedule.seed, phase_index, seq);
+    ScheduledRequest {
+        seq,
+        intended_offset_us: None,
+        input_tokens: call.input_tokens,
+        output_tokens: call.output_tokens,
+        prompt_seed: crate::seed::prompt_seed(request_seed),
+        prefix_group: None,
+        origin: crate::planner::Origin::Synthetic,
+        turn: Some(session.first + index as u32 + 1),
+        conversation: Some(uid),
+        turn_kind: Some(
+            if index > 0
+                && session.calls[call.after.first().copied().unwrap_or(0) as usize].tool_use
+            {
+                crate::records::TurnKind::Tool
+            } else {
+                crate::records::TurnKind::User
+            },
+        ),
+        batch: 0,
+        media: Default::default(),
+    }
+}
+
+/// A call's body: its blocks (the same bytes wherever the session, `scope`, names the same
+/// block), then text of its own.
+fn call_body(
+    context: &Context,
+    phase_index: usize,
+    call: &Call,
+    scope: u64,
+    block_tokens: u32,
+    request: &ScheduledRequest,
+) -> Bytes {
+    let blocks = Blocks {
+        hash_ids: &call.hash_ids,
+        block_tokens,
+        seed_of: &|hash| crate::seed::mix64(scope ^ crate::seed::mix64(hash)),
+    };
+    let text = crate::planner::block_text(
+        context.prompts.tokenizer(),
+        &blocks,
+        call.input_tokens,
+        request.prompt_seed,
+    );
+    context
+        .template(phase_index)
+        .body(&crate::planner::Prompt::Text(text), request.output_tokens)
+}
+
+/// A session id's hash (FNV-1a): the same id, the same blocks, in every run.
+fn id_hash(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

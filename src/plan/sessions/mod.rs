@@ -1,0 +1,478 @@
+//! Agent sessions a `sessions` phase replays: one model for every agent-trace format.
+//!
+//! A [`Session`] is a DAG of calls. Each [`Call`] waits for the answers of the calls it comes
+//! `after` (none for the session's first), then for its `wait` (a tool's run, the user's or the
+//! agent's think time), then is sent; its prompt is its shared context blocks (`hash_ids`, each
+//! `block_tokens` long) followed by new tokens up to its input length, and it asks for its
+//! recorded output length. Sub-agents are calls of another `agent` whose first call comes after
+//! the parent's, and a join is a call `after` several. Each importer (one file per format:
+//! [`weka`]) turns its format into this model.
+//!
+//! A session file is never held whole: [`SessionReader`] streams it one session at a time (a
+//! line of a JSONL file, or a whole JSON file), both when the plan is checked (every mistake, its
+//! file, line and field) and while the phase runs (as many sessions ahead as run at once).
+//!
+//! What this is not: running a session (the executor's `phase::sessions`), its prompts' text
+//! (`planner::prompts::block_text`), or judging sessions (the metric table).
+
+pub(crate) mod weka;
+
+use std::io::{BufRead, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::Digest;
+
+/// A `sessions` phase's load: a file of agent sessions, replayed so many at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sessions {
+    /// The path as the plan wrote it.
+    pub shown: String,
+    /// The file, resolved from the plan's directory.
+    pub path: PathBuf,
+    /// Sessions running at once: each slot starts the file's next session when its last ends.
+    pub concurrent: u32,
+    /// Every recorded wait (tool runs, think times) multiplied by this.
+    pub wait_scale: f64,
+    /// No wait longer than this (an agent idle for an hour is not load).
+    pub idle_cap: Option<Duration>,
+    /// Each session starts at a point drawn within this share of its calls (`0.25..0.75`: a
+    /// quarter to three quarters in), so that a run begins in steady state; `None`: at its start.
+    pub start_window: Option<(f64, f64)>,
+    /// What the file held when the plan was checked (zero when read without its files).
+    pub summary: SessionsSummary,
+}
+
+impl Sessions {
+    /// The most requests one session may have in flight at once (its agents, each a chain).
+    pub fn widest(&self) -> u32 {
+        self.summary.most_agents.max(1)
+    }
+
+    /// Describes the load: `sessions agents.jsonl ×8`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("sessions {} ×{}", self.shown, self.concurrent);
+        if self.wait_scale != 1.0 {
+            text.push_str(&format!(
+                " waits ×{}",
+                super::units::format_load(self.wait_scale)
+            ));
+        }
+        if let Some((from, to)) = self.start_window {
+            text.push_str(&format!(" from {:.0}–{:.0}%", from * 100.0, to * 100.0));
+        }
+        text
+    }
+
+    /// A recorded wait as this replay waits it: scaled, then capped.
+    pub fn wait(&self, recorded: Duration) -> Duration {
+        let scaled = recorded.mul_f64(self.wait_scale);
+        self.idle_cap.map_or(scaled, |cap| scaled.min(cap))
+    }
+}
+
+/// What a session file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionsSummary {
+    /// Its format.
+    pub format: Option<SessionFormat>,
+    /// Sessions in it.
+    pub sessions: u64,
+    /// Calls in all.
+    pub calls: u64,
+    /// Sub-agents in all.
+    pub subagents: u64,
+    /// The most calls of one session.
+    pub most_calls: u64,
+    /// The most agents (the main one and its sub-agents) of one session.
+    pub most_agents: u32,
+    /// The file's SHA-256, kept in the run's header.
+    pub sha256: String,
+}
+
+/// The formats a session file comes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionFormat {
+    /// Weka's (and SemiAnalysis') agentic coding traces: `requests` with nested `subagent`s.
+    Weka,
+}
+
+impl SessionFormat {
+    /// Its name, as `llmload plan` says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionFormat::Weka => "Weka agentic trace",
+        }
+    }
+}
+
+/// One agent session: its calls, in the order they were recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// Its id in the file.
+    pub id: String,
+    /// Its position in the file, from 0.
+    pub ordinal: u64,
+    /// Tokens per `hash_ids` block.
+    pub block_tokens: u32,
+    /// The recorded position of its first call (calls before a start window's point are left
+    /// out): call `i` here is the session's call `first + i`.
+    pub first: u32,
+    /// Its calls; a call comes only after calls before it in this list.
+    pub calls: Vec<Call>,
+}
+
+/// One call of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The calls (positions in the session) whose answers it waits for.
+    pub after: Vec<u32>,
+    /// What it waits after the last of those answers (after the session's start, without any).
+    pub wait: Duration,
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Output tokens asked for.
+    pub output_tokens: u32,
+    /// The prompt's blocks: calls naming one block share its text.
+    pub hash_ids: Vec<u64>,
+    /// Its agent: 0 for the session's own, then one per sub-agent.
+    pub agent: u32,
+    /// The recorded answer stopped to call tools (its next call is a tool turn).
+    pub tool_use: bool,
+}
+
+/// The most calls one session may make (a session's calls are numbered within it).
+pub const MAX_SESSION_CALLS: usize = 1 << 20;
+
+impl Session {
+    /// Checks the DAG the importer built: every `after` names an earlier call.
+    fn check(&self) -> Result<(), String> {
+        if self.calls.len() > MAX_SESSION_CALLS {
+            return Err(format!(
+                "session {} makes {} calls, more than the {MAX_SESSION_CALLS} a session may",
+                self.id,
+                self.calls.len()
+            ));
+        }
+        for (index, call) in self.calls.iter().enumerate() {
+            if let Some(bad) = call.after.iter().find(|&&a| a as usize >= index) {
+                return Err(format!(
+                    "call {index} comes after call {bad}, not before it"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The session from `first` of its calls on (a start window): calls before it are left out,
+    /// a dependency on one of them is met, and the first calls left wait nothing.
+    pub fn starting_at(mut self, first: usize) -> Session {
+        let first = first.min(self.calls.len());
+        if first == 0 {
+            return self;
+        }
+        let calls = self.calls.split_off(first);
+        self.first += first as u32;
+        self.calls = calls
+            .into_iter()
+            .map(|mut call| {
+                call.after = call
+                    .after
+                    .iter()
+                    .filter(|&&a| a as usize >= first)
+                    .map(|&a| a - first as u32)
+                    .collect();
+                if call.after.is_empty() {
+                    call.wait = Duration::ZERO;
+                }
+                call
+            })
+            .collect();
+        self
+    }
+}
+
+/// A mistake in a session file: where (file, line, field) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionError {
+    /// The file.
+    pub file: String,
+    /// The line, from 1.
+    pub line: usize,
+    /// The field (`requests[2].in`), when the mistake is in one.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub help: String,
+}
+
+impl std::fmt::Display for SessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)?;
+        if let Some(field) = &self.field {
+            write!(f, ": {field}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// The longest line (one session) a session file may hold.
+const MAX_SESSION_BYTES: usize = 256 << 20;
+
+/// Streams a session file's sessions, one at a time: a JSONL file a line each, or a file that
+/// is one JSON document (a session over many lines, as Weka's files are).
+pub struct SessionReader {
+    shown: String,
+    input: std::io::BufReader<std::fs::File>,
+    /// The whole file is one document (read once).
+    whole: bool,
+    line: usize,
+    ordinal: u64,
+    done: bool,
+    hasher: sha2::Sha256,
+}
+
+impl SessionReader {
+    /// Opens `path`, named `shown` in errors.
+    pub fn open(path: &Path, shown: &str) -> std::io::Result<SessionReader> {
+        let input = std::io::BufReader::new(std::fs::File::open(path)?);
+        // A JSONL file's first line is a whole document; a pretty-printed one's is not.
+        let mut first = String::new();
+        let whole = {
+            let mut probe = std::io::BufReader::new(std::fs::File::open(path)?);
+            probe.read_line(&mut first)?;
+            let trimmed = first.trim();
+            !trimmed.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
+        };
+        Ok(SessionReader {
+            shown: shown.to_string(),
+            input,
+            whole,
+            line: 0,
+            ordinal: 0,
+            done: false,
+            hasher: sha2::Sha256::new(),
+        })
+    }
+
+    /// The SHA-256 of what has been read (the whole file once the reader is spent).
+    pub fn sha256(self) -> String {
+        format!("{:x}", self.hasher.finalize())
+    }
+
+    fn error(
+        &self,
+        line: usize,
+        field: Option<String>,
+        message: String,
+        help: &str,
+    ) -> SessionError {
+        SessionError {
+            file: self.shown.clone(),
+            line,
+            field,
+            message,
+            help: help.to_string(),
+        }
+    }
+
+    /// The next document's text and its first line, or `None` at the end.
+    fn next_document(&mut self) -> Option<Result<(String, usize), SessionError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let mut text = String::new();
+            let first_line = self.line + 1;
+            let read = if self.whole {
+                self.done = true;
+                std::io::Read::read_to_string(
+                    &mut (&mut self.input).take(MAX_SESSION_BYTES as u64 + 1),
+                    &mut text,
+                )
+                .inspect(|_| self.line += text.lines().count())
+            } else {
+                let read = (&mut self.input)
+                    .take(MAX_SESSION_BYTES as u64 + 1)
+                    .read_line(&mut text);
+                self.line += 1;
+                read
+            };
+            match read {
+                Ok(0) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(n) if n > MAX_SESSION_BYTES => {
+                    self.done = true;
+                    return Some(Err(self.error(
+                        first_line,
+                        None,
+                        format!("a session is longer than {} MiB", MAX_SESSION_BYTES >> 20),
+                        "split the session, or check that the file is JSONL (a session a line)",
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(self.error(
+                        first_line,
+                        None,
+                        format!("cannot read it: {e}"),
+                        "save the session file as UTF-8 JSON",
+                    )));
+                }
+            }
+            self.hasher.update(text.as_bytes());
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Some(Ok((text, first_line)));
+        }
+    }
+}
+
+impl Iterator for SessionReader {
+    type Item = Result<Session, SessionError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (text, first_line) = match self.next_document()? {
+            Ok(document) => document,
+            Err(error) => return Some(Err(error)),
+        };
+        let ordinal = self.ordinal;
+        self.ordinal += 1;
+        let session = weka::session(&text, ordinal).map_err(|e| {
+            let line = first_line + e.line.saturating_sub(1);
+            self.error(line, e.field, e.message, weka::HELP)
+        });
+        Some(session.and_then(|session| {
+            session
+                .check()
+                .map_err(|why| self.error(first_line, None, why, weka::HELP))
+                .map(|()| session)
+        }))
+    }
+}
+
+/// Reads the whole file once, without keeping it: its summary, or every mistake (at most
+/// `limit` of them).
+pub fn check_file(
+    path: &Path,
+    shown: &str,
+    limit: usize,
+) -> Result<SessionsSummary, Vec<SessionError>> {
+    let mut reader = SessionReader::open(path, shown).map_err(|e| {
+        vec![SessionError {
+            file: shown.to_string(),
+            line: 0,
+            field: None,
+            message: format!("cannot read it: {e}"),
+            help: "give the path of the session file, relative to this plan file".into(),
+        }]
+    })?;
+    let mut summary = SessionsSummary {
+        format: Some(SessionFormat::Weka),
+        ..SessionsSummary::default()
+    };
+    let mut errors = Vec::new();
+    for session in reader.by_ref() {
+        match session {
+            Ok(session) => {
+                let calls = session.calls.len() as u64;
+                let agents = session.calls.iter().map(|c| c.agent + 1).max().unwrap_or(1);
+                summary.sessions += 1;
+                summary.calls += calls;
+                summary.subagents += u64::from(agents - 1);
+                summary.most_calls = summary.most_calls.max(calls);
+                summary.most_agents = summary.most_agents.max(agents);
+            }
+            Err(error) => {
+                errors.push(error);
+                if errors.len() >= limit {
+                    break;
+                }
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    summary.sha256 = reader.sha256();
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(after: &[u32], wait_ms: u64) -> Call {
+        Call {
+            after: after.to_vec(),
+            wait: Duration::from_millis(wait_ms),
+            input_tokens: 10,
+            output_tokens: 2,
+            hash_ids: vec![],
+            agent: 0,
+            tool_use: false,
+        }
+    }
+
+    #[test]
+    fn a_start_window_drops_the_calls_before_it_and_their_edges() {
+        let session = Session {
+            id: "s".into(),
+            ordinal: 0,
+            block_tokens: 64,
+            first: 0,
+            calls: vec![
+                call(&[], 0),
+                call(&[0], 100),
+                call(&[1], 200),
+                call(&[1, 2], 300),
+            ],
+        };
+        let started = session.starting_at(2);
+        assert_eq!((started.calls.len(), started.first), (2, 2));
+        // Its first call's parent was left out: it goes at once.
+        assert_eq!(started.calls[0].after, Vec::<u32>::new());
+        assert_eq!(started.calls[0].wait, Duration::ZERO);
+        // The join keeps the edge to a call still there, renumbered.
+        assert_eq!(started.calls[1].after, vec![0]);
+        assert_eq!(started.calls[1].wait, Duration::from_millis(300));
+    }
+
+    #[test]
+    fn waits_are_scaled_then_capped() {
+        let sessions = Sessions {
+            shown: "a.jsonl".into(),
+            path: "a.jsonl".into(),
+            concurrent: 2,
+            wait_scale: 0.5,
+            idle_cap: Some(Duration::from_secs(10)),
+            start_window: None,
+            summary: SessionsSummary::default(),
+        };
+        assert_eq!(
+            sessions.wait(Duration::from_secs(4)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            sessions.wait(Duration::from_secs(600)),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn a_dependency_on_a_later_call_is_refused() {
+        let session = Session {
+            id: "s".into(),
+            ordinal: 0,
+            block_tokens: 64,
+            first: 0,
+            calls: vec![call(&[1], 0), call(&[], 0)],
+        };
+        assert!(session.check().is_err());
+    }
+}

@@ -1,0 +1,408 @@
+//! Agent sessions replayed from a Weka trace, against a capturing loopback server: every call
+//! after the answers it depends on and its recorded wait, shared blocks as the same bytes for
+//! exactly those blocks, the start window honoured.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// How long the server takes over each answer: its first chunk at once, the rest after this.
+const ANSWER_MS: u64 = 30;
+
+/// One call as the server saw it.
+#[derive(Debug, Clone)]
+struct Arrival {
+    /// Its session (the phase's number for it) and its call's recorded position.
+    session: u64,
+    call: u64,
+    arrived: Instant,
+    /// When the server had written the whole answer.
+    answered: Instant,
+    /// The prompt: the one user message's text.
+    content: String,
+}
+
+/// A server that answers every chat request as a short stream after [`ANSWER_MS`], keeping
+/// when each arrived and when its answer was done, by its `x-request-id`
+/// (`prefix-phase-seq`, the seq being session × 2^20 + call).
+fn serve() -> (u16, Arc<Mutex<Vec<Arrival>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let kept = kept.clone();
+            std::thread::spawn(move || answer_all(stream, &kept));
+        }
+    });
+    (port, seen)
+}
+
+fn answer_all(mut stream: TcpStream, kept: &Mutex<Vec<Arrival>>) {
+    stream.set_nodelay(true).unwrap();
+    let mut buffer = Vec::new();
+    loop {
+        let Some((head, body, arrived)) = read_one(&mut stream, &mut buffer) else {
+            return;
+        };
+        let lower = head.to_lowercase();
+        if !head.starts_with("POST") {
+            let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\n{}");
+            continue;
+        }
+        let id = lower
+            .lines()
+            .find_map(|l| l.strip_prefix("x-request-id:"))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string();
+        let seq: u64 = id
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u64::MAX);
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let content = json["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let chunk = |data: &str| format!("{:x}\r\ndata: {data}\n\n\r\n", data.len() + 8);
+        let mut first = String::from(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        first.push_str(&chunk("{\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}"));
+        if stream.write_all(first.as_bytes()).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(ANSWER_MS));
+        let mut rest = chunk("{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}");
+        rest.push_str(&chunk(
+            "{\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}",
+        ));
+        rest.push_str(&chunk("[DONE]"));
+        rest.push_str("0\r\n\r\n");
+        if stream.write_all(rest.as_bytes()).is_err() {
+            return;
+        }
+        let _ = stream.flush();
+        kept.lock().unwrap().push(Arrival {
+            session: seq >> 20,
+            call: seq & ((1 << 20) - 1),
+            arrived,
+            answered: Instant::now(),
+            content,
+        });
+    }
+}
+
+/// One request off a kept-alive connection: its head, its body, when its first byte came.
+fn read_one(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(String, Vec<u8>, Instant)> {
+    let mut arrived = (!buffer.is_empty()).then(Instant::now);
+    let mut chunk = [0u8; 16384];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_string();
+            let length: usize = head
+                .to_lowercase()
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buffer.len() >= end + 4 + length {
+                let body = buffer[end + 4..end + 4 + length].to_vec();
+                buffer.drain(..end + 4 + length);
+                return Some((head, body, arrived.unwrap_or_else(Instant::now)));
+            }
+        }
+        let n = stream.read(&mut chunk).unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        arrived.get_or_insert_with(Instant::now);
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A call of the trace: `(t, in, hash_ids, think_time, api_time)`.
+fn call(t: f64, input: u32, hash_ids: &[u64], think: f64, api: f64) -> serde_json::Value {
+    json!({"t": t, "type": "n", "model": "claude-opus-4-5-20251101", "in": input, "out": 4,
+           "hash_ids": hash_ids, "input_types": ["text"], "output_types": ["text"],
+           "stop": "tool_use", "api_time": api, "think_time": think})
+}
+
+fn subagent(t: f64, status: &str, requests: Vec<serde_json::Value>) -> serde_json::Value {
+    json!({"t": t, "type": "subagent", "agent_id": "agent_001", "subagent_type": "Explore",
+           "duration_ms": 1000, "total_tokens": 100, "tool_use_count": 1, "status": status,
+           "models": ["claude-opus-4-5-20251101"], "tool_tokens": 0, "system_tokens": 0,
+           "requests": requests})
+}
+
+/// Sessions of six calls in the order they are recorded (block 16 tokens):
+/// 0 `A` [1,2]; a sub-agent 1 `S1` [10,11] (spawned 0.30 s after A's answer), 2 `S2` [10,11,12]
+/// (thinks 0.12 s); an async sub-agent 3 `X1` [20] (0.40 s after A's answer, never joined);
+/// 4 `B` [1,2,3] after A and S2 (thinks 0.08 s); 5 `C` [1,5] after B (thinks 0.15 s).
+fn trace(sessions: usize) -> String {
+    (0..sessions)
+        .map(|s| {
+            json!({
+                "id": format!("trace_{s:03}"),
+                "models": ["claude-opus-4-5-20251101"],
+                "block_size": 16,
+                "hash_id_scope": "local",
+                "tool_tokens": 0,
+                "system_tokens": 16,
+                "requests": [
+                    call(0.0, 32, &[1, 2], 0.0, 0.05),
+                    subagent(0.30, "completed", vec![
+                        call(0.35, 32, &[10, 11], 0.0, 0.05),
+                        call(0.60, 48, &[10, 11, 12], 0.12, 0.05),
+                    ]),
+                    subagent(0.40, "async_launched", vec![call(0.45, 16, &[20], 0.0, 0.05)]),
+                    call(1.20, 48, &[1, 2, 3], 0.08, 0.05),
+                    call(1.60, 32, &[1, 5], 0.15, 0.05),
+                ],
+            })
+            .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What each call comes after, and its wait (ms).
+fn edges() -> BTreeMap<u64, (Vec<u64>, u64)> {
+    BTreeMap::from([
+        (1, (vec![0], 300)),
+        (2, (vec![1], 120)),
+        (3, (vec![0], 400)),
+        (4, (vec![0, 2], 80)),
+        (5, (vec![4], 150)),
+    ])
+}
+
+fn run(port: u16, extra: &str) -> common::Run {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("agents.jsonl"), trace(4)).unwrap();
+    let plan = format!(
+        "plan \"agents\" {{ seed 5 }}\n\
+         target \"http://127.0.0.1:{port}/v1\" {{ api \"chat\"; model \"m\"; stream #true }}\n\
+         workload {{ tokenizer \"cl100k_base\" }}\n\
+         phase \"agents\" {{ sessions \"agents.jsonl\" concurrent=2{extra} }}\n"
+    );
+    common::run_in(dir, &plan, &[])
+}
+
+fn by_call(seen: &Mutex<Vec<Arrival>>) -> BTreeMap<(u64, u64), Arrival> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|a| ((a.session, a.call), a.clone()))
+        .collect()
+}
+
+#[test]
+fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    let run = run(port, "");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    // Every call of every session, once.
+    let expected: BTreeSet<(u64, u64)> = (0..4).flat_map(|s| (0..6).map(move |c| (s, c))).collect();
+    assert_eq!(calls.keys().copied().collect::<BTreeSet<_>>(), expected);
+    // Each call after the answers it waits for, then its wait; the async sub-agent is not
+    // waited for (C comes 150 ms after B whatever X1 does).
+    let mut late_ms: Vec<f64> = Vec::new();
+    for session in 0..4 {
+        for (call, (after, wait)) in edges() {
+            let this = &calls[&(session, call)];
+            let answered = after
+                .iter()
+                .map(|p| calls[&(session, *p)].answered)
+                .max()
+                .unwrap();
+            let gap = this
+                .arrived
+                .saturating_duration_since(answered)
+                .as_secs_f64()
+                * 1e3;
+            assert!(
+                this.arrived >= answered,
+                "session {session} call {call} arrived before its parents' answers"
+            );
+            late_ms.push(gap - wait as f64);
+        }
+    }
+    late_ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "waits: late by {:.2}..{:.2} ms",
+        late_ms[0],
+        late_ms[late_ms.len() - 1]
+    );
+    // The client sent each call its wait after the answer it read (the server's clock sees the
+    // answer end a little before the client does); within a few ms.
+    assert!(late_ms[0] >= -1.0, "a call went early: {late_ms:?}");
+    assert!(
+        late_ms[late_ms.len() - 1] <= 15.0,
+        "a call went late: {late_ms:?}"
+    );
+    // Shared blocks are the same bytes, for exactly the blocks shared.
+    for session in 0..4 {
+        let text = |c: u64| calls[&(session, c)].content.clone();
+        let (a, b, c, s1, s2) = (text(0), text(4), text(5), text(1), text(2));
+        assert!(
+            b.starts_with(&a) && b.len() > a.len(),
+            "B carries A's blocks 1 and 2"
+        );
+        assert!(s2.starts_with(&s1), "S2 carries S1's blocks 10 and 11");
+        let common = a.bytes().zip(c.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(
+            common > 0 && common < a.len(),
+            "C shares block 1 with A, not block 2"
+        );
+        assert!(
+            !s1.starts_with(&a[..a.len() / 2]),
+            "a sub-agent's blocks are its own"
+        );
+    }
+    // Hash ids are each session's own: the same ids in another session are other bytes.
+    let first = &calls[&(0, 0)].content;
+    let other = &calls[&(1, 0)].content;
+    let common = first
+        .bytes()
+        .zip(other.bytes())
+        .take_while(|(x, y)| x == y)
+        .count();
+    assert!(
+        common < first.len() / 4,
+        "sessions 0 and 1 share {common} bytes of block 1"
+    );
+    // One session line each, every call answered.
+    let sessions: Vec<_> = common::read_log(&run.out())
+        .into_iter()
+        .filter(|l| l["event"] == "session")
+        .collect();
+    assert_eq!(sessions.len(), 4);
+    for line in &sessions {
+        assert_eq!(
+            (line["calls"].as_u64(), line["answered"].as_u64()),
+            (Some(6), Some(6))
+        );
+    }
+}
+
+#[test]
+fn each_session_starts_at_its_point_of_the_start_window() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    let run = run(port, " start=\"50%..50%\"");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    // Half of six calls are left out: each session starts at X1 (its parent A left out), and B
+    // (whose parents are left out) goes with it; C waits for B as recorded.
+    let expected: BTreeSet<(u64, u64)> = (0..4).flat_map(|s| (3..6).map(move |c| (s, c))).collect();
+    assert_eq!(calls.keys().copied().collect::<BTreeSet<_>>(), expected);
+    for session in 0..4 {
+        let (x1, b, c) = (
+            &calls[&(session, 3)],
+            &calls[&(session, 4)],
+            &calls[&(session, 5)],
+        );
+        let apart = if x1.arrived > b.arrived {
+            x1.arrived - b.arrived
+        } else {
+            b.arrived - x1.arrived
+        };
+        assert!(
+            apart < Duration::from_millis(20),
+            "X1 and B start the session together"
+        );
+        let gap = c.arrived.saturating_duration_since(b.answered);
+        assert!(
+            gap >= Duration::from_millis(149) && gap < Duration::from_millis(170),
+            "{gap:?}"
+        );
+    }
+}
+
+#[test]
+fn shards_keep_each_session_whole_and_merge_into_one_run() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("agents.jsonl"), trace(4)).unwrap();
+    let plan = common::write_plan(
+        dir.path(),
+        &format!(
+            "plan \"agents\" {{ seed 5 }}\n\
+             target \"http://127.0.0.1:{port}/v1\" {{ api \"chat\"; model \"m\"; stream #true }}\n\
+             workload {{ tokenizer \"cl100k_base\" }}\n\
+             phase \"agents\" {{ sessions \"agents.jsonl\" concurrent=2 }}\n"
+        ),
+    );
+    let mut shards = Vec::new();
+    for k in 1..=2 {
+        let out = dir.path().join(format!("shard-{k}"));
+        let output = common::llmload()
+            .arg("run")
+            .arg(&plan)
+            .args(["--shard", &format!("{k}/2"), "--quiet", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        shards.push(out);
+    }
+    // Every call of every session was sent once, between the two shards.
+    assert_eq!(by_call(&seen).len(), 4 * 6);
+    let merged = dir.path().join("merged");
+    let output = common::llmload()
+        .arg("merge")
+        .args(&shards)
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let log = common::read_log(&merged);
+    // Each session's calls all came from the one shard that ran it.
+    let mut shard_of: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for line in log.iter().filter(|l| l["event"] == "request") {
+        let session = line["conversation"].as_u64().unwrap();
+        shard_of
+            .entry(session)
+            .or_default()
+            .insert(line["shard"].as_u64().unwrap());
+    }
+    assert_eq!(shard_of.len(), 4);
+    assert!(
+        shard_of.values().all(|shards| shards.len() == 1),
+        "{shard_of:?}"
+    );
+    let sessions: Vec<_> = log.iter().filter(|l| l["event"] == "session").collect();
+    assert_eq!(sessions.len(), 4);
+    for line in sessions {
+        let session = line["session"].as_u64().unwrap();
+        let shard = line["shard"].as_u64().unwrap();
+        assert_eq!(shard_of[&session], BTreeSet::from([shard]));
+        // Shard k ran the file's sessions k − 1, k + 1…
+        assert_eq!(session % 2, shard - 1);
+    }
+}
