@@ -296,6 +296,22 @@ fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
             (Some(6), Some(6))
         );
     }
+    // Judged as sessions: each waited its recorded 1,050 ms (0 + 300 + 120 + 400 + 80 + 150),
+    // and took its critical path, A → S1 → S2 → B → C: five answers of 30 ms and 650 ms of
+    // waits (X1's 400 ms runs beside it).
+    let summary = run.summary();
+    let phase = common::phase(&summary, "agents");
+    assert_eq!(phase["sessions"]["judged"], 4);
+    assert_eq!(phase["sessions"]["goodput"], 1.0);
+    let metric = |key: &str, stat: &str| phase["metrics"][key][stat].as_f64().unwrap();
+    assert_eq!(metric("session_calls", "min"), 6.0);
+    let waited = metric("session_wait_ms", "mean");
+    assert!((1050.0..1080.0).contains(&waited), "{waited}");
+    let (fastest, slowest) = (
+        metric("session_e2e_ms", "min"),
+        metric("session_e2e_ms", "max"),
+    );
+    assert!(fastest >= 800.0 && slowest < 900.0, "{fastest}..{slowest}");
 }
 
 #[test]

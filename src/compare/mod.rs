@@ -327,6 +327,7 @@ fn side(
                 // Not from one request each: compared from the summaries, not resampled.
                 Source::PerSecond { .. }
                 | Source::Aggregate(_)
+                | Source::Sessions { .. }
                 | Source::Server(_)
                 | Source::Search => {}
             }
@@ -393,7 +394,7 @@ fn value(
         }
         // Capacity is not a statistic of requests: it is compared from the two runs'
         // search brackets, not resampled. The server's own numbers are not compared.
-        Source::Search | Source::Server(_) | Source::Aggregate(_) => None,
+        Source::Search | Source::Server(_) | Source::Aggregate(_) | Source::Sessions { .. } => None,
     }
 }
 
@@ -643,6 +644,7 @@ fn metric_row(runs: &Runs, tolerance: &Tolerance, seed: u64) -> Row {
         | Source::Share { .. }
         | Source::PerSecond { .. }
         | Source::Aggregate(_)
+        | Source::Sessions { .. }
         | Source::Server(_)
         | Source::Search => RESAMPLES,
     };

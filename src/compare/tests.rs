@@ -63,6 +63,7 @@ fn run(n: usize, ttft_ms: f64, seed: u64, failures: usize) -> RunLog {
             api: None,
             model: None,
             cache_reset: None,
+            sessions: false,
         }],
         phase_ends: vec![PhaseEnd {
             index: 0,

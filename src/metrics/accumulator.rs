@@ -177,6 +177,18 @@ impl<'s> Accumulator<'s> {
         }
     }
 
+    /// One agent session of the scope: judged (`Some`), or cut short by its phase's end.
+    pub(super) fn add_session(&mut self, outcome: Option<&super::sessions::SessionOutcome>) {
+        let stats = self.m.sessions.get_or_insert_with(Default::default);
+        match outcome {
+            Some(outcome) => {
+                stats.add(outcome);
+                self.m.distributions.add_session(outcome);
+            }
+            None => stats.cut_short += 1,
+        }
+    }
+
     pub(super) fn add(&mut self, record: &RequestRecord) {
         let m = &mut self.m;
         // Each distribution takes what the metric table says it takes from this request.

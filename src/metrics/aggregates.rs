@@ -432,6 +432,17 @@ impl Distributions {
             .map(|(_, d)| d)
     }
 
+    /// Adds what one judged agent session gives each session distribution.
+    pub(super) fn add_session(&mut self, session: &super::sessions::SessionOutcome) {
+        for (metric, distribution) in &mut self.0 {
+            if let table::Source::Sessions { sample, .. } = metric.def().source {
+                if let Some(value) = sample(session) {
+                    distribution.record(value);
+                }
+            }
+        }
+    }
+
     /// Adds what one request (of an open-loop phase or not) gives each distribution.
     pub(super) fn add(&mut self, record: &RequestRecord, open_loop: bool) {
         for (metric, distribution) in &mut self.0 {
@@ -483,6 +494,9 @@ pub struct PhaseMetrics {
     pub goodput: Option<Goodput>,
     /// The prefix cache, where the server reports cached tokens.
     pub prefix_cache: Option<PrefixCache>,
+    /// Agent sessions judged (a `sessions` phase's, or every recorded one's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::sessions::SessionStats>,
     /// Answers checked against the plan's `response-format`, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answers: Option<AnswerChecks>,
@@ -556,7 +570,9 @@ impl PhaseMetrics {
     pub fn value(&self, metric: Metric, stat: Option<Stat>) -> Option<f64> {
         use table::Source;
         match metric.def().source {
-            Source::Distribution { .. } => self.distribution(metric)?.stat(stat?),
+            Source::Distribution { .. } | Source::Sessions { .. } => {
+                self.distribution(metric)?.stat(stat?)
+            }
             Source::Share { read, .. }
             | Source::PerSecond { read, .. }
             | Source::Aggregate(read) => read(self),

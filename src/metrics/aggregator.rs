@@ -36,6 +36,8 @@ pub struct Aggregator<'s> {
     by_media: super::media::MediaAccumulator,
     error_samples: BTreeMap<String, ErrorSample>,
     stall_marks: super::stalls::StallMarks,
+    /// The agent sessions of `sessions` phases, judged at the end.
+    sessions: super::sessions::SessionBook,
 }
 
 /// What one input length gathers.
@@ -234,6 +236,7 @@ impl<'s> Aggregator<'s> {
             by_media: Default::default(),
             error_samples: BTreeMap::new(),
             stall_marks: Default::default(),
+            sessions: Default::default(),
         }
     }
 
@@ -251,6 +254,9 @@ impl<'s> Aggregator<'s> {
         match line {
             LogLine::Request(record) => self.record(&record),
             LogLine::PhaseStart(start) => {
+                if start.sessions {
+                    self.sessions.phase(start.index);
+                }
                 self.series.phase_start(&start);
                 let mut accumulator = Accumulator::new(start.open_loop, self.slo);
                 accumulator.profile = Some(ProfileBuilder::new(start.at_us));
@@ -267,6 +273,10 @@ impl<'s> Aggregator<'s> {
                 self.stall_marks.stall(stall);
                 self.log.push(LogLine::Stall(stall));
             }
+            LogLine::Session(session) => {
+                self.sessions.end(session.clone());
+                self.log.push(LogLine::Session(session));
+            }
             other => self.log.push(other),
         }
     }
@@ -278,6 +288,10 @@ impl<'s> Aggregator<'s> {
             return;
         };
         self.phases[position].add(record);
+        let good = self
+            .slo
+            .map_or(record.ok(), |slo| super::meets(slo, record));
+        self.sessions.record(record, good);
         self.series.record(record);
         let end_us = record.end_us().unwrap_or(record.actual_send_us);
         self.stall_marks
@@ -370,12 +384,22 @@ impl<'s> Aggregator<'s> {
         let by_input = self.by_input;
         let by_batch = self.by_batch;
         let log = self.log;
+        let (mut accumulators, mut overall) = (self.phases, self.overall);
+        for (phase, outcome) in self.sessions.outcomes() {
+            let Some(position) = log.phases.iter().position(|p| p.index == phase) else {
+                continue;
+            };
+            accumulators[position].add_session(outcome.as_ref());
+            if log.phases[position].record {
+                overall.add_session(outcome.as_ref());
+            }
+        }
         let run_end = log.end.as_ref().map(|e| e.at_us);
         // The plan's price of the deployment, as the records keep it.
         let price = log.header.as_ref().and_then(|h| h.cost.clone());
         let mut phases = Vec::new();
         let mut windows = Vec::new();
-        for (position, (start, accumulator)) in log.phases.iter().zip(self.phases).enumerate() {
+        for (position, (start, accumulator)) in log.phases.iter().zip(accumulators).enumerate() {
             let phase_end = log.phase_ends.iter().find(|e| e.index == start.index);
             let sending_end = phase_end
                 .map(|e| e.at_us)
@@ -411,7 +435,7 @@ impl<'s> Aggregator<'s> {
             windows.push((start.record, start.open_loop, window));
         }
         let overall_windows: Vec<Window> = windows.iter().filter(|w| w.0).map(|w| w.2).collect();
-        let mut overall = self.overall.finish(&overall_windows);
+        let mut overall = overall.finish(&overall_windows);
         overall.name = "all recorded phases".into();
         overall.cost = price.as_ref().and_then(|rate| Cost::of(&overall, rate));
         overall.recorded = true;

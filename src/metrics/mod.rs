@@ -23,6 +23,7 @@ mod grouped;
 mod media;
 pub mod profile;
 pub mod server;
+pub mod sessions;
 pub mod stalls;
 pub mod steady;
 pub mod table;
@@ -112,10 +113,11 @@ fn replay(log: &RunLog, slo: Option<&Slo>, filter: &mut SteadyFilter) -> Aggrega
     for record in log.records.iter().filter(|r| filter.keeps(r)) {
         aggregator.record(record);
     }
+    let sessions = log.sessions.iter().cloned().map(LogLine::Session);
     let ends = log.phase_ends.iter().cloned().map(LogLine::PhaseEnd);
     let search = log.search_end.iter().cloned().map(LogLine::SearchEnd);
     let run = log.end.iter().cloned().map(LogLine::RunEnd);
-    for line in ends.chain(search).chain(run) {
+    for line in sessions.chain(ends).chain(search).chain(run) {
         filter.feed(&mut aggregator, line);
     }
     aggregator.finish().1

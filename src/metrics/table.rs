@@ -197,6 +197,14 @@ pub enum Source {
     },
     /// Computed from a scope's aggregates alone.
     Aggregate(fn(&PhaseMetrics) -> Option<f64>),
+    /// A distribution over agent sessions (a `sessions` phase's), kept as an HDR histogram per
+    /// scope like a request's; reports name its summary `key`.
+    Sessions {
+        /// Its key in summaries.
+        key: &'static str,
+        /// The value one judged session gives.
+        sample: fn(&super::sessions::SessionOutcome) -> Option<f64>,
+    },
     /// What the server says of itself: one signal of its telemetry.
     Server(Signal),
     /// What a capacity search found (judged from the search's bracket, not a scope).
@@ -219,6 +227,8 @@ pub enum Needs {
     Slo,
     /// A `search` (what finds a capacity).
     Search,
+    /// A `sessions` phase (agent sessions to judge).
+    Sessions,
     /// A `cost` (what the deployment costs an hour), and an `slo` where `slo` says so.
     Cost {
         /// It also needs an `slo` (a price of goodput).
@@ -253,6 +263,14 @@ const WATCHED: Uses = Uses {
     early_end: true,
 };
 const SERVER: Uses = Uses {
+    assert: true,
+    compare: false,
+    abort: false,
+    early_end: false,
+};
+/// Judged at the end, from the sessions' lines: not request by request (no abort, no early
+/// end), and not resampled by a comparison.
+const SESSIONS: Uses = Uses {
     assert: true,
     compare: false,
     abort: false,
@@ -778,6 +796,84 @@ metric_table! {
         uses: JUDGED,
         example: "> 10",
     },
+    /// How long an agent session took, start to its last answer.
+    SessionE2e {
+        name: "session-e2e",
+        label: "Session E2E",
+        doc: "an agent session's time, from its start to its last call's answer (sessions the phase's end cut short are not judged)",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Sessions {
+            key: "session_e2e_ms",
+            sample: |s| Some(s.e2e_ms),
+        },
+        needs: Needs::Sessions,
+        uses: SESSIONS,
+        example: "p95 < \"10m\"",
+    },
+    /// Calls an agent session made.
+    SessionCalls {
+        name: "session-calls",
+        label: "Session calls",
+        doc: "the calls an agent session had answered",
+        kind: MetricKind::Count,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Sessions {
+            key: "session_calls",
+            sample: |s| Some(s.calls),
+        },
+        needs: Needs::Sessions,
+        uses: REPORTED,
+        example: "mean > 10",
+    },
+    /// Time an agent session's calls waited for their turn.
+    SessionWait {
+        name: "session-wait",
+        label: "Session waits",
+        doc: "the time an agent session's calls waited before they were sent (tool runs, think times), summed",
+        kind: MetricKind::Latency,
+        better: Better::Lower,
+        stats: Stats::Any,
+        source: Source::Sessions {
+            key: "session_wait_ms",
+            sample: |s| Some(s.waited_ms),
+        },
+        needs: Needs::Sessions,
+        uses: REPORTED,
+        example: "p95 < \"5m\"",
+    },
+    /// The share of a session's prompt tokens the server's prefix cache served.
+    SessionCacheHit {
+        name: "session-cache-hit",
+        label: "Session cache hit",
+        doc: "the share of an agent session's prompt tokens its answers said the prefix cache served",
+        kind: MetricKind::Fraction,
+        better: Better::Higher,
+        stats: Stats::Any,
+        source: Source::Sessions {
+            key: "session_cache_hit",
+            sample: |s| s.cache_hit,
+        },
+        needs: Needs::Sessions,
+        uses: SESSIONS,
+        example: "p50 > 80%",
+        absent: Some("no answer said how many prompt tokens were cached"),
+    },
+    /// The share of judged sessions whose every call met the objectives.
+    SessionGoodput {
+        name: "session-goodput",
+        label: "Session goodput",
+        doc: "the share of agent sessions whose every call was answered and met the plan's slo (answered, without one)",
+        kind: MetricKind::Fraction,
+        better: Better::Higher,
+        stats: Stats::None,
+        source: Source::Aggregate(|m| m.sessions.as_ref().filter(|s| s.judged > 0).map(|s| s.goodput)),
+        needs: Needs::Sessions,
+        uses: SESSIONS,
+        example: "> 90%",
+    },
     /// The fraction of completed requests meeting every objective of the plan's `slo`.
     GoodputRatio {
         name: "goodput-ratio",
@@ -1093,7 +1189,10 @@ impl DistMetric {
         let mut i = 0;
         let mut ordinal = 0;
         while i < TABLE.len() {
-            let is_distribution = matches!(TABLE[i].source, Source::Distribution { .. });
+            let is_distribution = matches!(
+                TABLE[i].source,
+                Source::Distribution { .. } | Source::Sessions { .. }
+            );
             if TABLE[i].metric as usize == metric as usize {
                 assert!(is_distribution, "not a distribution of the metric table");
                 return DistMetric { metric, ordinal };
@@ -1157,7 +1256,12 @@ impl Metric {
     pub fn distributions() -> impl Iterator<Item = Metric> {
         METRICS
             .iter()
-            .filter(|d| matches!(d.source, Source::Distribution { .. }))
+            .filter(|d| {
+                matches!(
+                    d.source,
+                    Source::Distribution { .. } | Source::Sessions { .. }
+                )
+            })
             .map(|d| d.metric)
     }
 
@@ -1173,7 +1277,10 @@ impl Metric {
 
     /// Whether the metric is a per-request distribution that takes a statistic (p99, mean...).
     pub fn is_distribution(self) -> bool {
-        matches!(self.def().source, Source::Distribution { .. })
+        matches!(
+            self.def().source,
+            Source::Distribution { .. } | Source::Sessions { .. }
+        )
     }
 
     /// Whether a line naming it names a statistic.
@@ -1188,7 +1295,10 @@ impl Metric {
         match self.def().source {
             Source::PerSecond { unit, .. } => Some(unit),
             Source::Share { .. } | Source::Aggregate(_) => Some(self.kind().csv_unit()),
-            Source::Distribution { .. } | Source::Server(_) | Source::Search => None,
+            Source::Distribution { .. }
+            | Source::Sessions { .. }
+            | Source::Server(_)
+            | Source::Search => None,
         }
     }
 
@@ -1210,7 +1320,7 @@ impl Metric {
     /// Its summary key in reports (`ttft_ms`), for a distribution.
     pub fn summary_key(self) -> Option<&'static str> {
         match self.def().source {
-            Source::Distribution { key, .. } => Some(key),
+            Source::Distribution { key, .. } | Source::Sessions { key, .. } => Some(key),
             Source::Share { .. }
             | Source::PerSecond { .. }
             | Source::Aggregate(_)
@@ -1259,6 +1369,7 @@ impl Metric {
             | Source::Share { .. }
             | Source::PerSecond { .. }
             | Source::Aggregate(_)
+            | Source::Sessions { .. }
             | Source::Server(_)
             | Source::Search => None,
         }
@@ -1479,7 +1590,9 @@ mod tests {
             let m = def.metric;
             // A distribution takes any statistic; one number takes none.
             match def.source {
-                Source::Distribution { .. } => assert_eq!(def.stats, Stats::Any, "{m}"),
+                Source::Distribution { .. } | Source::Sessions { .. } => {
+                    assert_eq!(def.stats, Stats::Any, "{m}")
+                }
                 Source::Share { .. } | Source::PerSecond { .. } | Source::Aggregate(_) => {
                     assert_eq!(def.stats, Stats::None, "{m}")
                 }

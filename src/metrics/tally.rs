@@ -59,6 +59,7 @@ impl Tally {
                 // Not kept here (see `Default`).
                 Source::Distribution { .. }
                 | Source::Aggregate(_)
+                | Source::Sessions { .. }
                 | Source::Server(_)
                 | Source::Search => {}
             }

@@ -61,6 +61,7 @@ fn phase(index: usize, name: &str, record: bool, at_us: u64) -> PhaseStart {
         api: None,
         model: None,
         cache_reset: None,
+        sessions: false,
     }
 }
 
@@ -711,6 +712,7 @@ fn every_share_and_per_second_metric_reads_what_its_table_formula_gives() {
             }
             Source::Distribution { .. }
             | Source::Aggregate(_)
+            | Source::Sessions { .. }
             | Source::Server(_)
             | Source::Search => continue,
         };

@@ -51,9 +51,11 @@ pub fn decides_while_running(assertion: &Assertion) -> bool {
             Some(Stat::Percentile(_) | Stat::Max | Stat::Min)
         ),
         Source::Share { .. } => true,
-        Source::PerSecond { .. } | Source::Aggregate(_) | Source::Server(_) | Source::Search => {
-            false
-        }
+        Source::PerSecond { .. }
+        | Source::Aggregate(_)
+        | Source::Sessions { .. }
+        | Source::Server(_)
+        | Source::Search => false,
     }
 }
 

@@ -312,6 +312,9 @@ pub struct PhaseStart {
     /// The server's caches reset before it (`reset-cache`): how, or why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_reset: Option<CacheReset>,
+    /// It replays agent sessions: its requests are their calls, and `session` lines follow.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions: bool,
 }
 
 /// A cache reset before a phase: done (how) or not (why).

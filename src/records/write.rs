@@ -222,6 +222,7 @@ mod tests {
             api: None,
             model: None,
             cache_reset: None,
+            sessions: false,
         })
     }
 

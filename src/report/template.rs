@@ -317,6 +317,11 @@ mod tests {
             Metric::InputTokenThroughput => &["throughput.input_tokens_per_s"],
             Metric::Goodput => &["goodput.requests_per_s"],
             Metric::GoodputRatio => &["goodput.ratio"],
+            Metric::SessionE2e
+            | Metric::SessionCalls
+            | Metric::SessionWait
+            | Metric::SessionCacheHit => &["metric_rows"],
+            Metric::SessionGoodput => &["sessions.goodput"],
             Metric::Capacity => &["capacity.headline"],
             Metric::ServerRunning => &["s.running.mean"],
             Metric::ServerWaiting => &["s.waiting.mean"],

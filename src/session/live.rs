@@ -32,6 +32,7 @@ impl Live {
             }
             Source::PerSecond { .. }
             | Source::Aggregate(_)
+            | Source::Sessions { .. }
             | Source::Server(_)
             | Source::Search => Live::Nothing,
         }

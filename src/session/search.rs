@@ -433,9 +433,11 @@ fn misses(objective: &Assertion, record: &RequestRecord, slo: Option<&Slo>) -> b
             counts(record, good) == (def.better == Better::Lower)
         }
         // Not from one request: no request misses them alone.
-        Source::PerSecond { .. } | Source::Aggregate(_) | Source::Server(_) | Source::Search => {
-            false
-        }
+        Source::PerSecond { .. }
+        | Source::Aggregate(_)
+        | Source::Sessions { .. }
+        | Source::Server(_)
+        | Source::Search => false,
     }
 }
 

@@ -42,6 +42,7 @@ impl Watched {
             Source::Distribution { .. }
             | Source::PerSecond { .. }
             | Source::Aggregate(_)
+            | Source::Sessions { .. }
             | Source::Server(_)
             | Source::Search => Live::Nothing,
         };
@@ -103,6 +104,7 @@ impl Watched {
             }
             Source::PerSecond { .. }
             | Source::Aggregate(_)
+            | Source::Sessions { .. }
             | Source::Server(_)
             | Source::Search => (Standing::AtTheEnd, None),
         };

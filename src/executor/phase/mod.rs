@@ -170,6 +170,7 @@ async fn run_phase(
             .map(str::to_string),
         model: phase.model.clone(),
         cache_reset,
+        sessions: matches!(phase.load_model, crate::plan::Load::Sessions(_)),
     };
     context.observer.on_event(Event::PhaseStarted(&start));
     context.log(LogLine::PhaseStart(start));

@@ -694,8 +694,9 @@ fn fragment(cx: &mut Cx, placed: &[Placed]) {
         unrecorded: &[],
         has_slo: placed.iter().any(|p| p.node.name().value() == "slo"),
         has_search: true,
-        // The plans that include it give the price.
+        // The plans that include it give the price, and the phases.
         has_cost: true,
+        has_sessions: true,
         // A fragment's assertions may name the phases of the plans that include it.
         phases_incomplete: true,
         // Nor is its target known: the plans that include it check what they measure.
@@ -1240,6 +1241,9 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         has_slo,
         has_search: search.is_some(),
         has_cost: has("cost"),
+        has_sessions: phases
+            .iter()
+            .any(|p| matches!(p.load, crate::plan::Load::Sessions(_))),
         phases_incomplete: unreadable.unnamed_phase,
         answers: target.as_ref().map(|t: &crate::plan::Target| {
             let apis: Vec<crate::api::Api> = std::iter::once(t.api)

@@ -27,6 +27,8 @@ pub(super) struct Scope<'a> {
     pub has_search: bool,
     /// The plan has a `cost` (the cost metrics need one).
     pub has_cost: bool,
+    /// A phase replays agent sessions (the session metrics need one).
+    pub has_sessions: bool,
     /// Part of the plan could not be read (a syntax error): a phase it named may exist.
     pub phases_incomplete: bool,
     /// What the plan's APIs answer with, for the metrics that need it; `None` where it is not
@@ -228,7 +230,12 @@ fn metric(cx: &mut Cx, node: &KdlNode, scope: &Scope) -> Option<Metric> {
             "no search",
             "add a search block: search \"capacity\" { rate from=1 to=64; duration \"30s\" }",
         )),
-        Needs::Slo | Needs::Search | Needs::Cost { .. } => None,
+        Needs::Sessions if !scope.has_sessions => Some((
+            "judges agent sessions, and no phase replays any",
+            "no sessions",
+            "add a phase replaying agent sessions: phase \"agents\" { sessions \"agents.jsonl\" concurrent=8 }",
+        )),
+        Needs::Slo | Needs::Search | Needs::Cost { .. } | Needs::Sessions => None,
     };
     if let Some((what, label, help)) = missing {
         cx.error(
@@ -271,6 +278,7 @@ fn unmeasurable(metric: Metric, answers: Answers) -> Option<(String, &'static st
         | Needs::Batch
         | Needs::Slo
         | Needs::Search
+        | Needs::Sessions
         | Needs::Cost { .. } => None,
     }
 }
