@@ -70,6 +70,15 @@ impl Load {
         !matches!(self, Load::Concurrency(_) | Load::Sessions(_))
     }
 
+    /// Whether its requests' bodies can be built ahead of their sends, in schedule order; a
+    /// session's call is made when its turn comes (what it carries is the session's).
+    pub fn bodies_ahead(&self) -> bool {
+        match self {
+            Load::Concurrency(_) | Load::Rate { .. } | Load::AtOnce(_) | Load::Trace(_) => true,
+            Load::Sessions(_) => false,
+        }
+    }
+
     /// Whether the phase waits for its requests to finish before the next starts (a burst's
     /// latency is its own only then).
     pub fn drains(&self) -> bool {

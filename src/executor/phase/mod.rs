@@ -285,7 +285,14 @@ fn spawn_body_builder(
     let context = context.clone();
     let template = context.template(phase.index).clone();
     // A materialized phase ends with its list; an open-ended one goes on until its receiver goes.
-    let limit = (!phase.open_ended).then_some(phase.requests.len() as u64);
+    // Sessions build each call's body when its turn comes (the sessions driver): none here.
+    let limit = if !phase.load_model.bodies_ahead() {
+        Some(0)
+    } else if phase.open_ended {
+        None
+    } else {
+        Some(phase.requests.len() as u64)
+    };
     let schedule = context.schedule.clone();
     let phase = phase.clone();
     tokio::task::spawn_blocking(move || {
