@@ -422,3 +422,55 @@ fn shards_keep_each_session_whole_and_merge_into_one_run() {
         assert_eq!(session % 2, shard - 1);
     }
 }
+
+/// Chains of 8 calls with no wait between them: each session holds exactly one call in flight,
+/// so concurrent sessions are concurrent requests.
+fn chains(sessions: usize) -> String {
+    (0..sessions)
+        .map(|s| {
+            let requests: Vec<_> = (0..8)
+                .map(|i| {
+                    let ids: Vec<u64> = (1..=2 + i).collect();
+                    let mut call = call(i as f64 * 0.2, 64 + 32 * i as u32, &ids, 0.0, 0.1);
+                    // Answers of 16 tokens (about 100 ms at 8 sequences): a call queued
+                    // behind one waits that long for its first token.
+                    call["out"] = json!(16);
+                    call
+                })
+                .collect();
+            json!({"id": format!("chain-{s:03}"), "block_size": 32, "requests": requests})
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The search of concurrent sessions finds the simulator's engine limit (8 sequences at once):
+/// at 9 sessions a call queues behind a whole answer, and TTFT p99 jumps past the objective.
+#[test]
+fn a_search_of_sessions_finds_how_many_agents_the_engine_holds() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("chains.jsonl"), chains(48)).unwrap();
+    let plan = "plan \"agents-capacity\" { seed 3 }\n\
+        target \"sim\" { timeout \"10s\" }\n\
+        sim { engine { max-seqs 8; step-base \"2ms\"; decode-per-seq \"500us\"; prefill-per-token \"10us\" } }\n\
+        workload { tokenizer \"cl100k_base\"; output 16 ignore-eos=#true }\n\
+        search \"agents\" { sessions \"chains.jsonl\" from=2 to=32; warmup \"300ms\"; duration \"2s\"; precision \"10%\"; max-probes 12 }\n\
+        sla { ttft p99 < \"50ms\"; session-goodput > \"80%\" }\n";
+    let run = common::run_in(dir, plan, &[]);
+    assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
+    let summary = run.summary();
+    let bracket = &summary["capacity"]["bracket"];
+    assert_eq!(
+        (bracket["sustains"].as_f64(), bracket["fails_at"].as_f64()),
+        (Some(8.0), Some(9.0)),
+        "{bracket}"
+    );
+    assert_eq!(bracket["unit"], "sessions");
+    let said = run.stdout();
+    assert!(
+        said.contains("sustains 8 sessions; fails at 9 sessions"),
+        "{said}"
+    );
+}

@@ -410,6 +410,7 @@ fn capacity_row(tolerance: &Tolerance, capacities: Option<(&Bracket, &Bracket)>)
         unit: capacities.map_or(MetricKind::Capacity.unit(), |(b, _)| match b.unit {
             crate::plan::LoadUnit::RequestsPerSecond => "requests_per_s",
             crate::plan::LoadUnit::Concurrency => "concurrent_requests",
+            crate::plan::LoadUnit::Sessions => "concurrent_sessions",
         }),
         baseline,
         current,

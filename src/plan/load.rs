@@ -195,15 +195,26 @@ impl std::fmt::Display for Arrivals {
 pub use crate::records::LoadUnit;
 
 impl Load {
-    /// The load of `value` in `unit`: a constant rate with `arrivals`, or that many users.
-    pub fn in_unit(unit: LoadUnit, value: f64, arrivals: Arrivals) -> Load {
-        match unit {
+    /// The load of `value` in `unit`: a constant rate with `arrivals`, that many users, or that
+    /// many of `sessions`' sessions at once; `None` for sessions without their file.
+    pub fn in_unit(
+        unit: LoadUnit,
+        value: f64,
+        arrivals: Arrivals,
+        sessions: Option<&super::sessions::Sessions>,
+    ) -> Option<Load> {
+        let whole = value.round().max(1.0) as u32;
+        Some(match unit {
             LoadUnit::RequestsPerSecond => Load::Rate {
                 rate: RateShape::Constant(value),
                 arrivals,
             },
-            LoadUnit::Concurrency => Load::Concurrency(value.round().max(1.0) as u32),
-        }
+            LoadUnit::Concurrency => Load::Concurrency(whole),
+            LoadUnit::Sessions => Load::Sessions(super::sessions::Sessions {
+                concurrent: whole,
+                ..sessions?.clone()
+            }),
+        })
     }
 }
 

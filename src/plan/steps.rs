@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Arrivals, LoadUnit};
+use super::{Arrivals, Load, LoadUnit};
 
 /// A phase that is one step of a sweep (or one probe of a search).
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +46,15 @@ pub struct Search {
     pub position: usize,
     /// The server's caches are reset before each probe (its warmup, if it has one).
     pub reset_cache: bool,
+    /// The agent sessions a search of concurrent sessions replays (its `sessions` node).
+    pub sessions: Option<super::sessions::Sessions>,
+}
+
+impl Search {
+    /// Its load at `value` (a probe's): `None` only for a search of sessions without its file.
+    pub fn load_at(&self, value: f64) -> Option<Load> {
+        Load::in_unit(self.unit, value, self.arrivals, self.sessions.as_ref())
+    }
 }
 
 /// What a sweep's step or a search's probe must meet.

@@ -474,11 +474,7 @@ impl Schedule {
     pub fn loads(&self) -> Vec<Load> {
         let mut loads: Vec<Load> = self.phases.iter().map(|p| p.load_model.clone()).collect();
         if let Some(search) = &self.search {
-            loads.push(Load::in_unit(
-                search.spec.unit,
-                search.spec.high,
-                search.spec.arrivals,
-            ));
+            loads.extend(search.spec.load_at(search.spec.high));
         }
         loads
     }
@@ -733,6 +729,9 @@ impl Schedule {
         };
         let spec = &search.spec;
         let value = crate::plan::units::format_load(load);
+        let Some(load_model) = spec.load_at(load) else {
+            return Err(Error::run("a search of sessions without its sessions"));
+        };
         let name = if warmup {
             format!("{} probe {number} warmup @ {value}", spec.name)
         } else {
@@ -754,7 +753,7 @@ impl Schedule {
                 unit: spec.unit,
                 warmup,
             }),
-            ..Phase::new(name, Load::in_unit(spec.unit, load, spec.arrivals))
+            ..Phase::new(name, load_model)
         };
         let mut compiled =
             compile_phase(&self.mix, self.seed, index, &phase, MAX_SCHEDULED_REQUESTS)?;

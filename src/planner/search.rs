@@ -168,7 +168,7 @@ pub fn next(spec: &Search, results: &[ProbeResult], elapsed: Duration) -> Result
         (Some(s), Some(f)) => {
             let mid = match spec.unit {
                 LoadUnit::RequestsPerSecond => (s * f).sqrt(),
-                LoadUnit::Concurrency => ((s + f) / 2.0).floor(),
+                LoadUnit::Concurrency | LoadUnit::Sessions => ((s + f) / 2.0).floor(),
             };
             let mid = round(spec.unit, mid);
             if found.width.is_some_and(|w| w <= spec.precision) || mid <= s || mid >= f {
@@ -198,7 +198,7 @@ pub fn probe_time(spec: &Search) -> Duration {
 
 fn round(unit: LoadUnit, load: f64) -> f64 {
     match unit {
-        LoadUnit::Concurrency => load.round().max(1.0),
+        LoadUnit::Concurrency | LoadUnit::Sessions => load.round().max(1.0),
         LoadUnit::RequestsPerSecond => (load * 1000.0).round() / 1000.0,
     }
 }
@@ -258,6 +258,7 @@ mod tests {
             objective: Objective::Sla,
             position: 0,
             reset_cache: false,
+            sessions: None,
         }
     }
 

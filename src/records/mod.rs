@@ -334,6 +334,8 @@ pub enum LoadUnit {
     RequestsPerSecond,
     /// Concurrent requests (a closed loop's users).
     Concurrency,
+    /// Concurrent agent sessions (a `sessions` load's slots).
+    Sessions,
 }
 
 impl LoadUnit {
@@ -342,6 +344,7 @@ impl LoadUnit {
         match self {
             LoadUnit::RequestsPerSecond => "req/s",
             LoadUnit::Concurrency => "concurrent",
+            LoadUnit::Sessions => "sessions",
         }
     }
 }

@@ -612,6 +612,7 @@ fn search_lines(plan: &Plan, search: &crate::planner::SearchSchedule) -> String 
         match spec.unit {
             crate::plan::LoadUnit::RequestsPerSecond => "geometric midpoints",
             crate::plan::LoadUnit::Concurrency => "whole users",
+            crate::plan::LoadUnit::Sessions => "whole sessions",
         },
         spec.max_probes,
         crate::plan::units::format_duration(probe_time),

@@ -261,6 +261,7 @@ fn chart(summary: &SweepSummary) -> Option<String> {
         .map_or("load", |b| match b.unit {
             crate::plan::LoadUnit::RequestsPerSecond => "req/s",
             crate::plan::LoadUnit::Concurrency => "concurrent requests",
+            crate::plan::LoadUnit::Sessions => "concurrent sessions",
         });
     let y_title = if summary.searched {
         format!("capacity, {unit_name} (bar: held; whisker: to the load that failed)")

@@ -75,10 +75,11 @@ pub fn trials(plan: &Plan, duration: Duration, server: TrialServer) -> Vec<Trial
         .collect();
     if let Some(search) = &plan.search {
         // The highest load the search may probe, whatever it finds.
-        loads.push((
-            format!("search \"{}\" at its top", search.name),
-            Load::in_unit(search.unit, search.high, search.arrivals),
-        ));
+        loads.extend(
+            search
+                .load_at(search.high)
+                .map(|load| (format!("search \"{}\" at its top", search.name), load)),
+        );
     }
     for (name, load) in loads {
         if let Some(trial) = trials.iter_mut().find(|t| t.plan.phases[1].load == load) {

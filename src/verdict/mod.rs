@@ -305,6 +305,7 @@ fn judge_capacity(assertion: &Assertion, capacity: Option<&CapacityResult>) -> V
         unit: match unit {
             Some(LoadUnit::RequestsPerSecond) => "requests_per_s",
             Some(LoadUnit::Concurrency) => "concurrent_requests",
+            Some(LoadUnit::Sessions) => "concurrent_sessions",
             None => MetricKind::Capacity.unit(),
         },
         threshold_display: format!("{} {}", assertion.op.symbol(), show(assertion.threshold)),

@@ -980,15 +980,19 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         }
     }
 
-    cx.replay_only = !phase_nodes.is_empty()
-        && !placed
+    // Every load replays a file (traces, sessions: a search of sessions too), so the workload's
+    // lengths are never used.
+    let replays = |node: &kdl::KdlNode| {
+        cx::children(node)
             .iter()
-            .any(|p| matches!(p.node.name().value(), "sweep" | "search"))
-        && phase_nodes.iter().all(|p| {
-            cx::children(p.node)
-                .iter()
-                .any(|c| matches!(c.name().value(), "trace" | "sessions"))
-        });
+            .any(|c| matches!(c.name().value(), "trace" | "sessions"))
+    };
+    let loads: Vec<&kdl::KdlNode> = placed
+        .iter()
+        .filter(|p| matches!(p.node.name().value(), "phase" | "sweep" | "search"))
+        .map(|p| p.node)
+        .collect();
+    cx.replay_only = !loads.is_empty() && loads.iter().all(|node| replays(node));
     cx.batch_api = placed
         .iter()
         .filter(|p| p.node.name().value() == "target")
@@ -1243,7 +1247,8 @@ fn top_level(cx: &mut Cx, placed: &[Placed], unreadable: &Unreadable) -> Option<
         has_cost: has("cost"),
         has_sessions: phases
             .iter()
-            .any(|p| matches!(p.load, crate::plan::Load::Sessions(_))),
+            .any(|p| matches!(p.load, crate::plan::Load::Sessions(_)))
+            || search.as_ref().is_some_and(|s| s.sessions.is_some()),
         phases_incomplete: unreadable.unnamed_phase,
         answers: target.as_ref().map(|t: &crate::plan::Target| {
             let apis: Vec<crate::api::Api> = std::iter::once(t.api)

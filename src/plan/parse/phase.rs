@@ -362,13 +362,24 @@ pub(super) struct CheckedPhase {
 /// said with its file, line and field), and read again as the phase runs.
 fn sessions(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::sessions::Sessions> {
     let usage = "sessions \"agents.jsonl\" concurrent=8 wait-scale=1.0 idle-cap=\"300s\" start=\"25%..75%\"";
-    cx.no_children(node);
-    cx.check_entries(
+    sessions_with(
+        cx,
         node,
-        1,
         &["concurrent", "wait-scale", "idle-cap", "start"],
         usage,
-    );
+    )
+}
+
+/// A `sessions` node with properties `props` (a phase's, or a search's, whose `from=` and
+/// `to=` give its range).
+pub(super) fn sessions_with(
+    cx: &mut Cx,
+    node: &KdlNode,
+    props: &[&str],
+    usage: &str,
+) -> Option<crate::plan::sessions::Sessions> {
+    cx.no_children(node);
+    cx.check_entries(node, 1, props, usage);
     let name = cx.arg(node, usage, Text);
     let concurrent = cx.prop_or(
         node,

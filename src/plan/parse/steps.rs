@@ -34,7 +34,7 @@ fn axis(cx: &mut Cx, node: &KdlNode, unit: LoadUnit, series_allowed: bool) -> Op
     cx.check_entries(node, usize::MAX, props, &usage);
     let (max, positive_kind) = match unit {
         LoadUnit::RequestsPerSecond => (MAX_RATE, true),
-        LoadUnit::Concurrency => (MAX_CONCURRENCY as f64, true),
+        LoadUnit::Concurrency | LoadUnit::Sessions => (MAX_CONCURRENCY as f64, true),
     };
     let number = Number {
         positive: positive_kind,
@@ -117,7 +117,7 @@ fn axis(cx: &mut Cx, node: &KdlNode, unit: LoadUnit, series_allowed: bool) -> Op
                 series
                     .into_iter()
                     .map(|v| match unit {
-                        LoadUnit::Concurrency => v.round(),
+                        LoadUnit::Concurrency | LoadUnit::Sessions => v.round(),
                         LoadUnit::RequestsPerSecond => (v * 1000.0).round() / 1000.0,
                     })
                     .collect()
@@ -263,7 +263,10 @@ pub(super) fn sweep(cx: &mut Cx, node: &KdlNode) -> Option<Vec<Phase>> {
     let arrivals = f.arrivals.map_or(Arrivals::Poisson, |(a, _)| a);
     let mut phases = Vec::new();
     for value in axis.values {
-        let load = Load::in_unit(axis.unit, value, arrivals);
+        // A sweep varies a rate or users, never sessions (which a search finds).
+        let Some(load) = Load::in_unit(axis.unit, value, arrivals, None) else {
+            continue;
+        };
         let step = |warmup: bool| Step {
             series: name.clone(),
             load_value: value,
@@ -316,9 +319,40 @@ struct SearchFields {
     reset_cache: bool,
     broken: bool,
     loads_seen: usize,
+    /// A search of concurrent agent sessions: the sessions it replays.
+    sessions: Option<crate::plan::sessions::Sessions>,
 }
 
 const SEARCH: &[(&str, Handler<SearchFields>)] = &[
+    ("sessions", |cx, node, f| {
+        f.loads_seen += 1;
+        let usage = "sessions \"agents.jsonl\" from=4 to=64 wait-scale=1.0 idle-cap=\"300s\" start=\"25%..75%\"";
+        let props = ["from", "to", "wait-scale", "idle-cap", "start"];
+        let sessions = super::phase::sessions_with(cx, node, &props, usage);
+        let bound = || Count::positive(MAX_CONCURRENCY);
+        let from = cx.prop(node, "from", usage, bound());
+        let to = cx.prop(node, "to", usage, bound());
+        match (sessions, from, to) {
+            (Some(sessions), Ok(Some(low)), Ok(Some(high))) => {
+                f.axis = Some(Axis {
+                    unit: LoadUnit::Sessions,
+                    values: vec![low as f64, high as f64],
+                    span: node.name().span(),
+                });
+                f.sessions = Some(sessions);
+            }
+            (_, Ok(None), _) | (_, _, Ok(None)) => {
+                cx.error(
+                    node.name().span(),
+                    "a search of sessions needs its range of concurrent sessions",
+                    "no range",
+                    format!("write it as: {usage}"),
+                );
+                f.broken = true;
+            }
+            _ => f.broken = true,
+        }
+    }),
     ("rate", |cx, node, f| {
         f.loads_seen += 1;
         f.axis = axis(cx, node, LoadUnit::RequestsPerSecond, false);
@@ -438,6 +472,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         reset_cache: false,
         broken: false,
         loads_seen: 0,
+        sessions: None,
     };
     cx.walk(node, "in `search`", SEARCH, &mut f);
     let name = name?;
@@ -472,7 +507,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         );
         return None;
     };
-    if let (LoadUnit::Concurrency, Some((_, span))) = (axis.unit, f.arrivals) {
+    if let (LoadUnit::Concurrency | LoadUnit::Sessions, Some((_, span))) = (axis.unit, f.arrivals) {
         cx.error(
             span,
             "`arrivals` applies only to a rate search",
@@ -505,7 +540,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
     // The search's probes are bounded in count and in time, so its requests are too.
     let probe_requests = match axis.unit {
         LoadUnit::RequestsPerSecond => high * duration.as_secs_f64(),
-        LoadUnit::Concurrency => 0.0,
+        LoadUnit::Concurrency | LoadUnit::Sessions => 0.0,
     };
     if probe_requests * f.max_probes as f64 > MAX_REQUESTS as f64 {
         cx.error(
@@ -534,6 +569,7 @@ pub(super) fn search(cx: &mut Cx, node: &KdlNode, position: usize) -> Option<Sea
         objective: f.objective.map_or(Objective::Sla, |(o, _)| o),
         position,
         reset_cache: f.reset_cache,
+        sessions: f.sessions,
     })
 }
 
