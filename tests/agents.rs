@@ -187,14 +187,14 @@ fn edges() -> BTreeMap<u64, (Vec<u64>, u64)> {
     ])
 }
 
-fn run(port: u16, extra: &str) -> common::Run {
+fn run(port: u16, load: &str) -> common::Run {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("agents.jsonl"), trace(4)).unwrap();
     let plan = format!(
         "plan \"agents\" {{ seed 5 }}\n\
          target \"http://127.0.0.1:{port}/v1\" {{ api \"chat\"; model \"m\"; stream #true }}\n\
          workload {{ tokenizer \"cl100k_base\" }}\n\
-         phase \"agents\" {{ sessions \"agents.jsonl\" concurrent=2{extra} }}\n"
+         phase \"agents\" {{ sessions \"agents.jsonl\" {load} }}\n"
     );
     common::run_in(dir, &plan, &[])
 }
@@ -211,7 +211,7 @@ fn by_call(seen: &Mutex<Vec<Arrival>>) -> BTreeMap<(u64, u64), Arrival> {
 fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
     let _serial = common::serial();
     let (port, seen) = serve();
-    let run = run(port, "");
+    let run = run(port, "concurrent=2");
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let calls = by_call(&seen);
     // Every call of every session, once.
@@ -318,7 +318,7 @@ fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
 fn each_session_starts_at_its_point_of_the_start_window() {
     let _serial = common::serial();
     let (port, seen) = serve();
-    let run = run(port, " start=\"50%..50%\"");
+    let run = run(port, "concurrent=2 start=\"50%..50%\"");
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let calls = by_call(&seen);
     // Half of six calls are left out: each session starts at X1 (its parent A left out), and B
@@ -473,4 +473,63 @@ fn a_search_of_sessions_finds_how_many_agents_the_engine_holds() {
         said.contains("sustains 8 sessions; fails at 9 sessions"),
         "{said}"
     );
+}
+
+/// The most requests the server had in flight at once (an answer's end taken a millisecond
+/// early: the server notes it after its last write, when the client may already have sent on).
+fn most_in_flight(calls: &BTreeMap<(u64, u64), Arrival>) -> usize {
+    let spans: Vec<(Instant, Instant)> = calls
+        .values()
+        .map(|a| (a.arrived, a.answered - Duration::from_millis(1)))
+        .collect();
+    spans
+        .iter()
+        .map(|(at, _)| spans.iter().filter(|(s, e)| s <= at && at < e).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_cap_on_calls_in_flight_holds_across_sessions_and_subagents() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    // Four sessions at once, each with a sub-agent beside its main agent: up to 8 calls out.
+    let run = run(port, "concurrent=4 wait-scale=0 max-in-flight=2");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    assert_eq!(calls.len(), 24, "every call is still sent");
+    assert!(most_in_flight(&calls) <= 2, "{}", most_in_flight(&calls));
+    // Without the cap the same sessions have more out at once.
+    seen.lock().unwrap().clear();
+    let run = self::run(port, "concurrent=4 wait-scale=0");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(most_in_flight(&by_call(&seen)) > 2);
+}
+
+#[test]
+fn sessions_arrive_at_their_rate() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    // 8 sessions a second for 2 s (the file's 4 sessions, then again as new ones), with waits
+    // cut to a tenth so that sessions end within the phase.
+    let run = run(port, "rate=8 wait-scale=0.1; duration \"2s\"");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    let mut starts: Vec<Instant> = calls
+        .iter()
+        .filter(|((_, call), _)| *call == 0)
+        .map(|(_, a)| a.arrived)
+        .collect();
+    starts.sort();
+    // Poisson arrivals at 8/s over 2 s: 16 expected (seeded: the same count every run).
+    assert!(
+        (8..=26).contains(&starts.len()),
+        "{} sessions",
+        starts.len()
+    );
+    let spread = starts[starts.len() - 1] - starts[0];
+    assert!(spread > Duration::from_millis(1200), "{spread:?}");
+    // Sessions beyond the file's 4 are new ones: their own numbers.
+    let sessions: BTreeSet<u64> = calls.keys().map(|(s, _)| *s).collect();
+    assert_eq!(sessions.len(), starts.len());
 }

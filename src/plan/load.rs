@@ -101,8 +101,13 @@ impl Load {
         match self {
             Load::Concurrency(n) | Load::AtOnce(n) => Some(*n),
             Load::Rate { .. } | Load::Trace(_) => None,
-            // Each session's agents may each have a call out.
-            Load::Sessions(sessions) => Some(sessions.concurrent.saturating_mul(sessions.widest())),
+            // Each session's agents may each have a call out, within the cap; sessions arriving
+            // at a rate are as many as the server's latency makes them.
+            Load::Sessions(sessions) => match (sessions.rate, sessions.max_in_flight) {
+                (_, Some(most)) => Some(most),
+                (None, None) => Some(sessions.concurrent.saturating_mul(sessions.widest())),
+                (Some(_), None) => None,
+            },
         }
     }
 

@@ -117,6 +117,12 @@ fn shard_phase(phase: &PhaseSchedule, shard: Shard) -> PhaseSchedule {
         // (session-affine), its share of the slots.
         Load::Sessions(ref sessions) => Load::Sessions(crate::plan::sessions::Sessions {
             concurrent: shard.share(sessions.concurrent as u64) as u32,
+            rate: sessions
+                .rate
+                .map(|rate| rate * shard.share(1_000_000) as f64 / 1e6),
+            max_in_flight: sessions
+                .max_in_flight
+                .map(|most| (shard.share(most as u64) as u32).max(1)),
             ..sessions.clone()
         }),
     };

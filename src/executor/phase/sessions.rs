@@ -34,56 +34,49 @@ use crate::records::{LogLine, SessionEnd};
 const SEQ_PER_SESSION: u64 = crate::plan::sessions::MAX_SESSION_CALLS as u64;
 
 /// Runs the phase's sessions until the file is spent (once, without a duration) or its
-/// duration ends, it is stopped, or it is ended early.
+/// duration ends, it is stopped, or it is ended early: so many at once (slots), or started at
+/// a rate.
 pub(super) async fn drive(drive: Drive<'_>, sessions: &Sessions) {
     let Drive {
         context,
         state,
         phase,
+        phase_start,
         deadline,
         mut cancel,
         mut ended,
         ..
     } = drive;
-    let slots = sessions.concurrent;
-    let queue = Arc::new(Mutex::new(spawn_reader(context, phase, sessions, slots)));
-    let builder = spawn_builder(context, phase.index);
+    let ahead = sessions
+        .rate
+        .map_or(sessions.concurrent, |rate| rate.ceil() as u32);
+    let queue = Arc::new(Mutex::new(spawn_reader(context, phase, sessions, ahead)));
+    let run = Arc::new(SessionRun {
+        context: context.clone(),
+        state: state.clone(),
+        sessions: Arc::new(sessions.clone()),
+        phase_index: phase.index,
+        deadline,
+        cancel: cancel.clone(),
+        builder: spawn_builder(context, phase.index),
+        room: sessions
+            .max_in_flight
+            .map(|most| Arc::new(tokio::sync::Semaphore::new(most as usize))),
+    });
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..slots {
-        let run = SessionRun {
-            context: context.clone(),
-            state: state.clone(),
-            sessions: Arc::new(sessions.clone()),
-            phase_index: phase.index,
-            deadline,
-            cancel: cancel.clone(),
-            builder: builder.clone(),
-        };
-        let queue = queue.clone();
-        tasks.spawn(async move {
-            loop {
-                let mut cancel = run.cancel.clone();
-                let mut ended = run.state.ended.clone();
-                if *cancel.borrow()
-                    || ended.borrow().is_some()
-                    || deadline.is_some_and(|d| Instant::now() >= d)
-                {
-                    break;
-                }
-                let next = tokio::select! {
-                    next = async { queue.lock().await.recv().await } => next,
-                    _ = stopped(&mut cancel) => None,
-                    _ = ended_early(&mut ended) => None,
-                };
-                let Some((uid, session)) = next else { break };
-                // A session taken as the phase ended would only be cut short.
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-                run.session(uid, session).await;
+    match sessions.rate {
+        None => {
+            for _ in 0..sessions.concurrent {
+                tasks.spawn(slot(run.clone(), queue.clone()));
             }
-        });
+        }
+        Some(rate) => {
+            let seed = crate::seed::arrival_seed(context.schedule.seed, phase.index);
+            let arrivals = arrive(run.clone(), queue.clone(), rate, seed, phase_start);
+            tasks.spawn(arrivals);
+        }
     }
+    let slots = tasks.len();
     let all_done = async {
         while tasks.join_next().await.is_some() {}
         if slots == 0 {
@@ -104,6 +97,62 @@ pub(super) async fn drive(drive: Drive<'_>, sessions: &Sessions) {
     }
     // Sessions still going finish their calls in flight in the background, sending no more.
     tasks.detach_all();
+}
+
+type Queue = Arc<Mutex<mpsc::Receiver<(u64, Session)>>>;
+
+/// The file's next session, or `None` once it is spent, the run stopped or the phase ended
+/// (its deadline passed: a session taken then would only be cut short).
+async fn next_session(run: &SessionRun, queue: &Queue) -> Option<(u64, Session)> {
+    let mut cancel = run.cancel.clone();
+    let mut ended = run.state.ended.clone();
+    let past = || run.deadline.is_some_and(|d| Instant::now() >= d);
+    if *cancel.borrow() || ended.borrow().is_some() || past() {
+        return None;
+    }
+    let next = tokio::select! {
+        next = async { queue.lock().await.recv().await } => next,
+        _ = stopped(&mut cancel) => None,
+        _ = ended_early(&mut ended) => None,
+    };
+    next.filter(|_| !past())
+}
+
+/// One slot: the file's next session as soon as its last has ended.
+async fn slot(run: Arc<SessionRun>, queue: Queue) {
+    while let Some((uid, session)) = next_session(&run, &queue).await {
+        run.session(uid, session).await;
+    }
+}
+
+/// Sessions started at Poisson arrivals of `rate` a second (drawn from `seed`), however many
+/// are running; returns when the last has ended.
+async fn arrive(run: Arc<SessionRun>, queue: Queue, rate: f64, seed: u64, start: Instant) {
+    use rand_distr::Distribution;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let Ok(gaps) = rand_distr::Exp::new(rate) else {
+        return;
+    };
+    let mut at = start;
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        at += Duration::from_secs_f64(gaps.sample(&mut rng));
+        if run.deadline.is_some_and(|d| at >= d) {
+            break;
+        }
+        let (mut cancel, mut ended) = (run.cancel.clone(), run.state.ended.clone());
+        tokio::select! {
+            _ = run.context.timer.sleep_until(at) => {}
+            _ = stopped(&mut cancel) => break,
+            _ = ended_early(&mut ended) => break,
+        }
+        let Some((uid, session)) = next_session(&run, &queue).await else {
+            break;
+        };
+        let run = run.clone();
+        running.spawn(async move { run.session(uid, session).await });
+    }
+    while running.join_next().await.is_some() {}
 }
 
 /// Streams the file's sessions (this shard's: every `seq_stride`-th from `seq_offset`), each
@@ -185,6 +234,8 @@ struct SessionRun {
     cancel: watch::Receiver<bool>,
     /// The phase's body builder.
     builder: std::sync::mpsc::Sender<BodyJob>,
+    /// Room for calls in flight across the phase's sessions (`max-in-flight`).
+    room: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A call's body to build: the session's blocks (`scope`) for call `index`.
@@ -298,6 +349,7 @@ impl SessionRun {
         let mut cancel = self.cancel.clone();
         let phase_index = self.phase_index;
         let builder = self.builder.clone();
+        let room = self.room.clone();
         // Hash ids are the session's own (Weka's `local` scope): its id, the block size and the
         // round of the file seed them, so a session replayed again (the file's next round) is a
         // new session to the server's cache, not its first run's blocks again.
@@ -336,7 +388,17 @@ impl SessionRun {
                 _ = ended_early(&mut ended) => return done,
             }
             let Ok(body) = body.await else { return done };
+            // The wait the session recorded; room under the cap, if it must wait for it, is
+            // the client's delay and shows as the call's schedule lag.
             done.waited = Instant::now().saturating_duration_since(ready);
+            let _room = match &room {
+                Some(room) => tokio::select! {
+                    permit = room.clone().acquire_owned() => permit.ok(),
+                    _ = stopped(&mut cancel) => return done,
+                    _ = ended_early(&mut ended) => return done,
+                },
+                None => None,
+            };
             done.sent = true;
             let ticket = context.enter(&state);
             let answer = execute(ticket, request, body, Some(send_at), deadline, true).await;

@@ -365,7 +365,14 @@ fn sessions(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::sessions::Sessio
     sessions_with(
         cx,
         node,
-        &["concurrent", "wait-scale", "idle-cap", "start"],
+        &[
+            "concurrent",
+            "rate",
+            "max-in-flight",
+            "wait-scale",
+            "idle-cap",
+            "start",
+        ],
         usage,
     )
 }
@@ -399,15 +406,52 @@ pub(super) fn sessions_with(
         },
     );
     let idle_cap = cx.prop(node, "idle-cap", usage, DURATION).ok();
+    let rate = cx
+        .prop(
+            node,
+            "rate",
+            usage,
+            Number {
+                positive: true,
+                max: MAX_RATE,
+            },
+        )
+        .ok();
+    let max_in_flight = cx
+        .prop(
+            node,
+            "max-in-flight",
+            usage,
+            Count::positive(MAX_CONCURRENCY),
+        )
+        .ok();
+    if let (Some(entry), Some(Some(_))) = (property(node, "concurrent"), rate) {
+        cx.error(
+            entry.span(),
+            "sessions start either so many at once (`concurrent=`) or at a rate (`rate=`), not both",
+            "one or the other",
+            format!("write it as: {usage}, or with rate=2 (sessions per second) instead of concurrent="),
+        );
+        return None;
+    }
     let start = start_window(cx, node, usage);
-    let (name, concurrent, wait_scale, idle_cap, start) =
-        (name?, concurrent?, wait_scale?, idle_cap?, start?);
+    let (name, concurrent, wait_scale, idle_cap, start, rate, max_in_flight) = (
+        name?,
+        concurrent?,
+        wait_scale?,
+        idle_cap?,
+        start?,
+        rate?,
+        max_in_flight?,
+    );
     let span = positional(node).next().map_or(node.span(), |e| e.span());
     let path = super::datafile::resolve(cx, &name);
     let mut sessions = crate::plan::sessions::Sessions {
         shown: name.clone(),
         path: path.clone(),
         concurrent: concurrent as u32,
+        rate,
+        max_in_flight: max_in_flight.map(|n| n as u32),
         wait_scale,
         idle_cap,
         start_window: start,

@@ -1215,6 +1215,14 @@ fn a_sessions_phase_reads_its_file_and_says_each_mistake_where_it_is() {
         ),
         ("sessions \"good.jsonl\" concurrent=0", "0 is out of range"),
         (
+            "sessions \"good.jsonl\" concurrent=4 rate=2",
+            "either so many at once (`concurrent=`) or at a rate",
+        ),
+        (
+            "sessions \"good.jsonl\" max-in-flight=0",
+            "0 is out of range",
+        ),
+        (
             "sessions \"good.jsonl\"; arrivals \"poisson\"",
             "`arrivals` applies only to open-loop phases",
         ),

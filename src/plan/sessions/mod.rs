@@ -32,6 +32,11 @@ pub struct Sessions {
     pub path: PathBuf,
     /// Sessions running at once: each slot starts the file's next session when its last ends.
     pub concurrent: u32,
+    /// Sessions started per second instead (Poisson arrivals, seeded), however many run.
+    pub rate: Option<f64>,
+    /// The most calls in flight at once across the phase's sessions and their sub-agents: a
+    /// call whose time has come waits for room (its delay is its schedule lag).
+    pub max_in_flight: Option<u32>,
     /// Every recorded wait (tool runs, think times) multiplied by this.
     pub wait_scale: f64,
     /// No wait longer than this (an agent idle for an hour is not load).
@@ -49,9 +54,19 @@ impl Sessions {
         self.summary.most_agents.max(1)
     }
 
-    /// Describes the load: `sessions agents.jsonl ×8`.
+    /// Describes the load: `sessions agents.jsonl ×8`, or `sessions agents.jsonl 2/s`.
     pub fn describe(&self) -> String {
-        let mut text = format!("sessions {} ×{}", self.shown, self.concurrent);
+        let mut text = match self.rate {
+            Some(rate) => format!(
+                "sessions {} {}/s",
+                self.shown,
+                super::units::format_load(rate)
+            ),
+            None => format!("sessions {} ×{}", self.shown, self.concurrent),
+        };
+        if let Some(most) = self.max_in_flight {
+            text.push_str(&format!(" ≤{most} in flight"));
+        }
         if self.wait_scale != 1.0 {
             text.push_str(&format!(
                 " waits ×{}",
@@ -449,6 +464,8 @@ mod tests {
             shown: "a.jsonl".into(),
             path: "a.jsonl".into(),
             concurrent: 2,
+            rate: None,
+            max_in_flight: None,
             wait_scale: 0.5,
             idle_cap: Some(Duration::from_secs(10)),
             start_window: None,
