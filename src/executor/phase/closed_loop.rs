@@ -18,7 +18,6 @@ pub(super) async fn drive(drive: Drive<'_>, workers: u32) -> BodyWait {
     let Drive {
         context,
         state,
-        phase,
         bodies,
         deadline,
         mut cancel,
@@ -81,30 +80,8 @@ pub(super) async fn drive(drive: Drive<'_>, workers: u32) -> BodyWait {
         // The yield returns after the runtime has polled its I/O, one `epoll_wait` per user.
         tokio::task::yield_now().await;
     }
-    // A shard may have no user of a small closed loop: it still lasts the phase's
-    // duration, so that its next phase starts when the other shards' do.
-    let all_done = async {
-        while tasks.join_next().await.is_some() {}
-        if workers == 0 {
-            std::future::pending::<()>().await;
-        }
-    };
-    let deadline = async {
-        match deadline {
-            Some(deadline) => tokio::time::sleep_until(deadline).await,
-            None => std::future::pending().await,
-        }
-    };
-    let no_deadline = phase.duration.is_none();
-    tokio::select! {
-        _ = all_done => {}
-        _ = deadline => {}
-        _ = stopped(&mut cancel) => {}
-        _ = ended_early(&mut ended) => {}
-        _ = async {}, if workers == 0 && no_deadline => {}
-    }
     // Workers still holding a request finish it in the background and then stop.
-    tasks.detach_all();
+    super::until_done(tasks, deadline, &mut cancel, &mut ended).await;
     BodyWait {
         waited_s: waited_us.load(Ordering::Relaxed) as f64 / 1e6,
         users_s: f64::from(workers) * started.elapsed().as_secs_f64(),

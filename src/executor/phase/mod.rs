@@ -238,6 +238,39 @@ async fn run_phase(
     ran
 }
 
+/// Holds a driver's phase until its tasks (users, session slots) have all ended, its deadline,
+/// a stop, or its early end; tasks still going then go on in the background. A shard may have
+/// none (a small closed loop's users dealt to the others): it still lasts the phase's duration,
+/// so that its next phase starts when the other shards' do, and ends at once without one.
+async fn until_done(
+    mut tasks: tokio::task::JoinSet<()>,
+    deadline: Option<Instant>,
+    cancel: &mut watch::Receiver<bool>,
+    ended: &mut watch::Receiver<Option<String>>,
+) {
+    let none = tasks.is_empty();
+    let all_done = async {
+        while tasks.join_next().await.is_some() {}
+        if none {
+            std::future::pending::<()>().await;
+        }
+    };
+    let until_deadline = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = all_done => {}
+        _ = until_deadline => {}
+        _ = stopped(cancel) => {}
+        _ = super::context::ended_early(ended) => {}
+        _ = async {}, if none && deadline.is_none() => {}
+    }
+    tasks.detach_all();
+}
+
 fn end_was_early(control: &super::PhaseControl) -> bool {
     control.reason().is_some()
 }

@@ -76,27 +76,8 @@ pub(super) async fn drive(drive: Drive<'_>, sessions: &Sessions) {
             tasks.spawn(arrivals);
         }
     }
-    let slots = tasks.len();
-    let all_done = async {
-        while tasks.join_next().await.is_some() {}
-        if slots == 0 {
-            std::future::pending::<()>().await;
-        }
-    };
-    let until_deadline = async {
-        match deadline {
-            Some(deadline) => tokio::time::sleep_until(deadline).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = all_done => {}
-        _ = until_deadline => {}
-        _ = stopped(&mut cancel) => {}
-        _ = ended_early(&mut ended) => {}
-    }
     // Sessions still going finish their calls in flight in the background, sending no more.
-    tasks.detach_all();
+    super::until_done(tasks, deadline, &mut cancel, &mut ended).await;
 }
 
 type Queue = Arc<Mutex<mpsc::Receiver<(u64, Session)>>>;
