@@ -455,7 +455,7 @@ impl SessionEnd {
     /// Whether it ran its course: every call sent, or a call failed (which ends it); a session
     /// the phase's end cut short tells nothing about the server.
     pub fn judged(&self) -> bool {
-        self.sent == self.calls || self.answered < self.sent
+        self.calls > 0 && (self.sent == self.calls || self.answered < self.sent)
     }
 
     /// Whether every call it was to make was answered.

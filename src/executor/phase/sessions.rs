@@ -162,16 +162,18 @@ fn spawn_reader(
                 Ok(reader) => reader,
                 Err(e) => return note(&context, &format!("cannot read {}: {e}", sessions.shown)),
             };
+            // A round that hands out nothing (a shard dealt none of the file's sessions) would
+            // be read again and again, at full speed, for nothing.
             let mut any = false;
             for session in reader {
                 let session = match session {
                     Ok(session) => session,
                     Err(e) => return note(&context, &format!("stopped reading sessions: {e}")),
                 };
-                any = true;
                 if session.ordinal % stride != offset % stride {
                     continue;
                 }
+                any = true;
                 let uid = round * per_round + session.ordinal;
                 let session = start_in_window(session, sessions.start_window, seed ^ uid);
                 if tx.blocking_send((uid, session)).is_err() {
@@ -201,8 +203,10 @@ fn start_in_window(session: Session, window: Option<(f64, f64)>, seed: u64) -> S
     } else {
         from
     };
-    let first = (share * session.calls.len() as f64).floor() as usize;
-    session.starting_at(first)
+    // At least its last call is left: a session of none would be judged on nothing.
+    let calls = session.calls.len();
+    let first = (share * calls as f64).floor() as usize;
+    session.starting_at(first.min(calls.saturating_sub(1)))
 }
 
 /// What every session of one slot shares.
