@@ -533,3 +533,90 @@ fn sessions_arrive_at_their_rate() {
     let sessions: BTreeSet<u64> = calls.keys().map(|(s, _)| *s).collect();
     assert_eq!(sessions.len(), starts.len());
 }
+
+/// A span of an OTLP/JSON export: a `chat` call when it has tokens, else `op`.
+fn otel_span(
+    id: &str,
+    parent: &str,
+    op: &str,
+    ms: (u64, u64),
+    tokens: Option<u32>,
+) -> serde_json::Value {
+    let t0: u64 = 1_765_000_000_000_000_000;
+    let mut attributes =
+        vec![json!({"key": "gen_ai.operation.name", "value": {"stringValue": op}})];
+    if let Some(input) = tokens {
+        attributes.push(
+            json!({"key": "gen_ai.usage.input_tokens", "value": {"intValue": input.to_string()}}),
+        );
+        attributes.push(json!({"key": "gen_ai.usage.output_tokens", "value": {"intValue": "4"}}));
+    }
+    json!({"traceId": "4bf92f3577b34da6a3ce929d0e0e4736", "spanId": id, "parentSpanId": parent,
+           "name": op, "kind": 3, "startTimeUnixNano": (t0 + ms.0 * 1_000_000).to_string(),
+           "endTimeUnixNano": (t0 + ms.1 * 1_000_000).to_string(), "attributes": attributes})
+}
+
+/// OpenTelemetry spans replay with the dependencies and waits their times imply: a tool's run
+/// between two calls, a sub-agent's calls after its parent's, the join after the sub-agent.
+#[test]
+fn otel_spans_replay_with_the_waits_their_times_imply() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    let dir = tempfile::tempdir().unwrap();
+    let spans = vec![
+        otel_span("a1", "", "invoke_agent", (0, 10_000), None),
+        otel_span("c1", "a1", "chat", (0, 1_000), Some(500)),
+        otel_span("t1", "a1", "execute_tool", (1_000, 1_500), None),
+        otel_span("c2", "a1", "chat", (1_600, 2_600), Some(900)),
+        otel_span("a2", "a1", "invoke_agent", (2_700, 5_000), None),
+        otel_span("c3", "a2", "chat", (2_800, 3_800), Some(300)),
+        otel_span("c4", "a2", "chat", (4_000, 4_800), Some(400)),
+        otel_span("c5", "a1", "chat", (5_200, 6_000), Some(1_300)),
+    ];
+    // Split over two export requests, the second first: a trace's spans may be anywhere.
+    let export = |spans: &[serde_json::Value]| {
+        json!({"resourceSpans": [{"resource": {"attributes": []},
+               "scopeSpans": [{"scope": {"name": "agent"}, "spans": spans}]}]})
+        .to_string()
+    };
+    let file = format!("{}\n{}\n", export(&spans[4..]), export(&spans[..4]));
+    std::fs::write(dir.path().join("agents.jsonl"), file).unwrap();
+    let plan = format!(
+        "plan \"otel\" {{ seed 5 }}\n\
+         target \"http://127.0.0.1:{port}/v1\" {{ api \"chat\"; model \"m\"; stream #true }}\n\
+         workload {{ tokenizer \"cl100k_base\" }}\n\
+         phase \"agents\" {{ sessions \"agents.jsonl\" wait-scale=0.25 }}\n"
+    );
+    let run = common::run_in(dir, &plan, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    assert_eq!(calls.len(), 5);
+    // Recorded gaps ÷ 4: c2 600 ms after c1, c3 200 after c2, c4 200 after c3, c5 400 after c4.
+    for (call, after, wait_ms) in [
+        (1, vec![0], 150.0),
+        (2, vec![1], 50.0),
+        (3, vec![2], 50.0),
+        (4, vec![1, 3], 100.0),
+    ] {
+        let this = &calls[&(0, call)];
+        let answered = after
+            .iter()
+            .map(|p| calls[&(0, *p)].answered)
+            .max()
+            .unwrap();
+        let late = this
+            .arrived
+            .saturating_duration_since(answered)
+            .as_secs_f64()
+            * 1e3
+            - wait_ms;
+        assert!(
+            (0.0..15.0).contains(&late),
+            "call {call} late by {late:.2} ms"
+        );
+    }
+    // The main agent's context grows by prefix; the sub-agent's is its own.
+    let text = |c: u64| calls[&(0, c)].content.clone();
+    assert!(text(1).starts_with(&text(0)) && text(4).starts_with(&text(1)));
+    assert!(text(3).starts_with(&text(2)) && !text(2).starts_with(&text(0)[..20]));
+}

@@ -1164,6 +1164,26 @@ fn a_sessions_phase_reads_its_file_and_says_each_mistake_where_it_is() {
     std::fs::write(dir.join("good.jsonl"), format!("{good}\n{good}\n")).unwrap();
     std::fs::write(dir.join("bad.jsonl"), format!("{good}\n\n{bad}\n")).unwrap();
     std::fs::write(dir.join("empty.jsonl"), "\n").unwrap();
+    // OpenTelemetry spans: a chat span of trace t1, then one without its token counts.
+    let span = |trace: &str, id: &str, usage: &str| {
+        format!(
+            "{{\"resourceSpans\": [{{\"scopeSpans\": [{{\"spans\": [{{\"traceId\": \"{trace}\", \"spanId\": \"{id}\", \
+             \"startTimeUnixNano\": \"1000\", \"endTimeUnixNano\": \"2000\", \"attributes\": [{{\"key\": \
+             \"gen_ai.operation.name\", \"value\": {{\"stringValue\": \"chat\"}}}}{usage}]}}]}}]}}]}}"
+        )
+    };
+    let usage = ", {\"key\": \"gen_ai.usage.input_tokens\", \"value\": {\"intValue\": \"30\"}}, \
+                 {\"key\": \"gen_ai.usage.output_tokens\", \"value\": {\"intValue\": 5}}";
+    std::fs::write(
+        dir.join("otel.jsonl"),
+        format!("{}\n{}\n", span("t1", "a", usage), span("t2", "b", usage)),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("bad-otel.jsonl"),
+        format!("{}\n{}\n", span("t1", "a", usage), span("t1", "b", "")),
+    )
+    .unwrap();
     let file = dir.join("plan.kdl");
     let parse_here = |phase: &str| {
         let text = format!("target \"sim\"\nworkload {{ }}\nphase \"a\" {{ {phase} }}\n");
@@ -1190,6 +1210,15 @@ fn a_sessions_phase_reads_its_file_and_says_each_mistake_where_it_is() {
         (2, 6, 2, 2)
     );
     assert_eq!(summary.sha256.len(), 64);
+    let plan = parse_here("sessions \"otel.jsonl\"").unwrap();
+    let Load::Sessions(sessions) = &plan.phases[0].load else {
+        panic!("sessions")
+    };
+    assert_eq!(
+        sessions.summary.format,
+        Some(crate::plan::sessions::SessionFormat::Otel)
+    );
+    assert_eq!((sessions.summary.sessions, sessions.summary.calls), (2, 2));
     let cases: &[(&str, &str)] = &[
         // The file's line, the field and what is wrong with it.
         (
@@ -1199,6 +1228,10 @@ fn a_sessions_phase_reads_its_file_and_says_each_mistake_where_it_is() {
         (
             "sessions \"missing.jsonl\"",
             "missing.jsonl:0: cannot read it",
+        ),
+        (
+            "sessions \"bad-otel.jsonl\"",
+            "bad-otel.jsonl:2: resourceSpans[0].scopeSpans[0].spans[0].attributes[\"gen_ai.usage.input_tokens\"]: a model call's span needs its token count",
         ),
         ("sessions \"empty.jsonl\"", "has no call"),
         (

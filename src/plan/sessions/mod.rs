@@ -6,15 +6,19 @@
 //! `block_tokens` long) followed by new tokens up to its input length, and it asks for its
 //! recorded output length. Sub-agents are calls of another `agent` whose first call comes after
 //! the parent's, and a join is a call `after` several. Each importer (one file per format:
-//! [`weka`]) turns its format into this model.
+//! [`weka`], [`otel`]) turns its format into this model; the reader tells them apart by the
+//! file's start.
 //!
 //! A session file is never held whole: [`SessionReader`] streams it one session at a time (a
 //! line of a JSONL file, or a whole JSON file), both when the plan is checked (every mistake, its
-//! file, line and field) and while the phase runs (as many sessions ahead as run at once).
+//! file, line and field) and while the phase runs (as many sessions ahead as run at once). The
+//! exception is OpenTelemetry's spans, whose traces may be spread over the file: it is read
+//! whole and its sessions built first.
 //!
 //! What this is not: running a session (the executor's `phase::sessions`), its prompts' text
 //! (`planner::prompts::block_text`), or judging sessions (the metric table).
 
+pub(crate) mod otel;
 pub(crate) mod weka;
 
 use std::io::{BufRead, Read};
@@ -110,6 +114,8 @@ pub struct SessionsSummary {
 pub enum SessionFormat {
     /// Weka's (and SemiAnalysis') agentic coding traces: `requests` with nested `subagent`s.
     Weka,
+    /// OpenTelemetry GenAI spans (OTLP/JSON trace exports): a trace a session.
+    Otel,
 }
 
 impl SessionFormat {
@@ -117,6 +123,7 @@ impl SessionFormat {
     pub fn name(self) -> &'static str {
         match self {
             SessionFormat::Weka => "Weka agentic trace",
+            SessionFormat::Otel => "OpenTelemetry GenAI spans",
         }
     }
 }
@@ -246,6 +253,10 @@ pub struct SessionReader {
     ordinal: u64,
     done: bool,
     hasher: sha2::Sha256,
+    /// The file's format, told by its start.
+    format: SessionFormat,
+    /// Sessions built from the whole file (a format whose sessions may be spread over it).
+    built: Option<std::vec::IntoIter<Session>>,
 }
 
 impl SessionReader {
@@ -260,6 +271,15 @@ impl SessionReader {
             let trimmed = first.trim();
             !trimmed.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
         };
+        // OTLP's first key; no Weka session has it.
+        let mut head = Vec::new();
+        std::fs::File::open(path)?
+            .take(64 << 10)
+            .read_to_end(&mut head)?;
+        let format = match String::from_utf8_lossy(&head).contains("\"resourceSpans\"") {
+            true => SessionFormat::Otel,
+            false => SessionFormat::Weka,
+        };
         Ok(SessionReader {
             shown: shown.to_string(),
             input,
@@ -268,7 +288,27 @@ impl SessionReader {
             ordinal: 0,
             done: false,
             hasher: sha2::Sha256::new(),
+            format,
+            built: None,
         })
+    }
+
+    /// The file's format.
+    pub fn format(&self) -> SessionFormat {
+        self.format
+    }
+
+    /// Reads every document of the file, then builds its sessions (OpenTelemetry's spans).
+    fn build_all(&mut self) -> Result<std::vec::IntoIter<Session>, SessionError> {
+        let mut traces = otel::Traces::default();
+        while let Some(document) = self.next_document() {
+            let (text, first_line) = document?;
+            traces.add(&text).map_err(|e| {
+                let line = first_line + e.line.saturating_sub(1);
+                self.error(line, e.field, e.message, otel::HELP)
+            })?;
+        }
+        Ok(traces.sessions().into_iter())
     }
 
     /// The SHA-256 of what has been read (the whole file once the reader is spent).
@@ -352,6 +392,22 @@ impl Iterator for SessionReader {
     type Item = Result<Session, SessionError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.format == SessionFormat::Otel {
+            if self.built.is_none() {
+                match self.build_all() {
+                    Ok(built) => self.built = Some(built),
+                    Err(error) => {
+                        self.built = Some(Vec::new().into_iter());
+                        return Some(Err(error));
+                    }
+                }
+            }
+            let session = self.built.as_mut()?.next()?;
+            let checked = session
+                .check()
+                .map_err(|why| self.error(0, None, why, otel::HELP));
+            return Some(checked.map(|()| session));
+        }
         let (text, first_line) = match self.next_document()? {
             Ok(document) => document,
             Err(error) => return Some(Err(error)),
@@ -388,7 +444,7 @@ pub fn check_file(
         }]
     })?;
     let mut summary = SessionsSummary {
-        format: Some(SessionFormat::Weka),
+        format: Some(reader.format()),
         ..SessionsSummary::default()
     };
     let mut errors = Vec::new();

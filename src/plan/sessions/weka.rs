@@ -113,7 +113,7 @@ fn field_error(field: &str, message: &str) -> DocumentError {
 }
 
 /// serde_json's message without its " at line L column C" (the diagnostic says where).
-fn without_position(error: &serde_json::Error) -> String {
+pub(super) fn without_position(error: &serde_json::Error) -> String {
     let text = error.to_string();
     match text.rfind(" at line ") {
         Some(at) => text[..at].to_string(),
