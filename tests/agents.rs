@@ -563,7 +563,7 @@ fn otel_spans_replay_with_the_waits_their_times_imply() {
     let _serial = common::serial();
     let (port, seen) = serve();
     let dir = tempfile::tempdir().unwrap();
-    let spans = vec![
+    let spans = [
         otel_span("a1", "", "invoke_agent", (0, 10_000), None),
         otel_span("c1", "a1", "chat", (0, 1_000), Some(500)),
         otel_span("t1", "a1", "execute_tool", (1_000, 1_500), None),
