@@ -24,8 +24,16 @@ struct Arrival {
     arrived: Instant,
     /// When the server had written the whole answer.
     answered: Instant,
-    /// The prompt: the one user message's text.
+    /// The prompt: its first message's text.
     content: String,
+    /// Every message: its role and text.
+    messages: Vec<(String, String)>,
+}
+
+/// The answer the server gives request `seq`: its own words, so that a live replay's next
+/// prompt shows which answer it carries.
+fn answer_text(seq: u64) -> String {
+    format!("the answer for request {seq} is this sentence, longer than recorded")
 }
 
 /// A server that answers every chat request as a short stream after [`ANSWER_MS`], keeping
@@ -74,11 +82,23 @@ fn answer_all(mut stream: TcpStream, kept: &Mutex<Vec<Arrival>>) {
             .as_str()
             .unwrap_or("")
             .to_string();
+        let messages = json["messages"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .map(|m| {
+                        let text = |key: &str| m[key].as_str().unwrap_or("").to_string();
+                        (text("role"), text("content"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let chunk = |data: &str| format!("{:x}\r\ndata: {data}\n\n\r\n", data.len() + 8);
         let mut first = String::from(
             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
         );
-        first.push_str(&chunk("{\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}"));
+        let delta = json!({"choices": [{"delta": {"content": answer_text(seq)}}]});
+        first.push_str(&chunk(&delta.to_string()));
         if stream.write_all(first.as_bytes()).is_err() {
             return;
         }
@@ -103,6 +123,7 @@ fn answer_all(mut stream: TcpStream, kept: &Mutex<Vec<Arrival>>) {
             arrived,
             answered,
             content,
+            messages,
         });
     }
 }
@@ -316,6 +337,49 @@ fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
         metric("session_e2e_ms", "max"),
     );
     assert!(fastest >= 800.0 && slowest < 900.0, "{fastest}..{slowest}");
+}
+
+/// Answers live: an agent's call goes on from its previous call's messages and the server's
+/// answer to it; a sub-agent's first call, and a call whose recorded context shrank, start
+/// afresh from their blocks.
+#[test]
+fn live_answers_go_into_the_context_of_the_agents_next_call() {
+    let _serial = common::serial();
+    let (port, seen) = serve();
+    let run = run(port, "concurrent=2 wait-scale=0.1 live=#true");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    let user = |text: &str| ("user".to_string(), text.to_string());
+    for session in 0..4 {
+        let call = |c: u64| &calls[&(session, c)];
+        let answer = |c: u64| ("assistant".to_string(), answer_text((session << 20) + c));
+        // B (48 tokens) goes on from A (32 in, 4 out): A's prompt, its answer, 12 new tokens.
+        let b = &call(4).messages;
+        assert_eq!(b.len(), 3, "session {session}: {b:?}");
+        assert_eq!(b[0], user(&call(0).content));
+        assert_eq!(b[1], answer(0));
+        assert!(b[2].0 == "user" && !b[2].1.is_empty() && b[2].1.len() < call(0).content.len());
+        // S2 goes on from S1 the same way; S1, the sub-agent's first call, starts fresh.
+        let s2 = &call(2).messages;
+        assert_eq!((s2.len(), &s2[1]), (3, &answer(1)));
+        assert_eq!(s2[0], user(&call(1).content));
+        assert_eq!(call(1).messages.len(), 1);
+        // C's recorded context (32) is less than B's input and output (52): the agent
+        // compacted it, so C starts afresh from its blocks, A's block 1 first.
+        assert_eq!(call(5).messages.len(), 1);
+        let (a, c) = (&call(0).content, &call(5).content);
+        let common = a.bytes().zip(c.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(common > 0 && common < a.len(), "C shares block 1 with A");
+    }
+    // Each live call's prompt is counted as sent: B's is A's 32 tokens, the answer (over ten
+    // tokens, where the recording had 4) and 12 new ones, more than its recorded 48.
+    let inputs: Vec<u64> = common::read_log(&run.out())
+        .into_iter()
+        .filter(|l| l["event"] == "request" && l["turn"] == 5)
+        .filter_map(|l| l["input_tokens_planned"].as_u64())
+        .collect();
+    assert_eq!(inputs.len(), 4, "B's records");
+    assert!(inputs.iter().all(|&n| (54..80).contains(&n)), "{inputs:?}");
 }
 
 #[test]

@@ -158,11 +158,10 @@ pub(super) async fn execute(
     let mut abort = context.abort.clone();
     let mut ended = state.ended.clone();
     // A re-send needs the body again: a request's own is built once more from its prompt, as
-    // the body builder built it; a later turn's comes from its conversation, so it is kept.
-    let kept = request
-        .turn
-        .is_some_and(|turn| turn > 1)
-        .then(|| body.clone());
+    // the body builder built it; a turn's comes from its conversation, and an agent session's
+    // call (a turn too, from its first) from its blocks or its agent's answers, so those are
+    // kept.
+    let kept = request.turn.is_some().then(|| body.clone());
     let body_again = || match &kept {
         Some(body) => body.clone(),
         None => template.body(&context.prompt_of(phase, &request).0, request.output_tokens),

@@ -9,6 +9,11 @@
 //! agent's context is tens of thousands of tokens) is built on a blocking thread while its call
 //! waits for its time, never on the thread sending the others.
 //!
+//! With `live=#true` an agent's call goes on from its previous call as the server answered it:
+//! that call's messages, the server's answer, then new text for what the recording added
+//! (tool results, the user's next message). A recorded context that shrank (the agent
+//! compacted it) starts afresh from its blocks, as the agent did.
+//!
 //! What this is not: reading a session format (`plan::sessions`), or judging sessions (the
 //! metric table, from the records' session lines).
 
@@ -26,7 +31,7 @@ use crate::executor::observe::stopped;
 use crate::executor::send::execute;
 use crate::executor::Event;
 use crate::plan::sessions::{Call, Session, SessionReader, Sessions};
-use crate::planner::{Blocks, PhaseSchedule, ScheduledRequest};
+use crate::planner::{Blocks, Message, PhaseSchedule, Prompt, ScheduledRequest};
 use crate::records::{LogLine, SessionEnd};
 
 /// Sequence numbers a session's calls take: call `i` of session `u` is request `u × this + i`,
@@ -223,13 +228,36 @@ struct SessionRun {
     room: Option<Arc<tokio::sync::Semaphore>>,
 }
 
-/// A call's body to build: the session's blocks (`scope`) for call `index`.
+/// A call's body to build: the session's blocks (`scope`) for call `index`, or (answers live)
+/// its agent's previous call and answer, `prior`.
 struct BodyJob {
     session: Arc<Session>,
     index: usize,
     scope: u64,
     request: ScheduledRequest,
-    made: tokio::sync::oneshot::Sender<Bytes>,
+    prior: Option<Arc<LiveContext>>,
+    live: bool,
+    made: tokio::sync::oneshot::Sender<Built>,
+}
+
+/// A call's body as built: its prompt tokens, and (answers live) its messages, which its
+/// agent's next call goes on from.
+struct Built {
+    body: Bytes,
+    input_tokens: u32,
+    messages: Option<Vec<Message>>,
+}
+
+/// What an agent's next call goes on from when answers are live.
+struct LiveContext {
+    /// The call's prompt, as messages.
+    messages: Vec<Message>,
+    /// Its prompt tokens.
+    tokens: u32,
+    /// The server's answer to it.
+    answer: String,
+    /// The recorded call's input and output tokens: what the recording's next call held of it.
+    recorded: u32,
 }
 
 /// Builds the phase's bodies, one after another, on a thread of its own: a body per call from
@@ -242,15 +270,23 @@ fn spawn_builder(context: &Arc<Context>, phase_index: usize) -> std::sync::mpsc:
     std::thread::spawn(move || {
         for job in queue {
             let call = &job.session.calls[job.index];
-            let body = call_body(
+            let (prompt, input_tokens) = call_prompt(
                 &context,
-                phase_index,
                 call,
                 job.scope,
                 job.session.block_tokens,
                 &job.request,
+                job.prior.as_deref(),
             );
-            let _ = job.made.send(body);
+            let body = context
+                .template(phase_index)
+                .body(&prompt, job.request.output_tokens);
+            let messages = job.live.then(|| crate::planner::as_messages(prompt));
+            let _ = job.made.send(Built {
+                body,
+                input_tokens,
+                messages,
+            });
         }
     });
     jobs
@@ -264,6 +300,8 @@ struct CallDone {
     /// It was sent (not left out by the phase's end while it waited).
     sent: bool,
     waited: Duration,
+    /// What its agent's next call goes on from (answers live).
+    live: Option<LiveContext>,
 }
 
 impl SessionRun {
@@ -281,9 +319,11 @@ impl SessionRun {
                 children[parent as usize].push(index);
             }
         }
+        // Answers live: each answered call's context, kept until its agent's next call has it.
+        let mut contexts = Contexts::new(&calls);
         let mut tasks = tokio::task::JoinSet::new();
         for (index, _) in blocked.iter().enumerate().filter(|(_, n)| **n == 0) {
-            tasks.spawn(self.call(uid, calls.clone(), index, started));
+            tasks.spawn(self.call(uid, calls.clone(), index, started, None));
         }
         let mut end = SessionEnd {
             phase: self.phase_index,
@@ -306,11 +346,13 @@ impl SessionRun {
                 continue;
             }
             end.answered += 1;
+            contexts.answered(done.index, done.live);
             let now = Instant::now();
             for &child in &children[done.index] {
                 blocked[child] -= 1;
                 if blocked[child] == 0 {
-                    tasks.spawn(self.call(uid, calls.clone(), child, now));
+                    let prior = contexts.take_for(child);
+                    tasks.spawn(self.call(uid, calls.clone(), child, now, prior));
                 }
             }
         }
@@ -318,14 +360,15 @@ impl SessionRun {
         self.context.log(LogLine::Session(end));
     }
 
-    /// Call `index` of `session`, its dependencies met at `ready`: its prompt built, its wait
-    /// waited, then sent.
+    /// Call `index` of `session`, its dependencies met at `ready`: its prompt built (on
+    /// `prior`, its agent's previous call, when answers are live), its wait waited, then sent.
     fn call(
         &self,
         uid: u64,
         session: Arc<Session>,
         index: usize,
         ready: Instant,
+        prior: Option<Arc<LiveContext>>,
     ) -> impl std::future::Future<Output = CallDone> + Send + 'static {
         let context = self.context.clone();
         let state = self.state.clone();
@@ -335,6 +378,7 @@ impl SessionRun {
         let phase_index = self.phase_index;
         let builder = self.builder.clone();
         let room = self.room.clone();
+        let live = self.sessions.live;
         // Hash ids are the session's own (Weka's `local` scope): its id, the block size and the
         // round of the file seed them, so a session replayed again (the file's next round) is a
         // new session to the server's cache, not its first run's blocks again.
@@ -348,15 +392,18 @@ impl SessionRun {
                 answered: false,
                 sent: false,
                 waited: Duration::ZERO,
+                live: None,
             };
             let seq = uid * SEQ_PER_SESSION + u64::from(session.first) + index as u64;
-            let request = call_request(&context, phase_index, &session, uid, index, seq);
-            let (made, body) = tokio::sync::oneshot::channel();
+            let mut request = call_request(&context, phase_index, &session, uid, index, seq);
+            let (made, built) = tokio::sync::oneshot::channel();
             let job = BodyJob {
                 session: session.clone(),
                 index,
                 scope,
                 request,
+                prior,
+                live,
                 made,
             };
             if builder.send(job).is_err() {
@@ -372,7 +419,8 @@ impl SessionRun {
                 _ = stopped(&mut cancel) => return done,
                 _ = ended_early(&mut ended) => return done,
             }
-            let Ok(body) = body.await else { return done };
+            let Ok(built) = built.await else { return done };
+            request.input_tokens = built.input_tokens;
             // The wait the session recorded; room under the cap, if it must wait for it, is
             // the client's delay and shows as the call's schedule lag.
             done.waited = Instant::now().saturating_duration_since(ready);
@@ -386,8 +434,17 @@ impl SessionRun {
             };
             done.sent = true;
             let ticket = context.enter(&state);
-            let answer = execute(ticket, request, body, Some(send_at), deadline, true).await;
+            let answer = execute(ticket, request, built.body, Some(send_at), deadline, true).await;
             done.answered = answer.is_some();
+            let call = &session.calls[index];
+            done.live = answer
+                .zip(built.messages)
+                .map(|(answer, messages)| LiveContext {
+                    messages,
+                    tokens: built.input_tokens,
+                    answer: answer.text,
+                    recorded: call.input_tokens.saturating_add(call.output_tokens),
+                });
             done
         }
     }
@@ -428,30 +485,82 @@ fn call_request(
     }
 }
 
-/// A call's body: its blocks (the same bytes wherever the session, `scope`, names the same
-/// block), then text of its own.
-fn call_body(
+/// Answered calls' contexts (answers live), each kept until the last call of its agent that
+/// goes on from it has taken it.
+struct Contexts {
+    kept: Vec<Option<Arc<LiveContext>>>,
+    /// Per call, its agent's calls still to go on from it.
+    heirs: Vec<u32>,
+    own_parent: Vec<Option<usize>>,
+}
+
+impl Contexts {
+    fn new(session: &Session) -> Contexts {
+        let own_parent: Vec<Option<usize>> = (0..session.calls.len())
+            .map(|i| session.own_parent(i))
+            .collect();
+        let mut heirs = vec![0; session.calls.len()];
+        for parent in own_parent.iter().flatten() {
+            heirs[*parent] += 1;
+        }
+        Contexts {
+            kept: vec![None; session.calls.len()],
+            heirs,
+            own_parent,
+        }
+    }
+
+    fn answered(&mut self, index: usize, live: Option<LiveContext>) {
+        if self.heirs[index] > 0 {
+            self.kept[index] = live.map(Arc::new);
+        }
+    }
+
+    /// What call `index` goes on from, if its agent's previous call was answered live.
+    fn take_for(&mut self, index: usize) -> Option<Arc<LiveContext>> {
+        let parent = self.own_parent[index]?;
+        let prior = self.kept[parent].clone();
+        self.heirs[parent] -= 1;
+        if self.heirs[parent] == 0 {
+            self.kept[parent] = None;
+        }
+        prior
+    }
+}
+
+/// A call's prompt and its tokens: its agent's previous call, the server's answer to it, then
+/// new text for what the recording added (answers live, `prior`); or, without those or when
+/// the recorded context shrank, its blocks (the same bytes wherever the session, `scope`,
+/// names the same block), then text of its own.
+fn call_prompt(
     context: &Context,
-    phase_index: usize,
     call: &Call,
     scope: u64,
     block_tokens: u32,
     request: &ScheduledRequest,
-) -> Bytes {
+    prior: Option<&LiveContext>,
+) -> (Prompt, u32) {
+    let tokenizer = context.prompts.tokenizer();
+    if let Some(prior) = prior.filter(|p| call.input_tokens >= p.recorded) {
+        let added = (call.input_tokens - prior.recorded).max(1);
+        let new = tokenizer.prompt(added, request.prompt_seed);
+        let appended = tokenizer.count(&prior.answer) + tokenizer.count(&new);
+        let tokens = prior
+            .tokens
+            .saturating_add(appended.min(u32::MAX as usize) as u32);
+        let mut messages = prior.messages.clone();
+        messages.push(Message::text("assistant", prior.answer.clone()));
+        messages.push(Message::text("user", new));
+        return (Prompt::Messages(messages), tokens);
+    }
     let blocks = Blocks {
         hash_ids: &call.hash_ids,
         block_tokens,
         seed_of: &|hash| crate::seed::mix64(scope ^ crate::seed::mix64(hash)),
     };
-    let text = crate::planner::block_text(
-        context.prompts.tokenizer(),
-        &blocks,
-        call.input_tokens,
-        request.prompt_seed,
-    );
-    context
-        .template(phase_index)
-        .body(&crate::planner::Prompt::Text(text), request.output_tokens)
+    let text =
+        crate::planner::block_text(tokenizer, &blocks, call.input_tokens, request.prompt_seed);
+    (Prompt::Text(text), call.input_tokens)
 }
 
 /// A session id's hash (FNV-1a): the same id, the same blocks, in every run.

@@ -372,6 +372,7 @@ fn sessions(cx: &mut Cx, node: &KdlNode) -> Option<crate::plan::sessions::Sessio
             "wait-scale",
             "idle-cap",
             "start",
+            "live",
         ],
         usage,
     )
@@ -435,7 +436,8 @@ pub(super) fn sessions_with(
         return None;
     }
     let start = start_window(cx, node, usage);
-    let (name, concurrent, wait_scale, idle_cap, start, rate, max_in_flight) = (
+    let live = cx.prop_or(node, "live", false, usage, Flag);
+    let (name, concurrent, wait_scale, idle_cap, start, rate, max_in_flight, live) = (
         name?,
         concurrent?,
         wait_scale?,
@@ -443,6 +445,7 @@ pub(super) fn sessions_with(
         start?,
         rate?,
         max_in_flight?,
+        live?,
     );
     let span = positional(node).next().map_or(node.span(), |e| e.span());
     let path = super::datafile::resolve(cx, &name);
@@ -455,6 +458,7 @@ pub(super) fn sessions_with(
         wait_scale,
         idle_cap,
         start_window: start,
+        live,
         summary: Default::default(),
     };
     if cx.check_files {

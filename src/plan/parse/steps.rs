@@ -327,7 +327,7 @@ const SEARCH: &[(&str, Handler<SearchFields>)] = &[
     ("sessions", |cx, node, f| {
         f.loads_seen += 1;
         let usage = "sessions \"agents.jsonl\" from=4 to=64 wait-scale=1.0 idle-cap=\"300s\" start=\"25%..75%\"";
-        let props = ["from", "to", "wait-scale", "idle-cap", "start"];
+        let props = ["from", "to", "wait-scale", "idle-cap", "start", "live"];
         let sessions = super::phase::sessions_with(cx, node, &props, usage);
         let bound = || Count::positive(MAX_CONCURRENCY);
         let from = cx.prop(node, "from", usage, bound());

@@ -48,6 +48,9 @@ pub struct Sessions {
     /// Each session starts at a point drawn within this share of its calls (`0.25..0.75`: a
     /// quarter to three quarters in), so that a run begins in steady state; `None`: at its start.
     pub start_window: Option<(f64, f64)>,
+    /// The server's answers go into the context of the agent's next call (live substitution),
+    /// instead of the recorded output's blocks.
+    pub live: bool,
     /// What the file held when the plan was checked (zero when read without its files).
     pub summary: SessionsSummary,
 }
@@ -79,6 +82,9 @@ impl Sessions {
         }
         if let Some((from, to)) = self.start_window {
             text.push_str(&format!(" from {:.0}–{:.0}%", from * 100.0, to * 100.0));
+        }
+        if self.live {
+            text.push_str(" live");
         }
         text
     }
@@ -184,6 +190,16 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// The call `index` goes on from: its own agent's call it comes after (the one whose answer
+    /// its context holds), if any. A sub-agent's first call has none: it starts fresh.
+    pub fn own_parent(&self, index: usize) -> Option<usize> {
+        let call = self.calls.get(index)?;
+        call.after
+            .iter()
+            .map(|&a| a as usize)
+            .find(|&a| self.calls.get(a).is_some_and(|p| p.agent == call.agent))
     }
 
     /// The session from `first` of its calls on (a start window): calls before it are left out,
@@ -525,6 +541,7 @@ mod tests {
             wait_scale: 0.5,
             idle_cap: Some(Duration::from_secs(10)),
             start_window: None,
+            live: false,
             summary: SessionsSummary::default(),
         };
         assert_eq!(
@@ -535,6 +552,23 @@ mod tests {
             sessions.wait(Duration::from_secs(600)),
             Duration::from_secs(10)
         );
+    }
+
+    #[test]
+    fn a_call_goes_on_from_its_own_agents_call_not_a_sub_agents() {
+        let mut spawned = call(&[0], 0);
+        spawned.agent = 1;
+        let session = Session {
+            id: "s".into(),
+            ordinal: 0,
+            block_tokens: 64,
+            first: 0,
+            calls: vec![call(&[], 0), spawned, call(&[1, 0], 0)],
+        };
+        assert_eq!(session.own_parent(0), None);
+        // The sub-agent's first call starts fresh; the join goes on from the main agent's.
+        assert_eq!(session.own_parent(1), None);
+        assert_eq!(session.own_parent(2), Some(0));
     }
 
     #[test]
