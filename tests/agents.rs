@@ -213,8 +213,13 @@ fn edges() -> BTreeMap<u64, (Vec<u64>, u64)> {
 }
 
 fn run(port: u16, load: &str) -> common::Run {
+    run_file(port, &trace(4), load)
+}
+
+/// A run of the session file `sessions` against the server on `port`.
+fn run_file(port: u16, sessions: &str, load: &str) -> common::Run {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("agents.jsonl"), trace(4)).unwrap();
+    std::fs::write(dir.path().join("agents.jsonl"), sessions).unwrap();
     let plan = format!(
         "plan \"agents\" {{ seed 5 }}\n\
          target \"http://127.0.0.1:{port}/v1\" {{ api \"chat\"; model \"m\"; stream #true }}\n\
@@ -380,6 +385,118 @@ fn live_answers_go_into_the_context_of_the_agents_next_call() {
         .collect();
     assert_eq!(inputs.len(), 4, "B's records");
     assert!(inputs.iter().all(|&n| (54..80).contains(&n)), "{inputs:?}");
+}
+
+/// TraceLab rounds of two sessions: 640 tokens; 800 sharing 700 (all of round 0's ten blocks)
+/// after a 0.2 s tool run; 900 sharing 330 (five blocks: compacted) after the user's 0.3 s.
+fn tracelab_rounds() -> String {
+    let at = |s: f64| format!("2026-06-01T05:40:{:06.3}Z", 10.0 + s);
+    let event = |kind: &str, s: f64| json!({"event_type": kind, "timestamp": at(s), "source": "x"});
+    let mut lines = Vec::new();
+    for session in ["claude:aa", "codex:bb"] {
+        let rounds = [
+            (
+                640,
+                0,
+                vec![event("user_message", 0.0), event("tool_call", 0.1)],
+                1,
+            ),
+            (
+                800,
+                700,
+                vec![event("tool_result", 0.3), event("text", 0.35)],
+                0,
+            ),
+            (
+                900,
+                330,
+                vec![event("user_message", 0.65), event("text", 0.7)],
+                0,
+            ),
+        ];
+        for (index, (input, prefix, events, tools)) in rounds.into_iter().enumerate() {
+            let tools: Vec<_> = (0..tools).map(|_| json!({"tool_name": "Bash"})).collect();
+            lines.push(
+                json!({"provider": "claude", "session_id": session, "round_index": index,
+                "input_tokens_total": input, "prefix_tokens": prefix,
+                "newly_append_tokens": input - prefix, "output_tokens": 4,
+                "timing_events": events, "tools": tools})
+                .to_string(),
+            );
+        }
+    }
+    lines.join("\n")
+}
+
+/// Copilot sessions of three calls: 640 tokens; 900 with 650 cached (all of call 0) 0.25 s
+/// after call 0's end (a tool batch); 1,000 with none cached 0.15 s after call 1's.
+fn copilot_sessions() -> String {
+    let call = |id: &str, s: f64, prompt: u32, cached: u32| {
+        json!({"message_id": id, "timestamp": format!("2026-06-01T05:40:{:06.3}Z", 10.0 + s),
+               "duration_ms": 100.0, "initiator_type": "agent", "model": "Model A",
+               "result": "Success", "status_code": "OK",
+               "tokens": {"total": prompt + 4, "prompt": prompt, "completion": 4,
+                          "cached": cached, "cached_pct": 0.0},
+               "message_metadata": []})
+    };
+    ["s1", "s2"]
+        .iter()
+        .map(|session| {
+            json!({"session_id": session, "date": "2026-06-01", "turns": [{"turn_id": "t",
+                "llm_calls": [call("m0", 0.0, 640, 0), call("m1", 0.35, 900, 650),
+                              call("m2", 0.6, 1000, 0)],
+                "tool_batches": [{"request_id": "m0", "duration_ms": 250.0,
+                                  "function_calls": [{"name": "read_file", "status": 1}]}]}]})
+            .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Each format's sessions: every call its recorded gap after the answer before it, and the
+/// previous prompt's bytes for exactly the blocks its recorded prefix covers.
+#[test]
+fn tracelab_and_copilot_sessions_replay_their_gaps_and_shared_prefixes() {
+    let _serial = common::serial();
+    // Each format, its two waits (ms), and how much of call 0 call 2 shares: TraceLab's
+    // compacted round five of its ten blocks, Copilot's call with nothing cached none.
+    let formats = [
+        (tracelab_rounds(), [200, 300], (0.4, 0.6)),
+        (copilot_sessions(), [250, 150], (0.0, 0.05)),
+    ];
+    for (sessions, waits, (least, most)) in formats {
+        let (port, seen) = serve();
+        let run = run_file(port, &sessions, "concurrent=2");
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let calls = by_call(&seen);
+        assert_eq!(calls.len(), 6);
+        for session in 0..2 {
+            let call = |c: u64| &calls[&(session, c)];
+            for (c, wait) in [(1, waits[0]), (2, waits[1])] {
+                let gap = call(c)
+                    .arrived
+                    .saturating_duration_since(call(c - 1).answered);
+                let late = gap.as_secs_f64() * 1e3 - wait as f64;
+                assert!(
+                    (0.0..15.0).contains(&late),
+                    "call {c}: {late:.1} ms off its wait"
+                );
+            }
+            let common =
+                |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+            let (first, second, third) = (&call(0).content, &call(1).content, &call(2).content);
+            assert!(
+                second.starts_with(first.as_str()),
+                "call 1 carries all of call 0"
+            );
+            let shared = common(first, third) as f64 / first.len() as f64;
+            assert!(
+                (least..most).contains(&shared),
+                "call 2 shares {shared:.2} of call 0"
+            );
+        }
+        assert_ne!(calls[&(0, 0)].content, calls[&(1, 0)].content);
+    }
 }
 
 #[test]

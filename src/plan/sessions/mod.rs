@@ -6,8 +6,8 @@
 //! `block_tokens` long) followed by new tokens up to its input length, and it asks for its
 //! recorded output length. Sub-agents are calls of another `agent` whose first call comes after
 //! the parent's, and a join is a call `after` several. Each importer (one file per format:
-//! [`weka`], [`otel`]) turns its format into this model; the reader tells them apart by the
-//! file's start.
+//! [`weka`], [`otel`], [`copilot`], [`tracelab`]) turns its format into this model; the reader
+//! tells them apart by the file's start.
 //!
 //! A session file is never held whole: [`SessionReader`] streams it one session at a time (a
 //! line of a JSONL file, or a whole JSON file), both when the plan is checked (every mistake, its
@@ -18,7 +18,10 @@
 //! What this is not: running a session (the executor's `phase::sessions`), its prompts' text
 //! (`planner::prompts::block_text`), or judging sessions (the metric table).
 
+mod copilot;
+mod document;
 pub(crate) mod otel;
+mod tracelab;
 pub(crate) mod weka;
 
 use std::io::{BufRead, Read};
@@ -122,6 +125,10 @@ pub enum SessionFormat {
     Weka,
     /// OpenTelemetry GenAI spans (OTLP/JSON trace exports): a trace a session.
     Otel,
+    /// GitHub Copilot coding-agent sessions (Azure Public Dataset 2026): `turns` of `llm_calls`.
+    Copilot,
+    /// TraceLab's Claude Code and Codex rounds: a round a line, grouped by `session_id`.
+    TraceLab,
 }
 
 impl SessionFormat {
@@ -130,6 +137,30 @@ impl SessionFormat {
         match self {
             SessionFormat::Weka => "Weka agentic trace",
             SessionFormat::Otel => "OpenTelemetry GenAI spans",
+            SessionFormat::Copilot => "GitHub Copilot coding-agent sessions",
+            SessionFormat::TraceLab => "TraceLab agentic coding rounds",
+        }
+    }
+
+    /// The format a file's first 64 KiB show: a key each format has and the others do not.
+    fn of_head(head: &str) -> SessionFormat {
+        [
+            ("\"resourceSpans\"", SessionFormat::Otel),
+            ("\"llm_calls\"", SessionFormat::Copilot),
+            ("\"input_tokens_total\"", SessionFormat::TraceLab),
+        ]
+        .into_iter()
+        .find(|(key, _)| head.contains(key))
+        .map_or(SessionFormat::Weka, |(_, format)| format)
+    }
+
+    /// What to do about a mistake in a file of this format.
+    fn help(self) -> &'static str {
+        match self {
+            SessionFormat::Weka => weka::HELP,
+            SessionFormat::Otel => otel::HELP,
+            SessionFormat::Copilot => copilot::HELP,
+            SessionFormat::TraceLab => tracelab::HELP,
         }
     }
 }
@@ -273,6 +304,10 @@ pub struct SessionReader {
     format: SessionFormat,
     /// Sessions built from the whole file (a format whose sessions may be spread over it).
     built: Option<std::vec::IntoIter<Session>>,
+    /// A format of a session over lines: the next session's first line, read already.
+    pending: Option<(tracelab::Round, usize)>,
+    /// The sessions read so far (a session's lines must be together).
+    seen: std::collections::HashSet<String>,
 }
 
 impl SessionReader {
@@ -287,15 +322,11 @@ impl SessionReader {
             let trimmed = first.trim();
             !trimmed.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
         };
-        // OTLP's first key; no Weka session has it.
         let mut head = Vec::new();
         std::fs::File::open(path)?
             .take(64 << 10)
             .read_to_end(&mut head)?;
-        let format = match String::from_utf8_lossy(&head).contains("\"resourceSpans\"") {
-            true => SessionFormat::Otel,
-            false => SessionFormat::Weka,
-        };
+        let format = SessionFormat::of_head(&String::from_utf8_lossy(&head));
         Ok(SessionReader {
             shown: shown.to_string(),
             input,
@@ -306,6 +337,8 @@ impl SessionReader {
             hasher: sha2::Sha256::new(),
             format,
             built: None,
+            pending: None,
+            seen: Default::default(),
         })
     }
 
@@ -408,38 +441,108 @@ impl Iterator for SessionReader {
     type Item = Result<Session, SessionError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.format == SessionFormat::Otel {
-            if self.built.is_none() {
-                match self.build_all() {
-                    Ok(built) => self.built = Some(built),
-                    Err(error) => {
-                        self.built = Some(Vec::new().into_iter());
-                        return Some(Err(error));
-                    }
+        let found = match self.format {
+            SessionFormat::Otel => self.next_built(),
+            SessionFormat::TraceLab => self.next_grouped(),
+            SessionFormat::Weka | SessionFormat::Copilot => self.next_line_or_document(),
+        };
+        let (session, first_line) = match found? {
+            Ok(found) => found,
+            Err(error) => return Some(Err(error)),
+        };
+        let help = self.format.help();
+        Some(
+            session
+                .check()
+                .map_err(|why| self.error(first_line, None, why, help))
+                .map(|()| session),
+        )
+    }
+}
+
+/// A session read, and the line it starts on.
+type Found = Option<Result<(Session, usize), SessionError>>;
+
+impl SessionReader {
+    /// The next of the sessions built from the whole file (OpenTelemetry's spans).
+    fn next_built(&mut self) -> Found {
+        if self.built.is_none() {
+            match self.build_all() {
+                Ok(built) => self.built = Some(built),
+                Err(error) => {
+                    self.built = Some(Vec::new().into_iter());
+                    return Some(Err(error));
                 }
             }
-            let session = self.built.as_mut()?.next()?;
-            let checked = session
-                .check()
-                .map_err(|why| self.error(0, None, why, otel::HELP));
-            return Some(checked.map(|()| session));
         }
+        Some(Ok((self.built.as_mut()?.next()?, 0)))
+    }
+
+    /// The next session of a format that writes one a document (Weka's, Copilot's).
+    fn next_line_or_document(&mut self) -> Found {
         let (text, first_line) = match self.next_document()? {
             Ok(document) => document,
             Err(error) => return Some(Err(error)),
         };
         let ordinal = self.ordinal;
         self.ordinal += 1;
-        let session = weka::session(&text, ordinal).map_err(|e| {
+        let session = match self.format {
+            SessionFormat::Copilot => copilot::session(&text, ordinal),
+            _ => weka::session(&text, ordinal),
+        };
+        let help = self.format.help();
+        Some(session.map(|session| (session, first_line)).map_err(|e| {
             let line = first_line + e.line.saturating_sub(1);
-            self.error(line, e.field, e.message, weka::HELP)
-        });
-        Some(session.and_then(|session| {
-            session
-                .check()
-                .map_err(|why| self.error(first_line, None, why, weka::HELP))
-                .map(|()| session)
+            self.error(line, e.field, e.message, help)
         }))
+    }
+
+    /// The next session of a format that writes one a line per call (TraceLab's rounds): the
+    /// lines up to the first of another session.
+    fn next_grouped(&mut self) -> Found {
+        let mut rounds: Vec<tracelab::Round> = Vec::new();
+        let mut first_line = 0;
+        if let Some((round, line)) = self.pending.take() {
+            (first_line, rounds) = (line, vec![round]);
+        }
+        while let Some(document) = self.next_document() {
+            let (text, line) = match document {
+                Ok(document) => document,
+                Err(error) => return Some(Err(error)),
+            };
+            let round = match tracelab::round(&text) {
+                Ok(round) => round,
+                // The rounds before it are left out, not counted as seen: the session's
+                // lines after it are not said to be apart from it.
+                Err(e) => return Some(Err(self.error(line, e.field, e.message, tracelab::HELP))),
+            };
+            if rounds
+                .first()
+                .is_some_and(|r| r.session_id != round.session_id)
+            {
+                self.pending = Some((round, line));
+                break;
+            }
+            if rounds.is_empty() {
+                first_line = line;
+            }
+            rounds.push(round);
+        }
+        let id = rounds.first()?.session_id.clone();
+        if !self.seen.insert(id.clone()) {
+            return Some(Err(self.error(
+                first_line,
+                Some("session_id".into()),
+                format!(
+                    "the rounds of session {id} are not together: it appeared before this line"
+                ),
+                "keep each session's rounds on consecutive lines: sort the file by session, \
+                 e.g. jq -s -c 'sort_by(.session_id, .round_index)[]'",
+            )));
+        }
+        let ordinal = self.ordinal;
+        self.ordinal += 1;
+        Some(Ok((tracelab::session(rounds, ordinal), first_line)))
     }
 }
 
@@ -569,6 +672,70 @@ mod tests {
         // The sub-agent's first call starts fresh; the join goes on from the main agent's.
         assert_eq!(session.own_parent(1), None);
         assert_eq!(session.own_parent(2), Some(0));
+    }
+
+    /// A TraceLab round of `session`, the `index`-th, `input` tokens, its answer at `at` s.
+    fn round(session: &str, index: u32, input: u32, at: u32) -> String {
+        format!(
+            r#"{{"session_id":"{session}","round_index":{index},"input_tokens_total":{input},"prefix_tokens":{},"output_tokens":20,"timing_events":[{{"event_type":"tool_result","timestamp":"2026-06-01T05:40:{at:02}.000Z"}},{{"event_type":"text","timestamp":"2026-06-01T05:40:{:02}.500Z"}}],"tools":[]}}"#,
+            input / 2,
+            at
+        )
+    }
+
+    fn read(text: &str) -> Result<SessionsSummary, Vec<SessionError>> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("sessions.jsonl");
+        std::fs::write(&path, text).expect("written");
+        check_file(&path, "sessions.jsonl", 5)
+    }
+
+    #[test]
+    fn tracelab_rounds_are_grouped_by_session_and_must_be_together() {
+        let rows = [
+            round("claude:a", 0, 1000, 1),
+            round("claude:a", 1, 1200, 3),
+            round("codex:b", 0, 800, 2),
+            round("claude:a", 2, 1400, 5),
+        ];
+        let summary = read(&rows[..3].join("\n")).expect("read");
+        assert_eq!(summary.format, Some(SessionFormat::TraceLab));
+        assert_eq!(
+            (summary.sessions, summary.calls, summary.most_calls),
+            (2, 3, 2)
+        );
+        let errors = read(&rows.join("\n")).expect_err("refused");
+        assert_eq!(
+            (errors[0].line, errors[0].field.as_deref()),
+            (4, Some("session_id"))
+        );
+        assert!(errors[0].message.contains("claude:a"), "{}", errors[0]);
+    }
+
+    #[test]
+    fn copilot_sessions_are_told_apart_by_their_calls() {
+        let call = |id: &str, at: &str| {
+            format!(
+                r#"{{"message_id":"{id}","timestamp":"2026-06-01T05:40:{at}Z","duration_ms":900.0,"tokens":{{"prompt":500,"completion":20,"cached":0}}}}"#
+            )
+        };
+        let line = |s: &str| {
+            format!(
+                r#"{{"session_id":"{s}","date":"2026-06-01","turns":[{{"turn_id":"t","llm_calls":[{},{}],"tool_batches":[]}}]}}"#,
+                call("m1", "01.000"),
+                call("m2", "03.000")
+            )
+        };
+        let summary = read(&format!("{}\n{}\n", line("s1"), line("s2"))).expect("read");
+        assert_eq!(summary.format, Some(SessionFormat::Copilot));
+        assert_eq!((summary.sessions, summary.calls), (2, 4));
+        let bad = line("s3").replacen("\"prompt\":500", "\"prompt\":\"x\"", 1);
+        let errors = read(&format!("{}\n{bad}\n", line("s1"))).expect_err("refused");
+        assert_eq!(errors[0].line, 2);
+        assert_eq!(
+            errors[0].field.as_deref(),
+            Some("turns[0].llm_calls[0].tokens.prompt")
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::weka::DocumentError;
+use super::document::DocumentError;
 use super::{Call, Session};
 use crate::plan::limits::MAX_TOKENS;
 
@@ -35,8 +35,8 @@ pub(super) const HELP: &str = "an OpenTelemetry trace export is OTLP/JSON: {\"re
      \"gen_ai.operation.name\", \"value\": {\"stringValue\": \"chat\"}}, {\"key\": \
      \"gen_ai.usage.input_tokens\", \"value\": {\"intValue\": \"812\"}}, …]}]}]}]}";
 
-/// Tokens per inferred block.
-const BLOCK_TOKENS: u32 = 64;
+/// Tokens per inferred block: the size every format that names no blocks takes.
+const BLOCK_TOKENS: u32 = super::document::PREFIX_BLOCK_TOKENS;
 
 /// The operations that are calls to a model.
 const CALLS: [&str; 3] = ["chat", "text_completion", "generate_content"];
@@ -124,16 +124,7 @@ pub(super) struct Traces {
 impl Traces {
     /// Adds the spans of one document (an export request).
     pub(super) fn add(&mut self, text: &str) -> Result<(), DocumentError> {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let export: Export = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            DocumentError {
-                line: inner.line().max(1),
-                field: (path != ".").then_some(path),
-                message: super::weka::without_position(&inner),
-            }
-        })?;
+        let export: Export = super::document::parse(text)?;
         for (r, resource) in export.resource_spans.iter().enumerate() {
             for (s, scope) in resource.scope_spans.iter().enumerate() {
                 for (i, span) in scope.spans.iter().enumerate() {

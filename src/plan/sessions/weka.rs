@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::document::{self, field_error, DocumentError};
 use super::{Call, Session};
-use crate::plan::limits::MAX_TOKENS;
 
 pub(super) const HELP: &str = "a Weka trace is one JSON object a session: {\"id\": \"…\", \
      \"block_size\": 64, \"requests\": [{\"t\": 0.0, \"type\": \"n\", \"in\": 180, \"out\": 25, \
@@ -68,25 +68,9 @@ struct Subagent {
     requests: Vec<Entry>,
 }
 
-/// A mistake in one session's document: its line within the document, the field.
-pub(super) struct DocumentError {
-    pub line: usize,
-    pub field: Option<String>,
-    pub message: String,
-}
-
 /// The session in `text` (one document), the `ordinal`-th of its file.
 pub(super) fn session(text: &str, ordinal: u64) -> Result<Session, DocumentError> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let trace: Trace = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        DocumentError {
-            line: inner.line().max(1),
-            field: (path != ".").then_some(path),
-            message: without_position(&inner),
-        }
-    })?;
+    let trace: Trace = document::parse(text)?;
     if trace.block_size == 0 {
         return Err(field_error(
             "block_size",
@@ -102,23 +86,6 @@ pub(super) fn session(text: &str, ordinal: u64) -> Result<Session, DocumentError
         first: 0,
         calls: builder.calls,
     })
-}
-
-fn field_error(field: &str, message: &str) -> DocumentError {
-    DocumentError {
-        line: 1,
-        field: Some(field.to_string()),
-        message: message.to_string(),
-    }
-}
-
-/// serde_json's message without its " at line L column C" (the diagnostic says where).
-pub(super) fn without_position(error: &serde_json::Error) -> String {
-    let text = error.to_string();
-    match text.rfind(" at line ") {
-        Some(at) => text[..at].to_string(),
-        None => text,
-    }
 }
 
 #[derive(Default)]
@@ -196,21 +163,8 @@ impl Builder {
                 check_time(value, &format!("{at}.{name}"))?;
             }
         }
-        if request.input == 0 || request.input > MAX_TOKENS {
-            return Err(field_error(
-                &format!("{at}.in"),
-                &format!(
-                    "{} prompt tokens is out of range (1 to {MAX_TOKENS})",
-                    request.input
-                ),
-            ));
-        }
-        if request.out > MAX_TOKENS {
-            return Err(field_error(
-                &format!("{at}.out"),
-                &format!("{} output tokens is more than {MAX_TOKENS}", request.out),
-            ));
-        }
+        let input_tokens = document::prompt_tokens(request.input, &format!("{at}.in"))?;
+        let output_tokens = document::output_tokens(request.out, &format!("{at}.out"))?;
         // The recorded gap: from the end of the last answer it waits for (the session's start
         // for its first call).
         let waited_for = previous.iter().chain(joins);
@@ -228,9 +182,8 @@ impl Builder {
         self.calls.push(Call {
             after,
             wait: Duration::from_secs_f64(wait.max(0.0)),
-            // Both checked against MAX_TOKENS above.
-            input_tokens: request.input as u32,
-            output_tokens: request.out.max(1) as u32,
+            input_tokens,
+            output_tokens,
             hash_ids: request.hash_ids.clone(),
             agent,
             tool_use: request.stop == "tool_use",
