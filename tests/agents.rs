@@ -342,6 +342,19 @@ fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
         metric("session_e2e_ms", "max"),
     );
     assert!(fastest >= 800.0 && slowest < 900.0, "{fastest}..{slowest}");
+    // Sessions over time: two slots, so at most two running in any window, and two for most of
+    // the run; report.html charts them, and TTFT by context length.
+    let running: Vec<f64> = summary["timeseries"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["sessions"].as_f64())
+        .collect();
+    assert!(running.iter().all(|&n| n <= 2.0 + 1e-9), "{running:?}");
+    assert!(running.iter().any(|&n| n > 1.9), "{running:?}");
+    let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
+    assert!(html.contains("id=\"sessions-over-time\""));
+    assert!(html.contains("id=\"by-context\""));
 }
 
 /// Answers live: an agent's call goes on from its previous call's messages and the server's

@@ -111,6 +111,10 @@ pub struct InputBucket {
     pub e2e_ms: Summary,
     /// TPOT of its successful requests.
     pub tpot_ms: Summary,
+    /// The share of its prompt tokens the server served from its prefix cache (`cached_tokens`
+    /// of usage), over the requests whose usage said both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_hit: Option<f64>,
 }
 
 /// The recorded requests of one batch size (or range of sizes), for an API that answers

@@ -48,6 +48,9 @@ pub(super) struct BucketAccumulator {
     pub(super) ttft: Distribution,
     pub(super) e2e: Distribution,
     tpot: Distribution,
+    /// Prompt and cached tokens the server reported, over the requests that reported both.
+    prompt_tokens: u64,
+    cached_tokens: u64,
 }
 
 impl BucketAccumulator {
@@ -59,11 +62,17 @@ impl BucketAccumulator {
             ttft: Distribution::milliseconds(),
             e2e: Distribution::milliseconds(),
             tpot: Distribution::milliseconds(),
+            prompt_tokens: 0,
+            cached_tokens: 0,
         }
     }
 
     pub(super) fn add(&mut self, record: &RequestRecord) {
         self.sent += 1;
+        if let (Some(prompt), Some(cached)) = (record.prompt_tokens, record.cached_tokens) {
+            self.prompt_tokens += prompt;
+            self.cached_tokens += cached;
+        }
         if let Some(ttft) = ttft_ms(record) {
             self.ttft.record(ttft);
         }
@@ -91,6 +100,8 @@ impl Gathers for BucketAccumulator {
         self.ttft.merge(&other.ttft);
         self.e2e.merge(&other.e2e);
         self.tpot.merge(&other.tpot);
+        self.prompt_tokens += other.prompt_tokens;
+        self.cached_tokens += other.cached_tokens;
     }
 }
 
@@ -274,6 +285,7 @@ impl<'s> Aggregator<'s> {
                 self.log.push(LogLine::Stall(stall));
             }
             LogLine::Session(session) => {
+                self.series.session(&session);
                 self.sessions.end(session.clone());
                 self.log.push(LogLine::Session(session));
             }
@@ -494,6 +506,8 @@ impl<'s> Aggregator<'s> {
                     ttft_ms: b.ttft.summary(),
                     e2e_ms: b.e2e.summary(),
                     tpot_ms: b.tpot.summary(),
+                    cache_hit: (b.prompt_tokens > 0)
+                        .then(|| b.cached_tokens as f64 / b.prompt_tokens as f64),
                 })
                 .collect(),
             error_samples: self.error_samples.into_values().collect(),

@@ -16,7 +16,7 @@ use sketches_ddsketch::{Config, DDSketch};
 
 use super::profile::ProfileBuilder;
 use super::ttft_ms;
-use crate::records::{ErrorClass, PhaseEnd, PhaseStart, RequestRecord};
+use crate::records::{ErrorClass, PhaseEnd, PhaseStart, RequestRecord, SessionEnd};
 
 /// One window of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -56,6 +56,10 @@ pub struct SeriesPoint {
     pub e2e_p50_ms: Option<f64>,
     /// E2E p99, ms.
     pub e2e_p99_ms: Option<f64>,
+    /// Agent sessions running (from their start to their last answer), on average over the
+    /// window; `None` in a run without sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<f64>,
 }
 
 /// A phase's time on the run's time line.
@@ -133,6 +137,8 @@ pub struct SeriesBuilder {
     max_windows: usize,
     windows: Vec<Window>,
     in_flight: ProfileBuilder,
+    /// Agent sessions running, once a session has ended.
+    sessions: Option<ProfileBuilder>,
     bands: Vec<PhaseBand>,
     last_us: u64,
 }
@@ -145,6 +151,7 @@ impl SeriesBuilder {
             max_windows: max_windows.max(2),
             windows: Vec::new(),
             in_flight: ProfileBuilder::new(0),
+            sessions: None,
             bands: Vec::new(),
             last_us: 0,
         }
@@ -193,6 +200,15 @@ impl SeriesBuilder {
             band.to_s = end.at_us as f64 / 1e6;
         }
         self.last_us = self.last_us.max(end.at_us);
+    }
+
+    /// Adds one agent session, running from its start to its end.
+    pub fn session(&mut self, session: &SessionEnd) {
+        let end = session.end_us.max(session.start_us);
+        self.last_us = self.last_us.max(end);
+        self.sessions
+            .get_or_insert_with(|| ProfileBuilder::new(0))
+            .add_in_flight(session.start_us, end, 1.0);
     }
 
     /// Adds one request.
@@ -268,6 +284,10 @@ impl SeriesBuilder {
                     itl_p99_ms: q(&w.itl, 0.99),
                     e2e_p50_ms: q(&w.e2e, 0.5),
                     e2e_p99_ms: q(&w.e2e, 0.99),
+                    sessions: self
+                        .sessions
+                        .as_ref()
+                        .map(|running| running.mean_in_flight(from, from + self.interval_us)),
                 }
             })
             .collect();
@@ -359,6 +379,33 @@ mod tests {
             ts.points[0]
         );
         assert!((ts.points[1].in_flight - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sessions_running_are_the_mean_over_each_window() {
+        let session = |start_us: u64, end_us: u64| SessionEnd {
+            phase: 0,
+            session: 0,
+            id: "s".into(),
+            start_us,
+            end_us,
+            calls: 1,
+            sent: 1,
+            answered: 1,
+            waited_ms: 0.0,
+            shard: None,
+        };
+        let mut series = SeriesBuilder::new(1_000_000, 100);
+        assert_eq!(
+            SeriesBuilder::new(1_000_000, 100).finish().points[0].sessions,
+            None
+        );
+        // One session from 0.5 s to 2 s, another from 1 s to 1.5 s.
+        series.session(&session(500_000, 2_000_000));
+        series.session(&session(1_000_000, 1_500_000));
+        let ts = series.finish();
+        let running: Vec<Option<f64>> = ts.points.iter().map(|p| p.sessions).collect();
+        assert_eq!(running, [Some(0.5), Some(1.5), Some(0.0)]);
     }
 
     #[test]

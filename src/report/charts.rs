@@ -35,6 +35,7 @@ mod colour {
     pub const SUCCESS: &str = "#2ca02c";
     pub const FAILURE: &str = "#d62728";
     pub const THROTTLED: &str = "#bcbd22";
+    pub const SESSIONS: &str = "#e377c2";
     pub const IN_FLIGHT: &str = "#8c564b";
     pub const TOKENS: &str = "#1f77b4";
     pub const RUNNING: &str = "#17a2b8";
@@ -124,6 +125,25 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         "Requests sent, completed, failed and throttled per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
         &load,
     ));
+    if points.iter().any(|p| p.sessions.is_some()) {
+        let mut agents = Plot::new(
+            "Agent sessions and calls in flight",
+            time(),
+            Axis::new("sessions; calls in flight", Scale::Linear, Unit::Number),
+        );
+        agents.lines = vec![
+            line("sessions running", colour::SESSIONS, false, &|p| p.sessions),
+            line("calls in flight", colour::IN_FLIGHT, true, &|p| {
+                Some(p.in_flight)
+            }),
+        ];
+        agents.bands = phase_bands(bands);
+        charts.extend(chart(
+            "sessions-over-time",
+            "Agent sessions running and their calls in flight, on average in each window: the gap between the two is the sessions' time in tool runs and think times, when no call of theirs is at the server.",
+            &agents,
+        ));
+    }
     charts.extend(budget_chart(summary, &line, time()));
     let mut tokens = Plot::new(
         "Output tokens per second",
@@ -143,6 +163,9 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
     if summary.steps.is_empty() {
         charts.extend(cdf_chart(summary));
         charts.extend(by_input_chart(summary));
+        if points.iter().any(|p| p.sessions.is_some()) {
+            charts.extend(by_context_chart(summary));
+        }
     }
     if let Some(server) = summary.server.as_ref().filter(|s| s.samples > 0) {
         charts.extend(server_chart(server, time(), bands));
@@ -446,6 +469,55 @@ fn cdf_chart(summary: &Summary) -> Option<Chart> {
 }
 
 /// TTFT and E2E by input length, as grouped bars.
+/// An agent's TTFT as its context grows: TTFT alone (an answer's length would hide it), each
+/// range labelled with the share of it the server's prefix cache served.
+fn by_context_chart(summary: &Summary) -> Option<Chart> {
+    if summary.by_input.len() < 2 {
+        return None;
+    }
+    let mut plot = Plot::new(
+        "TTFT by context length",
+        Axis::new(
+            "prompt tokens (share served from the prefix cache)",
+            Scale::Linear,
+            Unit::Number,
+        ),
+        Axis::new("TTFT", Scale::Linear, Unit::Milliseconds),
+    );
+    plot.x.categories = summary
+        .by_input
+        .iter()
+        .map(|b| {
+            let cached = b.cache_hit.map_or(String::new(), |hit| {
+                format!(" ({:.0}% cached)", hit * 100.0)
+            });
+            format!("{}–{}{cached}", b.input_tokens, b.input_tokens_max)
+        })
+        .collect();
+    let values: Vec<Vec<f64>> = summary
+        .by_input
+        .iter()
+        .map(|b| vec![b.ttft_ms.p50.unwrap_or(0.0), b.ttft_ms.p99.unwrap_or(0.0)])
+        .collect();
+    if values.iter().flatten().all(|v| *v <= 0.0) {
+        return None;
+    }
+    plot.bars = Some(Bars {
+        series: vec![
+            ("TTFT p50".into(), "#7fb3e0"),
+            ("TTFT p99".into(), colour::TTFT),
+        ],
+        values,
+        whiskers: Vec::new(),
+    });
+    plot.rules = objective_rules(summary, &["ttft"], false);
+    chart(
+        "by-context",
+        "TTFT p50 and p99 of the calls of each prompt length: how an agent's first token slows as its context grows, and how much of that context the cache spared the server.",
+        &plot,
+    )
+}
+
 fn by_input_chart(summary: &Summary) -> Option<Chart> {
     if summary.by_input.len() < 2 {
         return None;

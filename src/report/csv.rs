@@ -182,6 +182,8 @@ struct SeriesCsvRow<'a> {
     itl_p99_ms: Option<f64>,
     e2e_p50_ms: Option<f64>,
     e2e_p99_ms: Option<f64>,
+    /// Agent sessions running (empty in a run without sessions).
+    sessions: Option<f64>,
 }
 
 impl Exporter for TimeseriesCsv {
@@ -220,6 +222,7 @@ impl Exporter for TimeseriesCsv {
                 itl_p99_ms: round(point.itl_p99_ms),
                 e2e_p50_ms: round(point.e2e_p50_ms),
                 e2e_p99_ms: round(point.e2e_p99_ms),
+                sessions: round(point.sessions),
             })
             .map_err(|e| Error::run(format!("cannot write timeseries.csv: {e}")))?;
         }
