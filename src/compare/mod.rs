@@ -307,6 +307,13 @@ fn side(
         let scale = sampled.total as f64 / sampled.kept.max(1) as f64;
         windows.iter_mut().for_each(|amount| *amount *= scale);
     }
+    if metric.def().needs == table::Needs::Sessions {
+        return Side {
+            samples: session_samples(log, metric, &indices, slo),
+            wall_s,
+            windows,
+        };
+    }
     let samples = log
         .records
         .iter()
@@ -344,6 +351,37 @@ fn side(
         wall_s,
         windows,
     }
+}
+
+/// A session metric's samples: one per judged session of the scope (a distribution's value;
+/// for session goodput, whether it was good), resampled session by session as a request
+/// metric's are request by request. None from a log that holds a sample of the requests.
+fn session_samples(
+    log: &RunLog,
+    metric: Metric,
+    phases: &[usize],
+    slo: Option<&Slo>,
+) -> Vec<Sample> {
+    let outcomes = metrics::sessions::outcomes_of(log, phases, slo).unwrap_or_default();
+    let value_of = match metric.def().source {
+        Source::Sessions { sample, .. } => Some(sample),
+        // Session goodput: the share of good sessions.
+        Source::Distribution { .. }
+        | Source::Share { .. }
+        | Source::PerSecond { .. }
+        | Source::Aggregate(_)
+        | Source::Server(_)
+        | Source::Search => None,
+    };
+    outcomes
+        .iter()
+        .map(|outcome| Sample {
+            value: value_of.and_then(|sample| sample(outcome)),
+            gaps: Vec::new(),
+            counted: outcome.good,
+            among: true,
+        })
+        .collect()
 }
 
 /// Whether a metric is resampled by time window (throughputs) rather than by request.
@@ -392,9 +430,19 @@ fn value(
             let total: f64 = pick.iter().map(|&i| side.windows[i]).sum();
             Some(total / (window_s * pick.len() as f64))
         }
+        Source::Sessions { .. } => {
+            scratch.clear();
+            scratch.extend(chosen.filter_map(|s| s.value));
+            statistic(tolerance.stat?, scratch)
+        }
+        // An aggregate over sessions (session goodput) is the share of good ones.
+        Source::Aggregate(_) if tolerance.metric.def().needs == table::Needs::Sessions => {
+            let among = chosen.clone().filter(|s| s.among).count() as f64;
+            (among > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / among)
+        }
         // Capacity is not a statistic of requests: it is compared from the two runs'
         // search brackets, not resampled. The server's own numbers are not compared.
-        Source::Search | Source::Server(_) | Source::Aggregate(_) | Source::Sessions { .. } => None,
+        Source::Search | Source::Server(_) | Source::Aggregate(_) => None,
     }
 }
 
@@ -703,9 +751,11 @@ fn metric_row(runs: &Runs, tolerance: &Tolerance, seed: u64) -> Row {
         };
         row.verdict = worse.verdict(tolerance.allowed);
         if row.verdict == Change::NotDecided {
-            let length = match by_window(metric) {
-                true => RunLength::Seconds(base.wall_s.max(cur.wall_s)),
-                false => RunLength::Requests(base.samples.len(), cur.samples.len()),
+            let counts = (base.samples.len(), cur.samples.len());
+            let length = match (by_window(metric), metric.def().needs) {
+                (true, _) => RunLength::Seconds(base.wall_s.max(cur.wall_s)),
+                (false, table::Needs::Sessions) => RunLength::Sessions(counts.0, counts.1),
+                (false, _) => RunLength::Requests(counts.0, counts.1),
             };
             row.undecided = Some(too_short(&row, tolerance, &worse, length));
         }
@@ -754,6 +804,8 @@ enum RunLength {
     Seconds(f64),
     /// Per-request metrics: the baseline's and the current run's requests.
     Requests(usize, usize),
+    /// Session metrics: the baseline's and the current run's judged sessions.
+    Sessions(usize, usize),
 }
 
 /// Why a row whose interval reaches past its tolerance is not decided, and the run length that
@@ -786,6 +838,10 @@ fn too_short(row: &Row, tolerance: &Tolerance, worse: &Worse, length: RunLength)
         ),
         RunLength::Requests(b, c) => format!(
             "≈ {} requests in each run (these: {b} and {c})",
+            crate::words::thousands((b.max(c) as f64 * factor).ceil() as u64)
+        ),
+        RunLength::Sessions(b, c) => format!(
+            "≈ {} judged sessions in each run (these: {b} and {c})",
             crate::words::thousands((b.max(c) as f64 * factor).ceil() as u64)
         ),
     };

@@ -402,3 +402,96 @@ fn a_slowdown_the_client_stalled_through_is_not_decided() {
     let c = compared(&stalled_base, &slow);
     assert_eq!(verdict(&c, "ttft p50 +10%"), Change::Regression);
 }
+
+/// A run of `sessions` agent sessions of two calls each, lasting around `e2e_ms`; the calls of
+/// the first `failed` sessions fail.
+fn session_run(sessions: u64, e2e_ms: f64, seed: u64, failed: u64) -> RunLog {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut log = run(0, 100.0, seed, 0);
+    log.phases[0].sessions = true;
+    for s in 0..sessions {
+        let start_us = s * 1_000_000;
+        let e2e_us = ((e2e_ms + rng.random_range(-0.2..0.2) * e2e_ms) * 1000.0) as u64;
+        for call in 0..2 {
+            log.records.push(RequestRecord {
+                seq: s * (1 << 20) + call,
+                conversation: Some(s),
+                turn: Some(call as u32 + 1),
+                actual_send_us: start_us + call * e2e_us / 2,
+                error: (s < failed).then_some(ErrorClass::Http5xx),
+                http_status: Some(if s < failed { 500 } else { 200 }),
+                ttft_us: Some(10_000),
+                e2e_us: Some(e2e_us / 2),
+                ..RequestRecord::default()
+            });
+        }
+        log.sessions.push(crate::records::SessionEnd {
+            phase: 0,
+            session: s,
+            id: format!("s{s}"),
+            start_us,
+            end_us: start_us + e2e_us,
+            calls: 2,
+            sent: if s < failed { 1 } else { 2 },
+            answered: if s < failed { 0 } else { 2 },
+            waited_ms: 0.0,
+            shard: None,
+        });
+    }
+    log
+}
+
+#[test]
+fn session_metrics_are_resampled_session_by_session() {
+    let tolerance = |metric: Metric, stat: Option<Stat>, allowed: f64, text: &str| Tolerance {
+        metric,
+        stat,
+        allowed,
+        phase: None,
+        text: text.into(),
+    };
+    let tolerances = [
+        tolerance(
+            Metric::SessionE2e,
+            Some(Stat::Percentile(50.0)),
+            0.10,
+            "session-e2e p50 +10%",
+        ),
+        tolerance(Metric::SessionGoodput, None, 0.05, "session-goodput -5%"),
+    ];
+    let compare_runs = |base: &RunLog, cur: &RunLog| {
+        compare(
+            base,
+            cur,
+            &tolerances,
+            None,
+            None,
+            vec![],
+            7,
+            Undecided::NotDecided,
+        )
+    };
+    let base = session_run(200, 500.0, 1, 0);
+    let row = |c: &Comparison, metric: &str| c.rows.iter().find(|r| r.metric == metric).cloned();
+    // Slower sessions, a fifth of them failed: both regress.
+    let worse = compare_runs(&base, &session_run(200, 700.0, 2, 40));
+    let e2e = row(&worse, "session-e2e p50 +10%").expect("compared");
+    assert_eq!(e2e.verdict, Change::Regression, "{e2e:?}");
+    assert!((0.3..0.5).contains(&e2e.change.unwrap_or(0.0)), "{e2e:?}");
+    let goodput = row(&worse, "session-goodput -5%").expect("compared");
+    assert_eq!((goodput.baseline, goodput.current), (Some(1.0), Some(0.8)));
+    assert_eq!(goodput.verdict, Change::Regression);
+    // The same sessions again: no regression. Ten sessions each cannot decide 10%.
+    let same = compare_runs(&base, &session_run(200, 500.0, 3, 0));
+    assert!(!same.regressed, "{:#?}", same.rows);
+    let short = compare_runs(&session_run(10, 500.0, 1, 0), &session_run(10, 520.0, 2, 0));
+    let e2e = row(&short, "session-e2e p50 +10%").expect("compared");
+    assert_eq!(e2e.verdict, Change::NotDecided);
+    assert!(
+        e2e.undecided
+            .as_deref()
+            .is_some_and(|why| why.contains("judged sessions")),
+        "{e2e:?}"
+    );
+}

@@ -122,6 +122,38 @@ impl SessionBook {
     }
 }
 
+/// The judged sessions of `phases` in a run's records, a request good when it met `slo`
+/// (answered, without one): what a comparison resamples, session by session. `None` when the
+/// log holds a sample of the run's requests (a session's calls are then not all there to judge
+/// it by).
+pub fn outcomes_of(
+    log: &crate::records::RunLog,
+    phases: &[usize],
+    slo: Option<&crate::plan::Slo>,
+) -> Option<Vec<SessionOutcome>> {
+    if log.sampled.is_some() {
+        return None;
+    }
+    let mut book = SessionBook::default();
+    for start in log.phases.iter().filter(|p| p.sessions) {
+        book.phase(start.index);
+    }
+    for record in &log.records {
+        book.record(
+            record,
+            slo.map_or(record.ok(), |slo| super::meets(slo, record)),
+        );
+    }
+    log.sessions.iter().for_each(|end| book.end(end.clone()));
+    let outcomes = book.outcomes().into_iter();
+    Some(
+        outcomes
+            .filter(|(phase, _)| phases.contains(phase))
+            .filter_map(|(_, outcome)| outcome)
+            .collect(),
+    )
+}
+
 fn outcome(end: &SessionEnd, facts: Facts) -> Option<SessionOutcome> {
     if !end.judged() {
         return None;

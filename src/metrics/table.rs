@@ -269,10 +269,10 @@ const SERVER: Uses = Uses {
     early_end: false,
 };
 /// Judged at the end, from the sessions' lines: not request by request (no abort, no early
-/// end), and not resampled by a comparison.
+/// end); a comparison resamples them session by session.
 const SESSIONS: Uses = Uses {
     assert: true,
-    compare: false,
+    compare: true,
     abort: false,
     early_end: false,
 };
