@@ -355,6 +355,30 @@ fn calls_wait_for_their_parents_and_share_exactly_their_blocks() {
     let html = std::fs::read_to_string(run.out().join("report.html")).unwrap();
     assert!(html.contains("id=\"sessions-over-time\""));
     assert!(html.contains("id=\"by-context\""));
+    // Every call stopped for tools: the main agent's next calls are tool turns, a sub-agent's
+    // first call (its task) a user turn.
+    let kinds: BTreeSet<(u64, String)> = common::read_log(&run.out())
+        .into_iter()
+        .filter(|l| l["event"] == "request")
+        .map(|l| {
+            (
+                l["turn"].as_u64().unwrap(),
+                l["turn_kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let kind = |turn: u64| {
+        let of: Vec<&str> = kinds
+            .iter()
+            .filter(|(t, _)| *t == turn)
+            .map(|(_, k)| k.as_str())
+            .collect();
+        of
+    };
+    assert_eq!(kind(1), ["user"]);
+    assert_eq!(kind(2), ["user"], "S1, the sub-agent's first call");
+    assert_eq!(kind(3), ["tool"], "S2, after S1");
+    assert_eq!(kind(5), ["tool"], "B, after A");
 }
 
 /// Answers live: an agent's call goes on from its previous call's messages and the server's

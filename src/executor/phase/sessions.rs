@@ -471,13 +471,12 @@ fn call_request(
         origin: crate::planner::Origin::Synthetic,
         turn: Some(session.first + index as u32 + 1),
         conversation: Some(uid),
+        // A tool turn goes on from its own agent's call that stopped for tools; a sub-agent's
+        // first call is its task, a user turn, whatever its parent's call stopped for.
         turn_kind: Some(
-            if index > 0
-                && session.calls[call.after.first().copied().unwrap_or(0) as usize].tool_use
-            {
-                crate::records::TurnKind::Tool
-            } else {
-                crate::records::TurnKind::User
+            match session.own_parent(index).map(|p| session.calls[p].tool_use) {
+                Some(true) => crate::records::TurnKind::Tool,
+                Some(false) | None => crate::records::TurnKind::User,
             },
         ),
         batch: 0,
