@@ -286,6 +286,19 @@ impl std::fmt::Display for SessionError {
     }
 }
 
+/// How much of a file's start tells its format.
+const HEAD_BYTES: u64 = 64 << 10;
+
+/// Whether a file starting with `head` is one JSON document over many lines (pretty-printed)
+/// rather than a document a line: its first line is not a whole document. A first line longer
+/// than the head is a line of JSONL (a pretty-printed document's first line is its brace).
+fn one_document(head: &str) -> bool {
+    head.split_once('\n').is_some_and(|(first, _)| {
+        let first = first.trim();
+        !first.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(first).is_err()
+    })
+}
+
 /// The longest line (one session) a session file may hold.
 const MAX_SESSION_BYTES: usize = 256 << 20;
 
@@ -313,20 +326,15 @@ pub struct SessionReader {
 impl SessionReader {
     /// Opens `path`, named `shown` in errors.
     pub fn open(path: &Path, shown: &str) -> std::io::Result<SessionReader> {
-        let input = std::io::BufReader::new(std::fs::File::open(path)?);
-        // A JSONL file's first line is a whole document; a pretty-printed one's is not.
-        let mut first = String::new();
-        let whole = {
-            let mut probe = std::io::BufReader::new(std::fs::File::open(path)?);
-            probe.read_line(&mut first)?;
-            let trimmed = first.trim();
-            !trimmed.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
-        };
+        // The file's start, read once, tells its format and whether it is a document a line.
         let mut head = Vec::new();
         std::fs::File::open(path)?
-            .take(64 << 10)
+            .take(HEAD_BYTES)
             .read_to_end(&mut head)?;
-        let format = SessionFormat::of_head(&String::from_utf8_lossy(&head));
+        let head = String::from_utf8_lossy(&head);
+        let format = SessionFormat::of_head(&head);
+        let whole = one_document(&head);
+        let input = std::io::BufReader::new(std::fs::File::open(path)?);
         Ok(SessionReader {
             shown: shown.to_string(),
             input,
@@ -736,6 +744,15 @@ mod tests {
             errors[0].field.as_deref(),
             Some("turns[0].llm_calls[0].tokens.prompt")
         );
+    }
+
+    #[test]
+    fn a_pretty_printed_document_is_told_from_a_document_a_line() {
+        assert!(one_document("{\n  \"id\": \"s\",\n"));
+        assert!(!one_document("{\"id\": \"a\"}\n{\"id\": \"b\"}\n"));
+        // A first line longer than the head: a line of JSONL, cut short.
+        assert!(!one_document("{\"id\": \"a\", \"requests\": [1, 2"));
+        assert!(!one_document("\n{\"id\": \"a\"}\n"));
     }
 
     #[test]
