@@ -536,6 +536,40 @@ fn tracelab_and_copilot_sessions_replay_their_gaps_and_shared_prefixes() {
     }
 }
 
+/// aiperf's DAG conversations: written messages, a spawn that starts fresh and is joined, a
+/// fork that goes on from the forking turn, every context carrying the server's answers.
+#[test]
+fn dag_conversations_carry_their_messages_and_the_answers() {
+    let _serial = common::serial();
+    let file = [
+        r#"{"session_id":"root","turns":[{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Plan the fix."}],"max_tokens":8,"spawns":["helper"]},{"messages":[{"role":"user","content":"Merge the findings."}],"max_tokens":8,"delay":100,"forks":["review"]}]}"#,
+        r#"{"session_id":"helper","turns":[{"messages":[{"role":"user","content":"Find the bug."}],"max_tokens":8}]}"#,
+        r#"{"session_id":"review","turns":[{"messages":[{"role":"user","content":"Review the merge."}],"max_tokens":8}]}"#,
+    ]
+    .join("\n");
+    let (port, seen) = serve();
+    let run = run_file(port, &file, "concurrent=1");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let calls = by_call(&seen);
+    let call = |c: u64| &calls[&(0, c)];
+    let said = |role: &str, text: &str| (role.to_string(), text.to_string());
+    let answer = |c: u64| said("assistant", &answer_text(c));
+    // The root's first turn, then the helper, fresh.
+    let first = vec![said("system", "Be brief."), said("user", "Plan the fix.")];
+    assert_eq!(call(0).messages, first);
+    assert_eq!(call(1).messages, [said("user", "Find the bug.")]);
+    // The join: after the helper's answer and its delay, going on from the first turn.
+    let mut merge = first.clone();
+    merge.extend([answer(0), said("user", "Merge the findings.")]);
+    assert_eq!(call(2).messages, merge);
+    let late = call(2).arrived.saturating_duration_since(call(1).answered);
+    assert!((100..115).contains(&late.as_millis()), "{late:?}");
+    // The fork goes on from the merge and its answer.
+    let mut review = merge.clone();
+    review.extend([answer(2), said("user", "Review the merge.")]);
+    assert_eq!(call(3).messages, review);
+}
+
 #[test]
 fn each_session_starts_at_its_point_of_the_start_window() {
     let _serial = common::serial();

@@ -403,7 +403,9 @@ impl SessionRun {
                 scope,
                 request,
                 prior,
-                live,
+                // A call whose messages the trace wrote goes on from the answers before it,
+                // as the trace's own tool replays them.
+                live: live || session.calls[index].text.is_some(),
                 made,
             };
             if builder.send(job).is_err() {
@@ -540,6 +542,9 @@ fn call_prompt(
     prior: Option<&LiveContext>,
 ) -> (Prompt, u32) {
     let tokenizer = context.prompts.tokenizer();
+    if let Some(written) = &call.text {
+        return written_prompt(tokenizer, written, prior);
+    }
     if let Some(prior) = prior.filter(|p| call.input_tokens >= p.recorded) {
         let added = (call.input_tokens - prior.recorded).max(1);
         let new = tokenizer.prompt(added, request.prompt_seed);
@@ -560,6 +565,30 @@ fn call_prompt(
     let text =
         crate::planner::block_text(tokenizer, &blocks, call.input_tokens, request.prompt_seed);
     (Prompt::Text(text), call.input_tokens)
+}
+
+/// A call whose messages the trace wrote: the context it goes on from (its messages and the
+/// server's answer), then its own messages; or its own alone.
+fn written_prompt(
+    tokenizer: &crate::tokens::Tokenizer,
+    written: &[(String, String)],
+    prior: Option<&LiveContext>,
+) -> (Prompt, u32) {
+    let mut messages = Vec::new();
+    let mut tokens = 0usize;
+    if let Some(prior) = prior {
+        messages.extend(prior.messages.iter().cloned());
+        messages.push(Message::text("assistant", prior.answer.clone()));
+        tokens = prior.tokens as usize + tokenizer.count(&prior.answer);
+    }
+    for (role, text) in written {
+        tokens += tokenizer.count(text);
+        messages.push(Message::text(role, text.clone()));
+    }
+    (
+        Prompt::Messages(messages),
+        tokens.min(u32::MAX as usize) as u32,
+    )
 }
 
 /// A session id's hash (FNV-1a): the same id, the same blocks, in every run.

@@ -117,6 +117,8 @@ pub(super) fn session(text: &str, ordinal: u64) -> Result<Session, DocumentError
             hash_ids: chain.call(shared, input_tokens),
             agent: 0,
             tool_use: asked_tools.contains(call.message_id.as_str()),
+            text: None,
+            continues: None,
         });
         previous_end = Some(start + call.duration_ms / 1e3);
     }

@@ -6,7 +6,7 @@
 //! `block_tokens` long) followed by new tokens up to its input length, and it asks for its
 //! recorded output length. Sub-agents are calls of another `agent` whose first call comes after
 //! the parent's, and a join is a call `after` several. Each importer (one file per format:
-//! [`weka`], [`otel`], [`copilot`], [`tracelab`]) turns its format into this model; the reader
+//! [`weka`], [`otel`], [`copilot`], [`tracelab`], [`dag`]) turns its format into this model; the reader
 //! tells them apart by the file's start.
 //!
 //! A session file is never held whole: [`SessionReader`] streams it one session at a time (a
@@ -19,6 +19,7 @@
 //! (`planner::prompts::block_text`), or judging sessions (the metric table).
 
 mod copilot;
+mod dag;
 mod document;
 pub(crate) mod otel;
 mod tracelab;
@@ -129,6 +130,8 @@ pub enum SessionFormat {
     Copilot,
     /// TraceLab's Claude Code and Codex rounds: a round a line, grouped by `session_id`.
     TraceLab,
+    /// aiperf's DAG files: a conversation a line, turns of written messages, forks and spawns.
+    Dag,
 }
 
 impl SessionFormat {
@@ -139,6 +142,7 @@ impl SessionFormat {
             SessionFormat::Otel => "OpenTelemetry GenAI spans",
             SessionFormat::Copilot => "GitHub Copilot coding-agent sessions",
             SessionFormat::TraceLab => "TraceLab agentic coding rounds",
+            SessionFormat::Dag => "aiperf DAG conversations",
         }
     }
 
@@ -148,6 +152,7 @@ impl SessionFormat {
             ("\"resourceSpans\"", SessionFormat::Otel),
             ("\"llm_calls\"", SessionFormat::Copilot),
             ("\"input_tokens_total\"", SessionFormat::TraceLab),
+            ("\"messages\"", SessionFormat::Dag),
         ]
         .into_iter()
         .find(|(key, _)| head.contains(key))
@@ -161,6 +166,7 @@ impl SessionFormat {
             SessionFormat::Otel => otel::HELP,
             SessionFormat::Copilot => copilot::HELP,
             SessionFormat::TraceLab => tracelab::HELP,
+            SessionFormat::Dag => dag::HELP,
         }
     }
 }
@@ -198,6 +204,12 @@ pub struct Call {
     pub agent: u32,
     /// The recorded answer stopped to call tools (its next call is a tool turn).
     pub tool_use: bool,
+    /// The messages the trace wrote for it (role, text), appended to the context it goes on
+    /// from, instead of text made to its length (aiperf's DAG files).
+    pub text: Option<Vec<(String, String)>>,
+    /// The call whose context (its messages and the server's answer) it goes on from, when that
+    /// is not its own agent's previous call (a fork's first call goes on from its parent's).
+    pub continues: Option<u32>,
 }
 
 /// The most calls one session may make (a session's calls are numbered within it).
@@ -227,6 +239,9 @@ impl Session {
     /// its context holds), if any. A sub-agent's first call has none: it starts fresh.
     pub fn own_parent(&self, index: usize) -> Option<usize> {
         let call = self.calls.get(index)?;
+        if let Some(continues) = call.continues {
+            return Some(continues as usize);
+        }
         call.after
             .iter()
             .map(|&a| a as usize)
@@ -355,8 +370,12 @@ impl SessionReader {
         self.format
     }
 
-    /// Reads every document of the file, then builds its sessions (OpenTelemetry's spans).
+    /// Reads every document of the file, then builds its sessions (a format whose sessions are
+    /// spread over the file: OpenTelemetry's spans, aiperf's DAG conversations).
     fn build_all(&mut self) -> Result<std::vec::IntoIter<Session>, SessionError> {
+        if self.format == SessionFormat::Dag {
+            return self.build_dag();
+        }
         let mut traces = otel::Traces::default();
         while let Some(document) = self.next_document() {
             let (text, first_line) = document?;
@@ -366,6 +385,23 @@ impl SessionReader {
             })?;
         }
         Ok(traces.sessions().into_iter())
+    }
+
+    fn build_dag(&mut self) -> Result<std::vec::IntoIter<Session>, SessionError> {
+        let mut conversations = dag::Conversations::default();
+        let at = |(line, e): dag::LineError| (line + e.line.saturating_sub(1), e.field, e.message);
+        while let Some(document) = self.next_document() {
+            let (text, first_line) = document?;
+            conversations.add(&text, first_line).map_err(|e| {
+                let (line, field, message) = at(e);
+                self.error(line, field, message, dag::HELP)
+            })?;
+        }
+        let sessions = conversations.sessions().map_err(|e| {
+            let (line, field, message) = at(e);
+            self.error(line, field, message, dag::HELP)
+        })?;
+        Ok(sessions.into_iter())
     }
 
     /// The SHA-256 of what has been read (the whole file once the reader is spent).
@@ -450,7 +486,7 @@ impl Iterator for SessionReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         let found = match self.format {
-            SessionFormat::Otel => self.next_built(),
+            SessionFormat::Otel | SessionFormat::Dag => self.next_built(),
             SessionFormat::TraceLab => self.next_grouped(),
             SessionFormat::Weka | SessionFormat::Copilot => self.next_line_or_document(),
         };
@@ -614,6 +650,8 @@ mod tests {
             hash_ids: vec![],
             agent: 0,
             tool_use: false,
+            text: None,
+            continues: None,
         }
     }
 

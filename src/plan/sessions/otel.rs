@@ -271,6 +271,8 @@ fn session(id: String, spans: &HashMap<String, Kept>, ordinal: u64) -> Option<Se
             hash_ids: blocks[..needed].to_vec(),
             agent: *agent,
             tool_use: false,
+            text: None,
+            continues: None,
         });
         ends.push((*agent, end));
     }

@@ -116,6 +116,8 @@ pub(super) fn session(mut rounds: Vec<Round>, ordinal: u64) -> Session {
             hash_ids: chain.call(round.prefix_tokens, round.input_tokens),
             agent: 0,
             tool_use: round.tool_use,
+            text: None,
+            continues: None,
         });
         previous_answered = round.answered.or(previous_answered);
     }

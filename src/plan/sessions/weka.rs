@@ -187,6 +187,8 @@ impl Builder {
             hash_ids: request.hash_ids.clone(),
             agent,
             tool_use: request.stop == "tool_use",
+            text: None,
+            continues: None,
         });
         Ok(self.calls.len() as u32 - 1)
     }
