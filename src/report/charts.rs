@@ -499,23 +499,32 @@ fn by_context_chart(summary: &Summary) -> Option<Chart> {
         .iter()
         .map(|b| vec![b.ttft_ms.p50.unwrap_or(0.0), b.ttft_ms.p99.unwrap_or(0.0)])
         .collect();
-    if values.iter().flatten().all(|v| *v <= 0.0) {
-        return None;
-    }
-    plot.bars = Some(Bars {
-        series: vec![
+    plot.bars = Some(bars(
+        vec![
             ("TTFT p50".into(), "#7fb3e0"),
             ("TTFT p99".into(), colour::TTFT),
         ],
         values,
-        whiskers: Vec::new(),
-    });
+    )?);
     plot.rules = objective_rules(summary, &["ttft"], false);
     chart(
         "by-context",
         "TTFT p50 and p99 of the calls of each prompt length: how an agent's first token slows as its context grows, and how much of that context the cache spared the server.",
         &plot,
     )
+}
+
+/// Bars of `series`, a value each per group, without whiskers; `None` when all are zero (a
+/// chart of nothing).
+fn bars(series: Vec<(String, &'static str)>, values: Vec<Vec<f64>>) -> Option<Bars> {
+    if values.iter().flatten().all(|v| *v <= 0.0) {
+        return None;
+    }
+    Some(Bars {
+        series,
+        values,
+        whiskers: Vec::new(),
+    })
 }
 
 fn by_input_chart(summary: &Summary) -> Option<Chart> {
@@ -549,18 +558,14 @@ fn by_input_chart(summary: &Summary) -> Option<Chart> {
             ]
         })
         .collect();
-    if values.iter().flatten().all(|v| *v <= 0.0) {
-        return None;
-    }
-    plot.bars = Some(Bars {
-        series: vec![
+    plot.bars = Some(bars(
+        vec![
             ("TTFT p50".into(), "#7fb3e0"),
             ("TTFT p99".into(), colour::TTFT),
             ("E2E p50".into(), colour::E2E),
         ],
         values,
-        whiskers: Vec::new(),
-    });
+    )?);
     chart(
         "by-input",
         "TTFT p50 and p99, and E2E p50, of each input length of the plan's mix: what a longer prompt costs.",

@@ -16,13 +16,11 @@
 //! `tokens.cached_pct`, `message_metadata`; a tool batch's `timestamp`, `duration_ms`,
 //! `auto_continue`, `result`, `function_calls`.
 
-use std::collections::HashSet;
-use std::time::Duration;
-
 use serde::Deserialize;
+use std::collections::HashSet;
 
-use super::document::{self, DocumentError, PrefixChain, PREFIX_BLOCK_TOKENS};
-use super::{Call, Session};
+use super::document::{self, DocumentError, Link};
+use super::Session;
 
 pub(super) const HELP: &str = "a GitHub Copilot coding-agent session is one JSON object a line: \
      {\"session_id\": \"…\", \"turns\": [{\"llm_calls\": [{\"message_id\": \"…\", \"timestamp\": \
@@ -94,45 +92,29 @@ pub(super) fn session(text: &str, ordinal: u64) -> Result<Session, DocumentError
         }
     }
     timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut chain = PrefixChain::new(PREFIX_BLOCK_TOKENS);
-    let mut calls: Vec<Call> = Vec::with_capacity(timed.len());
+    let mut links = Vec::with_capacity(timed.len());
     let mut previous_end: Option<f64> = None;
     for (start, at, call) in timed {
         let input_tokens =
             document::prompt_tokens(call.tokens.prompt, &format!("{at}.tokens.prompt"))?;
         let output_tokens =
             document::output_tokens(call.tokens.completion, &format!("{at}.tokens.completion"))?;
-        let shared = call.tokens.cached.min(u64::from(input_tokens)) as u32;
-        let wait = previous_end.map_or(0.0, |end| (start - end).max(0.0));
-        calls.push(Call {
-            after: calls
-                .len()
-                .checked_sub(1)
-                .map(|p| p as u32)
-                .into_iter()
-                .collect(),
-            wait: Duration::from_secs_f64(wait),
+        links.push(Link {
+            wait_s: previous_end.map_or(0.0, |end| start - end),
             input_tokens,
+            shared: call.tokens.cached.min(u64::from(input_tokens)) as u32,
             output_tokens,
-            hash_ids: chain.call(shared, input_tokens),
-            agent: 0,
             tool_use: asked_tools.contains(call.message_id.as_str()),
-            text: None,
-            continues: None,
         });
         previous_end = Some(start + call.duration_ms / 1e3);
     }
-    Ok(Session {
-        id: record.session_id,
-        ordinal,
-        block_tokens: PREFIX_BLOCK_TOKENS,
-        first: 0,
-        calls,
-    })
+    Ok(document::chain(record.session_id, ordinal, links))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// Shaped as the dataset's `schema.json` describes a record (its fields, their types and

@@ -4,7 +4,11 @@
 //!
 //! What this is not: any one format's fields (each has its file beside this one).
 
+use std::time::Duration;
+
 use serde::de::DeserializeOwned;
+
+use super::{Call, Session};
 
 use crate::plan::limits::MAX_TOKENS;
 
@@ -94,7 +98,7 @@ pub(super) fn timestamp(text: &str, field: &str) -> Result<f64, DocumentError> {
 /// (a cached or prefix length), not block ids: a call keeps the previous call's blocks its
 /// shared prefix covers whole, and new ids for the rest. A context that shrank (an agent that
 /// compacted it) keeps only what it shares, as the engine's cache would.
-pub(super) struct PrefixChain {
+struct PrefixChain {
     block_tokens: u32,
     blocks: Vec<u64>,
     next: u64,
@@ -104,7 +108,7 @@ pub(super) struct PrefixChain {
 pub(super) const PREFIX_BLOCK_TOKENS: u32 = 64;
 
 impl PrefixChain {
-    pub(super) fn new(block_tokens: u32) -> PrefixChain {
+    fn new(block_tokens: u32) -> PrefixChain {
         PrefixChain {
             block_tokens: block_tokens.max(1),
             blocks: Vec::new(),
@@ -113,7 +117,7 @@ impl PrefixChain {
     }
 
     /// The blocks of a call of `input` tokens whose first `shared` are its previous call's.
-    pub(super) fn call(&mut self, shared: u32, input: u32) -> Vec<u64> {
+    fn call(&mut self, shared: u32, input: u32) -> Vec<u64> {
         let kept = ((shared.min(input) / self.block_tokens) as usize).min(self.blocks.len());
         self.blocks.truncate(kept);
         let needed = input.div_ceil(self.block_tokens) as usize;
@@ -122,6 +126,45 @@ impl PrefixChain {
             self.next += 1;
         }
         self.blocks.clone()
+    }
+}
+
+/// One call of a chain, as a format that records one agent's calls in order says it.
+pub(super) struct Link {
+    /// Seconds after the answer before it (after the session's start, for the first).
+    pub wait_s: f64,
+    pub input_tokens: u32,
+    /// Its first tokens that were the call before's (a prefix or cached length).
+    pub shared: u32,
+    pub output_tokens: u32,
+    pub tool_use: bool,
+}
+
+/// A session of one agent's chain of calls (TraceLab's rounds, Copilot's calls), each after the
+/// one before, its blocks minted from the shared lengths.
+pub(super) fn chain(id: String, ordinal: u64, links: Vec<Link>) -> Session {
+    let mut blocks = PrefixChain::new(PREFIX_BLOCK_TOKENS);
+    let calls = links
+        .into_iter()
+        .enumerate()
+        .map(|(index, link)| Call {
+            after: index.checked_sub(1).map(|p| p as u32).into_iter().collect(),
+            wait: Duration::from_secs_f64(link.wait_s.max(0.0)),
+            input_tokens: link.input_tokens,
+            output_tokens: link.output_tokens,
+            hash_ids: blocks.call(link.shared, link.input_tokens),
+            agent: 0,
+            tool_use: link.tool_use,
+            text: None,
+            continues: None,
+        })
+        .collect();
+    Session {
+        id,
+        ordinal,
+        block_tokens: PREFIX_BLOCK_TOKENS,
+        first: 0,
+        calls,
     }
 }
 

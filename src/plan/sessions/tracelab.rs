@@ -16,12 +16,10 @@
 //! fields, the `current_*` counts, `first_input_event_type`, `store`, `trace_key`. Sub-agents
 //! are their own sessions in TraceLab (no link to a parent is recorded) and are replayed so.
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
-use super::document::{self, DocumentError, PrefixChain, PREFIX_BLOCK_TOKENS};
-use super::{Call, Session};
+use super::document::{self, DocumentError, Link};
+use super::Session;
 
 pub(super) const HELP: &str = "a TraceLab trace is one JSON object a round, a session's rounds \
      together: {\"session_id\": \"claude:…\", \"round_index\": 0, \"input_tokens_total\": 32272, \
@@ -95,46 +93,29 @@ pub(super) fn round(text: &str) -> Result<Round, DocumentError> {
 /// One session's rounds (all of them, in any order) as the `ordinal`-th session of its file.
 pub(super) fn session(mut rounds: Vec<Round>, ordinal: u64) -> Session {
     rounds.sort_by_key(|r| r.index);
-    let mut chain = PrefixChain::new(PREFIX_BLOCK_TOKENS);
-    let mut calls: Vec<Call> = Vec::with_capacity(rounds.len());
+    let mut links = Vec::with_capacity(rounds.len());
     let mut previous_answered: Option<f64> = None;
     for round in &rounds {
-        let wait = match (previous_answered, round.ready) {
-            (Some(end), Some(ready)) => (ready - end).max(0.0),
-            _ => 0.0,
-        };
-        calls.push(Call {
-            after: calls
-                .len()
-                .checked_sub(1)
-                .map(|p| p as u32)
-                .into_iter()
-                .collect(),
-            wait: Duration::from_secs_f64(wait),
+        links.push(Link {
+            wait_s: match (previous_answered, round.ready) {
+                (Some(end), Some(ready)) => ready - end,
+                _ => 0.0,
+            },
             input_tokens: round.input_tokens,
+            shared: round.prefix_tokens,
             output_tokens: round.output_tokens,
-            hash_ids: chain.call(round.prefix_tokens, round.input_tokens),
-            agent: 0,
             tool_use: round.tool_use,
-            text: None,
-            continues: None,
         });
         previous_answered = round.answered.or(previous_answered);
     }
-    Session {
-        id: rounds
-            .first()
-            .map(|r| r.session_id.clone())
-            .unwrap_or_default(),
-        ordinal,
-        block_tokens: PREFIX_BLOCK_TOKENS,
-        first: 0,
-        calls,
-    }
+    let id = rounds.first().map(|r| r.session_id.clone());
+    document::chain(id.unwrap_or_default(), ordinal, links)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// Three rounds shaped exactly as TraceLab's sanitized example
