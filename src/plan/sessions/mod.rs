@@ -379,29 +379,31 @@ impl SessionReader {
         let mut traces = otel::Traces::default();
         while let Some(document) = self.next_document() {
             let (text, first_line) = document?;
-            traces.add(&text).map_err(|e| {
-                let line = first_line + e.line.saturating_sub(1);
-                self.error(line, e.field, e.message, otel::HELP)
-            })?;
+            traces
+                .add(&text)
+                .map_err(|e| self.document_error(first_line, e))?;
         }
         Ok(traces.sessions().into_iter())
     }
 
     fn build_dag(&mut self) -> Result<std::vec::IntoIter<Session>, SessionError> {
         let mut conversations = dag::Conversations::default();
-        let at = |(line, e): dag::LineError| (line + e.line.saturating_sub(1), e.field, e.message);
         while let Some(document) = self.next_document() {
             let (text, first_line) = document?;
-            conversations.add(&text, first_line).map_err(|e| {
-                let (line, field, message) = at(e);
-                self.error(line, field, message, dag::HELP)
-            })?;
+            conversations
+                .add(&text, first_line)
+                .map_err(|(line, e)| self.document_error(line, e))?;
         }
-        let sessions = conversations.sessions().map_err(|e| {
-            let (line, field, message) = at(e);
-            self.error(line, field, message, dag::HELP)
-        })?;
+        let sessions = conversations
+            .sessions()
+            .map_err(|(line, e)| self.document_error(line, e))?;
         Ok(sessions.into_iter())
+    }
+
+    /// A mistake in the document starting on `first_line`, at its line within the document.
+    fn document_error(&self, first_line: usize, e: document::DocumentError) -> SessionError {
+        let line = first_line + e.line.saturating_sub(1);
+        self.error(line, e.field, e.message, self.format.help())
     }
 
     /// The SHA-256 of what has been read (the whole file once the reader is spent).
@@ -534,11 +536,11 @@ impl SessionReader {
             SessionFormat::Copilot => copilot::session(&text, ordinal),
             _ => weka::session(&text, ordinal),
         };
-        let help = self.format.help();
-        Some(session.map(|session| (session, first_line)).map_err(|e| {
-            let line = first_line + e.line.saturating_sub(1);
-            self.error(line, e.field, e.message, help)
-        }))
+        Some(
+            session
+                .map(|session| (session, first_line))
+                .map_err(|e| self.document_error(first_line, e)),
+        )
     }
 
     /// The next session of a format that writes one a line per call (TraceLab's rounds): the
@@ -558,7 +560,7 @@ impl SessionReader {
                 Ok(round) => round,
                 // The rounds before it are left out, not counted as seen: the session's
                 // lines after it are not said to be apart from it.
-                Err(e) => return Some(Err(self.error(line, e.field, e.message, tracelab::HELP))),
+                Err(e) => return Some(Err(self.document_error(line, e))),
             };
             if rounds
                 .first()
