@@ -412,14 +412,16 @@ fn value(
             }
             statistic(tolerance.stat?, scratch)
         }
-        Source::Distribution { .. } => {
+        // A value per request, or per session.
+        Source::Distribution { .. } | Source::Sessions { .. } => {
             scratch.clear();
             scratch.extend(chosen.filter_map(|s| s.value));
             statistic(tolerance.stat?, scratch)
         }
-        Source::Share { .. } => {
-            let among = chosen.clone().filter(|s| s.among).count() as f64;
-            (among > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / among)
+        Source::Share { .. } => share(chosen),
+        // An aggregate over sessions (session goodput) is the share of good ones.
+        Source::Aggregate(_) if tolerance.metric.def().needs == table::Needs::Sessions => {
+            share(chosen)
         }
         Source::PerSecond { .. } => {
             // `pick` holds windows here: the mean of their rates (all windows: total / wall).
@@ -430,20 +432,16 @@ fn value(
             let total: f64 = pick.iter().map(|&i| side.windows[i]).sum();
             Some(total / (window_s * pick.len() as f64))
         }
-        Source::Sessions { .. } => {
-            scratch.clear();
-            scratch.extend(chosen.filter_map(|s| s.value));
-            statistic(tolerance.stat?, scratch)
-        }
-        // An aggregate over sessions (session goodput) is the share of good ones.
-        Source::Aggregate(_) if tolerance.metric.def().needs == table::Needs::Sessions => {
-            let among = chosen.clone().filter(|s| s.among).count() as f64;
-            (among > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / among)
-        }
         // Capacity is not a statistic of requests: it is compared from the two runs'
         // search brackets, not resampled. The server's own numbers are not compared.
         Source::Search | Source::Server(_) | Source::Aggregate(_) => None,
     }
+}
+
+/// The share of the samples in a share's denominator that it counts.
+fn share<'a>(chosen: impl Iterator<Item = &'a Sample> + Clone) -> Option<f64> {
+    let among = chosen.clone().filter(|s| s.among).count() as f64;
+    (among > 0.0).then(|| chosen.filter(|s| s.counted).count() as f64 / among)
 }
 
 /// `capacity -10%`: the two searches' brackets compared. A search's bracket is its noise: the
