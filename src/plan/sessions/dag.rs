@@ -209,6 +209,15 @@ fn children(conversation: &Conversation) -> Vec<(String, String)> {
     named
 }
 
+/// Where a turn is: its conversation's line, its position and the last one's, its call.
+#[derive(Clone, Copy)]
+struct Place {
+    line: usize,
+    t: usize,
+    last_turn: usize,
+    call: u32,
+}
+
 struct Builder<'a> {
     all: &'a HashMap<String, (Conversation, usize)>,
     calls: Vec<Call>,
@@ -253,51 +262,79 @@ impl Builder<'_> {
                     previous.filter(|_| t > 0 || forked),
                 )
                 .map_err(|e| (line, e))?;
-            for (i, spawn) in turn.spawns.iter().enumerate() {
-                // Joined at the next turn unless it says which; spawned on the last turn
-                // without saying, nothing joins it.
-                let (names, join_at) = match spawn {
-                    Spawn::Name(child) => (std::slice::from_ref(child), t + 1),
-                    Spawn::Children { children, join_at } => {
-                        (children.as_slice(), join_at.unwrap_or(t + 1))
-                    }
-                };
-                let said = matches!(
-                    spawn,
-                    Spawn::Children {
-                        join_at: Some(_),
-                        ..
-                    }
-                );
-                if said && !(t + 1..=last_turn).contains(&join_at) {
-                    let field = format!("{at}.spawns[{i}].join_at");
-                    let message = format!(
-                        "join_at {join_at} is not a later turn of this conversation (its turns are 0 to {last_turn})"
-                    );
-                    return Err((line, document::field_error(&field, &message)));
-                }
-                for child in names {
-                    let last = self.conversation(child, Some(call), false)?;
-                    joins.entry(join_at).or_default().extend(last);
-                }
-            }
-            for (i, fork) in turn.forks.iter().enumerate() {
-                let (child, background) = match fork {
-                    Fork::Name(child) => (child, false),
-                    Fork::Child { child, background } => (child, *background),
-                };
-                if !background && t != last_turn {
-                    let message = "a fork that is not in the background ends its conversation: it belongs on the last turn (or write {\"child\": …, \"background\": true})";
-                    return Err((
-                        line,
-                        document::field_error(&format!("{at}.forks[{i}]"), message),
-                    ));
-                }
-                self.conversation(child, Some(call), true)?;
-            }
+            let place = Place {
+                line,
+                t,
+                last_turn,
+                call,
+            };
+            self.spawns(turn, place, &mut joins)?;
+            self.forks(turn, place)?;
             previous = Some(call);
         }
         Ok(previous.filter(|_| !conversation.turns.is_empty()))
+    }
+
+    /// The conversations turn `t` spawns after its call, each to be joined (its last call added
+    /// to `joins`) at the turn it says, the next one for a name; spawned on the last turn without
+    /// saying, nothing joins it.
+    fn spawns(
+        &mut self,
+        turn: &Turn,
+        place: Place,
+        joins: &mut HashMap<usize, Vec<u32>>,
+    ) -> Result<(), LineError> {
+        let Place {
+            line,
+            t,
+            last_turn,
+            call,
+        } = place;
+        for (i, spawn) in turn.spawns.iter().enumerate() {
+            let (names, join_at, said) = match spawn {
+                Spawn::Name(child) => (std::slice::from_ref(child), t + 1, false),
+                Spawn::Children { children, join_at } => (
+                    children.as_slice(),
+                    join_at.unwrap_or(t + 1),
+                    join_at.is_some(),
+                ),
+            };
+            if said && !(t + 1..=last_turn).contains(&join_at) {
+                let field = format!("turns[{t}].spawns[{i}].join_at");
+                let message = format!(
+                    "join_at {join_at} is not a later turn of this conversation (its turns are 0 to {last_turn})"
+                );
+                return Err((line, document::field_error(&field, &message)));
+            }
+            for child in names {
+                let last = self.conversation(child, Some(call), false)?;
+                joins.entry(join_at).or_default().extend(last);
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversations turn `t` forks after its call, each going on from it.
+    fn forks(&mut self, turn: &Turn, place: Place) -> Result<(), LineError> {
+        let Place {
+            line,
+            t,
+            last_turn,
+            call,
+        } = place;
+        for (i, fork) in turn.forks.iter().enumerate() {
+            let (child, background) = match fork {
+                Fork::Name(child) => (child, false),
+                Fork::Child { child, background } => (child, *background),
+            };
+            if !background && t != last_turn {
+                let message = "a fork that is not in the background ends its conversation: it belongs on the last turn (or write {\"child\": …, \"background\": true})";
+                let field = format!("turns[{t}].forks[{i}]");
+                return Err((line, document::field_error(&field, message)));
+            }
+            self.conversation(child, Some(call), true)?;
+        }
+        Ok(())
     }
 
     /// One turn as a call after `after`, going on from `continues`.
