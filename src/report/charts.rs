@@ -125,7 +125,9 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
         "Requests sent, completed, failed and throttled per second, and the mean number in flight, in each window: a queue that keeps growing is a server that does not keep up.",
         &load,
     ));
-    if points.iter().any(|p| p.sessions.is_some()) {
+    // A run with agent sessions: their own charts.
+    let sessions = points.iter().any(|p| p.sessions.is_some());
+    if sessions {
         let mut agents = Plot::new(
             "Agent sessions and calls in flight",
             time(),
@@ -163,7 +165,7 @@ pub fn all(summary: &Summary) -> Vec<Chart> {
     if summary.steps.is_empty() {
         charts.extend(cdf_chart(summary));
         charts.extend(by_input_chart(summary));
-        if points.iter().any(|p| p.sessions.is_some()) {
+        if sessions {
             charts.extend(by_context_chart(summary));
         }
     }
