@@ -162,6 +162,12 @@ mod tests {
             error.field.as_deref(),
             Some("turns[1].llm_calls[0].timestamp")
         );
+        let bad = SESSION.replacen("\"duration_ms\": 1500.0", "\"duration_ms\": -1.0", 1);
+        let error = session(&bad, 0).expect_err("refused");
+        assert_eq!(
+            error.field.as_deref(),
+            Some("turns[0].llm_calls[1].duration_ms")
+        );
         let bad = SESSION.replacen("\"completion\": 240", "\"completion\": \"many\"", 1);
         let error = session(&bad, 0).expect_err("refused");
         assert_eq!(

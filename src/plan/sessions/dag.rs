@@ -489,5 +489,12 @@ mod tests {
             field(&[join, &b]),
             (1, Some("turns[0].spawns[0].join_at".into()))
         );
+        let mode = r#"{"session_id":"a","context_mode":"message_array_with_responses","turns":[]}"#;
+        assert_eq!(field(&[mode]), (1, Some("context_mode".into())));
+        assert_eq!(field(&[&b, &b]), (2, Some("session_id".into())));
+        let silent = r#"{"session_id":"a","turns":[{"messages":[]}]}"#;
+        assert_eq!(field(&[silent]), (1, Some("turns[0].messages".into())));
+        let late = r#"{"session_id":"a","turns":[{"messages":[{"role":"user","content":"x"}],"delay":-5}]}"#;
+        assert_eq!(field(&[late]), (1, Some("turns[0].delay".into())));
     }
 }
