@@ -637,7 +637,7 @@ fn a_launchers_backgrounded_engine_is_stopped_with_the_run() {
         &plan(
             &format!(
                 "shell \"'{SIM}' sim --port {{port}} --ttft 20ms & sleep 1; exit 0\"; \
-                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"2s\""
+                 ready \"/v1/models\" timeout=\"30s\"; stop-grace \"10s\""
             ),
             "3s",
         ),
